@@ -1,0 +1,36 @@
+"""vmsst: multilingual sentence embeddings (VMSST and baselines) in JAX/Flax."""
+
+import setuptools
+
+# Pinned to the stack checked to install together on Python 3.11 (DEVELOPERS.md).
+INSTALL_REQUIRES = [
+    "jax==0.10.2",
+    "jaxlib==0.10.2",
+    "flax==0.12.8",
+    "optax==0.2.8",
+    "orbax-checkpoint==0.12.8",
+    "seqio==0.0.20",
+    "tensorflow==2.21.0",
+    "tensorflow-text==2.21.1",
+    "tensorflow-datasets==4.9.10",
+    "gin-config==0.5.0",
+    "sentencepiece==0.2.3",
+    "clu",
+    "tqdm",
+    "numpy",
+    "opustools",
+]
+
+EXTRAS_REQUIRE = {
+    "test": ["pytest", "pytest-xdist"],
+}
+
+setuptools.setup(
+    name="vmsst",
+    version="0.1.0",
+    description=__doc__,
+    packages=setuptools.find_packages(include=["vmsst", "vmsst.*", "tasks", "tasks.*"]),
+    python_requires=">=3.11",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+)

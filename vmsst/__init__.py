@@ -1,0 +1,1 @@
+"""vmsst: multilingual sentence embeddings (VMSST and baselines) in JAX/Flax."""

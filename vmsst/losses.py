@@ -1,0 +1,100 @@
+"""Loss arithmetic shared by the objectives: pure functions of arrays.
+
+Each function is small enough to check by hand; tests/test_losses.py does.
+"""
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def gaussian_kl(mu: Array, logvar: Array) -> Array:
+  """KL(N(μ, diag σ²) ‖ N(0, I)) per example: float [B, d] ×2 -> [B].
+
+  Closed form ½ Σ (σ² + μ² − 1 − log σ²).
+  """
+  return 0.5 * jnp.sum(jnp.exp(logvar) + jnp.square(mu) - 1.0 - logvar, axis=-1)
+
+
+def reparameterize(rng: Array, mu: Array, logvar: Array) -> Array:
+  """z = μ + σ ⊙ ε with ε ~ N(0, I): a sample differentiable in μ and log σ²."""
+  eps = jax.random.normal(rng, mu.shape, mu.dtype)
+  return mu + jnp.exp(0.5 * logvar) * eps
+
+
+def linear_annealing(step: Array, anneal_steps: int) -> Array:
+  """KL weight rising linearly from 0 at step 0 to 1 at `anneal_steps`.
+
+  anneal_steps <= 0 means no annealing (weight 1 from the start).
+  """
+  if anneal_steps <= 0:
+    return jnp.ones((), jnp.float32)
+  return jnp.minimum(1.0, jnp.asarray(step, jnp.float32) / float(anneal_steps))
+
+
+def sequence_nll(logits: Array, targets: Array, mask: Array) -> tuple[Array, Array]:
+  """Sentence negative log-likelihood and correct-token counts.
+
+  Args:
+    logits: float [B, L, V].
+    targets: int [B, L].
+    mask: int [B, L], 1 on tokens that count (padding contributes nothing).
+
+  Returns:
+    (nll float32 [B] summed over the sentence's tokens,
+     correct float32 [B] number of argmax hits on counted tokens).
+  """
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  token_logp = jnp.take_along_axis(logp, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
+  weights = mask.astype(jnp.float32)
+  nll = -jnp.sum(token_logp * weights, axis=-1)
+  correct = jnp.sum((jnp.argmax(logits, axis=-1) == targets) * weights, axis=-1)
+  return nll, correct
+
+
+def same_sequence_matrix(tokens: Array) -> Array:
+  """bool [B, B]: True where rows i and j hold identical token sequences.
+
+  Multi-parallel corpora (NTREX) put the same English sentence in several
+  pairs of a batch; those copies must not count as negatives of each other.
+  """
+  return jnp.all(tokens[:, None, :] == tokens[None, :, :], axis=-1)
+
+
+def symmetric_info_nce(a: Array, b: Array, temperature: float,
+                       duplicates_a: Array | None = None,
+                       duplicates_b: Array | None = None) -> tuple[Array, Array]:
+  """In-batch symmetric InfoNCE over cosine similarities.
+
+  Row i of `a` is paired with row i of `b`; every other row of the other side
+  is a negative, except rows that duplicate the positive's sentence.
+
+  Args:
+    a, b: float [B, d] embeddings (normalised here).
+    temperature: softmax temperature τ (logits are cos / τ).
+    duplicates_a, duplicates_b: optional bool [B, B] same-sentence matrices
+      of each side; b_j with b_j == b_i is masked out of a_i's candidates
+      (and symmetrically), keeping the diagonal.
+
+  Returns:
+    (loss: mean of the a→b and b→a cross-entropies, float32 [];
+     accuracy: fraction of argmax hits over both directions, float32 []).
+  """
+  a = a / jnp.linalg.norm(a, axis=-1, keepdims=True).clip(1e-12)
+  b = b / jnp.linalg.norm(b, axis=-1, keepdims=True).clip(1e-12)
+  sim = (a @ b.T).astype(jnp.float32) / temperature
+  eye = jnp.eye(sim.shape[0], dtype=bool)
+  sim_ab = _mask_duplicates(sim, duplicates_b, eye)
+  sim_ba = _mask_duplicates(sim.T, duplicates_a, eye)
+  labels = jnp.arange(sim.shape[0])
+  loss_ab = -jnp.mean(jnp.diagonal(jax.nn.log_softmax(sim_ab, axis=-1)))
+  loss_ba = -jnp.mean(jnp.diagonal(jax.nn.log_softmax(sim_ba, axis=-1)))
+  hits = jnp.concatenate([jnp.argmax(sim_ab, -1) == labels, jnp.argmax(sim_ba, -1) == labels])
+  return 0.5 * (loss_ab + loss_ba), jnp.mean(hits.astype(jnp.float32))
+
+
+def _mask_duplicates(sim: Array, duplicates: Array | None, eye: Array) -> Array:
+  if duplicates is None:
+    return sim
+  return jnp.where(duplicates & ~eye, -1e9, sim)

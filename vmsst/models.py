@@ -1,0 +1,155 @@
+"""T5X-style model base: pure functions of (params, batch) over one network.
+
+An objective (vmsst/objectives/*.py) subclasses `EmbeddingModel` and defines
+`loss_fn` plus which network paths its parameters need (`init_paths`). It owns
+no optimizer, vocabulary or loop: the trainer wires it to jit and sharding.
+
+Batch contract (produced by vmsst.feature_converters.PairFeatureConverter):
+  tokens_a, tokens_b  int32 [B, L]  sentence ids ending in EOS, 0-padded
+  mask_a, mask_b      int32 [B, L]  1 on real tokens
+  lang_a, lang_b      int32 [B]     vocabulary id of the `<2xxx>` symbol
+  sem_side            int32 [B]     0: side a feeds q(z_sem) in the ELBO, 1: b
+"""
+
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+
+from vmsst import losses
+from vmsst.config import NetworkConfig
+from vmsst.network import VMSSTNetwork
+
+Array = jax.Array
+Batch = Mapping[str, Array]
+Metrics = dict[str, Array]
+
+BATCH_DTYPES = {
+    "tokens_a": jnp.int32, "tokens_b": jnp.int32, "mask_a": jnp.int32,
+    "mask_b": jnp.int32, "lang_a": jnp.int32, "lang_b": jnp.int32, "sem_side": jnp.int32,
+}
+
+
+def batch_shapes(batch_size: int, length: int) -> dict[str, tuple[int, ...]]:
+  """Shapes of a model batch of `batch_size` pairs of `length` tokens."""
+  return {k: (batch_size, length) if k.startswith(("tokens", "mask")) else (batch_size,)
+          for k in BATCH_DTYPES}
+
+
+def dummy_batch(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Array]:
+  """A zero batch with the model's dtypes; ones for masks so no row is empty."""
+  return {k: (jnp.ones if k.startswith("mask") else jnp.zeros)(shapes[k], BATCH_DTYPES[k])
+          for k in BATCH_DTYPES}
+
+
+def init_all_paths(module: VMSSTNetwork, batch: Batch) -> Array:
+  """Creates semantic, language and decoder parameters (VMSST family)."""
+  return module(batch)
+
+
+def init_semantic_path(module: VMSSTNetwork, batch: Batch) -> Array:
+  """Creates the embedding table and the semantic encoder only."""
+  return module.encode_semantic(batch["tokens_a"], batch["mask_a"])[0]
+
+
+def init_translation_paths(module: VMSSTNetwork, batch: Batch) -> Array:
+  """Semantic encoder and a decoder fed μ_sem alone (no language encoder)."""
+  mu, _ = module.encode_semantic(batch["tokens_a"], batch["mask_a"])
+  return module.decode(batch["tokens_a"], batch["mask_a"], batch["lang_a"], mu)
+
+
+class EmbeddingModel:
+  """Base class: wraps the flax network; subclasses define `loss_fn`.
+
+  Attributes:
+    network_config: the NetworkConfig the module is built from.
+    module: the VMSSTNetwork (flax) module.
+  """
+
+  init_paths: Callable[[VMSSTNetwork, Batch], Array] = staticmethod(init_all_paths)
+
+  def __init__(self, network_config: NetworkConfig):
+    self.network_config = network_config
+    self.module = VMSSTNetwork(network_config)
+
+  def get_initial_variables(self, rng: Array,
+                            input_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+    """Initial variables (logically partitioned boxes) for a batch of `input_shapes`.
+
+    Args:
+      rng: PRNG key for parameter init.
+      input_shapes: key -> shape, e.g. `batch_shapes(B, L)`.
+    Returns:
+      {"params": ...} whose leaves are nn.LogicallyPartitioned boxes.
+    """
+    return self.module.init({"params": rng, "dropout": rng}, dummy_batch(input_shapes),
+                            method=type(self).init_paths)
+
+  def apply(self, params, *args, method: Callable, rng: Array | None = None) -> Any:
+    """Runs a network method; dropout is active iff an rng is given."""
+    rngs = {"dropout": rng} if rng is not None else {}
+    return self.module.apply({"params": params}, *args, method=method, rngs=rngs)
+
+  def semantic(self, params, tokens: Array, mask: Array,
+               rng: Array | None = None) -> tuple[Array, dict[str, Array]]:
+    """(μ_sem [B, d], aux) — the encoder path every objective shares."""
+    return self.apply(params, tokens, mask, rng is None, method=VMSSTNetwork.encode_semantic,
+                      rng=rng)
+
+  def encode(self, params, tokens: Array, mask: Array) -> Array:
+    """Sentence embeddings μ_sem, float32 [B, d] (not normalised)."""
+    return self.semantic(params, tokens, mask)[0]
+
+  def score_batch(self, params, batch: Batch) -> Array:
+    """Cosine similarity of each (a, b) pair, float32 [B]."""
+    a = self.encode(params, batch["tokens_a"], batch["mask_a"])
+    b = self.encode(params, batch["tokens_b"], batch["mask_b"])
+    a = a / jnp.linalg.norm(a, axis=-1, keepdims=True).clip(1e-12)
+    b = b / jnp.linalg.norm(b, axis=-1, keepdims=True).clip(1e-12)
+    return jnp.sum(a * b, axis=-1)
+
+  def loss_fn(self, params, batch: Batch, dropout_rng: Array,
+              step: Array | int = 0) -> tuple[Array, Metrics]:
+    """Scalar loss and a dict of scalar metrics (batch means)."""
+    raise NotImplementedError
+
+
+def both_sides(batch: Batch) -> tuple[Array, Array, Array]:
+  """Stacks sides a and b along the batch: tokens, mask, languages [2B, ...]."""
+  cat = lambda k: jnp.concatenate([batch[f"{k}_a"], batch[f"{k}_b"]], axis=0)
+  return cat("tokens"), cat("mask"), cat("lang")
+
+
+def decode_nll(model: EmbeddingModel, params, targets: Array, mask: Array,
+               languages: Array, latent: Array, rng: Array | None) -> tuple[Array, Array]:
+  """Per-sentence NLL and correct-token counts of decoding `targets` from `latent`."""
+  logits = model.apply(params, targets, mask, languages, latent, rng is None,
+                       method=VMSSTNetwork.decode, rng=rng)
+  return losses.sequence_nll(logits, targets, mask)
+
+
+def split_halves(x: Array) -> tuple[Array, Array]:
+  half = x.shape[0] // 2
+  return x[:half], x[half:]
+
+
+def translation_terms(model: EmbeddingModel, params, batch: Batch, mu_a: Array, mu_b: Array,
+                      language_slot: int, rng: Array | None) -> tuple[Array, Metrics]:
+  """−log p(x_a | μ_sem(x_b)) − log p(x_b | μ_sem(x_a)) per pair, [B].
+
+  The language latent slot (width `language_slot`, 0 without a language
+  encoder) is held at its prior mean 0, so the decoder learns each sentence
+  from the other sentence's meaning plus the target-language start symbol.
+  """
+  tokens, mask, languages = both_sides(batch)
+  mu_other = jnp.concatenate([mu_b, mu_a], axis=0)
+  latent = jnp.concatenate(
+      [jnp.zeros(mu_other.shape[:1] + (language_slot,), mu_other.dtype), mu_other], axis=-1)
+  nll, correct = decode_nll(model, params, tokens, mask, languages, latent, rng)
+  nll_a, nll_b = split_halves(nll)
+  metrics = {
+      "translation_nll": jnp.mean(nll_a + nll_b),
+      "translation_token_accuracy": jnp.sum(correct) / jnp.sum(mask).clip(1),
+      "translation_nll_per_token": jnp.sum(nll) / jnp.sum(mask).clip(1),
+  }
+  return nll_a + nll_b, metrics

@@ -1,0 +1,125 @@
+"""The VMSST network: semantic encoder, language encoder(s), latent-fed decoder.
+
+Objectives call the three methods they need (`encode_semantic`,
+`encode_language`, `decode`) through `Module.apply(..., method=...)`; flax only
+creates the parameters of the methods an objective's initialisation runs, so
+Contrastive has no decoder and BiTranslation no language encoder.
+
+Shapes: tokens/mask int32 [B, L]; languages int32 [B] (vocabulary id of the
+`<2xxx>` symbol); latents float32 [B, d] each.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vmsst import layers
+from vmsst.config import NetworkConfig
+
+Array = jax.Array
+
+
+class VMSSTNetwork(nn.Module):
+  """Encoders and decoder sharing only the token embedding table."""
+
+  cfg: NetworkConfig
+
+  def setup(self):
+    cfg = self.cfg
+    self.embed = layers.Embed(cfg, name="token_embed")
+    self.semantic_positions = layers.PositionEmbed(cfg, name="semantic_positions")
+    self.semantic_stack = layers.Stack(cfg, cfg.num_encoder_layers, name="semantic_encoder")
+    self.semantic_head = layers.GaussianHead(cfg, name="semantic_head")
+    if not cfg.share_encoders:
+      self.language_positions = [
+          layers.PositionEmbed(cfg, name=f"language_positions_{i}")
+          for i in range(cfg.num_language_encoders)]
+      self.language_stacks = [
+          layers.Stack(cfg, cfg.num_language_encoder_layers, name=f"language_encoder_{i}")
+          for i in range(cfg.num_language_encoders)]
+    self.language_head = layers.GaussianHead(cfg, name="language_head")
+    self.decoder_positions = layers.PositionEmbed(cfg, name="decoder_positions")
+    self.decoder_layers = [
+        layers.DecoderLayer(cfg, name=f"decoder_layer_{i}")
+        for i in range(cfg.num_decoder_layers)]
+    self.decoder_norm = layers.layer_norm("decoder_final_norm", cfg)
+    self.dropout = nn.Dropout(cfg.dropout_rate)
+    if cfg.factorized_output:
+      self.output_bottleneck = layers.dense(cfg.emb_dim, ("latent", "embed"), cfg,
+                                            "output_bottleneck")
+    projection_in = "embed" if cfg.factorized_output else "latent"
+    self.output_projection = layers.dense(cfg.vocab_size, (projection_in, "vocab"), cfg,
+                                          "output_projection", use_bias=True)
+
+  def encode_semantic(self, tokens: Array, mask: Array,
+                      deterministic: bool = True) -> tuple[Array, dict[str, Array]]:
+    """Semantic inference network q(z_sem | x).
+
+    Returns:
+      (μ_sem float32 [B, d], aux) with aux holding `token_states` [B, L, d],
+      `pooled` [B, d], `mu` and `logvar` [B, d]. The embedding is μ_sem.
+    """
+    x = self.semantic_positions(self.embed(tokens))
+    x = self.dropout(x, deterministic=deterministic)
+    states = self.semantic_stack(x, mask, deterministic)
+    pooled = layers.masked_mean(states, mask)
+    mu, logvar = self.semantic_head(pooled)
+    return mu, {"token_states": states, "pooled": pooled, "mu": mu, "logvar": logvar}
+
+  def encode_language(self, tokens: Array, mask: Array, languages: Array,
+                      deterministic: bool = True) -> tuple[Array, Array]:
+    """Language inference network q(z_lang | x): (μ, log σ²), float32 [B, d]."""
+    x = self.embed(tokens)
+    if self.cfg.encoder_language_embedding:
+      x = x + self.embed(languages)[:, None, :]
+    if self.cfg.share_encoders:
+      paths = [(self.semantic_positions, self.semantic_stack)]
+    else:
+      paths = zip(self.language_positions, self.language_stacks)
+    pooled = []
+    for positions, stack in paths:
+      h = self.dropout(positions(x), deterministic=deterministic)
+      pooled.append(layers.masked_mean(stack(h, mask, deterministic), mask))
+    if len(pooled) == 1:
+      chosen = pooled[0]
+    else:  # route each sentence to encoder (language symbol id mod K)
+      route = jax.nn.one_hot(languages % len(pooled), len(pooled), dtype=pooled[0].dtype)
+      chosen = jnp.einsum("bk,kbd->bd", route, jnp.stack(pooled))
+    return self.language_head(chosen)
+
+  def decode(self, targets: Array, target_mask: Array, languages: Array,
+             latent: Array, deterministic: bool = True) -> Array:
+    """Teacher-forced decoder logits, float32 [B, L, V].
+
+    The input is targets shifted right behind the target-language symbol (or
+    0 when `decoder_language_embedding` is off); the source enters only as
+    `latent` [B, k] (k = 2d for VMSST, d without a language encoder).
+    """
+    first = languages if self.cfg.decoder_language_embedding else jnp.zeros_like(languages)
+    inputs = jnp.concatenate([first[:, None], targets[:, :-1]], axis=1).astype(jnp.int32)
+    input_mask = jnp.concatenate(
+        [jnp.ones_like(target_mask[:, :1]), target_mask[:, :-1]], axis=1)
+    x = self.dropout(self.decoder_positions(self.embed(inputs)), deterministic=deterministic)
+    attention_mask = layers.causal_attention_mask(input_mask)
+    for layer in self.decoder_layers:
+      x = layer(x, latent, attention_mask, deterministic)
+    h = self.decoder_norm(x)
+    return self._output_logits(h, latent)
+
+  def _output_logits(self, h: Array, latent: Array) -> Array:
+    """concat(h, z) → vocabulary; 3d × V, or 3d × d then d × V when factorized."""
+    z = jnp.broadcast_to(latent[:, None, :], h.shape[:2] + latent.shape[-1:])
+    joined = jnp.concatenate([h, z.astype(h.dtype)], axis=-1)
+    if self.cfg.factorized_output:
+      joined = self.output_bottleneck(joined)
+    logits = self.output_projection(joined)
+    return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", "length", "vocab"))
+
+  def __call__(self, batch: dict[str, Array], deterministic: bool = True) -> Array:
+    """Runs every path once; used only to create all parameters at init."""
+    mu, _ = self.encode_semantic(batch["tokens_a"], batch["mask_a"], deterministic)
+    lang_mu, _ = self.encode_language(batch["tokens_a"], batch["mask_a"], batch["lang_a"],
+                                      deterministic)
+    latent = jnp.concatenate([lang_mu, mu], axis=-1)
+    return self.decode(batch["tokens_a"], batch["mask_a"], batch["lang_a"], latent,
+                       deterministic)

@@ -1,0 +1,16 @@
+"""Training objectives over the shared VMSST network, one small module each.
+
+`MODELS` is the explicit registry used by gin files and tools that list them.
+"""
+
+from vmsst.objectives.bitranslation import BiTranslation
+from vmsst.objectives.contrastive import Contrastive
+from vmsst.objectives.multitask import VMSSTContrastive
+from vmsst.objectives.variational import VMSST
+
+MODELS = {
+    "vmsst": VMSST,
+    "bitranslation": BiTranslation,
+    "contrastive": Contrastive,
+    "vmsst_contrastive": VMSSTContrastive,
+}

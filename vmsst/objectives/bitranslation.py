@@ -1,0 +1,27 @@
+"""BiTranslation: VMSST without the ELBO and without a language encoder.
+
+loss = −log p(x_a | μ_sem(x_b)) − log p(x_b | μ_sem(x_a)), the decoder fed
+μ_sem alone (output projection 2d × V) and the target-language start symbol.
+"""
+
+import gin
+import jax
+import jax.numpy as jnp
+
+from vmsst import models
+
+
+@gin.configurable
+class BiTranslation(models.EmbeddingModel):
+  """Translation in both directions through the semantic bottleneck."""
+
+  init_paths = staticmethod(models.init_translation_paths)
+
+  def loss_fn(self, params, batch, dropout_rng, step=0):
+    encoder_rng, decoder_rng = jax.random.split(dropout_rng)
+    tokens, mask, _ = models.both_sides(batch)
+    mu_a, mu_b = models.split_halves(self.semantic(params, tokens, mask, encoder_rng)[0])
+    per_pair, metrics = models.translation_terms(self, params, batch, mu_a, mu_b, 0,
+                                                 decoder_rng)
+    loss = jnp.mean(per_pair)
+    return loss, metrics | {"loss": loss}
