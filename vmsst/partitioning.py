@@ -1,0 +1,110 @@
+"""Mesh, logical-axis rules and shardings: the one place layout is decided.
+
+Parameters carry logical axis names (vmsst/layers.py); this module maps them
+onto a ("data", "model") mesh. Objective code never names a PartitionSpec.
+"""
+
+from typing import Any, Sequence
+
+import flax.linen as nn
+import gin
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+# Logical axis -> mesh axis. Weights are split over "model" along their wide
+# dimension (vocabulary, MLP hidden, heads); activations over "data" along
+# the batch. Everything else is replicated.
+LOGICAL_AXIS_RULES: tuple[tuple[str, str | None], ...] = (
+    ("batch", "data"),
+    ("queue", "data"),
+    ("vocab", "model"),
+    ("mlp", "model"),
+    ("heads", "model"),
+    ("kv", None),
+    ("embed", None),
+    ("latent", None),
+    ("length", None),
+)
+
+MESH_AXES = ("data", "model")
+
+
+@gin.configurable
+def make_mesh(data_parallelism: int = -1, model_parallelism: int = 1,
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A ("data", "model") mesh over all (or the given) devices.
+
+  Args:
+    data_parallelism: size of the data axis; -1 takes what model leaves.
+    model_parallelism: size of the model axis.
+    devices: defaults to jax.devices() (every process's devices).
+  Uses jax.sharding.Mesh directly, whose axes are Auto (jax.make_mesh would
+  default to Explicit axes, which the logical-constraint flow does not use).
+  """
+  devices = list(devices if devices is not None else jax.devices())
+  if data_parallelism == -1:
+    if len(devices) % model_parallelism:
+      raise ValueError(f"{len(devices)} devices cannot be split into model_parallelism="
+                       f"{model_parallelism}; pick a divisor of the device count.")
+    data_parallelism = len(devices) // model_parallelism
+  if data_parallelism * model_parallelism != len(devices):
+    raise ValueError(
+        f"mesh {data_parallelism} x {model_parallelism} needs "
+        f"{data_parallelism * model_parallelism} devices, found {len(devices)}; "
+        "set make_mesh.data_parallelism / model_parallelism in gin.")
+  grid = np.asarray(devices).reshape(data_parallelism, model_parallelism)
+  return Mesh(grid, MESH_AXES)
+
+
+def logical_shardings(boxed_tree: Any, mesh: Mesh,
+                      rules=LOGICAL_AXIS_RULES) -> Any:
+  """NamedShardings for a tree whose leaves may be nn.LogicallyPartitioned."""
+  specs = nn.get_partition_spec(boxed_tree)
+  return nn.logical_to_mesh_sharding(specs, mesh, rules)
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+  """Leading (batch) dimension split over the data axis."""
+  return NamedSharding(mesh, P("data"))
+
+
+def like_params_shardings(abstract_tree: Any, abstract_params: Any,
+                          param_shardings: Any, mesh: Mesh) -> Any:
+  """Shardings for optimizer state: param-shaped subtrees follow the params.
+
+  Optax states hold subtrees with the parameters' structure (moments, or
+  Adafactor's factored statistics). A leaf of such a subtree with the shape
+  of its parameter takes the parameter's sharding; every other leaf (factored
+  rows/columns, counters) is small and replicated.
+  """
+  params_def = jax.tree.structure(abstract_params)
+  param_leaves = jax.tree.leaves(abstract_params)
+  sharding_leaves = jax.tree.leaves(param_shardings,
+                                    is_leaf=lambda x: isinstance(x, NamedSharding))
+
+  def assign(subtree):
+    if jax.tree.structure(subtree) == params_def:
+      return jax.tree.unflatten(params_def, [
+          s if leaf.shape == p.shape else replicated(mesh)
+          for leaf, p, s in zip(jax.tree.leaves(subtree), param_leaves, sharding_leaves)])
+    if isinstance(subtree, jax.ShapeDtypeStruct) or not jax.tree.leaves(subtree):
+      return jax.tree.map(lambda _: replicated(mesh), subtree)
+    children, treedef = _children(subtree)
+    return treedef(*[assign(c) for c in children]) if children is not None else \
+        jax.tree.map(lambda _: replicated(mesh), subtree)
+
+  return assign(abstract_tree)
+
+
+def _children(node):
+  """Immediate children of a pytree node and a function rebuilding it."""
+  leaves_or_children = jax.tree_util.tree_flatten(node, is_leaf=lambda x: x is not node)
+  children, treedef = leaves_or_children
+  if len(children) == 1 and children[0] is node:
+    return None, None
+  return children, lambda *c: jax.tree_util.tree_unflatten(treedef, c)

@@ -1,0 +1,143 @@
+"""Train state, the pure train step, and its compilation for a mesh.
+
+Step math is module-level and pure; `Trainer` only closes the model and the
+optimizer over it and hands it to jax.jit with NamedShardings, so every
+compiled signature is (state, batch, rng) and the state is donated.
+"""
+
+import functools
+from typing import Any, Mapping
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh
+
+from vmsst import models
+from vmsst import partitioning
+
+Array = jax.Array
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything a checkpoint must hold to resume exactly."""
+
+  step: Array
+  params: Any
+  opt_state: Any
+
+
+def init_state(model: models.EmbeddingModel, optimizer: optax.GradientTransformation,
+               rng: Array, input_shapes: Mapping[str, tuple[int, ...]]) -> TrainState:
+  """Fresh state; params stay boxed so shardings can be read off them."""
+  params = model.get_initial_variables(rng, input_shapes)["params"]
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                    opt_state=optimizer.init(nn.unbox(params)))
+
+
+def train_step(model: models.EmbeddingModel, optimizer: optax.GradientTransformation,
+               state: TrainState, batch: models.Batch, rng: Array) -> tuple[TrainState, dict]:
+  """One optimizer update.
+
+  Args:
+    state: the current TrainState.
+    batch: the model batch (see vmsst.models), global arrays.
+    rng: the run's base key; folded with the step, so a resumed run draws the
+      same dropout/noise as an uninterrupted one.
+  Returns:
+    (new state, scalar metrics including loss, grad_norm, learning_rate inputs).
+  """
+  step_rng = jax.random.fold_in(rng, state.step)
+  grad_fn = jax.value_and_grad(model.loss_fn, has_aux=True)
+  (_, metrics), grads = grad_fn(state.params, batch, step_rng, state.step)
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics = dict(metrics, grad_norm=optax.global_norm(grads),
+                 update_norm=optax.global_norm(updates))
+  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def eval_encode(model: models.EmbeddingModel, params, tokens: Array, mask: Array) -> Array:
+  """μ_sem of a batch of sentences, float32 [B, d]."""
+  return model.encode(params, tokens, mask)
+
+
+class Trainer:
+  """Compiles init, train step and encoder for one model, optimizer and mesh.
+
+  Attributes:
+    state_shardings: TrainState of NamedShardings (params by logical axes).
+    abstract_state: TrainState of sharded ShapeDtypeStructs (for restore).
+  """
+
+  def __init__(self, model: models.EmbeddingModel, optimizer: optax.GradientTransformation,
+               mesh: Mesh, input_shapes: Mapping[str, tuple[int, ...]]):
+    self.model, self.optimizer, self.mesh = model, optimizer, mesh
+    self.input_shapes = dict(input_shapes)
+    boxed = jax.eval_shape(
+        functools.partial(init_state, model, optimizer, input_shapes=self.input_shapes),
+        jax.random.key(0))
+    param_shardings = partitioning.logical_shardings(boxed.params, mesh)
+    abstract_params = nn.unbox(boxed.params)
+    self.state_shardings = TrainState(
+        step=partitioning.replicated(mesh),
+        params=param_shardings,
+        opt_state=partitioning.like_params_shardings(
+            boxed.opt_state, abstract_params, param_shardings, mesh))
+    unboxed = TrainState(step=boxed.step, params=abstract_params, opt_state=boxed.opt_state)
+    self.abstract_state = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        unboxed, self.state_shardings)
+    self.batch_shardings = {k: partitioning.batch_sharding(mesh) for k in self.input_shapes}
+    self._init = jax.jit(self._unboxed_init, out_shardings=self.state_shardings)
+    self._step = jax.jit(functools.partial(train_step, model, optimizer),
+                         in_shardings=(self.state_shardings, self.batch_shardings,
+                                       partitioning.replicated(mesh)),
+                         out_shardings=(self.state_shardings, partitioning.replicated(mesh)),
+                         donate_argnums=(0,))
+    self._encode = jax.jit(functools.partial(eval_encode, model),
+                           in_shardings=(self.state_shardings.params,
+                                         partitioning.batch_sharding(mesh),
+                                         partitioning.batch_sharding(mesh)),
+                           out_shardings=partitioning.replicated(mesh))
+
+  def _unboxed_init(self, rng: Array) -> TrainState:
+    state = init_state(self.model, self.optimizer, rng, self.input_shapes)
+    return state.replace(params=nn.unbox(state.params))
+
+  def initialize(self, rng: Array) -> TrainState:
+    """Parameters created directly in their shards (never whole on one host)."""
+    with self.mesh, nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
+      return self._init(rng)
+
+  def step(self, state: TrainState, batch: Mapping[str, Any], rng: Array):
+    """Runs the compiled step; `batch` is host-local numpy or global arrays."""
+    with self.mesh, nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
+      return self._step(state, self.global_batch(batch), rng)
+
+  def compile_step(self, rng: Array):
+    """Ahead-of-time compilation for the mesh: shows sharding errors early."""
+    batch = {k: jax.ShapeDtypeStruct(s, models.BATCH_DTYPES[k], sharding=self.batch_shardings[k])
+             for k, s in self.input_shapes.items()}
+    with self.mesh, nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
+      return self._step.lower(self.abstract_state, batch, rng).compile()
+
+  def global_batch(self, batch: Mapping[str, Any]) -> dict[str, Array]:
+    """Assembles each process's local rows into arrays sharded over "data"."""
+    if all(isinstance(v, jax.Array) for v in batch.values()):
+      return dict(batch)
+    return {k: jax.make_array_from_process_local_data(self.batch_shardings[k],
+                                                     np.asarray(v, models.BATCH_DTYPES[k]))
+            for k, v in batch.items() if k in self.batch_shardings}
+
+  def encode(self, params, tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Embeddings of a host batch whose size divides over the data axis."""
+    sharding = partitioning.batch_sharding(self.mesh)
+    tokens = jax.make_array_from_process_local_data(sharding, np.asarray(tokens, np.int32))
+    mask = jax.make_array_from_process_local_data(sharding, np.asarray(mask, np.int32))
+    with self.mesh, nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
+      return np.asarray(self._encode(params, tokens, mask))
