@@ -133,23 +133,25 @@ def split_halves(x: Array) -> tuple[Array, Array]:
   return x[:half], x[half:]
 
 
-def translation_terms(model: EmbeddingModel, params, batch: Batch, mu_a: Array, mu_b: Array,
-                      language_slot: int, rng: Array | None) -> tuple[Array, Metrics]:
-  """−log p(x_a | μ_sem(x_b)) − log p(x_b | μ_sem(x_a)) per pair, [B].
+def translation_latent(mu_a: Array, mu_b: Array, language_slot: int) -> Array:
+  """Latents that decode [a; b] from the other side's meaning, [2B, language_slot + d].
 
   The language latent slot (width `language_slot`, 0 without a language
   encoder) is held at its prior mean 0, so the decoder learns each sentence
-  from the other sentence's meaning plus the target-language start symbol.
+  from the other sentence's μ_sem plus the target-language start symbol:
+  −log p(x_a | μ_sem(x_b)) − log p(x_b | μ_sem(x_a)).
   """
-  tokens, mask, languages = both_sides(batch)
   mu_other = jnp.concatenate([mu_b, mu_a], axis=0)
-  latent = jnp.concatenate(
-      [jnp.zeros(mu_other.shape[:1] + (language_slot,), mu_other.dtype), mu_other], axis=-1)
-  nll, correct = decode_nll(model, params, tokens, mask, languages, latent, rng)
+  slot = jnp.zeros(mu_other.shape[:1] + (language_slot,), mu_other.dtype)
+  return jnp.concatenate([slot, mu_other], axis=-1)
+
+
+def translation_metrics(nll: Array, correct: Array, mask: Array) -> dict[str, Array]:
+  """Metrics of the [a; b] translation NLLs [2B] (mask [2B, L])."""
   nll_a, nll_b = split_halves(nll)
-  metrics = {
+  tokens = jnp.sum(mask).clip(1)
+  return {
       "translation_nll": jnp.mean(nll_a + nll_b),
-      "translation_token_accuracy": jnp.sum(correct) / jnp.sum(mask).clip(1),
-      "translation_nll_per_token": jnp.sum(nll) / jnp.sum(mask).clip(1),
+      "translation_token_accuracy": jnp.sum(correct) / tokens,
+      "translation_nll_per_token": jnp.sum(nll) / tokens,
   }
-  return nll_a + nll_b, metrics

@@ -19,9 +19,10 @@ class BiTranslation(models.EmbeddingModel):
 
   def loss_fn(self, params, batch, dropout_rng, step=0):
     encoder_rng, decoder_rng = jax.random.split(dropout_rng)
-    tokens, mask, _ = models.both_sides(batch)
+    tokens, mask, languages = models.both_sides(batch)
     mu_a, mu_b = models.split_halves(self.semantic(params, tokens, mask, encoder_rng)[0])
-    per_pair, metrics = models.translation_terms(self, params, batch, mu_a, mu_b, 0,
-                                                 decoder_rng)
-    loss = jnp.mean(per_pair)
+    latent = models.translation_latent(mu_a, mu_b, language_slot=0)
+    nll, correct = models.decode_nll(self, params, tokens, mask, languages, latent, decoder_rng)
+    loss = jnp.mean(jnp.sum(jnp.stack(models.split_halves(nll)), axis=0))
+    metrics = models.translation_metrics(nll, correct, mask)
     return loss, metrics | {"loss": loss}

@@ -8,7 +8,8 @@ the batch (batch["sem_side"]):
                  + w(step) · (KL(q(z_sem | x_s)) + KL(q(z_la | x_a)) + KL(q(z_lb | x_b))) ]
 
 z ~ q by reparameterisation; every KL is to N(0, I); w rises linearly from 0
-to `kl_scale` over `kl_anneal_steps`. The bracket is the negative ELBO.
+to `kl_scale` over `kl_anneal_steps`. The bracket is the negative ELBO. The
+four decodes (two translations, two reconstructions) run as one decoder call.
 """
 
 import gin
@@ -23,17 +24,16 @@ from vmsst.network import VMSSTNetwork
 Array = jax.Array
 
 
-def negative_elbo(model: models.EmbeddingModel, params, batch: models.Batch,
-                  semantic: tuple[Array, Array], rngs: tuple[Array, Array],
-                  kl_weight: Array) -> tuple[Array, models.Metrics]:
-  """Negative ELBO per pair, [B].
+def elbo_latent(model: models.EmbeddingModel, params, batch: models.Batch,
+                semantic: tuple[Array, Array], dropout_rng: Array,
+                noise_rng: Array) -> tuple[Array, dict[str, Array]]:
+  """Sampled reconstruction latents [z_l; z_sem] for [a; b] and the KL terms.
 
   Args:
     semantic: (μ, log σ²) of q(z_sem | x) for [a; b] stacked, each [2B, d].
-    rngs: (dropout key, reparameterisation-noise key).
-    kl_weight: the annealed KL weight w, [].
+  Returns:
+    (latent [2B, 2d], {"kl_sem", "kl_lang_a", "kl_lang_b"} each [B]).
   """
-  dropout_rng, noise_rng = rngs
   tokens, mask, languages = models.both_sides(batch)
   lang_mu, lang_logvar = model.apply(params, tokens, mask, languages, False,
                                      method=VMSSTNetwork.encode_language, rng=dropout_rng)
@@ -44,19 +44,19 @@ def negative_elbo(model: models.EmbeddingModel, params, batch: models.Batch,
   z_sem = losses.reparameterize(sem_key, sem_mu, sem_logvar)
   z_lang = losses.reparameterize(lang_key, lang_mu, lang_logvar)
   latent = jnp.concatenate([z_lang, jnp.concatenate([z_sem, z_sem], axis=0)], axis=-1)
-  nll, correct = models.decode_nll(model, params, tokens, mask, languages, latent,
-                                   jax.random.fold_in(dropout_rng, 1))
-  rec_a, rec_b = models.split_halves(nll)
-  kl_sem = losses.gaussian_kl(sem_mu, sem_logvar)
   kl_la, kl_lb = models.split_halves(losses.gaussian_kl(lang_mu, lang_logvar))
-  kl = kl_sem + kl_la + kl_lb
-  metrics = {
-      "reconstruction_nll": jnp.mean(rec_a + rec_b),
-      "reconstruction_token_accuracy": jnp.sum(correct) / jnp.sum(mask).clip(1),
-      "kl_sem": jnp.mean(kl_sem), "kl_lang_a": jnp.mean(kl_la), "kl_lang_b": jnp.mean(kl_lb),
-      "kl_weight": kl_weight, "elbo": -jnp.mean(rec_a + rec_b + kl),
-  }
-  return rec_a + rec_b + kl_weight * kl, metrics
+  return latent, {"kl_sem": losses.gaussian_kl(sem_mu, sem_logvar),
+                  "kl_lang_a": kl_la, "kl_lang_b": kl_lb}
+
+
+def reconstruction_metrics(nll: Array, correct: Array, mask: Array,
+                           kls: dict[str, Array], kl_weight: Array) -> dict[str, Array]:
+  rec_a, rec_b = models.split_halves(nll)
+  kl = sum(kls.values())
+  return {"reconstruction_nll": jnp.mean(rec_a + rec_b),
+          "reconstruction_token_accuracy": jnp.sum(correct) / jnp.sum(mask).clip(1),
+          "kl_weight": kl_weight, "elbo": -jnp.mean(rec_a + rec_b + kl),
+          **{k: jnp.mean(v) for k, v in kls.items()}}
 
 
 @gin.configurable
@@ -79,16 +79,24 @@ class VMSST(models.EmbeddingModel):
   def vmsst_terms(self, params, batch: models.Batch, dropout_rng: Array,
                   step) -> tuple[Array, models.Metrics, Array]:
     """Per-pair VMSST loss [B], its metrics, and μ_sem of [a; b] [2B, d]."""
-    keys = jax.random.split(dropout_rng, 4)
-    tokens, mask, _ = models.both_sides(batch)
-    mu, aux = self.semantic(params, tokens, mask, keys[0])
+    encoder_rng, language_rng, decoder_rng, noise_rng = jax.random.split(dropout_rng, 4)
+    tokens, mask, languages = models.both_sides(batch)
+    mu, aux = self.semantic(params, tokens, mask, encoder_rng)
     mu_a, mu_b = models.split_halves(mu)
-    translation, metrics = models.translation_terms(
-        self, params, batch, mu_a, mu_b, self.network_config.emb_dim, keys[1])
+    translation = models.translation_latent(mu_a, mu_b, self.network_config.emb_dim)
+    reconstruction, kls = elbo_latent(self, params, batch, (mu, aux["logvar"]),
+                                      language_rng, noise_rng)
+    twice = lambda x: jnp.concatenate([x, x], axis=0)
+    nll, correct = models.decode_nll(self, params, twice(tokens), twice(mask), twice(languages),
+                                     jnp.concatenate([translation, reconstruction], axis=0),
+                                     decoder_rng)
+    (nll_t, nll_r), (correct_t, correct_r) = map(models.split_halves, (nll, correct))
     kl_weight = self.kl_scale * losses.linear_annealing(step, self.kl_anneal_steps)
-    elbo_loss, elbo_metrics = negative_elbo(self, params, batch, (mu, aux["logvar"]),
-                                            (keys[2], keys[3]), kl_weight)
-    return translation + self.elbo_weight * elbo_loss, metrics | elbo_metrics, mu
+    neg_elbo = jnp.sum(jnp.stack(models.split_halves(nll_r)), 0) + kl_weight * sum(kls.values())
+    per_pair = jnp.sum(jnp.stack(models.split_halves(nll_t)), 0) + self.elbo_weight * neg_elbo
+    metrics = (models.translation_metrics(nll_t, correct_t, mask)
+               | reconstruction_metrics(nll_r, correct_r, mask, kls, kl_weight))
+    return per_pair, metrics, mu
 
   def loss_fn(self, params, batch, dropout_rng, step=0):
     per_pair, metrics, _ = self.vmsst_terms(params, batch, dropout_rng, step)

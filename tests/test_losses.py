@@ -1,0 +1,87 @@
+"""Hand-computed checks of every loss in vmsst/losses.py."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vmsst import losses
+
+
+def test_gaussian_kl_closed_form():
+  mu = jnp.array([[1.0, 0.0], [0.0, 0.0]])
+  logvar = jnp.array([[0.0, math.log(2.0)], [0.0, 0.0]])
+  # Row 0: ½[(1 + 1 − 1 − 0) + (2 + 0 − 1 − ln 2)] = ½(2 − ln 2); row 1: standard normal.
+  np.testing.assert_allclose(losses.gaussian_kl(mu, logvar), [0.5 * (2 - math.log(2)), 0.0],
+                             rtol=1e-6)
+
+
+def test_gaussian_kl_matches_monte_carlo():
+  mu, logvar = jnp.array([[0.3, -1.2]]), jnp.array([[0.4, -0.7]])
+  z = losses.reparameterize(jax.random.key(0), jnp.repeat(mu, 200_000, 0),
+                            jnp.repeat(logvar, 200_000, 0))
+  log_q = -0.5 * jnp.sum(jnp.square(z - mu) / jnp.exp(logvar) + logvar, -1)
+  log_p = -0.5 * jnp.sum(jnp.square(z), -1)
+  assert float(jnp.mean(log_q - log_p)) == pytest.approx(float(losses.gaussian_kl(mu, logvar)[0]),
+                                                         abs=0.01)
+
+
+def test_reparameterize_uses_standard_deviation():
+  mu, logvar = jnp.array([[2.0]]), jnp.array([[math.log(9.0)]])
+  eps = jax.random.normal(jax.random.key(3), (1, 1))
+  np.testing.assert_allclose(losses.reparameterize(jax.random.key(3), mu, logvar),
+                             2.0 + 3.0 * eps, rtol=1e-6)
+
+
+@pytest.mark.parametrize("step,steps,expected", [
+    (0, 100, 0.0), (25, 100, 0.25), (100, 100, 1.0), (400, 100, 1.0), (7, 0, 1.0)])
+def test_linear_annealing(step, steps, expected):
+  assert float(losses.linear_annealing(step, steps)) == pytest.approx(expected)
+
+
+def test_sequence_nll_ignores_padding():
+  logits = jnp.log(jnp.array([[[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [0.9, 0.05, 0.05]]]))
+  targets = jnp.array([[0, 1, 2]])
+  mask = jnp.array([[1, 1, 0]])
+  nll, correct = losses.sequence_nll(logits, targets, mask)
+  np.testing.assert_allclose(nll, [-(math.log(0.5) + math.log(0.8))], rtol=1e-6)
+  np.testing.assert_allclose(correct, [2.0])
+
+
+def _info_nce_by_hand(sim, tau):
+  s = np.asarray(sim) / tau
+  row = -np.mean([s[i, i] - np.log(np.exp(s[i]).sum()) for i in range(3)])
+  col = -np.mean([s[i, i] - np.log(np.exp(s[:, i]).sum()) for i in range(3)])
+  return 0.5 * (row + col)
+
+
+def test_symmetric_info_nce_3x3():
+  a = jnp.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+  b = jnp.array([[3.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+  na = np.asarray(a) / np.linalg.norm(a, axis=1, keepdims=True)
+  nb = np.asarray(b) / np.linalg.norm(b, axis=1, keepdims=True)
+  loss, accuracy = losses.symmetric_info_nce(a, b, temperature=0.5)
+  assert float(loss) == pytest.approx(_info_nce_by_hand(na @ nb.T, 0.5), rel=1e-5)
+  # a→b argmax: row0→0, row1→2, row2→1 ; b→a argmax: col0→0, col1→2, col2→1.
+  assert float(accuracy) == pytest.approx(2 / 6)
+
+
+def test_info_nce_masks_duplicate_sentences_but_not_the_positive():
+  a = jnp.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+  b = jnp.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+  dup_b = losses.same_sequence_matrix(jnp.array([[5, 6], [5, 6], [7, 8]]))
+  assert dup_b.tolist() == [[True, True, False], [True, True, False], [False, False, True]]
+  masked, _ = losses.symmetric_info_nce(a, b, 1.0, duplicates_b=dup_b)
+  plain, _ = losses.symmetric_info_nce(a, b, 1.0)
+  na = np.asarray(a) / np.linalg.norm(a, axis=1, keepdims=True)
+  nb = np.asarray(b) / np.linalg.norm(b, axis=1, keepdims=True)
+  s = na @ nb.T
+  # Row 0 cannot see b_1 (a copy of its positive), nor row 1 see b_0.
+  row = -np.mean([s[0, 0] - np.log(np.exp(s[0, [0, 2]]).sum()),
+                  s[1, 1] - np.log(np.exp(s[1, [1, 2]]).sum()),
+                  s[2, 2] - np.log(np.exp(s[2]).sum())])
+  col = -np.mean([s[i, i] - np.log(np.exp(s[:, i]).sum()) for i in range(3)])
+  assert float(masked) == pytest.approx(0.5 * (row + col), rel=1e-5)
+  assert float(masked) != pytest.approx(float(plain), rel=1e-3)
