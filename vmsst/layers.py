@@ -14,22 +14,47 @@ from vmsst.config import NetworkConfig
 
 Array = jax.Array
 
-_KERNEL_INIT = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal")
 _EMBED_INIT = nn.initializers.normal(stddev=1.0)
 
 
+class Projection(nn.Module):
+  """x[..., in dims] · W[in dims, out dims] (+ b), W carrying logical axes.
+
+  Written out instead of nn.DenseGeneral because DenseGeneral initialises a
+  flattened kernel, whose rank disagrees with multi-axis logical names under
+  a mesh context.
+  """
+
+  features: tuple[int, ...]
+  axes: tuple[str, ...]
+  cfg: NetworkConfig
+  in_axis_count: int = 1
+  use_bias: bool = False
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    in_shape = x.shape[x.ndim - self.in_axis_count:]
+    init = nn.initializers.variance_scaling(
+        1.0, "fan_in", "truncated_normal", in_axis=tuple(range(self.in_axis_count)),
+        out_axis=tuple(range(self.in_axis_count, len(self.axes))))
+    kernel = self.param("kernel", nn.with_logical_partitioning(init, self.axes),
+                        in_shape + self.features, jnp.float32)
+    contract = tuple(range(x.ndim - self.in_axis_count, x.ndim))
+    y = jax.lax.dot_general(x.astype(self.cfg.dtype), kernel.astype(self.cfg.dtype),
+                            ((contract, tuple(range(self.in_axis_count))), ((), ())))
+    if self.use_bias:
+      bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
+                                                              self.axes[self.in_axis_count:]),
+                        self.features, jnp.float32)
+      y = y + bias.astype(self.cfg.dtype)
+    return y
+
+
 def dense(features, axes, cfg: NetworkConfig, name: str, in_axis_count: int = 1,
-           use_bias: bool = False):
-  """DenseGeneral whose kernel carries the given logical axes."""
-  return nn.DenseGeneral(
-      features=features,
-      axis=tuple(range(-in_axis_count, 0)),
-      use_bias=use_bias,
-      dtype=cfg.dtype,
-      kernel_init=nn.with_logical_partitioning(_KERNEL_INIT, axes),
-      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[-1:]),
-      name=name,
-  )
+          use_bias: bool = False) -> Projection:
+  """A Projection to `features` (int or tuple) whose kernel has logical `axes`."""
+  features = (features,) if isinstance(features, int) else tuple(features)
+  return Projection(features, tuple(axes), cfg, in_axis_count, use_bias, name=name)
 
 
 def layer_norm(name: str, cfg: NetworkConfig) -> nn.LayerNorm:

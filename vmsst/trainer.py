@@ -56,8 +56,8 @@ def train_step(model: models.EmbeddingModel, optimizer: optax.GradientTransforma
   (_, metrics), grads = grad_fn(state.params, batch, step_rng, state.step)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics = dict(metrics, grad_norm=optax.global_norm(grads),
-                 update_norm=optax.global_norm(updates))
+  metrics = dict(metrics, grad_norm=optax.tree.norm(grads),
+                 update_norm=optax.tree.norm(updates))
   return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
@@ -110,20 +110,23 @@ class Trainer:
     return state.replace(params=nn.unbox(state.params))
 
   def initialize(self, rng: Array) -> TrainState:
-    """Parameters created directly in their shards (never whole on one host)."""
-    with self.mesh, nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
-      return self._init(rng)
+    """Parameters created directly in their shards (never whole on one host).
+
+    Runs outside the mesh context: out_shardings place the result, and flax's
+    init-time constraints would see DenseGeneral's flattened kernels.
+    """
+    return self._init(rng)
 
   def step(self, state: TrainState, batch: Mapping[str, Any], rng: Array):
     """Runs the compiled step; `batch` is host-local numpy or global arrays."""
-    with self.mesh, nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
+    with jax.set_mesh(self.mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
       return self._step(state, self.global_batch(batch), rng)
 
   def compile_step(self, rng: Array):
     """Ahead-of-time compilation for the mesh: shows sharding errors early."""
     batch = {k: jax.ShapeDtypeStruct(s, models.BATCH_DTYPES[k], sharding=self.batch_shardings[k])
              for k, s in self.input_shapes.items()}
-    with self.mesh, nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
+    with jax.set_mesh(self.mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
       return self._step.lower(self.abstract_state, batch, rng).compile()
 
   def global_batch(self, batch: Mapping[str, Any]) -> dict[str, Array]:
@@ -139,5 +142,5 @@ class Trainer:
     sharding = partitioning.batch_sharding(self.mesh)
     tokens = jax.make_array_from_process_local_data(sharding, np.asarray(tokens, np.int32))
     mask = jax.make_array_from_process_local_data(sharding, np.asarray(mask, np.int32))
-    with self.mesh, nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
+    with jax.set_mesh(self.mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
       return np.asarray(self._encode(params, tokens, mask))

@@ -9,7 +9,7 @@ Train from the training splits (Tatoeba-filtered):
   python -m vmsst.vocabulary --data_dir=../shared/data --output=/tmp/vmsst/spm \
       --vocab_size=8000 --sources=ntrex128,multi30k
 
-writes /tmp/vmsst/spm.model and spm.vocab (about 30 s on 2 CPU cores).
+writes /tmp/vmsst/spm.model and spm.vocab (about 40 s on 2 CPU cores).
 """
 
 import os
@@ -31,7 +31,7 @@ PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 
 
 def train_vocabulary(sentences: Iterable[str], output_prefix: str, vocab_size: int, *,
-                     character_coverage: float = 0.9995, input_sentence_size: int = 1_000_000,
+                     character_coverage: float = 0.9995, input_sentence_size: int = 200_000,
                      seed: int = 0, num_threads: int | None = None) -> str:
   """Trains a unigram SentencePiece model; returns the path of the .model file.
 
@@ -61,6 +61,11 @@ def train_vocabulary(sentences: Iterable[str], output_prefix: str, vocab_size: i
       character_coverage=character_coverage,
       input_sentence_size=input_sentence_size,
       shuffle_input_sentence=True,
+      # Fewer seed pieces and faster pruning than the defaults (1M, 0.75): on
+      # 340k NTREX+Multi30k sentences this takes ~40 s on 2 cores instead of
+      # ~210 s, and an 8k vocabulary needs nowhere near 1M candidates.
+      seed_sentencepiece_size=100_000,
+      shrinking_factor=0.6,
       num_threads=num_threads or os.cpu_count() or 1,
       minloglevel=2,  # The trainer's progress log is thousands of lines.
   )
@@ -100,7 +105,7 @@ _SOURCES = flags.DEFINE_list(
     "sources", ["ntrex128", "multi30k"],
     "Training corpora: ntrex128, multi30k, opus:<dir> (all Moses/TSV files under dir).")
 _CHARACTER_COVERAGE = flags.DEFINE_float("character_coverage", 0.9995, "See train_vocabulary.")
-_INPUT_SENTENCE_SIZE = flags.DEFINE_integer("input_sentence_size", 1_000_000, "Sampled sentences.")
+_INPUT_SENTENCE_SIZE = flags.DEFINE_integer("input_sentence_size", 200_000, "Sampled sentences.")
 
 
 def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[str]:

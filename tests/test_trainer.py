@@ -1,0 +1,73 @@
+"""The compiled train step: sharded equals single-device, and it learns."""
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from vmsst_testing import TINY, random_batch
+from vmsst import models
+from vmsst import optimizers
+from vmsst import partitioning
+from vmsst import trainer as trainer_lib
+from vmsst.objectives import MODELS
+
+needs_8_devices = pytest.mark.skipif(
+    jax.device_count() < 8,
+    reason="needs XLA_FLAGS=--xla_force_host_platform_device_count=8 (tests/conftest.py sets it)")
+
+
+def _run_steps(model, mesh, batch, steps=1):
+  optimizer = optimizers.adafactor(learning_rate=1e-2)
+  trainer = trainer_lib.Trainer(model, optimizer, mesh, models.batch_shapes(8, 12))
+  state = trainer.initialize(jax.random.key(0))
+  for _ in range(steps):
+    state, metrics = trainer.step(state, batch, jax.random.key(1))
+  return trainer, jax.device_get(state), jax.device_get(metrics)
+
+
+@needs_8_devices
+@pytest.mark.parametrize("name", ["vmsst", "contrastive"])
+def test_data4_model2_step_equals_single_device(name):
+  batch = random_batch(batch_size=8)
+  single = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
+  sharded = partitioning.make_mesh(4, 2, devices=jax.devices()[:8])
+  _, state_1, metrics_1 = _run_steps(MODELS[name](TINY), single, batch)
+  trainer_8, state_8, metrics_8 = _run_steps(MODELS[name](TINY), sharded, batch)
+  assert metrics_1["loss"] == pytest.approx(metrics_8["loss"], rel=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5),
+               state_1.params, state_8.params)
+  # The vocabulary axis of the embedding really is split over "model".
+  spec = trainer_8.state_shardings.params["token_embed"]["embedding"].spec
+  assert tuple(spec) == ("model", None)
+
+
+@needs_8_devices
+def test_train_step_compiles_ahead_of_time_for_the_mesh():
+  mesh = partitioning.make_mesh(4, 2, devices=jax.devices()[:8])
+  trainer = trainer_lib.Trainer(MODELS["vmsst"](TINY), optimizers.adafactor(learning_rate=1e-3),
+                                mesh, models.batch_shapes(8, 12))
+  compiled = trainer.compile_step(jax.random.key(0))
+  assert compiled.memory_analysis().argument_size_in_bytes > 0
+
+
+def test_repeated_steps_on_one_batch_drive_the_loss_down():
+  mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
+  model = MODELS["vmsst"](TINY)
+  trainer = trainer_lib.Trainer(model, optax.adam(3e-3), mesh, models.batch_shapes(8, 12))
+  state = trainer.initialize(jax.random.key(0))
+  batch = random_batch(batch_size=8)
+  first = None
+  for _ in range(30):
+    state, metrics = trainer.step(state, batch, jax.random.key(1))
+    first = first if first is not None else float(metrics["loss"])
+  assert float(metrics["loss"]) < 0.5 * first
+  assert int(state.step) == 30
+
+
+def test_optimizer_state_follows_parameter_shardings():
+  mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
+  trainer = trainer_lib.Trainer(MODELS["contrastive"](TINY), optax.adam(1e-3), mesh,
+                                models.batch_shapes(8, 12))
+  adam_state = trainer.state_shardings.opt_state[0]
+  assert adam_state.mu == trainer.state_shardings.params
