@@ -16,6 +16,7 @@ INSTALL_REQUIRES = [
     "gin-config==0.5.0",
     "sentencepiece==0.2.3",
     "clu",
+    "tensorboard",
     "tqdm",
     "numpy",
     "opustools",

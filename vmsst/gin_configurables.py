@@ -9,12 +9,19 @@ import jax.numpy as jnp
 
 from tasks import heldout
 from tasks import registry
+from vmsst import checkpointing
+from vmsst import optimizers
+from vmsst import partitioning
+from vmsst import retrieval
 from vmsst import vocabulary
-from vmsst.objectives import MODELS  # pylint: disable=unused-import (gin.configurable)
+from vmsst.config import NetworkConfig
+from vmsst.objectives import MODELS
 
 gin.external_configurable(heldout.retrieval_sets, module="tasks.heldout")
 gin.external_configurable(vocabulary.get_vocabulary, module="vmsst.vocabulary")
 gin.constant("vmsst.float32", jnp.float32)
 gin.constant("vmsst.bfloat16", jnp.bfloat16)
 
-__all__ = ["registry"]
+# Modules whose @gin.configurable objects the gin files name.
+__all__ = ["registry", "checkpointing", "optimizers", "partitioning", "retrieval",
+           "NetworkConfig", "MODELS"]

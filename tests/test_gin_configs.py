@@ -1,0 +1,81 @@
+"""Every gin file parses and builds the model it describes."""
+
+import pathlib
+
+import gin
+import jax
+import pytest
+
+import vmsst.train  # pylint: disable=unused-import (registers train and its configurables)
+from vmsst import models
+from vmsst.config import NetworkConfig
+from vmsst.objectives import MODELS
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RUNS = sorted(p for p in (ROOT / "gin/runs").glob("*.gin") if not p.name.startswith("base_"))
+ABLATIONS = sorted((ROOT / "gin/models/ablations").glob("*.gin"))
+REQUIRED = ["MODEL_DIR = '/tmp/m'", "OPUS_DIR = '/tmp/opus'", "VOCAB_PATH = '/tmp/spm.model'"]
+
+
+def _parse(files, bindings=()):
+  gin.clear_config()
+  gin.add_config_file_search_path(str(ROOT))
+  gin.parse_config_files_and_bindings([str(f) for f in files], list(bindings),
+                                      finalize_config=False)
+
+
+def _value(name: str):
+  """A bound value with macro / configurable references evaluated."""
+  value = gin.query_parameter(name)
+  return value.scoped_configurable_fn() if isinstance(
+      value, gin.config.ConfigurableReference) else value
+
+
+def _model() -> models.EmbeddingModel:
+  return _value("train.model")
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+  yield
+  gin.clear_config()
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_run_file_parses_and_builds_its_model(run):
+  _parse([run], REQUIRED)
+  model = _model()
+  assert isinstance(model, tuple(MODELS.values()))
+  assert _value("train.batch_size") > 0
+  cfg = model.network_config
+  if "24l" in run.name:
+    assert (cfg.num_encoder_layers, cfg.num_decoder_layers, cfg.emb_dim) == (24, 24, 1024)
+  if "paper" in run.name:
+    assert cfg.vocab_size == 250_112 and _value("train.batch_size") == 2048
+    assert _value("inverse_sqrt_schedule.warmup_steps") == 4000
+    assert _value("train.train_steps") == 100_000
+    assert cfg.dropout_rate == (0.1 if run.name.startswith("contrastive") else 0.0)
+
+
+def test_paper_runs_fail_without_their_required_macros():
+  _parse([ROOT / "gin/runs/vmsst_6l_paper.gin"])
+  with pytest.raises(Exception, match="MODEL_DIR"):
+    vmsst.train.train()
+
+
+@pytest.mark.parametrize("ablation", ABLATIONS, ids=lambda p: p.name)
+def test_ablation_applies_to_the_paper_6l_run(ablation):
+  run = ROOT / "gin/runs/vmsst_6l_paper.gin"
+  _parse([run], REQUIRED)
+  reference = _model()
+  _parse([run, ablation], REQUIRED)
+  model = _model()
+  changed = {k for k, v in vars(model.network_config).items()
+             if v != getattr(reference.network_config, k)}
+  if ablation.name == "no_kl.gin":
+    assert model.kl_scale == 0.0 and reference.kl_scale == 1.0
+  else:
+    assert changed, f"{ablation.name} changed nothing"
+  shapes = jax.eval_shape(lambda: model.get_initial_variables(jax.random.key(0),
+                                                               models.batch_shapes(2, 8)))
+  assert jax.tree.leaves(shapes)
