@@ -6,6 +6,10 @@ r"""The one training loop: mesh → data → model state → loop (train, log, s
 `--gin.X=Y` binds gin macro or parameter X to Y (as in t5x). Objectives plug
 in through gin (`train.model = @VMSST()`); nothing here knows which one runs.
 The operative gin config is written to MODEL_DIR/config.gin.
+
+A package so that `python -m vmsst.train` runs `__main__.py`, which imports
+this module once: gin files can `import vmsst.train` without registering the
+configurables and flags a second time under `__main__`.
 """
 
 import os
@@ -191,7 +195,3 @@ def main(argv: Sequence[str]) -> None:
     print("Held-out retrieval accuracy (%, mean of both directions):")
     for name, value in sorted(result["retrieval"].items()):
       print(f"  {name:40s} {value:6.2f}")
-
-
-if __name__ == "__main__":
-  app.run(main, argv=rewrite_gin_args(sys.argv))
