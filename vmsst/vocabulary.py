@@ -77,7 +77,8 @@ def get_vocabulary(path: str) -> seqio.SentencePieceVocabulary:
   if not os.path.exists(path):
     raise FileNotFoundError(
         f"No SentencePiece model at {path}: train one with `python -m vmsst.vocabulary "
-        "--data_dir=../shared/data --output=DIR/spm` and point the vocabulary path at DIR/spm.model.")
+        "--data_dir=../shared/data --output=DIR/spm` and point the vocabulary path at "
+        "DIR/spm.model.")
   return seqio.SentencePieceVocabulary(path, extra_ids=0)
 
 

@@ -115,7 +115,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     log_every: steps between metric writes.
     eval_every: steps between evaluations (0: only at the end).
   Returns:
-    {"step", "final_metrics", "retrieval"} for callers and tests.
+    {"start_step", "step", "final_metrics", "loss_history" [(step, loss)],
+     "retrieval", "params"} for callers and tests.
   """
   # Stage 1: mesh.
   mesh = partitioning.make_mesh()
@@ -142,7 +143,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   writer = metric_writers.create_default_writer(
       os.path.join(model_dir, "tensorboard"), just_logging=jax.process_index() > 0)
   rng = jax.random.key(seed + 1)
-  metrics, retrieval = {}, {}
+  metrics, history = {}, []
   progress = tqdm.tqdm(total=train_steps, initial=start_step, desc="train", unit="step",
                        disable=jax.process_index() > 0, dynamic_ncols=True)
   started = time.time()
@@ -153,6 +154,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
       check_finite(step, metrics, model_dir)
       metrics["examples_per_second"] = batch_size * (step - start_step) / (time.time() - started)
       writer.write_scalars(step, metrics)
+      history.append((step, metrics["loss"]))
       progress.set_postfix(loss=f"{metrics['loss']:.3f}")
     progress.update(1)
     checkpointing.save(manager, step, state, force=step == train_steps)
@@ -162,7 +164,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   retrieval = evaluate(evaluator, trainer, state.params, int(state.step), writer)
   manager.wait_until_finished()
   writer.flush()
-  return {"step": int(state.step), "final_metrics": metrics, "retrieval": retrieval}
+  return {"start_step": start_step, "step": int(state.step), "final_metrics": metrics,
+          "loss_history": history, "retrieval": retrieval, "params": state.params}
 
 
 def _write_operative_config(model_dir: str) -> None:

@@ -1,0 +1,309 @@
+"""The VMSST paper's OPUS training data, as data, and its seqio mixture.
+
+Where each value comes from (read before trusting a number here):
+
+* Table 15 (training pairs per language, paper appendix) could NOT be found:
+  the paper's full text is in none of the sources searched (web-page, code and
+  documentation indexes returned only abstract pages and the
+  google-research/vmsst README, which covers checkpoints and usage, not
+  training data). `PAIR_COUNTS` is therefore empty, and
+  `register_paper_mixture` uses the documented fallback: rates proportional to
+  the pairs found on disk (the manifest's line counts, or counted). Fill
+  `PAIR_COUNTS` from Table 15 and it is used instead (`pair_counts`).
+* Corpora: the paper's six (Europarl, UN, OpenSubtitles2018, GlobalVoices,
+  Tanzil, Tatoeba), spelled as OPUS spells them; "OpenSubtitles2018" is OPUS
+  OpenSubtitles release v2018. The other releases are pins of ours, checked
+  against the OPUS catalog bundled with opustools 1.9.0: Europarl v8 and
+  GlobalVoices v2018q4 (latest), UN v20090831 and Tanzil v1 (the only ones),
+  Tatoeba v2021-07-22 (our recollection of the paper's text, not verified
+  here; the catalog's latest is v2022-03-03).
+* Languages: the paper's setup (these six corpora, English and Spanish as
+  pivots) is that of LASER (Artetxe and Schwenk, 2019), whose README lists its
+  93 training languages. `LANGUAGES` is those 93 minus English = 92, in OPUS
+  spelling. That this equals the paper's list of 92 is our inference. Aymara
+  (ay) has no pair in any of the six corpora per the bundled catalog.
+* Several OPUS spellings of one language (`OPUS_CODE_ALIASES`, e.g. Chinese is
+  zh in UN/Tanzil, zh_cn in OpenSubtitles, cmn in Tatoeba) come from that
+  catalog; all map to one canonical code (vmsst.languages).
+
+The layout `register_paper_mixture` reads is the one `tasks/opus_download.py`
+writes: Moses files `<corpus>.<l1>-<l2>.<l1>` / `.<l2>` (either code order) and
+an optional `manifest.json` with each file's bytes and lines. Its tasks are
+tasks.registry pair tasks, so the mixture mixes with every other vmsst task;
+tasks.registry.register_tasks(..., opus_dir=...) calls it.
+"""
+
+import collections
+import dataclasses
+import json
+import math
+import pathlib
+from typing import AbstractSet, Any, Mapping, Sequence
+
+from absl import logging
+
+from tasks import sources
+from vmsst import languages as vmsst_languages
+
+CORPORA: tuple[str, ...] = ("Europarl", "UN", "OpenSubtitles", "GlobalVoices", "Tanzil", "Tatoeba")
+# Release of each corpus downloaded by default (see the module docstring).
+CORPUS_RELEASES: Mapping[str, str] = {
+    "Europarl": "v8", "UN": "v20090831", "OpenSubtitles": "v2018",
+    "GlobalVoices": "v2018q4", "Tanzil": "v1", "Tatoeba": "v2021-07-22",
+}
+PIVOTS: tuple[str, ...] = ("en", "es")
+# LASER's 93 training languages minus English, OPUS codes (sorted by code).
+LANGUAGES: tuple[str, ...] = tuple((
+    "af am ar ay az be ber bg bn br bs ca cbk cs da de dtp dv el eo es et eu fa fi fr "
+    "ga gl ha he hi hr hu hy ia id ie io is it ja ka kab kk km ko ku kw kzj la lfn lt lv "
+    "mg mhr mk ml mr ms my nb nds nl oc pl pt ro ru sd si sk sl so sq sr sv sw ta te tg "
+    "th tl tr tt ug uk ur uz vi wuu yue zh").split())
+# Paper language -> every OPUS spelling fetched for it (first = the paper code).
+OPUS_CODE_ALIASES: Mapping[str, tuple[str, ...]] = {
+    "fa": ("fa", "pes"),         # Tatoeba: pes.
+    "ms": ("ms", "zsm"),         # Tatoeba: zsm.
+    "nb": ("nb", "no"),          # OpenSubtitles, Tanzil: no.
+    "sw": ("sw", "swh"),         # Tatoeba: swh.
+    "zh": ("zh", "zh_cn", "cmn"),  # OpenSubtitles: zh_cn (zh_tw is another language); Tatoeba: cmn.
+}
+# Table 15 of the paper, {OPUS code: training pairs}: not found (see above).
+PAIR_COUNTS: dict[str, int] = {}
+MANIFEST_NAME = "manifest.json"
+DOWNLOAD_COMMAND = "python -m tasks.opus_download --out_dir={opus_dir}"
+
+
+def opus_codes(language: str) -> tuple[str, ...]:
+  """Every OPUS spelling of a paper language ("zh" -> zh, zh_cn, cmn)."""
+  return OPUS_CODE_ALIASES.get(language, (language,))
+
+
+def paper_language(opus_code: str) -> str:
+  """The paper language an OPUS code belongs to ("cmn" -> "zh")."""
+  for language, codes in OPUS_CODE_ALIASES.items():
+    if opus_code in codes:
+      return language
+  return opus_code
+
+
+def paper_mixture_rates(counts: Mapping[str, float], temperature: float = 1.0) -> dict[str, float]:
+  """Sampling rates proportional to counts**(1/temperature), summing to 1.
+
+  temperature=1 samples every pair uniformly (a language's share equals its
+  share of the data); larger temperatures flatten the distribution towards
+  uniform over languages, upsampling low-resource ones (T -> inf: uniform).
+  A zero count gets rate 0.
+
+  Raises:
+    ValueError: no counts, a negative count, all zero, or temperature <= 0.
+  """
+  if temperature <= 0:
+    raise ValueError(f"temperature must be > 0, got {temperature}")
+  if not counts:
+    raise ValueError("No counts to compute mixture rates from.")
+  negative = {k: v for k, v in counts.items() if v < 0}
+  if negative:
+    raise ValueError(f"Counts must be >= 0, got {negative}")
+  # Scale by the largest count first so count**(1/T) cannot overflow.
+  top = max(counts.values())
+  if top == 0:
+    raise ValueError("All counts are zero: there is no data to sample.")
+  weights = {k: math.pow(v / top, 1.0 / temperature) if v else 0.0 for k, v in counts.items()}
+  total = math.fsum(weights.values())
+  return {k: w / total for k, w in weights.items()}
+
+
+# ------------------------------------------------------------------ inventory
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperPair:
+  """All files of one (pivot, language) pair; codes are canonical."""
+  pivot: str
+  language: str
+  paper_code: str  # The language's OPUS code in LANGUAGES ("zh" for zho-CN).
+  files: tuple[sources.OpusFile, ...]
+  corpora: tuple[str, ...]
+  lines: int
+
+  @property
+  def key(self) -> str:
+    return f"{self.pivot}-{self.language}"
+
+
+@dataclasses.dataclass
+class OpusInventory:
+  """What an OPUS directory holds of the paper's data, and what it lacks."""
+  opus_dir: pathlib.Path
+  pairs: list[PaperPair]
+  num_languages: int            # Paper languages asked for.
+  missing_languages: list[str]  # Of those, the ones (OPUS codes) with no file at all.
+  missing_corpora: list[str]    # Paper corpora with no file at all.
+  ignored: list[str]            # Files found that are not paper data.
+
+  def report(self) -> str:
+    """One line: pairs found, pairs per corpus, and everything missing."""
+    by_corpus = collections.Counter(c for p in self.pairs for c in p.corpora)
+    return (f"{self.opus_dir}: {len(self.pairs)} language pairs, "
+            f"{sum(p.lines for p in self.pairs)} sentence pairs; language pairs per corpus "
+            f"{dict(sorted(by_corpus.items()))}; {len(self.missing_languages)} of "
+            f"{self.num_languages} languages missing {self.missing_languages}; "
+            f"{len(self.missing_corpora)} corpora missing {self.missing_corpora}; "
+            f"{len(self.ignored)} files ignored {self.ignored[:10]}")
+
+
+def corpus_of(opus_file: sources.OpusFile) -> str:
+  """Corpus name of a file: "Europarl" for Europarl.en-de.en[.gz]."""
+  name = opus_file.paths[0].name.removesuffix(".gz")
+  return name.rsplit(".", 2)[0]
+
+
+def _orient(opus_file: sources.OpusFile, pivots: Sequence[str]) -> tuple[str, str] | None:
+  """(pivot, other) canonical codes of a file, or None if it has no pivot side."""
+  a, b = opus_file.lang_a, opus_file.lang_b
+  ranked = [p for p in pivots if p in (a, b)]
+  if a == b or not ranked:
+    return None
+  return ranked[0], b if ranked[0] == a else a
+
+
+def _load_manifest_files(opus_dir: pathlib.Path) -> dict[str, Mapping[str, int]]:
+  path = opus_dir / MANIFEST_NAME
+  if not path.exists():
+    return {}
+  return json.loads(path.read_text(encoding="utf-8")).get("files", {})
+
+
+def _file_lines(opus_file: sources.OpusFile, manifest: Mapping[str, Mapping[str, Any]],
+                opus_dir: pathlib.Path) -> int:
+  """Lines of a file pair: from the manifest if sizes match, else counted."""
+  entries = [manifest.get(p.name) if p.parent == opus_dir else None for p in opus_file.paths]
+  if all(e and e.get("bytes") == p.stat().st_size for e, p in zip(entries, opus_file.paths)):
+    if len({e["lines"] for e in entries}) == 1:
+      return entries[0]["lines"]
+  if len(opus_file.paths) == 1:
+    return sources.count_lines(opus_file.paths[0])
+  return sources.check_moses_line_counts(opus_file)
+
+
+def scan_opus_dir(opus_dir: str | pathlib.Path, *, languages: Sequence[str] = LANGUAGES,
+                  pivots: Sequence[str] = PIVOTS,
+                  corpora: Sequence[str] = CORPORA) -> OpusInventory:
+  """Groups the paper's files in `opus_dir` by (pivot, language).
+
+  Raises:
+    FileNotFoundError: opus_dir does not exist or holds none of the paper's
+      files; the message names the directory and the download command.
+    ValueError: misaligned Moses files, unknown codes (tasks.sources).
+  """
+  opus_dir = pathlib.Path(opus_dir)
+  canon = vmsst_languages.canonical_language
+  wanted = {canon(code): language for language in languages for code in opus_codes(language)}
+  pivot_codes = [canon(p) for p in pivots]
+  found = sources.discover_opus(opus_dir) if opus_dir.is_dir() else []
+  manifest = _load_manifest_files(opus_dir)
+  grouped: dict[tuple[str, str], list[sources.OpusFile]] = collections.defaultdict(list)
+  ignored = []
+  for opus_file in found:
+    pair = _orient(opus_file, pivot_codes)
+    if pair is None or pair[1] not in wanted or corpus_of(opus_file) not in corpora:
+      ignored.append(opus_file.name)
+    else:
+      grouped[pair].append(opus_file)
+  if not grouped:
+    raise FileNotFoundError(
+        f"No OPUS training files of the paper in {opus_dir} (expected Moses files "
+        f"<corpus>.<l1>-<l2>.<l1>/.<l2> for corpora {list(corpora)}). Download them with: "
+        + DOWNLOAD_COMMAND.format(opus_dir=opus_dir))
+  pairs = [PaperPair(p, lang, wanted[lang], tuple(files),
+                     tuple(sorted({corpus_of(f) for f in files})),
+                     sum(_file_lines(f, manifest, opus_dir) for f in files))
+           for (p, lang), files in sorted(grouped.items())]
+  have = {wanted[p.language] for p in pairs} | {wanted.get(p.pivot) for p in pairs}
+  return OpusInventory(
+      opus_dir=opus_dir, pairs=pairs, num_languages=len(languages),
+      missing_languages=[lang for lang in languages if lang not in have],
+      missing_corpora=[c for c in corpora if not any(c in p.corpora for p in pairs)],
+      ignored=ignored)
+
+
+def pair_counts(inventory: OpusInventory,
+                language_counts: Mapping[str, int] | None = None) -> dict[str, float]:
+  """The count behind each pair's mixture rate, keyed by PaperPair.key.
+
+  Without `language_counts` (the fallback while Table 15 is unavailable): the
+  sentence pairs on disk. With them ({OPUS code in LANGUAGES: pairs}, the form
+  of PAIR_COUNTS): each language's count, split over its pivot pairs in
+  proportion to their pairs on disk.
+
+  Raises:
+    ValueError: a language on disk has no entry in `language_counts`.
+  """
+  if not language_counts:
+    return {p.key: p.lines for p in inventory.pairs}
+  by_language = collections.defaultdict(list)
+  for pair in inventory.pairs:
+    by_language[pair.paper_code].append(pair)
+  missing = sorted(set(by_language) - set(language_counts))
+  if missing:
+    raise ValueError(f"No count for languages {missing} found in {inventory.opus_dir}.")
+  counts = {}
+  for language, pairs in by_language.items():
+    total = sum(p.lines for p in pairs)
+    for pair in pairs:
+      share = pair.lines / total if total else 1 / len(pairs)
+      counts[pair.key] = language_counts[language] * share
+  return counts
+
+
+# --------------------------------------------------------------- registration
+
+
+def _register_pair_task(task_name: str, pair: PaperPair, vocabulary,
+                        exclude: AbstractSet[str]) -> None:
+  """One streaming task over the pair's files, pivot side first (tasks.registry)."""
+  # Imported here: tasks.registry loads seqio and TensorFlow, which
+  # `python -m tasks.opus_download` (importing this module) does not need.
+  from tasks import registry  # pylint: disable=g-import-not-at-top
+  source = registry.StreamingPairSource(pair.files, num_lines=pair.lines, name=task_name,
+                                        exclude=exclude, pivot=pair.pivot)
+  registry.register_pair_task(task_name, source, vocabulary,
+                              shuffle_buffer_size=registry.OPUS_SHUFFLE_BUFFER)
+
+
+def register_paper_mixture(opus_dir: str | pathlib.Path, vocabulary, *,
+                           name: str = "vmsst_opus_paper", temperature: float = 1.0,
+                           languages: Sequence[str] = LANGUAGES,
+                           pivots: Sequence[str] = PIVOTS,
+                           language_counts: Mapping[str, int] | None = None,
+                           exclude: AbstractSet[str] = frozenset()) -> str:
+  """Registers one seqio Task per (pivot, language) pair and their Mixture.
+
+  Tasks are named `<name>.<pivot>_<language>` (canonical codes, '-' as '_')
+  and are tasks.registry pair tasks: tokens_a (pivot side) / tokens_b and the
+  lang_a / lang_b symbol ids, so the mixture mixes with every other vmsst task.
+  Sentences in `exclude` (e.g. registry.tatoeba_exclusion(data_dir), the
+  Tatoeba test sentences) are dropped.
+  Rates: `paper_mixture_rates` of `pair_counts(inventory, language_counts or
+  PAIR_COUNTS)`; while PAIR_COUNTS is empty (Table 15 not found) that is each
+  pair's sentence-pair count on disk. Registering the same name again replaces
+  the earlier tasks and mixture. What is missing (paper languages and corpora
+  without files) is logged as a warning.
+
+  Returns:
+    The mixture name.
+  """
+  import seqio  # pylint: disable=g-import-not-at-top  # See _register_pair_task.
+  inventory = scan_opus_dir(opus_dir, languages=languages, pivots=pivots)
+  log = logging.warning if inventory.missing_languages or inventory.missing_corpora else logging.info
+  log("OPUS paper data: %s", inventory.report())
+  rates = paper_mixture_rates(pair_counts(inventory, language_counts or PAIR_COUNTS), temperature)
+  seqio.MixtureRegistry.remove(name)
+  for old in [t for t in seqio.TaskRegistry.names() if t.startswith(f"{name}.")]:
+    seqio.TaskRegistry.remove(old)
+  tasks = []
+  for pair in inventory.pairs:
+    task_name = f"{name}.{pair.key}".replace("-", "_")
+    _register_pair_task(task_name, pair, vocabulary, exclude)
+    tasks.append((task_name, rates[pair.key]))
+  seqio.MixtureRegistry.add(name, tasks)
+  return name

@@ -1,0 +1,107 @@
+"""Per-example preprocessors of the vmsst pair tasks, in the order a Task runs them.
+
+  {"text_a": "Hello.", "text_b": "Hallo.", "lang_a": "eng", "lang_b": "deu"}
+    -> rekey_pair      {"tokens_a": "Hello.", "tokens_b": "Hallo.", "lang_a": "eng", ...}
+    -> tokenize_pair   {"tokens_a": [8, 41], "tokens_b": [75, 41], "lang_a": "eng", ...}
+    -> language_ids    {..., "lang_a": 53, "lang_b": 47}        (ids of <2eng>, <2deu>)
+    -> seqio.preprocessors.append_eos_after_trim
+                       {"tokens_a": [8, 41, 1], "tokens_b": [75, 41, 1], "lang_a": 53, ...}
+
+Sentence tokens never contain the language symbol: the model prepends or
+embeds it from lang_a/lang_b. None of these steps is random.
+"""
+
+import functools
+from typing import Mapping
+
+from absl import logging
+import seqio
+import tensorflow as tf
+
+from vmsst import languages
+from vmsst import vocabulary as vocabulary_lib
+
+TOKEN_FEATURES = ("tokens_a", "tokens_b")
+LANGUAGE_FEATURES = ("lang_a", "lang_b")
+
+# {"text_a": s, "text_b": t, "lang_a": x, "lang_b": y}
+#   -> {"tokens_a": s, "tokens_b": t, "lang_a": x, "lang_b": y}
+# The strings take the names of the token features they become, so seqio's
+# tokenize (which tokenizes features named like output features) applies.
+rekey_pair = functools.partial(
+    seqio.preprocessors.rekey,
+    key_map={"tokens_a": "text_a", "tokens_b": "text_b", "lang_a": "lang_a", "lang_b": "lang_b"})
+
+
+def tokenize_pair(dataset: tf.data.Dataset,
+                  output_features: Mapping[str, seqio.Feature]) -> tf.data.Dataset:
+  """Tokenizes tokens_a/tokens_b with their feature's vocabulary (no EOS yet).
+
+  {"tokens_a": "Hello.", "tokens_b": "Hallo.", "lang_a": "eng", "lang_b": "deu"}
+    -> {"tokens_a": [8, 41], "tokens_b": [75, 41], "lang_a": "eng", "lang_b": "deu"}
+
+  Only the two token features are passed to seqio's tokenize: lang_a/lang_b
+  are output features too but are mapped by `language_ids`, not tokenized.
+  """
+  token_features = {k: output_features[k] for k in TOKEN_FEATURES}
+  return seqio.preprocessors.tokenize(dataset, token_features, copy_pretokenized=False)
+
+
+def language_table(vocab: seqio.SentencePieceVocabulary) -> tf.lookup.StaticHashTable:
+  """Canonical code -> int32 id of its `<2xxx>` symbol, for every symbol in `vocab`.
+
+  Languages of LANGUAGES the vocabulary lacks (it predates them) are left out
+  with a warning; an example in such a language fails in `lookup_languages`.
+  """
+  codes, ids = [], []
+  for code in languages.LANGUAGES:
+    try:
+      ids.append(vocabulary_lib.language_token_id(vocab, code))
+      codes.append(code)
+    except ValueError:
+      pass
+  if len(codes) < len(languages.LANGUAGES):
+    missing = sorted(set(languages.LANGUAGES) - set(codes))
+    logging.warning("Vocabulary %s lacks %d language symbols (%s): retrain it to use them.",
+                    vocab.sentencepiece_model_file, len(missing), " ".join(missing[:20]))
+  return tf.lookup.StaticHashTable(
+      tf.lookup.KeyValueTensorInitializer(tf.constant(codes), tf.constant(ids, tf.int32)),
+      default_value=-1)
+
+
+def lookup_languages(example: Mapping[str, tf.Tensor],
+                     table: tf.lookup.StaticHashTable) -> dict[str, tf.Tensor]:
+  """Replaces the lang_a/lang_b code strings by their symbol ids (int32 scalars).
+
+  {"lang_a": "eng", "lang_b": "deu", ...} -> {"lang_a": 53, "lang_b": 47, ...}
+
+  Raises (when the dataset is iterated):
+    tf.errors.InvalidArgumentError: a code has no symbol in the vocabulary.
+  """
+  out = dict(example)
+  for key in LANGUAGE_FEATURES:
+    token_id = table.lookup(example[key])
+    check = tf.debugging.Assert(
+        token_id >= 0,
+        [f"{key}: language has no <2xxx> symbol in the vocabulary (not canonical, or the "
+         "vocabulary predates it: retrain it):", example[key]])
+    with tf.control_dependencies([check]):
+      out[key] = tf.identity(token_id)
+  return out
+
+
+def language_ids(dataset: tf.data.Dataset,
+                 output_features: Mapping[str, seqio.Feature]) -> tf.data.Dataset:
+  """Maps `lookup_languages` over the dataset with the tokens_a vocabulary's table.
+
+  The table is built here, outside the per-example function, because a
+  tf.lookup table cannot be created inside a tf.data map.
+  """
+  table = language_table(output_features["tokens_a"].vocabulary)
+  return dataset.map(functools.partial(lookup_languages, table=table),
+                     num_parallel_calls=tf.data.AUTOTUNE)
+
+
+# The Task pipeline after the raw {"text_a", "text_b", "lang_a", "lang_b"} source.
+PAIR_PREPROCESSORS = (rekey_pair, tokenize_pair, language_ids,
+                      seqio.preprocessors.append_eos_after_trim)

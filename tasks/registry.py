@@ -1,0 +1,237 @@
+"""The one place vmsst registers its seqio tasks and mixtures: `register_tasks`.
+
+Nothing registers on import; call `register_tasks(...)` (or bind it in gin) before
+`seqio.get_dataset`. Registered names:
+  vmsst_ntrex128        NTREX-128 pivot pairs (eng/spa <-> 123 languages), train/validation
+  vmsst_multi30k        Multi30k en/de/fr/cs, all 6 pairs per line, train/validation
+  vmsst_ntrex_multi30k  mixture of the two, rates = training example counts (CPU demo)
+  vmsst_opus.<a>.<b>    with opus_dir: one task per language pair found (train only;
+                        '-' of codes written '_', e.g. vmsst_opus.eng.zho_CN)
+  vmsst_opus            with opus_dir: mixture of those, rates = line counts
+  + whatever tasks/opus_paper.py's register_paper_mixture registers (see the hook).
+
+Examples of every task, after preprocessing (tasks/preprocessors.py):
+  tokens_a, tokens_b  int32 [<=L]  SentencePiece ids ending in EOS
+  lang_a, lang_b      int32 []     id of the `<2xxx>` language symbol
+"""
+
+import collections
+import functools
+import importlib
+import pathlib
+from typing import AbstractSet, Iterator, Mapping, Sequence
+
+from absl import logging
+import gin
+import numpy as np
+import seqio
+import tensorflow as tf
+
+from tasks import preprocessors
+from tasks import sources
+from vmsst import vocabulary as vocabulary_lib
+
+NTREX_TASK = "vmsst_ntrex128"
+MULTI30K_TASK = "vmsst_multi30k"
+DEMO_MIXTURE = "vmsst_ntrex_multi30k"
+OPUS_MIXTURE = "vmsst_opus"
+SPLITS = ("train", "validation")
+TEXT_FEATURES = ("text_a", "text_b", "lang_a", "lang_b")
+# OPUS files are streamed in file order, so a bigger buffer than seqio's
+# default 1000 is needed to mix consecutive lines of a corpus.
+OPUS_SHUFFLE_BUFFER = 10_000
+
+
+def output_features(vocab: seqio.Vocabulary) -> dict[str, seqio.Feature]:
+  """Token features with the vocabulary; language ids as rank-0 int32 without one."""
+  token = seqio.Feature(vocabulary=vocab, add_eos=True, dtype=tf.int32, rank=1)
+  language = seqio.ContinuousFeature(dtype=tf.int32, rank=0)  # PassThroughVocabulary, no EOS.
+  return {"tokens_a": token, "tokens_b": token, "lang_a": language, "lang_b": language}
+
+
+class InMemoryPairSource(seqio.FunctionDataSource):
+  """Pairs held in memory per split; shuffles the whole split when asked.
+
+  NTREX lists all translations of a line together, so seqio's 1000-example
+  shuffle buffer alone would fill batches with one sentence in many languages.
+
+  Attributes:
+    counts: split -> PairCounts of the pass that produced the pairs.
+  """
+
+  def __init__(self, pairs: Mapping[str, Sequence[sources.Pair]],
+               counts: Mapping[str, sources.PairCounts]):
+    self.counts = dict(counts)
+    self._columns = {split: {key: np.array([p[i] for p in split_pairs], dtype=object)
+                             for i, key in enumerate(TEXT_FEATURES)}
+                     for split, split_pairs in pairs.items()}
+    super().__init__(dataset_fn=self._dataset, splits=tuple(pairs),
+                     num_input_examples={s: len(p) for s, p in pairs.items()})
+
+  def _dataset(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
+    ds = tf.data.Dataset.from_tensor_slices(self._columns[split])
+    if shuffle_files:
+      ds = ds.shuffle(max(self.num_input_examples(split), 1), seed=seed,
+                      reshuffle_each_iteration=True)
+    return ds
+
+
+class StreamingPairSource(seqio.FunctionDataSource):
+  """OPUS pairs streamed from files (too big for memory); one split, "train".
+
+  Attributes:
+    corpora: the files, read one after the other (in a seeded random order
+      when seqio asks for shuffled files).
+    pivot: if set, every pair is flipped so that lang_a is the pivot.
+    counts: PairCounts of the pass in progress (or last finished); each pass
+      over the files (each epoch) starts a new one.
+  """
+
+  def __init__(self, corpora: Sequence[sources.OpusFile], *, num_lines: int, name: str,
+               exclude: AbstractSet[str] = frozenset(), pivot: str | None = None):
+    self.corpora, self.pivot, self._exclude, self._name = tuple(corpora), pivot, exclude, name
+    self.counts = sources.PairCounts()
+    super().__init__(dataset_fn=self._dataset, splits=("train",),
+                     num_input_examples={"train": num_lines})
+
+  def _pairs(self, corpora: Sequence[sources.OpusFile]) -> Iterator[dict[str, str]]:
+    self.counts = sources.PairCounts()
+    for pair in sources.opus_pairs(corpora, counts=self.counts, exclude=self._exclude,
+                                   name=self._name):
+      if self.pivot is not None and pair.lang_b == self.pivot:
+        pair = sources.Pair(pair.text_b, pair.text_a, pair.lang_b, pair.lang_a)
+      yield pair._asdict()
+
+  def _dataset(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
+    del split  # Only "train"; seqio checks the split name.
+    corpora = list(self.corpora)
+    if shuffle_files:
+      np.random.default_rng(seed).shuffle(corpora)
+    spec = {key: tf.TensorSpec([], tf.string) for key in TEXT_FEATURES}
+    return tf.data.Dataset.from_generator(lambda: self._pairs(corpora), output_signature=spec)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_split(reader: str, data_dir: str, split: str,
+                seed: int) -> tuple[tuple[sources.Pair, ...], sources.PairCounts]:
+  """Reads one split once per process (registration is repeated, reading is slow-ish)."""
+  counts = sources.PairCounts()
+  exclude = tatoeba_exclusion(data_dir)
+  if reader == "ntrex128":
+    pairs = sources.ntrex_pairs(data_dir, split, seed=seed, counts=counts, exclude=exclude)
+  else:
+    pairs = sources.multi30k_pairs(data_dir, split, counts=counts, exclude=exclude)
+  return tuple(pairs), counts
+
+
+@functools.lru_cache(maxsize=2)
+def tatoeba_exclusion(data_dir: str) -> frozenset[str]:
+  """The Tatoeba test sentences training text is filtered against (read once)."""
+  return sources.tatoeba_test_sentences(data_dir)
+
+
+def register_pair_task(name: str, source: seqio.DataSource, vocabulary: seqio.Vocabulary, *,
+                       shuffle_buffer_size: int | None = seqio.SHUFFLE_BUFFER_SIZE) -> str:
+  """Registers (replacing any same-named) task over a text-pair source.
+
+  The source must yield {"text_a", "text_b", "lang_a", "lang_b"} strings with
+  canonical codes; the task gets the vmsst output features and preprocessors,
+  so it mixes with every other vmsst task and feeds PairFeatureConverter.
+  """
+  seqio.TaskRegistry.remove(name)
+  seqio.TaskRegistry.add(name, source=source, output_features=output_features(vocabulary),
+                         preprocessors=list(preprocessors.PAIR_PREPROCESSORS),
+                         shuffle_buffer_size=shuffle_buffer_size)
+  return name
+
+
+def _replace_mixture(name: str, tasks: Sequence[tuple[str, float]]) -> str:
+  seqio.MixtureRegistry.remove(name)
+  seqio.MixtureRegistry.add(name, list(tasks))
+  return name
+
+
+def _in_memory_task(name: str, reader: str, data_dir: str, vocab: seqio.Vocabulary,
+                    seed: int) -> str:
+  read = {split: _read_split(reader, data_dir, split, seed) for split in SPLITS}
+  source = InMemoryPairSource({split: pairs for split, (pairs, _) in read.items()},
+                              {split: counts for split, (_, counts) in read.items()})
+  return register_pair_task(name, source, vocab)
+
+
+def opus_task_name(lang_a: str, lang_b: str) -> str:
+  """"vmsst_opus.eng.zho_CN": seqio task names may not contain '-'."""
+  return f"{OPUS_MIXTURE}.{lang_a}.{lang_b}".replace("-", "_")
+
+
+def register_opus_tasks(opus_dir: str, vocab: seqio.Vocabulary,
+                        exclude: AbstractSet[str]) -> dict[tuple[str, str], str]:
+  """One streaming task per language pair in `opus_dir`, plus the vmsst_opus mixture.
+
+  Counts every file's lines first: that checks the Moses sides are aligned
+  before training starts (not hours into it) and gives the mixture rates.
+
+  Returns:
+    (lang_a, lang_b) -> task name.
+  """
+  by_pair = collections.defaultdict(list)
+  for corpus in sources.discover_opus(opus_dir):
+    by_pair[(corpus.lang_a, corpus.lang_b)].append(corpus)
+  if not by_pair:
+    raise ValueError(f"No OPUS files (<corpus>.<l1>-<l2>.<l1>/.<l2> or .tsv) under {opus_dir}.")
+  names, rates = {}, []
+  for (lang_a, lang_b), corpora in sorted(by_pair.items()):
+    num_lines = sum(sources.check_moses_line_counts(c) for c in corpora)
+    name = opus_task_name(lang_a, lang_b)
+    source = StreamingPairSource(corpora, num_lines=num_lines, name=name, exclude=exclude)
+    names[(lang_a, lang_b)] = register_pair_task(name, source, vocab,
+                                                 shuffle_buffer_size=OPUS_SHUFFLE_BUFFER)
+    rates.append((name, float(max(num_lines, 1))))
+    logging.info("%s: %d lines in %s", name, num_lines, ", ".join(c.name for c in corpora))
+  _replace_mixture(OPUS_MIXTURE, rates)
+  return names
+
+
+def _register_paper_mixture(opus_dir: str, vocab: seqio.Vocabulary) -> list[str]:
+  """HOOK: tasks/opus_paper.py (another module's) registers the paper's OPUS mixture.
+
+  Called as `opus_paper.register_paper_mixture(opus_dir, vocab)`, which returns
+  the mixture name (or a list of names). Skipped while that module does not exist.
+  """
+  try:
+    opus_paper = importlib.import_module("tasks.opus_paper")
+  except ModuleNotFoundError as e:
+    if e.name != "tasks.opus_paper":
+      raise
+    logging.info("tasks/opus_paper.py not found: no OPUS paper mixture registered.")
+    return []
+  registered = opus_paper.register_paper_mixture(opus_dir, vocab)
+  return [registered] if isinstance(registered, str) else list(registered or [])
+
+
+@gin.configurable
+def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = None,
+                   ntrex_seed: int = 0) -> list[str]:
+  """Registers (or re-registers) every vmsst task and mixture; returns their names.
+
+  Safe to call again with the same or other arguments: each name is removed
+  from the seqio registries before it is added.
+
+  Args:
+    data_dir: root of the shared corpora (ntrex128/, multi30k/, tatoeba/).
+    vocabulary_path: the SentencePiece .model (python -m vmsst.vocabulary).
+    opus_dir: optional directory of OPUS Moses/TSV files (searched recursively).
+    ntrex_seed: seed of the NTREX eng/spa pivot choice (a different seed gives
+      a different but equally sized set of NTREX pairs).
+  """
+  data_dir = str(pathlib.Path(data_dir))
+  vocab = vocabulary_lib.get_vocabulary(vocabulary_path)
+  names = [_in_memory_task(NTREX_TASK, "ntrex128", data_dir, vocab, ntrex_seed),
+           _in_memory_task(MULTI30K_TASK, "multi30k", data_dir, vocab, ntrex_seed)]
+  rates = [(n, float(seqio.TaskRegistry.get(n).num_input_examples("train"))) for n in names]
+  names.append(_replace_mixture(DEMO_MIXTURE, rates))
+  if opus_dir is not None:
+    opus_tasks = register_opus_tasks(opus_dir, vocab, tatoeba_exclusion(data_dir))
+    names += [*opus_tasks.values(), OPUS_MIXTURE]
+    names += _register_paper_mixture(opus_dir, vocab)
+  return names

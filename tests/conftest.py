@@ -1,0 +1,42 @@
+"""Session fixtures shared by the data and model tests: the real data and a tiny vocabulary."""
+
+import os
+import pathlib
+
+# Before anything imports jax: eight CPU devices, so sharding tests can build a
+# (data 4 x model 2) mesh on a laptop (`make test` sets the same).
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+# The shared corpora live next to the repository, never inside it.
+DATA_DIR = REPO_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> pathlib.Path:
+  """../shared/data from the repo root; skips the test when it is absent."""
+  if not (DATA_DIR / "ntrex128").is_dir() or not (DATA_DIR / "multi30k").is_dir():
+    pytest.skip(f"shared data not found at {DATA_DIR} (expected ../shared/data next to the repo)")
+  return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def tiny_vocab_path(data_dir, tmp_path_factory) -> str:
+  """A ~2000-piece SentencePiece model with every language symbol (about 2 s to train).
+
+  Trained once per session from 16 lines of every NTREX language and 500 lines
+  of each Multi30k language (4,000 real sentences); character_coverage is
+  lowered because 2000 pieces cannot hold every character of 125 languages
+  (byte fallback spells the rest).
+  """
+  from tasks import sources  # pylint: disable=g-import-not-at-top
+  from vmsst import vocabulary  # pylint: disable=g-import-not-at-top
+  sentences = []
+  for path in sources.ntrex_files(data_dir).values():
+    sentences += sources.read_lines(path)[:16]
+  for short in sources.MULTI30K_LANGUAGES:
+    sentences += sources.read_lines(data_dir / "multi30k" / f"train.{short}.gz")[:500]
+  prefix = tmp_path_factory.mktemp("tiny_vocab") / "spm"
+  return vocabulary.train_vocabulary(sentences, str(prefix), 2000, character_coverage=0.995)

@@ -1,0 +1,145 @@
+"""Tests of tasks/registry.py: registration and the trainer's get_dataset -> batch flow."""
+
+import sys
+import types
+
+import gin
+import numpy as np
+import pytest
+import seqio
+
+from tasks import registry
+from vmsst import languages
+from vmsst import vocabulary
+from vmsst.feature_converters import PairFeatureConverter
+
+LENGTHS = {"tokens_a": 24, "tokens_b": 24}
+BATCH = 8
+DTYPES = {"tokens_a": np.int32, "tokens_b": np.int32, "mask_a": np.int32, "mask_b": np.int32,
+          "lang_a": np.int32, "lang_b": np.int32, "sem_side": np.int32}
+
+
+@pytest.fixture(scope="module")
+def registered(data_dir, tiny_vocab_path):
+  return registry.register_tasks(str(data_dir), tiny_vocab_path)
+
+
+def trainer_batches(name, split="train", num=3, seed=0, shard_info=None):
+  """Exactly the call the trainer makes, then .batch(B, drop_remainder=True)."""
+  ds = seqio.get_dataset(name, task_feature_lengths=LENGTHS, dataset_split=split, shuffle=True,
+                         seed=seed, feature_converter=PairFeatureConverter(pack=False),
+                         shard_info=shard_info or seqio.ShardInfo(index=0, num_shards=1),
+                         num_epochs=None)
+  iterator = ds.batch(BATCH, drop_remainder=True).as_numpy_iterator()
+  return [next(iterator) for _ in range(num)]
+
+
+def test_register_tasks_names_and_counts(registered):
+  assert registered == ["vmsst_ntrex128", "vmsst_multi30k", "vmsst_ntrex_multi30k"]
+  ntrex = seqio.get_mixture_or_task("vmsst_ntrex128")
+  assert ntrex.num_input_examples("train") == 224191 and ntrex.num_input_examples("validation") == 23436
+  assert ntrex.source.counts["train"].skipped == {"tatoeba_overlap": 1}
+  multi30k = seqio.get_mixture_or_task("vmsst_multi30k")
+  assert multi30k.num_input_examples("train") == 174000 and multi30k.num_input_examples("validation") == 6084
+  mixture = seqio.get_mixture_or_task("vmsst_ntrex_multi30k")
+  assert mixture.get_rate(ntrex) == 224191 and mixture.get_rate(multi30k) == 174000
+
+
+def test_register_again_is_idempotent(registered, data_dir, tiny_vocab_path):
+  assert registry.register_tasks(str(data_dir), tiny_vocab_path) == registered
+  assert seqio.get_mixture_or_task("vmsst_ntrex128").num_input_examples("train") == 224191
+
+
+def test_trainer_flow_yields_model_batches(registered, tiny_vocab_path):
+  vocab = vocabulary.get_vocabulary(tiny_vocab_path)
+  symbol_ids = {vocabulary.language_token_id(vocab, code) for code in languages.LANGUAGES}
+  batches = trainer_batches("vmsst_ntrex_multi30k")
+  for batch in batches:
+    assert set(batch) == set(DTYPES)
+    for key, dtype in DTYPES.items():
+      assert batch[key].dtype == dtype, key
+      assert batch[key].shape == ((BATCH, 24) if key.startswith(("tokens", "mask")) else (BATCH,)), key
+    np.testing.assert_array_equal(batch["sem_side"], [0, 1] * (BATCH // 2))
+    assert set(batch["lang_a"]) | set(batch["lang_b"]) <= symbol_ids
+    for side in "ab":
+      tokens, mask = batch[f"tokens_{side}"], batch[f"mask_{side}"]
+      np.testing.assert_array_equal(mask, (tokens != 0).astype(np.int32))
+      last = mask.sum(axis=1) - 1
+      assert (tokens[np.arange(BATCH), last] == 1).all()  # Every row ends in EOS.
+      assert not np.isin(tokens, list(symbol_ids)).any()  # No language symbol inside sentences.
+  again = trainer_batches("vmsst_ntrex_multi30k")  # Same seed, same batches.
+  np.testing.assert_array_equal(again[0]["tokens_a"], batches[0]["tokens_a"])
+
+
+def test_validation_split_decodes_to_the_real_pair(registered, tiny_vocab_path):
+  vocab = vocabulary.get_vocabulary(tiny_vocab_path)
+  task = seqio.get_mixture_or_task("vmsst_multi30k")
+  ds = PairFeatureConverter()(task.get_dataset({"tokens_a": 64, "tokens_b": 64}, split="validation",
+                                               shuffle=False), {"tokens_a": 64, "tokens_b": 64})
+  first = next(ds.as_numpy_iterator())
+  assert vocab.decode(first["tokens_a"].tolist()) == "A group of men are loading cotton onto a truck"
+  assert vocab.decode(first["tokens_b"].tolist()) == "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"
+  assert first["lang_a"] == vocabulary.language_token_id(vocab, "eng")
+  assert first["lang_b"] == vocabulary.language_token_id(vocab, "deu")
+
+
+def test_sharded_validation_flow(registered):
+  (batch,) = trainer_batches("vmsst_ntrex128", split="validation", num=1,
+                             shard_info=seqio.ShardInfo(index=1, num_shards=2))
+  assert batch["tokens_a"].shape == (BATCH, 24)
+
+
+def test_register_tasks_is_gin_configurable(data_dir, tiny_vocab_path):
+  with gin.unlock_config():
+    gin.bind_parameter("register_tasks.data_dir", str(data_dir))
+    gin.bind_parameter("register_tasks.vocabulary_path", tiny_vocab_path)
+  try:
+    assert "vmsst_ntrex_multi30k" in registry.register_tasks()
+  finally:
+    gin.clear_config()
+
+
+# ------------------------------------------------------------------------ OPUS
+
+
+def write_opus(directory, tatoeba_sentence):
+  directory.mkdir()
+  (directory / "Europarl.de-en.de").write_text("".join(f"Haus {i}\n" for i in range(20)) + f"{tatoeba_sentence}\n")
+  (directory / "Europarl.de-en.en").write_text("".join(f"house {i}\n" for i in range(20)) + "x\n")
+  (directory / "Tatoeba.en-zh_cn.tsv").write_text("hello\t你好\nbroken line\nbye\t再见\n")
+
+
+def test_opus_tasks_and_paper_hook(data_dir, tiny_vocab_path, tmp_path, monkeypatch):
+  tatoeba = (data_dir / "tatoeba/v1/tatoeba.deu-eng.deu").read_text().splitlines()[0]
+  write_opus(tmp_path / "opus", tatoeba)
+  calls = []
+  fake = types.ModuleType("tasks.opus_paper")
+  fake.register_paper_mixture = lambda opus_dir, vocab: calls.append(opus_dir) or "fake_paper"
+  monkeypatch.setitem(sys.modules, "tasks.opus_paper", fake)
+  names = registry.register_tasks(str(data_dir), tiny_vocab_path, opus_dir=str(tmp_path / "opus"))
+  assert names[3:] == ["vmsst_opus.deu.eng", "vmsst_opus.eng.zho_CN", "vmsst_opus", "fake_paper"]
+  assert calls == [str(tmp_path / "opus")]
+  mixture = seqio.get_mixture_or_task("vmsst_opus")
+  assert [mixture.get_rate(t) for t in mixture.tasks] == [21.0, 3.0]  # Lines on disk.
+  vocab = vocabulary.get_vocabulary(tiny_vocab_path)
+  task = seqio.get_mixture_or_task("vmsst_opus.deu.eng")
+  texts = [vocab.decode(ex["tokens_a"].tolist())
+           for ex in task.get_dataset(None, shuffle=False).as_numpy_iterator()]
+  assert texts == [f"Haus {i}" for i in range(20)]  # The Tatoeba sentence is filtered out.
+  assert task.source.counts.skipped == {"tatoeba_overlap": 1} and task.source.counts.read == 21
+  (batch,) = trainer_batches("vmsst_opus", num=1)
+  assert batch["tokens_b"].shape == (BATCH, 24)
+
+
+def test_paper_hook_skipped_without_module(data_dir, tiny_vocab_path, tmp_path, monkeypatch):
+  write_opus(tmp_path / "opus", "x")
+  monkeypatch.setitem(sys.modules, "tasks.opus_paper", None)  # Import raises ModuleNotFoundError.
+  names = registry.register_tasks(str(data_dir), tiny_vocab_path, opus_dir=str(tmp_path / "opus"))
+  assert names[-1] == "vmsst_opus"
+
+
+def test_opus_misaligned_files_fail_at_registration(data_dir, tiny_vocab_path, tmp_path):
+  (tmp_path / "toy.de-en.de").write_text("a\nb\n")
+  (tmp_path / "toy.de-en.en").write_text("a\n")
+  with pytest.raises(ValueError, match=r"toy\.de-en\.de has 2 lines but .*toy\.de-en\.en has 1"):
+    registry.register_tasks(str(data_dir), tiny_vocab_path, opus_dir=str(tmp_path))
