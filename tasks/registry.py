@@ -8,7 +8,8 @@ Nothing registers on import; call `register_tasks(...)` (or bind it in gin) befo
   vmsst_opus.<a>.<b>    with opus_dir: one task per language pair found (train only;
                         '-' of codes written '_', e.g. vmsst_opus.eng.zho_CN)
   vmsst_opus            with opus_dir: mixture of those, rates = line counts
-  + whatever tasks/opus_paper.py's register_paper_mixture registers (see the hook).
+  vmsst_opus_paper      with opus_dir: the paper's mixture over the same files, from
+                        tasks/opus_paper.py (see the hook)
 
 Examples of every task, after preprocessing (tasks/preprocessors.py):
   tokens_a, tokens_b  int32 [<=L]  SentencePiece ids ending in EOS
@@ -192,11 +193,16 @@ def register_opus_tasks(opus_dir: str, vocab: seqio.Vocabulary,
   return names
 
 
-def _register_paper_mixture(opus_dir: str, vocab: seqio.Vocabulary) -> list[str]:
+def _register_paper_mixture(opus_dir: str, vocab: seqio.Vocabulary, exclude: AbstractSet[str],
+                            opus_tasks: Mapping[tuple[str, str], str]) -> list[str]:
   """HOOK: tasks/opus_paper.py (another module's) registers the paper's OPUS mixture.
 
-  Called as `opus_paper.register_paper_mixture(opus_dir, vocab)`, which returns
-  the mixture name (or a list of names). Skipped while that module does not exist.
+  Called as `opus_paper.register_paper_mixture(opus_dir, vocab, exclude=exclude,
+  reuse=opus_tasks)`: the same vocabulary and Tatoeba filter as every other
+  task, and the vmsst_opus.* tasks just registered over the same files, which
+  it mixes in where they hold exactly a paper pair rather than registering
+  those files a second time. It returns the mixture name (or a list of names).
+  Skipped while that module does not exist.
   """
   try:
     opus_paper = importlib.import_module("tasks.opus_paper")
@@ -205,7 +211,8 @@ def _register_paper_mixture(opus_dir: str, vocab: seqio.Vocabulary) -> list[str]
       raise
     logging.info("tasks/opus_paper.py not found: no OPUS paper mixture registered.")
     return []
-  registered = opus_paper.register_paper_mixture(opus_dir, vocab)
+  registered = opus_paper.register_paper_mixture(opus_dir, vocab, exclude=exclude,
+                                                 reuse=opus_tasks)
   return [registered] if isinstance(registered, str) else list(registered or [])
 
 
@@ -233,5 +240,6 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
   if opus_dir is not None:
     opus_tasks = register_opus_tasks(opus_dir, vocab, tatoeba_exclusion(data_dir))
     names += [*opus_tasks.values(), OPUS_MIXTURE]
-    names += _register_paper_mixture(opus_dir, vocab)
+    names += _register_paper_mixture(opus_dir, vocab, tatoeba_exclusion(data_dir),
+                                     opus_tasks)
   return names

@@ -6,14 +6,19 @@ import math
 import pathlib
 import sqlite3
 
+import numpy as np
 import pytest
 import seqio
 import sentencepiece as spm
+import tensorflow as tf
 
 from tasks import opus_download
 from tasks import opus_paper
+from tasks import registry
+from tasks import sources
 from vmsst import languages as vmsst_languages
 from vmsst import vocabulary as vocabulary_lib
+from vmsst.feature_converters import PairFeatureConverter
 
 
 def write_moses(directory: pathlib.Path, corpus: str, l1: str, l2: str, lines1, lines2) -> None:
@@ -192,7 +197,8 @@ def vocabulary(tmp_path_factory) -> seqio.SentencePieceVocabulary:
 
 def test_register_paper_mixture_end_to_end(opus_dir, vocabulary, caplog):
   with caplog.at_level(logging.WARNING):
-    name = opus_paper.register_paper_mixture(opus_dir, vocabulary, name="test_opus_paper_e2e")
+    name = opus_paper.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(),
+                                             name="test_opus_paper_e2e")
   assert name == "test_opus_paper_e2e"
   assert "88 of 92 languages missing" in caplog.text and "['UN', 'GlobalVoices', 'Tanzil']" in caplog.text
   mixture = seqio.get_mixture_or_task(name)
@@ -234,10 +240,11 @@ def test_register_drops_excluded_sentences(opus_dir, vocabulary):
 
 def test_register_again_replaces_the_tasks(opus_dir, vocabulary):
   name = "test_opus_paper_again"
-  opus_paper.register_paper_mixture(opus_dir, vocabulary, name=name)
+  opus_paper.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(), name=name)
   for path in opus_dir.glob("OpenSubtitles.es-fr.*"):
     path.unlink()
-  opus_paper.register_paper_mixture(opus_dir, vocabulary, name=name, temperature=2.0)
+  opus_paper.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(), name=name,
+                                    temperature=2.0)
   tasks = [t for t in seqio.TaskRegistry.names() if t.startswith(f"{name}.")]
   assert sorted(tasks) == [f"{name}.eng_deu", f"{name}.eng_zho_CN"]
   mixture = seqio.get_mixture_or_task(name)
@@ -246,7 +253,8 @@ def test_register_again_replaces_the_tasks(opus_dir, vocabulary):
 
 
 def test_register_with_language_counts(opus_dir, vocabulary):
-  name = opus_paper.register_paper_mixture(opus_dir, vocabulary, name="test_opus_paper_counts",
+  name = opus_paper.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(),
+                                           name="test_opus_paper_counts",
                                            language_counts={"de": 2, "zh": 1, "fr": 1})
   mixture = seqio.get_mixture_or_task(name)
   assert {t.name.split(".")[1]: mixture.get_rate(t) for t in mixture.tasks} == pytest.approx(
@@ -254,6 +262,79 @@ def test_register_with_language_counts(opus_dir, vocabulary):
 
 
 def test_register_only_selected_languages(opus_dir, vocabulary):
-  name = opus_paper.register_paper_mixture(opus_dir, vocabulary, name="test_opus_paper_de",
-                                           languages=["de"], pivots=["en"])
+  name = opus_paper.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(),
+                                           name="test_opus_paper_de", languages=["de"], pivots=["en"])
   assert [t.name for t in seqio.get_mixture_or_task(name).tasks] == ["test_opus_paper_de.eng_deu"]
+
+
+def test_exclude_is_required(opus_dir, vocabulary):
+  with pytest.raises(TypeError, match="exclude"):
+    opus_paper.register_paper_mixture(opus_dir, vocabulary)  # pylint: disable=missing-kwoa
+  with pytest.raises(TypeError, match="frozenset"):
+    opus_paper.register_paper_mixture(opus_dir, vocabulary, exclude=None)
+
+
+# ------------------------------------- through tasks.registry.register_tasks
+
+
+LENGTHS = {"tokens_a": 16, "tokens_b": 16}
+
+
+def paper_dataset(data_dir, vocab_path, opus) -> tuple[list[str], tf.data.Dataset]:
+  """register_tasks with `opus`, then the trainer's get_dataset of the paper mixture (1 epoch)."""
+  names = registry.register_tasks(str(data_dir), vocab_path, opus_dir=str(opus))
+  return names, seqio.get_dataset("vmsst_opus_paper", task_feature_lengths=LENGTHS,
+                                  feature_converter=PairFeatureConverter(pack=False),
+                                  dataset_split="train", shuffle=True, num_epochs=1, seed=0)
+
+
+def test_register_tasks_builds_the_paper_mixture_for_the_feature_converter(
+    data_dir, tiny_vocab_path, tmp_path):
+  opus = tmp_path / "opus"
+  write_moses(opus, "Europarl", "en", "de", [f"house {i}" for i in range(20)],
+              [f"Haus {i}" for i in range(20)])  # Pivot first: the registry's task is reused.
+  write_moses(opus, "Tatoeba", "fr", "en", [f"maison {i}" for i in range(12)],
+              [f"home {i}" for i in range(12)])  # OPUS order: a task of our own, flipped.
+  write_moses(opus, "WikiMatrix", "en", "it", ["a"], ["b"])  # Not paper data.
+  names, dataset = paper_dataset(data_dir, tiny_vocab_path, opus)
+  assert names[-1] == "vmsst_opus_paper" and "vmsst_opus.eng.ita" in names
+  mixture = seqio.get_mixture_or_task("vmsst_opus_paper")
+  assert {t.name: mixture.get_rate(t) for t in mixture.tasks} == pytest.approx(
+      {"vmsst_opus.eng.deu": 20 / 32, "vmsst_opus_paper.eng_fra": 12 / 32})
+  own, reused = (seqio.get_mixture_or_task(n) for n in ("vmsst_opus_paper.eng_fra",
+                                                         "vmsst_opus.eng.deu"))
+  assert isinstance(own.source, registry.StreamingPairSource) and own.source.pivot == "eng"
+  assert own.output_features == reused.output_features  # The registry's, same vocabulary.
+  assert own.output_features["tokens_a"].vocabulary is reused.output_features["tokens_a"].vocabulary
+  assert own.preprocessors == reused.preprocessors
+
+  vocab = vocabulary_lib.get_vocabulary(tiny_vocab_path)
+  ids = {code: vocabulary_lib.language_token_id(vocab, code) for code in ("eng", "deu", "fra")}
+  batch = next(dataset.batch(8, drop_remainder=True).as_numpy_iterator())
+  assert set(batch) == {"tokens_a", "tokens_b", "mask_a", "mask_b", "lang_a", "lang_b", "sem_side"}
+  for key, value in batch.items():
+    assert value.dtype == np.int32, key
+    assert value.shape == ((8, 16) if key.startswith(("tokens", "mask")) else (8,)), key
+  assert set(batch["lang_a"]) == {ids["eng"]}  # The pivot is side a, Tatoeba.fr-en included.
+  assert set(batch["lang_b"]) == {ids["deu"], ids["fra"]}
+  np.testing.assert_array_equal(batch["mask_a"], (batch["tokens_a"] != 0).astype(np.int32))
+
+
+@pytest.mark.parametrize("order", [("en", "de"), ("de", "en")], ids=["reused", "own_task"])
+def test_register_tasks_drops_tatoeba_test_sentences_from_the_paper_mixture(
+    data_dir, tiny_vocab_path, tmp_path, order):
+  tatoeba = sources.read_lines(data_dir / "tatoeba/v1/tatoeba.deu-eng.deu")[0]
+  english = [f"house {i}" for i in range(5)] + ["tatoeba partner"]
+  german = [f"Haus {i}" for i in range(5)] + [tatoeba]
+  write_moses(tmp_path / "opus", "Europarl", "en", "de", ["cat"], ["Katze"])
+  write_moses(tmp_path / "opus", "Tatoeba", *order,
+              *((english, german) if order[0] == "en" else (german, english)))
+  _, dataset = paper_dataset(data_dir, tiny_vocab_path, tmp_path / "opus")
+  vocab = vocabulary_lib.get_vocabulary(tiny_vocab_path)
+  decoded = {tuple(vocab.decode(ex[k][ex[k] != 0].tolist()) for k in ("tokens_a", "tokens_b"))
+             for ex in dataset.as_numpy_iterator()}
+  assert decoded == {("cat", "Katze")} | {(f"house {i}", f"Haus {i}") for i in range(5)}
+  (task,) = seqio.get_mixture_or_task("vmsst_opus_paper").tasks  # One pair, read to its end.
+  assert task.name == ("vmsst_opus.eng.deu" if order[0] == "en" else "vmsst_opus_paper.eng_deu")
+  counts = task.source.counts
+  assert (counts.read, counts.kept, counts.skipped) == (7, 6, {"tatoeba_overlap": 1})

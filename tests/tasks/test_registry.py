@@ -113,12 +113,22 @@ def test_opus_tasks_and_paper_hook(data_dir, tiny_vocab_path, tmp_path, monkeypa
   tatoeba = (data_dir / "tatoeba/v1/tatoeba.deu-eng.deu").read_text().splitlines()[0]
   write_opus(tmp_path / "opus", tatoeba)
   calls = []
+
+  def fake_register(opus_dir, vocab, *, exclude, reuse):
+    calls.append((opus_dir, vocab, exclude, reuse))
+    return "fake_paper"
+
   fake = types.ModuleType("tasks.opus_paper")
-  fake.register_paper_mixture = lambda opus_dir, vocab: calls.append(opus_dir) or "fake_paper"
+  fake.register_paper_mixture = fake_register
   monkeypatch.setitem(sys.modules, "tasks.opus_paper", fake)
   names = registry.register_tasks(str(data_dir), tiny_vocab_path, opus_dir=str(tmp_path / "opus"))
   assert names[3:] == ["vmsst_opus.deu.eng", "vmsst_opus.eng.zho_CN", "vmsst_opus", "fake_paper"]
-  assert calls == [str(tmp_path / "opus")]
+  ((opus_dir, vocab, exclude, reuse),) = calls
+  assert opus_dir == str(tmp_path / "opus")
+  assert exclude is registry.tatoeba_exclusion(str(data_dir)) and tatoeba in exclude
+  assert reuse == {("deu", "eng"): "vmsst_opus.deu.eng", ("eng", "zho-CN"): "vmsst_opus.eng.zho_CN"}
+  opus_task = seqio.get_mixture_or_task("vmsst_opus.deu.eng")
+  assert vocab is opus_task.output_features["tokens_a"].vocabulary  # One vocabulary object.
   mixture = seqio.get_mixture_or_task("vmsst_opus")
   assert [mixture.get_rate(t) for t in mixture.tasks] == [21.0, 3.0]  # Lines on disk.
   vocab = vocabulary.get_vocabulary(tiny_vocab_path)

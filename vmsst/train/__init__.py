@@ -190,8 +190,16 @@ def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
   gin.parse_config_files_and_bindings(gin_files, bindings, finalize_config=False)
 
 
+class _QuietLibraries:
+  """absl-handler filter: drops INFO chatter of orbax (a line per save)."""
+
+  def filter(self, record) -> bool:
+    return record.levelno > 20 or "/orbax/" not in record.pathname
+
+
 def main(argv: Sequence[str]) -> None:
   del argv
+  logging.get_absl_handler().addFilter(_QuietLibraries())
   parse_gin(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_path)
   result = train()
   if jax.process_index() == 0 and result["retrieval"]:
