@@ -35,15 +35,17 @@ def _clean_gin():
 
 def test_short_vmsst_run_learns_and_retrieves_far_above_chance(data_dir, tiny_vocab_path,
                                                                tmp_path):
-  _configure(data_dir, tiny_vocab_path, tmp_path / "vmsst", steps=120,
-             extra=["inverse_sqrt_schedule.peak_learning_rate = 3e-3"])
+  # Multi30k only (4 languages, short captions) so that 300 CPU steps suffice.
+  _configure(data_dir, tiny_vocab_path, tmp_path / "vmsst", steps=300,
+             extra=["train.mixture_name = 'vmsst_multi30k'"])
   result = vmsst.train.train()
   losses = [loss for _, loss in result["loss_history"]]
-  assert result["step"] == 120
-  assert np.mean(losses[-3:]) < 0.8 * losses[0], losses
-  retrieval = result["retrieval"]
-  assert retrieval["mean"] > 10 * retrieval["chance"], retrieval
-  assert (tmp_path / "vmsst" / "config.gin").read_text().count("VMSST") > 0
+  assert result["step"] == 300
+  assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
+  multi30k = [v for k, v in result["retrieval"].items() if k.startswith("multi30k")]
+  chance = 100 / 200
+  assert len(multi30k) == 3 and np.mean(multi30k) > 6 * chance, result["retrieval"]
+  assert "VMSST" in (tmp_path / "vmsst" / "config.gin").read_text()
 
 
 def test_resume_continues_from_the_saved_step_and_matches_an_uninterrupted_run(

@@ -41,6 +41,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("gin_file", [], "Gin files, applied in order.")
 flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also via --gin.X=Y).")
 flags.DEFINE_multi_string("gin_search_path", ["."], "Directories gin includes resolve from.")
+flags.DEFINE_bool("distributed", False,
+                  "Call jax.distributed.initialize() first (multi-host pods; run the same "
+                  "command on every host).")
 
 
 def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, seed: int,
@@ -200,6 +203,8 @@ class _QuietLibraries:
 def main(argv: Sequence[str]) -> None:
   del argv
   logging.get_absl_handler().addFilter(_QuietLibraries())
+  if FLAGS.distributed:
+    jax.distributed.initialize()
   parse_gin(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_path)
   result = train()
   if jax.process_index() == 0 and result["retrieval"]:
