@@ -8,7 +8,6 @@ import pytest
 
 import vmsst.train  # pylint: disable=unused-import (registers train and its configurables)
 from vmsst import models
-from vmsst.config import NetworkConfig
 from vmsst.objectives import MODELS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

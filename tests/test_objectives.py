@@ -1,7 +1,6 @@
 """Each objective's loss is the documented combination of its terms."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

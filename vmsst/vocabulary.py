@@ -21,7 +21,6 @@ from typing import Iterable, Iterator, Sequence
 
 from absl import app
 from absl import flags
-from absl import logging
 import seqio
 import sentencepiece as spm
 

@@ -14,7 +14,6 @@ configurables and flags a second time under `__main__`.
 
 import os
 import re
-import sys
 import time
 from typing import Any, Sequence
 
@@ -24,7 +23,6 @@ import numpy as np
 import optax
 import seqio
 import tqdm
-from absl import app
 from absl import flags
 from absl import logging
 from clu import metric_writers
