@@ -83,28 +83,16 @@ def like_params_shardings(abstract_tree: Any, abstract_params: Any,
   rows/columns, counters) is small and replicated.
   """
   params_def = jax.tree.structure(abstract_params)
-  param_leaves = jax.tree.leaves(abstract_params)
-  sharding_leaves = jax.tree.leaves(param_shardings,
-                                    is_leaf=lambda x: isinstance(x, NamedSharding))
+  pairs = list(zip(jax.tree.leaves(abstract_params),
+                   jax.tree.leaves(param_shardings,
+                                   is_leaf=lambda x: isinstance(x, NamedSharding))))
 
-  def assign(subtree):
-    if jax.tree.structure(subtree) == params_def:
-      return jax.tree.unflatten(params_def, [
-          s if leaf.shape == p.shape else replicated(mesh)
-          for leaf, p, s in zip(jax.tree.leaves(subtree), param_leaves, sharding_leaves)])
-    if isinstance(subtree, jax.ShapeDtypeStruct) or not jax.tree.leaves(subtree):
-      return jax.tree.map(lambda _: replicated(mesh), subtree)
-    children, treedef = _children(subtree)
-    return treedef(*[assign(c) for c in children]) if children is not None else \
-        jax.tree.map(lambda _: replicated(mesh), subtree)
+  def assign(node):
+    if jax.tree.structure(node) != params_def:  # a lone leaf of the state
+      return replicated(mesh)
+    return jax.tree.unflatten(params_def, [
+        sharding if leaf.shape == param.shape else replicated(mesh)
+        for leaf, (param, sharding) in zip(jax.tree.leaves(node), pairs)])
 
-  return assign(abstract_tree)
-
-
-def _children(node):
-  """Immediate children of a pytree node and a function rebuilding it."""
-  leaves_or_children = jax.tree_util.tree_flatten(node, is_leaf=lambda x: x is not node)
-  children, treedef = leaves_or_children
-  if len(children) == 1 and children[0] is node:
-    return None, None
-  return children, lambda *c: jax.tree_util.tree_unflatten(treedef, c)
+  return jax.tree.map(assign, abstract_tree,
+                      is_leaf=lambda node: jax.tree.structure(node) == params_def)
