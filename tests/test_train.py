@@ -61,3 +61,18 @@ def test_resume_continues_from_the_saved_step_and_matches_an_uninterrupted_run(
   straight = vmsst.train.train()
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                jax.device_get(resumed["params"]), jax.device_get(straight["params"]))
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tiny_vocab_path,
+                                                           tmp_path):
+  common = ["make_manager.save_interval_steps = 2", "train.evaluator = None",
+            "train.log_every = 100"]
+  _configure(data_dir, tiny_vocab_path, tmp_path / "nan", steps=4, extra=common)
+  vmsst.train.train()
+  _configure(data_dir, tiny_vocab_path, tmp_path / "nan", steps=8,
+             extra=common + ["inverse_sqrt_schedule.peak_learning_rate = 1e30"])
+  with pytest.raises(FloatingPointError, match="last good checkpoint"):
+    vmsst.train.train()
+  saved = sorted(int(p.name) for p in (tmp_path / "nan" / "checkpoints").iterdir()
+                 if p.name.isdigit())
+  assert saved == [2, 4]

@@ -74,10 +74,12 @@ def check_vocabulary(mixture_name: str, model: models.EmbeddingModel) -> None:
 
 
 def check_finite(step: int, metrics: dict[str, float], model_dir: str) -> None:
-  """Stops on a NaN/Inf loss, before the bad state can be checkpointed."""
-  if not np.isfinite(metrics["loss"]):
+  """Stops on a NaN/Inf loss or update, before the bad state can be checkpointed."""
+  bad = {k: metrics[k] for k in ("loss", "grad_norm", "update_norm")
+         if k in metrics and not np.isfinite(metrics[k])}
+  if bad:
     raise FloatingPointError(
-        f"loss is {metrics['loss']} at step {step}; the last good checkpoint is kept in "
+        f"{bad} at step {step}; the last good checkpoint is kept in "
         f"{model_dir}/checkpoints. Lower the learning rate or check the data, then resume.")
 
 
@@ -150,7 +152,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   started = time.time()
   for step in range(start_step + 1, train_steps + 1):
     state, step_metrics = trainer.step(state, next(batches), rng)
-    if step % log_every == 0 or step == train_steps:
+    saving = step == train_steps or manager.should_save(step)
+    if step % log_every == 0 or saving:  # a state is checked before it is saved
       metrics = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
       check_finite(step, metrics, model_dir)
       metrics["examples_per_second"] = batch_size * (step - start_step) / (time.time() - started)
@@ -158,7 +161,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
       history.append((step, metrics["loss"]))
       progress.set_postfix(loss=f"{metrics['loss']:.3f}")
     progress.update(1)
-    checkpointing.save(manager, step, state, force=step == train_steps)
+    if saving:
+      checkpointing.save(manager, step, state, force=True)
     if eval_every and step % eval_every == 0 and step != train_steps:
       evaluate(evaluator, trainer, state.params, step, writer)
   progress.close()
