@@ -9,6 +9,11 @@ import jax.numpy as jnp
 Array = jax.Array
 
 
+def l2_normalize(x: Array) -> Array:
+  """Rows scaled to unit length (zero rows stay zero): [..., d] -> [..., d]."""
+  return x / jnp.linalg.norm(x, axis=-1, keepdims=True).clip(1e-12)
+
+
 def gaussian_kl(mu: Array, logvar: Array) -> Array:
   """KL(N(μ, diag σ²) ‖ N(0, I)) per example: float [B, d] ×2 -> [B].
 
@@ -81,9 +86,7 @@ def symmetric_info_nce(a: Array, b: Array, temperature: float,
     (loss: mean of the a→b and b→a cross-entropies, float32 [];
      accuracy: fraction of argmax hits over both directions, float32 []).
   """
-  a = a / jnp.linalg.norm(a, axis=-1, keepdims=True).clip(1e-12)
-  b = b / jnp.linalg.norm(b, axis=-1, keepdims=True).clip(1e-12)
-  sim = (a @ b.T).astype(jnp.float32) / temperature
+  sim = (l2_normalize(a) @ l2_normalize(b).T).astype(jnp.float32) / temperature
   eye = jnp.eye(sim.shape[0], dtype=bool)
   sim_ab = _mask_duplicates(sim, duplicates_b, eye)
   sim_ba = _mask_duplicates(sim.T, duplicates_a, eye)

@@ -104,9 +104,7 @@ class EmbeddingModel:
     """Cosine similarity of each (a, b) pair, float32 [B]."""
     a = self.encode(params, batch["tokens_a"], batch["mask_a"])
     b = self.encode(params, batch["tokens_b"], batch["mask_b"])
-    a = a / jnp.linalg.norm(a, axis=-1, keepdims=True).clip(1e-12)
-    b = b / jnp.linalg.norm(b, axis=-1, keepdims=True).clip(1e-12)
-    return jnp.sum(a * b, axis=-1)
+    return jnp.sum(losses.l2_normalize(a) * losses.l2_normalize(b), axis=-1)
 
   def loss_fn(self, params, batch: Batch, dropout_rng: Array,
               step: Array | int = 0) -> tuple[Array, Metrics]:
@@ -133,6 +131,12 @@ def split_halves(x: Array) -> tuple[Array, Array]:
   return x[:half], x[half:]
 
 
+def pair_sum(x: Array) -> Array:
+  """[a; b] stacked values [2B] -> per-pair sums a + b [B]."""
+  first, second = split_halves(x)
+  return first + second
+
+
 def translation_latent(mu_a: Array, mu_b: Array, language_slot: int) -> Array:
   """Latents that decode [a; b] from the other side's meaning, [2B, language_slot + d].
 
@@ -148,10 +152,9 @@ def translation_latent(mu_a: Array, mu_b: Array, language_slot: int) -> Array:
 
 def translation_metrics(nll: Array, correct: Array, mask: Array) -> dict[str, Array]:
   """Metrics of the [a; b] translation NLLs [2B] (mask [2B, L])."""
-  nll_a, nll_b = split_halves(nll)
   tokens = jnp.sum(mask).clip(1)
   return {
-      "translation_nll": jnp.mean(nll_a + nll_b),
+      "translation_nll": jnp.mean(pair_sum(nll)),
       "translation_token_accuracy": jnp.sum(correct) / tokens,
       "translation_nll_per_token": jnp.sum(nll) / tokens,
   }

@@ -23,6 +23,6 @@ class BiTranslation(models.EmbeddingModel):
     mu_a, mu_b = models.split_halves(self.semantic(params, tokens, mask, encoder_rng)[0])
     latent = models.translation_latent(mu_a, mu_b, language_slot=0)
     nll, correct = models.decode_nll(self, params, tokens, mask, languages, latent, decoder_rng)
-    loss = jnp.mean(jnp.sum(jnp.stack(models.split_halves(nll)), axis=0))
+    loss = jnp.mean(models.pair_sum(nll))
     metrics = models.translation_metrics(nll, correct, mask)
     return loss, metrics | {"loss": loss}

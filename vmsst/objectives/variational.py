@@ -51,11 +51,11 @@ def elbo_latent(model: models.EmbeddingModel, params, batch: models.Batch,
 
 def reconstruction_metrics(nll: Array, correct: Array, mask: Array,
                            kls: dict[str, Array], kl_weight: Array) -> dict[str, Array]:
-  rec_a, rec_b = models.split_halves(nll)
+  reconstruction = models.pair_sum(nll)
   kl = sum(kls.values())
-  return {"reconstruction_nll": jnp.mean(rec_a + rec_b),
+  return {"reconstruction_nll": jnp.mean(reconstruction),
           "reconstruction_token_accuracy": jnp.sum(correct) / jnp.sum(mask).clip(1),
-          "kl_weight": kl_weight, "elbo": -jnp.mean(rec_a + rec_b + kl),
+          "kl_weight": kl_weight, "elbo": -jnp.mean(reconstruction + kl),
           **{k: jnp.mean(v) for k, v in kls.items()}}
 
 
@@ -92,8 +92,8 @@ class VMSST(models.EmbeddingModel):
                                      decoder_rng)
     (nll_t, nll_r), (correct_t, correct_r) = map(models.split_halves, (nll, correct))
     kl_weight = self.kl_scale * losses.linear_annealing(step, self.kl_anneal_steps)
-    neg_elbo = jnp.sum(jnp.stack(models.split_halves(nll_r)), 0) + kl_weight * sum(kls.values())
-    per_pair = jnp.sum(jnp.stack(models.split_halves(nll_t)), 0) + self.elbo_weight * neg_elbo
+    neg_elbo = models.pair_sum(nll_r) + kl_weight * sum(kls.values())
+    per_pair = models.pair_sum(nll_t) + self.elbo_weight * neg_elbo
     metrics = (models.translation_metrics(nll_t, correct_t, mask)
                | reconstruction_metrics(nll_r, correct_r, mask, kls, kl_weight))
     return per_pair, metrics, mu
