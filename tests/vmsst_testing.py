@@ -1,10 +1,14 @@
 """Small real models and batches shared by the model tests (no mocks)."""
 
+import pathlib
+
 import flax.linen as nn
+import gin
 import jax
 import numpy as np
 
 from vmsst import models
+from vmsst import vocabulary
 from vmsst.config import NetworkConfig
 
 TINY = NetworkConfig(vocab_size=300, emb_dim=32, num_heads=2, head_dim=16, mlp_dim=64,
@@ -34,3 +38,27 @@ def init_params(model: models.EmbeddingModel, batch_size: int = 4, length: int =
   variables = model.get_initial_variables(jax.random.key(seed),
                                           models.batch_shapes(batch_size, length))
   return nn.unbox(variables["params"])
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def small_run_bindings(data_dir, vocab_path, model_dir, steps: int, extra=()) -> list[str]:
+  """Gin bindings shrinking a gin/runs/*_cpu.gin run to seconds (real data and code)."""
+  vocab_size = vocabulary.get_vocabulary(str(vocab_path)).vocab_size
+  return [
+      f"DATA_DIR = '{data_dir}'", f"VOCAB_PATH = '{vocab_path}'", f"VOCAB_SIZE = {vocab_size}",
+      f"MODEL_DIR = '{model_dir}'", f"TRAIN_STEPS = {steps}", "BATCH_SIZE = 32",
+      "NetworkConfig.emb_dim = 64", "NetworkConfig.mlp_dim = 128", "NetworkConfig.head_dim = 16",
+      "retrieval_sets.max_pairs = 200", "train.log_every = 5",
+      "RetrievalEvaluator.batch_size = 64", *extra]
+
+
+def configure_small_run(data_dir, vocab_path, model_dir, steps: int, objective="vmsst",
+                        extra=()) -> None:
+  """Parses gin/runs/<objective>_cpu.gin with `small_run_bindings`."""
+  gin.clear_config()
+  gin.add_config_file_search_path(str(ROOT))
+  gin.parse_config_files_and_bindings(
+      [str(ROOT / f"gin/runs/{objective}_cpu.gin")],
+      small_run_bindings(data_dir, vocab_path, model_dir, steps, extra), finalize_config=False)

@@ -22,12 +22,14 @@ import jax
 import numpy as np
 import optax
 import seqio
+import tensorflow as tf
 import tqdm
 from absl import flags
 from absl import logging
 from clu import metric_writers
 
 from vmsst import checkpointing
+from vmsst import inference
 from vmsst import models
 from vmsst import partitioning
 from vmsst import trainer as trainer_lib
@@ -63,14 +65,16 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
   return dataset.skip(start_step).prefetch(2).as_numpy_iterator()
 
 
-def check_vocabulary(mixture_name: str, model: models.EmbeddingModel) -> None:
-  """The network's vocabulary size must be the SentencePiece model's."""
+def check_vocabulary(mixture_name: str,
+                     model: models.EmbeddingModel) -> seqio.SentencePieceVocabulary:
+  """The mixture's vocabulary, whose size must be the network's."""
   vocab = seqio.get_mixture_or_task(mixture_name).output_features["tokens_a"].vocabulary
   if vocab.vocab_size != model.network_config.vocab_size:
     raise ValueError(
         f"the vocabulary of {mixture_name} has {vocab.vocab_size} pieces but "
         f"NetworkConfig.vocab_size is {model.network_config.vocab_size}; set VOCAB_SIZE in "
         "the gin run file to the SentencePiece model's size (or retrain the vocabulary).")
+  return vocab
 
 
 def check_finite(step: int, metrics: dict[str, float], model_dir: str) -> None:
@@ -138,7 +142,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   # Stage 3: data, positioned at the restored step.
   if register_tasks is not None:
     register_tasks()
-  check_vocabulary(mixture_name, model)
+  _copy_vocabulary(model_dir, check_vocabulary(mixture_name, model))
   batches = train_iterator(mixture_name, batch_size=batch_size,
                            sequence_length=sequence_length, seed=seed, start_step=start_step)
 
@@ -171,6 +175,13 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   writer.flush()
   return {"start_step": start_step, "step": int(state.step), "final_metrics": metrics,
           "loss_history": history, "retrieval": retrieval, "params": state.params}
+
+
+def _copy_vocabulary(model_dir: str, vocab: seqio.SentencePieceVocabulary) -> None:
+  """MODEL_DIR/spm.model: the directory alone restores, evaluates and exports."""
+  if jax.process_index() == 0:
+    tf.io.gfile.copy(vocab.sentencepiece_model_file,
+                     os.path.join(model_dir, inference.VOCABULARY_FILE), overwrite=True)
 
 
 def _write_operative_config(model_dir: str) -> None:

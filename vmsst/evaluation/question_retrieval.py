@@ -1,0 +1,406 @@
+"""Question retrieval R@1: find a query's paraphrase in a large knowledge base.
+
+The VMSST paper's NQ/MKQA-over-PAQ protocol: queries in many languages each
+retrieve their nearest entry, by cosine, from one large English KB of
+questions; R@1 is the fraction whose nearest entry is a gold entry (×100).
+Ties go to the lower KB index (the order of kb.tsv), so a non-gold entry
+that ties with the gold one and comes first counts as a miss. The search is
+exact and bounded in memory: `neighbors.knn` walks the KB in blocks.
+
+File format, one folder per set (UTF-8, TAB-separated, no header):
+  <folder>/<set>/queries.tsv   query_id<TAB>language<TAB>text
+  <folder>/<set>/kb.tsv        kb_id<TAB>text
+  <folder>/<set>/gold.tsv      query_id<TAB>kb_id  (one line per gold entry;
+                               a query may have several, it must have one)
+Ids are unique within their file. Blank lines (and repeated gold lines) are
+skipped and counted; any other malformed line is an error naming the line.
+
+Results: per set, R@1 per query language, their mean over languages (each
+language weighs the same, as the paper averages languages), R@1 over all
+queries, and `_mean` over sets.
+
+Builder (no NQ, MKQA or PAQ here): `build_question_retrieval` writes, from
+the shared data,
+  * stsb_multi_mt: queries are the sentence1 of STSb test rows scored >= 4.0
+    (near-paraphrases, like a question and its PAQ paraphrase) in each
+    non-English language of stsb-multi-mt; the gold is the English sentence2
+    of that row, hidden among every distinct English sentence of all splits.
+    The query's own English source (the English sentence1 of its row) is
+    withheld from the KB: otherwise the task would be translation retrieval,
+    and the exact translation would beat the paraphrase. When that source is
+    also another query's gold it stays, and is then gold for both (it is a
+    >= 4.0 paraphrase of the row's sentence2 too).
+  * sts16_questions (English only): STS16 question-question pairs scored
+    >= 4.0 (StackExchange titles); query = question 1, gold = question 2,
+    KB = every question of the file, with the same withholding rule.
+KB texts are deduplicated (one id per distinct whitespace-normalized text), so
+a gold text has one id. A query text occurring in several rows of one
+language is one query whose gold is the union of the rows' golds.
+
+  python -m vmsst.evaluation.question_retrieval --data_dir=/work/shared/data --output=DIR
+"""
+
+import collections
+import csv
+import gzip
+import json
+import pathlib
+from typing import Iterable, Mapping, NamedTuple, Sequence
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from vmsst.evaluation import encoders
+from vmsst.evaluation import neighbors
+
+FOLDER = "question_retrieval"
+QUERIES, KB, GOLD = "queries.tsv", "kb.tsv", "gold.tsv"
+STSB_QUERY_LANGUAGES = ("de", "es", "fr", "it", "ja", "nl", "pl", "pt", "ru", "zh")
+STSB_SPLITS = ("train", "dev", "test")
+MIN_SCORE = 4.0
+STS16_QUESTIONS = "sts12-16/raw/STS16/STS.{}.question-question.txt"
+
+
+class RetrievalSet(NamedTuple):
+  """One set read from disk; gold[i] holds KB row indices of query i."""
+  query_ids: list[str]
+  languages: list[str]
+  queries: list[str]
+  kb: list[str]
+  gold: list[set[int]]
+  skipped: dict
+
+
+# ---------------------------------------------------------------- the metric
+
+
+def nearest_is_gold(queries: np.ndarray, kb: np.ndarray, gold: Sequence[set[int]], *,
+                    query_block: int = 2048, key_block: int = 8192) -> np.ndarray:
+  """bool [nq]: whether the cosine-nearest KB row of each query is gold.
+
+  Args:
+    queries: float [nq, d] query embeddings.
+    kb: float [nk, d] KB embeddings.
+    gold: nq sets of KB row indices.
+    query_block, key_block: block sizes of the bounded-memory search.
+  """
+  _, indices = neighbors.knn(queries, kb, 1, query_block=query_block, key_block=key_block)
+  return np.array([int(i) in g for i, g in zip(indices[:, 0], gold)], bool)
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _read_tsv(path: pathlib.Path, columns: int, names: str) -> tuple[list[tuple], int]:
+  """([(1-based line, field, ...)] of `columns` non-empty fields, blank lines skipped)."""
+  if not path.is_file():
+    raise ValueError(f"{path}: missing; a question-retrieval set needs {QUERIES}, {KB} and "
+                     f"{GOLD} (see vmsst/evaluation/question_retrieval.py).")
+  rows, blank = [], 0
+  with open(path, encoding="utf-8", newline="\n") as f:
+    for number, line in enumerate(f, 1):
+      line = line.rstrip("\r\n")
+      if not line.strip():
+        blank += 1
+        continue
+      fields = [x.strip() for x in line.split("\t")]
+      if len(fields) != columns or not all(fields):
+        raise ValueError(f"{path}:{number}: expected {columns} non-empty TAB-separated fields "
+                         f"({names}), got {len(fields)}: {line[:80]!r}; fix or delete the line.")
+      rows.append((number, *fields))
+  return rows, blank
+
+
+def _index(path: pathlib.Path, rows: Sequence[tuple]) -> dict[str, int]:
+  """{id: row index}; a repeated id is an error."""
+  index = {}
+  for i, (number, key, *_) in enumerate(rows):
+    if index.setdefault(key, i) != i:
+      raise ValueError(f"{path}:{number}: id {key!r} repeats line {rows[index[key]][0]}; "
+                       f"ids must be unique.")
+  return index
+
+
+def read_set(folder: str | pathlib.Path) -> RetrievalSet:
+  """Reads and checks one set folder (see the module doc for the format)."""
+  folder = pathlib.Path(folder)
+  query_rows, query_blank = _read_tsv(folder / QUERIES, 3, "query_id, language, text")
+  kb_rows, kb_blank = _read_tsv(folder / KB, 2, "kb_id, text")
+  gold_rows, gold_blank = _read_tsv(folder / GOLD, 2, "query_id, kb_id")
+  if not query_rows or not kb_rows:
+    raise ValueError(f"{folder}: {QUERIES} and {KB} need at least one line each.")
+  query_index, kb_index = _index(folder / QUERIES, query_rows), _index(folder / KB, kb_rows)
+  gold, repeated = [set() for _ in query_rows], 0
+  for number, query_id, kb_id in gold_rows:
+    for key, index, name in ((query_id, query_index, QUERIES), (kb_id, kb_index, KB)):
+      if key not in index:
+        raise ValueError(f"{folder / GOLD}:{number}: {key!r} is not an id of {name}; fix the "
+                         f"id or delete the line.")
+    repeated += kb_index[kb_id] in gold[query_index[query_id]]
+    gold[query_index[query_id]].add(kb_index[kb_id])
+  for (number, query_id, *_), entries in zip(query_rows, gold):
+    if not entries:
+      raise ValueError(f"{folder / QUERIES}:{number}: query {query_id!r} has no line in "
+                       f"{GOLD}; add its gold KB id or delete the query.")
+  return RetrievalSet([r[1] for r in query_rows], [r[2] for r in query_rows],
+                      [r[3] for r in query_rows], [r[2] for r in kb_rows], gold,
+                      {"blank_lines": query_blank + kb_blank + gold_blank,
+                       "repeated_gold_lines": repeated})
+
+
+def find_sets(folder: str | pathlib.Path) -> dict[str, pathlib.Path]:
+  """{set name: set folder} under `folder` (or `folder/question_retrieval`)."""
+  folder = pathlib.Path(folder)
+  if not any(folder.glob(f"*/{QUERIES}")) and (folder / FOLDER).is_dir():
+    folder = folder / FOLDER
+  sets = {p.parent.name: p.parent for p in sorted(folder.glob(f"*/{QUERIES}"))}
+  if not sets:
+    raise ValueError(f"{folder}: no <set>/{QUERIES}; build a set with `python -m "
+                     f"vmsst.evaluation.question_retrieval --data_dir=... --output=DIR`.")
+  return sets
+
+
+# ---------------------------------------------------------------- benchmark
+
+
+def evaluate_set(encoder: encoders.UniqueSentences, data: RetrievalSet, *,
+                 languages: Sequence[str] | None = None, desc: str = "questions",
+                 **blocks) -> dict:
+  """R@1 ×100 of one set, per query language, over `languages` (default all)."""
+  chosen = [i for i, lang in enumerate(data.languages) if not languages or lang in languages]
+  if not chosen:
+    raise ValueError(f"{desc}: no queries in languages {list(languages)}; the set has "
+                     f"{sorted(set(data.languages))}.")
+  kb = encoder.encode(data.kb, desc=f"{desc} KB")
+  queries = encoder.encode([data.queries[i] for i in chosen], desc=f"{desc} queries")
+  hits = nearest_is_gold(queries, kb, [data.gold[i] for i in chosen], **blocks)
+  by_language = collections.defaultdict(list)
+  for i, hit in zip(chosen, hits):
+    by_language[data.languages[i]].append(hit)
+  per_language = {lang: {"r@1": 100.0 * float(np.mean(h)), "queries": len(h)}
+                  for lang, h in sorted(by_language.items())}
+  return {"r@1": float(np.mean([r["r@1"] for r in per_language.values()])),
+          "r@1_all_queries": 100.0 * float(np.mean(hits)), "queries": len(chosen),
+          "kb": len(data.kb), "languages": per_language, "skipped": data.skipped}
+
+
+def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
+             sets: Sequence[str] | None = None, languages: Sequence[str] | None = None,
+             query_block: int = 2048, key_block: int = 8192) -> dict:
+  """Question-retrieval R@1 ×100 of every set under `folder`.
+
+  Args:
+    encoder: embeds sentences (float32 [n, d]).
+    folder: the `question_retrieval/` folder (or a data root holding it).
+    sets: set names to evaluate; default every set.
+    languages: query languages to keep; default all (the KB is always whole).
+    query_block, key_block: memory bounds of the nearest-neighbour search.
+
+  Returns:
+    {set: {"r@1": mean over query languages, "r@1_all_queries", "queries",
+     "kb", "languages": {lang: {"r@1", "queries"}}, "skipped": {"blank_lines",
+     "repeated_gold_lines"}}, ..., "_mean": mean "r@1" over sets}.
+  """
+  found = find_sets(folder)
+  unknown = sorted(set(sets or ()) - set(found))
+  if unknown:
+    raise ValueError(f"no question-retrieval sets {unknown} under {folder}; found "
+                     f"{sorted(found)}.")
+  results = {name: evaluate_set(encoder, read_set(found[name]), languages=languages,
+                                desc=f"questions {name}", query_block=query_block,
+                                key_block=key_block)
+             for name in (sets or found)}
+  results["_mean"] = float(np.mean([r["r@1"] for r in results.values()]))
+  return results
+
+
+def table(results: Mapping) -> str:
+  """Markdown: one row per set and query language, a row per set, then the mean."""
+  lines = ["| set | query language | R@1 | queries | KB |", "|---|---|---:|---:|---:|"]
+  for name, r in results.items():
+    if name.startswith("_"):
+      continue
+    for lang, x in r["languages"].items():
+      lines.append(f"| {name} | {lang} | {x['r@1']:.1f} | {x['queries']} | {r['kb']} |")
+    lines.append(f"| **{name}** | mean of languages | **{r['r@1']:.1f}** | {r['queries']} | "
+                 f"{r['kb']} |")
+  lines.append(f"| **mean of sets** | | **{results['_mean']:.1f}** | | |")
+  return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- builder
+
+
+class Candidate(NamedTuple):
+  """A query before deduplication: its target KB text first, then other acceptable ones."""
+  language: str
+  text: str
+  gold_texts: tuple[str, ...]
+
+
+def _clean(text: str) -> str:
+  return " ".join(text.split())  # Also removes TABs and newlines, which the format forbids.
+
+
+def assemble(candidates: Sequence[Candidate], kb_texts: Iterable[str],
+             withheld: Iterable[str]) -> tuple[dict[tuple[str, str], set[int]], list[str]]:
+  """Deduplicated queries with gold KB indices, and the KB.
+
+  Args:
+    candidates: queries; `gold_texts[0]` must be in `kb_texts`, the other
+      gold texts count only if they end up in the KB.
+    kb_texts: English texts in a fixed order (duplicates allowed).
+    withheld: texts kept out of the KB unless some candidate's target.
+
+  Returns:
+    ({(language, query text): {KB indices}} in first-occurrence order,
+     distinct KB texts in first-occurrence order).
+  """
+  targets = {c.gold_texts[0] for c in candidates}
+  blocked = set(withheld) - targets
+  kb = list(dict.fromkeys(t for t in kb_texts if t not in blocked))
+  position = {text: i for i, text in enumerate(kb)}
+  missing = targets - set(position)
+  if missing:
+    raise ValueError(f"{len(missing)} gold texts are not among the KB texts, e.g. "
+                     f"{next(iter(missing))!r}; build the KB from the rows the queries use.")
+  queries = {}
+  for c in candidates:
+    queries.setdefault((c.language, c.text), set()).update(
+        position[g] for g in c.gold_texts if g in position)
+  return queries, kb
+
+
+def _read_multi_mt(data_dir: pathlib.Path, lang: str, split: str) -> list[tuple[str, str, float]]:
+  path = data_dir / "stsb-multi-mt" / f"stsb-{lang}-{split}.csv.gz"
+  with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f))
+  for number, row in enumerate(rows, 1):
+    if len(row) != 3 or not row[0].strip() or not row[1].strip():
+      raise ValueError(f"{path}:{number}: expected 3 CSV fields (s1, s2, score), non-empty.")
+  return [(_clean(s1), _clean(s2), float(score)) for s1, s2, score in rows]
+
+
+def stsb_candidates(data_dir: pathlib.Path, languages: Sequence[str], min_score: float,
+                    kb_splits: Sequence[str]) -> tuple[list[Candidate], list[str], list[str]]:
+  """(candidates, KB texts, withheld texts) of the stsb_multi_mt set (module doc)."""
+  english = {split: _read_multi_mt(data_dir, "en", split) for split in STSB_SPLITS}
+  rows = [i for i, (_, _, score) in enumerate(english["test"]) if score >= min_score]
+  candidates = []
+  for lang in languages:
+    translated = _read_multi_mt(data_dir, lang, "test")
+    if len(translated) != len(english["test"]):
+      raise ValueError(f"stsb-multi-mt/stsb-{lang}-test.csv.gz has {len(translated)} rows, "
+                       f"English {len(english['test'])}; the files must be row-aligned.")
+    candidates += [Candidate(lang, translated[i][0], (english["test"][i][1],
+                                                      english["test"][i][0])) for i in rows]
+  kb_texts = [t for split in kb_splits for s1, s2, _ in english[split] for t in (s1, s2)]
+  kb_texts += [english["test"][i][1] for i in rows]  # Targets, even if "test" is not a KB split.
+  return candidates, kb_texts, [english["test"][i][0] for i in rows]
+
+
+def sts16_candidates(data_dir: pathlib.Path,
+                     min_score: float) -> tuple[list[Candidate], list[str], list[str]]:
+  """(candidates, KB texts, withheld texts) of the sts16_questions set (module doc)."""
+  inputs = data_dir / STS16_QUESTIONS.format("input")
+  pairs = [_clean_pair(inputs, n, line) for n, line in
+           enumerate(inputs.read_text(encoding="utf-8").splitlines(), 1)]
+  scores = (data_dir / STS16_QUESTIONS.format("gs")).read_text(encoding="utf-8").splitlines()
+  if len(scores) != len(pairs):
+    raise ValueError(f"{inputs}: {len(pairs)} lines but its gold file has {len(scores)}.")
+  chosen = [p for p, s in zip(pairs, scores) if s.strip() and float(s) >= min_score]
+  candidates = [Candidate("en", q1, (q2, q1)) for q1, q2 in chosen]
+  return candidates, [q for pair in pairs for q in pair], [q1 for q1, _ in chosen]
+
+
+def _clean_pair(path: pathlib.Path, number: int, line: str) -> tuple[str, str]:
+  fields = line.split("\t")  # question1, question2, then two source notes (not input).
+  if len(fields) < 2 or not fields[0].strip() or not fields[1].strip():
+    raise ValueError(f"{path}:{number}: expected question1<TAB>question2<TAB>...")
+  return _clean(fields[0]), _clean(fields[1])
+
+
+def write_set(folder: pathlib.Path, queries: Mapping[tuple[str, str], set[int]],
+              kb: Sequence[str]) -> dict:
+  """Writes queries.tsv, kb.tsv and gold.tsv; returns their sizes."""
+  folder.mkdir(parents=True, exist_ok=True)
+  width = len(str(max(len(kb), len(queries))))
+  query_ids = [f"q{i:0{width}d}" for i in range(len(queries))]
+  (folder / QUERIES).write_text("".join(
+      f"{qid}\t{lang}\t{text}\n" for qid, (lang, text) in zip(query_ids, queries)), "utf-8")
+  (folder / KB).write_text("".join(f"kb{i:0{width}d}\t{t}\n" for i, t in enumerate(kb)), "utf-8")
+  (folder / GOLD).write_text("".join(
+      f"{qid}\tkb{g:0{width}d}\n" for qid, golds in zip(query_ids, queries.values())
+      for g in sorted(golds)), "utf-8")
+  return {"queries": len(queries), "kb": len(kb),
+          "gold_lines": sum(len(g) for g in queries.values()),
+          "languages": dict(sorted(collections.Counter(l for l, _ in queries).items()))}
+
+
+def build_question_retrieval(data_dir: str | pathlib.Path, output: str | pathlib.Path, *,
+                             languages: Sequence[str] = STSB_QUERY_LANGUAGES,
+                             min_score: float = MIN_SCORE,
+                             kb_splits: Sequence[str] = STSB_SPLITS,
+                             sts16: bool = True) -> dict:
+  """Writes `output/question_retrieval/{stsb_multi_mt,sts16_questions}/` (module doc).
+
+  Deterministic: every order is the order of the source files.
+
+  Args:
+    data_dir: the shared data root (stsb-multi-mt/, sts12-16/).
+    output: where to create `question_retrieval/`.
+    languages: stsb-multi-mt query languages (not "en": the KB is English).
+    min_score: lowest STS score (0–5) of a query–gold pair.
+    kb_splits: stsb-multi-mt splits whose English sentences fill the KB.
+    sts16: also write the English STS16 question-question set.
+
+  Returns:
+    {"folder", "sets": {name: {"queries", "kb", "gold_lines", "languages",
+     "merged_queries": candidates folded into an earlier identical query}}}.
+  """
+  data_dir, folder = pathlib.Path(data_dir), pathlib.Path(output) / FOLDER
+  bad = sorted(set(languages) - set(STSB_QUERY_LANGUAGES)) + sorted(
+      set(kb_splits) - set(STSB_SPLITS))
+  if bad:
+    raise ValueError(f"unknown languages or splits {bad}; languages come from "
+                     f"{STSB_QUERY_LANGUAGES}, splits from {STSB_SPLITS}.")
+  builders = {"stsb_multi_mt": lambda: stsb_candidates(data_dir, languages, min_score, kb_splits)}
+  if sts16:
+    builders["sts16_questions"] = lambda: sts16_candidates(data_dir, min_score)
+  summary = {}
+  for name, build in builders.items():
+    candidates, kb_texts, withheld = build()
+    queries, kb = assemble(candidates, kb_texts, withheld)
+    summary[name] = {**write_set(folder / name, queries, kb),
+                     "merged_queries": len(candidates) - len(queries)}
+  return {"folder": str(folder), "sets": summary}
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _define_flags() -> None:
+  """Defined only when run as a command, so importing this module adds no flags."""
+  flags.DEFINE_string("data_dir", None, "Shared data root (stsb-multi-mt/, sts12-16/).",
+                      required=True)
+  flags.DEFINE_string("output", None, "Directory to write question_retrieval/ into.",
+                      required=True)
+  flags.DEFINE_list("languages", list(STSB_QUERY_LANGUAGES), "stsb-multi-mt query languages.")
+  flags.DEFINE_float("min_score", MIN_SCORE, "Lowest STS score of a query-gold pair.")
+  flags.DEFINE_list("kb_splits", list(STSB_SPLITS), "stsb-multi-mt splits filling the KB.")
+  flags.DEFINE_bool("sts16", True, "Also write the English STS16 question-question set.")
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  config = flags.FLAGS
+  print(json.dumps(build_question_retrieval(
+      config.data_dir, config.output, languages=config.languages, min_score=config.min_score,
+      kb_splits=config.kb_splits, sts16=config.sts16), indent=2))
+
+
+if __name__ == "__main__":
+  _define_flags()
+  app.run(main)

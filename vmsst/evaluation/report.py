@@ -1,0 +1,78 @@
+"""results.json -> report.md and plots, for one encoder or a comparison.
+
+The Score table follows the layout of the VMSST paper's Table 1 (Score, then
+the task families); each suite then contributes its own table.
+"""
+
+import pathlib
+from typing import Mapping
+
+from vmsst.evaluation import score as score_lib
+from vmsst.evaluation import suites as suites_lib
+
+_COLUMN_TITLES = {
+    "english_sts": "Eng. STS", "xl_sts": "XL STS", "tatoeba": "Tatoeba", "bucc": "BUCC",
+    "question_retrieval": "Q. retrieval",
+}
+
+
+def _cell(value: float | None) -> str:
+  return "–" if value is None else f"{value:.1f}"
+
+
+def score_table(rows: Mapping[str, dict]) -> str:
+  """Markdown Table 1: one row per encoder (name -> results.json dict)."""
+  header = "| model | Score | " + " | ".join(_COLUMN_TITLES.values()) + " |"
+  lines = [header, "|---|" + "---:|" * (1 + len(_COLUMN_TITLES))]
+  notes = set()
+  for name, results in rows.items():
+    summary = score_lib.paper_score(results)
+    notes.update(summary["notes"])
+    cells = [_cell(summary["components"][k]) for k in _COLUMN_TITLES]
+    lines.append(f"| {name} | **{_cell(summary['score'])}** | " + " | ".join(cells) + " |")
+  text = "\n".join(lines)
+  absent = {k for r in rows.values() for k in score_lib.paper_score(r)["absent"]}
+  if absent:
+    text += ("\n\nAbsent from the Score (no data evaluated): "
+             + ", ".join(_COLUMN_TITLES[k] for k in score_lib.COMPONENTS if k in absent) + ".")
+  if notes:
+    text += "\n\n" + "\n".join(f"Note: {n}." for n in sorted(notes))
+  return text
+
+
+def score_plot(rows: Mapping[str, dict], path: pathlib.Path) -> None:
+  """Grouped bars: each encoder's Score and components (PNG)."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  labels = ["Score"] + list(_COLUMN_TITLES.values())
+  width = 0.8 / max(1, len(rows))
+  fig, ax = plt.subplots(figsize=(1.3 * len(labels) + 1, 3.4))
+  for i, (name, results) in enumerate(rows.items()):
+    summary = score_lib.paper_score(results)
+    values = [summary["score"]] + [summary["components"][k] for k in _COLUMN_TITLES]
+    ax.bar(np.arange(len(labels)) + i * width, [v or 0.0 for v in values], width, label=name)
+  ax.set_xticks(np.arange(len(labels)) + width * (len(rows) - 1) / 2, labels)
+  ax.set_ylabel("×100")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def render(results: dict, plots: Mapping[str, str]) -> str:
+  """report.md for one encoder: Score, then one section per suite run."""
+  meta = results["_meta"]
+  sections = [f"# Evaluation of `{meta['encoder']}`", "",
+              f"Data: {', '.join(meta['data_dirs'])}. Suites run: {', '.join(meta['suites'])}."]
+  if meta.get("skipped"):
+    sections.append("Skipped (no data): " + "; ".join(
+        f"{name} ({why})" for name, why in meta["skipped"].items()) + ".")
+  sections += ["", "## Score (Table 1 layout)", "", score_table({meta["encoder"]: results})]
+  for name in meta["suites"]:
+    suite = suites_lib.SUITES[name]
+    sections += ["", f"## {suite.title}", "", suite.table(results[name])]
+    if name in plots:
+      sections += ["", f"![{name}]({plots[name]})"]
+  return "\n".join(sections) + "\n"

@@ -1,0 +1,481 @@
+"""Semantic textual similarity: SemEval STS12–17, STS Benchmark and STSb Multi MT.
+
+Every task scores a pair by the cosine of its two sentence embeddings and
+reports Pearson and Spearman correlation with the gold score, ×100.
+
+Tasks (`evaluate(encoder, folder, task=...)` picks one from `TASKS`):
+  * "english_sts": SemEval STS 2012–2016, folder `<data>/sts12-16/raw`.
+  * "stsb": the STS Benchmark dev and test splits, folder `<data>/stsb`.
+  * "stsb_multi_mt": STSb machine-translated into 10 languages, scored on
+    every same-language and cross-language pairing, folder
+    `<data>/stsb-multi-mt`.
+  * "sts17": SemEval 2017 cross-lingual STS, a folder of
+    `STS.input.track<N>.<l1>-<l2>.txt` / `STS.gs.track<N>.<l1>-<l2>.txt`.
+
+Results are plain JSON (NaN appears only if an encoder gives every pair the
+same cosine). Each has "kind" (the task), "encoder" and "folder"; one pair
+set's entry is {"pearson", "spearman", "n"} (+ "unscored" for SemEval files,
++ "lang1", "lang2" for cross-lingual sets); see each evaluate_* docstring.
+`table(results)` renders any of them as markdown.
+
+Raw scores stay out of the JSON: `stsb_scores` returns the (cosine, gold)
+arrays of an STSb split and `scatter` plots them. Because `UniqueSentences`
+caches embeddings, calling it after `evaluate_stsb` encodes nothing again.
+"""
+
+import csv
+import dataclasses
+import gzip
+import pathlib
+import re
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+from vmsst.evaluation import encoders
+from vmsst.evaluation import similarity
+
+ENGLISH_STS_YEARS = ("STS12", "STS13", "STS14", "STS15", "STS16")
+# Said next to the STS13 numbers, since they are not comparable to papers that had SMT.
+YEAR_NOTES = {"STS13": "2013 SMT is absent: it is not distributed (licence)."}
+STSB_MULTI_MT_LANGUAGES = ("de", "en", "es", "fr", "it", "ja", "nl", "pl", "pt", "ru", "zh")
+# SemEval 2017 names a track file track<N>[a-z].<l1>-<l2>; column 1 is in l1.
+_STS17_NAME = re.compile(r"^track\d+[a-z]?\.([a-z]{2,3})-([a-z]{2,3})$")
+_AVERAGE_NAMES = ("en", "XL(s.)", "XL(d.)", "XL")
+Path = str | pathlib.Path
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoredPairs:
+  """Sentence pairs with gold similarity: what every reader here returns.
+
+  Attributes:
+    sentences1: n first sentences.
+    sentences2: n second sentences; sentences2[i] is paired with sentences1[i].
+    gold: float64 [n] gold similarity (0–5 in every set here).
+    unscored: pairs the source lists without a gold score; they are dropped.
+  """
+
+  sentences1: list[str]
+  sentences2: list[str]
+  gold: np.ndarray
+  unscored: int = 0
+
+
+# ---------------------------------------------------------------- readers
+
+
+def _lines(path: pathlib.Path) -> list[str]:
+  """A UTF-8 file's lines; split on "\\n" only, since sentences may hold other breaks."""
+  lines = path.read_text(encoding="utf-8").split("\n")
+  return lines[:-1] if lines and not lines[-1] else lines
+
+
+def read_semeval_files(input_path: Path, gold_path: Path) -> ScoredPairs:
+  """One SemEval STS set: line i of the input pairs with line i of the gold.
+
+  Input lines are sentence1<TAB>sentence2, further columns (STS16's source
+  notes) ignored. A blank gold line marks an unscored pair, which is dropped
+  and counted, as SentEval does.
+
+  Raises:
+    ValueError: naming the file, 1-based line and the fix, when the files are
+      not line-aligned, a gold line is not a number, or a scored input line
+      has fewer than two columns.
+  """
+  input_path, gold_path = pathlib.Path(input_path), pathlib.Path(gold_path)
+  inputs, golds = _lines(input_path), _lines(gold_path)
+  if len(inputs) != len(golds):
+    raise ValueError(
+        f"{gold_path} has {len(golds)} lines but {input_path} has {len(inputs)}: line "
+        f"{min(len(inputs), len(golds)) + 1} has no partner. Give every input line one gold line "
+        "(blank for an unscored pair).")
+  first, second, gold = [], [], []
+  for number, (line, score) in enumerate(zip(inputs, golds), start=1):
+    if not score.strip():
+      continue
+    try:
+      gold.append(float(score))
+    except ValueError:
+      raise ValueError(f"{gold_path} line {number}: gold {score!r} is not a number; write a "
+                       "score or leave the line blank to drop the pair.") from None
+    columns = line.split("\t")
+    if len(columns) < 2:
+      raise ValueError(f"{input_path} line {number}: expected sentence1<TAB>sentence2, found "
+                       f"{len(columns)} column; fix the tab or blank line {number} of "
+                       f"{gold_path.name} to drop the pair.")
+    first.append(columns[0])
+    second.append(columns[1])
+  return ScoredPairs(first, second, np.asarray(gold, np.float64), len(inputs) - len(gold))
+
+
+def read_semeval_folder(folder: Path) -> dict[str, ScoredPairs]:
+  """Every `STS.input.<name>.txt` + `STS.gs.<name>.txt` in a folder, keyed by name, sorted."""
+  folder = pathlib.Path(folder)
+  inputs = sorted(folder.glob("STS.input.*.txt"))
+  if not inputs:
+    raise ValueError(f"{folder} holds no STS.input.<name>.txt files; pass a SemEval STS folder "
+                     "(e.g. <data>/sts12-16/raw/STS12).")
+  sets = {}
+  for input_path in inputs:
+    name = input_path.name[len("STS.input."):-len(".txt")]
+    gold_path = folder / f"STS.gs.{name}.txt"
+    if not gold_path.is_file():
+      raise ValueError(f"{input_path} has no gold file; expected {gold_path}.")
+    sets[name] = read_semeval_files(input_path, gold_path)
+  return sets
+
+
+def sts17_languages(name: str) -> tuple[str, str]:
+  """("ar", "en") for the SemEval 2017 set name "track2.ar-en": column 1's language first."""
+  match = _STS17_NAME.match(name)
+  if not match:
+    raise ValueError(f"STS.input.{name}.txt: cannot read a language pair from the name; "
+                     "rename it STS.input.track<N>.<l1>-<l2>.txt (e.g. track4a.es-en) with "
+                     "column 1 in l1 and column 2 in l2.")
+  return match.group(1), match.group(2)
+
+
+def read_stsb(folder: Path, split: str) -> ScoredPairs:
+  """STS Benchmark `sts-<split>.csv`: TAB-separated, score column 5, sentences 6 and 7.
+
+  Split on TAB only: sentences hold unbalanced quotes, so CSV quoting would
+  merge lines, and some lines carry two trailing source columns (ignored).
+  """
+  path = pathlib.Path(folder) / f"sts-{split}.csv"
+  first, second, gold = [], [], []
+  for number, line in enumerate(_lines(path), start=1):
+    columns = line.split("\t")
+    if len(columns) < 7:
+      raise ValueError(f"{path} line {number}: {len(columns)} TAB-separated columns, need 7 "
+                       "(genre, file, year, id, score, sentence1, sentence2).")
+    try:
+      gold.append(float(columns[4]))
+    except ValueError:
+      raise ValueError(f"{path} line {number}: score {columns[4]!r} in column 5 is not a "
+                       "number.") from None
+    first.append(columns[5])
+    second.append(columns[6])
+  return ScoredPairs(first, second, np.asarray(gold, np.float64))
+
+
+def read_stsb_multi_mt(folder: Path, language: str, split: str) -> ScoredPairs:
+  """STSb Multi MT `stsb-<language>-<split>.csv.gz`: CSV rows sentence1, sentence2, score."""
+  path = pathlib.Path(folder) / f"stsb-{language}-{split}.csv.gz"
+  first, second, gold = [], [], []
+  with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+    reader = csv.reader(f)
+    for row in reader:
+      try:
+        sentence1, sentence2, score = row
+        gold.append(float(score))
+      except ValueError:
+        raise ValueError(f"{path} line {reader.line_num}: expected 3 CSV fields sentence1, "
+                         f"sentence2, numeric score; found {row!r}.") from None
+      first.append(sentence1)
+      second.append(sentence2)
+  return ScoredPairs(first, second, np.asarray(gold, np.float64))
+
+
+def _check_aligned(reference: ScoredPairs, other: ScoredPairs, what: str) -> None:
+  """Raises unless `other` has the same gold, row by row, as `reference` (rows aligned)."""
+  if len(other.gold) != len(reference.gold):
+    raise ValueError(f"{what}: {len(other.gold)} rows but English has {len(reference.gold)}; "
+                     "the language files must be row-aligned.")
+  differ = np.flatnonzero(other.gold != reference.gold)
+  if differ.size:
+    row = int(differ[0])
+    raise ValueError(f"{what} row {row + 1}: score {other.gold[row]} but English has "
+                     f"{reference.gold[row]}; rows are not aligned ({differ.size} differ).")
+
+
+# ---------------------------------------------------------------- scoring
+
+
+def embed_pairs(encoder: encoders.UniqueSentences, pairs: ScoredPairs,
+                desc: str) -> tuple[np.ndarray, np.ndarray]:
+  """float32 [n, d] embeddings of sentences1 and of sentences2, in one encoder call."""
+  both = encoder.encode(pairs.sentences1 + pairs.sentences2, desc=desc)
+  n = len(pairs.sentences1)
+  return both[:n], both[n:]
+
+
+def cosines(encoder: encoders.UniqueSentences, pairs: ScoredPairs, desc: str) -> np.ndarray:
+  """float32 [n]: each pair's cosine similarity, the model's similarity score."""
+  return similarity.paired_cosine(*embed_pairs(encoder, pairs, desc))
+
+
+def correlations(cosine: np.ndarray, gold: np.ndarray, what: str = "pairs") -> dict:
+  """{"pearson", "spearman"} ×100 of cosine [n] against gold [n], and "n"."""
+  cosine, gold = np.asarray(cosine, np.float64), np.asarray(gold, np.float64)
+  if len(gold) < 2:
+    raise ValueError(f"{what}: {len(gold)} scored pairs; a correlation needs at least 2.")
+  return {"pearson": 100 * float(stats.pearsonr(cosine, gold).statistic),
+          "spearman": 100 * float(stats.spearmanr(cosine, gold).statistic),
+          "n": int(len(gold))}
+
+
+def _mean_of(entries: Sequence[Mapping]) -> dict:
+  """{"pearson", "spearman"}: unweighted means over the entries."""
+  return {m: float(np.mean([e[m] for e in entries])) for m in ("pearson", "spearman")}
+
+
+def language_averages(entries: Mapping[str, Mapping]) -> dict:
+  """The VMSST paper's Table 1 averages over language-pair entries.
+
+  Args:
+    entries: name -> {"lang1", "lang2", "pearson", "spearman", ...}.
+
+  Returns:
+    Group -> {"pearson", "spearman", "count"}, omitting empty groups:
+      "en": en-en pairs; "XL(s.)": same-language pairs other than en-en;
+      "XL(d.)": pairs of two different languages; "XL": every pair but en-en.
+  """
+  same = lambda e: e["lang1"] == e["lang2"]
+  english = lambda e: same(e) and e["lang1"] == "en"
+  groups = {"en": english, "XL(s.)": lambda e: same(e) and not english(e),
+            "XL(d.)": lambda e: not same(e), "XL": lambda e: not english(e)}
+  averages = {}
+  for group, member in groups.items():
+    chosen = [e for e in entries.values() if member(e)]
+    if chosen:
+      averages[group] = {**_mean_of(chosen), "count": len(chosen)}
+  return averages
+
+
+# ---------------------------------------------------------------- tasks
+
+
+def evaluate_english_sts(encoder: encoders.UniqueSentences, folder: Path, *,
+                         years: Sequence[str] = ENGLISH_STS_YEARS) -> dict:
+  """SemEval STS 2012–2016 (English), under both reporting conventions.
+
+  Args:
+    encoder: any encoder wrapped in UniqueSentences.
+    folder: `<data>/sts12-16/raw`, holding one SemEval folder per year.
+    years: sub-folders to evaluate.
+
+  Returns:
+    {"kind", "encoder", "folder", "years": {year: {
+       "datasets": {name: {"pearson", "spearman", "n", "unscored"}},
+       "mean": {"pearson", "spearman"}  # SentEval: mean over the year's datasets,
+       "all": {"pearson", "spearman", "n"}  # one correlation over the year's pairs,
+       "unscored": int, ["note": str]}},
+     "average": {"mean": {...}, "all": {...}}}  # unweighted over years.
+    The VMSST paper's Table 9 reads average.mean.pearson and average.all.spearman.
+  """
+  folder = pathlib.Path(folder)
+  results = {}
+  for year in years:
+    if not (folder / year).is_dir():
+      raise ValueError(f"{folder / year} is missing; pass <data>/sts12-16/raw, which holds "
+                       f"{', '.join(ENGLISH_STS_YEARS)}.")
+    datasets, all_cosine, all_gold = {}, [], []
+    for name, pairs in read_semeval_folder(folder / year).items():
+      cosine = cosines(encoder, pairs, f"{year} {name}")
+      datasets[name] = {**correlations(cosine, pairs.gold, f"{year} {name}"),
+                        "unscored": pairs.unscored}
+      all_cosine.append(cosine)
+      all_gold.append(pairs.gold)
+    results[year] = {
+        "datasets": datasets,
+        "mean": _mean_of(list(datasets.values())),
+        "all": correlations(np.concatenate(all_cosine), np.concatenate(all_gold), year),
+        "unscored": sum(d["unscored"] for d in datasets.values())}
+    if year in YEAR_NOTES:
+      results[year]["note"] = YEAR_NOTES[year]
+  average = {c: _mean_of([r[c] for r in results.values()]) for c in ("mean", "all")}
+  return {"kind": "english_sts", "encoder": encoder.name, "folder": str(folder),
+          "years": results, "average": average}
+
+
+def evaluate_stsb(encoder: encoders.UniqueSentences, folder: Path, *,
+                  splits: Sequence[str] = ("dev", "test")) -> dict:
+  """STS Benchmark: {"kind", "encoder", "folder", <split>: {"pearson", "spearman", "n"}}."""
+  results = {"kind": "stsb", "encoder": encoder.name, "folder": str(folder)}
+  for split in splits:
+    cosine, gold = stsb_scores(encoder, folder, split)
+    results[split] = correlations(cosine, gold, f"STSb {split}")
+  return results
+
+
+def stsb_scores(encoder: encoders.UniqueSentences, folder: Path,
+                split: str = "test") -> tuple[np.ndarray, np.ndarray]:
+  """(cosine float32 [n], gold float64 [n]) of an STSb split, e.g. for `scatter`."""
+  pairs = read_stsb(folder, split)
+  return cosines(encoder, pairs, f"STSb {split}"), pairs.gold
+
+
+def evaluate_stsb_multi_mt(encoder: encoders.UniqueSentences, folder: Path, *,
+                           languages: Sequence[str] | None = None, split: str = "test") -> dict:
+  """STSb Multi MT on every ordered language pairing, with the VMSST Table 1 averages.
+
+  Pairing (l1, l2) scores sentence1 of row i in l1 against sentence2 of row i
+  in l2, with row i's English gold; (l1, l2) and (l2, l1) are distinct.
+  Averages (unweighted over pairings): "en" = en-en; "XL(s.)" = same-language
+  pairings other than en-en; "XL(d.)" = pairings of two different languages;
+  "XL" = every pairing except en-en.
+
+  Args:
+    encoder: any encoder wrapped in UniqueSentences; each language is encoded once.
+    folder: `<data>/stsb-multi-mt`.
+    languages: subset of STSB_MULTI_MT_LANGUAGES (all by default).
+    split: "train", "dev" or "test".
+
+  Returns:
+    {"kind", "encoder", "folder", "split", "languages",
+     "pairs": {"l1-l2": {"lang1", "lang2", "pearson", "spearman", "n"}},
+     "average": {group: {"pearson", "spearman", "count"}}}.
+
+  Raises:
+    ValueError: if a language's scores differ from English's on any row.
+  """
+  languages = list(languages or STSB_MULTI_MT_LANGUAGES)
+  english = read_stsb_multi_mt(folder, "en", split)
+  embedded = {}
+  for language in languages:
+    pairs = read_stsb_multi_mt(folder, language, split)
+    _check_aligned(english, pairs, f"stsb-{language}-{split}")
+    embedded[language] = embed_pairs(encoder, pairs, f"STSb-MT {language} {split}")
+  results = {}
+  for lang1 in languages:
+    for lang2 in languages:
+      cosine = similarity.paired_cosine(embedded[lang1][0], embedded[lang2][1])
+      results[f"{lang1}-{lang2}"] = {"lang1": lang1, "lang2": lang2,
+                                     **correlations(cosine, english.gold, f"{lang1}-{lang2}")}
+  return {"kind": "stsb_multi_mt", "encoder": encoder.name, "folder": str(folder),
+          "split": split, "languages": languages, "pairs": results,
+          "average": language_averages(results)}
+
+
+def evaluate_sts17(encoder: encoders.UniqueSentences, folder: Path) -> dict:
+  """SemEval 2017 STS tracks, languages read from each file name, with Table 1 averages.
+
+  Args:
+    encoder: any encoder wrapped in UniqueSentences.
+    folder: the SemEval 2017 test folder (STS.input.track1.ar-ar.txt, ...).
+
+  Returns:
+    {"kind", "encoder", "folder",
+     "tracks": {name: {"lang1", "lang2", "pearson", "spearman", "n", "unscored"}},
+     "average": {group: {"pearson", "spearman", "count"}}}, groups as in
+    `language_averages` (e.g. track4a and track4b, both es-en, each count once).
+  """
+  sets = read_semeval_folder(folder)
+  languages = {name: sts17_languages(name) for name in sets}  # Fails before any encoding.
+  tracks = {}
+  for name, pairs in sets.items():
+    lang1, lang2 = languages[name]
+    tracks[name] = {"lang1": lang1, "lang2": lang2, "unscored": pairs.unscored,
+                    **correlations(cosines(encoder, pairs, f"STS17 {name}"), pairs.gold, name)}
+  return {"kind": "sts17", "encoder": encoder.name, "folder": str(folder), "tracks": tracks,
+          "average": language_averages(tracks)}
+
+
+TASKS: dict[str, Callable[..., dict]] = {
+    "english_sts": evaluate_english_sts,
+    "stsb": evaluate_stsb,
+    "stsb_multi_mt": evaluate_stsb_multi_mt,
+    "sts17": evaluate_sts17,
+}
+
+
+def evaluate(encoder: encoders.UniqueSentences, folder: Path, *, task: str, **options) -> dict:
+  """The benchmark contract: runs TASKS[task](encoder, folder, **options)."""
+  if task not in TASKS:
+    raise ValueError(f"unknown STS task {task!r}; choose one of {sorted(TASKS)}.")
+  return TASKS[task](encoder, folder, **options)
+
+
+# ---------------------------------------------------------------- tables
+
+
+def _number(value) -> str:
+  return "–" if value is None else f"{value:.1f}"
+
+
+def _rows(header: Sequence[str], rows: Sequence[Sequence]) -> list[str]:
+  """Markdown table lines; float cells are shown to one decimal, as in the paper."""
+  cell = lambda v: _number(v) if isinstance(v, float) or v is None else str(v)
+  return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] +
+          ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows])
+
+
+def english_sts_table(results: Mapping) -> str:
+  """Per-year rows under both conventions (cf. VMSST Table 9), then per-dataset rows."""
+  years, rows, detail = results["years"], [], []
+  for year, r in years.items():
+    rows.append([year, len(r["datasets"]), r["all"]["n"], r["mean"]["pearson"],
+                 r["mean"]["spearman"], r["all"]["pearson"], r["all"]["spearman"]])
+    detail += [[year, name, d["n"], d["unscored"], d["pearson"], d["spearman"]]
+               for name, d in r["datasets"].items()]
+  average = results["average"]
+  rows.append(["Avg.", "", "", average["mean"]["pearson"], average["mean"]["spearman"],
+               average["all"]["pearson"], average["all"]["spearman"]])
+  lines = _rows(["Year", "Sets", "n", "mean Pearson", "mean Spearman", "all Pearson",
+                 "all Spearman"], rows)
+  lines += ["", "mean: per-dataset correlation averaged over a year's datasets (SentEval); "
+            "all: one correlation over a year's concatenated pairs. Avg.: unweighted over years."]
+  lines += [f"{year}: {r['note']}" for year, r in years.items() if "note" in r]
+  lines += [""] + _rows(["Year", "Dataset", "n", "unscored", "Pearson", "Spearman"], detail)
+  return "\n".join(lines)
+
+
+def stsb_table(results: Mapping) -> str:
+  """One row per STSb split."""
+  splits = [k for k, v in results.items() if isinstance(v, Mapping)]
+  return "\n".join(_rows(["Split", "n", "Pearson", "Spearman"],
+                         [[s, results[s]["n"], results[s]["pearson"], results[s]["spearman"]]
+                          for s in splits]))
+
+
+def _averages_rows(average: Mapping) -> list[str]:
+  """Spearman and Pearson rows of the en / XL(s.) / XL(d.) / XL averages (cf. VMSST Table 1)."""
+  return _rows(["Metric", *_AVERAGE_NAMES],
+               [[metric.capitalize(), *[average.get(g, {}).get(metric) for g in _AVERAGE_NAMES]]
+                for metric in ("spearman", "pearson")])
+
+
+def stsb_multi_mt_table(results: Mapping) -> str:
+  """The averages, then a Spearman matrix: rows sentence1's language, columns sentence2's."""
+  languages, pairs = results["languages"], results["pairs"]
+  matrix = [[l1, *[pairs[f"{l1}-{l2}"]["spearman"] for l2 in languages]] for l1 in languages]
+  return "\n".join(_averages_rows(results["average"]) + [
+      "", f"Spearman ×100 on {results['split']}; row: sentence1 language, column: sentence2 "
+      "language.", ""] + _rows(["s1 \\ s2", *languages], matrix))
+
+
+def sts17_table(results: Mapping) -> str:
+  """The averages, then one row per track."""
+  rows = [[name, f"{t['lang1']}-{t['lang2']}", t["n"], t["pearson"], t["spearman"]]
+          for name, t in results["tracks"].items()]
+  return "\n".join(_averages_rows(results["average"]) + [""] +
+                   _rows(["Track", "Languages", "n", "Pearson", "Spearman"], rows))
+
+
+_TABLES = {"english_sts": english_sts_table, "stsb": stsb_table,
+           "stsb_multi_mt": stsb_multi_mt_table, "sts17": sts17_table}
+
+
+def table(results: Mapping) -> str:
+  """Markdown for any result of `evaluate`, chosen by its "kind"."""
+  return _TABLES[results["kind"]](results)
+
+
+def scatter(cosine: np.ndarray, gold: np.ndarray, path: Path, *, title: str = "STSb test") -> None:
+  """Saves a PNG of cosine [n] against gold [n], with Spearman in the title.
+
+  Uses the object-oriented Agg canvas, so no global pyplot backend is changed.
+  """
+  # Imported here: plotting is optional and matplotlib is slow to import.
+  from matplotlib.backends import backend_agg  # pylint: disable=import-outside-toplevel
+  from matplotlib import figure  # pylint: disable=import-outside-toplevel
+  fig = figure.Figure(figsize=(5, 4))
+  backend_agg.FigureCanvasAgg(fig)
+  axes = fig.add_subplot()
+  axes.scatter(gold, cosine, s=4, alpha=0.4)
+  axes.set_xlabel("gold similarity")
+  axes.set_ylabel("cosine of embeddings")
+  axes.set_title(f"{title}: Spearman {correlations(cosine, gold)['spearman']:.1f}")
+  fig.savefig(path, dpi=120, bbox_inches="tight")

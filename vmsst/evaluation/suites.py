@@ -1,0 +1,109 @@
+"""The explicit table of benchmarks: suite name -> data folder, evaluator, table.
+
+Adding a benchmark: write its module (`evaluate(encoder, folder, **options)`
+and `table(results)`), then add one `Suite` entry here. Options a suite takes
+come from `SuiteOptions`, filled from the command line.
+"""
+
+import dataclasses
+import pathlib
+from typing import Callable, Sequence
+
+from vmsst.evaluation import clustering
+from vmsst.evaluation import mining
+from vmsst.evaluation import pair_ranking
+from vmsst.evaluation import question_retrieval
+from vmsst.evaluation import sts
+from vmsst.evaluation import tatoeba
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteOptions:
+  """Knobs of individual suites (None: the suite's default, usually 'all')."""
+  tatoeba_languages: Sequence[str] | None = None
+  training_languages: Sequence[str] | None = None
+  stsb_multi_mt_languages: Sequence[str] | None = None
+  mining_pairs: Sequence[str] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+  """A benchmark: where its data lives under a data dir and how to run it."""
+  folder: str
+  run: Callable[..., dict]  # (encoder, folder: Path, options: SuiteOptions) -> results
+  table: Callable[[dict], str]
+  title: str
+  how_to_get: str = ""
+
+
+SUITES: dict[str, Suite] = {
+    "sts12-16": Suite(
+        "sts12-16/raw", lambda enc, folder, o: sts.evaluate_english_sts(enc, folder),
+        sts.english_sts_table, "English STS 2012–2016"),
+    "stsb": Suite(
+        "stsb", lambda enc, folder, o: sts.evaluate_stsb(enc, folder),
+        sts.stsb_table, "STS Benchmark"),
+    "stsb-multi-mt": Suite(
+        "stsb-multi-mt",
+        lambda enc, folder, o: sts.evaluate_stsb_multi_mt(
+            enc, folder, languages=o.stsb_multi_mt_languages),
+        sts.crosslingual_table, "Multilingual and cross-lingual STS (STSb-multi-mt, test)"),
+    "sts17": Suite(
+        "sts17", lambda enc, folder, o: sts.evaluate_sts17(enc, folder),
+        sts.crosslingual_table, "SemEval-2017 cross-lingual STS",
+        "the SemEval-2017 STS test files (STS.input.track*.txt / STS.gs.track*.txt)"),
+    "tatoeba": Suite(
+        tatoeba.FOLDER,
+        lambda enc, folder, o: tatoeba.evaluate(
+            enc, folder, languages=o.tatoeba_languages,
+            training_languages=o.training_languages),
+        tatoeba.table, "Tatoeba bitext retrieval (accuracy)"),
+    "bucc": Suite(
+        "bucc2018",
+        lambda enc, folder, o: mining.evaluate(enc, folder, pairs=o.mining_pairs),
+        mining.table, "BUCC-style bitext mining (F1)",
+        "the BUCC 2018 files, or build a BUCC-format task from real sentences with "
+        "`python -m vmsst.evaluation.build_mining --data_dir=../shared/data --output=DIR` "
+        "and add DIR to --data_dir"),
+    "question_retrieval": Suite(
+        "question_retrieval", lambda enc, folder, o: question_retrieval.evaluate(enc, folder),
+        question_retrieval.table, "Question retrieval (R@1)",
+        "build a retrieval set with `python -m vmsst.evaluation.question_retrieval "
+        "--data_dir=../shared/data --output=DIR` and add DIR to --data_dir"),
+    "xnli": Suite(
+        "xnli_de", lambda enc, folder, o: pair_ranking.evaluate(enc, folder),
+        pair_ranking.table, "Triplet and XNLI-style error rates"),
+    "mewsc16": Suite(
+        "mewsc16", lambda enc, folder, o: clustering.evaluate(enc, folder),
+        clustering.table, "Short-text clustering (MewsC-16 protocol, accuracy)",
+        "the MewsC-16 files (<lang>_sentences.txt.gz, <lang>_categories.txt), or build a "
+        "set in that format with `python -m vmsst.evaluation.clustering --data_dir=... "
+        "--output=DIR` and add DIR to --data_dir"),
+}
+
+
+def parse_suites(spec: str) -> tuple[list[str], bool]:
+  """(suite names, whether `all` was asked); unknown names are an error."""
+  names = [s.strip() for s in spec.split(",") if s.strip()]
+  if names == ["all"]:
+    return list(SUITES), True
+  unknown = [n for n in names if n not in SUITES]
+  if unknown:
+    raise ValueError(f"unknown suite(s) {unknown}; choose from {', '.join(SUITES)} or 'all'.")
+  return names, False
+
+
+def locate(name: str, data_dirs: Sequence[pathlib.Path]) -> pathlib.Path | None:
+  """The suite's folder under the first data dir that has it."""
+  for data_dir in data_dirs:
+    folder = data_dir / SUITES[name].folder
+    if folder.is_dir():
+      return folder
+  return None
+
+
+def missing_message(name: str, data_dirs: Sequence[pathlib.Path]) -> str:
+  """Names the paths searched and how to get the data."""
+  searched = ", ".join(str(d / SUITES[name].folder) for d in data_dirs)
+  fix = SUITES[name].how_to_get or "see the SOURCE.md of shared/data for this folder"
+  return f"suite {name!r}: no data at {searched}. To get it: {fix}."
