@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Local CPU launcher: trains the vocabulary once, then runs one gin config.
+# Local CPU launcher: trains the vocabulary once, runs one gin config, then
+# evaluates the trained model on the benchmark suites.
 #
 #   bash launch/local.sh [--gin_file=gin/runs/X.gin] [--gin.TRAIN_STEPS=2000] ...
 #
 # Defaults: gin/runs/vmsst_cpu.gin, data from ../shared/data, vocabulary in
-# runs/vocab/. Environment: DATA_DIR, VOCAB_SIZE, DRY_RUN=1 prints the commands
-# instead of running them. For longer runs raise --gin.TRAIN_STEPS; for pods
-# see launch/README.md (the same gin files run there).
+# runs/vocab/, model in runs/X (or --gin.MODEL_DIR), evaluation in MODEL_DIR/eval
+# with the built BUCC-format, question-retrieval and clustering tasks in
+# runs/eval_tasks.
+# Environment: DATA_DIR, VOCAB_SIZE, SUITE (default: all), EVAL=0 skips the
+# evaluation, DRY_RUN=1 prints the commands instead of running them. For longer
+# runs raise --gin.TRAIN_STEPS; for pods see launch/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,14 +19,22 @@ DATA_DIR=${DATA_DIR:-../shared/data}
 VOCAB_DIR=${VOCAB_DIR:-runs/vocab}
 VOCAB_SIZE=${VOCAB_SIZE:-8000}
 
+TASKS_DIR=${TASKS_DIR:-runs/eval_tasks}
+SUITE=${SUITE:-all}
+
 gin_file=gin/runs/vmsst_cpu.gin
+model_dir=
 extra=()
 for arg in "$@"; do
   case "$arg" in
     --gin_file=*) gin_file=${arg#--gin_file=} ;;
+    --gin.MODEL_DIR=*) model_dir=${arg#--gin.MODEL_DIR=}; model_dir=${model_dir//[\'\"]/};
+                       extra+=("$arg") ;;
     *) extra+=("$arg") ;;
   esac
 done
+# The CPU run files name their directory after themselves (gin/runs/X.gin -> runs/X).
+model_dir=${model_dir:-runs/$(basename "$gin_file" .gin)}
 
 run() {
   if [[ "${DRY_RUN:-0}" == 1 ]]; then printf '%q ' "$@"; echo; else "$@"; fi
@@ -41,3 +53,17 @@ fi
 run "$PY" -m vmsst.train --gin_file="$gin_file" \
     --gin.DATA_DIR="'$DATA_DIR'" --gin.VOCAB_PATH="'$VOCAB_DIR/spm.model'" \
     --gin.VOCAB_SIZE="$VOCAB_SIZE" ${extra[@]+"${extra[@]}"}
+
+if [[ "${EVAL:-1}" == 1 ]]; then
+  if [[ ! -d "$TASKS_DIR/bucc2018" ]]; then
+    run "$PY" -m vmsst.evaluation.build_mining --data_dir="$DATA_DIR" --output="$TASKS_DIR"
+  fi
+  if [[ ! -d "$TASKS_DIR/question_retrieval" ]]; then
+    run "$PY" -m vmsst.evaluation.question_retrieval --data_dir="$DATA_DIR" --output="$TASKS_DIR"
+  fi
+  if [[ ! -d "$TASKS_DIR/mewsc16" ]]; then
+    run "$PY" -m vmsst.evaluation.clustering --data_dir="$DATA_DIR" --output="$TASKS_DIR"
+  fi
+  run "$PY" -m vmsst.evaluate --model_dir="$model_dir" --data_dir="$DATA_DIR,$TASKS_DIR" \
+      --suite="$SUITE" --training_languages=ntrex128 --output="$model_dir/eval"
+fi

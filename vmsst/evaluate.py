@@ -15,10 +15,12 @@ directory than the shared corpora.
 """
 
 import json
+import math
 import pathlib
 import time
 from typing import Sequence
 
+import numpy as np
 from absl import app
 from absl import flags
 from absl import logging
@@ -28,7 +30,6 @@ from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import report
 from vmsst.evaluation import score as score_lib
 from vmsst.evaluation import suites as suites_lib
-from vmsst.evaluation import tatoeba
 
 flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.")
 flags.DEFINE_string("saved_model", None, "SavedModel exported by python -m vmsst.export.")
@@ -43,11 +44,11 @@ flags.DEFINE_list("training_languages", None,
                   "`ntrex128` stands for the NTREX-128 languages.")
 flags.DEFINE_list("stsb_multi_mt_languages", None, "STSb-multi-mt languages (default all).")
 flags.DEFINE_list("mining_pairs", None, "BUCC language pairs, e.g. de-en (default all).")
-flags.DEFINE_integer("batch_size", 64, "Sentences per encoder call.")
+flags.DEFINE_integer("batch_size", 256, "Sentences per encoder call.")
 
 
 def make_encoder(*, model_dir: str | None = None, saved_model: str | None = None,
-                 encoder: str | None = None, batch_size: int = 64) -> encoders_lib.Encoder:
+                 encoder: str | None = None, batch_size: int = 256) -> encoders_lib.Encoder:
   """The one encoder the flags name."""
   chosen = [x for x in (model_dir, saved_model, encoder) if x]
   if len(chosen) != 1:
@@ -62,7 +63,7 @@ def make_encoder(*, model_dir: str | None = None, saved_model: str | None = None
 
 def run_suites(encoder: encoders_lib.Encoder, *, data_dirs: Sequence[str], suite: str,
                output: str, options: suites_lib.SuiteOptions | None = None,
-               batch_size: int = 64) -> dict:
+               batch_size: int = 256) -> dict:
   """Runs the suites, writes results.json, report.md and plots; returns the results."""
   options = options or suites_lib.SuiteOptions()
   roots = [pathlib.Path(d) for d in data_dirs]
@@ -77,28 +78,40 @@ def run_suites(encoder: encoders_lib.Encoder, *, data_dirs: Sequence[str], suite
     else:
       raise FileNotFoundError(suites_lib.missing_message(name, roots))
   unique = encoders_lib.UniqueSentences(encoder, batch_size=batch_size)
-  results = {}
+  output_dir = pathlib.Path(output)
+  output_dir.mkdir(parents=True, exist_ok=True)
+  results, plots, seconds = {}, {}, {}
   for name, folder in located.items():
     started = time.time()
     logging.info("suite %s from %s", name, folder)
-    results[name] = suites_lib.SUITES[name].run(unique, folder, options)
-    logging.info("suite %s done in %.0f s", name, time.time() - started)
+    suite = suites_lib.SUITES[name]
+    results[name] = suite.run(unique, folder, options)
+    if suite.plot is not None:
+      plots[name] = suite.plot(unique, folder, results[name], output_dir)
+    seconds[name] = round(time.time() - started, 1)
+    logging.info("suite %s done in %.0f s", name, seconds[name])
   results["_meta"] = {"encoder": encoder.name, "data_dirs": [str(r) for r in roots],
-                      "suites": list(located), "skipped": skipped}
+                      "suites": list(located), "skipped": skipped, "seconds": seconds}
   results["_score"] = score_lib.paper_score(results)
-  _write(results, pathlib.Path(output))
+  results = _finite(results)
+  (output_dir / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False,
+                                                      allow_nan=False))
+  (output_dir / "report.md").write_text(report.render(results, plots))
+  logging.info("wrote %s/results.json and report.md", output_dir)
   return results
 
 
-def _write(results: dict, output: pathlib.Path) -> None:
-  output.mkdir(parents=True, exist_ok=True)
-  plots = {}
-  if "tatoeba" in results:
-    tatoeba.bar_plot(results["tatoeba"], output / "tatoeba.png")
-    plots["tatoeba"] = "tatoeba.png"
-  (output / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
-  (output / "report.md").write_text(report.render(results, plots))
-  logging.info("wrote %s/results.json and report.md", output)
+def _finite(tree):
+  """NaN/inf (e.g. a correlation of constant scores) -> None: strict JSON has no NaN."""
+  if isinstance(tree, dict):
+    return {k: _finite(v) for k, v in tree.items()}
+  if isinstance(tree, (list, tuple)):
+    return [_finite(v) for v in tree]
+  if isinstance(tree, np.generic):
+    tree = tree.item()
+  if isinstance(tree, float) and not math.isfinite(tree):
+    return None
+  return tree
 
 
 def training_languages(codes: Sequence[str] | None) -> list[str] | None:

@@ -76,9 +76,9 @@ def test_english_sts_conventions(tmp_path):
                                                    abs=1e-4)
   assert sts12["all"]["n"] == 7 and sts12["unscored"] == 1
   assert "note" not in sts12 and "SMT" in sts13["note"]
-  assert results["average"]["mean"]["spearman"] == pytest.approx(
+  assert results["averages"]["mean"]["spearman"] == pytest.approx(
       ((HAND_SPEARMAN - 100) / 2 + HAND_SPEARMAN) / 2)
-  assert results["average"]["all"]["pearson"] == pytest.approx(
+  assert results["averages"]["all"]["pearson"] == pytest.approx(
       (sts12["all"]["pearson"] + HAND_PEARSON) / 2)
   json.dumps(results)  # Plain JSON.
   markdown = sts.table(results)
@@ -115,7 +115,7 @@ def test_sts17_languages_and_averages(tmp_path):
   results = sts.evaluate(_encoder(), tmp_path, task="sts17")
   track2 = results["tracks"]["track2.ar-en"]
   assert (track2["lang1"], track2["lang2"], track2["spearman"]) == ("ar", "en", pytest.approx(100))
-  average = results["average"]
+  average = results["averages"]
   assert average["en"]["spearman"] == pytest.approx(HAND_SPEARMAN)
   assert average["XL(s.)"]["spearman"] == pytest.approx(-100)
   assert average["XL(d.)"]["spearman"] == pytest.approx(100)
@@ -151,7 +151,7 @@ def test_stsb_multi_mt_cross_pairs_take_sentence2_from_second_language(tmp_path)
   spearman = {name: pair["spearman"] for name, pair in results["pairs"].items()}
   assert spearman == pytest.approx({"en-en": 100, "de-de": -100, "en-de": -100, "de-en": 100})
   assert results["pairs"]["en-de"]["lang2"] == "de"
-  average = {group: a["spearman"] for group, a in results["average"].items()}
+  average = {group: a["spearman"] for group, a in results["averages"].items()}
   assert average == pytest.approx({"en": 100, "XL(s.)": -100, "XL(d.)": 0, "XL": -100 / 3})
   assert "| en | 100.0 | -100.0 |" in sts.table(results)
 

@@ -15,8 +15,8 @@ Choices:
   * Each seeded run keeps the best of `n_init=10` k-means++ restarts (lowest
     inertia), so a run reports what k-means finds rather than one unlucky
     initialisation; the three seeds then show how stable that result is.
-    Ten restarts of k ≈ 10 on a few thousand 512-d points take well under a
-    second.
+    Ten restarts of k ≈ 10 on a few thousand 512-d points take seconds on
+    two cores, less than embedding those points.
 
 Folder format (MewsC-16's, one pair of files per language):
   <folder>/<lang>_sentences.txt.gz   one sentence per line, UTF-8, gzipped

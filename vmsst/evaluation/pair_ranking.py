@@ -46,6 +46,7 @@ XNLI_PREFIX = "xnli_"
 
 
 class NliRow(NamedTuple):
+  """One labelled pair of an NLI file."""
   premise: str
   hypothesis: str
   label: str
@@ -95,7 +96,7 @@ def nli_comparisons(cosines: np.ndarray, labels: Sequence[str],
 
   Returns:
     {"entailment_vs_neutral": {"errors", "comparisons", "error_rate"},
-     "entailment_vs_contradiction": {...}, "triplets": [(entailed row,
+     "entailment_vs_contradiction": {...}, "triplet_rows": [(entailed row,
      contradiction row)], "skipped": {"premises_without_<label>": count}}.
   """
   errors, totals = collections.Counter(), collections.Counter()
@@ -115,7 +116,7 @@ def nli_comparisons(cosines: np.ndarray, labels: Sequence[str],
   results = {f"entailment_vs_{other}": {"errors": errors[other], "comparisons": totals[other],
                                         "error_rate": _rate(errors[other], totals[other])}
              for other in LABELS[1:]}
-  return {**results, "triplets": triplets, "skipped": dict(skipped)}
+  return {**results, "triplet_rows": triplets, "skipped": dict(skipped)}
 
 
 # ---------------------------------------------------------------- reading
@@ -210,7 +211,7 @@ def evaluate_nli(encoder: encoders.UniqueSentences, premise_rows: Sequence[NliRo
   groups = premise_groups(premises)
   results = nli_comparisons(similarity.paired_cosine(premise_vectors, hypothesis_vectors),
                             labels, groups)
-  entailed, contradicted = np.array(results["triplets"], np.int64).reshape(-1, 2).T
+  entailed, contradicted = np.array(results.pop("triplet_rows"), np.int64).reshape(-1, 2).T
   results["triplets"] = triplet_errors(premise_vectors[entailed], hypothesis_vectors[entailed],
                                        hypothesis_vectors[contradicted])
   results["skipped"]["duplicate_rows"] = len(premise_rows) - len(keep)

@@ -195,24 +195,32 @@ def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
     folder: the `question_retrieval/` folder (or a data root holding it).
     sets: set names to evaluate; default every set.
     languages: query languages to keep; default all (the KB is always whole).
+      A set with none of them is skipped and listed.
     query_block, key_block: memory bounds of the nearest-neighbour search.
 
   Returns:
     {set: {"r@1": mean over query languages, "r@1_all_queries", "queries",
      "kb", "languages": {lang: {"r@1", "queries"}}, "skipped": {"blank_lines",
-     "repeated_gold_lines"}}, ..., "_mean": mean "r@1" over sets}.
+     "repeated_gold_lines"}}, ..., "_mean": mean "r@1" over sets, and
+     "_skipped_sets": [names] when `languages` leaves a set no query}.
   """
   found = find_sets(folder)
   unknown = sorted(set(sets or ()) - set(found))
   if unknown:
     raise ValueError(f"no question-retrieval sets {unknown} under {folder}; found "
                      f"{sorted(found)}.")
-  results = {name: evaluate_set(encoder, read_set(found[name]), languages=languages,
-                                desc=f"questions {name}", query_block=query_block,
-                                key_block=key_block)
-             for name in (sets or found)}
+  results, skipped = {}, []
+  for name in sets or found:
+    data = read_set(found[name])
+    if languages and not set(languages) & set(data.languages):
+      skipped.append(name)  # E.g. the English-only set when only German is asked for.
+      continue
+    results[name] = evaluate_set(encoder, data, languages=languages, desc=f"questions {name}",
+                                 query_block=query_block, key_block=key_block)
+  if not results:
+    raise ValueError(f"no queries in languages {list(languages)} in any set under {folder}.")
   results["_mean"] = float(np.mean([r["r@1"] for r in results.values()]))
-  return results
+  return {**results, "_skipped_sets": skipped} if skipped else results
 
 
 def table(results: Mapping) -> str:
@@ -304,14 +312,20 @@ def sts16_candidates(data_dir: pathlib.Path,
                      min_score: float) -> tuple[list[Candidate], list[str], list[str]]:
   """(candidates, KB texts, withheld texts) of the sts16_questions set (module doc)."""
   inputs = data_dir / STS16_QUESTIONS.format("input")
-  pairs = [_clean_pair(inputs, n, line) for n, line in
-           enumerate(inputs.read_text(encoding="utf-8").splitlines(), 1)]
-  scores = (data_dir / STS16_QUESTIONS.format("gs")).read_text(encoding="utf-8").splitlines()
+  pairs = [_clean_pair(inputs, n, line) for n, line in enumerate(_lines(inputs), 1)]
+  scores = _lines(data_dir / STS16_QUESTIONS.format("gs"))  # Blank: an unscored pair.
   if len(scores) != len(pairs):
     raise ValueError(f"{inputs}: {len(pairs)} lines but its gold file has {len(scores)}.")
   chosen = [p for p, s in zip(pairs, scores) if s.strip() and float(s) >= min_score]
   candidates = [Candidate("en", q1, (q2, q1)) for q1, q2 in chosen]
   return candidates, [q for pair in pairs for q in pair], [q1 for q1, _ in chosen]
+
+
+def _lines(path: pathlib.Path) -> list[str]:
+  """Lines split on "\n" only (a U+2028 inside a question must not split it)."""
+  with open(path, encoding="utf-8", newline="\n") as f:
+    lines = f.read().split("\n")
+  return lines[:-1] if lines[-1] == "" else lines
 
 
 def _clean_pair(path: pathlib.Path, number: int, line: str) -> tuple[str, str]:

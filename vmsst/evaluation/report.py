@@ -7,6 +7,9 @@ the task families); each suite then contributes its own table.
 import pathlib
 from typing import Mapping
 
+import numpy as np
+
+from vmsst.evaluation import plots
 from vmsst.evaluation import score as score_lib
 from vmsst.evaluation import suites as suites_lib
 
@@ -42,13 +45,10 @@ def score_table(rows: Mapping[str, dict]) -> str:
 
 def score_plot(rows: Mapping[str, dict], path: pathlib.Path) -> None:
   """Grouped bars: each encoder's Score and components (PNG)."""
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
   labels = ["Score"] + list(_COLUMN_TITLES.values())
   width = 0.8 / max(1, len(rows))
-  fig, ax = plt.subplots(figsize=(1.3 * len(labels) + 1, 3.4))
+  fig = plots.figure((1.3 * len(labels) + 1, 3.4))
+  ax = fig.add_subplot()
   for i, (name, results) in enumerate(rows.items()):
     summary = score_lib.paper_score(results)
     values = [summary["score"]] + [summary["components"][k] for k in _COLUMN_TITLES]
@@ -56,12 +56,10 @@ def score_plot(rows: Mapping[str, dict], path: pathlib.Path) -> None:
   ax.set_xticks(np.arange(len(labels)) + width * (len(rows) - 1) / 2, labels)
   ax.set_ylabel("×100")
   ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  fig.savefig(path, dpi=120, bbox_inches="tight")
 
 
-def render(results: dict, plots: Mapping[str, str]) -> str:
+def render(results: dict, plot_files: Mapping[str, str]) -> str:
   """report.md for one encoder: Score, then one section per suite run."""
   meta = results["_meta"]
   sections = [f"# Evaluation of `{meta['encoder']}`", "",
@@ -73,6 +71,6 @@ def render(results: dict, plots: Mapping[str, str]) -> str:
   for name in meta["suites"]:
     suite = suites_lib.SUITES[name]
     sections += ["", f"## {suite.title}", "", suite.table(results[name])]
-    if name in plots:
-      sections += ["", f"![{name}]({plots[name]})"]
+    if name in plot_files:
+      sections += ["", f"![{name}]({plot_files[name]})"]
   return "\n".join(sections) + "\n"

@@ -16,7 +16,8 @@ Results are plain JSON (NaN appears only if an encoder gives every pair the
 same cosine). Each has "kind" (the task), "encoder" and "folder"; one pair
 set's entry is {"pearson", "spearman", "n"} (+ "unscored" for SemEval files,
 + "lang1", "lang2" for cross-lingual sets); see each evaluate_* docstring.
-`table(results)` renders any of them as markdown.
+`table(results)` renders any of them as markdown (`english_sts_table`,
+`stsb_table`, `crosslingual_table` for STSb-MT and STS17).
 
 Raw scores stay out of the JSON: `stsb_scores` returns the (cosine, gold)
 arrays of an STSb split and `scatter` plots them. Because `UniqueSentences`
@@ -221,6 +222,13 @@ def _mean_of(entries: Sequence[Mapping]) -> dict:
   return {m: float(np.mean([e[m] for e in entries])) for m in ("pearson", "spearman")}
 
 
+def _groups(entry: Mapping) -> tuple[str, ...]:
+  """The Table 1 averages a language-pair entry {"lang1", "lang2", ...} counts in."""
+  if entry["lang1"] != entry["lang2"]:
+    return ("XL(d.)", "XL")
+  return ("en",) if entry["lang1"] == "en" else ("XL(s.)", "XL")
+
+
 def language_averages(entries: Mapping[str, Mapping]) -> dict:
   """The VMSST paper's Table 1 averages over language-pair entries.
 
@@ -232,13 +240,9 @@ def language_averages(entries: Mapping[str, Mapping]) -> dict:
       "en": en-en pairs; "XL(s.)": same-language pairs other than en-en;
       "XL(d.)": pairs of two different languages; "XL": every pair but en-en.
   """
-  same = lambda e: e["lang1"] == e["lang2"]
-  english = lambda e: same(e) and e["lang1"] == "en"
-  groups = {"en": english, "XL(s.)": lambda e: same(e) and not english(e),
-            "XL(d.)": lambda e: not same(e), "XL": lambda e: not english(e)}
   averages = {}
-  for group, member in groups.items():
-    chosen = [e for e in entries.values() if member(e)]
+  for group in _AVERAGE_NAMES:
+    chosen = [e for e in entries.values() if group in _groups(e)]
     if chosen:
       averages[group] = {**_mean_of(chosen), "count": len(chosen)}
   return averages
@@ -262,8 +266,8 @@ def evaluate_english_sts(encoder: encoders.UniqueSentences, folder: Path, *,
        "mean": {"pearson", "spearman"}  # SentEval: mean over the year's datasets,
        "all": {"pearson", "spearman", "n"}  # one correlation over the year's pairs,
        "unscored": int, ["note": str]}},
-     "average": {"mean": {...}, "all": {...}}}  # unweighted over years.
-    The VMSST paper's Table 9 reads average.mean.pearson and average.all.spearman.
+     "averages": {"mean": {...}, "all": {...}}}  # unweighted over years.
+    The VMSST paper's Table 9 reads averages.mean.pearson and averages.all.spearman.
   """
   folder = pathlib.Path(folder)
   results = {}
@@ -285,9 +289,9 @@ def evaluate_english_sts(encoder: encoders.UniqueSentences, folder: Path, *,
         "unscored": sum(d["unscored"] for d in datasets.values())}
     if year in YEAR_NOTES:
       results[year]["note"] = YEAR_NOTES[year]
-  average = {c: _mean_of([r[c] for r in results.values()]) for c in ("mean", "all")}
+  averages = {c: _mean_of([r[c] for r in results.values()]) for c in ("mean", "all")}
   return {"kind": "english_sts", "encoder": encoder.name, "folder": str(folder),
-          "years": results, "average": average}
+          "years": results, "averages": averages}
 
 
 def evaluate_stsb(encoder: encoders.UniqueSentences, folder: Path, *,
@@ -326,7 +330,7 @@ def evaluate_stsb_multi_mt(encoder: encoders.UniqueSentences, folder: Path, *,
   Returns:
     {"kind", "encoder", "folder", "split", "languages",
      "pairs": {"l1-l2": {"lang1", "lang2", "pearson", "spearman", "n"}},
-     "average": {group: {"pearson", "spearman", "count"}}}.
+     "averages": {group: {"pearson", "spearman", "count"}}}.
 
   Raises:
     ValueError: if a language's scores differ from English's on any row.
@@ -346,7 +350,7 @@ def evaluate_stsb_multi_mt(encoder: encoders.UniqueSentences, folder: Path, *,
                                      **correlations(cosine, english.gold, f"{lang1}-{lang2}")}
   return {"kind": "stsb_multi_mt", "encoder": encoder.name, "folder": str(folder),
           "split": split, "languages": languages, "pairs": results,
-          "average": language_averages(results)}
+          "averages": language_averages(results)}
 
 
 def evaluate_sts17(encoder: encoders.UniqueSentences, folder: Path) -> dict:
@@ -359,7 +363,7 @@ def evaluate_sts17(encoder: encoders.UniqueSentences, folder: Path) -> dict:
   Returns:
     {"kind", "encoder", "folder",
      "tracks": {name: {"lang1", "lang2", "pearson", "spearman", "n", "unscored"}},
-     "average": {group: {"pearson", "spearman", "count"}}}, groups as in
+     "averages": {group: {"pearson", "spearman", "count"}}}, groups as in
     `language_averages` (e.g. track4a and track4b, both es-en, each count once).
   """
   sets = read_semeval_folder(folder)
@@ -370,7 +374,7 @@ def evaluate_sts17(encoder: encoders.UniqueSentences, folder: Path) -> dict:
     tracks[name] = {"lang1": lang1, "lang2": lang2, "unscored": pairs.unscored,
                     **correlations(cosines(encoder, pairs, f"STS17 {name}"), pairs.gold, name)}
   return {"kind": "sts17", "encoder": encoder.name, "folder": str(folder), "tracks": tracks,
-          "average": language_averages(tracks)}
+          "averages": language_averages(tracks)}
 
 
 TASKS: dict[str, Callable[..., dict]] = {
@@ -391,15 +395,17 @@ def evaluate(encoder: encoders.UniqueSentences, folder: Path, *, task: str, **op
 # ---------------------------------------------------------------- tables
 
 
-def _number(value) -> str:
-  return "–" if value is None else f"{value:.1f}"
+def _cell(value) -> str:
+  """A float to one decimal, as in the paper; a missing average as a dash."""
+  if value is None:
+    return "–"
+  return f"{value:.1f}" if isinstance(value, float) else str(value)
 
 
 def _rows(header: Sequence[str], rows: Sequence[Sequence]) -> list[str]:
-  """Markdown table lines; float cells are shown to one decimal, as in the paper."""
-  cell = lambda v: _number(v) if isinstance(v, float) or v is None else str(v)
+  """Markdown table lines."""
   return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] +
-          ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows])
+          ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows])
 
 
 def english_sts_table(results: Mapping) -> str:
@@ -410,9 +416,9 @@ def english_sts_table(results: Mapping) -> str:
                  r["mean"]["spearman"], r["all"]["pearson"], r["all"]["spearman"]])
     detail += [[year, name, d["n"], d["unscored"], d["pearson"], d["spearman"]]
                for name, d in r["datasets"].items()]
-  average = results["average"]
-  rows.append(["Avg.", "", "", average["mean"]["pearson"], average["mean"]["spearman"],
-               average["all"]["pearson"], average["all"]["spearman"]])
+  averages = results["averages"]
+  rows.append(["Avg.", "", "", averages["mean"]["pearson"], averages["mean"]["spearman"],
+               averages["all"]["pearson"], averages["all"]["spearman"]])
   lines = _rows(["Year", "Sets", "n", "mean Pearson", "mean Spearman", "all Pearson",
                  "all Spearman"], rows)
   lines += ["", "mean: per-dataset correlation averaged over a year's datasets (SentEval); "
@@ -430,32 +436,26 @@ def stsb_table(results: Mapping) -> str:
                           for s in splits]))
 
 
-def _averages_rows(average: Mapping) -> list[str]:
-  """Spearman and Pearson rows of the en / XL(s.) / XL(d.) / XL averages (cf. VMSST Table 1)."""
-  return _rows(["Metric", *_AVERAGE_NAMES],
-               [[metric.capitalize(), *[average.get(g, {}).get(metric) for g in _AVERAGE_NAMES]]
-                for metric in ("spearman", "pearson")])
-
-
-def stsb_multi_mt_table(results: Mapping) -> str:
-  """The averages, then a Spearman matrix: rows sentence1's language, columns sentence2's."""
-  languages, pairs = results["languages"], results["pairs"]
-  matrix = [[l1, *[pairs[f"{l1}-{l2}"]["spearman"] for l2 in languages]] for l1 in languages]
-  return "\n".join(_averages_rows(results["average"]) + [
-      "", f"Spearman ×100 on {results['split']}; row: sentence1 language, column: sentence2 "
-      "language.", ""] + _rows(["s1 \\ s2", *languages], matrix))
-
-
-def sts17_table(results: Mapping) -> str:
-  """The averages, then one row per track."""
-  rows = [[name, f"{t['lang1']}-{t['lang2']}", t["n"], t["pearson"], t["spearman"]]
-          for name, t in results["tracks"].items()]
-  return "\n".join(_averages_rows(results["average"]) + [""] +
-                   _rows(["Track", "Languages", "n", "Pearson", "Spearman"], rows))
+def crosslingual_table(results: Mapping) -> str:
+  """The Table 1 averages, then per pairing: track rows (STS17) or a Spearman matrix (STSb-MT)."""
+  averages = results["averages"]
+  lines = _rows(["Metric", *_AVERAGE_NAMES],
+                [[m.capitalize(), *[averages.get(g, {}).get(m) for g in _AVERAGE_NAMES]]
+                 for m in ("spearman", "pearson")])
+  if results["kind"] == "sts17":
+    detail = _rows(["Track", "Languages", "n", "Pearson", "Spearman"],
+                   [[name, f"{t['lang1']}-{t['lang2']}", t["n"], t["pearson"], t["spearman"]]
+                    for name, t in results["tracks"].items()])
+  else:
+    languages, pairs = results["languages"], results["pairs"]
+    matrix = [[l1, *[pairs[f"{l1}-{l2}"]["spearman"] for l2 in languages]] for l1 in languages]
+    detail = [f"Spearman ×100 on {results['split']}; row: sentence1 language, column: "
+              "sentence2 language.", ""] + _rows(["s1 \\ s2", *languages], matrix)
+  return "\n".join(lines + [""] + detail)
 
 
 _TABLES = {"english_sts": english_sts_table, "stsb": stsb_table,
-           "stsb_multi_mt": stsb_multi_mt_table, "sts17": sts17_table}
+           "stsb_multi_mt": crosslingual_table, "sts17": crosslingual_table}
 
 
 def table(results: Mapping) -> str:
@@ -468,11 +468,8 @@ def scatter(cosine: np.ndarray, gold: np.ndarray, path: Path, *, title: str = "S
 
   Uses the object-oriented Agg canvas, so no global pyplot backend is changed.
   """
-  # Imported here: plotting is optional and matplotlib is slow to import.
-  from matplotlib.backends import backend_agg  # pylint: disable=import-outside-toplevel
-  from matplotlib import figure  # pylint: disable=import-outside-toplevel
-  fig = figure.Figure(figsize=(5, 4))
-  backend_agg.FigureCanvasAgg(fig)
+  from vmsst.evaluation import plots  # pylint: disable=import-outside-toplevel  # slow import
+  fig = plots.figure((5, 4))
   axes = fig.add_subplot()
   axes.scatter(gold, cosine, s=4, alpha=0.4)
   axes.set_xlabel("gold similarity")

@@ -34,6 +34,20 @@ class Suite:
   table: Callable[[dict], str]
   title: str
   how_to_get: str = ""
+  # (encoder, folder, results, output dir) -> the PNG's file name in that dir.
+  plot: Callable[..., str] | None = None
+
+
+def _stsb_scatter(encoder, folder: pathlib.Path, results: dict, output: pathlib.Path) -> str:
+  del results  # the raw cosines are not in the JSON; the encoder's cache has them
+  sts.scatter(*sts.stsb_scores(encoder, folder, "test"), output / "stsb_test.png")
+  return "stsb_test.png"
+
+
+def _tatoeba_bars(encoder, folder: pathlib.Path, results: dict, output: pathlib.Path) -> str:
+  del encoder, folder
+  tatoeba.bar_plot(results, output / "tatoeba.png")
+  return "tatoeba.png"
 
 
 SUITES: dict[str, Suite] = {
@@ -42,7 +56,7 @@ SUITES: dict[str, Suite] = {
         sts.english_sts_table, "English STS 2012–2016"),
     "stsb": Suite(
         "stsb", lambda enc, folder, o: sts.evaluate_stsb(enc, folder),
-        sts.stsb_table, "STS Benchmark"),
+        sts.stsb_table, "STS Benchmark", plot=_stsb_scatter),
     "stsb-multi-mt": Suite(
         "stsb-multi-mt",
         lambda enc, folder, o: sts.evaluate_stsb_multi_mt(
@@ -57,7 +71,7 @@ SUITES: dict[str, Suite] = {
         lambda enc, folder, o: tatoeba.evaluate(
             enc, folder, languages=o.tatoeba_languages,
             training_languages=o.training_languages),
-        tatoeba.table, "Tatoeba bitext retrieval (accuracy)"),
+        tatoeba.table, "Tatoeba bitext retrieval (accuracy)", plot=_tatoeba_bars),
     "bucc": Suite(
         "bucc2018",
         lambda enc, folder, o: mining.evaluate(enc, folder, pairs=o.mining_pairs),

@@ -21,6 +21,7 @@ import numpy as np
 
 from vmsst import languages as languages_lib
 from vmsst.evaluation import neighbors
+from vmsst.evaluation import plots
 
 FOLDER = "tatoeba/v1"
 
@@ -135,18 +136,14 @@ def table(results: dict) -> str:
 
 def bar_plot(results: dict, path: pathlib.Path) -> None:
   """Per-language bars of the two-direction average, sorted, to `path` (PNG)."""
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   codes = sorted((c for c in results if not c.startswith("_")), key=lambda c: results[c]["avg"])
   seen = set(results.get("_seen", {}).get("languages", []))
-  fig, ax = plt.subplots(figsize=(max(4, 0.22 * len(codes) + 1), 3.2))
+  fig = plots.figure((max(4, 0.22 * len(codes) + 1), 3.2))
+  ax = fig.add_subplot()
   ax.bar(codes, [results[c]["avg"] for c in codes],
          color=["tab:blue" if c in seen else "tab:gray" for c in codes])
   ax.set_ylabel("accuracy (avg of both directions)")
   ax.set_ylim(0, 100)
   ax.set_title("Tatoeba" + (" (blue: seen in training)" if seen else ""))
   ax.tick_params(axis="x", labelrotation=90, labelsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  fig.savefig(path, dpi=120, bbox_inches="tight")
