@@ -39,29 +39,30 @@ FLAGS = flags.FLAGS
 
 
 def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, model_dir: str,
-                    bindings: Sequence[str]) -> None:
+                    bindings: Sequence[str], search_paths: Sequence[str] = (".",)) -> None:
   """Trains one objective with the shared body; resumes if model_dir has checkpoints."""
-  model_file = os.path.join("gin", "models", f"{objective}.gin")
-  if not os.path.exists(model_file):
+  model_file = f"gin/models/{objective}.gin"
+  if not any(os.path.exists(os.path.join(p, model_file)) for p in search_paths):
     raise FileNotFoundError(f"{model_file} does not exist: --objectives names files of "
                             "gin/models/ (vmsst, bitranslation, contrastive, vmsst_contrastive).")
   with gin.unlock_config():
     gin.clear_config()
     train_lib.parse_gin([model_file, *gin_file],
                         [f"MODEL_DIR = '{model_dir}'", f"TRAIN_STEPS = {steps}", *bindings],
-                        FLAGS.gin_search_path)
+                        search_paths)
     train_lib.train()
 
 
 def compare(*, objectives: Sequence[str], gin_file: Sequence[str], steps: int, output: str,
             data_dirs: Sequence[str], suite: str, reference: str | None,
-            bindings: Sequence[str] = (), options: suites_lib.SuiteOptions | None = None) -> dict:
+            bindings: Sequence[str] = (), options: suites_lib.SuiteOptions | None = None,
+            search_paths: Sequence[str] = (".",)) -> dict:
   """{row name: results} for each objective (and the reference); writes Table 1."""
   rows = {}
   for objective in objectives:
     model_dir = os.path.join(output, objective)
     train_objective(objective, gin_file=gin_file, steps=steps, model_dir=model_dir,
-                    bindings=bindings)
+                    bindings=bindings, search_paths=search_paths)
     encoder = inference.CheckpointEncoder.from_model_dir(model_dir)
     rows[objective] = evaluate.run_suites(encoder, data_dirs=data_dirs, suite=suite,
                                           output=os.path.join(model_dir, "eval"),
@@ -97,7 +98,8 @@ def main(argv: Sequence[str]) -> None:
       stsb_multi_mt_languages=FLAGS.stsb_multi_mt_languages, mining_pairs=FLAGS.mining_pairs)
   compare(objectives=FLAGS.objectives, gin_file=FLAGS.gin_file or ["gin/runs/compare_cpu.gin"],
           steps=FLAGS.steps, output=FLAGS.output, data_dirs=FLAGS.data_dir, suite=FLAGS.suite,
-          reference=FLAGS.reference, bindings=FLAGS.gin_bindings, options=options)
+          reference=FLAGS.reference, bindings=FLAGS.gin_bindings, options=options,
+          search_paths=FLAGS.gin_search_path)
   print((pathlib.Path(FLAGS.output) / "table1.md").read_text())
 
 

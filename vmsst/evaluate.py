@@ -17,6 +17,7 @@ directory than the shared corpora.
 import json
 import math
 import pathlib
+import sys
 import time
 from typing import Sequence
 
@@ -136,8 +137,11 @@ def main(argv: Sequence[str]) -> None:
       tatoeba_languages=f.tatoeba_languages,
       training_languages=training_languages(f.training_languages),
       stsb_multi_mt_languages=f.stsb_multi_mt_languages, mining_pairs=f.mining_pairs)
-  results = run_suites(encoder, data_dirs=f.data_dir, suite=f.suite, output=f.output,
-                       options=options, batch_size=f.batch_size)
+  try:
+    results = run_suites(encoder, data_dirs=f.data_dir, suite=f.suite, output=f.output,
+                         options=options, batch_size=f.batch_size)
+  except (FileNotFoundError, ValueError) as e:  # missing or bad data: the message says the fix
+    sys.exit(f"error: {e}")
   summary = results["_score"]
   print(f"Score {summary['score']:.1f} " if summary["score"] is not None else "Score –",
         {k: round(v, 1) for k, v in summary["components"].items() if v is not None})

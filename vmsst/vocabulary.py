@@ -98,14 +98,16 @@ def language_token_id(vocab: seqio.SentencePieceVocabulary, code: str) -> int:
 
 # ------------------------------------------------------------------- command
 
-_DATA_DIR = flags.DEFINE_string("data_dir", "../shared/data", "Root of the shared corpora.")
-_OUTPUT = flags.DEFINE_string("output", None, "Output prefix; writes <output>.model/.vocab.")
-_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 8000, "Total pieces (symbols included).")
-_SOURCES = flags.DEFINE_list(
-    "sources", ["ntrex128", "multi30k"],
-    "Training corpora: ntrex128, multi30k, opus:<dir> (all Moses/TSV files under dir).")
-_CHARACTER_COVERAGE = flags.DEFINE_float("character_coverage", 0.9995, "See train_vocabulary.")
-_INPUT_SENTENCE_SIZE = flags.DEFINE_integer("input_sentence_size", 200_000, "Sampled sentences.")
+def _define_flags() -> None:
+  """Only when run as a command: importers (train, evaluate) own their flags."""
+  flags.DEFINE_string("data_dir", "../shared/data", "Root of the shared corpora.")
+  flags.DEFINE_string("output", None, "Output prefix; writes <output>.model/.vocab.")
+  flags.DEFINE_integer("vocab_size", 8000, "Total pieces (symbols included).")
+  flags.DEFINE_list(
+      "sources", ["ntrex128", "multi30k"],
+      "Training corpora: ntrex128, multi30k, opus:<dir> (all Moses/TSV files under dir).")
+  flags.DEFINE_float("character_coverage", 0.9995, "See train_vocabulary.")
+  flags.DEFINE_integer("input_sentence_size", 200_000, "Sampled sentences.")
 
 
 def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[str]:
@@ -137,15 +139,16 @@ def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[s
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  if not _OUTPUT.value:
+  f = flags.FLAGS
+  if not f.output:
     raise app.UsageError("--output=DIR/spm is required.")
   start = time.time()
-  sentences = list(training_sentences(_DATA_DIR.value, _SOURCES.value))
+  sentences = list(training_sentences(f.data_dir, f.sources))
   random.Random(0).shuffle(sentences)  # Interleave sources before sampling.
-  print(f"{len(sentences)} distinct sentences; training vocab_size={_VOCAB_SIZE.value} ...")
-  model = train_vocabulary(sentences, _OUTPUT.value, _VOCAB_SIZE.value,
-                           character_coverage=_CHARACTER_COVERAGE.value,
-                           input_sentence_size=_INPUT_SENTENCE_SIZE.value)
+  print(f"{len(sentences)} distinct sentences; training vocab_size={f.vocab_size} ...")
+  model = train_vocabulary(sentences, f.output, f.vocab_size,
+                           character_coverage=f.character_coverage,
+                           input_sentence_size=f.input_sentence_size)
   vocab = get_vocabulary(model)
   print(f"wrote {model}: {vocab.vocab_size} pieces, {len(languages.LANGUAGES)} language "
         f"symbols, {time.time() - start:.0f} s")
@@ -153,4 +156,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

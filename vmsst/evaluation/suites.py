@@ -119,5 +119,6 @@ def locate(name: str, data_dirs: Sequence[pathlib.Path]) -> pathlib.Path | None:
 def missing_message(name: str, data_dirs: Sequence[pathlib.Path]) -> str:
   """Names the paths searched and how to get the data."""
   searched = ", ".join(str(d / SUITES[name].folder) for d in data_dirs)
-  fix = SUITES[name].how_to_get or "see the SOURCE.md of shared/data for this folder"
-  return f"suite {name!r}: no data at {searched}. To get it: {fix}."
+  fix = SUITES[name].how_to_get or (
+      "it ships with the shared corpora (shared/data/README.md); pass their root with --data_dir")
+  return f"suite {name}: no data at {searched}. To get it: {fix}."

