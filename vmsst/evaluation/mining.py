@@ -44,6 +44,7 @@ import numpy as np
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import neighbors
+from vmsst.evaluation import text_files
 
 SPLITS = ("sample", "training", "test")
 SCORINGS = ("cosine", "ratio", "distance")
@@ -88,7 +89,7 @@ def split_paths(root: str | pathlib.Path, src: str, trg: str,
 def read_sentences(path: pathlib.Path) -> dict[str, str]:
   """id -> sentence from "id<TAB>sentence" lines; ValueError names file, line and fix."""
   sentences = {}
-  for number, line in enumerate(_lines(path), 1):
+  for number, line in enumerate(text_files.read_lines(path), 1):
     sentence_id, tab, sentence = line.partition("\t")
     if not tab or not sentence_id:
       raise ValueError(f"{path}:{number}: expected 'id<TAB>sentence' (e.g. "
@@ -104,7 +105,7 @@ def read_gold(path: pathlib.Path, source_ids: Mapping[str, str],
               target_ids: Mapping[str, str]) -> list[tuple[str, str]]:
   """(source id, target id) pairs from "src_id<TAB>trg_id" lines, checked against both sides."""
   gold, seen = [], set()
-  for number, line in enumerate(_lines(path), 1):
+  for number, line in enumerate(text_files.read_lines(path), 1):
     fields = line.split("\t")
     where = f"{path}:{number}"
     if len(fields) != 2:
@@ -120,12 +121,6 @@ def read_gold(path: pathlib.Path, source_ids: Mapping[str, str],
     seen.add(tuple(fields))
     gold.append((fields[0], fields[1]))
   return gold
-
-
-def _lines(path: pathlib.Path) -> list[str]:
-  """The file's lines without line ends (a final newline adds no empty line)."""
-  with open(path, encoding="utf-8", newline="") as f:
-    return [line.rstrip("\r\n") for line in f]
 
 
 def read_split(root: str | pathlib.Path, src: str, trg: str, split: str) -> Split | None:

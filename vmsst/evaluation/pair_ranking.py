@@ -39,6 +39,7 @@ import numpy as np
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import similarity
+from vmsst.evaluation import text_files
 
 LABELS = ("entailment", "neutral", "contradiction")
 TRIPLETS_DIR = "triplets"
@@ -122,33 +123,16 @@ def nli_comparisons(cosines: np.ndarray, labels: Sequence[str],
 # ---------------------------------------------------------------- reading
 
 
-def _read_tsv(path: pathlib.Path, columns: int, names: str) -> tuple[list[tuple], int]:
-  """([(1-based line, field, ...)] of `columns` non-empty fields, blank lines skipped)."""
-  rows, blank = [], 0
-  with open(path, encoding="utf-8", newline="\n") as f:
-    for number, line in enumerate(f, 1):
-      line = line.rstrip("\r\n")
-      if not line.strip():
-        blank += 1
-        continue
-      fields = [x.strip() for x in line.split("\t")]
-      if len(fields) != columns or not all(fields):
-        raise ValueError(f"{path}:{number}: expected {columns} non-empty TAB-separated fields "
-                         f"({names}), got {len(fields)}: {line[:80]!r}; fix or delete the line.")
-      rows.append((number, *fields))
-  return rows, blank
-
-
 def read_triplets(path: str | pathlib.Path) -> tuple[list[tuple[str, str, str]], int]:
   """([(anchor, positive, negative)], blank lines skipped) of a triplet TSV."""
-  rows, blank = _read_tsv(pathlib.Path(path), 3, "anchor, positive, negative")
+  rows, blank = text_files.read_tsv(pathlib.Path(path), 3, "anchor, positive, negative")
   return [tuple(r[1:]) for r in rows], blank
 
 
 def read_nli(path: str | pathlib.Path) -> tuple[list[NliRow], int]:
   """([NliRow], blank lines skipped) of a premise<TAB>hypothesis<TAB>label file."""
   path = pathlib.Path(path)
-  rows, blank = _read_tsv(path, 3, "premise, hypothesis, label")
+  rows, blank = text_files.read_tsv(path, 3, "premise, hypothesis, label")
   for number, _, _, label in rows:
     if label not in LABELS:
       raise ValueError(f"{path}:{number}: label {label!r} is not one of {LABELS}; relabel or "

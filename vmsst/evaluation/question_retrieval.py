@@ -53,6 +53,7 @@ import numpy as np
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import neighbors
+from vmsst.evaluation import text_files
 
 FOLDER = "question_retrieval"
 QUERIES, KB, GOLD = "queries.tsv", "kb.tsv", "gold.tsv"
@@ -97,19 +98,7 @@ def _read_tsv(path: pathlib.Path, columns: int, names: str) -> tuple[list[tuple]
   if not path.is_file():
     raise ValueError(f"{path}: missing; a question-retrieval set needs {QUERIES}, {KB} and "
                      f"{GOLD} (see vmsst/evaluation/question_retrieval.py).")
-  rows, blank = [], 0
-  with open(path, encoding="utf-8", newline="\n") as f:
-    for number, line in enumerate(f, 1):
-      line = line.rstrip("\r\n")
-      if not line.strip():
-        blank += 1
-        continue
-      fields = [x.strip() for x in line.split("\t")]
-      if len(fields) != columns or not all(fields):
-        raise ValueError(f"{path}:{number}: expected {columns} non-empty TAB-separated fields "
-                         f"({names}), got {len(fields)}: {line[:80]!r}; fix or delete the line.")
-      rows.append((number, *fields))
-  return rows, blank
+  return text_files.read_tsv(path, columns, names)
 
 
 def _index(path: pathlib.Path, rows: Sequence[tuple]) -> dict[str, int]:
@@ -312,20 +301,13 @@ def sts16_candidates(data_dir: pathlib.Path,
                      min_score: float) -> tuple[list[Candidate], list[str], list[str]]:
   """(candidates, KB texts, withheld texts) of the sts16_questions set (module doc)."""
   inputs = data_dir / STS16_QUESTIONS.format("input")
-  pairs = [_clean_pair(inputs, n, line) for n, line in enumerate(_lines(inputs), 1)]
-  scores = _lines(data_dir / STS16_QUESTIONS.format("gs"))  # Blank: an unscored pair.
+  pairs = [_clean_pair(inputs, n, line) for n, line in enumerate(text_files.read_lines(inputs), 1)]
+  scores = text_files.read_lines(data_dir / STS16_QUESTIONS.format("gs"))  # Blank: an unscored pair.
   if len(scores) != len(pairs):
     raise ValueError(f"{inputs}: {len(pairs)} lines but its gold file has {len(scores)}.")
   chosen = [p for p, s in zip(pairs, scores) if s.strip() and float(s) >= min_score]
   candidates = [Candidate("en", q1, (q2, q1)) for q1, q2 in chosen]
   return candidates, [q for pair in pairs for q in pair], [q1 for q1, _ in chosen]
-
-
-def _lines(path: pathlib.Path) -> list[str]:
-  """Lines split on "\n" only (a U+2028 inside a question must not split it)."""
-  with open(path, encoding="utf-8", newline="\n") as f:
-    lines = f.read().split("\n")
-  return lines[:-1] if lines[-1] == "" else lines
 
 
 def _clean_pair(path: pathlib.Path, number: int, line: str) -> tuple[str, str]:

@@ -36,6 +36,7 @@ from scipy import stats
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import similarity
+from vmsst.evaluation import text_files
 
 ENGLISH_STS_YEARS = ("STS12", "STS13", "STS14", "STS15", "STS16")
 # Said next to the STS13 numbers, since they are not comparable to papers that had SMT.
@@ -67,12 +68,6 @@ class ScoredPairs:
 # ---------------------------------------------------------------- readers
 
 
-def _lines(path: pathlib.Path) -> list[str]:
-  """A UTF-8 file's lines; split on "\\n" only, since sentences may hold other breaks."""
-  lines = path.read_text(encoding="utf-8").split("\n")
-  return lines[:-1] if lines and not lines[-1] else lines
-
-
 def read_semeval_files(input_path: Path, gold_path: Path) -> ScoredPairs:
   """One SemEval STS set: line i of the input pairs with line i of the gold.
 
@@ -86,7 +81,7 @@ def read_semeval_files(input_path: Path, gold_path: Path) -> ScoredPairs:
       has fewer than two columns.
   """
   input_path, gold_path = pathlib.Path(input_path), pathlib.Path(gold_path)
-  inputs, golds = _lines(input_path), _lines(gold_path)
+  inputs, golds = text_files.read_lines(input_path), text_files.read_lines(gold_path)
   if len(inputs) != len(golds):
     raise ValueError(
         f"{gold_path} has {len(golds)} lines but {input_path} has {len(inputs)}: line "
@@ -146,7 +141,7 @@ def read_stsb(folder: Path, split: str) -> ScoredPairs:
   """
   path = pathlib.Path(folder) / f"sts-{split}.csv"
   first, second, gold = [], [], []
-  for number, line in enumerate(_lines(path), start=1):
+  for number, line in enumerate(text_files.read_lines(path), start=1):
     columns = line.split("\t")
     if len(columns) < 7:
       raise ValueError(f"{path} line {number}: {len(columns)} TAB-separated columns, need 7 "

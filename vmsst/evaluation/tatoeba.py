@@ -22,6 +22,7 @@ import numpy as np
 from vmsst import languages as languages_lib
 from vmsst.evaluation import neighbors
 from vmsst.evaluation import plots
+from vmsst.evaluation import text_files
 
 FOLDER = "tatoeba/v1"
 
@@ -43,19 +44,11 @@ def read_pairs(folder: pathlib.Path, code: str) -> tuple[list[str], list[str]]:
     if not path.exists():
       raise FileNotFoundError(f"{path} is missing; Tatoeba needs both sides of "
                               f"tatoeba.{code}-eng (LASER data/tatoeba/v1).")
-  source, english = (_read_lines(path) for path in paths)
+  source, english = (text_files.read_lines(path) for path in paths)
   if len(source) != len(english):
     raise ValueError(f"{paths[0]} has {len(source)} lines but {paths[1]} has {len(english)}; "
                      "the two files must be line-aligned.")
   return source, english
-
-
-def _read_lines(path: pathlib.Path) -> list[str]:
-  text = path.read_text(encoding="utf-8")
-  lines = text.split("\n")
-  if lines and lines[-1] == "":
-    lines.pop()
-  return [line.rstrip("\r") for line in lines]
 
 
 def retrieval_accuracy(queries: np.ndarray, keys: np.ndarray) -> float:
