@@ -39,9 +39,9 @@ def test_precomputed_encoder_names_a_missing_sentence():
 class _CharacterCounts(tf.Module):
   """A real SavedModel keeping the export contract: byte histogram embeddings."""
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sentences")])
-  def serve(self, sentences):
-    codes = tf.strings.unicode_decode(sentences, "UTF-8")
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+  def serve(self, text):
+    codes = tf.strings.unicode_decode(text, "UTF-8")
     counts = tf.math.bincount(tf.cast(codes, tf.int32) % 16, axis=-1, minlength=16,
                               maxlength=16)
     return {"embeddings": tf.cast(counts, tf.float32)}

@@ -62,7 +62,7 @@ class SavedModelEncoder:
   """A TF SavedModel whose `serving_default` maps strings to embeddings.
 
   The contract `python -m vmsst.export` writes: input a 1-D tf.string tensor
-  named `sentences`, output `{"embeddings": float32 [n, d]}`; tokenization is
+  named `text`, output `{"embeddings": float32 [n, d]}`; tokenization is
   inside the graph, so any SavedModel keeping this contract evaluates alike.
   """
 
@@ -78,7 +78,7 @@ class SavedModelEncoder:
     self.name = name or path.rstrip("/").split("/")[-1]
 
   def encode(self, sentences: Sequence[str]) -> np.ndarray:
-    outputs = self._serve(sentences=self._tf.constant(list(sentences), self._tf.string))
+    outputs = self._serve(text=self._tf.constant(list(sentences), self._tf.string))
     if "embeddings" not in outputs:
       raise ValueError(f"serving_default of {self.name} returns {sorted(outputs)}, "
                        "not 'embeddings'.")
