@@ -8,7 +8,8 @@
 # runs/vocab/, model in runs/X (or --gin.MODEL_DIR), evaluation in MODEL_DIR/eval
 # with the built BUCC-format, question-retrieval and clustering tasks in
 # runs/eval_tasks.
-# Environment: DATA_DIR, VOCAB_SIZE, SUITE (default: all), EVAL=0 skips the
+# Environment: DATA_DIR, VOCAB_SIZE, SUITE (default: score, the suites of the
+# paper's Score; all adds XNLI and clustering), EVAL=0 skips the
 # evaluation, DRY_RUN=1 prints the commands instead of running them. For longer
 # runs raise --gin.TRAIN_STEPS; for pods see launch/README.md.
 set -euo pipefail
@@ -20,7 +21,7 @@ VOCAB_DIR=${VOCAB_DIR:-runs/vocab}
 VOCAB_SIZE=${VOCAB_SIZE:-8000}
 
 TASKS_DIR=${TASKS_DIR:-runs/eval_tasks}
-SUITE=${SUITE:-all}
+SUITE=${SUITE:-score}
 
 gin_file=gin/runs/vmsst_cpu.gin
 model_dir=
@@ -61,7 +62,7 @@ if [[ "${EVAL:-1}" == 1 ]]; then
   if [[ ! -d "$TASKS_DIR/question_retrieval" ]]; then
     run "$PY" -m vmsst.evaluation.question_retrieval --data_dir="$DATA_DIR" --output="$TASKS_DIR"
   fi
-  if [[ ! -d "$TASKS_DIR/mewsc16" ]]; then
+  if [[ "$SUITE" == all && ! -d "$TASKS_DIR/mewsc16" ]]; then
     run "$PY" -m vmsst.evaluation.clustering --data_dir="$DATA_DIR" --output="$TASKS_DIR"
   fi
   run "$PY" -m vmsst.evaluate --model_dir="$model_dir" --data_dir="$DATA_DIR,$TASKS_DIR" \

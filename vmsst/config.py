@@ -3,6 +3,10 @@
 One frozen dataclass describes the whole encoder/decoder family, so that an
 ablation of the paper (Table 4) is a gin binding on this object and never a new
 module. It is hashable, which lets it be closed over by jitted step functions.
+
+The T5 switches (relative_attention ... tie_output_embedding) let the same
+layers *be* a T5/mT5 encoder and decoder, so that vmsst.mt5_import can start a
+run from an mT5 checkpoint; their defaults keep the original architecture.
 """
 
 import dataclasses
@@ -39,6 +43,26 @@ class NetworkConfig:
       symbol; otherwise with the padding id 0 (the paper's ablation).
     num_language_encoders: separate language encoders; a language with symbol
       id s is routed to encoder s mod num_language_encoders.
+    relative_attention: T5's bucketed relative position bias on the attention
+      logits instead of learned absolute positions; one [buckets, heads] table
+      per stack (bidirectional in encoders, causal in the decoder), shared by
+      all its layers. max_length then bounds nothing.
+    relative_attention_num_buckets: T5's bucket count (32 in mT5).
+    relative_attention_max_distance: distances beyond this share the last
+      bucket (128 in mT5).
+    rms_norm: T5LayerNorm (scale only, no mean subtraction, eps 1e-6)
+      instead of LayerNorm, everywhere.
+    gated_mlp: T5.1.1's gated-GELU feed-forward, gelu_tanh(x W_0) * (x W_1)
+      then W_o, instead of GELU(x W_i + b) W_o + b.
+    projection_bias: biases on the dense projections (MLP, latent injection,
+      Gaussian heads, output); T5 has none.
+    scale_attention_logits: divide q·k by sqrt(head_dim). T5 does not: it
+      folds the factor into the query initialisation, which this switch does
+      too when off.
+    tie_output_embedding: the decoder-state part of the output projection is
+      the token-embedding table (logits = h Eᵀ + W_z z + b, unscaled as in
+      Hugging Face's tied MT5) instead of its own rows; excludes
+      factorized_output. mT5 checkpoints are untied.
   """
 
   vocab_size: int = 8000
@@ -57,3 +81,11 @@ class NetworkConfig:
   encoder_language_embedding: bool = True
   decoder_language_embedding: bool = True
   num_language_encoders: int = 1
+  relative_attention: bool = False
+  relative_attention_num_buckets: int = 32
+  relative_attention_max_distance: int = 128
+  rms_norm: bool = False
+  gated_mlp: bool = False
+  projection_bias: bool = True
+  scale_attention_logits: bool = True
+  tie_output_embedding: bool = False

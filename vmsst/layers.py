@@ -3,12 +3,20 @@
 Every parameter is created through `nn.with_logical_partitioning` and every
 large activation passes `nn.with_logical_constraint`, so `partitioning.py`
 alone decides how a model is laid out over a mesh (as in flax's lm1b example).
-Logical axes used here: batch, length, embed, heads, kv, mlp, vocab, latent.
+Logical axes used here: batch, length, embed, heads, kv, mlp, vocab, latent,
+relpos_buckets.
+
+NetworkConfig's T5 switches select T5.1.1 pieces (relative position bias,
+RMS norm, gated-GELU MLP, no biases, unscaled logits) inside the same
+modules, so an mT5 checkpoint maps onto them (vmsst/mt5_import.py).
 """
+
+import math
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from vmsst.config import NetworkConfig
 
@@ -30,12 +38,13 @@ class Projection(nn.Module):
   cfg: NetworkConfig
   in_axis_count: int = 1
   use_bias: bool = False
+  init_scale: float = 1.0
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     in_shape = x.shape[x.ndim - self.in_axis_count:]
     init = nn.initializers.variance_scaling(
-        1.0, "fan_in", "truncated_normal", in_axis=tuple(range(self.in_axis_count)),
+        self.init_scale, "fan_in", "truncated_normal", in_axis=tuple(range(self.in_axis_count)),
         out_axis=tuple(range(self.in_axis_count, len(self.axes))))
     kernel = self.param("kernel", nn.with_logical_partitioning(init, self.axes),
                         in_shape + self.features, jnp.float32)
@@ -51,13 +60,23 @@ class Projection(nn.Module):
 
 
 def dense(features, axes, cfg: NetworkConfig, name: str, in_axis_count: int = 1,
-          use_bias: bool = False) -> Projection:
-  """A Projection to `features` (int or tuple) whose kernel has logical `axes`."""
+          use_bias: bool = False, init_scale: float = 1.0) -> Projection:
+  """A Projection to `features` (int or tuple) whose kernel has logical `axes`.
+
+  `init_scale` multiplies the fan-in variance of the initial kernel.
+  """
   features = (features,) if isinstance(features, int) else tuple(features)
-  return Projection(features, tuple(axes), cfg, in_axis_count, use_bias, name=name)
+  return Projection(features, tuple(axes), cfg, in_axis_count, use_bias, init_scale,
+                    name=name)
 
 
-def layer_norm(name: str, cfg: NetworkConfig) -> nn.LayerNorm:
+def layer_norm(name: str, cfg: NetworkConfig) -> nn.Module:
+  """LayerNorm, or T5LayerNorm (RMS, scale only) under `cfg.rms_norm`."""
+  if cfg.rms_norm:
+    return nn.RMSNorm(
+        epsilon=1e-6, dtype=cfg.dtype,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+        name=name)
   return nn.LayerNorm(
       dtype=cfg.dtype,
       scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
@@ -103,49 +122,134 @@ class PositionEmbed(nn.Module):
     return x + jnp.asarray(table[:length], x.dtype)
 
 
+def relative_position_buckets(length: int, *, bidirectional: bool, num_buckets: int,
+                              max_distance: int) -> np.ndarray:
+  """T5's bucket of every (query i, key j) offset j - i, int32 [L, L].
+
+  Offsets below half the buckets get one bucket each; larger ones share
+  log-spaced buckets up to `max_distance`, beyond which all share the last.
+  Bidirectional stacks spend half the buckets on keys after the query; a
+  causal stack only on keys before it. Computed on the host in float32, as
+  Mesh TensorFlow and Hugging Face do, so the boundaries agree exactly.
+  """
+  offset = np.arange(length)[None, :] - np.arange(length)[:, None]
+  bucket = np.zeros_like(offset)
+  if bidirectional:
+    num_buckets //= 2
+    bucket += (offset > 0) * num_buckets
+    distance = np.abs(offset)
+  else:
+    distance = np.maximum(-offset, 0)
+  exact = num_buckets // 2
+  ratio = (np.log(np.maximum(distance, 1).astype(np.float32) / exact)
+           / np.float32(math.log(max_distance / exact)))
+  far = np.minimum(exact + (ratio * (num_buckets - exact)).astype(offset.dtype),
+                   num_buckets - 1)
+  return (bucket + np.where(distance < exact, distance, far)).astype(np.int32)
+
+
+class RelativePositionBias(nn.Module):
+  """T5 relative position bias: one [buckets, heads] table for a whole stack.
+
+  Computed once per stack and added to every layer's attention logits, as
+  T5 does with the table of its first layer.
+  """
+
+  cfg: NetworkConfig
+  bidirectional: bool
+
+  @nn.compact
+  def __call__(self, length: int) -> Array:
+    """-> float32 [1, heads, L, L] logit bias."""
+    cfg = self.cfg
+    table = self.param(
+        "embedding",
+        nn.with_logical_partitioning(
+            nn.initializers.variance_scaling(1.0, "fan_avg", "uniform"),
+            ("relpos_buckets", "heads")),
+        (cfg.relative_attention_num_buckets, cfg.num_heads), jnp.float32)
+    buckets = relative_position_buckets(
+        length, bidirectional=self.bidirectional,
+        num_buckets=cfg.relative_attention_num_buckets,
+        max_distance=cfg.relative_attention_max_distance)
+    return jnp.transpose(table[buckets], (2, 0, 1))[None]
+
+
+def attend(q: Array, k: Array, v: Array, mask: Array, bias: Array | None,
+           cfg: NetworkConfig) -> Array:
+  """softmax(q·k [/ sqrt(head_dim)] + bias, masked) · v over [B, L, heads, kv].
+
+  The original configuration keeps flax's attention (bit-for-bit as before);
+  the T5 switches add the position bias and may drop the logit scale.
+  """
+  if bias is None and cfg.scale_attention_logits:
+    return nn.dot_product_attention(q, k, v, mask=mask, dtype=cfg.dtype)
+  scale = None if cfg.scale_attention_logits else 1.0
+  if bias is not None:
+    bias = bias.astype(q.dtype)
+  return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale)
+
+
 class SelfAttention(nn.Module):
-  """Multi-head self-attention; `mask` is [B, 1, Lq, Lk] boolean."""
+  """Multi-head self-attention; `mask` is [B, 1, Lq, Lk] boolean.
+
+  `bias` (float [1, heads, Lq, Lk], the stack's relative position bias) is
+  added to the logits when given. Without logit scaling the query kernel is
+  initialised 1/sqrt(head_dim) smaller, T5's folding of the same factor.
+  """
 
   cfg: NetworkConfig
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+  def __call__(self, x: Array, mask: Array, deterministic: bool,
+               bias: Array | None = None) -> Array:
     cfg = self.cfg
     heads = (cfg.num_heads, cfg.head_dim)
-    q = dense(heads, ("embed", "heads", "kv"), cfg, "query")(x)
+    query_scale = 1.0 if cfg.scale_attention_logits else 1.0 / cfg.head_dim
+    q = dense(heads, ("embed", "heads", "kv"), cfg, "query", init_scale=query_scale)(x)
     k = dense(heads, ("embed", "heads", "kv"), cfg, "key")(x)
     v = dense(heads, ("embed", "heads", "kv"), cfg, "value")(x)
     q = nn.with_logical_constraint(q, ("batch", "length", "heads", "kv"))
-    out = nn.dot_product_attention(q, k, v, mask=mask, dtype=cfg.dtype)
+    out = attend(q, k, v, mask, bias, cfg)
     out = nn.with_logical_constraint(out, ("batch", "length", "heads", "kv"))
     out = dense(cfg.emb_dim, ("heads", "kv", "embed"), cfg, "out", in_axis_count=2)(out)
     return nn.Dropout(cfg.dropout_rate)(out, deterministic=deterministic)
 
 
 class MlpBlock(nn.Module):
-  """Position-wise feed-forward block (GELU)."""
+  """Position-wise feed-forward block: GELU, or T5.1.1's gated GELU.
+
+  Both use the tanh approximation of GELU (T5's "gelu_new"). Gated:
+  gelu(x W_0) * (x W_1), kernels `wi_0` and `wi_1`.
+  """
 
   cfg: NetworkConfig
 
   @nn.compact
   def __call__(self, x: Array, deterministic: bool) -> Array:
     cfg = self.cfg
-    h = dense(cfg.mlp_dim, ("embed", "mlp"), cfg, "wi", use_bias=True)(x)
-    h = nn.with_logical_constraint(nn.gelu(h), ("batch", "length", "mlp"))
+    bias = cfg.projection_bias
+    if cfg.gated_mlp:
+      h = (nn.gelu(dense(cfg.mlp_dim, ("embed", "mlp"), cfg, "wi_0", use_bias=bias)(x))
+           * dense(cfg.mlp_dim, ("embed", "mlp"), cfg, "wi_1", use_bias=bias)(x))
+    else:
+      h = nn.gelu(dense(cfg.mlp_dim, ("embed", "mlp"), cfg, "wi", use_bias=bias)(x))
+    h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
     h = nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
-    out = dense(cfg.emb_dim, ("mlp", "embed"), cfg, "wo", use_bias=True)(h)
+    out = dense(cfg.emb_dim, ("mlp", "embed"), cfg, "wo", use_bias=bias)(h)
     return nn.Dropout(cfg.dropout_rate)(out, deterministic=deterministic)
 
 
 class EncoderLayer(nn.Module):
-  """Pre-LayerNorm bidirectional Transformer layer."""
+  """Pre-LayerNorm bidirectional Transformer layer (bias: see SelfAttention)."""
 
   cfg: NetworkConfig
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+  def __call__(self, x: Array, mask: Array, deterministic: bool,
+               bias: Array | None = None) -> Array:
     x = x + SelfAttention(self.cfg, name="attention")(
-        layer_norm("pre_attention_norm", self.cfg)(x), mask, deterministic)
+        layer_norm("pre_attention_norm", self.cfg)(x), mask, deterministic, bias)
     x = x + MlpBlock(self.cfg, name="mlp")(
         layer_norm("pre_mlp_norm", self.cfg)(x), deterministic)
     return nn.with_logical_constraint(x, ("batch", "length", "embed"))
@@ -166,19 +270,23 @@ class LatentInjection(nn.Module):
     z = jnp.broadcast_to(latent[:, None, :], x.shape[:2] + latent.shape[-1:])
     joined = jnp.concatenate([normed, z.astype(x.dtype)], axis=-1)
     out = dense(self.cfg.emb_dim, ("latent", "embed"), self.cfg, "latent_proj",
-                 use_bias=True)(joined)
+                use_bias=self.cfg.projection_bias)(joined)
     return x + nn.Dropout(self.cfg.dropout_rate)(out, deterministic=deterministic)
 
 
 class DecoderLayer(nn.Module):
-  """Causal self-attention, latent injection (no cross-attention), MLP."""
+  """Causal self-attention, latent injection (no cross-attention), MLP.
+
+  `bias` is the decoder's causal relative position bias, if any.
+  """
 
   cfg: NetworkConfig
 
   @nn.compact
-  def __call__(self, x: Array, latent: Array, mask: Array, deterministic: bool) -> Array:
+  def __call__(self, x: Array, latent: Array, mask: Array, deterministic: bool,
+               bias: Array | None = None) -> Array:
     x = x + SelfAttention(self.cfg, name="attention")(
-        layer_norm("pre_attention_norm", self.cfg)(x), mask, deterministic)
+        layer_norm("pre_attention_norm", self.cfg)(x), mask, deterministic, bias)
     x = LatentInjection(self.cfg, name="latent")(x, latent, deterministic)
     x = x + MlpBlock(self.cfg, name="mlp")(
         layer_norm("pre_mlp_norm", self.cfg)(x), deterministic)
@@ -205,7 +313,11 @@ def masked_mean(x: Array, mask: Array) -> Array:
 
 
 class Stack(nn.Module):
-  """N encoder layers followed by a final LayerNorm."""
+  """N encoder layers followed by a final LayerNorm.
+
+  Under `cfg.relative_attention` the stack owns the one bidirectional
+  relative position bias all its layers add.
+  """
 
   cfg: NetworkConfig
   num_layers: int
@@ -213,8 +325,12 @@ class Stack(nn.Module):
   @nn.compact
   def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
     attention_mask = padding_attention_mask(mask)
+    bias = None
+    if self.cfg.relative_attention:
+      bias = RelativePositionBias(self.cfg, bidirectional=True,
+                                  name="relative_position_bias")(x.shape[-2])
     for i in range(self.num_layers):
-      x = EncoderLayer(self.cfg, name=f"layer_{i}")(x, attention_mask, deterministic)
+      x = EncoderLayer(self.cfg, name=f"layer_{i}")(x, attention_mask, deterministic, bias)
     return layer_norm("final_norm", self.cfg)(x)
 
 
@@ -225,7 +341,8 @@ class GaussianHead(nn.Module):
 
   @nn.compact
   def __call__(self, pooled: Array) -> tuple[Array, Array]:
-    mu = dense(self.cfg.emb_dim, ("embed", "latent"), self.cfg, "mu", use_bias=True)(pooled)
+    bias = self.cfg.projection_bias
+    mu = dense(self.cfg.emb_dim, ("embed", "latent"), self.cfg, "mu", use_bias=bias)(pooled)
     logvar = dense(self.cfg.emb_dim, ("embed", "latent"), self.cfg, "logvar",
-                    use_bias=True)(pooled)
+                   use_bias=bias)(pooled)
     return mu.astype(jnp.float32), logvar.astype(jnp.float32)

@@ -7,6 +7,10 @@ Contrastive has no decoder and BiTranslation no language encoder.
 
 Shapes: tokens/mask int32 [B, L]; languages int32 [B] (vocabulary id of the
 `<2xxx>` symbol); latents float32 [B, d] each.
+
+Positions are learned absolute tables per stack, or (NetworkConfig.
+relative_attention) T5 relative biases owned by each encoder stack and by the
+decoder; then no `*_positions` parameters exist.
 """
 
 import flax.linen as nn
@@ -26,19 +30,25 @@ class VMSSTNetwork(nn.Module):
 
   def setup(self):
     cfg = self.cfg
+    if cfg.tie_output_embedding and cfg.factorized_output:
+      raise ValueError("NetworkConfig.tie_output_embedding reads h·Eᵀ straight from the "
+                       "decoder state; it cannot be combined with factorized_output.")
     self.embed = layers.Embed(cfg, name="token_embed")
-    self.semantic_positions = layers.PositionEmbed(cfg, name="semantic_positions")
+    self.semantic_positions = self._positions("semantic_positions")
     self.semantic_stack = layers.Stack(cfg, cfg.num_encoder_layers, name="semantic_encoder")
     self.semantic_head = layers.GaussianHead(cfg, name="semantic_head")
     if not cfg.share_encoders:
       self.language_positions = [
-          layers.PositionEmbed(cfg, name=f"language_positions_{i}")
-          for i in range(cfg.num_language_encoders)]
+          self._positions(f"language_positions_{i}") for i in range(cfg.num_language_encoders)]
       self.language_stacks = [
           layers.Stack(cfg, cfg.num_language_encoder_layers, name=f"language_encoder_{i}")
           for i in range(cfg.num_language_encoders)]
     self.language_head = layers.GaussianHead(cfg, name="language_head")
-    self.decoder_positions = layers.PositionEmbed(cfg, name="decoder_positions")
+    if cfg.relative_attention:
+      self.decoder_position_bias = layers.RelativePositionBias(
+          cfg, bidirectional=False, name="decoder_relative_position_bias")
+    else:
+      self.decoder_positions = layers.PositionEmbed(cfg, name="decoder_positions")
     self.decoder_layers = [
         layers.DecoderLayer(cfg, name=f"decoder_layer_{i}")
         for i in range(cfg.num_decoder_layers)]
@@ -49,7 +59,13 @@ class VMSSTNetwork(nn.Module):
                                             "output_bottleneck")
     projection_in = "embed" if cfg.factorized_output else "latent"
     self.output_projection = layers.dense(cfg.vocab_size, (projection_in, "vocab"), cfg,
-                                          "output_projection", use_bias=True)
+                                          "output_projection", use_bias=cfg.projection_bias)
+
+  def _positions(self, name: str):
+    """A learned position table, or identity when the stacks use relative bias."""
+    if self.cfg.relative_attention:
+      return lambda x: x
+    return layers.PositionEmbed(self.cfg, name=name)
 
   def encode_semantic(self, tokens: Array, mask: Array,
                       deterministic: bool = True) -> tuple[Array, dict[str, Array]]:
@@ -99,16 +115,31 @@ class VMSSTNetwork(nn.Module):
     inputs = jnp.concatenate([first[:, None], targets[:, :-1]], axis=1).astype(jnp.int32)
     input_mask = jnp.concatenate(
         [jnp.ones_like(target_mask[:, :1]), target_mask[:, :-1]], axis=1)
-    x = self.dropout(self.decoder_positions(self.embed(inputs)), deterministic=deterministic)
+    x = self.embed(inputs)
+    bias = None
+    if self.cfg.relative_attention:
+      bias = self.decoder_position_bias(x.shape[-2])
+    else:
+      x = self.decoder_positions(x)
+    x = self.dropout(x, deterministic=deterministic)
     attention_mask = layers.causal_attention_mask(input_mask)
     for layer in self.decoder_layers:
-      x = layer(x, latent, attention_mask, deterministic)
+      x = layer(x, latent, attention_mask, deterministic, bias)
     h = self.decoder_norm(x)
     return self._output_logits(h, latent)
 
   def _output_logits(self, h: Array, latent: Array) -> Array:
-    """concat(h, z) → vocabulary; 3d × V, or 3d × d then d × V when factorized."""
+    """concat(h, z) → vocabulary; 3d × V, or 3d × d then d × V when factorized.
+
+    With tie_output_embedding the h rows are the embedding table: h Eᵀ plus
+    a projection of z alone.
+    """
     z = jnp.broadcast_to(latent[:, None, :], h.shape[:2] + latent.shape[-1:])
+    if self.cfg.tie_output_embedding:
+      table = jnp.asarray(self.embed.embedding, h.dtype)
+      logits = jnp.einsum("bld,vd->blv", h, table) + self.output_projection(z.astype(h.dtype))
+      return nn.with_logical_constraint(logits.astype(jnp.float32),
+                                        ("batch", "length", "vocab"))
     joined = jnp.concatenate([h, z.astype(h.dtype)], axis=-1)
     if self.cfg.factorized_output:
       joined = self.output_bottleneck(joined)

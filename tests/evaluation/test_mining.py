@@ -47,6 +47,9 @@ def _reference(x: np.ndarray, y: np.ndarray, k: int, scoring: str, retrieval: st
     return [(i, j) for _, i, j in forward], [s for s, _, _ in forward]
   if retrieval == "backward":
     return [(i, j) for _, i, j in backward], [s for s, _, _ in backward]
+  if retrieval == "intersect":
+    mutual = [(s, i, j) for s, i, j in forward if backward[j][1] == i]
+    return [(i, j) for _, i, j in mutual], [s for s, _, _ in mutual]
   union = sorted(forward + backward, key=lambda c: -c[0])  # stable: forward first
   pairs, scores, used_i, used_j = [], [], set(), set()
   for s, i, j in union:
@@ -59,7 +62,7 @@ def _reference(x: np.ndarray, y: np.ndarray, k: int, scoring: str, retrieval: st
 
 
 @pytest.mark.parametrize("scoring,retrieval", list(itertools.product(mining.SCORINGS,
-                                                                     mining.RETRIEVALS)))
+                                                                     mining.ALL_RETRIEVALS)))
 def test_candidates_match_full_matrix_reference(scoring, retrieval):
   rng = np.random.default_rng(0)
   # 50 sources, 45 targets; 20 targets are noisy copies of sources so that
@@ -82,6 +85,29 @@ def test_max_retrieval_is_one_to_one_and_margin_differs_from_cosine():
   pairs, _ = mining.candidates(hood, "ratio", "max")
   assert len(set(pairs[:, 0])) == len(set(pairs[:, 1])) == len(pairs)
   assert not np.array_equal(pairs, mining.candidates(hood, "cosine", "max")[0])
+
+
+def test_intersect_is_the_mutual_subset_of_forward_and_backward():
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((40, 8))
+  y = np.concatenate([x[:15] + 0.5 * rng.standard_normal((15, 8)), rng.standard_normal((30, 8))])
+  hood = mining.neighbourhoods(x, y, 4)
+  pairs, scores = mining.candidates(hood, "ratio", "intersect")
+  forward = {tuple(p) for p in mining.candidates(hood, "ratio", "forward")[0]}
+  backward = {tuple(p) for p in mining.candidates(hood, "ratio", "backward")[0]}
+  assert {tuple(p) for p in pairs} == forward & backward and len(pairs) >= 10
+  assert len(set(pairs[:, 0])) == len(set(pairs[:, 1])) == len(pairs)
+  assert scores.dtype == np.float64
+
+
+def test_one_to_one_example():
+  # (1, 0) scores best and takes source 1 and target 0; (1, 1) and (0, 0) reuse one each.
+  np.testing.assert_array_equal(
+      mining.one_to_one(np.array([[0, 0], [1, 0], [1, 1]]), np.array([0.5, 0.9, 0.7])), [1])
+  # Equal scores: the earlier candidate wins; disjoint ones are all kept, best first.
+  np.testing.assert_array_equal(
+      mining.one_to_one(np.array([[0, 1], [0, 2], [3, 4]]), np.array([0.5, 0.5, 0.6])), [2, 0])
+  assert mining.one_to_one(np.zeros((0, 2), np.int64), np.zeros(0)).shape == (0,)
 
 
 def test_unknown_scoring_or_retrieval_is_an_error():

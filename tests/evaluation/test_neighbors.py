@@ -1,9 +1,11 @@
-"""neighbors.knn against a plain numpy full-matrix search, ties, and the two backends."""
+"""neighbors.knn against a plain numpy full-matrix search, ties, the two backends, and
+key blocks sharded over the 8 forced CPU devices of tests/conftest.py."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 
 from vmsst.evaluation import neighbors
 
@@ -91,6 +93,65 @@ def test_scale_of_inputs_does_not_matter():
   _, a = neighbors.knn(queries, keys, 3)
   _, b = neighbors.knn(3 * queries, 0.01 * keys, 3)
   np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------- sharded over devices
+
+
+@pytest.fixture(name="devices")
+def _devices() -> list[jax.Device]:
+  if jax.device_count() < 8:
+    pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8 (tests/conftest.py)")
+  return jax.devices()
+
+
+@pytest.mark.parametrize("k,key_block", [(1, 8), (3, 24), (4, 40), (5, 1)])
+def test_eight_devices_match_one_device_and_brute_force(devices, k, key_block):
+  # 61 keys: the last block pads, so some devices hold only padding; (5, 1) raises
+  # the block to 8 slices of 5.
+  queries, keys = _random(19, 8, 14), _random(61, 8, 15)
+  one = neighbors.knn(queries, keys, k, query_block=7, key_block=key_block,
+                      devices=devices[:1])
+  eight = neighbors.knn(queries, keys, k, query_block=7, key_block=key_block,
+                        devices=devices)
+  three = neighbors.knn(queries, keys, k, query_block=7, key_block=key_block,
+                        devices=devices[2:5])
+  want_scores, want_indices = _brute_force(queries, keys, k)
+  for scores, indices in (one, eight, three):
+    np.testing.assert_array_equal(indices, want_indices)
+    np.testing.assert_allclose(scores, want_scores, atol=1e-5)
+  # Not bit for bit: a slice's matmul may round differently from the whole block's.
+  np.testing.assert_allclose(one[0], eight[0], atol=1e-6)
+
+
+def test_ties_across_device_slices_resolve_to_the_lower_key_index(devices):
+  # 10 interleaved copies each of e_0..e_3; with 8 slices of 3 keys every tie
+  # spans several devices and two key blocks.
+  keys = np.eye(4, dtype=np.float32)[np.arange(40) % 4]
+  queries = _random(9, 4, 16)
+  _, indices = neighbors.knn(queries, keys, 6, key_block=24, query_block=4, devices=devices)
+  best = np.argmax(queries, axis=1)
+  np.testing.assert_array_equal(indices, best[:, None] + 4 * np.arange(6)[None, :])
+
+
+def test_each_key_block_is_split_over_every_device(devices):
+  merge = neighbors._block_merger(tuple(devices), 2)  # pylint: disable=protected-access
+  args = (np.zeros((4, 2), np.float32), np.zeros((4, 2), np.int32), np.zeros((4, 3), np.float32),
+          np.zeros((16, 3), np.float32), np.int32(0), np.int32(16))
+  keys_sharding = merge.lower(*args).compile().input_shardings[0][3]
+  assert keys_sharding.spec == P("keys") and len(keys_sharding.device_set) == 8
+  assert keys_sharding.shard_shape((16, 3)) == (2, 3)
+
+
+@pytest.mark.parametrize("key_block,num_keys,k,num_devices,want", [
+    (8192, 53, 4, 8, 56),       # 53 keys fit one block: 8 slices of 7
+    (8192, 10**6, 4, 8, 8192),  # already a multiple of 8
+    (100, 10**6, 4, 3, 102),    # rounded up to 3 slices of 34
+    (2, 20, 6, 1, 6),           # raised to k
+    (16, 100, 4, 8, 32),        # 2 per device < k: raised to 4 per device
+])
+def test_sharded_key_block(key_block, num_keys, k, num_devices, want):
+  assert neighbors.sharded_key_block(key_block, num_keys, k, num_devices) == want
 
 
 def test_no_queries():

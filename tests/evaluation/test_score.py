@@ -50,6 +50,9 @@ def test_table1_rows_and_absent_columns():
 def test_suite_names_and_lookup(tmp_path):
   assert suites.parse_suites("all") == (list(suites.SUITES), True)
   assert suites.parse_suites("tatoeba, stsb") == (["tatoeba", "stsb"], False)
+  names, group = suites.parse_suites("score")
+  assert group and "tatoeba" in names and "mewsc16" not in names
+  assert set(suites.GROUPS["score"]) <= set(suites.SUITES)
   (tmp_path / "b" / "stsb").mkdir(parents=True)
   assert suites.locate("stsb", [tmp_path / "a", tmp_path / "b"]) == tmp_path / "b" / "stsb"
   assert suites.locate("tatoeba", [tmp_path / "a", tmp_path / "b"]) is None

@@ -22,11 +22,14 @@ source x by cosine and NN_k(y) the k sources nearest to target y,
 
 Candidates are then retrieved `forward` (each source keeps its best-scoring
 target among its k nearest), `backward` (each target its best source among
-its k nearest) or `max`: the union of forward and backward candidates, sorted
+its k nearest), `max`: the union of forward and backward candidates, sorted
 by score descending (forward before backward, then by index, on equal
 scores) and kept greedily while neither the source nor the target has been
-used, so the result is one-to-one. All neighbour searches go through
-`neighbors.knn`, so memory stays bounded on 10^6-sentence sides.
+used (`one_to_one`), so the result is one-to-one; or `intersect` (mining
+only, not a BUCC detail column): the forward candidates that are also
+backward candidates, i.e. mutual best matches, one-to-one by construction.
+All neighbour searches go through `neighbors.knn`, so memory stays bounded
+on 10^6-sentence sides.
 
 A threshold on the score is chosen to maximize F1 against the `training`
 gold and applied to `test`, as in the shared task. The headline figures are
@@ -48,7 +51,8 @@ from vmsst.evaluation import text_files
 
 SPLITS = ("sample", "training", "test")
 SCORINGS = ("cosine", "ratio", "distance")
-RETRIEVALS = ("forward", "backward", "max")
+RETRIEVALS = ("forward", "backward", "max")  # the BUCC detail columns
+ALL_RETRIEVALS = RETRIEVALS + ("intersect",)  # what `candidates` accepts
 HEADLINE = {"cosine": "cosine/max", "margin": "ratio/max"}
 _NO_TEST_GOLD = ("no test gold: figures are on the training split with the threshold tuned "
                  "on it (optimistic)")
@@ -194,11 +198,16 @@ class Neighbourhoods:
   backward_indices: np.ndarray
 
 
-def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int = 4,
-                   **knn_options) -> Neighbourhoods:
-  """Searches float [n, d] sources against float [m, d] targets and back (neighbors.knn)."""
-  forward = neighbors.knn(source, target, k, **knn_options)
-  backward = neighbors.knn(target, source, k, **knn_options)
+def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int = 4, *,
+                   progress: bool = False, **knn_options) -> Neighbourhoods:
+  """Searches float [n, d] sources against float [m, d] targets and back (neighbors.knn).
+
+  `progress` shows a bar per direction; knn_options are neighbors.knn's keywords.
+  """
+  forward = neighbors.knn(source, target, k, progress="k-NN source->target" if progress else None,
+                          **knn_options)
+  backward = neighbors.knn(target, source, k, progress="k-NN target->source" if progress else None,
+                           **knn_options)
   return Neighbourhoods(*forward, *backward)
 
 
@@ -242,27 +251,55 @@ def candidates(hood: Neighbourhoods, scoring: str = "ratio",
   Args:
     hood: neighbourhoods of the two sides.
     scoring: "cosine", "ratio" or "distance" (see the module docstring).
-    retrieval: "forward", "backward" or "max" (see the module docstring).
+    retrieval: "forward", "backward", "max" or "intersect" (see the module
+      docstring).
 
   Returns:
-    (pairs int64 [p, 2] of (source row, target row), scores float64 [p]).
+    (pairs int64 [p, 2] of (source row, target row), scores float64 [p]):
+    by source row for forward and intersect, by target row for backward,
+    by score descending for max. Only max and intersect are one-to-one.
   """
-  if retrieval not in RETRIEVALS:
-    raise ValueError(f"retrieval must be one of {RETRIEVALS}, got {retrieval!r}.")
-  if retrieval != "max":
+  if retrieval not in ALL_RETRIEVALS:
+    raise ValueError(f"retrieval must be one of {ALL_RETRIEVALS}, got {retrieval!r}.")
+  if retrieval in ("forward", "backward"):
     return _best_per_row(hood, retrieval == "backward", scoring)
   forward, backward = _best_per_row(hood, False, scoring), _best_per_row(hood, True, scoring)
+  if retrieval == "intersect":
+    # backward[0] row j is target j's best (source, j); mutual if it names the same source.
+    mutual = backward[0][forward[0][:, 1], 0] == forward[0][:, 0]
+    return forward[0][mutual], forward[1][mutual]
   pairs = np.concatenate([forward[0], backward[0]])
   scores = np.concatenate([forward[1], backward[1]])
+  keep = one_to_one(pairs, scores)
+  return pairs[keep], scores[keep]
+
+
+def one_to_one(pairs: np.ndarray, scores: np.ndarray) -> np.ndarray:
+  """Greedy one-to-one selection: which candidates to keep so no row is used twice.
+
+  Candidates are visited by score descending (equal scores in their given
+  order) and kept while neither their source nor their target row has been
+  kept. Example: pairs [[0, 0], [1, 0], [1, 1]], scores [0.5, 0.9, 0.7] ->
+  [1] ((1, 0) takes source 1 and target 0; both others reuse one of them).
+
+  Args:
+    pairs: int [p, 2] of (source row, target row).
+    scores: float [p].
+
+  Returns:
+    int64 [q] positions into `pairs`, in visiting order (score descending).
+  """
+  order = np.argsort(-np.asarray(scores, np.float64), kind="stable")
+  pairs = np.asarray(pairs).reshape(-1, 2)[order]
   keep, used_sources, used_targets = [], set(), set()
-  for row in np.argsort(-scores, kind="stable"):
-    source, target = pairs[row]
+  # Plain ints: a Python loop over numpy scalars is several times slower at 10^6 candidates.
+  for position, source, target in zip(order.tolist(), pairs[:, 0].tolist(),
+                                      pairs[:, 1].tolist()):
     if source not in used_sources and target not in used_targets:
-      keep.append(row)
+      keep.append(position)
       used_sources.add(source)
       used_targets.add(target)
-  keep = np.asarray(keep, np.int64)
-  return pairs[keep].reshape(-1, 2), scores[keep]
+  return np.asarray(keep, np.int64)
 
 
 # ------------------------------------------------------------------ scoring against gold

