@@ -28,7 +28,7 @@ class _Counting(encoders.PrecomputedEncoder):
     return super().encode(sentences)
 
 
-def _write(path: pathlib.Path, text: str) -> pathlib.Path:
+def _write(path: pathlib.Path, text: str | bytes) -> pathlib.Path:
   path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
   return path
 
@@ -55,8 +55,7 @@ def test_normalize_gives_unit_rows_and_keeps_zero_rows_zero(tmp_path):
 
 
 def test_line_breaks_other_than_newline_stay_inside_the_sentence(tmp_path):
-  source = _write(tmp_path / "in.txt", "a\u2028b\r\nb\n")
-  seen = []
+  source = _write(tmp_path / "in.txt", "a\u2028b\r\nb\n")  # U+2028 kept, CRLF removed
   table = {"a\u2028b": (1.0, 1.0), "b": (0.0, 2.0)}
   encoder = _Counting(table)
   embed.embed_file(lambda: encoders.UniqueSentences(encoder, progress=False), source,

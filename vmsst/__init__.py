@@ -1,1 +1,16 @@
-"""vmsst: multilingual sentence embeddings (VMSST and baselines) in JAX/Flax."""
+"""vmsst: multilingual sentence embeddings (VMSST and baselines) in JAX/Flax.
+
+`vmsst.Encoder` (vmsst/encoder.py) embeds sentences with a trained or
+exported model. It is imported on first use, so `import vmsst` stays cheap
+and pulls in neither JAX nor TensorFlow.
+"""
+
+__all__ = ["Encoder"]
+
+
+def __getattr__(name: str):
+  """Lazy attributes (PEP 562): `vmsst.Encoder` imports vmsst.encoder when first read."""
+  if name == "Encoder":
+    from vmsst.encoder import Encoder  # pylint: disable=import-outside-toplevel
+    return Encoder
+  raise AttributeError(f"module 'vmsst' has no attribute {name!r}")
