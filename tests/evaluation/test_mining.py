@@ -347,7 +347,7 @@ def test_build_rejects_bad_options(data_dir, tmp_path):
     build_mining.build(data_dir, tmp_path, ["en-de"])
   with pytest.raises(ValueError, match="aligned_fraction must be in"):
     build_mining.build(data_dir, tmp_path, ["de-en"], aligned_fraction=0)
-  with pytest.raises(ValueError, match="stsb-xx-train.csv.gz not found"):
+  with pytest.raises(FileNotFoundError, match="stsb-xx-train.csv.gz not found"):
     build_mining.build(data_dir, tmp_path, ["xx-en"])
 
 

@@ -11,6 +11,7 @@ from scipy import stats
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import sts
+from vmsst.evaluation import sts_files
 
 # Hand-chosen 2-D embeddings; cosines: a·b 0.6, a·c 0.0, b·c 0.8, c·d 0.6.
 VECTORS = {"a": [1, 0], "b": [3, 4], "c": [0, 2], "d": [4, 3]}
@@ -40,7 +41,7 @@ def _write_semeval(folder, name, inputs, gold):
 
 def test_semeval_reader_drops_blank_gold_and_extra_columns(tmp_path):
   _write_semeval(tmp_path, "hand", HAND_INPUT, HAND_GOLD)
-  pairs = sts.read_semeval_folder(tmp_path)["hand"]
+  pairs = sts_files.read_semeval_folder(tmp_path)["hand"]
   assert pairs.sentences1 == ["a", "a", "b", "c"]
   assert pairs.sentences2 == ["b", "c", "c", "d"]
   np.testing.assert_array_equal(pairs.gold, [4, 1, 4, 2])
@@ -49,7 +50,7 @@ def test_semeval_reader_drops_blank_gold_and_extra_columns(tmp_path):
 
 def test_hand_correlations_with_ties(tmp_path):
   _write_semeval(tmp_path, "hand", HAND_INPUT, HAND_GOLD)
-  pairs = sts.read_semeval_folder(tmp_path)["hand"]
+  pairs = sts_files.read_semeval_folder(tmp_path)["hand"]
   cosine = sts.cosines(_encoder(), pairs, "hand")
   np.testing.assert_allclose(cosine, [0.6, 0.0, 0.8, 0.6], atol=1e-6)
   result = sts.correlations(cosine, pairs.gold)
@@ -99,12 +100,12 @@ def test_english_sts_names_missing_year(tmp_path):
 def test_malformed_semeval_files_name_file_and_line(tmp_path, inputs, gold, message):
   _write_semeval(tmp_path, "bad", inputs, gold)
   with pytest.raises(ValueError, match=message):
-    sts.read_semeval_folder(tmp_path)
+    sts_files.read_semeval_folder(tmp_path)
 
 
 def test_one_column_line_is_fine_when_unscored(tmp_path):
   _write_semeval(tmp_path, "ok", "a\tb\nlonely\nb\tc\n", "4\n\n1\n")
-  assert sts.read_semeval_folder(tmp_path)["ok"].unscored == 1
+  assert sts_files.read_semeval_folder(tmp_path)["ok"].unscored == 1
 
 
 def test_sts17_languages_and_averages(tmp_path):
@@ -124,7 +125,7 @@ def test_sts17_languages_and_averages(tmp_path):
 
 
 def test_sts17_file_name_without_language_pair(tmp_path):
-  assert sts.sts17_languages("track4a.es-en") == ("es", "en")
+  assert sts_files.sts17_languages("track4a.es-en") == ("es", "en")
   _write_semeval(tmp_path, "arabic", "a\tb\n", "4\n")
   with pytest.raises(ValueError, match=r"STS.input.arabic.txt: cannot read a language pair"):
     sts.evaluate_sts17(_encoder(), tmp_path)
@@ -164,7 +165,7 @@ def test_stsb_multi_mt_rejects_misaligned_scores(tmp_path):
 
 
 def test_stsb_reader_on_real_data(data_dir):
-  dev, test = sts.read_stsb(data_dir / "stsb", "dev"), sts.read_stsb(data_dir / "stsb", "test")
+  dev, test = sts_files.read_stsb(data_dir / "stsb", "dev"), sts_files.read_stsb(data_dir / "stsb", "test")
   assert (len(dev.gold), len(test.gold)) == (1500, 1379)
   assert len(test.sentences1) == len(test.sentences2) == 1379
   assert test.sentences1[0] == "A girl is styling her hair." and test.gold[0] == 2.5
@@ -174,17 +175,17 @@ def test_english_sts_reader_on_real_data(data_dir):
   raw = data_dir / "sts12-16" / "raw"
   expected = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186}
   for year, count in expected.items():
-    sets = sts.read_semeval_folder(raw / year)
+    sets = sts_files.read_semeval_folder(raw / year)
     assert sum(len(p.gold) for p in sets.values()) == count, year
     for pairs in sets.values():
       assert not any("\t" in s or "newsbrief" in s for s in pairs.sentences2), year
-  assert sts.read_semeval_folder(raw / "STS16")["postediting"].unscored == 3287 - 244
+  assert sts_files.read_semeval_folder(raw / "STS16")["postediting"].unscored == 3287 - 244
 
 
 def test_stsb_multi_mt_reader_on_real_data(data_dir):
   folder = data_dir / "stsb-multi-mt"
-  english = sts.read_stsb_multi_mt(folder, "en", "test")
-  german = sts.read_stsb_multi_mt(folder, "de", "test")
+  english = sts_files.read_stsb_multi_mt(folder, "en", "test")
+  german = sts_files.read_stsb_multi_mt(folder, "de", "test")
   assert len(english.gold) == len(german.gold) == 1379
   np.testing.assert_array_equal(english.gold, german.gold)
   assert german.sentences1[0] == "Ein Mädchen frisiert ihr Haar."

@@ -46,8 +46,6 @@ than in the paper: pairs in sparse regions get inflated ratios.
 """
 
 import collections
-import csv
-import gzip
 import json
 import pathlib
 import re
@@ -61,6 +59,8 @@ import numpy as np
 from scipy import sparse
 
 from vmsst.evaluation import mining
+from vmsst.evaluation import sts_files
+from vmsst.evaluation import text_files
 
 STSB_DIR = "stsb-multi-mt"
 STSB_SPLITS = ("train", "dev", "test")
@@ -77,16 +77,8 @@ def read_stsb(data_dir: str | pathlib.Path, language: str) -> list[tuple[str, st
   """(sentence1, sentence2) of every row of train, dev and test, in that order."""
   rows = []
   for split in STSB_SPLITS:
-    path = pathlib.Path(data_dir) / STSB_DIR / f"stsb-{language}-{split}.csv.gz"
-    if not path.exists():
-      raise ValueError(f"{path} not found; --data_dir must hold {STSB_DIR}/ with "
-                       f"stsb-<lang>-<split>.csv.gz for the requested languages.")
-    with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
-      for number, fields in enumerate(csv.reader(f), 1):
-        if len(fields) != 3:
-          raise ValueError(f"{path}:{number}: expected 3 CSV fields (sentence1, sentence2, "
-                           f"score), got {len(fields)}.")
-        rows.append((fields[0], fields[1]))
+    pairs = sts_files.read_stsb_multi_mt(pathlib.Path(data_dir) / STSB_DIR, language, split)
+    rows += zip(pairs.sentences1, pairs.sentences2)
   return rows
 
 
@@ -97,7 +89,7 @@ def translation_rows(data_dir: str | pathlib.Path, language: str,
   if len(xx_rows) != len(en_rows):
     raise ValueError(f"{STSB_DIR}: {language} has {len(xx_rows)} rows but en has "
                      f"{len(en_rows)}; the files must be row-aligned.")
-  rows = [[(_clean(x), _clean(e)) for x, e in zip(xx_row, en_row)]
+  rows = [[(text_files.one_line(x), text_files.one_line(e)) for x, e in zip(xx_row, en_row)]
           for xx_row, en_row in zip(xx_rows, en_rows)]
   counts = [{}, {}]
   for row in rows:
@@ -141,11 +133,6 @@ def distinct_subset(sentences: Sequence[str], jaccard: float) -> np.ndarray:
   for i in range(len(sentences)):
     keep[i] = not keep[links.indices[links.indptr[i]:links.indptr[i + 1]]].any()
   return keep
-
-
-def _clean(sentence: str) -> str:
-  """Whitespace runs (tabs and line breaks included) collapsed to one space."""
-  return " ".join(sentence.split())
 
 
 def assign_roles(rows: Sequence[Row], aligned_fraction: float) -> tuple[Row, Row, Row]:

@@ -36,7 +36,6 @@ strong encoder stays well below 100: a comparative, not an absolute, score.
 """
 
 import collections
-import csv
 import gzip
 import json
 import pathlib
@@ -50,6 +49,8 @@ from sklearn import cluster as sk_cluster
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import similarity
+from vmsst.evaluation import sts_files
+from vmsst.evaluation import text_files
 
 DEFAULT_FOLDER = "mewsc16"
 SEEDS = (0, 1, 2)
@@ -207,27 +208,15 @@ def table(results: Mapping) -> str:
 
 def _read_stsb(data_dir: pathlib.Path, split: str) -> list[tuple[str, str, str]]:
   """(file column, e.g. "MSRvid"; sentence1; sentence2) of every STSb row of one split."""
-  path = data_dir / "stsb" / f"sts-{split}.csv"
-  files = []
-  with open(path, encoding="utf-8", newline="\n") as f:
-    for number, line in enumerate(f, 1):
-      fields = line.rstrip("\n").split("\t")  # No CSV quoting: see stsb/SOURCE.md.
-      if len(fields) < 7:
-        raise ValueError(f"{path}:{number}: expected >= 7 TAB-separated columns (genre, file, "
-                         f"year, id, score, s1, s2), got {len(fields)}.")
-      files.append((fields[1], " ".join(fields[5].split()), " ".join(fields[6].split())))
-  return files
+  pairs = sts_files.read_stsb(data_dir / "stsb", split)
+  return [(f, text_files.one_line(a), text_files.one_line(b))
+          for f, a, b in zip(pairs.source_files, pairs.sentences1, pairs.sentences2)]
 
 
 def _read_multi_mt(data_dir: pathlib.Path, lang: str, split: str) -> list[tuple[str, str]]:
   """(sentence1, sentence2) rows of stsb-multi-mt, whitespace-normalized."""
-  path = data_dir / "stsb-multi-mt" / f"stsb-{lang}-{split}.csv.gz"
-  with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
-    rows = list(csv.reader(f))
-  for number, row in enumerate(rows, 1):
-    if len(row) != 3:
-      raise ValueError(f"{path}:{number}: expected 3 CSV fields (s1, s2, score), got {len(row)}.")
-  return [(" ".join(r[0].split()), " ".join(r[1].split())) for r in rows]
+  pairs = sts_files.read_stsb_multi_mt(data_dir / "stsb-multi-mt", lang, split)
+  return [(text_files.one_line(a), text_files.one_line(b)) for a, b in zip(pairs.sentences1, pairs.sentences2)]
 
 
 def _labelled_units(data_dir: pathlib.Path) -> tuple[list[tuple[str, int, int, str]], dict]:

@@ -41,8 +41,6 @@ language is one query whose gold is the union of the rows' golds.
 """
 
 import collections
-import csv
-import gzip
 import json
 import pathlib
 from typing import Iterable, Mapping, NamedTuple, Sequence
@@ -53,6 +51,7 @@ import numpy as np
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import neighbors
+from vmsst.evaluation import sts_files
 from vmsst.evaluation import text_files
 
 FOLDER = "question_retrieval"
@@ -236,10 +235,6 @@ class Candidate(NamedTuple):
   gold_texts: tuple[str, ...]
 
 
-def _clean(text: str) -> str:
-  return " ".join(text.split())  # Also removes TABs and newlines, which the format forbids.
-
-
 def assemble(candidates: Sequence[Candidate], kb_texts: Iterable[str],
              withheld: Iterable[str]) -> tuple[dict[tuple[str, str], set[int]], list[str]]:
   """Deduplicated queries with gold KB indices, and the KB.
@@ -270,13 +265,13 @@ def assemble(candidates: Sequence[Candidate], kb_texts: Iterable[str],
 
 
 def _read_multi_mt(data_dir: pathlib.Path, lang: str, split: str) -> list[tuple[str, str, float]]:
-  path = data_dir / "stsb-multi-mt" / f"stsb-{lang}-{split}.csv.gz"
-  with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
-    rows = list(csv.reader(f))
-  for number, row in enumerate(rows, 1):
-    if len(row) != 3 or not row[0].strip() or not row[1].strip():
-      raise ValueError(f"{path}:{number}: expected 3 CSV fields (s1, s2, score), non-empty.")
-  return [(_clean(s1), _clean(s2), float(score)) for s1, s2, score in rows]
+  pairs = sts_files.read_stsb_multi_mt(data_dir / "stsb-multi-mt", lang, split)
+  rows = list(zip(pairs.sentences1, pairs.sentences2, pairs.gold.tolist()))
+  for number, (s1, s2, _) in enumerate(rows, 1):
+    if not s1.strip() or not s2.strip():
+      raise ValueError(f"stsb-multi-mt/stsb-{lang}-{split}.csv.gz:{number}: an empty sentence; "
+                       "a question-retrieval query or KB entry needs text.")
+  return [(text_files.one_line(s1), text_files.one_line(s2), score) for s1, s2, score in rows]
 
 
 def stsb_candidates(data_dir: pathlib.Path, languages: Sequence[str], min_score: float,
@@ -314,7 +309,7 @@ def _clean_pair(path: pathlib.Path, number: int, line: str) -> tuple[str, str]:
   fields = line.split("\t")  # question1, question2, then two source notes (not input).
   if len(fields) < 2 or not fields[0].strip() or not fields[1].strip():
     raise ValueError(f"{path}:{number}: expected question1<TAB>question2<TAB>...")
-  return _clean(fields[0]), _clean(fields[1])
+  return text_files.one_line(fields[0]), text_files.one_line(fields[1])
 
 
 def write_set(folder: pathlib.Path, queries: Mapping[tuple[str, str], set[int]],

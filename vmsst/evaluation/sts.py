@@ -24,11 +24,7 @@ arrays of an STSb split and `scatter` plots them. Because `UniqueSentences`
 caches embeddings, calling it after `evaluate_stsb` encodes nothing again.
 """
 
-import csv
-import dataclasses
-import gzip
 import pathlib
-import re
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -36,154 +32,15 @@ from scipy import stats
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import similarity
-from vmsst.evaluation import text_files
+from vmsst.evaluation import sts_files
+from vmsst.evaluation.sts_files import ScoredPairs
 
 ENGLISH_STS_YEARS = ("STS12", "STS13", "STS14", "STS15", "STS16")
 # Said next to the STS13 numbers, since they are not comparable to papers that had SMT.
 YEAR_NOTES = {"STS13": "2013 SMT is absent: it is not distributed (licence)."}
 STSB_MULTI_MT_LANGUAGES = ("de", "en", "es", "fr", "it", "ja", "nl", "pl", "pt", "ru", "zh")
-# SemEval 2017 names a track file track<N>[a-z].<l1>-<l2>; column 1 is in l1.
-_STS17_NAME = re.compile(r"^track\d+[a-z]?\.([a-z]{2,3})-([a-z]{2,3})$")
 _AVERAGE_NAMES = ("en", "XL(s.)", "XL(d.)", "XL")
-Path = str | pathlib.Path
-
-
-@dataclasses.dataclass(frozen=True)
-class ScoredPairs:
-  """Sentence pairs with gold similarity: what every reader here returns.
-
-  Attributes:
-    sentences1: n first sentences.
-    sentences2: n second sentences; sentences2[i] is paired with sentences1[i].
-    gold: float64 [n] gold similarity (0–5 in every set here).
-    unscored: pairs the source lists without a gold score; they are dropped.
-  """
-
-  sentences1: list[str]
-  sentences2: list[str]
-  gold: np.ndarray
-  unscored: int = 0
-
-
-# ---------------------------------------------------------------- readers
-
-
-def read_semeval_files(input_path: Path, gold_path: Path) -> ScoredPairs:
-  """One SemEval STS set: line i of the input pairs with line i of the gold.
-
-  Input lines are sentence1<TAB>sentence2, further columns (STS16's source
-  notes) ignored. A blank gold line marks an unscored pair, which is dropped
-  and counted, as SentEval does.
-
-  Raises:
-    ValueError: naming the file, 1-based line and the fix, when the files are
-      not line-aligned, a gold line is not a number, or a scored input line
-      has fewer than two columns.
-  """
-  input_path, gold_path = pathlib.Path(input_path), pathlib.Path(gold_path)
-  inputs, golds = text_files.read_lines(input_path), text_files.read_lines(gold_path)
-  if len(inputs) != len(golds):
-    raise ValueError(
-        f"{gold_path} has {len(golds)} lines but {input_path} has {len(inputs)}: line "
-        f"{min(len(inputs), len(golds)) + 1} has no partner. Give every input line one gold line "
-        "(blank for an unscored pair).")
-  first, second, gold = [], [], []
-  for number, (line, score) in enumerate(zip(inputs, golds), start=1):
-    if not score.strip():
-      continue
-    try:
-      gold.append(float(score))
-    except ValueError:
-      raise ValueError(f"{gold_path} line {number}: gold {score!r} is not a number; write a "
-                       "score or leave the line blank to drop the pair.") from None
-    columns = line.split("\t")
-    if len(columns) < 2:
-      raise ValueError(f"{input_path} line {number}: expected sentence1<TAB>sentence2, found "
-                       f"{len(columns)} column; fix the tab or blank line {number} of "
-                       f"{gold_path.name} to drop the pair.")
-    first.append(columns[0])
-    second.append(columns[1])
-  return ScoredPairs(first, second, np.asarray(gold, np.float64), len(inputs) - len(gold))
-
-
-def read_semeval_folder(folder: Path) -> dict[str, ScoredPairs]:
-  """Every `STS.input.<name>.txt` + `STS.gs.<name>.txt` in a folder, keyed by name, sorted."""
-  folder = pathlib.Path(folder)
-  inputs = sorted(folder.glob("STS.input.*.txt"))
-  if not inputs:
-    raise ValueError(f"{folder} holds no STS.input.<name>.txt files; pass a SemEval STS folder "
-                     "(e.g. <data>/sts12-16/raw/STS12).")
-  sets = {}
-  for input_path in inputs:
-    name = input_path.name[len("STS.input."):-len(".txt")]
-    gold_path = folder / f"STS.gs.{name}.txt"
-    if not gold_path.is_file():
-      raise ValueError(f"{input_path} has no gold file; expected {gold_path}.")
-    sets[name] = read_semeval_files(input_path, gold_path)
-  return sets
-
-
-def sts17_languages(name: str) -> tuple[str, str]:
-  """("ar", "en") for the SemEval 2017 set name "track2.ar-en": column 1's language first."""
-  match = _STS17_NAME.match(name)
-  if not match:
-    raise ValueError(f"STS.input.{name}.txt: cannot read a language pair from the name; "
-                     "rename it STS.input.track<N>.<l1>-<l2>.txt (e.g. track4a.es-en) with "
-                     "column 1 in l1 and column 2 in l2.")
-  return match.group(1), match.group(2)
-
-
-def read_stsb(folder: Path, split: str) -> ScoredPairs:
-  """STS Benchmark `sts-<split>.csv`: TAB-separated, score column 5, sentences 6 and 7.
-
-  Split on TAB only: sentences hold unbalanced quotes, so CSV quoting would
-  merge lines, and some lines carry two trailing source columns (ignored).
-  """
-  path = pathlib.Path(folder) / f"sts-{split}.csv"
-  first, second, gold = [], [], []
-  for number, line in enumerate(text_files.read_lines(path), start=1):
-    columns = line.split("\t")
-    if len(columns) < 7:
-      raise ValueError(f"{path} line {number}: {len(columns)} TAB-separated columns, need 7 "
-                       "(genre, file, year, id, score, sentence1, sentence2).")
-    try:
-      gold.append(float(columns[4]))
-    except ValueError:
-      raise ValueError(f"{path} line {number}: score {columns[4]!r} in column 5 is not a "
-                       "number.") from None
-    first.append(columns[5])
-    second.append(columns[6])
-  return ScoredPairs(first, second, np.asarray(gold, np.float64))
-
-
-def read_stsb_multi_mt(folder: Path, language: str, split: str) -> ScoredPairs:
-  """STSb Multi MT `stsb-<language>-<split>.csv.gz`: CSV rows sentence1, sentence2, score."""
-  path = pathlib.Path(folder) / f"stsb-{language}-{split}.csv.gz"
-  first, second, gold = [], [], []
-  with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
-    reader = csv.reader(f)
-    for row in reader:
-      try:
-        sentence1, sentence2, score = row
-        gold.append(float(score))
-      except ValueError:
-        raise ValueError(f"{path} line {reader.line_num}: expected 3 CSV fields sentence1, "
-                         f"sentence2, numeric score; found {row!r}.") from None
-      first.append(sentence1)
-      second.append(sentence2)
-  return ScoredPairs(first, second, np.asarray(gold, np.float64))
-
-
-def _check_aligned(reference: ScoredPairs, other: ScoredPairs, what: str) -> None:
-  """Raises unless `other` has the same gold, row by row, as `reference` (rows aligned)."""
-  if len(other.gold) != len(reference.gold):
-    raise ValueError(f"{what}: {len(other.gold)} rows but English has {len(reference.gold)}; "
-                     "the language files must be row-aligned.")
-  differ = np.flatnonzero(other.gold != reference.gold)
-  if differ.size:
-    row = int(differ[0])
-    raise ValueError(f"{what} row {row + 1}: score {other.gold[row]} but English has "
-                     f"{reference.gold[row]}; rows are not aligned ({differ.size} differ).")
+Path = sts_files.Path
 
 
 # ---------------------------------------------------------------- scoring
@@ -271,7 +128,7 @@ def evaluate_english_sts(encoder: encoders.UniqueSentences, folder: Path, *,
       raise ValueError(f"{folder / year} is missing; pass <data>/sts12-16/raw, which holds "
                        f"{', '.join(ENGLISH_STS_YEARS)}.")
     datasets, all_cosine, all_gold = {}, [], []
-    for name, pairs in read_semeval_folder(folder / year).items():
+    for name, pairs in sts_files.read_semeval_folder(folder / year).items():
       cosine = cosines(encoder, pairs, f"{year} {name}")
       datasets[name] = {**correlations(cosine, pairs.gold, f"{year} {name}"),
                         "unscored": pairs.unscored}
@@ -302,7 +159,7 @@ def evaluate_stsb(encoder: encoders.UniqueSentences, folder: Path, *,
 def stsb_scores(encoder: encoders.UniqueSentences, folder: Path,
                 split: str = "test") -> tuple[np.ndarray, np.ndarray]:
   """(cosine float32 [n], gold float64 [n]) of an STSb split, e.g. for `scatter`."""
-  pairs = read_stsb(folder, split)
+  pairs = sts_files.read_stsb(folder, split)
   return cosines(encoder, pairs, f"STSb {split}"), pairs.gold
 
 
@@ -331,11 +188,11 @@ def evaluate_stsb_multi_mt(encoder: encoders.UniqueSentences, folder: Path, *,
     ValueError: if a language's scores differ from English's on any row.
   """
   languages = list(languages or STSB_MULTI_MT_LANGUAGES)
-  english = read_stsb_multi_mt(folder, "en", split)
+  english = sts_files.read_stsb_multi_mt(folder, "en", split)
   embedded = {}
   for language in languages:
-    pairs = read_stsb_multi_mt(folder, language, split)
-    _check_aligned(english, pairs, f"stsb-{language}-{split}")
+    pairs = sts_files.read_stsb_multi_mt(folder, language, split)
+    sts_files.check_aligned(english, pairs, f"stsb-{language}-{split}")
     embedded[language] = embed_pairs(encoder, pairs, f"STSb-MT {language} {split}")
   results = {}
   for lang1 in languages:
@@ -361,8 +218,8 @@ def evaluate_sts17(encoder: encoders.UniqueSentences, folder: Path) -> dict:
      "averages": {group: {"pearson", "spearman", "count"}}}, groups as in
     `language_averages` (e.g. track4a and track4b, both es-en, each count once).
   """
-  sets = read_semeval_folder(folder)
-  languages = {name: sts17_languages(name) for name in sets}  # Fails before any encoding.
+  sets = sts_files.read_semeval_folder(folder)
+  languages = {name: sts_files.sts17_languages(name) for name in sets}  # Fails before any encoding.
   tracks = {}
   for name, pairs in sets.items():
     lang1, lang2 = languages[name]

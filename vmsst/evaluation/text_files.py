@@ -16,6 +16,15 @@ def read_lines(path: pathlib.Path) -> list[str]:
   return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+def one_line(text: str) -> str:
+  """Whitespace runs (TABs and line breaks included) collapsed to one space.
+
+  What builders write must fit one line of one TSV field; STSb and its
+  translations also differ only in such stray spaces.
+  """
+  return " ".join(text.split())
+
+
 def read_tsv(path: pathlib.Path, columns: int, names: str) -> tuple[list[tuple], int]:
   """([(1-based line, field, ...)] of `columns` non-empty fields, blank lines skipped).
 
