@@ -4,6 +4,7 @@ The manager saves every `save_interval_steps`, keeps `max_to_keep`, and on
 start-up the trainer restores the latest step (resume after interruption).
 """
 
+import logging as python_logging  # record levels (absl's constants differ)
 import os
 from typing import Any
 
@@ -46,3 +47,15 @@ def abstract_with_shardings(tree: Any, shardings: Any) -> Any:
   """ShapeDtypeStructs of `tree` carrying the given shardings."""
   return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                       tree, shardings)
+
+
+def quiet_orbax_logs() -> None:
+  """Keeps orbax's per-save INFO lines out of the console (entrypoints call it)."""
+  logging.get_absl_handler().addFilter(_QuietOrbax())
+
+
+class _QuietOrbax:
+  """absl-handler filter: drops orbax's INFO chatter (several lines per save)."""
+
+  def filter(self, record) -> bool:
+    return record.levelno > python_logging.INFO or "/orbax/" not in record.pathname

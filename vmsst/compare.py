@@ -24,6 +24,7 @@ import gin
 from absl import app
 from absl import flags
 
+from vmsst import checkpointing
 from vmsst import evaluate
 from vmsst import inference
 from vmsst import train as train_lib
@@ -92,6 +93,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   if not FLAGS.output:
     raise app.UsageError("--output is required.")
+  checkpointing.quiet_orbax_logs()
   options = suites_lib.SuiteOptions(
       tatoeba_languages=FLAGS.tatoeba_languages,
       training_languages=evaluate.training_languages(FLAGS.training_languages or ["ntrex128"]),

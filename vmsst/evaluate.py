@@ -27,6 +27,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from vmsst import checkpointing
 from vmsst import languages
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import report
@@ -130,6 +131,7 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   f = flags.FLAGS
+  checkpointing.quiet_orbax_logs()
   if not f.output:
     raise app.UsageError("--output is required.")
   encoder = make_encoder(model_dir=f.model_dir, saved_model=f.saved_model, encoder=f.encoder,

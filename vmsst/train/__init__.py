@@ -31,6 +31,7 @@ from clu import metric_writers
 from vmsst import checkpointing
 from vmsst import inference
 from vmsst import models
+from vmsst import mt5_import
 from vmsst import partitioning
 from vmsst import trainer as trainer_lib
 from vmsst import gin_configurables  # pylint: disable=unused-import
@@ -104,7 +105,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
           batch_size: int = gin.REQUIRED, sequence_length: int = gin.REQUIRED,
           optimizer: optax.GradientTransformation = gin.REQUIRED,
           register_tasks=None, evaluator: RetrievalEvaluator | None = None,
-          seed: int = 0, log_every: int = 50, eval_every: int = 0) -> dict[str, Any]:
+          seed: int = 0, log_every: int = 50, eval_every: int = 0,
+          init_params: str | None = None) -> dict[str, Any]:
   """Trains `model` on `mixture_name` for `train_steps`; resumes from model_dir.
 
   Args:
@@ -121,6 +123,10 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     seed: initialisation, data order, dropout and ELBO noise.
     log_every: steps between metric writes.
     eval_every: steps between evaluations (0: only at the end).
+    init_params: parameters to start from instead of `seed`'s initialisation,
+      a file written by `python -m vmsst.mt5_import` for this model (e.g. an
+      mT5 checkpoint converted). Used only while model_dir has no checkpoint,
+      so a resumed run continues from its own; names and shapes must match.
   Returns:
     {"start_step", "step", "final_metrics", "loss_history" [(step, loss)],
      "retrieval", "params"} for callers and tests.
@@ -136,6 +142,11 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   state = checkpointing.restore_latest(manager, trainer.abstract_state)
   if state is None:
     state = trainer.initialize(jax.random.key(seed))
+    if init_params:
+      logging.info("starting from the parameters in %s", init_params)
+      state = state.replace(params=mt5_import.load_params(init_params, state.params))
+  elif init_params:
+    logging.info("init_params %s ignored: resuming from the checkpoint", init_params)
   start_step = int(state.step)
   _write_operative_config(model_dir)
 
@@ -206,16 +217,9 @@ def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
   gin.parse_config_files_and_bindings(gin_files, bindings, finalize_config=False)
 
 
-class _QuietLibraries:
-  """absl-handler filter: drops INFO chatter of orbax (a line per save)."""
-
-  def filter(self, record) -> bool:
-    return record.levelno > 20 or "/orbax/" not in record.pathname
-
-
 def main(argv: Sequence[str]) -> None:
   del argv
-  logging.get_absl_handler().addFilter(_QuietLibraries())
+  checkpointing.quiet_orbax_logs()
   if FLAGS.distributed:
     jax.distributed.initialize()
   parse_gin(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_path)

@@ -1,0 +1,131 @@
+"""`vmsst.Encoder`: embed sentences with a trained or exported model, in a few lines.
+
+  encoder = vmsst.Encoder.from_checkpoint("runs/vmsst_cpu")      # needs JAX
+  encoder = vmsst.Encoder.from_saved_model("runs/vmsst_cpu/export")  # TensorFlow only
+  vectors = encoder.encode(["Ein Mann fährt Fahrrad.", "A man rides a bike."])
+  scores = encoder.similarity(["Hallo Welt"], ["Hello world"])   # per pair
+
+In the spirit of sentence-transformers' `encode`: a list in, float32 [n, d]
+out, row i for sentence i. The work is done by the evaluation encoders
+(`inference.CheckpointEncoder`, `encoders.SavedModelEncoder`), wrapped in
+`encoders.UniqueSentences`, which encodes each distinct sentence once, in
+batches sorted longest first (so a batch holds sentences of similar length
+and little padding), behind an optional progress bar, and puts rows back in
+the caller's order.
+"""
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+from vmsst.evaluation import encoders
+from vmsst.evaluation import similarity as similarity_lib
+
+Sentences = str | Sequence[str]
+
+
+class Encoder:
+  """Sentence embeddings μ_sem from any `encoders.Encoder` backend.
+
+  Attributes:
+    backend: the encoder doing the work (strings -> float32 [n, d]).
+    name: the backend's name (the model directory's or SavedModel's basename).
+  """
+
+  def __init__(self, backend: encoders.Encoder, *, dimension: int | None = None):
+    """Wraps `backend`; `dimension` is probed with one empty sentence when not given."""
+    self.backend = backend
+    self.name = backend.name
+    self._dimension = dimension
+
+  @classmethod
+  def from_checkpoint(cls, model_dir: str, step: int | None = None, *,
+                      batch_size: int = 64) -> "Encoder":
+    """A `python -m vmsst.train` directory, restored on all local devices (JAX).
+
+    Args:
+      model_dir: holds config.gin, spm.model and checkpoints/.
+      step: checkpoint step (default: the latest).
+      batch_size: rows of the compiled encoder; every call is padded to it
+        (rounded up to a multiple of the data-parallel devices).
+    """
+    import jax  # pylint: disable=import-outside-toplevel  # only this path needs JAX
+    from vmsst import inference  # pylint: disable=import-outside-toplevel
+    restored = inference.restore(model_dir, step=step)
+    backend = inference.CheckpointEncoder(
+        restored, batch_size=batch_size, name=os.path.basename(os.path.normpath(model_dir)))
+    spec = jax.ShapeDtypeStruct((1, 1), np.int32)
+    dimension = jax.eval_shape(restored.model.encode, restored.params, spec, spec).shape[-1]
+    return cls(backend, dimension=int(dimension))
+
+  @classmethod
+  def from_saved_model(cls, path: str) -> "Encoder":
+    """A SavedModel written by `python -m vmsst.export` (or any with its contract)."""
+    if not os.path.isdir(path):
+      raise FileNotFoundError(f"No SavedModel directory at {path}; write one with "
+                              "`python -m vmsst.export --model_dir=... --output_dir=...`.")
+    import tensorflow_text  # pylint: disable=import-outside-toplevel,unused-import  # SentencePiece ops
+    return cls(encoders.SavedModelEncoder(path))
+
+  @property
+  def dimension(self) -> int:
+    """d, the width of an embedding."""
+    if self._dimension is None:
+      self._dimension = int(self.backend.encode([""]).shape[-1])
+    return self._dimension
+
+  def encode(self, sentences: Sentences, batch_size: int = 64, show_progress_bar: bool = False,
+             normalize: bool = False) -> np.ndarray:
+    """Embeds sentences, keeping their order.
+
+    Args:
+      sentences: a list of strings (or one string).
+      batch_size: sentences per backend call; calls are made longest first.
+      show_progress_bar: a tqdm bar over the batches (on stderr).
+      normalize: scale rows to unit L2 norm (then dot product = cosine).
+    Returns:
+      float32 [len(sentences), d]; float32 [d] for a single string.
+    """
+    single = isinstance(sentences, str)
+    sentences = [sentences] if single else list(sentences)
+    wrong = [type(s).__name__ for s in sentences if not isinstance(s, str)]
+    if wrong:
+      raise TypeError(f"encode takes strings; got {len(wrong)} items of type {wrong[0]}.")
+    if batch_size < 1:
+      raise ValueError(f"batch_size must be positive, got {batch_size}.")
+    if not sentences:
+      return np.zeros((0, self.dimension), np.float32)
+    embeddings = encoders.UniqueSentences(
+        self.backend, batch_size=batch_size, progress=show_progress_bar).encode(sentences)
+    if normalize:
+      embeddings = similarity_lib.normalize(embeddings)
+    return embeddings[0] if single else embeddings
+
+  def similarity(self, a: Sentences | np.ndarray, b: Sentences | np.ndarray, *,
+                 batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
+    """Cosine of each pair (a[i], b[i]): float32 [n], not an n x n matrix.
+
+    Args:
+      a, b: equally long lists of sentences, or their embeddings float [n, d];
+        sentences of both sides are encoded in one pass (each distinct one once).
+      batch_size, show_progress_bar: as in `encode`.
+    Returns:
+      float32 [n]; entry i depends on a[i] and b[i] only.
+    """
+    a, b = ([x] if isinstance(x, str) else x for x in (a, b))
+    if len(a) != len(b):
+      raise ValueError(f"similarity compares pairs: a has {len(a)} items, b has {len(b)}.")
+    a, b = self._embedded(a, b, batch_size=batch_size, show_progress_bar=show_progress_bar)
+    if a.ndim != 2 or a.shape != b.shape:
+      raise ValueError(f"similarity needs two [n, d] embedding arrays, got {a.shape} and "
+                       f"{b.shape}.")
+    return similarity_lib.paired_cosine(a, b)
+
+  def _embedded(self, a, b, **options) -> tuple[np.ndarray, np.ndarray]:
+    """Both sides as float32 [n, d]; sentences of the two sides share one encode pass."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+      return tuple(np.asarray(x if isinstance(x, np.ndarray) else self.encode(x, **options),
+                              np.float32) for x in (a, b))
+    both = self.encode(list(a) + list(b), **options)
+    return both[:len(a)], both[len(a):]

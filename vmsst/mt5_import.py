@@ -1,0 +1,463 @@
+r"""Starts VMSST from a Hugging Face T5/mT5 checkpoint (the paper's "pretrained" setting).
+
+  python -m vmsst.mt5_import --hf_dir=/path/to/mt5-large \
+      --gin_file=gin/runs/vmsst_24l_pretrained.gin --gin.VOCAB_PATH="'...'" \
+      --output=/path/to/mt5_large_vmsst.safetensors
+
+reads DIR/config.json and DIR/model.safetensors (or a sharded index) without
+torch, takes the parameter names and shapes of the model that the gin files'
+`train.model` names, converts every mT5 tensor that has a counterpart into
+our layout, prints a report (mapped / dropped / freshly initialised, with
+counts) and writes the converted tensors as one safetensors file of
+"/"-joined names. Training starts from it with
+`train.init_params = '<output>'`: parameters without a counterpart keep the
+run's own seeded initialisation, and the file is read only while MODEL_DIR
+has no checkpoint. The network must *be* an mT5 stack: NetworkConfig's T5
+switches on and the sizes of config.json (`network_config` builds one;
+gin/models/sizes/mt5_large.gin binds them for the paper's 24 layers).
+
+Name map, ours <- Hugging Face (torch Linear weights are [out, in]: kernels
+are transposed, attention ones reshaped to [d, heads, head_dim] / [heads,
+head_dim, d]):
+
+  token_embed/embedding                 <- shared.weight
+  S/relative_position_bias/embedding    <- encoder.block.0.layer.0.SelfAttention
+                                           .relative_attention_bias.weight
+  S/layer_i/pre_attention_norm/scale    <- encoder.block.i.layer.0.layer_norm.weight
+  S/layer_i/attention/{query,key,value,out}/kernel
+                                        <- encoder.block.i.layer.0.SelfAttention.{q,k,v,o}.weight
+  S/layer_i/pre_mlp_norm/scale          <- encoder.block.i.layer.1.layer_norm.weight
+  S/layer_i/mlp/{wi_0,wi_1,wo}/kernel   <- encoder.block.i.layer.1.DenseReluDense.{wi_0,wi_1,wo}.weight
+  S/final_norm/scale                    <- encoder.final_layer_norm.weight
+    for S = semantic_encoder and (copies) every language_encoder_k; a stack
+    shallower than the checkpoint takes its first layers, a deeper one is an
+    error.
+  decoder_relative_position_bias/embedding <- decoder.block.0.layer.0.SelfAttention
+                                              .relative_attention_bias.weight
+  decoder_layer_i/pre_attention_norm, attention/*  <- decoder.block.i.layer.0.*
+  decoder_layer_i/pre_mlp_norm, mlp/*              <- decoder.block.i.layer.2.*
+  decoder_final_norm/scale              <- decoder.final_layer_norm.weight
+  output_projection/kernel rows [0, d)  <- lm_head.weight transposed (or
+    shared.weight for a tied checkpoint); our output reads concat(h, z), so
+    the z rows [d, 3d) and the bias keep their fresh initialisation. Not
+    copied under factorized_output (the d × V matrix reads the fresh
+    bottleneck, not h) nor tie_output_embedding (the table is already h's).
+
+Dropped: decoder.block.i.layer.1.* (EncDecAttention and its norm; VMSST's
+decoder has no cross-attention, the source enters through the latent),
+blocks beyond our depth, the embed_tokens aliases of shared.weight, and the
+decoder when the objective has none. Fresh: LatentInjection (decoder_layer_i
+/latent/*), the Gaussian heads, the output z rows and bias, any bias.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import re
+import sys
+from typing import Any, Mapping
+
+import flax.linen as nn
+import gin
+import jax
+import numpy as np
+from absl import app
+from absl import flags
+from absl import logging
+
+from vmsst import models
+from vmsst.config import NetworkConfig
+
+Params = dict[str, Any]
+
+CROSS_ATTENTION = ("cross-attention: VMSST's decoder has none (the source enters through "
+                   "the latent)")
+_LAYER_LEAVES = {  # our name inside a layer -> (HF sublayer: attention or mlp, HF suffix)
+    "pre_attention_norm/scale": ("attention", "layer_norm.weight"),
+    "attention/query/kernel": ("attention", "SelfAttention.q.weight"),
+    "attention/key/kernel": ("attention", "SelfAttention.k.weight"),
+    "attention/value/kernel": ("attention", "SelfAttention.v.weight"),
+    "attention/out/kernel": ("attention", "SelfAttention.o.weight"),
+    "pre_mlp_norm/scale": ("mlp", "layer_norm.weight"),
+    "mlp/wi_0/kernel": ("mlp", "DenseReluDense.wi_0.weight"),
+    "mlp/wi_1/kernel": ("mlp", "DenseReluDense.wi_1.weight"),
+    "mlp/wo/kernel": ("mlp", "DenseReluDense.wo.weight"),
+}
+_MLP_SUBLAYER = {"encoder": 1, "decoder": 2}  # decoder sublayer 1 is cross-attention
+_RELATIVE_BIAS = "{}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+
+
+class Checkpoint:
+  """A Hugging Face model directory: config.json plus safetensors file(s)."""
+
+  def __init__(self, hf_dir: str):
+    self.hf_dir = hf_dir
+    with open(os.path.join(hf_dir, "config.json")) as f:
+      self.config = json.load(f)
+    self.config.setdefault("relative_attention_max_distance", 128)  # older configs omit it
+    index = os.path.join(hf_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+      with open(index) as f:
+        self._files = {name: os.path.join(hf_dir, file)
+                       for name, file in json.load(f)["weight_map"].items()}
+    elif os.path.exists(os.path.join(hf_dir, "model.safetensors")):
+      from safetensors import safe_open  # pylint: disable=import-outside-toplevel
+      path = os.path.join(hf_dir, "model.safetensors")
+      with safe_open(path, "numpy") as f:
+        self._files = {name: path for name in f.keys()}
+    else:
+      raise FileNotFoundError(
+          f"{hf_dir} has no model.safetensors(.index.json); save the model with "
+          "save_pretrained(..., safe_serialization=True) or convert its .bin first.")
+
+  @property
+  def names(self) -> list[str]:
+    return sorted(self._files)
+
+  def shape(self, name: str) -> tuple[int, ...]:
+    from safetensors import safe_open  # pylint: disable=import-outside-toplevel
+    with safe_open(self._files[name], "numpy") as f:
+      return tuple(f.get_slice(name).get_shape())
+
+  def tensor(self, name: str) -> np.ndarray:
+    """float32 copy of a tensor (bfloat16 ones are read through jax)."""
+    from safetensors import safe_open  # pylint: disable=import-outside-toplevel
+    with safe_open(self._files[name], "numpy") as f:
+      if f.get_slice(name).get_dtype() != "BF16":
+        return f.get_tensor(name).astype(np.float32)
+    with safe_open(self._files[name], "flax") as f:
+      return np.asarray(f.get_tensor(name), np.float32)
+
+  def depth(self, stack: str) -> int:
+    """Number of blocks of "encoder" or "decoder" (0 when absent)."""
+    blocks = {int(m.group(1)) for n in self._files if (m := re.match(rf"{stack}\.block\.(\d+)\.", n))}
+    return max(blocks) + 1 if blocks else 0
+
+
+def network_config(checkpoint: Checkpoint, **overrides) -> NetworkConfig:
+  """The NetworkConfig that is the checkpoint's architecture (T5 switches on).
+
+  `overrides` (e.g. num_language_encoder_layers=12) replace fields after.
+  """
+  c = checkpoint.config
+  return dataclasses.replace(NetworkConfig(
+      vocab_size=c["vocab_size"], emb_dim=c["d_model"], num_heads=c["num_heads"],
+      head_dim=c["d_kv"], mlp_dim=c["d_ff"], num_encoder_layers=c["num_layers"],
+      num_language_encoder_layers=c["num_layers"],
+      num_decoder_layers=c.get("num_decoder_layers") or c["num_layers"],
+      relative_attention=True,
+      relative_attention_num_buckets=c["relative_attention_num_buckets"],
+      relative_attention_max_distance=c["relative_attention_max_distance"],
+      rms_norm=True, gated_mlp=True, projection_bias=False, scale_attention_logits=False,
+      tie_output_embedding="lm_head.weight" not in checkpoint.names), **overrides)
+
+
+def compatibility_problems(checkpoint: Checkpoint, cfg: NetworkConfig) -> list[str]:
+  """Every way `cfg` cannot hold the checkpoint's function, one line each."""
+  c, problems = checkpoint.config, []
+  sizes = {"vocab_size": "vocab_size", "emb_dim": "d_model", "num_heads": "num_heads",
+           "head_dim": "d_kv", "mlp_dim": "d_ff",
+           "relative_attention_num_buckets": "relative_attention_num_buckets",
+           "relative_attention_max_distance": "relative_attention_max_distance"}
+  for ours, theirs in sizes.items():
+    if getattr(cfg, ours) != c.get(theirs):
+      problems.append(f"NetworkConfig.{ours} = {getattr(cfg, ours)} but config.json "
+                      f"{theirs} = {c.get(theirs)}")
+  for switch in ("relative_attention", "rms_norm", "gated_mlp"):
+    if not getattr(cfg, switch):
+      problems.append(f"NetworkConfig.{switch} must be True for a T5.1.1/mT5 checkpoint")
+  if cfg.scale_attention_logits:
+    problems.append("NetworkConfig.scale_attention_logits must be False (T5 folds the "
+                    "1/sqrt(head_dim) into its query weights)")
+  if c.get("feed_forward_proj", "relu") != "gated-gelu":
+    problems.append(f"feed_forward_proj {c.get('feed_forward_proj')!r} is not supported: "
+                    "only gated-gelu (T5.1.1, mT5)")
+  if c.get("layer_norm_epsilon", 1e-6) != 1e-6:
+    problems.append(f"layer_norm_epsilon {c['layer_norm_epsilon']} (our RMS norm uses 1e-6)")
+  if cfg.tie_output_embedding and "lm_head.weight" in checkpoint.names:
+    problems.append("the checkpoint has its own lm_head.weight (untied) but "
+                    "NetworkConfig.tie_output_embedding is True")
+  return problems
+
+
+def hf_source(name: str) -> str | None:
+  """The Hugging Face tensor our parameter `name` takes, or None (fresh init)."""
+  if name == "token_embed/embedding":
+    return "shared.weight"
+  if name == "decoder_relative_position_bias/embedding":
+    return _RELATIVE_BIAS.format("decoder")
+  if name == "decoder_final_norm/scale":
+    return "decoder.final_layer_norm.weight"
+  if m := re.fullmatch(r"(?:semantic_encoder|language_encoder_\d+)/(.+)", name):
+    inner = m.group(1)
+    if inner == "relative_position_bias/embedding":
+      return _RELATIVE_BIAS.format("encoder")
+    if inner == "final_norm/scale":
+      return "encoder.final_layer_norm.weight"
+    return _layer_source("encoder", inner)
+  if m := re.fullmatch(r"decoder_(layer_\d+/.+)", name):
+    return _layer_source("decoder", m.group(1))
+  return None
+
+
+def _layer_source(stack: str, inner: str) -> str | None:
+  m = re.fullmatch(r"layer_(\d+)/(.+)", inner)
+  if not m or m.group(2) not in _LAYER_LEAVES:
+    return None
+  sublayer, suffix = _LAYER_LEAVES[m.group(2)]
+  index = 0 if sublayer == "attention" else _MLP_SUBLAYER[stack]
+  return f"{stack}.block.{m.group(1)}.layer.{index}.{suffix}"
+
+
+def to_ours(name: str, weight: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+  """A Hugging Face tensor in the layout of our parameter `name` of `shape`.
+
+  Kernels: torch [out, in] -> ours [in dims..., out dims...]; the attention
+  output kernel has two input dims (heads, head_dim), every other one.
+  """
+  if name.endswith("/kernel"):
+    inputs = 2 if name.endswith("attention/out/kernel") else 1
+    flat = (math.prod(shape[:inputs]), math.prod(shape[inputs:]))
+    if weight.T.shape != flat:
+      raise ValueError(f"{name}: Hugging Face shape {weight.shape} does not transpose to "
+                       f"{shape}")
+    return weight.T.reshape(shape)
+  if weight.shape != shape:
+    raise ValueError(f"{name}: Hugging Face shape {weight.shape}, ours {shape}")
+  return weight
+
+
+@dataclasses.dataclass
+class Report:
+  """What the conversion did, by name.
+
+  Attributes:
+    mapped: our name -> the Hugging Face tensor it was copied from.
+    dropped: Hugging Face name -> why nothing of ours takes it.
+    fresh: our names that keep their fresh initialisation.
+    sizes: element count of every name above (ours and theirs).
+  """
+
+  mapped: dict[str, str] = dataclasses.field(default_factory=dict)
+  dropped: dict[str, str] = dataclasses.field(default_factory=dict)
+  fresh: list[str] = dataclasses.field(default_factory=list)
+  sizes: dict[str, int] = dataclasses.field(default_factory=dict)
+
+  def _count(self, names) -> str:
+    return f"{len(names)} tensors, {sum(self.sizes[n] for n in names):,} parameters"
+
+  def summary(self) -> str:
+    lines = [f"mapped: {self._count(self.mapped)}"]
+    lines += [f"  {ours} <- {theirs}" for ours, theirs in sorted(self.mapped.items())]
+    lines.append(f"dropped from the checkpoint: {self._count(self.dropped)}")
+    for reason in sorted(set(self.dropped.values())):
+      names = sorted(n for n, r in self.dropped.items() if r == reason)
+      lines.append(f"  {reason}: {self._count(names)}")
+      lines += [f"    {n}" for n in names]
+    lines.append(f"freshly initialised: {self._count(self.fresh)}")
+    lines += [f"  {n}" for n in sorted(self.fresh)]
+    return "\n".join(lines)
+
+
+def convert(checkpoint: Checkpoint,
+            model: models.EmbeddingModel) -> tuple[dict[str, np.ndarray], Report]:
+  """The mT5 tensors of every parameter of `model` that has a counterpart.
+
+  Returns:
+    ({our "/"-joined name: float32 array in our layout}, the Report). A key
+    "name[:k]" holds rows [0, k) of that parameter only (the output
+    projection's h rows). Everything else keeps the model's fresh
+    initialisation (see `merge` and `load_params`). Raises ValueError
+    listing every incompatibility.
+  """
+  cfg = model.network_config
+  problems = compatibility_problems(checkpoint, cfg)
+  abstract = jax.eval_shape(
+      lambda rng: model.get_initial_variables(rng, models.batch_shapes(2, 8)),
+      jax.random.key(0))
+  shapes = {n: tuple(s.shape) for n, s in flatten(nn.unbox(abstract["params"])).items()}
+  report, converted = Report(), {}
+  for name, shape in shapes.items():
+    report.sizes[name] = math.prod(shape)
+    source = hf_source(name)
+    stack = source.split(".")[0] if source else ""
+    if source in checkpoint.names:
+      converted[name] = to_ours(name, checkpoint.tensor(source), shape)
+      report.mapped[name] = source
+    elif source and checkpoint.depth(stack):
+      problems.append(f"{name} needs {source}, but the checkpoint's {stack} has only "
+                      f"{checkpoint.depth(stack)} layers; make our stack at most that deep")
+    else:
+      report.fresh.append(name)
+  if problems:
+    raise ValueError(f"{checkpoint.hf_dir} does not fit this NetworkConfig:\n  "
+                     + "\n  ".join(problems))
+  _copy_output_rows(checkpoint, cfg, shapes, converted, report)
+  used = set(report.mapped.values())
+  for name in checkpoint.names:
+    report.sizes[name] = math.prod(checkpoint.shape(name))
+    if name not in used:
+      report.dropped[name] = _drop_reason(name, shapes)
+  return converted, report
+
+
+def _copy_output_rows(checkpoint: Checkpoint, cfg: NetworkConfig,
+                      shapes: Mapping[str, tuple[int, ...]],
+                      converted: dict[str, np.ndarray], report: Report) -> None:
+  """lm_head (or a tied checkpoint's shared) → rows [0, d) of our concat(h, z) kernel."""
+  name = "output_projection/kernel"
+  if name not in shapes or cfg.factorized_output or cfg.tie_output_embedding:
+    return
+  source = "lm_head.weight" if "lm_head.weight" in checkpoint.names else "shared.weight"
+  d, rows = cfg.emb_dim, f"{name}[:{cfg.emb_dim}]"
+  converted[rows] = to_ours(name, checkpoint.tensor(source), (d, cfg.vocab_size))
+  report.fresh.remove(name)
+  report.fresh.append(f"{name}[{d}:]")
+  report.mapped[rows] = source
+  report.sizes[rows] = d * cfg.vocab_size
+  report.sizes[f"{name}[{d}:]"] = report.sizes[name] - d * cfg.vocab_size
+
+
+def _drop_reason(name: str, ours: Mapping[str, Any]) -> str:
+  if name in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
+    return "alias of shared.weight"
+  if name.startswith("decoder.") and not any(n.startswith("decoder_") for n in ours):
+    return "this objective has no decoder"
+  if re.match(r"decoder\.block\.\d+\.layer\.1\.", name):
+    return CROSS_ATTENTION
+  if m := re.match(r"(encoder|decoder)\.block\.(\d+)\.", name):
+    return f"{m.group(1)} block beyond our deepest {m.group(1)} stack"
+  if name == "lm_head.weight":
+    return "no h rows to copy into (no decoder, factorized or tied output)"
+  return "no counterpart in VMSST"
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+  """{"a": {"b": x}} -> {"a/b": x}."""
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, Mapping):
+      flat.update(flatten(value, f"{prefix}{key}/"))
+    else:
+      flat[f"{prefix}{key}"] = value
+  return flat
+
+
+def unflatten(flat: Mapping[str, Any]) -> Params:
+  tree: Params = {}
+  for name, value in flat.items():
+    *parents, leaf = name.split("/")
+    node = tree
+    for part in parents:
+      node = node.setdefault(part, {})
+    node[leaf] = value
+  return tree
+
+
+def _split_rows(key: str) -> tuple[str, int | None]:
+  """"a/kernel[:32]" -> ("a/kernel", 32); "a/kernel" -> ("a/kernel", None)."""
+  m = re.fullmatch(r"(.+)\[:(\d+)\]", key)
+  return (m.group(1), int(m.group(2))) if m else (key, None)
+
+
+def fit_problems(stored: Mapping[str, tuple[int, ...]],
+                 model: Mapping[str, tuple[int, ...]]) -> list[str]:
+  """Stored names the model lacks or whose shapes differ, one line each."""
+  problems = []
+  for key, shape in sorted(stored.items()):
+    name, rows = _split_rows(key)
+    if name not in model:
+      problems.append(f"unexpected: {key} (the model has no {name})")
+      continue
+    want = tuple(model[name]) if rows is None else (rows,) + tuple(model[name][1:])
+    if tuple(shape) != want or (rows or 0) > model[name][0]:
+      problems.append(f"shape of {key}: stored {tuple(shape)}, model {want}")
+  return problems
+
+
+def _raise_unfit(source: str, problems: list[str]) -> None:
+  if problems:
+    raise ValueError(
+        f"{source} does not fit this model ({len(problems)} problems):\n  "
+        + "\n  ".join(problems) + "\nConvert again with the run's gin files "
+        "(python -m vmsst.mt5_import --gin_file=...).")
+
+
+def merge(params: Params, converted: Mapping[str, np.ndarray]) -> Params:
+  """Host-side: `params` with the converted tensors put in (tests, one host)."""
+  flat = flatten(params)
+  _raise_unfit("the converted parameters", fit_problems(
+      {k: v.shape for k, v in converted.items()}, {k: v.shape for k, v in flat.items()}))
+  for key, value in converted.items():
+    name, rows = _split_rows(key)
+    flat[name] = value if rows is None else np.concatenate([value, np.asarray(flat[name])[rows:]])
+  return unflatten(flat)
+
+
+def save_params(path: str, converted: Mapping[str, np.ndarray]) -> None:
+  """Writes the converted tensors as safetensors under their "/"-joined names."""
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  save_file({k: np.ascontiguousarray(v, np.float32) for k, v in converted.items()}, path)
+
+
+def load_params(path: str, params: Params) -> Params:
+  """`params` (initialised, sharded) with every tensor of `path` put in place.
+
+  Each process reads only the shards its devices hold; parameters absent
+  from the file keep their values.
+
+  Args:
+    path: a file written by `save_params` (the converter's --output).
+    params: the model's freshly initialised jax.Array tree.
+  Raises:
+    ValueError listing every unexpected or mis-shaped name.
+  """
+  from safetensors import safe_open  # pylint: disable=import-outside-toplevel
+  flat = flatten(params)
+  with safe_open(path, "numpy") as f:
+    stored = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+    _raise_unfit(path, fit_problems(stored, {k: v.shape for k, v in flat.items()}))
+    for key, shape in stored.items():
+      name, rows = _split_rows(key)
+      target = flat[name]
+      value = jax.make_array_from_callback(
+          shape, target.sharding,
+          lambda index, k=key, t=target: np.asarray(f.get_slice(k)[index], t.dtype))
+      flat[name] = value if rows is None else _set_rows(target, value)
+  loaded = sum(math.prod(s) for s in stored.values())
+  total = sum(x.size for x in flat.values())
+  logging.info("loaded %d tensors (%d of %d parameters) from %s", len(stored), loaded,
+               total, path)
+  return unflatten(flat)
+
+
+def _set_rows(target: jax.Array, rows: jax.Array) -> jax.Array:
+  return jax.jit(lambda a, b: a.at[:b.shape[0]].set(b), out_shardings=target.sharding,
+                 donate_argnums=0)(target, rows)
+
+
+def _define_flags() -> None:
+  from vmsst import train  # pylint: disable=import-outside-toplevel,unused-import  # --gin_file
+  flags.DEFINE_string("hf_dir", None, "Hugging Face T5/mT5 directory (config.json, "
+                      "model.safetensors).", required=True)
+  flags.DEFINE_string("output", None, "Where the converted parameters (.safetensors) go.",
+                      required=True)
+
+
+def main(argv) -> None:
+  del argv
+  from vmsst import train  # pylint: disable=import-outside-toplevel
+  f = flags.FLAGS
+  train.parse_gin(f.gin_file, f.gin_bindings, f.gin_search_path)
+  model = gin.query_parameter("train.model").scoped_configurable_fn()
+  converted, report = convert(Checkpoint(f.hf_dir), model)
+  print(report.summary())
+  save_params(f.output, converted)
+  print(f"wrote {f.output}; train from it with --gin.train.init_params=\"'{f.output}'\"")
+
+
+if __name__ == "__main__":
+  _define_flags()
+  from vmsst import train as _train  # pylint: disable=g-import-not-at-top
+  app.run(main, argv=_train.rewrite_gin_args(sys.argv))
