@@ -40,3 +40,22 @@ def tiny_vocab_path(data_dir, tmp_path_factory) -> str:
     sentences += sources.read_lines(data_dir / "multi30k" / f"train.{short}.gz")[:500]
   prefix = tmp_path_factory.mktemp("tiny_vocab") / "spm"
   return vocabulary.train_vocabulary(sentences, str(prefix), 2000, character_coverage=0.995)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(data_dir, tiny_vocab_path, tmp_path_factory):
+  """(model_dir, final params): a 4-step tiny VMSST run on real data, trained once.
+
+  Shared by the tests of everything that reads a trained directory (restore,
+  export, the encoder API), so the suite trains it once.
+  """
+  import gin  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import vmsst.train  # pylint: disable=g-import-not-at-top
+  import vmsst_testing  # pylint: disable=g-import-not-at-top
+  model_dir = tmp_path_factory.mktemp("tiny_model") / "vmsst"
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=4,
+                                    extra=["train.evaluator = None"])
+  result = vmsst.train.train()
+  gin.clear_config()
+  return model_dir, jax.device_get(result["params"])

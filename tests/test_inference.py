@@ -1,12 +1,9 @@
 """Restoring a trained directory: same parameters, same embeddings, clear errors."""
 
-import gin
 import jax
 import numpy as np
 import pytest
 
-import vmsst.train
-import vmsst_testing
 from vmsst import inference
 from vmsst import text_inputs
 
@@ -15,14 +12,8 @@ SENTENCES = ["A man rides a bicycle.", "Ein Mann fährt Fahrrad auf einer sehr l
 
 
 @pytest.fixture(scope="module")
-def trained(data_dir, tiny_vocab_path, tmp_path_factory):
-  """A 4-step tiny VMSST directory and the parameters the loop ended with."""
-  model_dir = tmp_path_factory.mktemp("inference") / "vmsst"
-  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=4,
-                                    extra=["train.evaluator = None"])
-  result = vmsst.train.train()
-  gin.clear_config()
-  return model_dir, jax.device_get(result["params"])
+def trained(tiny_model):
+  return tiny_model
 
 
 def test_restore_gives_the_trained_parameters_and_a_self_contained_directory(trained):

@@ -65,7 +65,9 @@ class Encoder:
     if not os.path.isdir(path):
       raise FileNotFoundError(f"No SavedModel directory at {path}; write one with "
                               "`python -m vmsst.export --model_dir=... --output_dir=...`.")
-    import tensorflow_text  # pylint: disable=import-outside-toplevel,unused-import  # SentencePiece ops
+    # Registers the SentencePiece ops the exported graph uses; without it,
+    # loading fails with "Op type not registered 'SentencepieceOp'".
+    import tensorflow_text  # pylint: disable=import-outside-toplevel,unused-import
     return cls(encoders.SavedModelEncoder(path))
 
   @property

@@ -90,11 +90,6 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
   tf.saved_model.save(module, output_dir, signatures={
       "serving_default": module.serve, "score": module.score})
   write_params(restored.model, params, restored.sequence_length, output_dir, exported)
-  extra = os.path.join(output_dir, EXTRA_DIR)
-  os.makedirs(extra, exist_ok=True)
-  shutil.copy(os.path.join(model_dir, inference.CONFIG_FILE), extra)
-  with open(os.path.join(extra, inference.VOCABULARY_FILE), "wb") as f:
-    f.write(restored.vocabulary.sp_model)
   metadata = {
       "format_version": FORMAT_VERSION,
       "model_dir": os.path.abspath(model_dir),
@@ -111,9 +106,23 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
           "score": "text_a, text_b: tf.string [batch] -> scores: float32 [batch] (cosine)"},
       "requires": "import tensorflow_text before tf.saved_model.load (SentencePiece ops)",
   }
-  with open(os.path.join(extra, METADATA_FILE), "w", encoding="utf-8") as f:
-    json.dump(metadata, f, indent=1)
+  _write_extras(os.path.join(output_dir, EXTRA_DIR), model_dir, restored.vocabulary.sp_model,
+                metadata)
   return metadata
+
+
+def _write_extras(extra_dir: str, model_dir: str, sp_model: bytes, metadata: dict) -> None:
+  """assets.extra/: the metadata, the vocabulary and the operative config.
+
+  With these, params.npz is usable without the SavedModel (e.g. to port the
+  weights): config.gin names the architecture, spm.model the tokenizer.
+  """
+  os.makedirs(extra_dir, exist_ok=True)
+  shutil.copy(os.path.join(model_dir, inference.CONFIG_FILE), extra_dir)
+  with open(os.path.join(extra_dir, inference.VOCABULARY_FILE), "wb") as f:
+    f.write(sp_model)
+  with open(os.path.join(extra_dir, METADATA_FILE), "w", encoding="utf-8") as f:
+    json.dump(metadata, f, indent=1)
 
 
 def semantic_params(model: models.EmbeddingModel, params: dict[str, np.ndarray],
@@ -151,7 +160,7 @@ def tokenize(tokenizer: tf_text.SentencepieceTokenizer, text: tf.Tensor,
   does not depend on l). An empty string gives just [EOS].
   """
   pieces = tokenizer.tokenize(text)[:, : sequence_length - 1]
-  eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(text)[0], 1], tf.constant(eos_id, tf.int32)))
+  eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(text)[0], 1], tf.constant(eos_id)))
   return tf.concat([tf.cast(pieces, tf.int32), eos], axis=1).to_tensor(default_value=0)
 
 
@@ -171,8 +180,7 @@ class ServingModule(tf.Module):
     # seqio's own serialized model: the bytes `vocabulary.encode` tokenizes with.
     self._tokenizer = tf_text.SentencepieceTokenizer(model=restored.vocabulary.sp_model,
                                                      out_type=tf.int32)
-    self.params = {k: tf.Variable(v, trainable=False, name=k)
-                   for k, v in params.items()}
+    self.params = {k: tf.Variable(v, trainable=False, name=k) for k, v in params.items()}
     self._embed = jax2tf.convert(
         _embedding_fn(restored.model, normalize),
         polymorphic_shapes=(None, "(b, l)", "(b, l)"),
@@ -199,6 +207,8 @@ class ServingModule(tf.Module):
   @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
                                                  tf.TensorSpec([None], tf.string, name="text_b")])
   def score(self, text_a, text_b):
+    # Each side is tokenized and padded on its own; the cosine is TensorFlow's
+    # (the same formula as evaluation.similarity.paired_cosine).
     tf.debugging.assert_equal(tf.shape(text_a), tf.shape(text_b),
                               message="score: text_a and text_b must have the same length")
     a = tf.math.l2_normalize(self.embed(text_a), axis=-1)

@@ -68,6 +68,7 @@ class SavedModelEncoder:
 
   def __init__(self, path: str, name: str | None = None):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow_text  # pylint: disable=import-outside-toplevel,unused-import  # SentencepieceOp
     self._tf = tf
     loaded = tf.saved_model.load(path)
     if "serving_default" not in loaded.signatures:

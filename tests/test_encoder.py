@@ -1,0 +1,123 @@
+"""vmsst.Encoder: order kept under length batching, per-pair cosine, both backends agree."""
+
+import subprocess
+import sys
+
+import gin
+import numpy as np
+import pytest
+
+import vmsst
+import vmsst.train
+import vmsst_testing
+from vmsst import export
+from vmsst.encoder import Encoder
+from vmsst.evaluation import encoders
+
+SENTENCES = ["A man rides a bicycle.", "", "Ein Mann fährt Fahrrad auf einer sehr langen "
+             "Straße neben einem roten Bus.", "Hallo.", "Мужчина едет на велосипеде.",
+             "一个男人骑自行车。", "A man rides a bicycle.", "🚲 " * 50]
+
+
+class HandEncoder:
+  """[characters, spaces, 1] per sentence; remembers every batch it was given."""
+
+  name = "hand"
+
+  def __init__(self):
+    self.batches = []
+
+  def encode(self, sentences):
+    self.batches.append(list(sentences))
+    return np.array([[len(s), s.count(" "), 1] for s in sentences], np.float32).reshape(-1, 3)
+
+
+def hand_vectors(sentences):
+  return np.array([[len(s), s.count(" "), 1] for s in sentences], np.float32)
+
+
+def test_encode_batches_longest_first_and_keeps_the_callers_order():
+  backend = HandEncoder()
+  embeddings = Encoder(backend).encode(SENTENCES, batch_size=3)
+  np.testing.assert_array_equal(embeddings, hand_vectors(SENTENCES))
+  assert embeddings.dtype == np.float32
+  sent = [s for batch in backend.batches for s in batch]
+  assert sorted(sent) == sorted(set(SENTENCES))  # each distinct sentence once
+  assert [len(s) for s in sent] == sorted(map(len, sent), reverse=True)
+  assert max(len(batch) for batch in backend.batches) == 3
+
+
+def test_single_string_empty_list_normalize_and_dimension():
+  encoder = Encoder(HandEncoder())
+  assert encoder.dimension == 3
+  np.testing.assert_array_equal(encoder.encode("a b"), [3, 1, 1])
+  assert encoder.encode([]).shape == (0, 3)
+  unit = encoder.encode(SENTENCES, normalize=True)
+  np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, rtol=1e-6)
+  with pytest.raises(TypeError, match="encode takes strings"):
+    encoder.encode(["fine", 3])
+
+
+def test_show_progress_bar_writes_a_bar_only_when_asked(capsys):
+  encoder = Encoder(HandEncoder())
+  encoder.encode(SENTENCES, batch_size=2)
+  assert "hand: encoding" not in capsys.readouterr().err
+  encoder.encode(SENTENCES, batch_size=2, show_progress_bar=True)
+  assert "hand: encoding" in capsys.readouterr().err
+
+
+def test_similarity_is_the_cosine_of_each_pair_by_hand():
+  table = {"x": [1, 0], "y": [0, 3], "u": [1, 1], "v": [0, -2], "w": [-4, 4]}
+  encoder = Encoder(encoders.PrecomputedEncoder(table))
+  np.testing.assert_allclose(encoder.similarity(["x", "y"], ["u", "v"]), [2 ** -0.5, -1],
+                             rtol=1e-6)
+  # Row 0 depends on (x, u) alone: not on row 1, nor on any whole-matrix norm.
+  np.testing.assert_allclose(encoder.similarity(["x", "y"], ["u", "w"]), [2 ** -0.5, 2 ** -0.5],
+                             rtol=1e-6)
+  np.testing.assert_allclose(encoder.similarity("x", "u"), [2 ** -0.5], rtol=1e-6)
+  a, b = np.array([[1, 0], [0, 300]]), np.array([[1, 1], [0, -2]])
+  np.testing.assert_allclose(encoder.similarity(a, b), [2 ** -0.5, -1], rtol=1e-6)
+  np.testing.assert_allclose(encoder.similarity(a, ["u", "v"]), [2 ** -0.5, -1], rtol=1e-6)
+  with pytest.raises(ValueError, match="a has 2 items, b has 1"):
+    encoder.similarity(["x", "y"], ["u"])
+
+
+def test_vmsst_encoder_is_imported_lazily():
+  probe = ("import sys, vmsst\n"
+           "heavy = lambda: [m for m in ('jax', 'tensorflow') if m in sys.modules]\n"
+           "assert not heavy(), heavy()\n"
+           "assert vmsst.Encoder.__module__ == 'vmsst.encoder'\n"
+           "assert not heavy(), heavy()\n")
+  subprocess.run([sys.executable, "-c", probe], check=True)
+  assert vmsst.Encoder is Encoder
+
+
+@pytest.fixture(scope="module")
+def model_and_export(data_dir, tiny_vocab_path, tmp_path_factory):
+  """A 1-step tiny Contrastive directory (a second objective to export) and its SavedModel."""
+  model_dir = tmp_path_factory.mktemp("encoder") / "contrastive"
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=1,
+                                    objective="contrastive", extra=["train.evaluator = None"])
+  vmsst.train.train()
+  gin.clear_config()
+  export.export(str(model_dir), str(model_dir.parent / "saved_model"))
+  return model_dir, model_dir.parent / "saved_model"
+
+
+def test_checkpoint_and_saved_model_encoders_agree(model_and_export):
+  model_dir, saved_model = model_and_export
+  from_checkpoint = Encoder.from_checkpoint(str(model_dir), batch_size=8)
+  from_saved_model = Encoder.from_saved_model(str(saved_model))
+  assert from_checkpoint.dimension == from_saved_model.dimension == 64
+  assert from_checkpoint.name == "contrastive" and from_saved_model.name == "saved_model"
+  jax_embeddings = from_checkpoint.encode(SENTENCES, batch_size=3)
+  np.testing.assert_allclose(from_saved_model.encode(SENTENCES), jax_embeddings, atol=1e-4)
+  np.testing.assert_allclose(jax_embeddings[0], jax_embeddings[6])  # a repeated sentence
+  pairs = SENTENCES[:4], SENTENCES[4:]
+  np.testing.assert_allclose(from_saved_model.similarity(*pairs),
+                             from_checkpoint.similarity(*pairs), atol=1e-5)
+
+
+def test_missing_saved_model_is_a_clear_error(tmp_path):
+  with pytest.raises(FileNotFoundError, match="python -m vmsst.export"):
+    Encoder.from_saved_model(str(tmp_path / "nowhere"))
