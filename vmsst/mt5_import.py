@@ -1,11 +1,11 @@
 r"""Starts VMSST from a Hugging Face T5/mT5 checkpoint (the paper's "pretrained" setting).
 
   python -m vmsst.mt5_import --hf_dir=/path/to/mt5-large \
-      --gin_file=gin/runs/vmsst_24l_pretrained.gin --gin.VOCAB_PATH="'...'" \
+      --gin_file=gin/runs/vmsst_24l_pretrained.gin \
       --output=/path/to/mt5_large_vmsst.safetensors
 
-reads DIR/config.json and DIR/model.safetensors (or a sharded index) without
-torch, takes the parameter names and shapes of the model that the gin files'
+reads config.json and model.safetensors (or a sharded index) of --hf_dir
+without torch, takes the parameter names and shapes of the model that the gin files'
 `train.model` names, converts every mT5 tensor that has a counterpart into
 our layout, prints a report (mapped / dropped / freshly initialised, with
 counts) and writes the converted tensors as one safetensors file of
@@ -16,38 +16,40 @@ has no checkpoint. The network must *be* an mT5 stack: NetworkConfig's T5
 switches on and the sizes of config.json (`network_config` builds one;
 gin/models/sizes/mt5_large.gin binds them for the paper's 24 layers).
 
-Name map, ours <- Hugging Face (torch Linear weights are [out, in]: kernels
-are transposed, attention ones reshaped to [d, heads, head_dim] / [heads,
-head_dim, d]):
+Name map, ours <- Hugging Face. Torch Linear weights are [out, in], so
+kernels are transposed (attention ones then reshaped to [d, heads, head_dim]
+and [heads, head_dim, d]); "E" abbreviates encoder.block.i.layer, "D"
+decoder.block.i.layer:
 
-  token_embed/embedding                 <- shared.weight
-  S/relative_position_bias/embedding    <- encoder.block.0.layer.0.SelfAttention
-                                           .relative_attention_bias.weight
-  S/layer_i/pre_attention_norm/scale    <- encoder.block.i.layer.0.layer_norm.weight
+  token_embed/embedding                     <- shared.weight
+  S/relative_position_bias/embedding        <- encoder.block.0.layer.0.SelfAttention
+                                                 .relative_attention_bias.weight
+  S/layer_i/pre_attention_norm/scale        <- E.0.layer_norm.weight
   S/layer_i/attention/{query,key,value,out}/kernel
-                                        <- encoder.block.i.layer.0.SelfAttention.{q,k,v,o}.weight
-  S/layer_i/pre_mlp_norm/scale          <- encoder.block.i.layer.1.layer_norm.weight
-  S/layer_i/mlp/{wi_0,wi_1,wo}/kernel   <- encoder.block.i.layer.1.DenseReluDense.{wi_0,wi_1,wo}.weight
-  S/final_norm/scale                    <- encoder.final_layer_norm.weight
-    for S = semantic_encoder and (copies) every language_encoder_k; a stack
-    shallower than the checkpoint takes its first layers, a deeper one is an
-    error.
-  decoder_relative_position_bias/embedding <- decoder.block.0.layer.0.SelfAttention
-                                              .relative_attention_bias.weight
-  decoder_layer_i/pre_attention_norm, attention/*  <- decoder.block.i.layer.0.*
-  decoder_layer_i/pre_mlp_norm, mlp/*              <- decoder.block.i.layer.2.*
-  decoder_final_norm/scale              <- decoder.final_layer_norm.weight
-  output_projection/kernel rows [0, d)  <- lm_head.weight transposed (or
-    shared.weight for a tied checkpoint); our output reads concat(h, z), so
-    the z rows [d, 3d) and the bias keep their fresh initialisation. Not
-    copied under factorized_output (the d × V matrix reads the fresh
-    bottleneck, not h) nor tie_output_embedding (the table is already h's).
+                                            <- E.0.SelfAttention.{q,k,v,o}.weight
+  S/layer_i/pre_mlp_norm/scale              <- E.1.layer_norm.weight
+  S/layer_i/mlp/{wi_0,wi_1,wo}/kernel       <- E.1.DenseReluDense.{wi_0,wi_1,wo}.weight
+  S/final_norm/scale                        <- encoder.final_layer_norm.weight
+      for S = semantic_encoder and, copied, every language_encoder_k; a stack
+      shallower than the checkpoint takes its first layers, a deeper one is
+      an error.
+  decoder_relative_position_bias/embedding  <- decoder.block.0.layer.0.SelfAttention
+                                                 .relative_attention_bias.weight
+  decoder_layer_i/pre_attention_norm/scale, attention/*/kernel   <- D.0.*
+  decoder_layer_i/pre_mlp_norm/scale, mlp/*/kernel               <- D.2.*
+  decoder_final_norm/scale                  <- decoder.final_layer_norm.weight
+  output_projection/kernel[:d] (rows 0..d-1) <- lm_head.weight transposed (or
+      shared.weight when the checkpoint is tied). Our output reads
+      concat(h, z): only the h rows have a counterpart; the z rows and any
+      bias stay fresh. Nothing is copied under factorized_output (its d × V
+      matrix reads the fresh bottleneck, not h) or tie_output_embedding (h
+      already meets the copied table).
 
-Dropped: decoder.block.i.layer.1.* (EncDecAttention and its norm; VMSST's
-decoder has no cross-attention, the source enters through the latent),
-blocks beyond our depth, the embed_tokens aliases of shared.weight, and the
-decoder when the objective has none. Fresh: LatentInjection (decoder_layer_i
-/latent/*), the Gaussian heads, the output z rows and bias, any bias.
+Dropped: D.1.* (EncDecAttention and its norm: VMSST's decoder has no
+cross-attention, the source enters through the latent), blocks deeper than
+our stacks, the embed_tokens aliases of shared.weight, and the decoder when
+the objective has none. Fresh: decoder_layer_i/latent/* (LatentInjection),
+the Gaussian heads, the output z rows and any bias.
 """
 
 import dataclasses
@@ -64,9 +66,9 @@ import jax
 import numpy as np
 from absl import app
 from absl import flags
-from absl import logging
 
 from vmsst import models
+from vmsst import param_files
 from vmsst.config import NetworkConfig
 
 Params = dict[str, Any]
@@ -131,7 +133,8 @@ class Checkpoint:
 
   def depth(self, stack: str) -> int:
     """Number of blocks of "encoder" or "decoder" (0 when absent)."""
-    blocks = {int(m.group(1)) for n in self._files if (m := re.match(rf"{stack}\.block\.(\d+)\.", n))}
+    pattern = re.compile(rf"{stack}\.block\.(\d+)\.")
+    blocks = {int(m.group(1)) for n in self._files if (m := pattern.match(n))}
     return max(blocks) + 1 if blocks else 0
 
 
@@ -150,7 +153,16 @@ def network_config(checkpoint: Checkpoint, **overrides) -> NetworkConfig:
       relative_attention_num_buckets=c["relative_attention_num_buckets"],
       relative_attention_max_distance=c["relative_attention_max_distance"],
       rms_norm=True, gated_mlp=True, projection_bias=False, scale_attention_logits=False,
-      tie_output_embedding="lm_head.weight" not in checkpoint.names), **overrides)
+      tie_output_embedding=_is_tied(checkpoint)), **overrides)
+
+
+def _is_tied(checkpoint: Checkpoint) -> bool:
+  """A decoder without its own lm_head reads logits off shared.weight.
+
+  config.json cannot tell: transformers 5 writes tie_word_embeddings = true
+  for every (m)T5, while google/mt5-* store a separate lm_head.weight.
+  """
+  return checkpoint.depth("decoder") > 0 and "lm_head.weight" not in checkpoint.names
 
 
 def compatibility_problems(checkpoint: Checkpoint, cfg: NetworkConfig) -> list[str]:
@@ -272,27 +284,29 @@ def convert(checkpoint: Checkpoint,
     listing every incompatibility.
   """
   cfg = model.network_config
-  problems = compatibility_problems(checkpoint, cfg)
+  _raise_incompatible(checkpoint, compatibility_problems(checkpoint, cfg))
+  problems = []
   abstract = jax.eval_shape(
       lambda rng: model.get_initial_variables(rng, models.batch_shapes(2, 8)),
       jax.random.key(0))
-  shapes = {n: tuple(s.shape) for n, s in flatten(nn.unbox(abstract["params"])).items()}
+  shapes = {n: tuple(s.shape) for n, s in param_files.flatten(nn.unbox(abstract["params"])).items()}
   report, converted = Report(), {}
   for name, shape in shapes.items():
     report.sizes[name] = math.prod(shape)
     source = hf_source(name)
     stack = source.split(".")[0] if source else ""
     if source in checkpoint.names:
-      converted[name] = to_ours(name, checkpoint.tensor(source), shape)
-      report.mapped[name] = source
+      try:
+        converted[name] = to_ours(name, checkpoint.tensor(source), shape)
+        report.mapped[name] = source
+      except ValueError as e:
+        problems.append(str(e))
     elif source and checkpoint.depth(stack):
       problems.append(f"{name} needs {source}, but the checkpoint's {stack} has only "
                       f"{checkpoint.depth(stack)} layers; make our stack at most that deep")
     else:
       report.fresh.append(name)
-  if problems:
-    raise ValueError(f"{checkpoint.hf_dir} does not fit this NetworkConfig:\n  "
-                     + "\n  ".join(problems))
+  _raise_incompatible(checkpoint, problems)
   _copy_output_rows(checkpoint, cfg, shapes, converted, report)
   used = set(report.mapped.values())
   for name in checkpoint.names:
@@ -300,6 +314,12 @@ def convert(checkpoint: Checkpoint,
     if name not in used:
       report.dropped[name] = _drop_reason(name, shapes)
   return converted, report
+
+
+def _raise_incompatible(checkpoint: Checkpoint, problems: list[str]) -> None:
+  if problems:
+    raise ValueError(f"{checkpoint.hf_dir} does not fit this NetworkConfig:\n  "
+                     + "\n  ".join(problems))
 
 
 def _copy_output_rows(checkpoint: Checkpoint, cfg: NetworkConfig,
@@ -326,115 +346,11 @@ def _drop_reason(name: str, ours: Mapping[str, Any]) -> str:
     return "this objective has no decoder"
   if re.match(r"decoder\.block\.\d+\.layer\.1\.", name):
     return CROSS_ATTENTION
-  if m := re.match(r"(encoder|decoder)\.block\.(\d+)\.", name):
-    return f"{m.group(1)} block beyond our deepest {m.group(1)} stack"
+  if m := re.match(r"(encoder|decoder)\.block\.\d+\.", name):
+    return f"{m.group(1)} block deeper than all our {m.group(1)} stacks"
   if name == "lm_head.weight":
     return "no h rows to copy into (no decoder, factorized or tied output)"
   return "no counterpart in VMSST"
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-  """{"a": {"b": x}} -> {"a/b": x}."""
-  flat = {}
-  for key, value in tree.items():
-    if isinstance(value, Mapping):
-      flat.update(flatten(value, f"{prefix}{key}/"))
-    else:
-      flat[f"{prefix}{key}"] = value
-  return flat
-
-
-def unflatten(flat: Mapping[str, Any]) -> Params:
-  tree: Params = {}
-  for name, value in flat.items():
-    *parents, leaf = name.split("/")
-    node = tree
-    for part in parents:
-      node = node.setdefault(part, {})
-    node[leaf] = value
-  return tree
-
-
-def _split_rows(key: str) -> tuple[str, int | None]:
-  """"a/kernel[:32]" -> ("a/kernel", 32); "a/kernel" -> ("a/kernel", None)."""
-  m = re.fullmatch(r"(.+)\[:(\d+)\]", key)
-  return (m.group(1), int(m.group(2))) if m else (key, None)
-
-
-def fit_problems(stored: Mapping[str, tuple[int, ...]],
-                 model: Mapping[str, tuple[int, ...]]) -> list[str]:
-  """Stored names the model lacks or whose shapes differ, one line each."""
-  problems = []
-  for key, shape in sorted(stored.items()):
-    name, rows = _split_rows(key)
-    if name not in model:
-      problems.append(f"unexpected: {key} (the model has no {name})")
-      continue
-    want = tuple(model[name]) if rows is None else (rows,) + tuple(model[name][1:])
-    if tuple(shape) != want or (rows or 0) > model[name][0]:
-      problems.append(f"shape of {key}: stored {tuple(shape)}, model {want}")
-  return problems
-
-
-def _raise_unfit(source: str, problems: list[str]) -> None:
-  if problems:
-    raise ValueError(
-        f"{source} does not fit this model ({len(problems)} problems):\n  "
-        + "\n  ".join(problems) + "\nConvert again with the run's gin files "
-        "(python -m vmsst.mt5_import --gin_file=...).")
-
-
-def merge(params: Params, converted: Mapping[str, np.ndarray]) -> Params:
-  """Host-side: `params` with the converted tensors put in (tests, one host)."""
-  flat = flatten(params)
-  _raise_unfit("the converted parameters", fit_problems(
-      {k: v.shape for k, v in converted.items()}, {k: v.shape for k, v in flat.items()}))
-  for key, value in converted.items():
-    name, rows = _split_rows(key)
-    flat[name] = value if rows is None else np.concatenate([value, np.asarray(flat[name])[rows:]])
-  return unflatten(flat)
-
-
-def save_params(path: str, converted: Mapping[str, np.ndarray]) -> None:
-  """Writes the converted tensors as safetensors under their "/"-joined names."""
-  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
-  save_file({k: np.ascontiguousarray(v, np.float32) for k, v in converted.items()}, path)
-
-
-def load_params(path: str, params: Params) -> Params:
-  """`params` (initialised, sharded) with every tensor of `path` put in place.
-
-  Each process reads only the shards its devices hold; parameters absent
-  from the file keep their values.
-
-  Args:
-    path: a file written by `save_params` (the converter's --output).
-    params: the model's freshly initialised jax.Array tree.
-  Raises:
-    ValueError listing every unexpected or mis-shaped name.
-  """
-  from safetensors import safe_open  # pylint: disable=import-outside-toplevel
-  flat = flatten(params)
-  with safe_open(path, "numpy") as f:
-    stored = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
-    _raise_unfit(path, fit_problems(stored, {k: v.shape for k, v in flat.items()}))
-    for key, shape in stored.items():
-      name, rows = _split_rows(key)
-      target = flat[name]
-      value = jax.make_array_from_callback(
-          shape, target.sharding,
-          lambda index, k=key, t=target: np.asarray(f.get_slice(k)[index], t.dtype))
-      flat[name] = value if rows is None else _set_rows(target, value)
-  loaded = sum(math.prod(s) for s in stored.values())
-  total = sum(x.size for x in flat.values())
-  logging.info("loaded %d tensors (%d of %d parameters) from %s", len(stored), loaded,
-               total, path)
-  return unflatten(flat)
-
-
-def _set_rows(target: jax.Array, rows: jax.Array) -> jax.Array:
-  return jax.jit(lambda a, b: a.at[:b.shape[0]].set(b), out_shardings=target.sharding,
-                 donate_argnums=0)(target, rows)
 
 
 def _define_flags() -> None:
@@ -453,7 +369,7 @@ def main(argv) -> None:
   model = gin.query_parameter("train.model").scoped_configurable_fn()
   converted, report = convert(Checkpoint(f.hf_dir), model)
   print(report.summary())
-  save_params(f.output, converted)
+  param_files.save_params(f.output, converted)
   print(f"wrote {f.output}; train from it with --gin.train.init_params=\"'{f.output}'\"")
 
 

@@ -25,6 +25,7 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, str | None], ...] = (
     ("embed", None),
     ("latent", None),
     ("length", None),
+    ("relpos_buckets", None),  # T5 relative-position tables: tiny, replicated
 )
 
 MESH_AXES = ("data", "model")

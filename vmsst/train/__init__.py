@@ -31,7 +31,7 @@ from clu import metric_writers
 from vmsst import checkpointing
 from vmsst import inference
 from vmsst import models
-from vmsst import mt5_import
+from vmsst import param_files
 from vmsst import partitioning
 from vmsst import trainer as trainer_lib
 from vmsst import gin_configurables  # pylint: disable=unused-import
@@ -123,10 +123,11 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     seed: initialisation, data order, dropout and ELBO noise.
     log_every: steps between metric writes.
     eval_every: steps between evaluations (0: only at the end).
-    init_params: parameters to start from instead of `seed`'s initialisation,
-      a file written by `python -m vmsst.mt5_import` for this model (e.g. an
-      mT5 checkpoint converted). Used only while model_dir has no checkpoint,
-      so a resumed run continues from its own; names and shapes must match.
+    init_params: a file written by `python -m vmsst.mt5_import` for this
+      model (an mT5 checkpoint converted): its tensors replace `seed`'s
+      initialisation, the rest keeps it. Read only while model_dir has no
+      checkpoint, so a restarted run resumes from its own; a name or shape
+      that does not fit the model is an error listing every misfit.
   Returns:
     {"start_step", "step", "final_metrics", "loss_history" [(step, loss)],
      "retrieval", "params"} for callers and tests.
@@ -144,7 +145,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     state = trainer.initialize(jax.random.key(seed))
     if init_params:
       logging.info("starting from the parameters in %s", init_params)
-      state = state.replace(params=mt5_import.load_params(init_params, state.params))
+      state = state.replace(params=param_files.load_params(init_params, state.params))
   elif init_params:
     logging.info("init_params %s ignored: resuming from the checkpoint", init_params)
   start_step = int(state.step)
