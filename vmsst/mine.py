@@ -57,6 +57,7 @@ from absl import app
 from absl import flags
 
 from vmsst import embed
+from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import mining
 
@@ -129,6 +130,8 @@ def load_embeddings(path: str | pathlib.Path, side: Side) -> np.ndarray:
   redo = f"re-create it with `python -m vmsst.embed --input={side.path} --output={path}`"
   try:
     matrix = np.load(path, mmap_mode="r", allow_pickle=False)
+  except FileNotFoundError:
+    raise
   except (ValueError, OSError) as e:
     raise ValueError(f"{path} is not a .npy array ({e}); {redo}.") from e
   if matrix.ndim != 2 or not np.issubdtype(matrix.dtype, np.floating):
@@ -248,11 +251,10 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
 
 
 def _define_flags() -> None:
-  embed.define_encoder_flags()
+  encoder_flags.define()
   flags.DEFINE_string("src", None, "Source sentences, one per line.")
   flags.DEFINE_string("trg", None, "Target sentences, one per line.")
-  flags.DEFINE_string("output", None, "TSV to write: score<TAB>src<TAB>trg, best first.",
-                      allow_override=True)
+  flags.DEFINE_string("output", None, "TSV to write: score<TAB>src<TAB>trg, best first.")
   flags.DEFINE_enum("margin", "ratio", list(MARGINS), "Score: margin kind, or plain cosine.")
   flags.DEFINE_integer("k", 4, "Neighbours per sentence for the margin and the candidates.")
   flags.DEFINE_float("threshold", None, "Keep pairs scoring >= this (default: all).")
@@ -269,11 +271,11 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   precomputed = bool(FLAGS.src_embeddings) and bool(FLAGS.trg_embeddings)
-  if precomputed and embed.encoder_flags_given():
+  if precomputed and encoder_flags.given():
     raise app.UsageError(f"both sides have --*_embeddings, so no encoder is used; drop "
-                         f"{', '.join(embed.encoder_flags_given())}.")
+                         f"{', '.join(encoder_flags.given())}.")
   if not precomputed:
-    embed.check_one_encoder()
+    encoder_flags.check_one()
   try:
     summary = mine_files(
         None if precomputed else embed.encoder_from_flags, FLAGS.src, FLAGS.trg, FLAGS.output,

@@ -22,6 +22,7 @@ from absl import app
 from absl import flags
 
 from vmsst import embed
+from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import similarity
 
@@ -87,18 +88,16 @@ def score_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
 
 
 def _define_flags() -> None:
-  embed.define_encoder_flags()
-  flags.DEFINE_string("input", None, "UTF-8 lines `sentence_a<TAB>sentence_b`.",
-                      allow_override=True)
-  flags.DEFINE_string("output", None, "Text file to write: one cosine per input line.",
-                      allow_override=True)
+  encoder_flags.define()
+  flags.DEFINE_string("input", None, "UTF-8 lines `sentence_a<TAB>sentence_b`.")
+  flags.DEFINE_string("output", None, "Text file to write: one cosine per input line.")
   flags.mark_flags_as_required(["input", "output"])
 
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  embed.check_one_encoder()
+  encoder_flags.check_one()
   try:
     summary = score_file(embed.encoder_from_flags, FLAGS.input, FLAGS.output)
   except (FileNotFoundError, ValueError) as e:

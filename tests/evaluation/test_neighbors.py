@@ -26,7 +26,7 @@ def _random(n: int, d: int, seed: int) -> np.ndarray:
 @pytest.mark.parametrize("k", [1, 4])
 @pytest.mark.parametrize("query_block,key_block", [(7, 11), (64, 5), (1000, 1000), (3, 4)])
 def test_jax_matches_brute_force(k, query_block, key_block):
-  # 37 and 53 are divisible by none of the block sizes, so both last blocks pad.
+  # 37 and 53 are prime: the last blocks pad (except where one block holds a whole side).
   queries, keys = _random(37, 16, 0), _random(53, 16, 1)
   scores, indices = neighbors.knn(queries, keys, k, query_block=query_block,
                                   key_block=key_block)
@@ -143,15 +143,26 @@ def test_each_key_block_is_split_over_every_device(devices):
   assert keys_sharding.shard_shape((16, 3)) == (2, 3)
 
 
-@pytest.mark.parametrize("key_block,num_keys,k,num_devices,want", [
-    (8192, 53, 4, 8, 56),       # 53 keys fit one block: 8 slices of 7
-    (8192, 10**6, 4, 8, 8192),  # already a multiple of 8
-    (100, 10**6, 4, 3, 102),    # rounded up to 3 slices of 34
-    (2, 20, 6, 1, 6),           # raised to k
-    (16, 100, 4, 8, 32),        # 2 per device < k: raised to 4 per device
+@pytest.mark.parametrize("num_keys,key_block,k,num_devices,want", [
+    (53, 8192, 4, 8, 56),         # one block: 8 slices of 7
+    (10_000, 8192, 4, 1, 5000),   # two equal blocks, not 8192 + 1808 padded
+    (10**6, 8192, 4, 8, 8136),    # 123 blocks of 8 slices of 1017
+    (10**6, 100, 4, 3, 102),      # 3 slices of 34
+    (20, 2, 6, 1, 6),             # raised to k
+    (100, 16, 4, 8, 32),          # 2 per device < k: raised to 4 per device
 ])
-def test_sharded_key_block(key_block, num_keys, k, num_devices, want):
-  assert neighbors.sharded_key_block(key_block, num_keys, k, num_devices) == want
+def test_block_sizes(num_keys, key_block, k, num_devices, want):
+  _, keys = neighbors.block_sizes(37, num_keys, k, query_block=7, key_block=key_block,
+                                  num_devices=num_devices)
+  assert keys == want
+
+
+@pytest.mark.parametrize("num_queries,query_block,want", [
+    (37, 7, 7), (10_000, 2048, 2000), (5, 2048, 5), (0, 2048, 1), (4096, 2048, 2048)])
+def test_query_blocks_are_balanced(num_queries, query_block, want):
+  queries, _ = neighbors.block_sizes(num_queries, 10, 1, query_block=query_block, key_block=10,
+                                     num_devices=1)
+  assert queries == want
 
 
 def test_no_queries():

@@ -54,10 +54,11 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, *, query_block: int = 204
     queries: float [nq, d] embeddings; need not be normalized.
     keys: float [nk, d] embeddings; need not be normalized.
     k: neighbours per query, 1 <= k <= nk.
-    query_block: queries per block (the last block is zero-padded).
-    key_block: keys per block. With D devices it is raised to a multiple of
-      D holding at least k keys per device (each device's slice must hold a
-      full top-k); the last block is padded and its padding masked to -inf.
+    query_block: at most this many queries per block (the last block is
+      zero-padded); see `block_sizes`.
+    key_block: keys per block, balanced and, with D devices, made a multiple
+      of D holding at least k keys per device (`block_sizes`); the last
+      block is padded and its padding masked to -inf.
     backend: "jax" (streamed block kernel) or "faiss" (IndexFlatIP).
     devices: the devices each key block is split over (jax backend only);
       default all of `jax.local_devices()`. Results do not depend on it.
@@ -99,13 +100,23 @@ def _check(queries, keys, k, query_block, key_block) -> tuple[np.ndarray, np.nda
   return queries, keys
 
 
-def sharded_key_block(key_block: int, num_keys: int, k: int, num_devices: int) -> int:
-  """Keys per block actually used: D equal slices of at least k keys, no more than needed.
+def block_sizes(num_queries: int, num_keys: int, k: int, *, query_block: int, key_block: int,
+                num_devices: int) -> tuple[int, int]:
+  """(queries, keys) per block of the jax backend: balanced, and sharding-ready.
 
-  Example: key_block=8192, 53 keys, k=4, 8 devices -> 8 slices of 7 = 56.
+  The blocks a side needs at the requested size are made equal, so the last
+  one carries little padding (10,000 keys in blocks of 8,192: two of 5,000,
+  not 8,192 + 1,808 padded to 8,192). A key block is then D equal slices of
+  at least k keys each, since every device takes a full top-k of its slice.
+  Examples (k=4): 53 keys, key_block 8192, 8 devices -> 56 (8 x 7);
+  10^6 keys, key_block 8192, 8 devices -> 8136 (123 blocks); 20 keys,
+  key_block 2, k=6, 1 device -> 6.
   """
-  per_device = -(-min(key_block, num_keys) // num_devices)
-  return max(per_device, k) * num_devices
+  def balanced(total: int, requested: int) -> int:
+    return -(-total // -(-total // requested))  # ceil(total / number of blocks)
+  queries = balanced(max(num_queries, 1), query_block)
+  per_device = max(-(-balanced(num_keys, key_block) // num_devices), k)
+  return queries, per_device * num_devices
 
 
 def _knn_jax(queries: np.ndarray, keys: np.ndarray, k: int, query_block: int, key_block: int,
@@ -113,8 +124,8 @@ def _knn_jax(queries: np.ndarray, keys: np.ndarray, k: int, query_block: int, ke
              progress: str | None) -> tuple[np.ndarray, np.ndarray]:
   """Host loop over query blocks, and within each over key blocks (streamed)."""
   nq = len(queries)
-  query_block = min(query_block, max(nq, 1))
-  key_block = sharded_key_block(key_block, len(keys), k, len(devices))
+  query_block, key_block = block_sizes(nq, len(keys), k, query_block=query_block,
+                                       key_block=key_block, num_devices=len(devices))
   merge = _block_merger(devices, k)
   scores = np.empty((nq, k), np.float32)
   indices = np.empty((nq, k), np.int64)
@@ -126,9 +137,14 @@ def _knn_jax(queries: np.ndarray, keys: np.ndarray, k: int, query_block: int, ke
     best_indices = np.zeros((query_block, k), np.int32)
     for offset in range(0, len(keys), key_block):
       key_rows = keys[offset:offset + key_block]
+      previous = best_scores
       best_scores, best_indices = merge(best_scores, best_indices, block,
                                         _padded(key_rows, key_block), np.int32(offset),
                                         np.int32(len(key_rows)))
+      # Dispatch is asynchronous: without this wait the loop would stage a device
+      # copy of every key block at once (O(n_keys * d) memory). Waiting for the
+      # previous merge keeps two blocks in flight, so copying overlaps compute.
+      jax.block_until_ready(previous)
     stop = min(start + query_block, nq)
     scores[start:stop] = np.asarray(best_scores)[:stop - start]
     indices[start:stop] = np.asarray(best_indices)[:stop - start]
@@ -206,7 +222,8 @@ def _knn_faiss(queries: np.ndarray, keys: np.ndarray, k: int, query_block: int,
   """Exact search with faiss.IndexFlatIP; rows re-sorted to the documented tie order."""
   import faiss  # pylint: disable=import-outside-toplevel
   index = faiss.IndexFlatIP(keys.shape[1])
-  index.add(similarity.normalize(keys))
+  for start in range(0, len(keys), query_block):  # the index's copy is the only full one
+    index.add(similarity.normalize(keys[start:start + query_block]))
   scores = np.empty((len(queries), k), np.float32)
   indices = np.empty((len(queries), k), np.int64)
   starts = range(0, len(queries), query_block)

