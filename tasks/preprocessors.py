@@ -9,12 +9,17 @@
 
 Sentence tokens never contain the language symbol: the model prepends or
 embeds it from lang_a/lang_b. None of these steps is random.
+
+Distillation tasks (side a is the source sentence) add one step after the
+rekey, `teacher_embeddings`, which looks up the teacher's vector of the source
+string: {..., "teacher": float32 [T]} (see `distillation_preprocessors`).
 """
 
 import functools
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from absl import logging
+import numpy as np
 import seqio
 import tensorflow as tf
 
@@ -105,3 +110,50 @@ def language_ids(dataset: tf.data.Dataset,
 # The Task pipeline after the raw {"text_a", "text_b", "lang_a", "lang_b"} source.
 PAIR_PREPROCESSORS = (rekey_pair, tokenize_pair, language_ids,
                       seqio.preprocessors.append_eos_after_trim)
+
+
+def lookup_teacher(example: Mapping[str, tf.Tensor], table: tf.lookup.StaticHashTable,
+                   vectors: tf.Tensor) -> dict[str, tf.Tensor]:
+  """Adds `teacher`, the teacher's embedding of the source (side a) sentence.
+
+  Runs after `rekey_pair`, while tokens_a is still the source string:
+    {"tokens_a": "Hello.", "tokens_b": "Hallo.", "lang_a": "eng", "lang_b": "deu"}
+      -> {"tokens_a": "Hello.", ..., "teacher": [0.03, -0.12, ...]}   float32 [T]
+
+  Raises (when the dataset is iterated):
+    tf.errors.InvalidArgumentError: the sentence is not in the table.
+  """
+  row = table.lookup(example["tokens_a"])
+  check = tf.debugging.Assert(
+      row >= 0, ["teacher: source sentence has no cached teacher embedding (fill the "
+                 "TeacherCache with every source sentence of the task):", example["tokens_a"]])
+  with tf.control_dependencies([check]):
+    return {**example, "teacher": tf.gather(vectors, row)}
+
+
+def teacher_embeddings(dataset: tf.data.Dataset, *, sentences: Sequence[str],
+                       vectors: np.ndarray) -> tf.data.Dataset:
+  """Maps `lookup_teacher` with a table of `sentences` -> rows of `vectors` [N, T].
+
+  Bind the arguments with functools.partial when registering the task (see
+  tasks/registry.py); like `language_ids`, the table is built here because a
+  tf.lookup table cannot be created inside a tf.data map. `vectors` is
+  captured as one constant, so the feature has the static width T the
+  feature converter needs.
+  """
+  if len(sentences) != len(vectors) or len(set(sentences)) != len(sentences):
+    raise ValueError(f"teacher_embeddings: {len(set(sentences))} distinct sentences of "
+                     f"{len(sentences)} for {len(vectors)} vectors; need one vector each.")
+  table = tf.lookup.StaticHashTable(
+      tf.lookup.KeyValueTensorInitializer(tf.constant(list(sentences), tf.string),
+                                          tf.range(len(sentences), dtype=tf.int64)),
+      default_value=-1)
+  matrix = tf.constant(np.asarray(vectors, np.float32))
+  return dataset.map(functools.partial(lookup_teacher, table=table, vectors=matrix),
+                     num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def distillation_preprocessors(sentences: Sequence[str], vectors: np.ndarray) -> tuple:
+  """PAIR_PREPROCESSORS with `teacher_embeddings` after the rekey (side a = source)."""
+  add_teacher = functools.partial(teacher_embeddings, sentences=tuple(sentences), vectors=vectors)
+  return (rekey_pair, add_teacher, *PAIR_PREPROCESSORS[1:])

@@ -10,10 +10,17 @@ Nothing registers on import; call `register_tasks(...)` (or bind it in gin) befo
   vmsst_opus            with opus_dir: mixture of those, rates = line counts
   vmsst_opus_paper      with opus_dir: the paper's mixture over the same files, from
                         tasks/opus_paper.py (see the hook)
+  vmsst_distill_ntrex128, vmsst_distill_multi30k, vmsst_distill_ntrex_multi30k
+                        with teacher_cache: the pairs of the first two tasks that
+                        have the source language (eng) on a side, turned so
+                        side a is the source, plus `teacher` = the teacher's
+                        embedding of side a (knowledge distillation); the
+                        mixture's rates are their training example counts
 
 Examples of every task, after preprocessing (tasks/preprocessors.py):
   tokens_a, tokens_b  int32 [<=L]  SentencePiece ids ending in EOS
   lang_a, lang_b      int32 []     id of the `<2xxx>` language symbol
+  teacher             float32 [T]  (vmsst_distill_* only) teacher embedding of side a
 """
 
 import collections
@@ -30,12 +37,16 @@ import tensorflow as tf
 
 from tasks import preprocessors
 from tasks import sources
+from vmsst import teacher_cache as teacher_cache_lib
 from vmsst import vocabulary as vocabulary_lib
 
 NTREX_TASK = "vmsst_ntrex128"
 MULTI30K_TASK = "vmsst_multi30k"
 DEMO_MIXTURE = "vmsst_ntrex_multi30k"
 OPUS_MIXTURE = "vmsst_opus"
+DISTILL_NTREX_TASK = "vmsst_distill_ntrex128"
+DISTILL_MULTI30K_TASK = "vmsst_distill_multi30k"
+DISTILL_MIXTURE = "vmsst_distill_ntrex_multi30k"
 SPLITS = ("train", "validation")
 TEXT_FEATURES = ("text_a", "text_b", "lang_a", "lang_b")
 # OPUS files are streamed in file order, so a bigger buffer than seqio's
@@ -216,9 +227,66 @@ def _register_paper_mixture(opus_dir: str, vocab: seqio.Vocabulary, exclude: Abs
   return [registered] if isinstance(registered, str) else list(registered or [])
 
 
+def source_sided(pairs: Sequence[sources.Pair], source_language: str,
+                 max_sources: int | None = None) -> list[sources.Pair]:
+  """The pairs with `source_language` on a side, that side made side a.
+
+  Pairs whose both sides are in the source language are dropped (nothing to
+  transfer). With `max_sources`, only pairs whose source sentence is among the
+  first `max_sources` distinct ones (in reading order) are kept.
+  """
+  kept, seen = [], set()
+  for pair in pairs:
+    if (pair.lang_a == source_language) == (pair.lang_b == source_language):
+      continue
+    if pair.lang_b == source_language:
+      pair = sources.Pair(pair.text_b, pair.text_a, pair.lang_b, pair.lang_a)
+    if pair.text_a not in seen:
+      if max_sources is not None and len(seen) >= max_sources:
+        continue
+      seen.add(pair.text_a)
+    kept.append(pair)
+  return kept
+
+
+def register_distillation_tasks(data_dir: str, vocab: seqio.Vocabulary,
+                                teacher_cache: teacher_cache_lib.TeacherCache, *, seed: int,
+                                source_language: str = "eng",
+                                max_sources: int | None = None) -> list[str]:
+  """vmsst_distill_* tasks and their mixture; fills `teacher_cache` first.
+
+  Every source sentence of every split is encoded here, once, before any
+  dataset exists (a filled cache encodes nothing); the tasks then look the
+  vectors up (tasks.preprocessors.teacher_embeddings).
+  """
+  readers = {DISTILL_NTREX_TASK: "ntrex128", DISTILL_MULTI30K_TASK: "multi30k"}
+  pairs = {(name, split): source_sided(_read_split(reader, data_dir, split, seed)[0],
+                                       source_language, max_sources)
+           for name, reader in readers.items() for split in SPLITS}
+  sentences = sorted({p.text_a for task_pairs in pairs.values() for p in task_pairs})
+  report = teacher_cache.fill(sentences, desc="source sentences")
+  logging.info("distillation tasks: teacher %s, %s", teacher_cache.teacher.name, report)
+  vectors = teacher_cache.lookup(sentences)
+  features = {**output_features(vocab),
+              "teacher": seqio.ContinuousFeature(dtype=tf.float32, rank=1)}
+  for name in readers:
+    source = InMemoryPairSource({split: pairs[(name, split)] for split in SPLITS},
+                                {split: _read_split(readers[name], data_dir, split, seed)[1]
+                                 for split in SPLITS})
+    seqio.TaskRegistry.remove(name)
+    seqio.TaskRegistry.add(
+        name, source=source, output_features=features,
+        preprocessors=list(preprocessors.distillation_preprocessors(sentences, vectors)))
+  rates = [(n, float(max(len(pairs[(n, "train")]), 1))) for n in readers]
+  return [*readers, _replace_mixture(DISTILL_MIXTURE, rates)]
+
+
 @gin.configurable
 def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = None,
-                   ntrex_seed: int = 0) -> list[str]:
+                   ntrex_seed: int = 0,
+                   teacher_cache: teacher_cache_lib.TeacherCache | None = None,
+                   distillation_source: str = "eng",
+                   distillation_max_sources: int | None = None) -> list[str]:
   """Registers (or re-registers) every vmsst task and mixture; returns their names.
 
   Safe to call again with the same or other arguments: each name is removed
@@ -230,6 +298,11 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
     opus_dir: optional directory of OPUS Moses/TSV files (searched recursively).
     ntrex_seed: seed of the NTREX eng/spa pivot choice (a different seed gives
       a different but equally sized set of NTREX pairs).
+    teacher_cache: if given, also registers the vmsst_distill_* tasks, whose
+      source sentences it embeds (once; see vmsst/teacher_cache.py).
+    distillation_source: language of the distillation tasks' side a.
+    distillation_max_sources: keep only the first this many source sentences
+      of each distillation task and split (tests, quick runs).
   """
   data_dir = str(pathlib.Path(data_dir))
   vocab = vocabulary_lib.get_vocabulary(vocabulary_path)
@@ -242,4 +315,8 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
     names += [*opus_tasks.values(), OPUS_MIXTURE]
     names += _register_paper_mixture(opus_dir, vocab, tatoeba_exclusion(data_dir),
                                      opus_tasks)
+  if teacher_cache is not None:
+    names += register_distillation_tasks(data_dir, vocab, teacher_cache, seed=ntrex_seed,
+                                         source_language=distillation_source,
+                                         max_sources=distillation_max_sources)
   return names

@@ -8,6 +8,10 @@ Model features (one example; `.batch(B)` adds the leading B):
   mask_a, mask_b      int32 [L]    1 on real tokens (EOS included), 0 on padding
   lang_a, lang_b      int32 []
   sem_side            int32 []     position parity in the stream: 0, 1, 0, 1, ...
+Optional, passed through unchanged when the task has it (OPTIONAL_FEATURES):
+  teacher             float32 [T]  a teacher's embedding of side a (distillation
+                                   tasks); absent otherwise, so other tasks'
+                                   batches are exactly as before
 
 sem_side says which side of the pair feeds the semantic encoder; alternating it
 by position means any even-sized batch (batched from the start of the stream)
@@ -20,6 +24,8 @@ import seqio
 import tensorflow as tf
 
 FeatureSpec = seqio.FeatureConverter.FeatureSpec
+# Features a task may add; each is passed through with its own static length.
+OPTIONAL_FEATURES = {"teacher": FeatureSpec(dtype=tf.float32, rank=1)}
 
 
 class PairFeatureConverter(seqio.FeatureConverter):
@@ -58,10 +64,24 @@ class PairFeatureConverter(seqio.FeatureConverter):
     seqio requires task_feature_lengths to name every task feature, rank-0
     ones included; filling them in here keeps the caller's lengths to the two
     sequences. Their value (0) is never used: seqio skips length checks of
-    rank-0 features.
+    rank-0 features. An OPTIONAL_FEATURES entry present in `ds` (e.g. the
+    distillation tasks' `teacher`) is passed through, its length being its
+    static width; a dataset without one converts exactly as before.
     """
     lengths = {k: 0 for k, spec in self.TASK_FEATURES.items() if spec.rank == 0}
     lengths.update({k: v for k, v in task_feature_lengths.items() if k not in lengths})
+    optional = {k: spec for k, spec in OPTIONAL_FEATURES.items()
+                if k in ds.element_spec and k not in self._passthrough_features}
+    if optional:  # A converter that also passes them through, with their static widths.
+      converter = type(self)(pack=False, apply_length_check=self._apply_length_check,
+                             passthrough_features={**self._passthrough_features, **optional})
+      return converter(ds, lengths)
+    for k in self._passthrough_features:
+      width = ds.element_spec[k].shape[0] if k in ds.element_spec else None
+      if width is None:
+        raise ValueError(f"feature {k!r} needs a static width (shape {ds.element_spec.get(k)}); "
+                         "its preprocessor should gather from a fixed [N, T] matrix.")
+      lengths.setdefault(k, width)
     return super().__call__(ds, lengths)
 
   def _convert_features(self, ds: tf.data.Dataset,
@@ -73,6 +93,7 @@ class PairFeatureConverter(seqio.FeatureConverter):
     def convert(index: tf.Tensor, ex: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
       out = {"lang_a": ex["lang_a"], "lang_b": ex["lang_b"],
              "sem_side": tf.cast(index % 2, tf.int32)}
+      out.update({k: ex[k] for k in self._passthrough_features})
       for side in ("a", "b"):
         tokens = ex[f"tokens_{side}"][:lengths[f"tokens_{side}"]]
         tokens = tf.pad(tokens, [[0, lengths[f"tokens_{side}"] - tf.shape(tokens)[0]]])
@@ -87,4 +108,5 @@ class PairFeatureConverter(seqio.FeatureConverter):
     """Sequence features keep their task length; scalars get 0 (seqio needs a key)."""
     length_a, length_b = task_feature_lengths["tokens_a"], task_feature_lengths["tokens_b"]
     return {"tokens_a": length_a, "tokens_b": length_b, "mask_a": length_a, "mask_b": length_b,
-            "lang_a": 0, "lang_b": 0, "sem_side": 0}
+            "lang_a": 0, "lang_b": 0, "sem_side": 0,
+            **{k: task_feature_lengths[k] for k in self._passthrough_features}}

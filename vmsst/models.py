@@ -9,10 +9,13 @@ Batch contract (produced by vmsst.feature_converters.PairFeatureConverter):
   mask_a, mask_b      int32 [B, L]  1 on real tokens
   lang_a, lang_b      int32 [B]     vocabulary id of the `<2xxx>` symbol
   sem_side            int32 [B]     0: side a feeds q(z_sem) in the ELBO, 1: b
+Optional (only in batches of tasks that carry it; see `batch_shapes`):
+  teacher             float32 [B, T]  a teacher's embedding of side a (distillation)
 """
 
 from typing import Any, Callable, Mapping
 
+import gin
 import jax
 import jax.numpy as jnp
 
@@ -27,19 +30,33 @@ Metrics = dict[str, Array]
 BATCH_DTYPES = {
     "tokens_a": jnp.int32, "tokens_b": jnp.int32, "mask_a": jnp.int32,
     "mask_b": jnp.int32, "lang_a": jnp.int32, "lang_b": jnp.int32, "sem_side": jnp.int32,
+    "teacher": jnp.float32,
 }
+OPTIONAL_FEATURES = ("teacher",)
 
 
-def batch_shapes(batch_size: int, length: int) -> dict[str, tuple[int, ...]]:
-  """Shapes of a model batch of `batch_size` pairs of `length` tokens."""
-  return {k: (batch_size, length) if k.startswith(("tokens", "mask")) else (batch_size,)
-          for k in BATCH_DTYPES}
+@gin.configurable
+def batch_shapes(batch_size: int, length: int, teacher_dim: int = 0) -> dict[str, tuple[int, ...]]:
+  """Shapes of a model batch of `batch_size` pairs of `length` tokens.
+
+  Args:
+    batch_size: pairs per batch (B).
+    length: tokens per sentence (L).
+    teacher_dim: width T of the `teacher` feature [B, T]; 0 (the default)
+      leaves it out. Gin-bound by gin/models/distillation.gin because the
+      train loop calls this function without knowing the objective.
+  """
+  shapes = {k: (batch_size, length) if k.startswith(("tokens", "mask")) else (batch_size,)
+            for k in BATCH_DTYPES if k not in OPTIONAL_FEATURES}
+  if teacher_dim:
+    shapes["teacher"] = (batch_size, teacher_dim)
+  return shapes
 
 
 def dummy_batch(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Array]:
   """A zero batch with the model's dtypes; ones for masks so no row is empty."""
-  return {k: (jnp.ones if k.startswith("mask") else jnp.zeros)(shapes[k], BATCH_DTYPES[k])
-          for k in BATCH_DTYPES}
+  return {k: (jnp.ones if k.startswith("mask") else jnp.zeros)(shape, BATCH_DTYPES[k])
+          for k, shape in shapes.items()}
 
 
 def init_all_paths(module: VMSSTNetwork, batch: Batch) -> Array:
@@ -110,6 +127,34 @@ class EmbeddingModel:
               step: Array | int = 0) -> tuple[Array, Metrics]:
     """Scalar loss and a dict of scalar metrics (batch means)."""
     raise NotImplementedError
+
+  # Model state: non-trainable arrays an objective carries from step to step
+  # (momentum encoders, queues). It lives in TrainState.model_state, is
+  # checkpointed with it, and is sharded by the logical names of its boxed
+  # leaves (bare leaves are replicated). The trainer calls the three methods
+  # below; the defaults make an objective stateless, so `loss_fn` is all a
+  # stateless objective writes.
+
+  def init_model_state(self, params, rng: Array) -> Any:
+    """Initial model state for `params` (boxed at init); {} when stateless."""
+    del params, rng
+    return {}
+
+  def loss_fn_with_state(self, params, model_state, batch: Batch, dropout_rng: Array,
+                         step: Array | int = 0) -> tuple[Array, tuple[Metrics, Any]]:
+    """(loss, (metrics, aux)); aux is handed to `update_model_state`.
+
+    Differentiated in `params` only: the trainer never takes a gradient in
+    `model_state`. The default ignores the state and calls `loss_fn`.
+    """
+    del model_state
+    loss, metrics = self.loss_fn(params, batch, dropout_rng, step)
+    return loss, (metrics, {})
+
+  def update_model_state(self, model_state, params, aux) -> Any:
+    """The state after an optimizer step, from the updated `params` and `aux`."""
+    del params, aux
+    return model_state
 
 
 def both_sides(batch: Batch) -> tuple[Array, Array, Array]:

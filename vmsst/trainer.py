@@ -3,6 +3,11 @@
 Step math is module-level and pure; `Trainer` only closes the model and the
 optimizer over it and hands it to jax.jit with NamedShardings, so every
 compiled signature is (state, batch, rng) and the state is donated.
+
+An objective with state between steps (momentum encoders, queues) keeps it in
+`TrainState.model_state` through the three `EmbeddingModel` hooks
+`init_model_state`, `loss_fn_with_state` and `update_model_state`; for every
+other objective it is an empty dict and the step is unchanged.
 """
 
 import functools
@@ -24,24 +29,39 @@ Array = jax.Array
 
 @flax.struct.dataclass
 class TrainState:
-  """Everything a checkpoint must hold to resume exactly."""
+  """Everything a checkpoint must hold to resume exactly.
+
+  Attributes:
+    step: int32 [], optimizer steps taken.
+    params: trainable parameters (the optimizer's).
+    opt_state: the optimizer's state.
+    model_state: the objective's non-trainable state (no gradient, no
+      optimizer), {} unless it defines `init_model_state`.
+  """
 
   step: Array
   params: Any
   opt_state: Any
+  model_state: Any = flax.struct.field(default_factory=dict)
 
 
 def init_state(model: models.EmbeddingModel, optimizer: optax.GradientTransformation,
                rng: Array, input_shapes: Mapping[str, tuple[int, ...]]) -> TrainState:
-  """Fresh state; params stay boxed so shardings can be read off them."""
+  """Fresh state; params (and model state) stay boxed so shardings can be read off them."""
   params = model.get_initial_variables(rng, input_shapes)["params"]
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                    opt_state=optimizer.init(nn.unbox(params)))
+                    opt_state=optimizer.init(nn.unbox(params)),
+                    model_state=model.init_model_state(params, model_state_rng(rng)))
+
+
+def model_state_rng(rng: Array) -> Array:
+  """The key of `init_model_state`: apart from the parameters' `rng`."""
+  return jax.random.fold_in(rng, 1)
 
 
 def train_step(model: models.EmbeddingModel, optimizer: optax.GradientTransformation,
                state: TrainState, batch: models.Batch, rng: Array) -> tuple[TrainState, dict]:
-  """One optimizer update.
+  """One optimizer update, then the objective's model-state update.
 
   Args:
     state: the current TrainState.
@@ -52,13 +72,24 @@ def train_step(model: models.EmbeddingModel, optimizer: optax.GradientTransforma
     (new state, scalar metrics including loss, grad_norm, learning_rate inputs).
   """
   step_rng = jax.random.fold_in(rng, state.step)
-  grad_fn = jax.value_and_grad(model.loss_fn, has_aux=True)
-  (_, metrics), grads = grad_fn(state.params, batch, step_rng, state.step)
+  grad_fn = jax.value_and_grad(model.loss_fn_with_state, has_aux=True)  # in params only
+  (_, (metrics, aux)), grads = grad_fn(state.params, state.model_state, batch, step_rng,
+                                       state.step)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
+  model_state = model.update_model_state(state.model_state, params, aux)
   metrics = dict(metrics, grad_norm=optax.tree.norm(grads),
                  update_norm=optax.tree.norm(updates))
-  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+  return TrainState(step=state.step + 1, params=params, opt_state=opt_state,
+                    model_state=model_state), metrics
+
+
+def model_state_shardings(boxed_model_state: Any, mesh: Mesh) -> Any:
+  """Boxed leaves follow their logical axis names; bare leaves are replicated."""
+  is_box = lambda x: isinstance(x, nn.LogicallyPartitioned)
+  return jax.tree.map(
+      lambda x: partitioning.logical_shardings(x, mesh) if is_box(x)
+      else partitioning.replicated(mesh), boxed_model_state, is_leaf=is_box)
 
 
 def eval_encode(model: models.EmbeddingModel, params, tokens: Array, mask: Array) -> Array:
@@ -87,8 +118,10 @@ class Trainer:
         step=partitioning.replicated(mesh),
         params=param_shardings,
         opt_state=partitioning.like_params_shardings(
-            boxed.opt_state, abstract_params, param_shardings, mesh))
-    unboxed = TrainState(step=boxed.step, params=abstract_params, opt_state=boxed.opt_state)
+            boxed.opt_state, abstract_params, param_shardings, mesh),
+        model_state=model_state_shardings(boxed.model_state, mesh))
+    unboxed = TrainState(step=boxed.step, params=abstract_params, opt_state=boxed.opt_state,
+                         model_state=nn.unbox(boxed.model_state))
     self.abstract_state = jax.tree.map(
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
         unboxed, self.state_shardings)
@@ -99,6 +132,9 @@ class Trainer:
                                        partitioning.replicated(mesh)),
                          out_shardings=(self.state_shardings, partitioning.replicated(mesh)),
                          donate_argnums=(0,))
+    self._init_model_state = jax.jit(
+        lambda params, rng: nn.unbox(model.init_model_state(params, model_state_rng(rng))),
+        out_shardings=self.state_shardings.model_state)
     self._encode = jax.jit(functools.partial(eval_encode, model),
                            in_shardings=(self.state_shardings.params,
                                          partitioning.batch_sharding(mesh),
@@ -107,7 +143,7 @@ class Trainer:
 
   def _unboxed_init(self, rng: Array) -> TrainState:
     state = init_state(self.model, self.optimizer, rng, self.input_shapes)
-    return state.replace(params=nn.unbox(state.params))
+    return state.replace(params=nn.unbox(state.params), model_state=nn.unbox(state.model_state))
 
   def initialize(self, rng: Array) -> TrainState:
     """Parameters created directly in their shards (never whole on one host).
@@ -116,6 +152,15 @@ class Trainer:
     init-time constraints would see DenseGeneral's flattened kernels.
     """
     return self._init(rng)
+
+  def with_params(self, state: TrainState, params, rng: Array) -> TrainState:
+    """`state` with new `params` and the model state initialised from them.
+
+    For parameters loaded from elsewhere (`train(init_params=...)`): a
+    momentum encoder must start as a copy of the parameters actually trained.
+    `rng` is the one `initialize` was given.
+    """
+    return state.replace(params=params, model_state=self._init_model_state(params, rng))
 
   def step(self, state: TrainState, batch: Mapping[str, Any], rng: Array):
     """Runs the compiled step; `batch` is host-local numpy or global arrays."""

@@ -5,6 +5,8 @@
 
 from vmsst.objectives.bitranslation import BiTranslation
 from vmsst.objectives.contrastive import Contrastive
+from vmsst.objectives.distillation import Distillation
+from vmsst.objectives.momentum_contrast import MomentumContrast
 from vmsst.objectives.multitask import VMSSTContrastive
 from vmsst.objectives.variational import VMSST
 
@@ -12,5 +14,7 @@ MODELS = {
     "vmsst": VMSST,
     "bitranslation": BiTranslation,
     "contrastive": Contrastive,
+    "distillation": Distillation,
     "vmsst_contrastive": VMSSTContrastive,
+    "momentum_contrast": MomentumContrast,
 }

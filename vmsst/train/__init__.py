@@ -145,7 +145,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     state = trainer.initialize(jax.random.key(seed))
     if init_params:
       logging.info("starting from the parameters in %s", init_params)
-      state = state.replace(params=param_files.load_params(init_params, state.params))
+      state = trainer.with_params(state, param_files.load_params(init_params, state.params),
+                                  jax.random.key(seed))
   elif init_params:
     logging.info("init_params %s ignored: resuming from the checkpoint", init_params)
   start_step = int(state.step)
