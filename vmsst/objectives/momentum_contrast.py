@@ -1,0 +1,166 @@
+"""Dual momentum contrast (Wang et al. 2021): momentum keys and a FIFO queue per side.
+
+Each side (a, b) has a momentum encoder, an EMA of its base encoder started
+as an exact copy, and a queue of K past keys. The query of x (base encoder of
+side a) is scored against the momentum key of its translation y (positive)
+and the queue of side b (negatives), plus the symmetric term:
+
+  L = InfoNCE(q_a; k_b, queue_b) + InfoNCE(q_b; k_a, queue_a),
+  logits = [q·k⁺, q·queue] / τ over L2-normalised vectors.
+
+Vectors are μ_sem (the embedding used downstream; a linear map of the mean
+pool, the paper's representation). Keys come from the momentum encoders
+without dropout and carry no gradient; the momentum weights and queues live
+in TrainState.model_state, never in the optimizer. After the optimizer step
+the EMA moves towards the new weights and each side enqueues its keys over
+the oldest ones (ring buffer, K a multiple of the batch). As in MoCo, the
+queues start as random unit vectors, so every step has K negatives (an empty,
+masked queue would give the first steps a zero loss whose round-off gradient
+Adam would blow up into a full-size update).
+
+Known gap: a queued key of the same sentence as the positive (multi-parallel
+NTREX repeats its English pivot) is a false negative; in-batch duplicate
+masking (Contrastive) does not reach the queue.
+"""
+
+import flax.linen as nn
+import gin
+import jax
+import jax.numpy as jnp
+
+from vmsst import losses
+from vmsst import models
+
+SIDES = ("a", "b")
+
+
+def queue_info_nce(queries, keys, queue, temperature: float):
+  """InfoNCE of each query against its key (positive) and a queue (negatives).
+
+  Args:
+    queries, keys: float [B, d] (normalised here).
+    queue: float [K, d], L2-normalised rows.
+    temperature: τ.
+  Returns:
+    (loss float32 [], mean over the batch of −log softmax of the positive;
+     accuracy float32 [], fraction of positives above every negative).
+  """
+  q, k = losses.l2_normalize(queries), losses.l2_normalize(keys)
+  positive = jnp.sum(q * k, axis=-1, keepdims=True) / temperature
+  negatives = q @ queue.T / temperature
+  logits = jnp.concatenate([positive, negatives], axis=-1).astype(jnp.float32)
+  loss = jnp.mean(jax.nn.logsumexp(logits, axis=-1) - logits[:, 0])
+  return loss, jnp.mean((logits[:, 0] > jnp.max(logits[:, 1:], axis=-1)).astype(jnp.float32))
+
+
+def ema(momentum_params, params, momentum: float):
+  """θ_k ← m θ_k + (1 − m) θ_q, leaf by leaf (m = 0 copies θ_q exactly)."""
+  return jax.tree.map(lambda k, q: momentum * k + (1.0 - momentum) * q, momentum_params, params)
+
+
+def enqueue(queue, keys, pointer):
+  """Writes keys [B, d] into queue [K, d] at rows pointer … pointer + B − 1."""
+  return jax.lax.dynamic_update_slice(queue, keys.astype(queue.dtype), (pointer, 0))
+
+
+@gin.configurable
+class MomentumContrast(models.EmbeddingModel):
+  """Dual encoder with momentum keys and queued negatives (DMC).
+
+  Parameters are one network (shared tower) or {"tower_a", "tower_b"}
+  (separate towers, as in the paper's per-language encoders). Model state:
+  "momentum" (like the parameters), "queue_a"/"queue_b" [K, d] (logical axes
+  ("queue", "latent"), so K spreads over the data axis) and "queue_pointer"
+  (the next row to write, i.e. the oldest key). With a shared tower the two
+  sides' momentum encoders would be identical EMAs, so one copy is kept.
+  """
+
+  init_paths = staticmethod(models.init_semantic_path)
+
+  def __init__(self, network_config, *, temperature: float = 0.04, momentum: float = 0.999,
+               queue_size: int = 409_600, separate_towers: bool = False):
+    """Args:
+      network_config: the shared network.
+      temperature: τ of the softmax (paper 0.04).
+      momentum: m of the key encoders' EMA (paper 0.999). m = 0 is the
+        paper's degenerate case: the key encoder is a copy of the base
+        encoder after every step (keys = the base encoder without gradient).
+      queue_size: K keys per side (paper 409,600); a multiple of the batch.
+      separate_towers: one base encoder per side instead of a shared one;
+        then `encode` uses tower a and `score_batch` each side's tower.
+    """
+    super().__init__(network_config)
+    if not 0.0 <= momentum <= 1.0:
+      raise ValueError(f"MomentumContrast.momentum must be in [0, 1], got {momentum}.")
+    self.temperature, self.momentum = temperature, momentum
+    self.queue_size, self.separate_towers = queue_size, separate_towers
+
+  def get_initial_variables(self, rng, input_shapes):
+    if not self.separate_towers:
+      return super().get_initial_variables(rng, input_shapes)
+    rngs = jax.random.split(rng)
+    return {"params": {f"tower_{side}": super(MomentumContrast, self).get_initial_variables(
+        r, input_shapes)["params"] for side, r in zip(SIDES, rngs)}}
+
+  def tower(self, params, side: str):
+    """The network parameters that encode `side` ("a" or "b")."""
+    return params[f"tower_{side}"] if self.separate_towers else params
+
+  def semantic(self, params, tokens, mask, rng=None):
+    return super().semantic(self.tower(params, "a"), tokens, mask, rng)
+
+  def embed_side(self, params, batch: models.Batch, side: str, rng=None):
+    """μ_sem [B, d] of one side of the batch through that side's tower."""
+    return super().semantic(self.tower(params, side), batch[f"tokens_{side}"],
+                            batch[f"mask_{side}"], rng)[0]
+
+  def score_batch(self, params, batch):
+    a, b = (losses.l2_normalize(self.embed_side(params, batch, s)) for s in SIDES)
+    return jnp.sum(a * b, axis=-1)
+
+  def init_model_state(self, params, rng):
+    shape = (self.queue_size, self.network_config.emb_dim)
+    queue = lambda r: nn.LogicallyPartitioned(
+        losses.l2_normalize(jax.random.normal(r, shape, jnp.float32)), names=("queue", "latent"))
+    rng_a, rng_b = jax.random.split(rng)
+    return {"momentum": jax.tree.map(jnp.copy, params),  # an exact copy, own buffers
+            "queue_a": queue(rng_a), "queue_b": queue(rng_b),
+            "queue_pointer": jnp.zeros((), jnp.int32)}
+
+  def loss_fn(self, params, batch, dropout_rng, step=0):
+    raise TypeError("MomentumContrast needs its momentum encoders and queues: call "
+                    "loss_fn_with_state(params, model_state, ...) (vmsst.trainer.train_step does).")
+
+  def loss_fn_with_state(self, params, model_state, batch, dropout_rng, step=0):
+    model_state = jax.lax.stop_gradient(model_state)
+    rngs = dict(zip(SIDES, jax.random.split(dropout_rng)))
+    queries = {s: self.embed_side(params, batch, s, rngs[s]) for s in SIDES}
+    keys = {s: losses.l2_normalize(self.embed_side(model_state["momentum"], batch, s))
+            for s in SIDES}
+    terms = {f"{s}{o}": queue_info_nce(queries[s], keys[o], model_state[f"queue_{o}"],
+                                       self.temperature) for s, o in (("a", "b"), ("b", "a"))}
+    loss = terms["ab"][0] + terms["ba"][0]
+    in_batch = losses.l2_normalize(queries["a"]) @ keys["b"].T  # diagnostic: batch keys only
+    hits = jnp.concatenate([jnp.argmax(in_batch, -1), jnp.argmax(in_batch, 0)])
+    metrics = {
+        "loss": loss, "momentum_contrast_loss_ab": terms["ab"][0],
+        "momentum_contrast_loss_ba": terms["ba"][0],
+        "queue_accuracy": 0.5 * (terms["ab"][1] + terms["ba"][1]),
+        "in_batch_accuracy": jnp.mean(hits == jnp.tile(jnp.arange(in_batch.shape[0]), 2)),
+        "embedding_norm": jnp.mean(jnp.linalg.norm(queries["a"], axis=-1)),
+    }
+    return loss, (metrics, {f"keys_{s}": jax.lax.stop_gradient(keys[s]) for s in SIDES})
+
+  def update_model_state(self, model_state, params, aux):
+    batch_size = aux["keys_a"].shape[0]
+    if self.queue_size % batch_size:
+      raise ValueError(f"MomentumContrast.queue_size={self.queue_size} must be a multiple of "
+                       f"the global batch size {batch_size} (the ring buffer never splits a "
+                       "batch); change queue_size in the gin file.")
+    pointer = model_state["queue_pointer"]
+    return {
+        "momentum": ema(model_state["momentum"], params, self.momentum),
+        **{f"queue_{s}": enqueue(model_state[f"queue_{s}"], aux[f"keys_{s}"], pointer)
+           for s in SIDES},
+        "queue_pointer": (pointer + batch_size) % self.queue_size,
+    }

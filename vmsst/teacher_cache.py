@@ -1,0 +1,311 @@
+"""Teacher embeddings for knowledge distillation, computed once and kept on disk.
+
+Distillation (vmsst/objectives/distillation.py) regresses the student onto a
+teacher's embedding of each source sentence. The teacher never runs in the
+train step: `TeacherCache.fill` encodes every source sentence a task needs
+once, before training (progress bar, count report), and the seqio
+preprocessor `tasks.preprocessors.teacher_embeddings` looks the vectors up.
+
+A cache directory holds one teacher's vectors, keyed by a stable hash of the
+sentence (blake2b-128 of its UTF-8 bytes, so the key is the same in every
+process and on every machine):
+
+  CACHE_DIR/manifest.json         {"format": 1, "teacher": "usem3", "dim": 512,
+                                   "shards": ["00000", ...]}
+  CACHE_DIR/keys-00000.npy        uint8 [n, 16]     sentence hashes
+  CACHE_DIR/vectors-00000.npy     float32 [n, dim]  their embeddings
+
+Each `fill` that meets new sentences appends one shard; the manifest is
+rewritten last (atomically), so an interrupted fill leaves the listed shards
+intact (the next fill overwrites the unlisted one; after an interrupted first
+fill, .npy files without a manifest are reported as an error naming the fix).
+
+`Teacher` names the encoder (usem3, one of our model directories, or a
+SavedModel) and builds it on first use only, so a filled cache never loads it.
+`DistillationEvaluator` (the in-training held-out MSE to the teacher) lives
+here too: it is the cache's other reader.
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import time
+from typing import Callable, Mapping, Sequence
+
+import gin
+import numpy as np
+import seqio
+import tqdm
+from absl import logging
+
+from vmsst import retrieval
+from vmsst import text_inputs
+from vmsst.evaluation import encoders as encoders_lib
+
+FORMAT = 1
+KEY_BYTES = 16
+MANIFEST = "manifest.json"
+
+
+def sentence_key(sentence: str) -> bytes:
+  """Stable 16-byte key of a sentence (unlike hash(), equal in every process)."""
+  return hashlib.blake2b(sentence.encode("utf-8"), digest_size=KEY_BYTES).digest()
+
+
+@gin.configurable
+class Teacher:
+  """An `Encoder` named by a flag-like choice and built on its first `encode`.
+
+  Exactly one of encoder / model_dir / saved_model, as for `python -m
+  vmsst.evaluate`: the offline usem3 reference (default), one of our
+  `python -m vmsst.train` directories, or a SavedModel from `vmsst.export`.
+  """
+
+  def __init__(self, *, encoder: str | None = "usem3", model_dir: str | None = None,
+               saved_model: str | None = None, batch_size: int = 64):
+    """Args:
+      encoder: "usem3", or None when a path below is given.
+      model_dir: our checkpoint directory (its μ_sem, projected if it is a
+        distilled model, teaches).
+      saved_model: an exported SavedModel directory.
+      batch_size: sentences per call of a checkpoint encoder.
+    """
+    if model_dir or saved_model:
+      encoder = None
+    chosen = [x for x in (encoder, model_dir, saved_model) if x]
+    if len(chosen) != 1:
+      raise ValueError("Teacher: give exactly one of encoder='usem3', model_dir, saved_model.")
+    if encoder not in (None, "usem3"):
+      raise ValueError(f"Teacher: unknown encoder {encoder!r}; the reference is 'usem3'.")
+    self.model_dir, self.saved_model, self.batch_size = model_dir, saved_model, batch_size
+    if model_dir:
+      self.name = f"model_dir:{os.path.abspath(model_dir)}"
+    elif saved_model:
+      self.name = f"saved_model:{os.path.abspath(saved_model)}"
+    else:
+      self.name = "usem3"
+    self._encoder: encoders_lib.Encoder | None = None
+
+  def build(self) -> encoders_lib.Encoder:
+    if self._encoder is None:
+      logging.info("loading the teacher %s", self.name)
+      if self.model_dir:
+        from vmsst import inference  # pylint: disable=import-outside-toplevel
+        self._encoder = inference.CheckpointEncoder.from_model_dir(
+            self.model_dir, batch_size=self.batch_size)
+      elif self.saved_model:
+        self._encoder = encoders_lib.SavedModelEncoder(self.saved_model)
+      else:
+        self._encoder = encoders_lib.Usem3Encoder()
+    return self._encoder
+
+  def encode(self, sentences: Sequence[str]) -> np.ndarray:
+    """float32 [n, d_teacher]."""
+    return self.build().encode(sentences)
+
+
+@dataclasses.dataclass
+class FillReport:
+  """What one `fill` did: requested = cached + encoded (distinct sentences)."""
+  requested: int
+  cached: int
+  encoded: int
+  seconds: float
+
+  def __str__(self) -> str:
+    rate = self.encoded / self.seconds if self.seconds else 0.0
+    return (f"{self.requested} distinct sentences: {self.cached} cached, {self.encoded} "
+            f"encoded in {self.seconds:.1f} s ({rate:.0f}/s)")
+
+
+@gin.configurable
+class TeacherCache:
+  """One teacher's sentence embeddings in a directory (layout: module docstring).
+
+  Several instances may share a directory within a process (the task
+  registry's and the evaluator's): `fill` rereads it first. Concurrent
+  processes filling one directory are not supported.
+
+  Attributes:
+    directory: the cache directory.
+    teacher: the Encoder filling it (only called for missing sentences).
+    dim: embedding width, None until the first vector is stored.
+  """
+
+  def __init__(self, directory: str, teacher: encoders_lib.Encoder, *, batch_size: int = 256):
+    self.directory = pathlib.Path(directory)
+    self.teacher = teacher
+    self.batch_size = batch_size
+    self._load()
+
+  def _fix(self) -> str:
+    return f"delete {self.directory} (it is recomputed) or point the cache elsewhere"
+
+  def _load(self) -> None:
+    """(Re)reads the directory: another TeacherCache may have appended shards."""
+    self.dim: int | None = None
+    self._shards: list[str] = []
+    self._rows: dict[bytes, int] = {}
+    self._vectors = np.zeros((0, 0), np.float32)
+    path = self.directory / MANIFEST
+    if not path.exists():
+      strays = list(self.directory.glob("*.npy")) if self.directory.is_dir() else []
+      if strays:
+        raise ValueError(f"teacher cache {self.directory} has {len(strays)} .npy files but no "
+                         f"{MANIFEST}: an unfinished or foreign cache; {self._fix()}.")
+      return
+    try:
+      manifest = json.loads(path.read_text())
+      teacher, dim, shards = manifest["teacher"], int(manifest["dim"]), list(manifest["shards"])
+    except (ValueError, KeyError, TypeError) as e:
+      raise ValueError(f"teacher cache manifest {path} is unreadable ({e}); {self._fix()}.") from e
+    if manifest.get("format") != FORMAT:
+      raise ValueError(f"teacher cache {self.directory} has format {manifest.get('format')}, "
+                       f"this code reads {FORMAT}; {self._fix()}.")
+    if teacher != self.teacher.name:
+      raise ValueError(f"teacher cache {self.directory} holds embeddings of teacher {teacher!r}, "
+                       f"not {self.teacher.name!r}: give each teacher its own cache directory.")
+    keys, vectors = [], []
+    for shard in shards:
+      k, v = self._read_shard(shard, dim)
+      keys.append(k)
+      vectors.append(v)
+    self.dim, self._shards = dim, shards
+    self._vectors = np.concatenate(vectors) if vectors else np.zeros((0, dim), np.float32)
+    for row, key in enumerate(np.concatenate(keys) if keys else []):
+      self._rows[key.tobytes()] = row
+
+  def _read_shard(self, shard: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    key_path = self.directory / f"keys-{shard}.npy"
+    vector_path = self.directory / f"vectors-{shard}.npy"
+    try:
+      keys, vectors = np.load(key_path), np.load(vector_path)
+    except (OSError, ValueError) as e:
+      raise ValueError(f"teacher cache shard {shard} of {self.directory} is missing or corrupt "
+                       f"({e}); {self._fix()}.") from e
+    if (keys.ndim != 2 or keys.shape[1] != KEY_BYTES or vectors.shape != (len(keys), dim)
+        or vectors.dtype != np.float32 or not np.all(np.isfinite(vectors))):
+      raise ValueError(f"teacher cache shard {shard} of {self.directory} is inconsistent (keys "
+                       f"{keys.shape}, vectors {vectors.shape} {vectors.dtype}, dim {dim}, or "
+                       f"non-finite values); {self._fix()}.")
+    return keys, vectors
+
+  def __len__(self) -> int:
+    return len(self._rows)
+
+  def __contains__(self, sentence: str) -> bool:
+    return sentence_key(sentence) in self._rows
+
+  def fill(self, sentences: Sequence[str], *, desc: str = "teacher") -> FillReport:
+    """Encodes the distinct sentences not yet cached (longest first) and stores them."""
+    started = time.time()
+    self._load()
+    distinct = set(sentences)
+    todo = sorted((s for s in distinct if s not in self), key=len, reverse=True)
+    if todo:
+      batches = [todo[i:i + self.batch_size] for i in range(0, len(todo), self.batch_size)]
+      vectors = [np.asarray(self.teacher.encode(b), np.float32)
+                 for b in tqdm.tqdm(batches, desc=f"{self.teacher.name}: {desc}", unit="batch")]
+      self._append(todo, np.concatenate(vectors))
+    report = FillReport(len(distinct), len(distinct) - len(todo), len(todo), time.time() - started)
+    logging.info("teacher cache %s: %s", self.directory, report)
+    return report
+
+  def _append(self, sentences: Sequence[str], vectors: np.ndarray) -> None:
+    if vectors.ndim != 2 or len(vectors) != len(sentences) or not np.all(np.isfinite(vectors)):
+      raise ValueError(f"teacher {self.teacher.name} returned {vectors.shape} (finite: "
+                       f"{np.all(np.isfinite(vectors))}) for {len(sentences)} sentences.")
+    if self.dim is not None and vectors.shape[1] != self.dim:
+      raise ValueError(f"teacher {self.teacher.name} returned width {vectors.shape[1]} but "
+                       f"the cache {self.directory} holds width {self.dim}; {self._fix()}.")
+    self.directory.mkdir(parents=True, exist_ok=True)
+    shard = f"{len(self._shards):05d}"
+    keys = np.frombuffer(b"".join(sentence_key(s) for s in sentences), np.uint8)
+    np.save(self.directory / f"keys-{shard}.npy", keys.reshape(-1, KEY_BYTES))
+    np.save(self.directory / f"vectors-{shard}.npy", vectors)
+    self.dim = vectors.shape[1]
+    manifest = {"format": FORMAT, "teacher": self.teacher.name, "dim": self.dim,
+                "shards": self._shards + [shard]}
+    temporary = self.directory / (MANIFEST + ".tmp")
+    temporary.write_text(json.dumps(manifest, indent=1))
+    os.replace(temporary, self.directory / MANIFEST)  # atomic: the shard is complete first
+    self._shards.append(shard)
+    start = len(self._vectors)
+    self._vectors = np.concatenate([self._vectors.reshape(-1, self.dim), vectors])
+    for row, sentence in enumerate(sentences, start):
+      self._rows[sentence_key(sentence)] = row
+
+  def lookup(self, sentences: Sequence[str]) -> np.ndarray:
+    """float32 [len(sentences), dim]; row i embeds sentences[i].
+
+    Raises:
+      KeyError: some sentence was never filled (naming how many and one).
+    """
+    missing = [s for s in sentences if s not in self]
+    if missing:
+      raise KeyError(f"{len(missing)} sentences are not in the teacher cache {self.directory}, "
+                     f"e.g. {missing[0]!r}: call fill() on them first.")
+    rows = [self._rows[sentence_key(s)] for s in sentences]
+    return self._vectors[rows] if rows else np.zeros((0, self.dim or 0), np.float32)
+
+
+# ------------------------------------------------- held-out MSE to the teacher
+
+
+@gin.configurable
+class DistillationEvaluator:
+  """Held-out MSE to the teacher, and retrieval accuracy, on aligned (source, target) sets.
+
+  For each set: `<name>` retrieval accuracy ×100 (as RetrievalEvaluator),
+  `<name>.mse_source` = MSE(f(s), T(s)) and `<name>.mse_target` =
+  MSE(f(t), T(s)); then `mse` (the training loss's two terms summed, mean
+  over sets), `mse_zero` (the same for a student that outputs zeros:
+  2·mean T(s)², the scale `mse` is read against), `mse_percent_of_zero`
+  (100·mse/mse_zero: 100 at the start, as the head starts at zero; readable
+  where the loop prints two decimals), `mean` accuracy and `chance`. The teacher's vectors of the
+  sources are filled into the cache when the evaluator is built, i.e.
+  before training.
+  """
+
+  def __init__(self, sets: Mapping[str, tuple[Sequence[str], Sequence[str]]],
+               vocabulary: seqio.Vocabulary, *, teacher_cache: TeacherCache,
+               sequence_length: int, batch_size: int = 64):
+    """Args:
+      sets: name -> (source sentences, aligned targets), e.g. tasks.heldout.retrieval_sets.
+      vocabulary: the training vocabulary.
+      teacher_cache: the cache of the training teacher (same directory).
+      sequence_length: the training length (inputs are truncated alike).
+      batch_size: encoding batch; must divide over the mesh's data axis.
+    """
+    self.sets, self.vocabulary = sets, vocabulary
+    self.sequence_length, self.batch_size = sequence_length, batch_size
+    self.teacher_cache = teacher_cache
+    teacher_cache.fill(sorted({s for src, _ in sets.values() for s in src}),
+                       desc="held-out sources")
+
+  def run(self, embed_fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> dict[str, float]:
+    """Metrics of the student `embed_fn` (tokens, mask) -> float32 [B, T]."""
+    results, accuracies, mses, zeros = {}, [], [], []
+    for name, (src, trg) in self.sets.items():
+      embed = lambda s: text_inputs.embed_sentences(
+          embed_fn, self.vocabulary, list(s), self.sequence_length, self.batch_size)
+      student_src, student_trg = embed(src), embed(trg)
+      teacher = self.teacher_cache.lookup(src)
+      if student_src.shape != teacher.shape:
+        raise ValueError(f"{name}: student embeddings {student_src.shape} vs teacher "
+                         f"{teacher.shape}; evaluate a Distillation model with this teacher.")
+      forward, backward = retrieval.retrieval_accuracy(student_src, student_trg)
+      results[name] = 50.0 * (forward + backward)
+      results[f"{name}.mse_source"] = float(np.mean(np.square(student_src - teacher)))
+      results[f"{name}.mse_target"] = float(np.mean(np.square(student_trg - teacher)))
+      accuracies.append(results[name])
+      mses.append(results[f"{name}.mse_source"] + results[f"{name}.mse_target"])
+      zeros.append(2.0 * float(np.mean(np.square(teacher))))
+    results["mean"] = float(np.mean(accuracies)) if accuracies else 0.0
+    results["chance"] = float(np.mean([100.0 / len(s) for s, _ in self.sets.values()]))
+    results["mse"] = float(np.mean(mses)) if mses else 0.0
+    results["mse_zero"] = float(np.mean(zeros)) if zeros else 0.0
+    results["mse_percent_of_zero"] = 100.0 * results["mse"] / max(results["mse_zero"], 1e-12)
+    return results
