@@ -14,7 +14,7 @@ from vmsst import checkpointing
 from vmsst import models
 from vmsst import partitioning
 from vmsst import trainer as trainer_lib
-from vmsst.objectives import MODELS, MomentumContrast
+from vmsst.objectives import MomentumContrast
 from vmsst.objectives import momentum_contrast
 
 needs_8_devices = pytest.mark.skipif(
