@@ -123,16 +123,21 @@ def _define_flags() -> None:
   flags.mark_flags_as_required(["input", "output"])
 
 
-def main(argv: Sequence[str]) -> None:
+def run_file_command(argv: Sequence[str], work: Callable[[], object], done: str) -> None:
+  """A command's body: extra arguments refused, bad data one `error:` line, else a summary."""
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  encoder_flags.check_one()
   try:
-    summary = embed_file(encoder_from_flags, FLAGS.input, FLAGS.output,
-                         normalize=FLAGS.normalize)
+    summary = work()
   except (FileNotFoundError, ValueError) as e:
     sys.exit(f"error: {e}")
-  print(f"{FLAGS.input}: {summary}; wrote {FLAGS.output}")
+  print(f"{summary}; wrote {done}")
+
+
+def main(argv: Sequence[str]) -> None:
+  encoder_flags.check_one()
+  run_file_command(argv, lambda: f"{FLAGS.input}: " + str(embed_file(
+      encoder_from_flags, FLAGS.input, FLAGS.output, normalize=FLAGS.normalize)), FLAGS.output)
 
 
 if __name__ == "__main__":

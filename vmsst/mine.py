@@ -49,7 +49,6 @@ sentences need a few GiB beyond the embeddings (bench/RESULTS.md).
 
 import dataclasses
 import pathlib
-import sys
 from typing import Callable, Sequence
 
 import numpy as np
@@ -268,23 +267,18 @@ def _define_flags() -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
   precomputed = bool(FLAGS.src_embeddings) and bool(FLAGS.trg_embeddings)
   if precomputed and encoder_flags.given():
     raise app.UsageError(f"both sides have --*_embeddings, so no encoder is used; drop "
                          f"{', '.join(encoder_flags.given())}.")
   if not precomputed:
     encoder_flags.check_one()
-  try:
-    summary = mine_files(
-        None if precomputed else embed.encoder_from_flags, FLAGS.src, FLAGS.trg, FLAGS.output,
-        src_embeddings=FLAGS.src_embeddings, trg_embeddings=FLAGS.trg_embeddings,
-        margin=FLAGS.margin, retrieval=FLAGS.retrieval, k=FLAGS.k, threshold=FLAGS.threshold,
-        backend=FLAGS.backend, query_block=FLAGS.query_block, key_block=FLAGS.key_block)
-  except (FileNotFoundError, ValueError) as e:
-    sys.exit(f"error: {e}")
-  print(f"{summary}; wrote {FLAGS.output}")
+  embed.run_file_command(argv, lambda: mine_files(
+      None if precomputed else embed.encoder_from_flags, FLAGS.src, FLAGS.trg, FLAGS.output,
+      src_embeddings=FLAGS.src_embeddings, trg_embeddings=FLAGS.trg_embeddings,
+      margin=FLAGS.margin, retrieval=FLAGS.retrieval, k=FLAGS.k, threshold=FLAGS.threshold,
+      backend=FLAGS.backend, query_block=FLAGS.query_block, key_block=FLAGS.key_block),
+                         FLAGS.output)
 
 
 if __name__ == "__main__":

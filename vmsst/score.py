@@ -14,7 +14,6 @@ empty string and counted in the summary. Encoder flags as in
 
 import dataclasses
 import pathlib
-import sys
 from typing import Callable, Sequence
 
 import numpy as np
@@ -95,14 +94,9 @@ def _define_flags() -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
   encoder_flags.check_one()
-  try:
-    summary = score_file(embed.encoder_from_flags, FLAGS.input, FLAGS.output)
-  except (FileNotFoundError, ValueError) as e:
-    sys.exit(f"error: {e}")
-  print(f"{FLAGS.input}: {summary}; wrote {FLAGS.output}")
+  embed.run_file_command(argv, lambda: f"{FLAGS.input}: " + str(score_file(
+      embed.encoder_from_flags, FLAGS.input, FLAGS.output)), FLAGS.output)
 
 
 if __name__ == "__main__":
