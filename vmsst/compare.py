@@ -84,20 +84,42 @@ def compare(*, objectives: Sequence[str], gin_file: Sequence[str], steps: int, o
             search_paths: Sequence[str] = (".",)) -> dict:
   """{row name: results} for each objective (and the reference); writes Table 1."""
   rows = {}
+  evaluation = {"data_dirs": data_dirs, "suite": suite, "options": options}
   for objective in objectives:
     model_dir = os.path.join(output, objective)
     train_objective(objective, gin_file=gin_file, steps=steps, model_dir=model_dir,
                     bindings=bindings, search_paths=search_paths)
-    encoder = inference.CheckpointEncoder.from_model_dir(model_dir)
-    rows[objective] = evaluate.run_suites(encoder, data_dirs=data_dirs, suite=suite,
-                                          output=os.path.join(model_dir, "eval"),
-                                          options=options)
+    step = checkpointing.make_manager(model_dir).latest_step()
+    rows[objective] = evaluate_once(
+        pathlib.Path(model_dir) / "eval",
+        lambda d=model_dir: inference.CheckpointEncoder.from_model_dir(d), {"step": step},
+        **evaluation)
   if reference:
-    rows[reference] = evaluate.run_suites(
-        encoder_flags.make_encoder(encoder=reference), data_dirs=data_dirs, suite=suite,
-        output=os.path.join(output, reference), options=options)
+    rows[reference] = evaluate_once(
+        pathlib.Path(output) / reference, lambda: encoder_flags.make_encoder(encoder=reference),
+        {"encoder": reference}, **evaluation)
   write_table(rows, pathlib.Path(output), steps=steps)
   return rows
+
+
+def evaluate_once(output: pathlib.Path, make_encoder, key: dict, *, data_dirs: Sequence[str],
+                  suite: str, options: suites_lib.SuiteOptions | None) -> dict:
+  """The suite's results in `output`, reused when already computed for the same inputs.
+
+  `output/evaluated.json` records `key` (the checkpoint step or the reference
+  encoder) with the suite, data dirs and options of `output/results.json`; a
+  rerun of the comparison (another objective added, an interrupted run
+  continued) evaluates only what changed.
+  """
+  key = dict(key, suite=suite, data_dirs=[str(d) for d in data_dirs], options=repr(options))
+  stamp = output / "evaluated.json"
+  if stamp.is_file() and (output / "results.json").is_file():
+    if json.loads(stamp.read_text()) == key:
+      return json.loads((output / "results.json").read_text())
+  results = evaluate.run_suites(make_encoder(), data_dirs=data_dirs, suite=suite,
+                                output=str(output), options=options)
+  stamp.write_text(json.dumps(key))
+  return results
 
 
 def write_table(rows: dict, output: pathlib.Path, *, steps: int) -> None:
