@@ -3,15 +3,48 @@
 Every reader yields `Pair`s with canonical language codes (vmsst.languages) and
 fills a `PairCounts`: read = kept + sum(skipped), with one counter per skip
 reason, so no line is ever dropped silently. When a pass over the files ends,
-`read_pairs` logs a one-line report. These readers are plain Python (no
-TensorFlow): tasks/registry.py turns them into seqio data sources.
+`read_pairs` logs a one-line report (and the first few skips of each reason
+with file:line). These readers are plain Python (no TensorFlow):
+tasks/registry.py turns them into seqio data sources and reports the totals of
+a mixture (`registry.report_data_counts`, also MODEL_DIR/data_counts.json).
+
+Bad input policy (`InputPolicy`; rows marked * become errors with strict=True):
+
+  input                                      | what happens                 | counted as
+  -------------------------------------------|------------------------------|----------------
+  * TSV line without a tab                   | skipped                      | no_tab
+  * TSV line with two or more tabs           | skipped                      | extra_tab
+  * line that is not valid UTF-8             | skipped (the whole pair);    | invalid_utf8
+                                             | each line decodes alone, so  |
+                                             | the rest of the file is kept |
+  empty side (after stripping whitespace)    | skipped                      | empty_side
+  side longer than max_chars characters      | skipped (shorter lines are   | overlong
+  (DEFAULT_MAX_CHARS = 2000)                 | trimmed to the sequence      |
+                                             | length later, by tokens)     |
+  side that is a Tatoeba test sentence       | skipped                      | tatoeba_overlap
+  CRLF line end, leading/trailing whitespace | stripped (no text is lost)   | not counted
+  U+FEFF byte-order mark, at the start of a  | removed (no text is lost)    | not counted
+  file or stray inside a line                |                              |
+  lone "\\r" inside a line                   | kept: lines split on "\\n"  | not counted
+                                             | only, so sides stay aligned  |
+  Moses sides with different line counts     | error naming both files and both counts, at
+                                             | registration (check_moses_line_counts) and at the
+                                             | end of a streamed pass; never zip-truncated
+                                             | (NTREX / Multi30k files likewise)
+  unknown language code in a file name       | error naming the file, the closest known codes
+                                             | and how to add a language (vmsst/languages.py)
+
+Strict errors name the file, the 1-based line (and for UTF-8 the byte offset
+in the line and in the file) and the fix. Side files that are not pairs
+(DOCUMENT_IDS.tsv, Tatoeba test sets, `read_lines`) are always strict about
+UTF-8: a skipped line there would shift every later line.
 """
 
 import collections
 import dataclasses
+import difflib
 import gzip
 import hashlib
-import io
 import itertools
 import os
 import pathlib
@@ -19,6 +52,7 @@ import re
 from typing import AbstractSet, Iterable, Iterator, NamedTuple, Sequence
 
 from absl import logging
+import gin
 
 from vmsst import languages
 
@@ -36,6 +70,36 @@ NTREX_VALIDATION_FRACTION = 0.1
 _NTREX_SPLIT_SALT = "vmsst-ntrex-validation-v1"
 MULTI30K_LANGUAGES = {"en": "eng", "de": "deu", "fr": "fra", "cs": "ces"}
 MULTI30K_SPLITS = {"train": "train", "validation": "val"}
+# The longest real line (NTREX, Multi30k) has 773 characters and training keeps
+# 32 tokens (~150 characters): a longer side is a broken extraction (a whole
+# document on one line), not a sentence.
+DEFAULT_MAX_CHARS = 2000
+_FIX_ENCODING = ("re-encode the file as UTF-8 (iconv -f <its encoding> -t utf-8 in > out) or "
+                 "drop the bad bytes (iconv -f utf-8 -t utf-8 -c in > out)")
+_NOT_STRICT = "or bind InputPolicy.strict = False to skip and count such lines"
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InputPolicy:
+  """How readers treat bad lines: the table in the module docstring.
+
+  Gin: `register_tasks.input_policy = @InputPolicy()` with
+  `InputPolicy.strict = True` (frozen, so it can key a cache).
+
+  Attributes:
+    strict: raise (naming file, line and fix) on a TSV line without exactly
+      one tab or a line that is not UTF-8, instead of skipping and counting it.
+    max_chars: sides longer than this many characters (after strip) are
+      skipped as "overlong".
+    log_first: how many skips of each reason a pass logs with file:line.
+  """
+  strict: bool = False
+  max_chars: int = DEFAULT_MAX_CHARS
+  log_first: int = 5
+
+
+DEFAULT_POLICY = InputPolicy()
 
 
 class Pair(NamedTuple):
@@ -47,8 +111,13 @@ class Pair(NamedTuple):
 
 
 class Skip(NamedTuple):
-  """A line a raw reader could not turn into a pair, with the reason."""
+  """A line a raw reader could not turn into a pair: the reason and what was wrong."""
   reason: str
+  detail: str = ""
+
+
+# A raw reader's item: (pair or skip, file, 1-based line) so skips can be located.
+Located = tuple[Pair | Skip, PathLike, int]
 
 
 @dataclasses.dataclass
@@ -63,46 +132,99 @@ class PairCounts:
     skipped = sum(self.skipped.values())
     return f"{name}: read={self.read} kept={self.kept} skipped={skipped} ({reasons})"
 
+  def __add__(self, other: "PairCounts") -> "PairCounts":
+    return PairCounts(self.read + other.read, self.kept + other.kept,
+                      self.skipped + other.skipped)
 
-def open_text(path: PathLike) -> io.TextIOBase:
-  """Opens plain or .gz UTF-8 text; lines split on "\\n" only.
+  def as_dict(self) -> dict:
+    """Plain JSON: {"read", "kept", "skipped", "skipped_by_reason": {reason: n}}."""
+    return {"read": self.read, "kept": self.kept, "skipped": sum(self.skipped.values()),
+            "skipped_by_reason": dict(sorted(self.skipped.items()))}
 
-  newline="\\n" keeps a stray "\\r" inside a line from splitting it (universal
-  newlines would, and misalign parallel files); callers strip the "\\r" of CRLF.
+
+def decode_lines(path: PathLike, *, strict: bool) -> Iterator[str | Skip]:
+  """Each line of a plain or .gz file, decoded on its own.
+
+  Lines split on b"\\n" only: a stray "\\r" inside a line must not split it
+  (universal newlines would, misaligning parallel files). The "\\r" of CRLF
+  and every U+FEFF (byte-order mark) are removed. A line that is not UTF-8 is
+  `Skip("invalid_utf8", where)`, so one bad byte never fails the whole file.
+
+  Raises:
+    ValueError: (strict) on the first line that is not UTF-8, naming the file,
+      the 1-based line, the byte offsets and the fix.
   """
-  raw = gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
-  return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+  opener = gzip.open if str(path).endswith(".gz") else open
+  offset = 0
+  with opener(path, "rb") as f:
+    for number, raw in enumerate(f, 1):
+      start, offset = offset, offset + len(raw)
+      try:
+        text = raw.decode("utf-8").rstrip("\r\n")  # Trailing whitespace is stripped anyway.
+      except UnicodeDecodeError as e:
+        where = (f"{path}, line {number}: invalid UTF-8 {raw[e.start:e.end]!r} at byte "
+                 f"{e.start} of the line (byte {start + e.start} of the file, counting from 0)")
+        if strict:
+          raise ValueError(f"{where}; {_FIX_ENCODING}.") from None
+        yield Skip("invalid_utf8", where)
+        continue
+      yield text.replace("\ufeff", "") if "\ufeff" in text else text
 
 
 def read_lines(path: PathLike) -> list[str]:
-  """All lines of a file, whitespace-stripped (removes CRLF and trailing spaces)."""
-  with open_text(path) as f:
-    return [line.strip() for line in f]
+  """All lines of a file, whitespace-stripped; raises on a line that is not UTF-8.
+
+  For side files (document ids, test sets) where a skipped line would shift
+  every later one.
+  """
+  return [line.strip() for line in decode_lines(path, strict=True)]
 
 
-def read_pairs(raw: Iterable[Pair | Skip], *, name: str, counts: PairCounts | None = None,
-               exclude: AbstractSet[str] = frozenset()) -> Iterator[Pair]:
-  """Counts and filters raw pairs; logs the report once the pass ends.
+def _skip_reason(pair: Pair, exclude: AbstractSet[str], max_chars: int) -> str | None:
+  if not pair.text_a or not pair.text_b:
+    return "empty_side"
+  if len(pair.text_a) > max_chars or len(pair.text_b) > max_chars:
+    return "overlong"
+  if pair.text_a in exclude or pair.text_b in exclude:
+    return "tatoeba_overlap"
+  return None
 
-  A pair is skipped with reason "empty_side" if a side is empty after strip,
-  "tatoeba_overlap" if a stripped side is in `exclude`; a `Skip` is counted
-  under its own reason.
+
+def read_pairs(raw: Iterable[Located], *, name: str, counts: PairCounts | None = None,
+               exclude: AbstractSet[str] = frozenset(),
+               policy: InputPolicy = DEFAULT_POLICY) -> Iterator[Pair]:
+  """Counts and filters located raw pairs; logs the report once the pass ends.
+
+  Sides are stripped; a pair is then skipped as "empty_side", "overlong" (a
+  side over policy.max_chars characters) or "tatoeba_overlap" (a side in
+  `exclude`); a `Skip` is counted under its own reason. The first
+  policy.log_first skips of each reason are logged with file:line.
   """
   counts = PairCounts() if counts is None else counts
-  for item in raw:
+  for item, path, line in raw:
     counts.read += 1
     if isinstance(item, Skip):
-      counts.skipped[item.reason] += 1
-      continue
-    pair = item._replace(text_a=item.text_a.strip(), text_b=item.text_b.strip())
-    if not pair.text_a or not pair.text_b:
-      counts.skipped["empty_side"] += 1
-    elif pair.text_a in exclude or pair.text_b in exclude:
-      counts.skipped["tatoeba_overlap"] += 1
+      reason, detail = item
     else:
-      counts.kept += 1
-      yield pair
+      pair = item._replace(text_a=item.text_a.strip(), text_b=item.text_b.strip())
+      reason, detail = _skip_reason(pair, exclude, policy.max_chars), ""
+      if reason is None:
+        counts.kept += 1
+        yield pair
+        continue
+    counts.skipped[reason] += 1
+    if counts.skipped[reason] <= policy.log_first:
+      logging.info("%s: skipped %s:%d (%s)%s", name, path, line, reason,
+                   f": {detail}" if detail else "")
   logging.info("%s", counts.report(name))
+
+
+def _pair_or_skip(text_a: str | Skip, text_b: str | Skip, lang_a: str, lang_b: str) -> Pair | Skip:
+  """The pair of two decoded lines, or the Skip of the first undecodable one."""
+  for text in (text_a, text_b):
+    if isinstance(text, Skip):
+      return text
+  return Pair(text_a, text_b, lang_a, lang_b)
 
 
 # ---------------------------------------------------------------- Tatoeba filter
@@ -164,7 +286,7 @@ def ntrex_files(data_dir: PathLike) -> dict[str, pathlib.Path]:
     code = path.name[len("newstest2019-ref."):-len(".txt.gz")]
     if code in languages.NTREX_ENGLISH_REWRITES:
       continue
-    canonical = languages.canonical_language(code)
+    canonical = _canonical_in_file(code, path)
     if canonical in files:
       raise ValueError(f"{path} and {files[canonical]} are both language {canonical}")
     files[canonical] = path
@@ -173,57 +295,64 @@ def ntrex_files(data_dir: PathLike) -> dict[str, pathlib.Path]:
   return files
 
 
-def _ntrex_raw(data_dir: PathLike, split: str, seed: int) -> Iterator[Pair]:
+def _ntrex_raw(data_dir: PathLike, split: str, seed: int, strict: bool) -> Iterator[Located]:
   """(pivot, xx) for every kept line and language xx, plus (eng, spa)."""
   if split not in ("train", "validation"):
     raise ValueError(f"NTREX split must be 'train' or 'validation', got {split!r}")
   documents = ntrex_documents(data_dir)
   held_out = ntrex_validation_documents(data_dir)
-  texts = {lang: read_lines(path) for lang, path in ntrex_files(data_dir).items()}
+  files = ntrex_files(data_dir)
+  texts = {lang: list(decode_lines(path, strict=strict)) for lang, path in files.items()}
   for lang, lines in texts.items():
     if len(lines) != len(documents):
-      raise ValueError(f"NTREX {lang} has {len(lines)} lines, DOCUMENT_IDS.tsv {len(documents)}")
+      raise ValueError(f"NTREX {files[lang]} has {len(lines)} lines, DOCUMENT_IDS.tsv "
+                       f"{len(documents)}; download the corpus again.")
   for line, doc in enumerate(documents):
     if (doc in held_out) != (split == "validation"):
       continue
-    yield Pair(texts["eng"][line], texts["spa"][line], "eng", "spa")
+    yield (_pair_or_skip(texts["eng"][line], texts["spa"][line], "eng", "spa"), files["spa"],
+           line + 1)
     for lang in texts:
       if lang not in NTREX_PIVOTS:
         pivot = ntrex_pivot(line, lang, seed)
-        yield Pair(texts[pivot][line], texts[lang][line], pivot, lang)
+        yield (_pair_or_skip(texts[pivot][line], texts[lang][line], pivot, lang), files[lang],
+               line + 1)
 
 
 def ntrex_pairs(data_dir: PathLike, split: str, *, seed: int = 0, counts: PairCounts | None = None,
-                exclude: AbstractSet[str] = frozenset()) -> Iterator[Pair]:
+                exclude: AbstractSet[str] = frozenset(),
+                policy: InputPolicy = DEFAULT_POLICY) -> Iterator[Pair]:
   """NTREX-128 translation pairs of one split ("train" or "validation")."""
-  return read_pairs(_ntrex_raw(data_dir, split, seed), name=f"ntrex128[{split}]",
-                    counts=counts, exclude=exclude)
+  return read_pairs(_ntrex_raw(data_dir, split, seed, policy.strict), name=f"ntrex128[{split}]",
+                    counts=counts, exclude=exclude, policy=policy)
 
 
 # -------------------------------------------------------------------- Multi30k
 
 
-def _multi30k_raw(data_dir: PathLike, prefix: str) -> Iterator[Pair]:
+def _multi30k_raw(data_dir: PathLike, prefix: str, strict: bool) -> Iterator[Located]:
   root = pathlib.Path(data_dir, MULTI30K_DIR)
-  texts = {code: read_lines(root / f"{prefix}.{short}.gz")
-           for short, code in MULTI30K_LANGUAGES.items()}
+  files = {code: root / f"{prefix}.{short}.gz" for short, code in MULTI30K_LANGUAGES.items()}
+  texts = {code: list(decode_lines(path, strict=strict)) for code, path in files.items()}
   lengths = {code: len(lines) for code, lines in texts.items()}
   if len(set(lengths.values())) != 1:
-    raise ValueError(f"Multi30k {prefix}.* files are not line-aligned: {lengths}")
+    raise ValueError(f"Multi30k {root}/{prefix}.* files are not line-aligned: {lengths}")
   codes = list(texts)
   for line in range(len(texts["eng"])):
     for i, code_a in enumerate(codes):
       for code_b in codes[i + 1:]:
-        yield Pair(texts[code_a][line], texts[code_b][line], code_a, code_b)
+        yield (_pair_or_skip(texts[code_a][line], texts[code_b][line], code_a, code_b),
+               files[code_b], line + 1)
 
 
 def multi30k_pairs(data_dir: PathLike, split: str, *, counts: PairCounts | None = None,
-                   exclude: AbstractSet[str] = frozenset()) -> Iterator[Pair]:
+                   exclude: AbstractSet[str] = frozenset(),
+                   policy: InputPolicy = DEFAULT_POLICY) -> Iterator[Pair]:
   """All 6 language pairs of every Multi30k line: train.* or (validation) val.*."""
   if split not in MULTI30K_SPLITS:
     raise ValueError(f"Multi30k split must be one of {sorted(MULTI30K_SPLITS)}, got {split!r}")
-  return read_pairs(_multi30k_raw(data_dir, MULTI30K_SPLITS[split]), name=f"multi30k[{split}]",
-                    counts=counts, exclude=exclude)
+  return read_pairs(_multi30k_raw(data_dir, MULTI30K_SPLITS[split], policy.strict),
+                    name=f"multi30k[{split}]", counts=counts, exclude=exclude, policy=policy)
 
 
 # ------------------------------------------------------------------------ OPUS
@@ -276,10 +405,17 @@ def _is_known(code: str) -> bool:
 
 
 def _canonical_in_file(code: str, path: pathlib.Path) -> str:
+  """canonical_language(code); an unknown code is an error naming `path` and close codes."""
   try:
     return languages.canonical_language(code)
   except ValueError as e:
-    raise ValueError(f"OPUS file {path}: language code {code!r} is unknown. {e}") from None
+    by_lower = {c.lower(): c for c in languages.LANGUAGES}
+    close = [by_lower[c] for c in difflib.get_close_matches(
+        code.replace("_", "-").lower(), list(by_lower), n=5, cutoff=0.5)]
+    raise ValueError(
+        f"{path}: language code {code!r} is unknown (closest known: {', '.join(close) or '-'}; "
+        f"all {len(languages.LANGUAGES)} are vmsst.languages.LANGUAGES). Rename the file with a "
+        f"known code, or: {e}") from None
 
 
 def discover_opus(opus_dir: PathLike) -> list[OpusFile]:
@@ -338,37 +474,51 @@ def check_moses_line_counts(corpus: OpusFile) -> int:
   return counts[0]
 
 
-def _moses_raw(corpus: OpusFile) -> Iterator[Pair]:
+def _moses_raw(corpus: OpusFile, strict: bool) -> Iterator[Located]:
+  """Pairs of line i of both sides; a side that is not UTF-8 skips the pair (not the file)."""
   path_a, path_b = corpus.paths
   num_a = num_b = 0
-  with open_text(path_a) as fa, open_text(path_b) as fb:
-    for line_a, line_b in itertools.zip_longest(fa, fb):
-      num_a, num_b = num_a + (line_a is not None), num_b + (line_b is not None)
-      if line_a is not None and line_b is not None:
-        yield Pair(line_a, line_b, corpus.lang_a, corpus.lang_b)
+  lines = itertools.zip_longest(decode_lines(path_a, strict=strict),
+                                decode_lines(path_b, strict=strict))
+  for line_a, line_b in lines:
+    num_a, num_b = num_a + (line_a is not None), num_b + (line_b is not None)
+    if type(line_a) is str and type(line_b) is str:  # pylint: disable=unidiomatic-typecheck
+      yield Pair(line_a, line_b, corpus.lang_a, corpus.lang_b), path_a, num_a
+    elif line_a is not None and line_b is not None:
+      yield _pair_or_skip(line_a, line_b, corpus.lang_a, corpus.lang_b), path_a, num_a
   if num_a != num_b:
     raise ValueError(f"Moses files are not line-aligned: {path_a} has {num_a} lines "
                      f"but {path_b} has {num_b}; re-extract the corpus.")
 
 
-def _tsv_raw(corpus: OpusFile) -> Iterator[Pair | Skip]:
-  with open_text(corpus.paths[0]) as f:
-    for line in f:
-      fields = line.rstrip("\r\n").split("\t")
-      if len(fields) == 2:
-        yield Pair(fields[0], fields[1], corpus.lang_a, corpus.lang_b)
-      else:
-        yield Skip("no_tab" if len(fields) == 1 else "extra_tab")
+def _tsv_raw(corpus: OpusFile, strict: bool) -> Iterator[Located]:
+  path = corpus.paths[0]
+  for number, line in enumerate(decode_lines(path, strict=strict), 1):
+    if isinstance(line, Skip):
+      yield line, path, number
+      continue
+    fields = line.split("\t")
+    if len(fields) == 2:
+      yield Pair(fields[0], fields[1], corpus.lang_a, corpus.lang_b), path, number
+      continue
+    reason = "no_tab" if len(fields) == 1 else "extra_tab"
+    where = f"{path}, line {number}: {len(fields) - 1} tabs, expected one (text_a<TAB>text_b)"
+    if strict:
+      raise ValueError(f"{where}; fix or delete the line, {_NOT_STRICT}.")
+    yield Skip(reason, where), path, number
 
 
 def opus_pairs(corpora: Sequence[OpusFile], *, counts: PairCounts | None = None,
-               exclude: AbstractSet[str] = frozenset(), name: str = "opus") -> Iterator[Pair]:
+               exclude: AbstractSet[str] = frozenset(), name: str = "opus",
+               policy: InputPolicy = DEFAULT_POLICY) -> Iterator[Pair]:
   """Pairs of the given OPUS corpora, one file after the other.
 
   Raises:
-    ValueError: (at the end of a Moses pair) if its sides differ in length.
+    ValueError: (at the end of a Moses pair) if its sides differ in length;
+      (policy.strict) on a malformed line.
   """
-  def raw() -> Iterator[Pair | Skip]:
+  def raw() -> Iterator[Located]:
     for corpus in corpora:
-      yield from _tsv_raw(corpus) if len(corpus.paths) == 1 else _moses_raw(corpus)
-  return read_pairs(raw(), name=name, counts=counts, exclude=exclude)
+      read = _tsv_raw if len(corpus.paths) == 1 else _moses_raw
+      yield from read(corpus, policy.strict)
+  return read_pairs(raw(), name=name, counts=counts, exclude=exclude, policy=policy)
