@@ -1,0 +1,259 @@
+"""Entity-contrastive learning (EASE, Nishikawa et al., 2022) over μ_sem.
+
+  loss = self-contrast + entity_weight · entity-contrast
+
+Self-contrast (SimCSE): each sentence is encoded twice with dropout on (the
+two halves of one [2B] forward pass draw different masks), and the two views
+are paired by symmetric InfoNCE at τ; copies of one sentence in the batch are
+not negatives (vmsst.losses' duplicate masking).
+
+Entity contrast: sentence i links entity e_i (row of an entity table E,
+projected by a learned W into the sentence space). Its logits are
+
+  [ cos(s_i, W e_j)/τ  for the B in-batch entities j | cos(s_i, W h_jk)/τ for the B·H hard negatives ]
+
+and the target is column i. The hard negatives form their own block of
+columns (not a bias on the diagonal), every sentence scoring every hard
+negative of the batch as in SimCSE's hard-negative setup. Masked out
+(logit −1e9): in-batch columns j ≠ i with e_j = e_i or with the same sentence
+(another link of sentence i is not a negative of it), hard negatives equal to
+e_i, and padding ids (−1). Rows whose entity is −1 are left out of the mean.
+
+The batch carries `entities` int32 [B, 1 + H] (column 0 the linked entity,
+then H hard negatives; tasks/wiki_entities.py). Under jit with NamedShardings
+the batch is one global array, so the in-batch entities are those of every
+device, in the same row order as the sentences.
+"""
+
+import functools
+import json
+import pathlib
+
+from absl import logging
+import flax.linen as nn
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vmsst import losses
+from vmsst import models
+
+ENTITIES = "entities"
+MASKED = -1e9
+# Table rows are padded to a multiple of this (never-linked rows), so any
+# model axis dividing it splits the "vocab" axis evenly (jit's NamedShardings
+# need divisible shapes; t5x pads its vocabulary alike).
+ROW_MULTIPLE = 128
+
+
+class EntityTable(nn.Module):
+  """ids int32 [...] -> W·E[ids] float32 [..., d]; id −1 (padding) gives W·E[0], masked later.
+
+  E [N', entity_dim] has the token table's logical axes ("vocab", "embed"), so
+  it shards over the model axis like the vocabulary (N' = N rounded up to
+  ROW_MULTIPLE); W [entity_dim, d] is the learned projection (no bias) EASE
+  puts between entity and sentence.
+  """
+
+  num_entities: int
+  entity_dim: int
+  emb_dim: int
+
+  @nn.compact
+  def __call__(self, ids: jax.Array) -> jax.Array:
+    table = self.param("embedding", nn.with_logical_partitioning(
+        nn.initializers.normal(1.0), ("vocab", "embed")),
+                       (-(-self.num_entities // ROW_MULTIPLE) * ROW_MULTIPLE, self.entity_dim),
+                       jnp.float32)
+    projection = self.param("projection", nn.with_logical_partitioning(
+        nn.initializers.lecun_normal(), ("embed", None)), (self.entity_dim, self.emb_dim),
+                            jnp.float32)
+    return jnp.take(table, jnp.maximum(ids, 0), axis=0) @ projection
+
+
+def entity_contrast(sentences: jax.Array, entity_vectors: jax.Array, ids: jax.Array,
+                    same_sentence: jax.Array, temperature: float) -> tuple[jax.Array, jax.Array]:
+  """Cross-entropy of each sentence against its entity, in-batch and hard negatives.
+
+  Args:
+    sentences: s, float [B, d].
+    entity_vectors: W·E[ids], float [B, 1 + H, d] (column 0 the positives).
+    ids: int32 [B, 1 + H], −1 for padding.
+    same_sentence: bool [B, B], rows i and j hold the same sentence.
+    temperature: τ.
+  Returns:
+    (loss: mean over rows with an entity, float32 []; accuracy: argmax = i, float32 []).
+  """
+  s = losses.l2_normalize(sentences.astype(jnp.float32))
+  e = losses.l2_normalize(entity_vectors.astype(jnp.float32))
+  batch, slots = ids.shape
+  positive = ids[:, 0]
+  eye = jnp.eye(batch, dtype=bool)
+  in_batch = (s @ e[:, 0].T) / temperature
+  clash = (positive[:, None] == positive[None, :]) | same_sentence | (positive[None, :] < 0)
+  in_batch = jnp.where(clash & ~eye, MASKED, in_batch)
+  hard_ids = ids[:, 1:].reshape(-1)  # [B·H], row-major: (j, k) -> j·H + k
+  hard = (s @ e[:, 1:].reshape(-1, e.shape[-1]).T) / temperature
+  hard = jnp.where((hard_ids[None, :] < 0) | (hard_ids[None, :] == positive[:, None]), MASKED,
+                   hard)
+  logits = jnp.concatenate([in_batch, hard], axis=-1) if slots > 1 else in_batch
+  valid = (positive >= 0).astype(jnp.float32)
+  nll = -jnp.diagonal(jax.nn.log_softmax(logits, axis=-1)[:, :batch])
+  hits = (jnp.argmax(logits, axis=-1) == jnp.arange(batch)).astype(jnp.float32)
+  rows = jnp.sum(valid).clip(1.0)
+  return jnp.sum(nll * valid) / rows, jnp.sum(hits * valid) / rows
+
+
+def entity_dir_meta(entity_dir: str) -> tuple[int, int]:
+  """(N entities, H hard negatives) from the pipeline's OUTPUT/meta.json."""
+  path = pathlib.Path(entity_dir) / "meta.json"
+  if not path.exists():
+    raise FileNotFoundError(f"{path} not found: run python -m tasks.wiki_entities "
+                            f"--dump=... --output={entity_dir} first.")
+  meta = json.loads(path.read_text())
+  return int(meta["num_entities"]), int(meta["num_hard_negatives"])
+
+
+def load_entity_vectors(path: str, keys: list[str], dim: int) -> tuple[np.ndarray, np.ndarray]:
+  """Pretrained entity vectors for rows `keys`: (float32 [N, dim], found bool [N]).
+
+  `.npy`: an [N, dim] array aligned with entities.tsv (row i = key i).
+  Otherwise word2vec text format: a "count dim" header, then "key v_1 ... v_dim"
+  lines, keys with '_' for spaces and an optional "ENTITY/" prefix (wikipedia2vec's
+  export); keys absent from the file are not found (they keep the random init).
+  """
+  if path.endswith(".npy"):
+    matrix = np.load(path).astype(np.float32)
+    if matrix.shape != (len(keys), dim):
+      raise ValueError(f"{path}: shape {matrix.shape}, expected {(len(keys), dim)} (one row per "
+                       "line of entities.tsv, width EntityContrastive.entity_dim).")
+    return matrix, np.ones(len(keys), bool)
+  rows = {k.replace(" ", "_"): i for i, k in enumerate(keys)}
+  matrix, found = np.zeros((len(keys), dim), np.float32), np.zeros(len(keys), bool)
+  with open(path, encoding="utf-8") as f:
+    for number, line in enumerate(f, 1):
+      fields = line.rstrip("\n").split(" ")
+      if number == 1 and len(fields) == 2:
+        continue
+      if len(fields) != dim + 1:
+        raise ValueError(f"{path}:{number}: {len(fields) - 1} values, expected {dim} "
+                         "(EntityContrastive.entity_dim); fix the file or the binding.")
+      row = rows.get(fields[0].removeprefix("ENTITY/"))
+      if row is not None:
+        matrix[row], found[row] = np.asarray(fields[1:], np.float32), True
+  return matrix, found
+
+
+@gin.configurable
+class EntityContrastive(models.EmbeddingModel):
+  """Sentence encoder trained by dropout self-contrast plus entity contrast (EASE)."""
+
+  init_paths = staticmethod(models.init_semantic_path)
+
+  def __init__(self, network_config, *, entity_dir: str | None = None, num_entities: int = 0,
+               num_hard_negatives: int = 0, entity_dim: int | None = None,
+               temperature: float = 0.05, entity_weight: float = 1.0,
+               entity_vectors: str | None = None):
+    """Args:
+      network_config: the shared network; its dropout_rate must be > 0 (the
+        two views differ only by dropout; EASE/SimCSE use 0.1).
+      entity_dir: tasks.wiki_entities output; sets num_entities and
+        num_hard_negatives from its meta.json (and keys for entity_vectors).
+      num_entities, num_hard_negatives: N and H without an entity_dir.
+      entity_dim: width of E (default d); must match entity_vectors.
+      temperature: τ of both terms (EASE: 0.05).
+      entity_weight: weight of the entity term (EASE: 1.0 with hard negatives).
+      entity_vectors: optional initial E (see load_entity_vectors).
+    """
+    super().__init__(network_config)
+    if network_config.dropout_rate <= 0:
+      raise ValueError("EntityContrastive needs NetworkConfig.dropout_rate > 0: its two "
+                       "sentence views differ only by dropout (gin: 0.1).")
+    self.entity_dir, self.entity_vectors = entity_dir, entity_vectors
+    self.temperature, self.entity_weight = temperature, entity_weight
+    self._sizes = None if entity_dir else (num_entities, num_hard_negatives)
+    self._entity_dim = entity_dim or network_config.emb_dim
+
+  @functools.cached_property
+  def table(self) -> EntityTable:
+    """Built on first use, so a gin file naming an entity_dir that the pipeline
+    has not written yet still parses (the error then names the command)."""
+    num_entities = (self._sizes or entity_dir_meta(self.entity_dir))[0]
+    return EntityTable(num_entities, self._entity_dim, self.network_config.emb_dim)
+
+  @property
+  def num_hard_negatives(self) -> int:
+    return (self._sizes or entity_dir_meta(self.entity_dir))[1]
+
+  def input_shapes(self, batch_size, length):
+    """The pair batch plus `entities` int32 [B, 1 + H]."""
+    return models.batch_shapes(batch_size, length, entity_slots=1 + self.num_hard_negatives)
+
+  def get_initial_variables(self, rng, input_shapes):
+    """The semantic path's variables plus the entity table and W under `entities`."""
+    network_rng, table_rng = jax.random.split(rng)
+    variables = super().get_initial_variables(network_rng, input_shapes)
+    table = self.table.init(table_rng, jnp.zeros((1,), jnp.int32))["params"]
+    if self.entity_vectors:
+      from tasks import wiki_entities  # pylint: disable=import-outside-toplevel
+      if not self.entity_dir:
+        raise ValueError("EntityContrastive.entity_vectors needs entity_dir (its entities.tsv "
+                         "names the table's rows).")
+      matrix, found = load_entity_vectors(
+          self.entity_vectors, wiki_entities.load_entity_keys(self.entity_dir),
+          self.table.entity_dim)
+      logging.info("entity table: %d of %d rows from %s, %d keep their random init",
+                   found.sum(), len(found), self.entity_vectors, len(found) - found.sum())
+      box, rows = table["embedding"], len(found)
+      initial = box.unbox()
+      table["embedding"] = box.replace_boxed(initial.at[:rows].set(
+          jnp.where(found[:, None], matrix, initial[:rows])))
+    return {**variables, "params": {**variables["params"], ENTITIES: table}}
+
+  def entity_vectors_of(self, params, ids: jax.Array) -> jax.Array:
+    """W·E[ids], float32 [..., d]."""
+    return self.table.apply({"params": params[ENTITIES]}, ids)
+
+  def loss_fn(self, params, batch, dropout_rng, step=0):
+    if ENTITIES not in batch:
+      raise KeyError("EntityContrastive needs batch['entities']: train on a vmsst_wiki_entities "
+                     "task (gin/runs/entity_contrastive_cpu.gin).")
+    tokens = jnp.concatenate([batch["tokens_a"], batch["tokens_a"]], axis=0)
+    mask = jnp.concatenate([batch["mask_a"], batch["mask_a"]], axis=0)
+    view_1, view_2 = models.split_halves(self.semantic(params, tokens, mask, dropout_rng)[0])
+    same = losses.same_sequence_matrix(batch["tokens_a"])
+    self_loss, self_accuracy = losses.symmetric_info_nce(view_1, view_2, self.temperature,
+                                                         same, same)
+    ids = batch[ENTITIES]
+    entity_loss, entity_accuracy = entity_contrast(
+        view_1, self.entity_vectors_of(params, ids), ids, same, self.temperature)
+    loss = self_loss + self.entity_weight * entity_loss
+    return loss, {"loss": loss, "self_contrast_loss": self_loss,
+                  "self_contrast_accuracy": self_accuracy, "entity_loss": entity_loss,
+                  "entity_accuracy": entity_accuracy}
+
+
+def entity_retrieval(model: EntityContrastive, params, texts: list[str], entities: np.ndarray, *,
+                     vocabulary, sequence_length: int, batch_size: int = 32) -> dict[str, float]:
+  """Held-out sentence -> entity retrieval over the whole entity table, ×100.
+
+  Each sentence's N cosines to W·E (the N real rows) are ranked; its linked
+  entity must come first (accuracy) or early (mean reciprocal rank).
+
+  Args:
+    texts: held-out sentences; entities: int32 [n], the row each links.
+  Returns:
+    {"accuracy", "mrr", "chance" (100 / N), "sentences"}.
+  """
+  from vmsst import text_inputs  # pylint: disable=import-outside-toplevel
+  encode = jax.jit(lambda tokens, mask: model.encode(params, tokens, mask))
+  sentences = text_inputs.embed_sentences(encode, vocabulary, list(texts), sequence_length,
+                                          batch_size)
+  table = np.asarray(model.entity_vectors_of(params, jnp.arange(model.table.num_entities)))
+  sim = (np.asarray(losses.l2_normalize(jnp.asarray(sentences)))
+         @ np.asarray(losses.l2_normalize(jnp.asarray(table))).T)
+  gold = sim[np.arange(len(texts)), entities]
+  rank = 1 + np.sum(sim > gold[:, None], axis=-1)
+  return {"accuracy": 100.0 * float(np.mean(rank == 1)), "mrr": 100.0 * float(np.mean(1 / rank)),
+          "chance": 100.0 / model.table.num_entities, "sentences": float(len(texts))}
