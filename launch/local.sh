@@ -12,6 +12,9 @@
 # paper's Score; all adds XNLI and clustering), EVAL=0 skips the
 # evaluation, DRY_RUN=1 prints the commands instead of running them. For longer
 # runs raise --gin.TRAIN_STEPS; for pods see launch/README.md.
+# PROCESSES=N (default 1) trains with N local processes of one CPU device each,
+# joined by --coordinator_address=localhost:PORT (default 12355): a rehearsal of
+# a multi-host run (BATCH_SIZE must divide by N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,9 +54,30 @@ if [[ ! -f "$VOCAB_DIR/spm.model" ]]; then
       --vocab_size="$VOCAB_SIZE"
 fi
 
-run "$PY" -m vmsst.train --gin_file="$gin_file" \
-    --gin.DATA_DIR="'$DATA_DIR'" --gin.VOCAB_PATH="'$VOCAB_DIR/spm.model'" \
-    --gin.VOCAB_SIZE="$VOCAB_SIZE" ${extra[@]+"${extra[@]}"}
+train=("$PY" -m vmsst.train --gin_file="$gin_file"
+    --gin.DATA_DIR="'$DATA_DIR'" --gin.VOCAB_PATH="'$VOCAB_DIR/spm.model'"
+    --gin.VOCAB_SIZE="$VOCAB_SIZE" ${extra[@]+"${extra[@]}"})
+PROCESSES=${PROCESSES:-1}
+if [[ ! "$PROCESSES" =~ ^[1-9][0-9]*$ ]]; then
+  echo "error: PROCESSES must be a positive integer, got '$PROCESSES'." >&2
+  exit 2
+fi
+if [[ "$PROCESSES" == 1 ]]; then
+  run "${train[@]}"
+else
+  pids=()
+  # Stops the processes started here if this script exits early.
+  trap 'for pid in ${pids[@]+"${pids[@]}"}; do kill "$pid" 2>/dev/null || true; done' EXIT
+  for ((i = 0; i < PROCESSES; i++)); do
+    command=(env XLA_FLAGS=--xla_force_host_platform_device_count=1 "${train[@]}"
+             --coordinator_address="localhost:${PORT:-12355}" --num_processes="$PROCESSES"
+             --process_id="$i")
+    if [[ "${DRY_RUN:-0}" == 1 ]]; then printf '%q ' "${command[@]}"; echo "&";
+    else "${command[@]}" & pids+=($!); fi
+  done
+  for pid in ${pids[@]+"${pids[@]}"}; do wait "$pid"; done
+  pids=()
+fi
 
 if [[ "${EVAL:-1}" == 1 ]]; then
   if [[ ! -d "$TASKS_DIR/bucc2018" ]]; then

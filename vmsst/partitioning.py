@@ -26,6 +26,7 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, str | None], ...] = (
     ("latent", None),
     ("length", None),
     ("relpos_buckets", None),  # T5 relative-position tables: tiny, replicated
+    ("layers", None),  # NetworkConfig.scan_layers: the stacked layer axis, replicated
 )
 
 MESH_AXES = ("data", "model")
@@ -39,11 +40,16 @@ def make_mesh(data_parallelism: int = -1, model_parallelism: int = 1,
   Args:
     data_parallelism: size of the data axis; -1 takes what model leaves.
     model_parallelism: size of the model axis.
-    devices: defaults to jax.devices() (every process's devices).
+    devices: defaults to every process's devices, ordered by process: the
+      data axis then runs over process 0's devices, then process 1's, ..., so
+      host h's local batch rows are the h-th block of the global batch (see
+      vmsst.train.train_iterator).
   Uses jax.sharding.Mesh directly, whose axes are Auto (jax.make_mesh would
   default to Explicit axes, which the logical-constraint flow does not use).
   """
-  devices = list(devices if devices is not None else jax.devices())
+  if devices is None:
+    devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+  devices = list(devices)
   if data_parallelism == -1:
     if len(devices) % model_parallelism:
       raise ValueError(f"{len(devices)} devices cannot be split into model_parallelism="
@@ -55,6 +61,12 @@ def make_mesh(data_parallelism: int = -1, model_parallelism: int = 1,
         f"{data_parallelism * model_parallelism} devices, found {len(devices)}; "
         "set make_mesh.data_parallelism / model_parallelism in gin.")
   grid = np.asarray(devices).reshape(data_parallelism, model_parallelism)
+  for row in grid:  # a data row spread over hosts would need the same rows on each
+    if len({d.process_index for d in row}) > 1:
+      raise ValueError(
+          f"model_parallelism={model_parallelism} spreads one data row over several "
+          f"processes ({jax.local_device_count()} devices each); pick a model axis that "
+          "divides the devices of one process.")
   return Mesh(grid, MESH_AXES)
 
 

@@ -1,0 +1,127 @@
+"""The launchers in dry-run mode: the exact commands they would run.
+
+Each script is run with DRY_RUN=1 (nothing is created, submitted or
+trained); its printed lines are split as the shell would split them, so a
+quoting mistake shows up as a wrong argument.
+"""
+
+import os
+import shlex
+import subprocess
+
+import pytest
+
+import vmsst_testing
+
+ROOT = vmsst_testing.ROOT
+PAPER_GIN = "gin/runs/vmsst_6l_paper.gin"
+# Bindings whose values hold quotes and a space: they must reach vmsst.train intact.
+BINDINGS = ["--gin.MODEL_DIR='gs://bucket/vmsst 6l'", "--gin.OPUS_DIR='/data/opus'",
+            "--gin.TRAIN_STEPS=10"]
+
+
+def dry_run(script: str, args: list[str], **env: str) -> list[list[str]]:
+  """The command lines `script` prints with DRY_RUN=1, each split into words."""
+  result = subprocess.run(["bash", f"launch/{script}", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, DRY_RUN="1", **env),
+                          check=False)
+  assert result.returncode == 0, result.stderr
+  return [shlex.split(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def failure(script: str, args: list[str], **env: str) -> str:
+  result = subprocess.run(["bash", f"launch/{script}", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, DRY_RUN="1", **env),
+                          check=False)
+  assert result.returncode == 2, result
+  return result.stderr
+
+
+def option(words: list[str], name: str) -> str:
+  values = [w[len(name) + 1:] for w in words if w.startswith(name + "=")]
+  assert len(values) == 1, (name, words)
+  return values[0]
+
+
+def test_tpu_runs_the_same_gin_with_distributed_on_every_worker():
+  lines = dry_run("tpu.sh", ["create", "train", "delete", f"--gin_file={PAPER_GIN}", *BINDINGS],
+                  TPU_NAME="vmsst-v4", ZONE="us-central2-b", PROJECT="my-proj",
+                  ACCELERATOR_TYPE="v4-64")
+  create, train, delete = lines
+  assert create[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "create", "vmsst-v4"]
+  assert option(create, "--accelerator-type") == "v4-64"
+  assert option(create, "--zone") == "us-central2-b"
+  assert train[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "vmsst-v4"]
+  assert option(train, "--worker") == "all"
+  assert option(train, "--project") == "my-proj"
+  # What each worker's shell runs: one command for all, --distributed, the gin
+  # file and the bindings exactly as given here.
+  remote = shlex.split(option(train, "--command"))
+  assert remote == ["cd", "vmsst", "&&", "python3", "-m", "vmsst.train", "--distributed",
+                    f"--gin_file={PAPER_GIN}", *BINDINGS]
+  assert delete[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "delete", "vmsst-v4"]
+  assert "--quiet" in delete
+
+
+def test_tpu_defaults_to_train_and_checks_its_settings():
+  (train,) = dry_run("tpu.sh", BINDINGS, TPU_NAME="t", ZONE="z")
+  assert train[4] == "ssh" and not any(w.startswith("--project") for w in train)
+  assert "--gin_file=gin/runs/vmsst_6l_paper.gin" in shlex.split(option(train, "--command"))
+  env = {k: v for k, v in os.environ.items() if k not in ("TPU_NAME", "ZONE")}
+  result = subprocess.run(["bash", "launch/tpu.sh"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env=dict(env, DRY_RUN="1"), check=False)
+  assert result.returncode == 2 and "set TPU_NAME and ZONE" in result.stderr
+  assert "not found" in failure("tpu.sh", ["--gin_file=gin/runs/nope.gin"], TPU_NAME="t", ZONE="z")
+  assert "unknown action 'start'" in failure("tpu.sh", ["start"], TPU_NAME="t", ZONE="z")
+
+
+def test_slurm_script_starts_one_process_per_gpu_on_every_node():
+  lines = dry_run("slurm.sh", [f"--gin_file={PAPER_GIN}", *BINDINGS], NODES="4",
+                  GPUS_PER_NODE="8", PARTITION="gpu", JOB_NAME="vmsst6l", REPO_DIR="/shared/vmsst",
+                  PY="/shared/venv/bin/python")
+  directives = {w[0].split("=")[0]: w[0].split("=", 1)[1] for w in
+                (line[1:] for line in lines if line[0] == "#SBATCH")}
+  assert directives["--nodes"] == "4"
+  assert directives["--ntasks-per-node"] == "8"  # 4 x 8 = 32 processes, one per GPU
+  assert directives["--gpus-per-node"] == "8"
+  assert directives["--partition"] == "gpu" and "--account" not in directives
+  srun = next(line for line in lines if line[0] == "srun")
+  assert srun == ["srun", "--kill-on-bad-exit=1", "/shared/venv/bin/python", "-m", "vmsst.train",
+                  "--distributed", f"--gin_file={PAPER_GIN}", *BINDINGS]
+  assert ["cd", "/shared/vmsst"] in lines
+  assert lines[-1] == ["sbatch", "runs/slurm/vmsst6l.sbatch"]
+  assert not (ROOT / "runs/slurm/vmsst6l.sbatch").exists()  # a dry run writes nothing
+
+
+def test_slurm_rejects_bad_node_counts():
+  assert "positive integers" in failure("slurm.sh", [], NODES="0")
+  assert "positive integers" in failure("slurm.sh", [], GPUS_PER_NODE="eight")
+
+
+def test_local_dry_run_prints_vocabulary_train_and_evaluation(data_dir, tmp_path):
+  lines = dry_run("local.sh", ["--gin_file=gin/runs/vmsst_cpu.gin", "--gin.TRAIN_STEPS=5"],
+                  DATA_DIR=str(data_dir), VOCAB_DIR=str(tmp_path / "vocab"),
+                  TASKS_DIR=str(tmp_path / "tasks"), PY="python")
+  modules = [line[2] for line in lines]
+  assert modules[:2] == ["vmsst.vocabulary", "vmsst.train"]
+  assert modules[-1] == "vmsst.evaluate"
+  train = lines[1]
+  assert "--gin.TRAIN_STEPS=5" in train and "--gin_file=gin/runs/vmsst_cpu.gin" in train
+  assert f"--gin.VOCAB_PATH='{tmp_path}/vocab/spm.model'" in train
+  assert not (tmp_path / "vocab").exists()
+
+
+def test_local_processes_join_one_job_on_localhost(data_dir, tmp_path):
+  lines = dry_run("local.sh", ["--gin.TRAIN_STEPS=5"], DATA_DIR=str(data_dir), EVAL="0",
+                  VOCAB_DIR=str(tmp_path / "vocab"), PY="python", PROCESSES="3", PORT="4567")
+  trains = lines[1:]
+  assert len(trains) == 3
+  for i, words in enumerate(trains):
+    assert words[:2] == ["env", "XLA_FLAGS=--xla_force_host_platform_device_count=1"]
+    assert words[2:5] == ["python", "-m", "vmsst.train"] and words[-1] == "&"
+    assert option(words, "--coordinator_address") == "localhost:4567"
+    assert option(words, "--num_processes") == "3"
+    assert option(words, "--process_id") == str(i)
+  # The same training arguments in every process.
+  assert len({tuple(w for w in words if not w.startswith("--process_id")) for words in trains}) == 1
+  assert "positive integer" in failure("local.sh", [], DATA_DIR=str(data_dir), PROCESSES="two")

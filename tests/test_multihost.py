@@ -1,0 +1,213 @@
+"""Multi-controller training: 2 processes on localhost train exactly like 1.
+
+The processes are real `python -m vmsst.train --coordinator_address=...`
+runs (CPU, gloo collectives) on a slice of the real corpora; each is started
+in its own session and killed with its process group in `finally`, so a
+failing or hanging run leaves nothing behind.
+
+Device counts: each of the 2 processes sees 1 CPU device
+(XLA_FLAGS=--xla_force_host_platform_device_count=1) and the 1-process run
+sees 2, so both build the same ("data" 2, "model" 1) mesh; with two
+addends a cross-device sum cannot be reordered, and the parameters are
+expected bitwise equal.
+"""
+
+import gzip
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+from flax import traverse_util
+import seqio
+
+import vmsst.train
+import vmsst_testing
+from tasks import registry
+from vmsst import inference
+
+ROOT = vmsst_testing.ROOT
+GLOBAL_BATCH = 8
+TIMEOUT_S = 400  # per phase; a healthy phase takes well under a minute on 2 idle cores
+
+
+def _head_gz(src: pathlib.Path, dst: pathlib.Path, lines: int) -> None:
+  with gzip.open(src, "rt", encoding="utf-8") as f_in, gzip.open(dst, "wt",
+                                                                 encoding="utf-8") as f_out:
+    for i, line in enumerate(f_in):
+      if i == lines:
+        break
+      f_out.write(line)
+
+
+@pytest.fixture(scope="module")
+def small_data_dir(data_dir, tmp_path_factory) -> pathlib.Path:
+  """The first lines of the real NTREX-128 and Multi30k files (tatoeba linked).
+
+  Keeps every language and the file layout; only shortens the files so that
+  each training process reads and shuffles its data in seconds.
+  """
+  root = tmp_path_factory.mktemp("small_data")
+  (root / "tatoeba").symlink_to(data_dir / "tatoeba")
+  (root / "multi30k").mkdir()
+  for path in (data_dir / "multi30k").glob("*.gz"):
+    _head_gz(path, root / "multi30k" / path.name, 100)
+  (root / "ntrex128").mkdir()
+  for path in (data_dir / "ntrex128").iterdir():
+    if path.name.endswith(".txt.gz"):
+      _head_gz(path, root / "ntrex128" / path.name, 16)
+    elif path.name == "DOCUMENT_IDS.tsv":
+      head = path.read_text(encoding="utf-8").splitlines(keepends=True)[:16]
+      (root / "ntrex128" / path.name).write_text("".join(head), encoding="utf-8")
+  return root
+
+
+def _bindings(data_dir, vocab_path, model_dir, steps: int) -> list[str]:
+  return vmsst_testing.small_run_bindings(
+      data_dir, vocab_path, model_dir, steps,
+      extra=[f"BATCH_SIZE = {GLOBAL_BATCH}", "train.evaluator = None",
+             "make_manager.save_interval_steps = 2", "train.log_every = 1",
+             "SEQUENCE_LENGTH = 16", "NetworkConfig.emb_dim = 32", "NetworkConfig.mlp_dim = 64",
+             "NetworkConfig.num_encoder_layers = 1"])
+
+
+def test_host_slices_are_blocks_of_the_one_process_batch(small_data_dir, tiny_vocab_path):
+  registry.register_tasks(str(small_data_dir), tiny_vocab_path)
+  common = dict(batch_size=GLOBAL_BATCH, sequence_length=16, seed=3)
+
+  def batches(index, count, start_step=0, n=3):
+    it = vmsst.train.train_iterator("vmsst_ntrex_multi30k", start_step=start_step,
+                                    process_index=index, process_count=count, **common)
+    return [next(it) for _ in range(n)]
+
+  one = batches(0, 1)
+  hosts = [batches(0, 2), batches(1, 2)]
+  for step in range(3):
+    for key, rows in one[step].items():
+      assert rows.shape[0] == GLOBAL_BATCH
+      np.testing.assert_array_equal(hosts[0][step][key], rows[:GLOBAL_BATCH // 2])
+      np.testing.assert_array_equal(hosts[1][step][key], rows[GLOBAL_BATCH // 2:])
+  # Resuming at step 2 on host 1 continues the same blocks.
+  resumed = batches(1, 2, start_step=2, n=1)[0]
+  np.testing.assert_array_equal(resumed["tokens_a"], one[2]["tokens_a"][GLOBAL_BATCH // 2:])
+  # The batches are not all alike (the comparison above could fail).
+  assert not np.array_equal(one[0]["tokens_a"], one[1]["tokens_a"])
+  # host_data="shard_info": the same batch shape per host, but each host draws
+  # from its own 1/P of the examples, so the global batch is another one.
+  shards = [next(vmsst.train.train_iterator(
+      "vmsst_ntrex_multi30k", start_step=0, host_data="shard_info", process_index=i,
+      process_count=2, **common)) for i in range(2)]
+  assert shards[0]["tokens_a"].shape == (GLOBAL_BATCH // 2, 16)
+  assert not np.array_equal(np.concatenate([s["tokens_a"] for s in shards]), one[0]["tokens_a"])
+  with pytest.raises(ValueError, match="does not divide over 3 hosts"):
+    vmsst.train.train_iterator("vmsst_ntrex_multi30k", start_step=0, process_index=0,
+                               process_count=3, **common)
+  with pytest.raises(ValueError, match="host_data"):
+    vmsst.train.train_iterator("vmsst_ntrex_multi30k", start_step=0, host_data="rows",
+                               **common)
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def _spawn(args: list[str], devices: int, log: pathlib.Path) -> subprocess.Popen:
+  """`python -m vmsst.train ARGS` in its own session (killable as a group).
+
+  The runs share a persistent compilation cache next to the log, so the
+  second 2-process phase reuses the first one's compiled programs.
+  """
+  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+             JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
+             JAX_COMPILATION_CACHE_DIR=str(log.parent / "jax_cache"),
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+  with open(log, "w") as out:
+    return subprocess.Popen([sys.executable, "-m", "vmsst.train", *args], cwd=ROOT, env=env,
+                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _run_all(runs: list[tuple[list[str], int, pathlib.Path]]) -> None:
+  """Starts every run, waits for all; kills every process group on any exit."""
+  procs = []
+  try:
+    for args, devices, log in runs:
+      procs.append(_spawn(args, devices, log))
+    deadline = time.monotonic() + TIMEOUT_S
+    while any(proc.poll() is None for proc in procs):
+      # A crashed process fails the test at once (its peers would wait for it).
+      for proc, (_, _, log) in zip(procs, runs):
+        assert proc.poll() in (None, 0), (
+            f"{proc.args} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+      assert time.monotonic() < deadline, f"runs still going after {TIMEOUT_S} s"
+      time.sleep(0.5)
+    for proc, (_, _, log) in zip(procs, runs):
+      assert proc.returncode == 0, (
+          f"{proc.args} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait(timeout=30)
+
+
+def _train_args(bindings: list[str]) -> list[str]:
+  return ["--gin_file=gin/runs/vmsst_cpu.gin", *[f"--gin_bindings={b}" for b in bindings]]
+
+
+def _saved_steps(model_dir: pathlib.Path) -> list[int]:
+  return sorted(int(p.name) for p in (model_dir / "checkpoints").iterdir() if p.name.isdigit())
+
+
+def test_two_processes_save_restore_and_match_one_process(small_data_dir, tiny_vocab_path,
+                                                          tmp_path):
+  one_dir, two_dir = tmp_path / "one", tmp_path / "two"
+
+  def two_processes(steps: int, phase: str):
+    port = _free_port()
+    return [(_train_args(_bindings(small_data_dir, tiny_vocab_path, two_dir, steps))
+             + [f"--coordinator_address=localhost:{port}", "--num_processes=2",
+                f"--process_id={i}"], 1, tmp_path / f"{phase}_process{i}.log")
+            for i in range(2)]
+
+  # Phase 1: the 2-process run stops at step 2 (a cooperative save) while the
+  # 1-process reference trains straight to step 4.
+  _run_all(two_processes(2, "first")
+           + [(_train_args(_bindings(small_data_dir, tiny_vocab_path, one_dir, 4)), 2,
+               tmp_path / "one.log")])
+  assert _saved_steps(two_dir)[-1] == 2
+  # Phase 2: both processes restore step 2 together and train on to 4.
+  _run_all(two_processes(4, "second"))
+  assert _saved_steps(two_dir)[-2:] == [2, 4]
+  for i in range(2):
+    log = (tmp_path / f"second_process{i}.log").read_text()
+    assert f"process {i} of 2" in log
+    # Resumed, not restarted: clu's logging writer printed steps 3 and 4 only.
+    assert re.search(r"\[3\] .*loss=", log) and re.search(r"\[4\] .*loss=", log), log[-3000:]
+    assert not re.search(r"\[[12]\] .*loss=", log), log[-3000:]
+
+  one = inference.restore(str(one_dir))
+  two = inference.restore(str(two_dir))
+  one_leaves = traverse_util.flatten_dict(jax.device_get(one.params), sep="/")
+  two_leaves = traverse_util.flatten_dict(jax.device_get(two.params), sep="/")
+  assert one_leaves.keys() == two_leaves.keys() and len(one_leaves) > 10
+  for name, value in one_leaves.items():
+    np.testing.assert_array_equal(two_leaves[name], value, err_msg=name)
+  # Steps 3-4 moved the parameters (the equality is not that of two copies of step 2).
+  halfway = traverse_util.flatten_dict(
+      jax.device_get(inference.restore(str(two_dir), step=2).params), sep="/")
+  assert any(not np.array_equal(value, halfway[name]) for name, value in one_leaves.items())
+
+
+def test_partial_coordinator_flags_are_refused_before_joining():
+  with pytest.raises(ValueError, match="give all of --coordinator_address"):
+    vmsst.train.initialize_distributed(coordinator_address="localhost:1234", num_processes=2)
