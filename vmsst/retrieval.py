@@ -9,6 +9,7 @@ from typing import Callable, Mapping, Sequence
 import gin
 import numpy as np
 import seqio
+from absl import logging
 
 from vmsst import text_inputs
 
@@ -34,7 +35,10 @@ class RetrievalEvaluator:
       sequence_length: the training length (inputs are truncated alike).
       batch_size: encoding batch; must divide over the mesh's data axis.
     """
-    self.sets = sets
+    empty = sorted(name for name, (src, _) in sets.items() if not len(src))
+    if empty:  # e.g. a data subset without held-out documents: nothing to rank
+      logging.warning("held-out retrieval: sets %s have no pairs and are skipped", empty)
+    self.sets = {name: pair for name, pair in sets.items() if len(pair[0])}
     self.vocabulary = vocabulary
     self.sequence_length = sequence_length
     self.batch_size = batch_size

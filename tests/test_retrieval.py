@@ -1,0 +1,27 @@
+"""Held-out retrieval evaluator: accuracy by line index; empty sets are skipped, not fatal."""
+
+import numpy as np
+
+from vmsst import vocabulary
+from vmsst.retrieval import RetrievalEvaluator, retrieval_accuracy
+
+
+def test_accuracy_counts_the_aligned_nearest_neighbour_both_ways():
+  src = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1]])
+  trg = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+  # src0 -> trg0 (right), src1 -> trg1 (tie with trg2: lower index, right), src2 -> trg0 (wrong);
+  # trg0 -> src0 (right; src2 is less aligned), trg1 -> src1, trg2 -> src1 (wrong).
+  forward, backward = retrieval_accuracy(src, trg)
+  assert np.isclose(forward, 2 / 3) and np.isclose(backward, 2 / 3)
+
+
+def test_a_set_without_pairs_is_skipped_and_the_rest_evaluated(tiny_vocab_path):
+  vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
+  sentences = ["ein Haus", "a dog runs", "zwei Katzen schlafen", "the river"]
+  evaluator = RetrievalEvaluator({"empty": ([], []), "same": (sentences, sentences)}, vocab,
+                                 sequence_length=8, batch_size=4)
+  assert list(evaluator.sets) == ["same"]
+  # Embeddings = the padded token ids: identical sentences are each other's nearest.
+  results = evaluator.run(lambda tokens, mask: tokens.astype(np.float32))
+  assert results["same"] == 100.0 and results["mean"] == 100.0
+  assert results["chance"] == 25.0
