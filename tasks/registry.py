@@ -16,16 +16,26 @@ Nothing registers on import; call `register_tasks(...)` (or bind it in gin) befo
                         side a is the source, plus `teacher` = the teacher's
                         embedding of side a (knowledge distillation); the
                         mixture's rates are their training example counts
+  vmsst_wiki_entities   with entity_dir: sentences of a Wikipedia dump with their
+                        linked entity (tasks/wiki_entities.py output), the
+                        sentence on both sides, plus `entities`; train/validation
+  vmsst_triplets        with triplets: English (anchor, positive, negative) triplets
+                        (tasks/triplets.py; STSb-built or TSV) as a = anchor,
+                        b = positive, plus `tokens_negative`; train/validation
 
 Examples of every task, after preprocessing (tasks/preprocessors.py):
   tokens_a, tokens_b  int32 [<=L]  SentencePiece ids ending in EOS
   lang_a, lang_b      int32 []     id of the `<2xxx>` language symbol
   teacher             float32 [T]  (vmsst_distill_* only) teacher embedding of side a
+  tokens_negative     int32 [L]    (vmsst_triplets only) the triplet's negative, padded
+  entities            int32 [1+H]  (vmsst_wiki_entities only) entity-table rows: the
+                                   linked entity, then H hard negatives (-1: none)
 """
 
 import collections
 import functools
 import importlib
+import json
 import pathlib
 from typing import AbstractSet, Iterator, Mapping, Sequence
 
@@ -37,6 +47,8 @@ import tensorflow as tf
 
 from tasks import preprocessors
 from tasks import sources
+from tasks import triplets as triplets_lib
+from tasks import wiki_entities
 from vmsst import teacher_cache as teacher_cache_lib
 from vmsst import vocabulary as vocabulary_lib
 
@@ -47,6 +59,7 @@ OPUS_MIXTURE = "vmsst_opus"
 DISTILL_NTREX_TASK = "vmsst_distill_ntrex128"
 DISTILL_MULTI30K_TASK = "vmsst_distill_multi30k"
 DISTILL_MIXTURE = "vmsst_distill_ntrex_multi30k"
+ENTITY_TASK = "vmsst_wiki_entities"
 SPLITS = ("train", "validation")
 TEXT_FEATURES = ("text_a", "text_b", "lang_a", "lang_b")
 # OPUS files are streamed in file order, so a bigger buffer than seqio's
@@ -95,13 +108,16 @@ class StreamingPairSource(seqio.FunctionDataSource):
     corpora: the files, read one after the other (in a seeded random order
       when seqio asks for shuffled files).
     pivot: if set, every pair is flipped so that lang_a is the pivot.
+    policy: how bad lines are treated (tasks/sources.py module docstring).
     counts: PairCounts of the pass in progress (or last finished); each pass
       over the files (each epoch) starts a new one.
   """
 
   def __init__(self, corpora: Sequence[sources.OpusFile], *, num_lines: int, name: str,
-               exclude: AbstractSet[str] = frozenset(), pivot: str | None = None):
+               exclude: AbstractSet[str] = frozenset(), pivot: str | None = None,
+               policy: sources.InputPolicy = sources.DEFAULT_POLICY):
     self.corpora, self.pivot, self._exclude, self._name = tuple(corpora), pivot, exclude, name
+    self.policy = policy
     self.counts = sources.PairCounts()
     super().__init__(dataset_fn=self._dataset, splits=("train",),
                      num_input_examples={"train": num_lines})
@@ -109,7 +125,7 @@ class StreamingPairSource(seqio.FunctionDataSource):
   def _pairs(self, corpora: Sequence[sources.OpusFile]) -> Iterator[dict[str, str]]:
     self.counts = sources.PairCounts()
     for pair in sources.opus_pairs(corpora, counts=self.counts, exclude=self._exclude,
-                                   name=self._name):
+                                   name=self._name, policy=self.policy):
       if self.pivot is not None and pair.lang_b == self.pivot:
         pair = sources.Pair(pair.text_b, pair.text_a, pair.lang_b, pair.lang_a)
       yield pair._asdict()
@@ -124,15 +140,18 @@ class StreamingPairSource(seqio.FunctionDataSource):
 
 
 @functools.lru_cache(maxsize=8)
-def _read_split(reader: str, data_dir: str, split: str,
-                seed: int) -> tuple[tuple[sources.Pair, ...], sources.PairCounts]:
+def _read_split(reader: str, data_dir: str, split: str, seed: int,
+                policy: sources.InputPolicy = sources.DEFAULT_POLICY,
+                ) -> tuple[tuple[sources.Pair, ...], sources.PairCounts]:
   """Reads one split once per process (registration is repeated, reading is slow-ish)."""
   counts = sources.PairCounts()
   exclude = tatoeba_exclusion(data_dir)
   if reader == "ntrex128":
-    pairs = sources.ntrex_pairs(data_dir, split, seed=seed, counts=counts, exclude=exclude)
+    pairs = sources.ntrex_pairs(data_dir, split, seed=seed, counts=counts, exclude=exclude,
+                                policy=policy)
   else:
-    pairs = sources.multi30k_pairs(data_dir, split, counts=counts, exclude=exclude)
+    pairs = sources.multi30k_pairs(data_dir, split, counts=counts, exclude=exclude,
+                                   policy=policy)
   return tuple(pairs), counts
 
 
@@ -163,9 +182,59 @@ def _replace_mixture(name: str, tasks: Sequence[tuple[str, float]]) -> str:
   return name
 
 
+DATA_COUNTS_FILE = "data_counts.json"
+
+
+def report_data_counts(name: str, *, model_dir: str | None = None) -> dict:
+  """Logs read = kept + skipped of every task of a mixture (or task), and the total.
+
+  One log line per task and split, then one total per split. In-memory
+  sources (NTREX, Multi30k) were counted when registered; streamed ones (OPUS)
+  count while training reads them and log their own line at the end of each
+  pass, so here they are `null` until a pass has ended. Sources without counts
+  (e.g. vmsst_wiki_entities) are `null` too.
+
+  Args:
+    name: a registered mixture or task.
+    model_dir: if given, the report is also written to MODEL_DIR/data_counts.json.
+  Returns:
+    {"mixture": name, "tasks": {task: {split: counts | None}},
+     "total": {split: counts}}, counts = PairCounts.as_dict().
+  """
+  found = seqio.get_mixture_or_task(name)
+  tasks = found.tasks if isinstance(found, seqio.Mixture) else [found]
+  per_task, totals = {}, collections.defaultdict(sources.PairCounts)
+  for task in tasks:
+    counts = getattr(task.source, "counts", None)
+    if isinstance(counts, sources.PairCounts):  # Streamed: the last pass, if any.
+      counts = {"train": counts if counts.read else None}
+    per_task[task.name] = {}
+    for split in task.source.splits:
+      split_counts = counts.get(split) if isinstance(counts, Mapping) else None
+      if not isinstance(split_counts, sources.PairCounts):  # Not a sources.py reader.
+        split_counts = None
+      per_task[task.name][split] = split_counts and split_counts.as_dict()
+      if split_counts is None:
+        logging.info("%s[%s]: %s examples, no read/kept/skipped counts (yet: a streamed "
+                     "source logs them at the end of each pass)", task.name, split,
+                     task.source.num_input_examples(split))
+        continue
+      logging.info("%s", split_counts.report(f"{task.name}[{split}]"))
+      totals[split] += split_counts
+  for split, total in sorted(totals.items()):
+    logging.info("%s", total.report(f"{name} total[{split}]"))
+  report = {"mixture": name, "tasks": per_task,
+            "total": {split: total.as_dict() for split, total in sorted(totals.items())}}
+  if model_dir is not None:
+    tf.io.gfile.makedirs(model_dir)
+    with tf.io.gfile.GFile(f"{model_dir}/{DATA_COUNTS_FILE}", "w") as f:
+      f.write(json.dumps(report, indent=1) + "\n")
+  return report
+
+
 def _in_memory_task(name: str, reader: str, data_dir: str, vocab: seqio.Vocabulary,
-                    seed: int) -> str:
-  read = {split: _read_split(reader, data_dir, split, seed) for split in SPLITS}
+                    seed: int, policy: sources.InputPolicy = sources.DEFAULT_POLICY) -> str:
+  read = {split: _read_split(reader, data_dir, split, seed, policy) for split in SPLITS}
   source = InMemoryPairSource({split: pairs for split, (pairs, _) in read.items()},
                               {split: counts for split, (_, counts) in read.items()})
   return register_pair_task(name, source, vocab)
@@ -176,8 +245,9 @@ def opus_task_name(lang_a: str, lang_b: str) -> str:
   return f"{OPUS_MIXTURE}.{lang_a}.{lang_b}".replace("-", "_")
 
 
-def register_opus_tasks(opus_dir: str, vocab: seqio.Vocabulary,
-                        exclude: AbstractSet[str]) -> dict[tuple[str, str], str]:
+def register_opus_tasks(opus_dir: str, vocab: seqio.Vocabulary, exclude: AbstractSet[str], *,
+                        policy: sources.InputPolicy = sources.DEFAULT_POLICY,
+                        ) -> dict[tuple[str, str], str]:
   """One streaming task per language pair in `opus_dir`, plus the vmsst_opus mixture.
 
   Counts every file's lines first: that checks the Moses sides are aligned
@@ -195,7 +265,8 @@ def register_opus_tasks(opus_dir: str, vocab: seqio.Vocabulary,
   for (lang_a, lang_b), corpora in sorted(by_pair.items()):
     num_lines = sum(sources.check_moses_line_counts(c) for c in corpora)
     name = opus_task_name(lang_a, lang_b)
-    source = StreamingPairSource(corpora, num_lines=num_lines, name=name, exclude=exclude)
+    source = StreamingPairSource(corpora, num_lines=num_lines, name=name, exclude=exclude,
+                                 policy=policy)
     names[(lang_a, lang_b)] = register_pair_task(name, source, vocab,
                                                  shuffle_buffer_size=OPUS_SHUFFLE_BUFFER)
     rates.append((name, float(max(num_lines, 1))))
@@ -281,12 +352,58 @@ def register_distillation_tasks(data_dir: str, vocab: seqio.Vocabulary,
   return [*readers, _replace_mixture(DISTILL_MIXTURE, rates)]
 
 
+class EntitySentenceSource(seqio.FunctionDataSource):
+  """tasks.wiki_entities examples in memory: the sentence as both sides, plus `entities`.
+
+  {"text_a": s, "text_b": s, "lang_a": "eng", "lang_b": "eng", "entities": [12, 40]}
+  The whole split is shuffled when asked (examples are written page by page).
+  """
+
+  def __init__(self, entity_dir: str):
+    self._columns = {}
+    for split in SPLITS:
+      texts, langs, ids = wiki_entities.load_split(entity_dir, split)
+      texts, langs = np.array(texts, dtype=object), np.array(langs, dtype=object)
+      self._columns[split] = {"text_a": texts, "text_b": texts, "lang_a": langs,
+                              "lang_b": langs, "entities": ids}
+    super().__init__(dataset_fn=self._dataset, splits=SPLITS,
+                     num_input_examples={s: len(c["entities"]) for s, c in self._columns.items()})
+
+  def _dataset(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
+    columns = self._columns[split]
+    if not len(columns["entities"]):
+      raise ValueError(f"{ENTITY_TASK}: no {split} examples (raise --heldout_fraction of "
+                       "python -m tasks.wiki_entities for a validation split).")
+    ds = tf.data.Dataset.from_tensor_slices(columns)
+    if shuffle_files:
+      ds = ds.shuffle(len(columns["entities"]), seed=seed, reshuffle_each_iteration=True)
+    return ds
+
+
+def register_entity_task(entity_dir: str, vocab: seqio.Vocabulary) -> str:
+  """vmsst_wiki_entities over a `python -m tasks.wiki_entities` output directory."""
+  features = {**output_features(vocab),
+              "entities": seqio.ContinuousFeature(dtype=tf.int32, rank=1)}
+  keep_entities = functools.partial(
+      seqio.preprocessors.rekey, key_map={"tokens_a": "text_a", "tokens_b": "text_b",
+                                          "lang_a": "lang_a", "lang_b": "lang_b",
+                                          "entities": "entities"})
+  seqio.TaskRegistry.remove(ENTITY_TASK)
+  seqio.TaskRegistry.add(ENTITY_TASK, source=EntitySentenceSource(entity_dir),
+                         output_features=features,
+                         preprocessors=[keep_entities, *preprocessors.PAIR_PREPROCESSORS[1:]])
+  return ENTITY_TASK
+
+
 @gin.configurable
 def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = None,
                    ntrex_seed: int = 0,
                    teacher_cache: teacher_cache_lib.TeacherCache | None = None,
                    distillation_source: str = "eng",
-                   distillation_max_sources: int | None = None) -> list[str]:
+                   distillation_max_sources: int | None = None,
+                   entity_dir: str | None = None,
+                   input_policy: sources.InputPolicy | None = None,
+                   triplets: str | None = None) -> list[str]:
   """Registers (or re-registers) every vmsst task and mixture; returns their names.
 
   Safe to call again with the same or other arguments: each name is removed
@@ -303,15 +420,25 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
     distillation_source: language of the distillation tasks' side a.
     distillation_max_sources: keep only the first this many source sentences
       of each distillation task and split (tests, quick runs).
+    entity_dir: if given, also registers vmsst_wiki_entities from this
+      `python -m tasks.wiki_entities` output directory.
+    input_policy: how NTREX, Multi30k and OPUS lines that are malformed
+      (no tab, not UTF-8) or overlong are treated; default
+      sources.DEFAULT_POLICY: skipped and counted (tasks/sources.py docstring).
+    triplets: if given, also registers vmsst_triplets (query-tower tuning):
+      "stsb" builds them from data_dir/stsb train/dev, or a directory holding
+      train.tsv and validation.tsv (tasks/triplets.py).
   """
+  policy = input_policy or sources.DEFAULT_POLICY
   data_dir = str(pathlib.Path(data_dir))
   vocab = vocabulary_lib.get_vocabulary(vocabulary_path)
-  names = [_in_memory_task(NTREX_TASK, "ntrex128", data_dir, vocab, ntrex_seed),
-           _in_memory_task(MULTI30K_TASK, "multi30k", data_dir, vocab, ntrex_seed)]
+  names = [_in_memory_task(NTREX_TASK, "ntrex128", data_dir, vocab, ntrex_seed, policy),
+           _in_memory_task(MULTI30K_TASK, "multi30k", data_dir, vocab, ntrex_seed, policy)]
   rates = [(n, float(seqio.TaskRegistry.get(n).num_input_examples("train"))) for n in names]
   names.append(_replace_mixture(DEMO_MIXTURE, rates))
   if opus_dir is not None:
-    opus_tasks = register_opus_tasks(opus_dir, vocab, tatoeba_exclusion(data_dir))
+    opus_tasks = register_opus_tasks(opus_dir, vocab, tatoeba_exclusion(data_dir),
+                                     policy=policy)
     names += [*opus_tasks.values(), OPUS_MIXTURE]
     names += _register_paper_mixture(opus_dir, vocab, tatoeba_exclusion(data_dir),
                                      opus_tasks)
@@ -319,4 +446,8 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
     names += register_distillation_tasks(data_dir, vocab, teacher_cache, seed=ntrex_seed,
                                          source_language=distillation_source,
                                          max_sources=distillation_max_sources)
+  if entity_dir is not None:
+    names.append(register_entity_task(entity_dir, vocab))
+  if triplets is not None:
+    names.append(triplets_lib.register_triplet_task(triplets, data_dir, output_features(vocab)))
   return names

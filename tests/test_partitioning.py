@@ -29,3 +29,23 @@ def test_rules_split_wide_weight_axes_over_model_and_batch_over_data():
   assert shardings["wi"].spec == P(None, "model")
   assert shardings["norm"].spec == P(None)
   assert partitioning.batch_sharding(mesh).spec == P("data")
+
+
+def test_optimizer_state_of_partly_frozen_params_follows_the_trained_params():
+  """optax masking leaves MaskedNode where a parameter is frozen; the rest still shards."""
+  import optax  # pylint: disable=import-outside-toplevel
+  boxed = {"embedding": nn.LogicallyPartitioned(jnp.zeros((8, 4)), ("vocab", "embed")),
+           "wi": nn.LogicallyPartitioned(jnp.zeros((4, 16)), ("embed", "mlp"))}
+  params = nn.unbox(boxed)
+  optimizer = optax.multi_transform({"train": optax.adam(1e-3), "freeze": optax.set_to_zero()},
+                                    {"embedding": "freeze", "wi": "train"})
+  state = jax.eval_shape(optimizer.init, params)
+  mesh = partitioning.make_mesh(devices=jax.devices()[:1])
+  shardings = partitioning.like_params_shardings(
+      state, params, partitioning.logical_shardings(boxed, mesh), mesh)
+  adam_state = shardings.inner_states["train"].inner_state[0]
+  assert adam_state.mu["wi"].spec == P(None, "model")
+  assert adam_state.nu["wi"].spec == P(None, "model")
+  assert isinstance(adam_state.mu["embedding"], optax.MaskedNode)
+  assert adam_state.count.spec == P()
+  assert jax.tree.structure(shardings) == jax.tree.structure(state)

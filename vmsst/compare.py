@@ -64,9 +64,19 @@ def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, mode
   with gin.unlock_config():
     gin.clear_config()
     train_lib.parse_gin([model_file, *gin_file, *overlays],
-                        [f"MODEL_DIR = '{model_dir}'", f"TRAIN_STEPS = {steps}", *bindings],
+                        [f"MODEL_DIR = '{model_dir}'", f"TRAIN_STEPS = {steps}",
+                         f"compared_model_dir.output = '{os.path.dirname(model_dir)}'",
+                         *bindings],
                         search_paths)
     train_lib.train()
+
+
+@gin.configurable
+def compared_model_dir(*, objective: str = gin.REQUIRED, output: str = gin.REQUIRED) -> str:
+  """OUTPUT/<objective> of the running comparison: an objective that starts from another's
+  checkpoint (query-tower tuning from contrastive) names it in its overlay; the
+  comparison binds `output` (list the source objective first in --objectives)."""
+  return os.path.join(output, objective)
 
 
 def _exists(gin_file: str, search_paths: Sequence[str]) -> bool:

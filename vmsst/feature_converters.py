@@ -12,6 +12,11 @@ Optional, passed through unchanged when the task has it (OPTIONAL_FEATURES):
   teacher             float32 [T]  a teacher's embedding of side a (distillation
                                    tasks); absent otherwise, so other tasks'
                                    batches are exactly as before
+  entities            int32 [1+H]  linked entity then H hard negatives, -1 padding
+                                   (entity-contrastive tasks, tasks/wiki_entities.py)
+  tokens_negative     int32 [L]    a triplet's negative sentence, already 0-padded
+                                   to L by its task (tasks/triplets.py), so its
+                                   static width is the training length
 
 sem_side says which side of the pair feeds the semantic encoder; alternating it
 by position means any even-sized batch (batched from the start of the stream)
@@ -25,7 +30,9 @@ import tensorflow as tf
 
 FeatureSpec = seqio.FeatureConverter.FeatureSpec
 # Features a task may add; each is passed through with its own static length.
-OPTIONAL_FEATURES = {"teacher": FeatureSpec(dtype=tf.float32, rank=1)}
+OPTIONAL_FEATURES = {"teacher": FeatureSpec(dtype=tf.float32, rank=1),
+                     "entities": FeatureSpec(dtype=tf.int32, rank=1),
+                     "tokens_negative": FeatureSpec(dtype=tf.int32, rank=1)}
 
 
 class PairFeatureConverter(seqio.FeatureConverter):

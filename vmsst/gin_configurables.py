@@ -11,6 +11,7 @@ from tasks import heldout
 from tasks import registry
 from vmsst import checkpointing
 from vmsst import optimizers
+from vmsst import parameter_groups
 from vmsst import partitioning
 from vmsst import retrieval
 from vmsst import vocabulary
@@ -24,4 +25,4 @@ gin.constant("vmsst.bfloat16", jnp.bfloat16)
 
 # Modules whose @gin.configurable objects the gin files name.
 __all__ = ["registry", "checkpointing", "optimizers", "partitioning", "retrieval",
-           "NetworkConfig", "MODELS"]
+           "NetworkConfig", "MODELS", "parameter_groups"]

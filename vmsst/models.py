@@ -11,6 +11,11 @@ Batch contract (produced by vmsst.feature_converters.PairFeatureConverter):
   sem_side            int32 [B]     0: side a feeds q(z_sem) in the ELBO, 1: b
 Optional (only in batches of tasks that carry it; see `batch_shapes`):
   teacher             float32 [B, T]  a teacher's embedding of side a (distillation)
+  entities            int32 [B, 1+H]  linked entity then H hard negatives, −1 padding
+                                      (entity-contrastive; tasks/wiki_entities.py)
+  tokens_negative     int32 [B, L]    a negative for anchor a / positive b, 0-padded
+                                      (query-tower triplets, tasks/triplets.py); its
+                                      mask is tokens_negative != 0
 """
 
 from typing import Any, Callable, Mapping
@@ -30,11 +35,14 @@ BATCH_DTYPES = {
     "tokens_a": jnp.int32, "tokens_b": jnp.int32, "mask_a": jnp.int32,
     "mask_b": jnp.int32, "lang_a": jnp.int32, "lang_b": jnp.int32, "sem_side": jnp.int32,
     "teacher": jnp.float32,
+    "entities": jnp.int32,
+    "tokens_negative": jnp.int32,
 }
-OPTIONAL_FEATURES = ("teacher",)
+OPTIONAL_FEATURES = ("teacher", "entities", "tokens_negative")
 
 
-def batch_shapes(batch_size: int, length: int, teacher_dim: int = 0) -> dict[str, tuple[int, ...]]:
+def batch_shapes(batch_size: int, length: int, teacher_dim: int = 0,
+                 entity_slots: int = 0) -> dict[str, tuple[int, ...]]:
   """Shapes of a model batch of `batch_size` pairs of `length` tokens.
 
   Args:
@@ -42,11 +50,15 @@ def batch_shapes(batch_size: int, length: int, teacher_dim: int = 0) -> dict[str
     length: tokens per sentence (L).
     teacher_dim: width T of the `teacher` feature [B, T]; 0 (the default)
       leaves it out (see `EmbeddingModel.input_shapes`).
+    entity_slots: width 1 + H of the `entities` feature [B, 1 + H]
+      (entity-contrastive); 0 (the default) leaves it out.
   """
   shapes = {k: (batch_size, length) if k.startswith(("tokens", "mask")) else (batch_size,)
             for k in BATCH_DTYPES if k not in OPTIONAL_FEATURES}
   if teacher_dim:
     shapes["teacher"] = (batch_size, teacher_dim)
+  if entity_slots:
+    shapes["entities"] = (batch_size, entity_slots)
   return shapes
 
 

@@ -4,6 +4,7 @@ Gin binds these at the entrypoint; the model never sees them.
 """
 
 import gin
+import jax
 import jax.numpy as jnp
 import optax
 
@@ -51,3 +52,55 @@ def adamw(*, learning_rate: optax.Schedule | float = gin.REQUIRED,
           weight_decay: float = 0.0, b2: float = 0.98) -> optax.GradientTransformation:
   """AdamW, for objectives whose reference recipe uses it."""
   return optax.adamw(learning_rate, b2=b2, weight_decay=weight_decay)
+
+
+def compensated_summation() -> optax.GradientTransformation:
+  """Kahan-compensated parameter updates: tiny steps accumulate instead of vanishing.
+
+  In float32, p + u == p whenever |u| < ulp(p) / 2 (|u| < 6e-8 for |p| = 1):
+  an update at learning rate 1e-8 is lost entirely, step after step. This
+  transformation goes last in a chain and keeps, per parameter, the part of
+  the requested updates not yet applied (c, float32 like params). Each step
+  it asks for y = u + c, emits the update the parameter dtype can actually
+  represent, d = fl(p + y) − p (exact by Sterbenz's lemma when |y| ≪ |p|, so
+  optax.apply_updates lands on fl(p + y) exactly), and carries
+  c ← y − ((p + d) − p). The sum of the emitted updates thus tracks the sum
+  of the requested ones to within one rounding of p, whatever the step size
+  (tests/test_compensated_summation.py compares it with float64). Costs one
+  float32 buffer per trainable parameter; needs `params` in `update`.
+  """
+
+  def init(params):
+    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.float32), params)
+
+  def update(updates, state, params=None):
+    if params is None:
+      raise ValueError("compensated_summation needs the parameters: call "
+                       "optimizer.update(grads, state, params) (vmsst.trainer does).")
+
+    def one(u, c, p):
+      y = u.astype(jnp.float32) + c
+      wanted = (p.astype(jnp.float32) + y).astype(p.dtype)  # the nearest representable p
+      emitted = wanted.astype(jnp.float32) - p.astype(jnp.float32)
+      applied = (p + emitted).astype(p.dtype).astype(jnp.float32) - p.astype(jnp.float32)
+      return emitted.astype(u.dtype), y - applied
+
+    leaves, treedef = jax.tree.flatten(updates)  # (masked-out leaves have none)
+    pairs = [one(u, c, p) for u, c, p in zip(leaves, treedef.flatten_up_to(state),
+                                             treedef.flatten_up_to(params))]
+    return (treedef.unflatten([e for e, _ in pairs]),
+            treedef.unflatten([c for _, c in pairs]))
+
+  return optax.GradientTransformation(init, update)
+
+
+@gin.configurable
+def compensated(*, optimizer: optax.GradientTransformation = gin.REQUIRED
+                ) -> optax.GradientTransformation:
+  """`optimizer` followed by `compensated_summation` (for learning rates ~1e-8).
+
+  Query-tower tuning (vmsst/objectives/query_tower.py) moves a trained
+  model by tiny steps; without compensation float32 parameters would not
+  move at all (see `compensated_summation`).
+  """
+  return optax.chain(optimizer, compensated_summation())

@@ -7,9 +7,17 @@ output projection, whose z rows have no pretrained counterpart). Used to start
 training from converted checkpoints (`train(init_params=...)`,
 `vmsst.mt5_import`): names or shapes that do not fit are one error listing
 them all, and each process reads only the shards its devices hold.
+
+`load_params` also takes a model directory written by `python -m vmsst.train`
+(its latest orbax checkpoint): then the stored parameters the model shares by
+name are loaded, and stored parameters the model lacks are left out (a VMSST
+checkpoint's decoder for a semantic-path objective), counted in the log; a
+shared name whose shape differs is still an error. The directory's
+config.gin is never parsed, so the caller's gin configuration is untouched.
 """
 
 import math
+import os
 import re
 from typing import Any, Mapping
 
@@ -95,11 +103,14 @@ def load_params(path: str, params: Params) -> Params:
   from the file keep their values.
 
   Args:
-    path: a file written by `save_params` (the converter's --output).
+    path: a file written by `save_params` (the converter's --output), or a
+      model directory written by `python -m vmsst.train` (`load_model_dir`).
     params: the model's freshly initialised jax.Array tree.
   Raises:
     ValueError listing every unexpected or mis-shaped name.
   """
+  if os.path.isdir(path):
+    return load_model_dir(path, params)
   from safetensors import safe_open  # pylint: disable=import-outside-toplevel
   flat = flatten(params)
   with safe_open(path, "numpy") as f:
@@ -122,3 +133,53 @@ def load_params(path: str, params: Params) -> Params:
 def _set_rows(target: jax.Array, rows: jax.Array) -> jax.Array:
   return jax.jit(lambda a, b: a.at[:b.shape[0]].set(b), out_shardings=target.sharding,
                  donate_argnums=0)(target, rows)
+
+
+def checkpoint_item(model_dir: str, step: int | None = None) -> str:
+  """The orbax item directory of a model directory's checkpoint (default: the latest)."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  checkpoints = os.path.join(os.path.abspath(model_dir), "checkpoints")
+  step = ocp.CheckpointManager(checkpoints).latest_step() if step is None else step
+  if step is None:
+    raise FileNotFoundError(f"{checkpoints} has no checkpoint: init_params must be a "
+                            "parameter file or a directory written by python -m vmsst.train.")
+  return os.path.join(checkpoints, str(step), "default")
+
+
+def load_model_dir(model_dir: str, params: Params, step: int | None = None) -> Params:
+  """`params` with every parameter a trained model directory shares with it put in place.
+
+  Shared means the same "/"-joined name; each is restored straight onto the
+  sharding of `params` (each process reads its shards). Stored parameters
+  the model lacks are left out (logged); the model's parameters the
+  checkpoint lacks keep their values.
+
+  Raises:
+    ValueError: a shared name with another shape, or no shared name at all.
+  """
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  item = checkpoint_item(model_dir, step)
+  checkpointer = ocp.PyTreeCheckpointer()
+  stored = flatten(checkpointer.metadata(item).item_metadata.tree["params"])
+  flat = flatten(params)
+  shared = sorted(set(stored) & set(flat))
+  problems = [f"shape of {k}: stored {tuple(stored[k].shape)}, model {tuple(flat[k].shape)}"
+              for k in shared if tuple(stored[k].shape) != tuple(flat[k].shape)]
+  if not shared:
+    problems.append(f"no parameter name in common (stored e.g. {sorted(stored)[:3]})")
+  if problems:
+    raise ValueError(f"{model_dir} does not fit this model ({len(problems)} problems):\n  "
+                     + "\n  ".join(problems) + "\nStart from a checkpoint of the same "
+                     "network size (gin/models/sizes/).")
+  target = {"params": unflatten({k: jax.ShapeDtypeStruct(flat[k].shape, flat[k].dtype,
+                                                         sharding=flat[k].sharding)
+                                 for k in shared})}
+  restored = checkpointer.restore(item, args=ocp.args.PyTreeRestore(
+      item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+      partial_restore=True))
+  flat.update(flatten(restored["params"]))
+  left_out = sorted(set(stored) - set(flat))
+  logging.info("loaded %d of %d parameter tensors from %s (%d stored tensors the model lacks "
+               "left out%s)", len(shared), len(flat), item, len(left_out),
+               f", e.g. {left_out[0]}" if left_out else "")
+  return unflatten(flat)

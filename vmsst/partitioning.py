@@ -10,6 +10,7 @@ import flax.linen as nn
 import gin
 import jax
 import numpy as np
+import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 # Logical axis -> mesh axis. Weights are split over "model" along their wide
@@ -96,16 +97,23 @@ def like_params_shardings(abstract_tree: Any, abstract_params: Any,
   rows/columns, counters) is small and replicated.
   """
   params_def = jax.tree.structure(abstract_params)
-  pairs = list(zip(jax.tree.leaves(abstract_params),
-                   jax.tree.leaves(param_shardings,
-                                   is_leaf=lambda x: isinstance(x, NamedSharding))))
+  shardings = jax.tree.unflatten(params_def, jax.tree.leaves(
+      param_shardings, is_leaf=lambda x: isinstance(x, NamedSharding)))
+
+  def param_shaped(node) -> bool:
+    return jax.tree.structure(node, is_leaf=_is_masked) == params_def
 
   def assign(node):
-    if jax.tree.structure(node) != params_def:  # a lone leaf of the state
+    if not param_shaped(node):  # a lone leaf of the state
       return replicated(mesh)
-    return jax.tree.unflatten(params_def, [
-        sharding if leaf.shape == param.shape else replicated(mesh)
-        for leaf, (param, sharding) in zip(jax.tree.leaves(node), pairs)])
+    return jax.tree.map(
+        lambda leaf, param, sharding: leaf if _is_masked(leaf)
+        else sharding if leaf.shape == param.shape else replicated(mesh),
+        node, abstract_params, shardings, is_leaf=_is_masked)
 
-  return jax.tree.map(assign, abstract_tree,
-                      is_leaf=lambda node: jax.tree.structure(node) == params_def)
+  return jax.tree.map(assign, abstract_tree, is_leaf=param_shaped)
+
+
+def _is_masked(node) -> bool:
+  """optax's placeholder for a parameter a masked transformation leaves alone (frozen)."""
+  return isinstance(node, optax.MaskedNode)

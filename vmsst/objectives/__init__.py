@@ -6,8 +6,10 @@
 from vmsst.objectives.bitranslation import BiTranslation
 from vmsst.objectives.contrastive import Contrastive
 from vmsst.objectives.distillation import Distillation
+from vmsst.objectives.entity_contrastive import EntityContrastive
 from vmsst.objectives.momentum_contrast import MomentumContrast
 from vmsst.objectives.multitask import VMSSTContrastive
+from vmsst.objectives.query_tower import QueryTower
 from vmsst.objectives.variational import VMSST
 
 MODELS = {
@@ -17,4 +19,6 @@ MODELS = {
     "distillation": Distillation,
     "vmsst_contrastive": VMSSTContrastive,
     "momentum_contrast": MomentumContrast,
+    "entity_contrastive": EntityContrastive,
+    "query_tower": QueryTower,
 }

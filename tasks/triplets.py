@@ -1,0 +1,268 @@
+r"""English triplets (anchor, positive, negative): built from STSb, read from TSV, as a seqio task.
+
+  python -m tasks.triplets --stsb_dir=../shared/data/stsb --output_dir=runs/triplets
+
+writes train.tsv, validation.tsv and test.tsv (anchor<TAB>positive<TAB>negative,
+from STSb train, dev and test) and prints the build counts.
+
+The STSb rule (`stsb_triplets`), for each pair scored >= HIGH (4.0 of 5,
+"mostly equivalent"): anchor = sentence1, positive = sentence2. The negative
+is, in this order of preference:
+  1. same_anchor: the other sentence of a pair scored <= LOW (1.0, "not
+     equivalent, maybe same topic") that contains the anchor text (the first
+     such pair in file order): a sentence a rater judged unrelated to this very
+     anchor;
+  2. same_file: a sentence of a low-scoring pair from the same source file
+     (MSRvid, headlines, ...), drawn with a seeded generator: same domain and
+     style, so length or genre alone does not separate it from the positive;
+  3. any_file: the same from every low-scoring pair (a file without any).
+A candidate equal to the anchor or positive is never used. Pairs whose two
+sentences are identical are skipped and counted (nothing to rank). Every
+count is reported: pairs read = kept + skipped_identical + not_high.
+
+TSV files are read with vmsst.evaluation.pair_ranking.read_triplets: a line
+without exactly three non-empty TAB-separated fields is an error naming file
+and line; blank lines are skipped and counted.
+
+The seqio task `vmsst_triplets` (register_triplet_task) feeds
+PairFeatureConverter: tokens_a = anchor, tokens_b = positive, lang_a = lang_b
+= eng, plus `tokens_negative`, tokenized, EOS-terminated and 0-padded here to
+the training length (the converter passes it through at that static width).
+"""
+
+import collections
+import dataclasses
+import functools
+import pathlib
+from typing import Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+import seqio
+import tensorflow as tf
+
+from tasks import preprocessors
+from tasks import sources
+from vmsst.evaluation import pair_ranking
+from vmsst.evaluation import sts_files
+from vmsst.evaluation import text_files
+
+HIGH, LOW = 4.0, 1.0
+TASK = "vmsst_triplets"
+STSB_SPLITS = {"train": "train", "validation": "dev", "test": "test"}
+Triplet = tuple[str, str, str]
+
+
+@dataclasses.dataclass
+class BuildCounts:
+  """What `stsb_triplets` did with each pair it read."""
+  pairs: int = 0
+  not_high: int = 0
+  skipped_identical: int = 0
+  kept: int = 0
+  same_anchor: int = 0
+  same_file: int = 0
+  any_file: int = 0
+
+
+def stsb_triplets(stsb_dir: str | pathlib.Path, split: str, *, high: float = HIGH,
+                  low: float = LOW, seed: int = 0) -> tuple[list[Triplet], BuildCounts]:
+  """Triplets of one STSb split ("train", "dev" or "test") by the module's rule."""
+  pairs = sts_files.read_stsb(pathlib.Path(stsb_dir), split)
+  first = [text_files.one_line(s) for s in pairs.sentences1]
+  second = [text_files.one_line(s) for s in pairs.sentences2]
+  files = list(pairs.source_files)
+  low_rows = [i for i, g in enumerate(pairs.gold) if g <= low]
+  partner = {}  # sentence -> the other side of its first low-scoring pair
+  by_file = collections.defaultdict(list)
+  for i in low_rows:
+    partner.setdefault(first[i], second[i])
+    partner.setdefault(second[i], first[i])
+    by_file[files[i]] += [first[i], second[i]]
+  everywhere = [s for i in low_rows for s in (first[i], second[i])]
+  if not everywhere:
+    raise ValueError(f"{stsb_dir} sts-{split}.csv has no pair scored <= {low}: no negatives.")
+  rng = np.random.default_rng(seed)
+  counts, triplets = BuildCounts(pairs=len(first)), []
+  for i, gold in enumerate(pairs.gold):
+    anchor, positive = first[i], second[i]
+    if gold < high:
+      counts.not_high += 1
+      continue
+    if anchor == positive:
+      counts.skipped_identical += 1
+      continue
+    negative = partner.get(anchor)
+    if negative is not None and negative not in (anchor, positive):
+      counts.same_anchor += 1
+    else:
+      kind = "same_file" if by_file.get(files[i]) else "any_file"
+      pool = by_file[files[i]] if kind == "same_file" else everywhere
+      negative = _draw(pool, (anchor, positive), rng)
+      setattr(counts, kind, getattr(counts, kind) + 1)
+    triplets.append((anchor, positive, negative))
+  counts.kept = len(triplets)
+  return triplets, counts
+
+
+def _draw(pool: Sequence[str], avoid: tuple[str, str], rng: np.random.Generator) -> str:
+  """A seeded draw from `pool` that is neither sentence of `avoid`."""
+  for _ in range(100):
+    candidate = pool[int(rng.integers(len(pool)))]
+    if candidate not in avoid:
+      return candidate
+  raise ValueError(f"no negative candidate differs from {avoid[0]!r}; the pool is too small.")
+
+
+def write_tsv(path: str | pathlib.Path, triplets: Sequence[Triplet]) -> None:
+  """anchor<TAB>positive<TAB>negative lines (fields made one-line, TAB-free)."""
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text("".join("\t".join(text_files.one_line(x) for x in t) + "\n"
+                          for t in triplets), encoding="utf-8")
+
+
+def read_tsv(path: str | pathlib.Path) -> tuple[list[Triplet], int]:
+  """([(anchor, positive, negative)], blank lines skipped); see the module docstring."""
+  return pair_ranking.read_triplets(path)
+
+
+# ---------------------------------------------------------------- seqio task
+
+
+class TripletSource(seqio.FunctionDataSource):
+  """Triplets in memory per split: {"text_a", "text_b", "text_negative", "lang_a", "lang_b"}.
+
+  Attributes:
+    counts: split -> sources.PairCounts (read = kept + skipped), which
+      registry.data_counts reports like every other task's.
+  """
+
+  def __init__(self, triplets: dict[str, Sequence[Triplet]], language: str = "eng",
+               counts: dict[str, sources.PairCounts] | None = None):
+    self.counts = dict(counts or {})
+    self._columns = {}
+    for split, rows in triplets.items():
+      if not rows:
+        raise ValueError(f"{TASK}: the {split} split has no triplets.")
+      anchor, positive, negative = (np.array(c, dtype=object) for c in zip(*rows))
+      langs = np.array([language] * len(rows), dtype=object)
+      self._columns[split] = {"text_a": anchor, "text_b": positive, "text_negative": negative,
+                              "lang_a": langs, "lang_b": langs}
+    super().__init__(dataset_fn=self._dataset, splits=tuple(triplets),
+                     num_input_examples={s: len(r) for s, r in triplets.items()})
+
+  def _dataset(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
+    ds = tf.data.Dataset.from_tensor_slices(self._columns[split])
+    if shuffle_files:
+      ds = ds.shuffle(self.num_input_examples(split), seed=seed, reshuffle_each_iteration=True)
+    return ds
+
+
+rekey_triplet = functools.partial(
+    seqio.preprocessors.rekey,
+    key_map={"tokens_a": "text_a", "tokens_b": "text_b", "tokens_negative": "text_negative",
+             "lang_a": "lang_a", "lang_b": "lang_b"})
+
+
+def pad_negative(tokens: tf.Tensor, length: int) -> tf.Tensor:
+  """Ids [n] -> the first length − 1 ids, EOS (1), zeros: int32 [length].
+
+  [8, 41] at length 5 -> [8, 41, 1, 0, 0]: the same trim-then-EOS as
+  append_eos_after_trim gives tokens_a/tokens_b, padded as the converter pads them.
+  """
+  tokens = tf.concat([tf.cast(tokens[:length - 1], tf.int32), [1]], axis=0)
+  return tf.ensure_shape(tf.pad(tokens, [[0, length - tf.shape(tokens)[0]]]), [length])
+
+
+@seqio.map_over_dataset
+def _negative_example(example, vocabulary, length):
+  out = dict(example)
+  out["tokens_negative"] = pad_negative(vocabulary.encode_tf(example["tokens_negative"]), length)
+  return out
+
+
+def tokenize_negative(dataset: tf.data.Dataset, output_features, sequence_length):
+  """Tokenizes and pads `tokens_negative` to the length of tokens_a.
+
+  {"tokens_negative": "A cat."} -> {"tokens_negative": [55, 9, 1, 0, ..., 0]} (int32 [L])
+  """
+  if not sequence_length or "tokens_a" not in sequence_length:
+    raise ValueError(f"{TASK} needs task_feature_lengths with tokens_a (the training "
+                     "length): tokens_negative is padded to it.")
+  return _negative_example(dataset, vocabulary=output_features["tokens_a"].vocabulary,
+                           length=sequence_length["tokens_a"])
+
+
+def pair_counts(counts: BuildCounts) -> sources.PairCounts:
+  """The build counts as read / kept / skipped by reason."""
+  return sources.PairCounts(read=counts.pairs, kept=counts.kept, skipped=collections.Counter(
+      {"score_below_high": counts.not_high, "identical_sentences": counts.skipped_identical}))
+
+
+def read_triplet_splits(triplets: str, data_dir: str
+                        ) -> dict[str, tuple[list[Triplet], sources.PairCounts]]:
+  """split -> (triplets, counts); `triplets` = "stsb" (data_dir/stsb train, dev) or a TSV dir."""
+  if triplets == "stsb":
+    built = {split: stsb_triplets(pathlib.Path(data_dir) / "stsb", STSB_SPLITS[split])
+             for split in ("train", "validation")}
+    for split, (_, counts) in built.items():
+      logging.info("%s %s from STSb: %s", TASK, split, counts)
+    return {split: (rows, pair_counts(counts)) for split, (rows, counts) in built.items()}
+  splits = {}
+  for split in ("train", "validation"):
+    path = pathlib.Path(triplets) / f"{split}.tsv"
+    if not path.is_file():
+      raise FileNotFoundError(f"{path} not found: register_tasks.triplets is 'stsb' or a "
+                              "directory with train.tsv and validation.tsv (anchor<TAB>"
+                              "positive<TAB>negative; python -m tasks.triplets writes them).")
+    rows, blank = read_tsv(path)
+    logging.info("%s %s: %d triplets, %d blank lines skipped", TASK, split, len(rows), blank)
+    splits[split] = (rows, sources.PairCounts(read=len(rows) + blank, kept=len(rows),
+                                              skipped=collections.Counter(blank_line=blank)))
+  return splits
+
+
+def register_triplet_task(triplets: str, data_dir: str,
+                          features: dict[str, seqio.Feature]) -> str:
+  """Registers `vmsst_triplets` (replacing it) over `read_triplet_splits(triplets, ...)`.
+
+  Args:
+    triplets: "stsb" or a directory holding train.tsv and validation.tsv.
+    data_dir: the shared data root (for "stsb").
+    features: the pair tasks' output features (registry.output_features).
+  """
+  features = {**features, "tokens_negative": seqio.ContinuousFeature(dtype=tf.int32, rank=1)}
+  splits = read_triplet_splits(triplets, data_dir)
+  source = TripletSource({split: rows for split, (rows, _) in splits.items()},
+                         counts={split: counts for split, (_, counts) in splits.items()})
+  seqio.TaskRegistry.remove(TASK)
+  seqio.TaskRegistry.add(
+      TASK, source=source,
+      output_features=features,
+      preprocessors=[rekey_triplet, preprocessors.tokenize_pair, tokenize_negative,
+                     preprocessors.language_ids, seqio.preprocessors.append_eos_after_trim])
+  return TASK
+
+
+# ---------------------------------------------------------------- command
+
+FLAGS = flags.FLAGS
+
+
+def main(argv: Sequence[str]) -> None:
+  del argv
+  output = pathlib.Path(FLAGS.output_dir)
+  for name, split in STSB_SPLITS.items():
+    rows, counts = stsb_triplets(FLAGS.stsb_dir, split, seed=FLAGS.seed)
+    write_tsv(output / f"{name}.tsv", rows)
+    print(f"{output / f'{name}.tsv'}: {counts}")
+
+
+if __name__ == "__main__":
+  flags.DEFINE_string("stsb_dir", "../shared/data/stsb", "The STS Benchmark folder.")
+  flags.DEFINE_string("output_dir", None, "Where train/validation/test.tsv go.", required=True)
+  flags.DEFINE_integer("seed", 0, "Seed of the same_file / any_file negative draws.")
+  app.run(main)
