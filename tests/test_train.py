@@ -1,5 +1,7 @@
 """End to end on the real data: the loss falls, retrieval beats chance, resume works."""
 
+import shutil
+
 import gin
 import jax
 import numpy as np
@@ -45,16 +47,60 @@ def test_resume_continues_from_the_saved_step_and_matches_an_uninterrupted_run(
                jax.device_get(resumed["params"]), jax.device_get(straight["params"]))
 
 
-def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tiny_vocab_path,
-                                                           tmp_path):
-  common = ["make_manager.save_interval_steps = 2", "train.evaluator = None",
-            "train.log_every = 100"]
-  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "nan", steps=4, extra=common)
-  vmsst.train.train()
-  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "nan", steps=8,
-             extra=common + ["inverse_sqrt_schedule.peak_learning_rate = 1e30"])
-  with pytest.raises(FloatingPointError, match="last good checkpoint"):
+NAN_RUN = ["make_manager.save_interval_steps = 2", "train.evaluator = None",
+           "train.log_every = 100", "BATCH_SIZE = 8", "train.mixture_name = 'vmsst_multi30k'"]
+# Adafactor's update is ~lr x parameter RMS, ~1e28 here: its squared norm overflows
+# float32, so from step 5 on every step is non-finite.
+HUGE_LR = "inverse_sqrt_schedule.peak_learning_rate = 1e30"
+
+
+@pytest.fixture(scope="module")
+def four_good_steps(data_dir, tiny_vocab_path, tmp_path_factory):
+  """(model_dir with checkpoints 2 and 4, params at step 4): copied by each NaN test."""
+  model_dir = tmp_path_factory.mktemp("nan") / "four"
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=4, extra=NAN_RUN)
+  result = vmsst.train.train()
+  gin.clear_config()
+  return model_dir, jax.device_get(result["params"])
+
+
+def _continue_to_8(four_good_steps, data_dir, tiny_vocab_path, model_dir, extra):
+  shutil.copytree(four_good_steps[0], model_dir)
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=8,
+                                    extra=NAN_RUN + [HUGE_LR] + extra)
+
+
+def _saved_steps(model_dir):
+  return sorted(int(p.name) for p in (model_dir / "checkpoints").iterdir() if p.name.isdigit())
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(
+    four_good_steps, data_dir, tiny_vocab_path, tmp_path):
+  _continue_to_8(four_good_steps, data_dir, tiny_vocab_path, tmp_path / "nan", [])
+  # Checked every step (not only on logged ones): the first bad step stops the run.
+  with pytest.raises(FloatingPointError,
+                     match=r"at step 5 \(1 bad steps in a row.*last good checkpoint \(step 4\)"):
     vmsst.train.train()
-  saved = sorted(int(p.name) for p in (tmp_path / "nan" / "checkpoints").iterdir()
-                 if p.name.isdigit())
-  assert saved == [2, 4]
+  assert _saved_steps(tmp_path / "nan") == [2, 4]
+
+
+def test_skipping_nonfinite_steps_finishes_and_counts_them(
+    four_good_steps, data_dir, tiny_vocab_path, tmp_path):
+  _continue_to_8(four_good_steps, data_dir, tiny_vocab_path, tmp_path / "skip",
+                 ["train.skip_nonfinite_steps = 10"])
+  result = vmsst.train.train()
+  assert (result["start_step"], result["step"], result["skipped_steps"]) == (4, 8, 4)
+  assert result["final_metrics"]["skipped_steps"] == 4
+  # Every update was discarded: the parameters are still those of step 4.
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(result["params"]),
+               four_good_steps[1])
+
+
+def test_more_bad_steps_in_a_row_than_allowed_stop_the_run(
+    four_good_steps, data_dir, tiny_vocab_path, tmp_path):
+  _continue_to_8(four_good_steps, data_dir, tiny_vocab_path, tmp_path / "limit",
+                 ["train.skip_nonfinite_steps = 2"])
+  with pytest.raises(FloatingPointError, match=r"at step 7 \(3 bad steps in a row"):
+    vmsst.train.train()
+  # Step 6 was saved while skipping: it holds step 4's (good) parameters.
+  assert _saved_steps(tmp_path / "limit") == [4, 6]

@@ -71,3 +71,42 @@ def test_optimizer_state_follows_parameter_shardings():
                                 models.batch_shapes(8, 12))
   adam_state = trainer.state_shardings.opt_state[0]
   assert adam_state.mu == trainer.state_shardings.params
+
+
+def _poisoned(batch):
+  """A token id past the vocabulary: its embedding lookup (jnp.take, mode "fill") is NaN."""
+  batch = {k: v.copy() for k, v in batch.items()}
+  batch["tokens_a"][0, 0] = TINY.vocab_size + 5
+  return batch
+
+
+def test_a_nonfinite_step_is_discarded_when_skipping_and_flagged_either_way():
+  mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
+  good, bad = random_batch(batch_size=8, seed=1), _poisoned(random_batch(batch_size=8, seed=2))
+  runs = {}
+  for skip in (False, True):
+    trainer = trainer_lib.Trainer(MODELS["vmsst"](TINY), optax.adam(1e-3), mesh,
+                                  models.batch_shapes(8, 12), skip_nonfinite=skip)
+    state, _ = trainer.step(trainer.initialize(jax.random.key(0)), good, jax.random.key(1))
+    before = jax.device_get(state)
+    after, metrics = trainer.step(state, bad, jax.random.key(1))
+    runs[skip] = before, jax.device_get(after), jax.device_get(metrics)
+  (before_f, after_f, metrics_f), (before_t, after_t, metrics_t) = runs[False], runs[True]
+  # The good step is the same with or without the (static) skip switch.
+  jax.tree.map(np.testing.assert_array_equal, before_f, before_t)
+  assert float(metrics_f["nonfinite"]) == float(metrics_t["nonfinite"]) == 1.0
+  assert not np.isfinite(float(metrics_t["loss"]))
+  # Without skipping the NaN reaches the parameters; with it nothing moves but the step.
+  assert np.isnan(after_f.params["token_embed"]["embedding"]).any()
+  assert int(after_t.step) == 2
+  jax.tree.map(np.testing.assert_array_equal, (after_t.params, after_t.opt_state),
+               (before_t.params, before_t.opt_state))
+
+
+def test_a_finite_step_is_flagged_zero():
+  mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
+  trainer = trainer_lib.Trainer(MODELS["contrastive"](TINY), optax.adam(1e-3), mesh,
+                                models.batch_shapes(8, 12), skip_nonfinite=True)
+  state, metrics = trainer.step(trainer.initialize(jax.random.key(0)),
+                                random_batch(batch_size=8), jax.random.key(1))
+  assert float(metrics["nonfinite"]) == 0.0 and int(state.step) == 1

@@ -2,26 +2,72 @@
 
 The manager saves every `save_interval_steps`, keeps `max_to_keep`, and on
 start-up the trainer restores the latest step (resume after interruption).
+
+Faults it survives:
+- a process killed mid-save: orbax writes into `<step>.orbax-checkpoint-tmp-*`
+  and renames only when complete, so a half-written step is never listed; the
+  manager removes such leftovers when it starts (`cleanup_tmp_directories`).
+- a truncated or corrupt step (deleted or cut array files, broken metadata):
+  `restore_latest` warns, moves it aside to `checkpoints/corrupt-<step>` and
+  falls back to the previous step; if none restores it raises
+  `NoUsableCheckpointError`, never starting afresh silently.
+- a MODEL_DIR written by another configuration: `IncompatibleCheckpointError`
+  lists every parameter whose name or shape differs.
+- SIGTERM (what schedulers send before preempting): `PreemptionWatcher`
+  notices it; the loop saves the current step and exits with
+  `PREEMPTED_EXIT_CODE`.
 """
 
 import logging as python_logging  # record levels (absl's constants differ)
 import os
+import signal
+import threading
 from typing import Any
 
 import gin
 import jax
 import orbax.checkpoint as ocp
 from absl import logging
+from jax.experimental import multihost_utils
+
+# EX_TEMPFAIL of sysexits.h: "temporary failure, retry" (a scheduler requeues).
+PREEMPTED_EXIT_CODE = 75
+
+
+class IncompatibleCheckpointError(ValueError):
+  """The checkpoint's parameters do not fit the configured model."""
+
+
+class NoUsableCheckpointError(RuntimeError):
+  """Checkpoints exist but none of them restores."""
+
+
+class Preempted(SystemExit):
+  """SIGTERM arrived; the state was saved. `code` is PREEMPTED_EXIT_CODE."""
+
+  def __init__(self, step: int, directory: str):
+    super().__init__(PREEMPTED_EXIT_CODE)
+    self.step, self.directory = step, directory
+
+  def __str__(self) -> str:
+    return (f"preempted (SIGTERM): saved step {self.step} in {self.directory}; "
+            f"exit status {PREEMPTED_EXIT_CODE}, rerun the same command to resume")
 
 
 @gin.configurable
 def make_manager(model_dir: str, *, save_interval_steps: int = 500,
                  max_to_keep: int = 3) -> ocp.CheckpointManager:
-  """CheckpointManager under `model_dir/checkpoints`."""
+  """CheckpointManager under `model_dir/checkpoints`.
+
+  The handler is registered up front so that `item_metadata` can read a step
+  before anything is restored (the configuration check needs it).
+  """
   options = ocp.CheckpointManagerOptions(
-      save_interval_steps=save_interval_steps, max_to_keep=max_to_keep, create=True)
+      save_interval_steps=save_interval_steps, max_to_keep=max_to_keep, create=True,
+      cleanup_tmp_directories=True)
   return ocp.CheckpointManager(
-      os.path.join(os.path.abspath(model_dir), "checkpoints"), options=options)
+      os.path.join(os.path.abspath(model_dir), "checkpoints"), options=options,
+      item_handlers=ocp.StandardCheckpointHandler())
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any, *, force: bool = False) -> bool:
@@ -30,17 +76,159 @@ def save(manager: ocp.CheckpointManager, step: int, state: Any, *, force: bool =
 
 
 def restore_latest(manager: ocp.CheckpointManager, abstract_state: Any) -> Any | None:
-  """The latest saved state, laid out like `abstract_state`; None if none exists.
+  """The newest state that restores, laid out like `abstract_state`; None if none exists.
+
+  Steps are tried newest first. One that fails to read is logged as a WARNING
+  (step, directory, error), moved aside to `corrupt-<step>` (so training can
+  save that step again) and the previous one is tried.
 
   Args:
     abstract_state: tree of jax.ShapeDtypeStruct with `.sharding` set, so
       every array is restored straight onto its devices.
+  Raises:
+    IncompatibleCheckpointError: the newest readable checkpoint has other
+      parameter names or shapes (a different configuration).
+    NoUsableCheckpointError: checkpoints exist but none restores.
   """
-  step = manager.latest_step()
-  if step is None:
+  steps = sorted(manager.all_steps(), reverse=True)
+  if not steps:
     return None
-  logging.info("Restoring checkpoint at step %d from %s", step, manager.directory)
-  return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+  failures = []
+  for step in steps:
+    try:
+      saved = _read_metadata(manager, step)
+    except Exception as e:  # pylint: disable=broad-except  # any read failure means corrupt
+      _warn_unreadable(manager, step, e, failures)
+      continue
+    check_compatible(saved, abstract_state, os.fspath(manager.directory), step)
+    logging.info("Restoring checkpoint at step %d from %s", step, manager.directory)
+    try:
+      state = manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+      jax.block_until_ready(state)
+    except Exception as e:  # pylint: disable=broad-except
+      _warn_unreadable(manager, step, e, failures)
+      continue
+    _set_aside(manager, [s for s, _ in failures])
+    return state
+  raise NoUsableCheckpointError(
+      f"none of the checkpoints in {manager.directory} restores "
+      f"({'; '.join(f'step {s}: {_first_line(e)}' for s, e in failures)}). Nothing was "
+      "restored and training was not restarted from scratch: repair or move that directory "
+      "aside to start afresh, or set MODEL_DIR to a new directory.")
+
+
+def _warn_unreadable(manager: ocp.CheckpointManager, step: int, error: Exception,
+                     failures: list[tuple[int, Exception]]) -> None:
+  failures.append((step, error))
+  logging.warning("checkpoint step %d in %s does not restore (%s); trying the previous one",
+                  step, manager.directory, _first_line(error))
+
+
+def _read_metadata(manager: ocp.CheckpointManager, step: int) -> Any:
+  metadata = manager.item_metadata(step)
+  if metadata is None:
+    raise ValueError("no readable item metadata (_METADATA missing?)")
+  return metadata
+
+
+def _first_line(error: Exception, limit: int = 300) -> str:
+  """Tensorstore errors run to pages of JSON; the first line names the failure."""
+  lines = str(error).strip().splitlines()
+  text = f"{type(error).__name__}: {lines[0] if lines else ''}"
+  return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _set_aside(manager: ocp.CheckpointManager, bad_steps: list[int]) -> None:
+  """Renames each bad step to `corrupt-<step>` (process 0) and re-lists the steps."""
+  if not bad_steps:
+    return
+  directory = os.fspath(manager.directory)
+  for step in bad_steps:
+    target = os.path.join(directory, f"corrupt-{step}")
+    if jax.process_index() == 0:
+      suffix = 1
+      while os.path.exists(target):
+        target, suffix = os.path.join(directory, f"corrupt-{step}.{suffix}"), suffix + 1
+      os.rename(os.path.join(directory, str(step)), target)
+    logging.warning("moved the unreadable checkpoint of step %d aside to %s", step, target)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices("vmsst_checkpoints_set_aside")
+  manager.reload()
+
+
+def check_compatible(saved: Any, abstract_state: Any, directory: str, step: int) -> None:
+  """Raises if the saved tree (orbax metadata) differs from the model's in names or shapes.
+
+  Args:
+    saved: `manager.item_metadata(step)`, leaves with `.shape`.
+    abstract_state: the TrainState of ShapeDtypeStructs the run expects.
+  Raises:
+    IncompatibleCheckpointError: listing each differing path with saved vs
+      expected shape (parameters first; optimizer slots mirror them).
+  """
+  have, want = _shapes_by_path(saved), _shapes_by_path(abstract_state)
+  problems = [(path, have.get(path), want.get(path)) for path in sorted(have.keys() | want.keys())
+              if have.get(path) != want.get(path)]
+  if not problems:
+    return
+  problems.sort(key=lambda p: not p[0].startswith("params/"))
+  shown = [f"  {path}: saved {_shape_text(s)}, expected {_shape_text(e)}"
+           for path, s, e in problems[:20]]
+  more = [f"  ... and {len(problems) - 20} more"] if len(problems) > 20 else []
+  raise IncompatibleCheckpointError(
+      f"the checkpoint at step {step} in {directory} was written by a different configuration; "
+      f"{len(problems)} tensors differ:\n" + "\n".join(shown + more) + "\nSet MODEL_DIR to a "
+      "fresh directory for this configuration (or restore the gin settings that wrote it, "
+      "see config.gin next to the checkpoints).")
+
+
+def _shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
+  """{"params/layer/kernel": shape}: dict keys, attribute and tuple fields alike."""
+  def name(key) -> str:
+    for attr in ("key", "name", "idx"):
+      if hasattr(key, attr):
+        return str(getattr(key, attr))
+    return str(key)
+  return {"/".join(name(k) for k in path): tuple(getattr(leaf, "shape", ()))
+          for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _shape_text(shape: tuple[int, ...] | None) -> str:
+  return "(absent)" if shape is None else str(tuple(shape))
+
+
+class PreemptionWatcher:
+  """Notices SIGTERM so that the loop saves and exits at a step boundary.
+
+  One process: a SIGTERM handler (installed on entering, the previous one put
+  back on exit) sets a flag. Several processes: JAX's preemption service
+  (started by jax.distributed.initialize) catches the signal and every
+  process agrees on one step through `manager.reached_preemption(step)`; a
+  local flag could stop hosts at different steps and hang the collective save.
+  """
+
+  def __init__(self):
+    self._signalled = threading.Event()
+    self._previous = None
+    self._installed = False
+
+  def __enter__(self) -> "PreemptionWatcher":
+    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(signal.SIGTERM, lambda signum, frame: self._signalled.set())
+      self._installed = True
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    if self._installed:
+      signal.signal(signal.SIGTERM,
+                    signal.SIG_DFL if self._previous is None else self._previous)
+      self._installed = False
+
+  def reached(self, step: int, manager: ocp.CheckpointManager) -> bool:
+    """True once SIGTERM arrived (checked after each step)."""
+    if jax.process_count() > 1:
+      return manager.reached_preemption(step)
+    return self._signalled.is_set()
 
 
 def abstract_with_shardings(tree: Any, shardings: Any) -> Any:

@@ -60,7 +60,8 @@ def model_state_rng(rng: Array) -> Array:
 
 
 def train_step(model: models.EmbeddingModel, optimizer: optax.GradientTransformation,
-               state: TrainState, batch: models.Batch, rng: Array) -> tuple[TrainState, dict]:
+               state: TrainState, batch: models.Batch, rng: Array, *,
+               skip_nonfinite: bool = False) -> tuple[TrainState, dict]:
   """One optimizer update, then the objective's model-state update.
 
   Args:
@@ -68,20 +69,32 @@ def train_step(model: models.EmbeddingModel, optimizer: optax.GradientTransforma
     batch: the model batch (see vmsst.models), global arrays.
     rng: the run's base key; folded with the step, so a resumed run draws the
       same dropout/noise as an uninterrupted one.
+    skip_nonfinite: if the loss, gradient or update is NaN/Inf, keep params,
+      optimizer and model state as they were (the batch is skipped) but still
+      advance `step`, so the data position and the step's rng stay those of
+      an uninterrupted run.
   Returns:
-    (new state, scalar metrics including loss, grad_norm, learning_rate inputs).
+    (new state, scalar metrics: the objective's, grad_norm, update_norm and
+    `nonfinite`, float32 1.0 if this step's loss/gradient/update had a NaN or
+    Inf, else 0.0; the loop reads it every step).
   """
   step_rng = jax.random.fold_in(rng, state.step)
   grad_fn = jax.value_and_grad(model.loss_fn_with_state, has_aux=True)  # in params only
-  (_, (metrics, aux)), grads = grad_fn(state.params, state.model_state, batch, step_rng,
-                                       state.step)
+  (loss, (metrics, aux)), grads = grad_fn(state.params, state.model_state, batch, step_rng,
+                                          state.step)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   model_state = model.update_model_state(state.model_state, params, aux)
-  metrics = dict(metrics, grad_norm=optax.tree.norm(grads),
-                 update_norm=optax.tree.norm(updates))
-  return TrainState(step=state.step + 1, params=params, opt_state=opt_state,
-                    model_state=model_state), metrics
+  grad_norm, update_norm = optax.tree.norm(grads), optax.tree.norm(updates)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & jnp.isfinite(update_norm)
+  new = TrainState(step=state.step + 1, params=params, opt_state=opt_state,
+                   model_state=model_state)
+  if skip_nonfinite:  # static: the default step carries no selects
+    kept = state.replace(step=state.step + 1)
+    new = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, kept)
+  metrics = dict(metrics, grad_norm=grad_norm, update_norm=update_norm,
+                 nonfinite=1.0 - finite.astype(jnp.float32))
+  return new, metrics
 
 
 def model_state_shardings(boxed_model_state: Any, mesh: Mesh) -> Any:
@@ -106,7 +119,9 @@ class Trainer:
   """
 
   def __init__(self, model: models.EmbeddingModel, optimizer: optax.GradientTransformation,
-               mesh: Mesh, input_shapes: Mapping[str, tuple[int, ...]]):
+               mesh: Mesh, input_shapes: Mapping[str, tuple[int, ...]], *,
+               skip_nonfinite: bool = False):
+    """`skip_nonfinite`: see `train_step` (a NaN/Inf step leaves the state as it was)."""
     self.model, self.optimizer, self.mesh = model, optimizer, mesh
     self.input_shapes = dict(input_shapes)
     boxed = jax.eval_shape(
@@ -127,7 +142,8 @@ class Trainer:
         unboxed, self.state_shardings)
     self.batch_shardings = {k: partitioning.batch_sharding(mesh) for k in self.input_shapes}
     self._init = jax.jit(self._unboxed_init, out_shardings=self.state_shardings)
-    self._step = jax.jit(functools.partial(train_step, model, optimizer),
+    self._step = jax.jit(functools.partial(train_step, model, optimizer,
+                                           skip_nonfinite=skip_nonfinite),
                          in_shardings=(self.state_shardings, self.batch_shardings,
                                        partitioning.replicated(mesh)),
                          out_shardings=(self.state_shardings, partitioning.replicated(mesh)),

@@ -19,7 +19,6 @@ from typing import Any, Sequence
 
 import gin
 import jax
-import numpy as np
 import optax
 import seqio
 import tensorflow as tf
@@ -28,6 +27,7 @@ from absl import flags
 from absl import logging
 from clu import metric_writers
 
+from tasks import registry
 from vmsst import checkpointing
 from vmsst import inference
 from vmsst import models
@@ -44,25 +44,67 @@ flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also via --gin.X=Y)
 flags.DEFINE_multi_string("gin_search_path", ["."], "Directories gin includes resolve from.")
 flags.DEFINE_bool("distributed", False,
                   "Call jax.distributed.initialize() first (multi-host pods; run the same "
-                  "command on every host).")
+                  "command on every host). Alone, JAX detects the peers on TPU pods and "
+                  "under SLURM; elsewhere give the three flags below.")
+flags.DEFINE_string("coordinator_address", None,
+                    "host:port of process 0's coordination service (implies --distributed).")
+flags.DEFINE_integer("num_processes", None, "Processes in the job (implies --distributed).")
+flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes) "
+                     "(implies --distributed).")
 
 
+HOST_DATA_MODES = ("slice", "shard_info")
+
+
+@gin.configurable(denylist=["mixture_name", "batch_size", "sequence_length", "seed",
+                            "start_step", "process_index", "process_count"])
 def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, seed: int,
-                   start_step: int):
-  """Host-local numpy batches of this process's shard, from `start_step` on.
+                   start_step: int, host_data: str = "slice", process_index: int | None = None,
+                   process_count: int | None = None):
+  """Host-local numpy batches of `batch_size / process_count` pairs, from `start_step` on.
+
+  How the P hosts split the data (`host_data`, gin: train_iterator.host_data):
+    "slice" (default): every host builds the same deterministic global stream
+      (seqio, shuffled by `seed`) and keeps its rows [h·B/P, (h+1)·B/P) of each
+      global batch B: the stream is cut into blocks of B/P pairs and host h
+      takes blocks h, h+P, h+2P, ... (tf.data `shard` by position). The union
+      of the host batches is exactly the 1-process batch, so a run's
+      parameters do not depend on the host count. Each host reads and
+      tokenizes all of the data (cheap next to a train step).
+    "shard_info": seqio.ShardInfo(h, P): each host reads and preprocesses only
+      its 1/P of the examples and shuffles them itself; the global batch then
+      depends on P (same distribution, different pairs), so runs on different
+      host counts diverge.
+  Host h's rows land on its devices because partitioning.make_mesh orders the
+  data axis by process (Trainer.global_batch assembles them).
 
   The pipeline is deterministic for a seed, so skipping `start_step` batches
   resumes the stream where the checkpoint left it.
+
+  Args:
+    batch_size: the global batch B; must divide over the P hosts.
+    process_index, process_count: h and P; default jax.process_index() and
+      jax.process_count() (given explicitly to check the split in one process).
+  Returns:
+    an iterator of {feature: numpy [B/P, ...]} (PairFeatureConverter features).
   """
-  if batch_size % jax.process_count():
-    raise ValueError(f"batch size {batch_size} must divide over {jax.process_count()} hosts")
+  index = jax.process_index() if process_index is None else process_index
+  count = jax.process_count() if process_count is None else process_count
+  if host_data not in HOST_DATA_MODES:
+    raise ValueError(f"train_iterator.host_data = {host_data!r}; pick one of {HOST_DATA_MODES}")
+  if batch_size % count:
+    raise ValueError(f"BATCH_SIZE {batch_size} does not divide over {count} hosts; set it to a "
+                     f"multiple of {count}.")
+  shard_info = seqio.ShardInfo(index=index, num_shards=count) if host_data == "shard_info" else None
   dataset = seqio.get_dataset(
       mixture_name,
       task_feature_lengths={"tokens_a": sequence_length, "tokens_b": sequence_length},
       feature_converter=PairFeatureConverter(pack=False),
       dataset_split="train", shuffle=True, num_epochs=None, seed=seed, verbose=False,
-      shard_info=seqio.ShardInfo(index=jax.process_index(), num_shards=jax.process_count()))
-  dataset = dataset.batch(batch_size // jax.process_count(), drop_remainder=True)
+      shard_info=shard_info)
+  dataset = dataset.batch(batch_size // count, drop_remainder=True)
+  if host_data == "slice" and count > 1:
+    dataset = dataset.shard(count, index)
   return dataset.skip(start_step).prefetch(2).as_numpy_iterator()
 
 
@@ -78,14 +120,34 @@ def check_vocabulary(mixture_name: str,
   return vocab
 
 
-def check_finite(step: int, metrics: dict[str, float], model_dir: str) -> None:
-  """Stops on a NaN/Inf loss or update, before the bad state can be checkpointed."""
-  bad = {k: metrics[k] for k in ("loss", "grad_norm", "update_norm")
-         if k in metrics and not np.isfinite(metrics[k])}
-  if bad:
+def check_finite(step: int, step_metrics: dict[str, Any], consecutive: int, *,
+                 max_skips: int, manager) -> int:
+  """Counts a NaN/Inf step; stops after more than `max_skips` in a row.
+
+  Runs after every step (one scalar fetched from the device), so a bad state
+  is never checkpointed: without skipping (`max_skips` 0) the first bad step
+  raises; with skipping the jitted step has already discarded the update.
+
+  Args:
+    step_metrics: the step's device metrics; `nonfinite` is 1.0 for a bad step.
+    consecutive: bad steps in a row before this one.
+  Returns:
+    bad steps in a row including this one (0 after a good step).
+  """
+  if not float(step_metrics["nonfinite"]):
+    return 0
+  values = {k: float(v) for k, v in jax.device_get(step_metrics).items()
+            if k in ("loss", "grad_norm", "update_norm")}
+  if consecutive + 1 > max_skips:
+    manager.wait_until_finished()  # an asynchronous save of a good step still commits
     raise FloatingPointError(
-        f"{bad} at step {step}; the last good checkpoint is kept in "
-        f"{model_dir}/checkpoints. Lower the learning rate or check the data, then resume.")
+        f"non-finite {values} at step {step} ({consecutive + 1} bad steps in a row, "
+        f"train.skip_nonfinite_steps = {max_skips}); stopped, the last good checkpoint "
+        f"(step {manager.latest_step()}) is kept in {manager.directory}. Lower the learning "
+        "rate or check the data, then resume (or raise train.skip_nonfinite_steps).")
+  logging.warning("step %d: non-finite %s; update skipped (%d in a row, at most %d)",
+                  step, values, consecutive + 1, max_skips)
+  return consecutive + 1
 
 
 def evaluate(evaluator: RetrievalEvaluator | None, trainer: trainer_lib.Trainer,
@@ -106,7 +168,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
           optimizer: optax.GradientTransformation = gin.REQUIRED,
           register_tasks=None, evaluator: RetrievalEvaluator | None = None,
           seed: int = 0, log_every: int = 50, eval_every: int = 0,
-          init_params: str | None = None) -> dict[str, Any]:
+          init_params: str | None = None, skip_nonfinite_steps: int = 0) -> dict[str, Any]:
   """Trains `model` on `mixture_name` for `train_steps`; resumes from model_dir.
 
   Args:
@@ -128,9 +190,22 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
       initialisation, the rest keeps it. Read only while model_dir has no
       checkpoint, so a restarted run resumes from its own; a name or shape
       that does not fit the model is an error listing every misfit.
+    skip_nonfinite_steps: 0 stops at the first NaN/Inf loss, gradient or
+      update (keeping the last good checkpoint); n > 0 discards such a step's
+      update inside the jitted step (the batch is skipped, the step counter
+      still advances so the data position stays that of the step) and stops
+      only after more than n bad steps in a row. Skips are logged and counted
+      (`skipped_steps`).
   Returns:
     {"start_step", "step", "final_metrics", "loss_history" [(step, loss)],
-     "retrieval", "params"} for callers and tests.
+     "retrieval", "params", "skipped_steps"} for callers and tests.
+  Raises:
+    checkpointing.Preempted: SIGTERM arrived; the current step was saved
+      (a SystemExit with status checkpointing.PREEMPTED_EXIT_CODE).
+    checkpointing.IncompatibleCheckpointError: model_dir holds another
+      configuration's checkpoint.
+    checkpointing.NoUsableCheckpointError: no checkpoint in model_dir restores.
+    FloatingPointError: non-finite steps beyond `skip_nonfinite_steps`.
   """
   # Stage 1: mesh.
   mesh = partitioning.make_mesh()
@@ -138,7 +213,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
 
   # Stage 2: model state (initialised in its shards or restored).
   input_shapes = model.input_shapes(batch_size, sequence_length)
-  trainer = trainer_lib.Trainer(model, optimizer, mesh, input_shapes)
+  trainer = trainer_lib.Trainer(model, optimizer, mesh, input_shapes,
+                                skip_nonfinite=skip_nonfinite_steps > 0)
   manager = checkpointing.make_manager(model_dir)
   state = checkpointing.restore_latest(manager, trainer.abstract_state)
   if state is None:
@@ -155,6 +231,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   # Stage 3: data, positioned at the restored step.
   if register_tasks is not None:
     register_tasks()
+  registry.report_data_counts(mixture_name,  # read = kept + skipped, MODEL_DIR/data_counts.json
+                              model_dir=model_dir if jax.process_index() == 0 else None)
   _copy_vocabulary(model_dir, check_vocabulary(mixture_name, model))
   batches = train_iterator(mixture_name, batch_size=batch_size,
                            sequence_length=sequence_length, seed=seed, start_step=start_step)
@@ -167,27 +245,51 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   progress = tqdm.tqdm(total=train_steps, initial=start_step, desc="train", unit="step",
                        disable=jax.process_index() > 0, dynamic_ncols=True)
   started = time.time()
-  for step in range(start_step + 1, train_steps + 1):
-    state, step_metrics = trainer.step(state, next(batches), rng)
-    saving = step == train_steps or manager.should_save(step)
-    if step % log_every == 0 or saving:  # a state is checked before it is saved
-      metrics = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
-      check_finite(step, metrics, model_dir)
-      metrics["examples_per_second"] = batch_size * (step - start_step) / (time.time() - started)
-      writer.write_scalars(step, metrics)
-      history.append((step, metrics["loss"]))
-      progress.set_postfix(loss=f"{metrics['loss']:.3f}")
-    progress.update(1)
-    if saving:
-      checkpointing.save(manager, step, state, force=True)
-    if eval_every and step % eval_every == 0 and step != train_steps:
-      evaluate(evaluator, trainer, state.params, step, writer)
+  skipped = consecutive_bad = 0
+  with checkpointing.PreemptionWatcher() as preemption:
+    for step in range(start_step + 1, train_steps + 1):
+      state, step_metrics = trainer.step(state, next(batches), rng)
+      consecutive_bad = check_finite(step, step_metrics, consecutive_bad,
+                                     max_skips=skip_nonfinite_steps, manager=manager)
+      skipped += consecutive_bad > 0
+      saving = step == train_steps or manager.should_save(step)
+      if step % log_every == 0 or saving:
+        metrics = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
+        metrics["skipped_steps"] = skipped
+        metrics["examples_per_second"] = (batch_size * (step - start_step)
+                                          / (time.time() - started))
+        writer.write_scalars(step, metrics)
+        history.append((step, metrics["loss"]))
+        progress.set_postfix(loss=f"{metrics['loss']:.3f}")
+      progress.update(1)
+      if saving:
+        checkpointing.save(manager, step, state, force=True)
+      if step < train_steps and preemption.reached(step, manager):
+        _save_and_exit(manager, step, state, saved=saving, writer=writer, progress=progress)
+      if eval_every and step % eval_every == 0 and step != train_steps:
+        evaluate(evaluator, trainer, state.params, step, writer)
   progress.close()
   retrieval = evaluate(evaluator, trainer, state.params, int(state.step), writer)
   manager.wait_until_finished()
   writer.flush()
+  if skipped:
+    logging.warning("%d of %d steps had a non-finite loss/gradient and were skipped",
+                    skipped, train_steps - start_step)
   return {"start_step": start_step, "step": int(state.step), "final_metrics": metrics,
-          "loss_history": history, "retrieval": retrieval, "params": state.params}
+          "loss_history": history, "retrieval": retrieval, "params": state.params,
+          "skipped_steps": skipped}
+
+
+def _save_and_exit(manager, step: int, state, *, saved: bool, writer, progress) -> None:
+  """After SIGTERM: the current step on disk (waited for), then Preempted."""
+  if not saved:
+    checkpointing.save(manager, step, state, force=True)
+  manager.wait_until_finished()
+  writer.flush()
+  progress.close()
+  preempted = checkpointing.Preempted(step, os.fspath(manager.directory))
+  logging.warning("%s", preempted)
+  raise preempted
 
 
 def _copy_vocabulary(model_dir: str, vocab: seqio.SentencePieceVocabulary) -> None:
@@ -219,11 +321,34 @@ def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
   gin.parse_config_files_and_bindings(gin_files, bindings, finalize_config=False)
 
 
+def initialize_distributed(*, coordinator_address: str | None = None,
+                           num_processes: int | None = None,
+                           process_id: int | None = None) -> None:
+  """Joins the multi-controller job: every process runs this same program.
+
+  With no arguments JAX detects the job itself (TPU pod metadata, SLURM
+  variables); on other clusters, or several processes on one machine, give
+  all three. CPU processes exchange collectives over gloo (the setting only
+  concerns the CPU client, so it is harmless on TPU and GPU).
+  """
+  given = [coordinator_address, num_processes, process_id]
+  if any(v is not None for v in given) and any(v is None for v in given):
+    raise ValueError("give all of --coordinator_address, --num_processes and --process_id, "
+                     "or none of them (auto-detection on TPU pods and SLURM).")
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(coordinator_address=coordinator_address,
+                             num_processes=num_processes, process_id=process_id)
+  logging.info("process %d of %d, %d local / %d global devices", jax.process_index(),
+               jax.process_count(), jax.local_device_count(), jax.device_count())
+
+
 def main(argv: Sequence[str]) -> None:
   del argv
   checkpointing.quiet_orbax_logs()
-  if FLAGS.distributed:
-    jax.distributed.initialize()
+  explicit = [FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id]
+  if FLAGS.distributed or any(v is not None for v in explicit):
+    initialize_distributed(coordinator_address=FLAGS.coordinator_address,
+                           num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
   parse_gin(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_path)
   result = train()
   if jax.process_index() == 0 and result["retrieval"]:

@@ -1,0 +1,148 @@
+"""`python -m vmsst.train` killed (SIGKILL) or preempted (SIGTERM) resumes bit-for-bit.
+
+Each run is a real subprocess on the real data with a tiny model; the final
+train state (step, parameters, optimizer state) of an interrupted-and-resumed
+run must equal, bit for bit, that of one uninterrupted run of the same steps.
+"""
+
+import os
+import pathlib
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+import vmsst_testing
+from vmsst import checkpointing
+
+STEPS = 10
+TIMEOUT_S = 900  # per subprocess: ~80 s alone, minutes on a shared, loaded machine
+# Tiny and short, so one run takes seconds; logging every step shows progress.
+EXTRA = ["train.evaluator = None", "train.log_every = 1", "BATCH_SIZE = 8",
+         "train.mixture_name = 'vmsst_multi30k'"]
+STEP_LINE = re.compile(r"\] \[(\d+)\] .*loss=")
+
+
+def _command(data_dir, vocab_path, model_dir, save_every: int) -> list[str]:
+  bindings = vmsst_testing.small_run_bindings(
+      data_dir, vocab_path, model_dir, STEPS,
+      extra=EXTRA + [f"make_manager.save_interval_steps = {save_every}"])
+  return ([sys.executable, "-m", "vmsst.train", "--gin_file=gin/runs/vmsst_cpu.gin",
+           f"--gin_search_path={vmsst_testing.ROOT}"]
+          + [f"--gin_bindings={b}" for b in bindings])
+
+
+def _start(command, log: pathlib.Path) -> subprocess.Popen:
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
+             TF_CPP_MIN_LOG_LEVEL="2")
+  with open(log, "w") as out:
+    return subprocess.Popen(command, cwd=vmsst_testing.ROOT, env=env, stdout=out,
+                            stderr=subprocess.STDOUT)
+
+
+def _run(command, log: pathlib.Path) -> int:
+  process = _start(command, log)
+  try:
+    return process.wait(timeout=TIMEOUT_S)
+  finally:
+    _kill(process)
+
+
+def _kill(process: subprocess.Popen) -> None:
+  if process.poll() is None:
+    process.kill()
+    process.wait()
+
+
+def _wait_for_step(process, log: pathlib.Path, step: int) -> int:
+  """Polls the log until a step >= `step` is logged; returns the step seen."""
+  deadline = time.time() + TIMEOUT_S
+  while time.time() < deadline:
+    seen = [int(s) for s in STEP_LINE.findall(log.read_text())]
+    if seen and max(seen) >= step:
+      return max(seen)
+    if process.poll() is not None:
+      raise AssertionError(f"run ended ({process.returncode}) before step {step}:\n"
+                           + log.read_text()[-3000:])
+    time.sleep(0.05)
+  raise AssertionError(f"no step {step} within {TIMEOUT_S} s:\n" + log.read_text()[-3000:])
+
+
+def _final_state(model_dir: pathlib.Path):
+  """The saved TrainState tree (numpy) of step STEPS."""
+  path = model_dir / "checkpoints" / str(STEPS) / "default"
+  return jax.device_get(ocp.StandardCheckpointer().restore(path))
+
+
+def _assert_bitwise_equal(a, b) -> None:
+  paths_a = jax.tree_util.tree_flatten_with_path(a)[0]
+  paths_b = jax.tree_util.tree_flatten_with_path(b)[0]
+  assert [p for p, _ in paths_a] == [p for p, _ in paths_b]
+  unequal = [jax.tree_util.keystr(p) for (p, x), (_, y) in zip(paths_a, paths_b)
+             if not np.array_equal(x, y)]
+  assert not unequal, unequal
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data_dir, tiny_vocab_path, tmp_path_factory):
+  model_dir = tmp_path_factory.mktemp("straight") / "run"
+  log = model_dir.parent / "log.txt"
+  status = _run(_command(data_dir, tiny_vocab_path, model_dir, save_every=100), log)
+  assert status == 0, log.read_text()[-3000:]
+  return _final_state(model_dir)
+
+
+def test_sigkill_at_a_random_step_then_restart_equals_an_uninterrupted_run(
+    uninterrupted, data_dir, tiny_vocab_path, tmp_path):
+  kill_at = random.Random(6).randint(4, STEPS - 2)  # seeded: the same step every run
+  model_dir = tmp_path / "run"
+  command = _command(data_dir, tiny_vocab_path, model_dir, save_every=3)
+  process = _start(command, tmp_path / "killed.txt")
+  try:
+    reached = _wait_for_step(process, tmp_path / "killed.txt", kill_at)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait(timeout=60) == -signal.SIGKILL
+  finally:
+    _kill(process)
+  # Whatever was complete survives; a save cut short is only a temporary dir.
+  complete = checkpointing.make_manager(str(model_dir)).all_steps()
+  assert complete and max(complete) <= reached and STEPS not in complete, (complete, reached)
+  status = _run(command, tmp_path / "resumed.txt")
+  resumed_log = (tmp_path / "resumed.txt").read_text()
+  assert status == 0, resumed_log[-3000:]
+  assert f"Restoring checkpoint at step {max(complete)} " in resumed_log
+  first_step = min(int(s) for s in STEP_LINE.findall(resumed_log))
+  assert first_step == max(complete) + 1
+  assert not [p for p in os.listdir(model_dir / "checkpoints") if "tmp" in p]
+  _assert_bitwise_equal(_final_state(model_dir), uninterrupted)
+
+
+def test_sigterm_saves_the_current_step_exits_75_and_resumes_identically(
+    uninterrupted, data_dir, tiny_vocab_path, tmp_path):
+  model_dir = tmp_path / "run"
+  command = _command(data_dir, tiny_vocab_path, model_dir, save_every=100)
+  log = tmp_path / "terminated.txt"
+  process = _start(command, log)
+  try:
+    reached = _wait_for_step(process, log, 4)
+    process.send_signal(signal.SIGTERM)
+    status = process.wait(timeout=TIMEOUT_S)
+  finally:
+    _kill(process)
+  text = log.read_text()
+  assert status == checkpointing.PREEMPTED_EXIT_CODE == 75, text[-3000:]
+  saved = checkpointing.make_manager(str(model_dir)).all_steps()
+  # Orbax saves step 1 of a fresh directory; the interval (100) saves nothing else.
+  assert saved[:-1] == [1] and 1 < reached <= saved[-1] < STEPS, (saved, reached)
+  assert f"preempted (SIGTERM): saved step {saved[-1]} in {model_dir / 'checkpoints'}" in text
+  assert max(int(s) for s in STEP_LINE.findall(text)) == saved[-1]  # no step after the save
+  status = _run(command, tmp_path / "resumed.txt")
+  assert status == 0, (tmp_path / "resumed.txt").read_text()[-3000:]
+  _assert_bitwise_equal(_final_state(model_dir), uninterrupted)
