@@ -153,3 +153,20 @@ def test_another_depth_lists_the_parameters_the_checkpoint_lacks(two_states, tmp
   assert ("params/semantic_encoder/layer_1/attention/query/kernel: saved (absent), "
           "expected (32, 2, 16)") in message
   assert "params/semantic_encoder/layer_0" not in message
+
+
+def test_a_checkpoint_from_before_model_state_restores_with_an_empty_one(two_states, tmp_path):
+  """States saved without the (empty) `model_state` field, as before momentum contrast added it."""
+  trainer, saved = two_states
+  old_format = {"step": saved[4].step, "params": saved[4].params, "opt_state": saved[4].opt_state}
+  manager = checkpointing.make_manager(str(tmp_path))
+  checkpointing.save(manager, 4, old_format, force=True)
+  manager.wait_until_finished()
+  restored = checkpointing.restore_latest(checkpointing.make_manager(str(tmp_path)),
+                                          trainer.abstract_state)
+  assert isinstance(restored, trainer_lib.TrainState) and restored.model_state == {}
+  assert int(restored.step) == 4
+  for got, want in zip(jax.tree.leaves(restored.params), jax.tree.leaves(saved[4].params)):
+    np.testing.assert_array_equal(got, want)
+  restored_state, _ = trainer.step(restored, random_batch(seed=5), jax.random.key(1))
+  assert int(restored_state.step) == 5

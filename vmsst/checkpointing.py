@@ -18,6 +18,7 @@ Faults it survives:
   `PREEMPTED_EXIT_CODE`.
 """
 
+import dataclasses
 import logging as python_logging  # record levels (absl's constants differ)
 import os
 import signal
@@ -103,7 +104,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state: Any) -> Any |
     check_compatible(saved, abstract_state, os.fspath(manager.directory), step)
     logging.info("Restoring checkpoint at step %d from %s", step, manager.directory)
     try:
-      state = manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+      state = _restore(manager, step, saved, abstract_state)
       jax.block_until_ready(state)
     except Exception as e:  # pylint: disable=broad-except
       _warn_unreadable(manager, step, e, failures)
@@ -115,6 +116,25 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state: Any) -> Any |
       f"({'; '.join(f'step {s}: {_first_line(e)}' for s, e in failures)}). Nothing was "
       "restored and training was not restarted from scratch: repair or move that directory "
       "aside to start afresh, or set MODEL_DIR to a new directory.")
+
+
+def _restore(manager: ocp.CheckpointManager, step: int, saved: Any, abstract_state: Any) -> Any:
+  """Restores `step`; fields of the state that hold no arrays may be absent on disk.
+
+  A checkpoint written before a field was added to the train state (e.g.
+  `model_state`, empty for most objectives) lacks that key; its saved tree
+  then differs from the target only by empty subtrees, which are taken from
+  `abstract_state` instead of failing the restore.
+  """
+  if hasattr(saved, "keys") and dataclasses.is_dataclass(abstract_state):  # orbax tree metadata
+    on_disk = set(saved.keys())
+    fields = {f.name: getattr(abstract_state, f.name) for f in dataclasses.fields(abstract_state)}
+    empty = {k: v for k, v in fields.items() if k not in on_disk and not jax.tree.leaves(v)}
+    if empty:
+      target = {k: v for k, v in fields.items() if k not in empty}
+      restored = manager.restore(step, args=ocp.args.StandardRestore(target))
+      return abstract_state.replace(**restored, **empty)
+  return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
 
 
 def _warn_unreadable(manager: ocp.CheckpointManager, step: int, error: Exception,
