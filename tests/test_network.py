@@ -2,12 +2,17 @@
 
 import dataclasses
 
+import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from vmsst_testing import TINY, init_params, random_batch
+from vmsst_testing import ROOT, TINY, init_params, random_batch
+from vmsst import layers
 from vmsst import models
+from vmsst import partitioning
+from vmsst.config import NetworkConfig
 from vmsst.network import VMSSTNetwork
 from vmsst.objectives import BiTranslation, Contrastive, VMSST
 
@@ -98,3 +103,97 @@ def test_four_language_encoders_route_by_language_symbol():
   moved = encode(params, langs)
   changed_rows = ~np.all(np.isclose(base, moved), axis=-1)
   assert changed_rows.tolist() == [False, False, True, False]
+
+
+# --- memory switches: remat and nn.scan change how layers run, not what they compute.
+
+MEMORY_CFG = dataclasses.replace(TINY, num_encoder_layers=2, num_language_encoder_layers=2,
+                                 num_decoder_layers=2, dropout_rate=0.1)
+
+
+def _loss_and_grads(model, params, batch, rng):
+  return jax.jit(jax.value_and_grad(lambda p: model.loss_fn(p, batch, rng)[0]))(params)
+
+
+def _max_difference(a, b):
+  assert jax.tree.structure(a) == jax.tree.structure(b)
+  return max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(a),
+                                                             jax.tree.leaves(b)))
+
+
+def test_remat_keeps_parameters_loss_and_gradients():
+  """With dropout on: remat replays the same dropout masks in the backward pass."""
+  batch, rng = random_batch(), jax.random.key(3)
+  plain = VMSST(MEMORY_CFG)
+  params = init_params(plain)
+  loss, grads = _loss_and_grads(plain, params, batch, rng)
+  for policy in ("full", "dots_saveable"):
+    model = VMSST(dataclasses.replace(MEMORY_CFG, remat=policy))
+    assert jax.tree.structure(init_params(model)) == jax.tree.structure(params)
+    remat_loss, remat_grads = _loss_and_grads(model, params, batch, rng)
+    np.testing.assert_allclose(remat_loss, loss, rtol=1e-6)
+    assert _max_difference(remat_grads, grads) < 1e-5
+  with pytest.raises(ValueError, match="NetworkConfig.remat"):
+    dataclasses.replace(MEMORY_CFG, remat="everything")
+
+
+def test_scan_layers_is_the_same_network_on_stacked_parameters():
+  """Scanned layers split the dropout key per layer, so compare without dropout.
+
+  The unscanned parameters stacked by layers.stack_layer_params give the
+  scanned network the same loss and the stacked gradients.
+  """
+  cfg = dataclasses.replace(MEMORY_CFG, dropout_rate=0.0)
+  batch, rng = random_batch(), jax.random.key(3)
+  plain = VMSST(cfg)
+  params = init_params(plain)
+  loss, grads = _loss_and_grads(plain, params, batch, rng)
+  for remat in ("none", "full"):
+    model = VMSST(dataclasses.replace(cfg, scan_layers=True, remat=remat))
+    scanned_init = init_params(model)
+    stacked = layers.stack_layer_params(params)
+    assert jax.tree.structure(scanned_init) == jax.tree.structure(stacked)
+    assert stacked["semantic_encoder"]["layers"]["mlp"]["wi"]["kernel"].shape == (
+        2, cfg.emb_dim, cfg.mlp_dim)
+    assert "decoder_layer_0" not in scanned_init and "decoder" in scanned_init
+    count = lambda tree: sum(x.size for x in jax.tree.leaves(tree))
+    assert count(scanned_init) == count(params)
+    scan_loss, scan_grads = _loss_and_grads(model, stacked, batch, rng)
+    np.testing.assert_allclose(scan_loss, loss, rtol=1e-6)
+    assert _max_difference(scan_grads, layers.stack_layer_params(grads)) < 1e-5
+
+
+def test_scanned_parameters_carry_the_replicated_layers_axis():
+  model = VMSST(dataclasses.replace(TINY, scan_layers=True))
+  boxed = jax.eval_shape(lambda: model.get_initial_variables(
+      jax.random.key(0), models.batch_shapes(2, 8)))["params"]
+  spec = boxed["semantic_encoder"]["layers"]["mlp"]["wi"]["kernel"].names
+  assert spec == ("layers", "embed", "mlp")
+  assert dict(partitioning.LOGICAL_AXIS_RULES)["layers"] is None
+
+
+def test_scanned_and_rematerialised_decoder_is_still_causal():
+  model = VMSST(dataclasses.replace(TINY, num_decoder_layers=2, scan_layers=True,
+                                    remat="full"))
+  params = init_params(model)
+  batch = random_batch()
+  latent = jax.random.normal(jax.random.key(0), (4, 2 * TINY.emb_dim))
+  decode = lambda tokens: model.apply(params, tokens, jnp.ones_like(tokens), batch["lang_a"],
+                                      latent, True, method=VMSSTNetwork.decode)
+  changed = batch["tokens_a"].copy()
+  changed[:, 5] = (changed[:, 5] + 7) % 300
+  base, after = decode(batch["tokens_a"]), decode(changed)
+  np.testing.assert_allclose(base[:, :6], after[:, :6], rtol=1e-5)
+  assert not np.allclose(base[:, 6:], after[:, 6:])
+
+
+def test_memory_gin_files_set_the_switches():
+  gin.clear_config()
+  gin.parse_config_files_and_bindings(
+      [str(ROOT / "gin/models/memory/remat.gin"), str(ROOT / "gin/models/memory/scan.gin")],
+      [], finalize_config=False)
+  try:
+    cfg = NetworkConfig()
+  finally:
+    gin.clear_config()
+  assert (cfg.remat, cfg.scan_layers) == ("full", True)

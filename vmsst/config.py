@@ -32,7 +32,9 @@ class NetworkConfig:
     num_decoder_layers: depth of the decoder (the paper ablates 1 and 12).
     max_length: longest sequence the learned positions cover.
     dropout_rate: dropout on residual branches (0.1 for Contrastive only).
-    dtype: activation dtype; parameters are always float32.
+    dtype: activation and matmul dtype (jnp.float32, or 'bfloat16' from gin);
+      parameters stay float32 and every loss, softmax over the vocabulary,
+      KL and returned embedding is float32 (gin/models/precision/bf16.gin).
     factorized_output: project concat(h, z) (3d) to d before the d × V
       matrix instead of one 3d × V matrix (saves 2dV - 3d² parameters).
     share_encoders: one encoder stack for the semantic and language paths
@@ -63,6 +65,16 @@ class NetworkConfig:
       the token-embedding table (logits = h Eᵀ + W_z z + b, unscaled as in
       Hugging Face's tied MT5) instead of its own rows; excludes
       factorized_output. mT5 checkpoints are untied.
+    remat: rematerialisation of every Transformer layer in the backward pass:
+      "none" keeps all activations; "full" keeps only each layer's input and
+      recomputes the rest (least memory, ~1/3 more compute);
+      "dots_saveable" keeps matmul outputs and recomputes the cheap
+      elementwise ops (see REMAT_POLICIES in vmsst/layers.py).
+    scan_layers: run each stack's layers under nn.scan, the parameters of a
+      stack stacked along a leading "layers" axis (`<stack>/layers/...`
+      instead of `<stack>/layer_<i>/...`): one compiled layer body, so the
+      24-layer step compiles in a fraction of the time. Same parameter
+      count; convert an unscanned tree with layers.stack_layer_params.
   """
 
   vocab_size: int = 8000
@@ -89,3 +101,16 @@ class NetworkConfig:
   projection_bias: bool = True
   scale_attention_logits: bool = True
   tie_output_embedding: bool = False
+  remat: str = "none"
+  scan_layers: bool = False
+
+  def __post_init__(self):
+    # One canonical np.dtype whether gin gave 'bfloat16' or code jnp.bfloat16:
+    # equal configs must hash alike (jit caches on the config).
+    object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
+    if self.remat not in REMAT_NAMES:
+      raise ValueError(f"NetworkConfig.remat is {self.remat!r}; choose one of "
+                       f"{REMAT_NAMES} in the gin file (gin/models/memory/remat.gin).")
+
+
+REMAT_NAMES = ("none", "full", "dots_saveable")

@@ -86,6 +86,8 @@ def symmetric_info_nce(a: Array, b: Array, temperature: float,
     (loss: mean of the a→b and b→a cross-entropies, float32 [];
      accuracy: fraction of argmax hits over both directions, float32 []).
   """
+  # float32 before normalising: bfloat16 cosines would be coarser than 1/τ needs.
+  a, b = a.astype(jnp.float32), b.astype(jnp.float32)
   sim = (l2_normalize(a) @ l2_normalize(b).T).astype(jnp.float32) / temperature
   eye = jnp.eye(sim.shape[0], dtype=bool)
   sim_ab = _mask_duplicates(sim, duplicates_b, eye)

@@ -11,6 +11,10 @@ Shapes: tokens/mask int32 [B, L]; languages int32 [B] (vocabulary id of the
 Positions are learned absolute tables per stack, or (NetworkConfig.
 relative_attention) T5 relative biases owned by each encoder stack and by the
 decoder; then no `*_positions` parameters exist.
+
+Memory switches (NetworkConfig.remat, scan_layers) change how the layers run,
+not what they compute; scan_layers stacks each stack's layers
+(`decoder/layers/...` instead of `decoder_layer_<i>/...`).
 """
 
 import flax.linen as nn
@@ -49,9 +53,12 @@ class VMSSTNetwork(nn.Module):
           cfg, bidirectional=False, name="decoder_relative_position_bias")
     else:
       self.decoder_positions = layers.PositionEmbed(cfg, name="decoder_positions")
-    self.decoder_layers = [
-        layers.DecoderLayer(cfg, name=f"decoder_layer_{i}")
-        for i in range(cfg.num_decoder_layers)]
+    if cfg.scan_layers:  # decoder/layers/... stacked [num_decoder_layers, ...]
+      self.decoder_layers = [layers.ScannedDecoder(cfg, cfg.num_decoder_layers, name="decoder")]
+    else:
+      layer = layers.layer_class(layers.DecoderLayer, cfg)
+      self.decoder_layers = [layer(cfg, name=f"decoder_layer_{i}")
+                             for i in range(cfg.num_decoder_layers)]
     self.decoder_norm = layers.layer_norm("decoder_final_norm", cfg)
     self.dropout = nn.Dropout(cfg.dropout_rate)
     if cfg.factorized_output:

@@ -2,9 +2,21 @@
 
 Duplicated sentences inside a batch (multi-parallel corpora repeat the pivot)
 are not negatives of each other.
+
+Gradient caching (`gradient_cache_chunk`): the InfoNCE needs every embedding
+of the batch at once, but an embedding's activations need not outlive it. The
+encoder runs chunk by chunk under jax.lax.map of a jax.checkpoint'ed
+function, so the forward keeps only the [2B, d] embeddings and the backward
+recomputes one chunk's activations at a time: the memory of a batch of
+`chunk` sentences, the negatives of the whole batch, and the same loss and
+gradient as without it (only the order of the gradient's sums differs).
+Dropout draws one key per sentence (split from the step's key) in both
+modes, so a sentence sees the same mask whichever chunk encodes it.
 """
 
+import flax.linen as nn
 import gin
+import jax
 import jax.numpy as jnp
 
 from vmsst import losses
@@ -20,22 +32,93 @@ def info_nce_terms(batch: models.Batch, mu_a, mu_b, temperature: float):
   return loss, {"contrastive_loss": loss, "contrastive_accuracy": accuracy}
 
 
+def per_sentence(fn):
+  """jax.vmap of `fn` over sentences that keeps the batch's layout on a mesh.
+
+  Inside, each sentence is a batch of 1, so the logical "batch" axis maps to
+  no mesh axis there; the mapped axis takes the mesh axis "batch" has in the
+  active rules (spmd_axis_name), i.e. stays split over data. Without rules
+  this is plain vmap.
+  """
+  rules = tuple(nn.get_logical_axis_rules())
+  batch_axis = dict(rules).get("batch")
+  inner = tuple((name, None if name == "batch" else axis) for name, axis in rules)
+
+  def one(*args):
+    with nn.logical_axis_rules(inner):
+      return fn(*args)
+
+  return jax.vmap(one, spmd_axis_name=batch_axis)
+
+
 @gin.configurable
 class Contrastive(models.EmbeddingModel):
   """Dual encoder trained with in-batch negatives."""
 
   init_paths = staticmethod(models.init_semantic_path)
 
-  def __init__(self, network_config, *, temperature: float = 0.05):
+  def __init__(self, network_config, *, temperature: float = 0.05,
+               gradient_cache_chunk: int = 0):
     """Args:
       network_config: the shared network (the paper uses dropout 0.1 here only).
       temperature: τ of the softmax over cosine similarities.
+      gradient_cache_chunk: sentences encoded together under gradient
+        caching (must divide 2B, both sides stacked; a multiple of the data
+        axis keeps chunks sharded); 0 encodes the whole [2B] batch at once.
+        Activation memory then scales with the chunk, not the batch.
     """
     super().__init__(network_config)
     self.temperature = temperature
+    self.gradient_cache_chunk = gradient_cache_chunk
 
   def loss_fn(self, params, batch, dropout_rng, step=0):
     tokens, mask, _ = models.both_sides(batch)
-    mu_a, mu_b = models.split_halves(self.semantic(params, tokens, mask, dropout_rng)[0])
+    rngs = self.sentence_rngs(dropout_rng, tokens.shape[0])
+    if self.gradient_cache_chunk:
+      mu = self.chunked_embeddings(params, tokens, mask, rngs, dropout_rng)
+    else:
+      mu = self.embeddings(params, tokens, mask, rngs, dropout_rng)
+    mu_a, mu_b = models.split_halves(mu)
     loss, metrics = info_nce_terms(batch, mu_a, mu_b, self.temperature)
     return loss, metrics | {"loss": loss, "embedding_norm": jnp.mean(jnp.linalg.norm(mu_a, axis=-1))}
+
+  def sentence_rngs(self, dropout_rng, rows: int):
+    """One dropout key per sentence [rows], or None when dropout is off."""
+    if dropout_rng is None or self.network_config.dropout_rate == 0:
+      return None
+    return jax.random.split(dropout_rng, rows)
+
+  def embeddings(self, params, tokens, mask, rngs, dropout_rng):
+    """μ_sem float32 [N, d] of tokens/mask [N, L]; rngs [N] keys or None.
+
+    With per-sentence keys each row runs alone under vmap, so its dropout
+    mask depends on its key only (not on which rows share its batch).
+    """
+    if rngs is None:
+      return self.semantic(params, tokens, mask, dropout_rng)[0]
+    one = lambda t, m, k: self.semantic(params, t[None], m[None], k)[0][0]
+    return per_sentence(one)(tokens, mask, rngs)
+
+  def chunked_embeddings(self, params, tokens, mask, rngs, dropout_rng):
+    """`embeddings` computed `gradient_cache_chunk` rows at a time (see module doc).
+
+    Chunk k holds rows k, k + n, k + 2n, ... (n chunks): the batch is split
+    into contiguous blocks over the data axis, so a strided chunk takes
+    chunk / data rows from every device's block and stays sharded.
+    """
+    rows, chunk = tokens.shape[0], self.gradient_cache_chunk
+    if rows % chunk:
+      raise ValueError(
+          f"Contrastive.gradient_cache_chunk={chunk} does not divide the {rows} sentences "
+          f"of a batch (2 × batch size); pick a divisor in the gin file.")
+    n = rows // chunk
+    to_chunks = lambda x: None if x is None else jnp.swapaxes(
+        x.reshape((chunk, n) + x.shape[1:]), 0, 1)
+
+    @jax.checkpoint  # keep only the chunk's inputs; recompute it in the backward
+    def encode_chunk(args):
+      t, m, k = args
+      return self.embeddings(params, t, m, k, dropout_rng)
+
+    mu = jax.lax.map(encode_chunk, (to_chunks(tokens), to_chunks(mask), to_chunks(rngs)))
+    return jnp.swapaxes(mu, 0, 1).reshape(rows, -1)

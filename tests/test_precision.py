@@ -1,0 +1,75 @@
+"""bfloat16 activations with float32 parameters: what is bf16, what stays f32, it trains."""
+
+import dataclasses
+
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from vmsst_testing import ROOT, TINY, init_params, random_batch
+from vmsst.config import NetworkConfig
+from vmsst.network import VMSSTNetwork
+from vmsst.objectives import VMSST
+
+BF16 = dataclasses.replace(TINY, dtype="bfloat16")
+
+
+def test_gin_file_binds_bfloat16_and_the_config_stays_hashable():
+  gin.clear_config()
+  gin.parse_config_files_and_bindings([str(ROOT / "gin/models/precision/bf16.gin")], [],
+                                      finalize_config=False)
+  try:
+    cfg = NetworkConfig()
+  finally:
+    gin.clear_config()
+  assert cfg.dtype == jnp.bfloat16
+  assert hash(cfg) == hash(dataclasses.replace(TINY, dtype=jnp.bfloat16, **{
+      k: getattr(cfg, k) for k in ("vocab_size", "emb_dim", "num_heads", "head_dim", "mlp_dim",
+                                    "num_encoder_layers", "num_language_encoder_layers",
+                                    "num_decoder_layers", "max_length")}))
+
+
+def test_parameters_embeddings_and_logits_are_float32_token_states_bfloat16():
+  model = VMSST(BF16)
+  params = init_params(model)
+  assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}
+  batch = random_batch()
+  mu, aux = model.semantic(params, batch["tokens_a"], batch["mask_a"])
+  assert mu.dtype == jnp.float32 and aux["pooled"].dtype == jnp.float32
+  assert aux["token_states"].dtype == jnp.bfloat16
+  logits = model.apply(params, batch["tokens_a"], batch["mask_a"], batch["lang_a"],
+                       jnp.concatenate([mu, mu], -1), True, method=VMSSTNetwork.decode)
+  assert logits.dtype == jnp.float32
+  loss, grads = jax.value_and_grad(
+      lambda p: model.loss_fn(p, batch, jax.random.key(0))[0])(params)
+  assert loss.dtype == jnp.float32
+  assert {x.dtype for x in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
+
+
+def test_bfloat16_starts_near_float32_and_trains_30_steps():
+  batch = random_batch(batch_size=8, seed=4)
+  f32, bf16 = VMSST(TINY), VMSST(BF16)
+  params = init_params(f32)
+  rng = jax.random.key(0)
+  loss_f32 = float(f32.loss_fn(params, batch, rng)[0])
+  loss_bf16 = float(bf16.loss_fn(params, batch, rng)[0])
+  assert abs(loss_bf16 - loss_f32) < 0.01 * loss_f32
+
+  optimizer = optax.adam(3e-3)
+
+  @jax.jit
+  def step(params, opt_state, i):
+    loss, grads = jax.value_and_grad(
+        lambda p: bf16.loss_fn(p, batch, jax.random.fold_in(rng, i), i)[0])(params)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  opt_state, history = optimizer.init(params), []
+  for i in range(30):
+    params, opt_state, loss = step(params, opt_state, i)
+    history.append(float(loss))
+  print("bf16 loss every 5 steps:", [round(x, 2) for x in history[::5]], round(history[-1], 2))
+  assert np.all(np.isfinite(history))
+  assert np.mean(history[-5:]) < 0.8 * np.mean(history[:5])
