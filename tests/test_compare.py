@@ -3,10 +3,12 @@
 import json
 
 import gin
+import numpy as np
 import pytest
 
 import vmsst_testing
 from vmsst import compare
+from vmsst import inference
 from vmsst.evaluation import suites
 
 
@@ -64,12 +66,31 @@ def test_an_objective_overlay_is_applied_after_the_shared_body(data_dir, tiny_vo
                                                         extra=["train.evaluator = None"])
             if not b.startswith(("MODEL_DIR", "TRAIN_STEPS"))]
   compare.train_objective("momentum_contrast", gin_file=["gin/runs/base_compare_cpu.gin"],
-                          steps=2, model_dir=str(tmp_path), bindings=shrink,
+                          steps=2, model_dir=str(tmp_path / "momentum_contrast"), bindings=shrink,
                           search_paths=[str(vmsst_testing.ROOT)])
-  config = (tmp_path / "config.gin").read_text()
+  config = (tmp_path / "momentum_contrast" / "config.gin").read_text()
   assert "MomentumContrast.queue_size = 4096" in config
   assert "MomentumContrast.momentum = 0.99" in config
-  assert (tmp_path / "checkpoints" / "2").is_dir()
+  assert (tmp_path / "momentum_contrast" / "checkpoints" / "2").is_dir()
+
+
+def test_query_tower_tunes_the_comparisons_own_contrastive_checkpoint(data_dir, tiny_vocab_path,
+                                                                      tmp_path):
+  shrink = [b for b in vmsst_testing.small_run_bindings(data_dir, tiny_vocab_path, "unused", 0,
+                                                        extra=["train.evaluator = None"])
+            if not b.startswith(("MODEL_DIR", "TRAIN_STEPS"))]
+  run = lambda objective, steps: compare.train_objective(
+      objective, gin_file=["gin/runs/base_compare_cpu.gin"], steps=steps,
+      model_dir=str(tmp_path / objective), bindings=shrink, search_paths=[str(vmsst_testing.ROOT)])
+  with pytest.raises(Exception, match="contrastive"):  # nothing to start from yet
+    run("query_tower", 1)
+  run("contrastive", 2)
+  run("query_tower", 1)
+  tuned = inference.restore(str(tmp_path / "query_tower")).params
+  start = inference.restore(str(tmp_path / "contrastive")).params
+  # Embeddings are frozen in query-tower tuning: copied from the contrastive run, not re-initialised.
+  np.testing.assert_array_equal(tuned["token_embed"]["embedding"],
+                                start["token_embed"]["embedding"])
 
 
 def test_all_names_every_method_with_a_model_file():

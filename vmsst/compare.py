@@ -71,14 +71,6 @@ def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, mode
     train_lib.train()
 
 
-@gin.configurable
-def compared_model_dir(*, objective: str = gin.REQUIRED, output: str = gin.REQUIRED) -> str:
-  """OUTPUT/<objective> of the running comparison: an objective that starts from another's
-  checkpoint (query-tower tuning from contrastive) names it in its overlay; the
-  comparison binds `output` (list the source objective first in --objectives)."""
-  return os.path.join(output, objective)
-
-
 def _exists(gin_file: str, search_paths: Sequence[str]) -> bool:
   return any(os.path.exists(os.path.join(p, gin_file)) for p in search_paths)
 

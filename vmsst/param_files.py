@@ -21,6 +21,7 @@ import os
 import re
 from typing import Any, Mapping
 
+import gin
 import jax
 import numpy as np
 from absl import logging
@@ -183,3 +184,16 @@ def load_model_dir(model_dir: str, params: Params, step: int | None = None) -> P
                "left out%s)", len(shared), len(flat), item, len(left_out),
                f", e.g. {left_out[0]}" if left_out else "")
   return unflatten(flat)
+
+
+@gin.configurable
+def compared_model_dir(*, objective: str = gin.REQUIRED, output: str = gin.REQUIRED) -> str:
+  """OUTPUT/<objective> of the running `python -m vmsst.compare`.
+
+  For an objective that starts from another's checkpoint (query-tower tuning
+  from contrastive): its gin/runs/compare/ overlay binds `objective`,
+  compare binds `output` (list the source objective first in --objectives).
+  Lives here, not in vmsst.compare, because that module also runs as
+  `__main__`, where gin would register it a second time.
+  """
+  return os.path.join(output, objective)
