@@ -1,0 +1,133 @@
+"""What every benchmark script shares: the result line, tables, the machine's state.
+
+A comparison is one JSON line (`comparison`):
+  {"name", "ours", "peer", "unit", "ratio": ours / peer, "target", "higher_is_better",
+   "met", ...context}
+where "ratio" is oriented so that higher is better: for a time or a memory
+(lower is better) it is peer / ours, i.e. still "how many times better we are".
+Scripts print a readable table first and the JSON lines last; bench/run_all.py
+collects every line that parses as such an object.
+"""
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+RESULT_KEYS = ("name", "ours", "peer", "unit", "ratio", "target")
+
+
+def comparison(name: str, ours: float, peer: float, unit: str, target: float | None, *,
+               higher_is_better: bool = True, **context: Any) -> dict[str, Any]:
+  """One comparison; `ratio` is ours/peer for rates, peer/ours for times and memory."""
+  ratio = ours / peer if higher_is_better else peer / ours
+  return {"name": name, "ours": ours, "peer": peer, "unit": unit, "ratio": ratio,
+          "target": target, "higher_is_better": higher_is_better,
+          "met": None if target is None else bool(ratio >= target), **context}
+
+
+def emit(results: Sequence[dict[str, Any]], header: str = "") -> None:
+  """Prints the table of `results`, then one JSON line each (flushed, for run_all)."""
+  print(table(results, header), flush=True)
+  for result in results:
+    print(json.dumps(result, default=float), flush=True)
+
+
+def table(results: Sequence[dict[str, Any]], header: str = "") -> str:
+  lines = [header] if header else []
+  lines.append(f"{'comparison':<44}{'ours':>12}{'peer':>12}  {'unit':<14}{'ratio':>7}"
+               f"{'target':>8}  met")
+  for r in results:
+    target = "" if r["target"] is None else f"{r['target']:.2f}"
+    met = {None: "-", True: "yes", False: "NO"}[r["met"]]
+    lines.append(f"{r['name']:<44}{r['ours']:>12.4g}{r['peer']:>12.4g}  {r['unit']:<14}"
+                 f"{r['ratio']:>7.2f}{target:>8}  {met}")
+  return "\n".join(lines)
+
+
+def machine() -> dict[str, Any]:
+  """Context every line carries: when, where, and how busy the machine was."""
+  return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+          "machine": platform.machine(), "cores": os.cpu_count(),
+          "load_average": round(os.getloadavg()[0], 2)}
+
+
+def matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
+  """Sustained float32 FLOP/s of an n x n JAX matmul on the default device."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  a = jnp.ones((n, n), jnp.float32)
+  f = jax.jit(lambda x: x @ x)
+  f(a).block_until_ready()
+  start = time.perf_counter()
+  for _ in range(repeats):
+    out = f(a)
+  out.block_until_ready()
+  return 2 * n**3 * repeats / (time.perf_counter() - start)
+
+
+def interleaved(fns: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+  """Median of each measurement over `rounds`, taken in turn (ours, peer, ours, ...).
+
+  Interleaving spreads a burst of load from other processes over both sides,
+  so the ratio stays fair on a shared machine even when absolute rates move.
+  """
+  samples = {name: [] for name in fns}
+  for _ in range(rounds):
+    for name, fn in fns.items():
+      samples[name].append(fn())
+  return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def peak_rss_mb() -> float:
+  """This process's peak resident memory in MiB (VmHWM; ru_maxrss where /proc is absent)."""
+  try:
+    with open("/proc/self/status") as f:
+      fields = dict(line.split(":", 1) for line in f)
+    return int(fields["VmHWM"].split()[0]) / 1024
+  except (OSError, KeyError):
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_mb() -> float:
+  with open("/proc/self/status") as f:
+    fields = dict(line.split(":", 1) for line in f)
+  return int(fields["VmRSS"].split()[0]) / 1024
+
+
+def reset_peak_rss() -> bool:
+  """Sets VmHWM to the current RSS (Linux clear_refs); False where not allowed."""
+  try:
+    with open("/proc/self/clear_refs", "w") as f:
+      f.write("5")
+    return True
+  except OSError:
+    return False
+
+
+def run_json(command: Sequence[str], env: dict[str, str] | None = None,
+             timeout: float | None = None) -> dict[str, Any]:
+  """Runs a child process and returns the JSON object on its last stdout line."""
+  done = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout,
+                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})})
+  if done.returncode:
+    sys.stderr.write(done.stderr[-4000:])
+    raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}")
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def have_sentence_transformers() -> bool:
+  try:
+    import sentence_transformers  # pylint: disable=import-outside-toplevel,unused-import
+    return True
+  except ImportError:
+    return False
+
+
+PEER_MISSING = ("sentence-transformers is not installed: `pip install -e .[bench]` "
+                "(PyTorch CPU peer skipped)")

@@ -1,0 +1,168 @@
+r"""Encoding throughput: `vmsst.Encoder.encode` and the exported SavedModel vs sentence-transformers.
+
+  .venv/bin/python bench/encode_throughput.py [--sentences=2048] [--batch_size=64] \
+      [--rounds=3] [--quick]
+
+Real multilingual sentences (NTREX-128, ../shared/data/ntrex128: the first
+lines of every language, so every script and length mix appears) are
+embedded by three encoders of one network shape (the issue's CPU size: 6
+layers, d = 512, 8 heads, MLP 2048, a SentencePiece vocabulary of 8,000
+trained here on the same data, sequence length 64):
+
+  ours        vmsst.Encoder.from_checkpoint (JAX, length buckets)
+  saved_model vmsst.Encoder.from_saved_model (vmsst.export, TF + tf_text)
+  peer        sentence-transformers SentenceTransformer.encode (PyTorch CPU,
+              BERT layers of that shape, mean pooling; bench/peers.py)
+
+The weights are random (a checkpoint written at step 0; throughput does not
+depend on the values). Text goes in on every side, so tokenization is
+included on every side, with the same pieces (the peer's tokenizer is our
+SentencePiece model rebuilt for Hugging Face). Each encoder is warmed up
+once (JAX and TF compile per length bucket), then timed in interleaved
+rounds; the median is kept.
+"""
+
+import os
+import pathlib
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+
+import common
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("sentences", 2048, "Distinct sentences per encode call.")
+flags.DEFINE_integer("batch_size", 64, "Sentences per batch on every side.")
+flags.DEFINE_integer("length", 64, "Sequence length (tokens, EOS included) on every side.")
+flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median is kept.")
+flags.DEFINE_integer("layers", 6, "Encoder layers.")
+flags.DEFINE_integer("width", 512, "d (heads of 64, MLP 4d).")
+flags.DEFINE_integer("vocab_size", 8000, "SentencePiece pieces.")
+flags.DEFINE_bool("saved_model", True, "Also time the exported SavedModel.")
+flags.DEFINE_bool("quick", False, "Smoke mode: 2 layers, d = 64, 128 sentences, one round.")
+
+
+def sentences(count: int) -> list[str]:
+  """`count` distinct real sentences, round-robin over the NTREX languages."""
+  from tasks import sources  # pylint: disable=import-outside-toplevel
+  files = sorted(sources.ntrex_files(DATA).items())
+  columns = [sources.read_lines(path) for _, path in files]
+  picked, seen = [], set()
+  for line in range(max(len(c) for c in columns)):
+    for column in columns:
+      if line < len(column) and column[line] and column[line] not in seen:
+        seen.add(column[line])
+        picked.append(column[line])
+        if len(picked) == count:
+          return picked
+  return picked
+
+
+def vocabulary(directory: str, vocab_size: int) -> str:
+  """A SentencePiece model of `vocab_size` pieces from NTREX (about 10 s at 8,000)."""
+  from vmsst import vocabulary as vocabulary_lib  # pylint: disable=import-outside-toplevel
+  count = 5 * vocab_size  # 8,000 pieces: 40,000 sentences; 2,000 (--quick): 10,000
+  return vocabulary_lib.train_vocabulary(sentences(count), os.path.join(directory, "spm"),
+                                         vocab_size,
+                                         character_coverage=0.995 if vocab_size >= 4000 else 0.98)
+
+
+def network_config(vocab_size: int):
+  from vmsst.config import NetworkConfig  # pylint: disable=import-outside-toplevel
+  return NetworkConfig(vocab_size=vocab_size, emb_dim=FLAGS.width, num_heads=FLAGS.width // 64,
+                       head_dim=64, mlp_dim=4 * FLAGS.width, num_encoder_layers=FLAGS.layers,
+                       num_language_encoder_layers=1, num_decoder_layers=1,
+                       max_length=FLAGS.length)
+
+
+def model_dir(directory: str, cfg, spm_path: str) -> str:
+  """A directory `vmsst.inference.restore` reads: config.gin, spm.model, a step-0 checkpoint.
+
+  A Contrastive model (μ_sem is the mean-pooled semantic encoder, as for
+  every objective) with random parameters.
+  """
+  import shutil  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  import flax.linen as nn  # pylint: disable=import-outside-toplevel
+  from vmsst import models  # pylint: disable=import-outside-toplevel
+  from vmsst.objectives import Contrastive  # pylint: disable=import-outside-toplevel
+  path = os.path.join(directory, "model")
+  os.makedirs(path)
+  shutil.copy(spm_path, os.path.join(path, "spm.model"))
+  bindings = [f"NetworkConfig.{name} = {getattr(cfg, name)!r}" for name in (
+      "vocab_size", "emb_dim", "num_heads", "head_dim", "mlp_dim", "num_encoder_layers",
+      "num_language_encoder_layers", "num_decoder_layers", "max_length")]
+  with open(os.path.join(path, "config.gin"), "w") as f:
+    f.write("\n".join(["import vmsst.train", "train.model = @Contrastive()",
+                       "Contrastive.network_config = @NetworkConfig()",
+                       f"train.sequence_length = {FLAGS.length}", *bindings]) + "\n")
+  model = Contrastive(cfg)
+  params = nn.unbox(model.get_initial_variables(
+      jax.random.key(0), models.batch_shapes(1, FLAGS.length))["params"])
+  manager = ocp.CheckpointManager(os.path.join(path, "checkpoints"))
+  manager.save(0, args=ocp.args.StandardSave({"params": params}))
+  manager.wait_until_finished()
+  return path
+
+
+def main(argv) -> None:
+  del argv
+  if FLAGS.quick:
+    FLAGS.layers, FLAGS.width, FLAGS.vocab_size, FLAGS.sentences = 2, 64, 2000, 128
+    FLAGS.rounds, FLAGS.length = 1, 32
+  if not (DATA / "ntrex128").is_dir():
+    print(f"encode benchmark skipped: no real sentences at {DATA / 'ntrex128'}")
+    return
+  import vmsst  # pylint: disable=import-outside-toplevel
+  from vmsst import export  # pylint: disable=import-outside-toplevel
+  work = tempfile.mkdtemp(prefix="bench_encode_")
+  texts = sentences(FLAGS.sentences)
+  spm_path = vocabulary(work, FLAGS.vocab_size)
+  cfg = network_config(FLAGS.vocab_size)
+  directory = model_dir(work, cfg, spm_path)
+  encoders = {"ours": vmsst.Encoder.from_checkpoint(directory, batch_size=FLAGS.batch_size)}
+  if FLAGS.saved_model:
+    export.export(directory, os.path.join(work, "export"))
+    encoders["saved_model"] = vmsst.Encoder.from_saved_model(os.path.join(work, "export"))
+  with_peer = common.have_sentence_transformers()
+  if with_peer:
+    import peers  # pylint: disable=import-outside-toplevel
+    encoders["peer"] = peers.sentence_transformer(cfg, spm_path, max_length=FLAGS.length)
+  else:
+    print(common.PEER_MISSING)
+
+  def timer(encoder):
+    def run() -> float:
+      start = time.perf_counter()
+      encoder.encode(texts, batch_size=FLAGS.batch_size, show_progress_bar=False)
+      return time.perf_counter() - start
+    return run
+
+  for encoder in encoders.values():
+    encoder.encode(texts, batch_size=FLAGS.batch_size, show_progress_bar=False)  # compile every length bucket
+  seconds = common.interleaved({name: timer(e) for name, e in encoders.items()}, FLAGS.rounds)
+  rates = {name: len(texts) / s for name, s in seconds.items()}
+  context = {"sentences": len(texts), "batch_size": FLAGS.batch_size, "length": FLAGS.length,
+             "layers": FLAGS.layers, "width": FLAGS.width, "vocab_size": FLAGS.vocab_size,
+             "rates": rates, **common.machine()}
+  results = []
+  if with_peer:
+    results.append(common.comparison("encode/checkpoint_vs_sentence_transformers",
+                                     rates["ours"], rates["peer"], "sentences/s", 1.5, **context))
+    if "saved_model" in rates:
+      results.append(common.comparison("encode/saved_model_vs_sentence_transformers",
+                                       rates["saved_model"], rates["peer"], "sentences/s", 1.5,
+                                       **context))
+  print("sentences/s: " + ", ".join(f"{n} {r:.1f}" for n, r in rates.items()))
+  common.emit(results, f"encoding: {len(texts)} NTREX sentences, {FLAGS.layers} layers, "
+              f"d={FLAGS.width}, batch {FLAGS.batch_size}, load {context['load_average']}")
+
+
+if __name__ == "__main__":
+  app.run(main)

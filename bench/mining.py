@@ -1,0 +1,125 @@
+r"""Mining: time and peak memory of `vmsst.mine.mine` against faiss-cpu IndexFlatIP.
+
+  .venv/bin/python bench/mining.py [--sizes=10000,100000] [--slice_sizes=1000000] \
+      [--dim=512] [--slice=1024] [--quick]
+
+Both sides mine the same synthetic unit vectors (d = 512; mining time does
+not depend on the values) with the same code after the search: k = 4
+neighbours in both directions, ratio margin, max retrieval, one-to-one
+(`vmsst.mine.mine`, backend "jax" = ours: one blockwise pass of matrix
+products reduced along rows and columns, `neighbors.knn_both`; backend
+"faiss" = the peer: IndexFlatIP exact search, once per direction, as LASER
+mines).
+
+--sizes are mined end to end. --slice_sizes are too large for that on this
+machine: there a fixed slice of --slice source rows is searched against all
+n targets (ours: `knn_both` of the slice; faiss: one search of the slice)
+and the full mining time is projected as setup + (slice time - setup) *
+n / slice (faiss: twice that search, one per direction), where setup is the
+same call with k queries (normalizing and placing the n keys).
+
+Every measurement runs in a fresh child process; its peak resident memory
+(VmHWM, reset after the inputs exist) minus the resident memory before the
+search is its "working" memory: it must not grow like n^2 (the n x n cosine
+matrix is 40 GB at 10^5 and 4 TB at 10^6).
+"""
+
+import json
+import sys
+import time
+
+import numpy as np
+from absl import app
+from absl import flags
+
+import common
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("sizes", ["10000", "100000"], "Sentences per side mined end to end.")
+flags.DEFINE_list("slice_sizes", ["1000000"], "Sentences per side projected from a slice.")
+flags.DEFINE_integer("dim", 512, "Embedding width d.")
+flags.DEFINE_integer("k", 4, "Neighbours per direction.")
+flags.DEFINE_integer("slice", 1024, "Source rows timed at --slice_sizes.")
+flags.DEFINE_bool("quick", False, "Smoke mode: n = 2000 end to end, a 10000 slice.")
+flags.DEFINE_string("child", None, "Internal: one measurement, 'mine|slice:jax|faiss:n'.")
+
+
+def _unit(n: int, d: int, seed: int) -> np.ndarray:
+  x = np.random.default_rng(seed).standard_normal((n, d), dtype=np.float32)
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  return x
+
+
+def _child(spec: str) -> dict:
+  """One measurement in this process (its memory is this run's alone)."""
+  from vmsst import mine  # pylint: disable=import-outside-toplevel
+  from vmsst.evaluation import neighbors  # pylint: disable=import-outside-toplevel
+  task, backend, n = spec.split(":")
+  n, k = int(n), FLAGS.k
+  source, target = _unit(n, FLAGS.dim, 0), _unit(n, FLAGS.dim, 1)
+  warm = min(n, 2048)
+  mine.mine(source[:warm], target[:warm], k=k, backend=backend)  # compile outside the timing
+
+  def search(rows: int) -> float:
+    start = time.perf_counter()
+    if backend == "jax":
+      neighbors.knn_both(source[:rows], target, k)
+    else:
+      neighbors.knn(source[:rows], target, k, backend="faiss")
+    return time.perf_counter() - start
+
+  if task == "slice":  # compiles the kernels for these block counts (both query shapes)
+    search(FLAGS.slice)
+    search(k)
+  reset = common.reset_peak_rss()
+  before = common.rss_mb()
+  if task == "mine":
+    start = time.perf_counter()
+    pairs, _ = mine.mine(source, target, k=k, backend=backend)
+    seconds, extra = time.perf_counter() - start, {"mined_pairs": len(pairs)}
+  else:
+    setup, sliced = search(k), search(FLAGS.slice)
+    directions = 1 if backend == "jax" else 2
+    seconds = directions * (setup + (sliced - setup) * n / FLAGS.slice)
+    extra = {"slice": FLAGS.slice, "slice_seconds": sliced, "setup_seconds": setup}
+  peak = common.peak_rss_mb()
+  return {"task": task, "backend": backend, "n": n, "seconds": seconds,
+          "working_mb": peak - before, "peak_mb": peak, "rss_before_mb": before,
+          "inputs_mb": 2 * n * FLAGS.dim * 4 / 2**20, "peak_reset": reset, **extra}
+
+
+def _measure(spec: str) -> dict:
+  command = [sys.executable, __file__, f"--child={spec}", f"--dim={FLAGS.dim}",
+             f"--k={FLAGS.k}", f"--slice={FLAGS.slice}"]
+  run = common.run_json(command)
+  print(f"  {spec}: {run['seconds']:.1f} s, working {run['working_mb']:.0f} MB", flush=True)
+  return run
+
+
+def main(argv) -> None:
+  del argv
+  if FLAGS.child:
+    print(json.dumps(_child(FLAGS.child)))
+    return
+  if FLAGS.quick:
+    FLAGS.sizes, FLAGS.slice_sizes, FLAGS.slice = ["2000"], ["10000"], 256
+  context = {"dim": FLAGS.dim, "k": FLAGS.k, **common.machine()}
+  results = []
+  for task, sizes in (("mine", FLAGS.sizes), ("slice", FLAGS.slice_sizes)):
+    for n in map(int, sizes):
+      ours, faiss = _measure(f"{task}:jax:{n}"), _measure(f"{task}:faiss:{n}")
+      how = "end to end" if task == "mine" else f"projected from {FLAGS.slice} queries"
+      size = f"{n:.0e}".replace("+0", "")
+      results.append(common.comparison(
+          f"mining/{size}/time", ours["seconds"], faiss["seconds"], "s", 2.0,
+          higher_is_better=False, n=n, how=how, ours_run=ours, peer_run=faiss, **context))
+      results.append(common.comparison(
+          f"mining/{size}/working_memory", ours["working_mb"], faiss["working_mb"], "MB", None,
+          higher_is_better=False, n=n, how=how, cosine_matrix_mb=n * n * 4 / 2**20,
+          **context))
+  common.emit(results, f"mining: vmsst.mine (jax) vs faiss IndexFlatIP, d={FLAGS.dim}, "
+              f"k={FLAGS.k}, load {context['load_average']}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,86 @@
+"""bench/: the comparison line's arithmetic, and `run_all.py --quick` end to end.
+
+The smoke run executes the real scripts (JAX, faiss and, when installed,
+sentence-transformers) at toy sizes in child processes and checks what they
+write, not how fast anything is: the figures of a smoke run mean nothing.
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import common  # pylint: disable=wrong-import-position
+
+KEYS = {"name", "ours", "peer", "unit", "ratio", "target", "higher_is_better", "met"}
+
+
+def test_ratio_is_ours_over_peer_for_rates():
+  result = common.comparison("x/rate", 3.0, 2.0, "examples/s", 1.5)
+  assert result["ratio"] == 1.5 and result["met"] is True
+  assert common.comparison("x/rate", 2.0, 2.0, "examples/s", 1.5)["met"] is False
+
+
+def test_ratio_is_peer_over_ours_for_times():
+  # 2 s against faiss's 6 s is 3x better; 4 s is 1.5x, below a 2x target.
+  assert common.comparison("x/time", 2.0, 6.0, "s", 2.0, higher_is_better=False)["ratio"] == 3.0
+  slow = common.comparison("x/time", 4.0, 6.0, "s", 2.0, higher_is_better=False)
+  assert slow["ratio"] == 1.5 and slow["met"] is False
+
+
+def test_no_target_is_reported_not_judged():
+  assert common.comparison("x/memory", 10.0, 20.0, "MB", None, higher_is_better=False)["met"] \
+      is None
+
+
+def test_table_has_one_row_per_comparison():
+  rows = [common.comparison("a/b", 1.0, 2.0, "s", 2.0, higher_is_better=False),
+          common.comparison("c/d", 4.0, 2.0, "x/s", None)]
+  lines = common.table(rows, "header").splitlines()
+  assert lines[0] == "header" and len(lines) == 4
+  assert lines[2].split()[:2] == ["a/b", "1"] and lines[2].endswith("yes")
+  assert lines[3].endswith("-")
+
+
+@pytest.fixture(name="smoke_run", scope="module")
+def _smoke_run(tmp_path_factory):
+  """(comparison lines, output dir) of `run_all.py --quick` over the two fastest scripts."""
+  output = tmp_path_factory.mktemp("bench")
+  done = subprocess.run(
+      [sys.executable, str(BENCH / "run_all.py"), "--quick", "--only=mining,train_throughput",
+       f"--output_dir={output}"], capture_output=True, text=True, timeout=600, check=False)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  (jsonl,) = output.glob("*.jsonl")
+  return [json.loads(line) for line in jsonl.read_text().splitlines()], output, done.stdout
+
+
+def test_smoke_run_writes_well_formed_comparisons(smoke_run):
+  results, output, _ = smoke_run
+  names = {r["name"] for r in results}
+  assert {"mining/2e3/time", "mining/1e4/time", "mining/2e3/working_memory",
+          "train/contrastive/mfu"} <= names
+  for r in results:
+    assert KEYS <= set(r), r["name"]
+    want = r["ours"] / r["peer"] if r["higher_is_better"] else r["peer"] / r["ours"]
+    assert r["ratio"] == pytest.approx(want), r["name"]
+    assert isinstance(r["load_average"], float) and r["ours"] > 0 and r["peer"] > 0
+  mined = [r for r in results if r["name"] == "mining/2e3/time"][0]
+  # Same vectors, same scoring: both backends mine the same number of pairs.
+  assert mined["ours_run"]["mined_pairs"] == mined["peer_run"]["mined_pairs"] > 0
+  pngs = sorted(p.name for p in output.glob("*.png"))
+  assert len(pngs) == 2 and pngs[0].endswith("_quick_mining.png")
+  assert pngs[1].endswith("_quick_train_throughput.png")
+
+
+def test_smoke_run_compares_with_sentence_transformers(smoke_run):
+  results, _, stdout = smoke_run
+  if not common.have_sentence_transformers():
+    assert "sentence-transformers is not installed" in stdout
+    pytest.skip(common.PEER_MISSING)
+  (peer,) = [r for r in results if r["name"] == "train/contrastive_vs_sentence_transformers"]
+  assert peer["unit"] == "examples/s" and peer["target"] == 1.5
