@@ -24,4 +24,5 @@ test: $(STAMP)
 	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q $(ARGS)
 
 bench: $(STAMP)
-	$(VENV)/bin/python bench/train_step.py $(ARGS)
+	$(VENV)/bin/pip install --quiet -e ".[bench]"
+	$(VENV)/bin/python bench/run_all.py $(ARGS)

@@ -34,7 +34,9 @@ INSTALL_REQUIRES = [
 EXTRAS_REQUIRE = {
     # torch + transformers build a tiny random mT5 offline, the reference the
     # converter is tested against (torch 2.13.0+cpu comes from the local wheels).
-    "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers==5.23.0"],
+    # sentence-transformers: tests/test_bench.py runs the benchmarks' peer too.
+    "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers==5.23.0",
+             "sentence-transformers==6.2.0"],
     # bench/: the peer the benchmarks measure against (PyTorch CPU sentence-
     # transformers, built from a config, nothing downloaded). Pure Python; its
     # other requirements (transformers, huggingface-hub, scikit-learn) are above.

@@ -183,3 +183,26 @@ def test_bad_inputs_are_clear_errors():
     neighbors.knn(np.zeros(4), _random(3, 4, 0), 1)
   with pytest.raises(ValueError, match="'jax' or 'faiss'"):
     neighbors.knn(_random(2, 4, 0), _random(3, 4, 0), 1, backend="annoy")
+
+
+@pytest.mark.parametrize("k,query_block,key_block", [(1, 7, 11), (4, 64, 5), (3, 1000, 1000)])
+def test_both_directions_from_one_pass_equal_two_searches(k, query_block, key_block):
+  source, target = _random(37, 16, 20), _random(53, 16, 21)
+  forward_scores, forward, backward_scores, backward = neighbors.knn_both(
+      source, target, k, query_block=query_block, key_block=key_block)
+  for scores, indices, (queries, keys) in ((forward_scores, forward, (source, target)),
+                                           (backward_scores, backward, (target, source))):
+    want_scores, want_indices = _brute_force(queries, keys, k)
+    np.testing.assert_array_equal(indices, want_indices)
+    np.testing.assert_allclose(scores, want_scores, atol=1e-5)
+
+
+def test_both_directions_break_ties_to_the_lower_index_on_any_device_count(devices):
+  # Repeated unit vectors on both sides: every neighbour list is a run of ties.
+  source = np.eye(4, dtype=np.float32)[np.arange(22) % 4]
+  target = np.eye(4, dtype=np.float32)[np.arange(41) % 4]
+  for subset in (devices[:1], devices[2:5], devices):
+    _, forward, _, backward = neighbors.knn_both(source, target, 5, query_block=6,
+                                                 key_block=16, devices=subset)
+    np.testing.assert_array_equal(forward, (np.arange(22) % 4)[:, None] + 4 * np.arange(5))
+    np.testing.assert_array_equal(backward, (np.arange(41) % 4)[:, None] + 4 * np.arange(5))
