@@ -49,6 +49,7 @@ from tasks import preprocessors
 from tasks import sources
 from tasks import triplets as triplets_lib
 from tasks import wiki_entities
+from vmsst import languages
 from vmsst import teacher_cache as teacher_cache_lib
 from vmsst import vocabulary as vocabulary_lib
 
@@ -331,9 +332,13 @@ def register_distillation_tasks(data_dir: str, vocab: seqio.Vocabulary,
   vectors up (tasks.preprocessors.teacher_embeddings).
   """
   readers = {DISTILL_NTREX_TASK: "ntrex128", DISTILL_MULTI30K_TASK: "multi30k"}
+  source_language = languages.canonical_language(source_language)  # "en" -> "eng"
   pairs = {(name, split): source_sided(_read_split(reader, data_dir, split, seed)[0],
                                        source_language, max_sources)
            for name, reader in readers.items() for split in SPLITS}
+  if not any(pairs[(name, "train")] for name in readers):
+    raise ValueError(f"no training pair of {data_dir} has a {source_language} side: set "
+                     "register_tasks.distillation_source to a language of the corpora.")
   sentences = sorted({p.text_a for task_pairs in pairs.values() for p in task_pairs})
   report = teacher_cache.fill(sentences, desc="source sentences")
   logging.info("distillation tasks: teacher %s, %s", teacher_cache.teacher.name, report)

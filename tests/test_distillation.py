@@ -12,6 +12,7 @@ import vmsst.train
 import vmsst_testing
 from vmsst import models
 from vmsst import teacher_cache as tc
+from vmsst import vocabulary
 from vmsst.objectives import MODELS
 from vmsst.objectives import distillation
 
@@ -204,3 +205,15 @@ def test_student_starts_from_one_of_our_checkpoints(tiny_model, tmp_path):
       student.semantic(params, batch["tokens_a"], batch["mask_a"])[0],
       vmsst_model.semantic(trained, batch["tokens_a"], batch["mask_a"])[0], rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(params[distillation.HEAD]["kernel"], 0.0)
+
+
+@pytest.mark.parametrize("source,message", [("qqq", "Unknown language code"),
+                                            ("epo", "no training pair .* has a epo side")])
+def test_a_distillation_source_without_pairs_is_a_clear_error(data_dir, tiny_vocab_path, source,
+                                                              message):
+  """Before: an unknown or absent source language gave empty tasks and a silent no-op run."""
+  from tasks import registry  # pylint: disable=import-outside-toplevel
+  vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
+  with pytest.raises(ValueError, match=message):
+    registry.register_distillation_tasks(str(data_dir), vocab, teacher_cache=None, seed=0,
+                                         source_language=source, max_sources=10)
