@@ -43,7 +43,7 @@ from absl import flags
 import opustools
 
 from tasks import opus_paper
-from tasks import sources
+from tasks import opus_sources
 
 ZIP_SUBDIR = "zips"
 DEFAULT_OPUS_DB = "~/.OpusTools/opusdata.db"  # opustools' own default location.
@@ -210,7 +210,7 @@ def _extract_partials(zip_path: pathlib.Path, job: Job, partials: Sequence[pathl
   except zipfile.BadZipFile as e:  # Also raised on a CRC mismatch while reading.
     raise ValueError(f"{zip_path} is not a valid zip archive (corrupt or partial download: {e}); "
                      "delete it and run again.") from None
-  lines = [sources.count_lines(p) for p in partials]
+  lines = [opus_sources.count_lines(p) for p in partials]
   if lines[0] != lines[1]:
     raise ValueError(f"{zip_path}: {members[job.pivot]} has {lines[0]} lines but "
                      f"{members[job.code]} has {lines[1]}; the pair is not aligned.")
@@ -339,7 +339,7 @@ def _adopt(out_dir: pathlib.Path, manifest: dict[str, Any], job: Job, url: str) 
   paths = [out_dir / name for name in job.files]
   if not all(p.is_file() for p in paths):
     return False
-  lines = [sources.count_lines(p) for p in paths]
+  lines = [opus_sources.count_lines(p) for p in paths]
   if lines[0] != lines[1]:
     return False
   record(manifest, job, {p.name: {"bytes": p.stat().st_size, "lines": lines[0]} for p in paths}, url)

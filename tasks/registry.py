@@ -46,6 +46,7 @@ import seqio
 import tensorflow as tf
 
 from tasks import preprocessors
+from tasks import opus_sources
 from tasks import sources
 from tasks import triplets as triplets_lib
 from tasks import wiki_entities
@@ -114,7 +115,7 @@ class StreamingPairSource(seqio.FunctionDataSource):
       over the files (each epoch) starts a new one.
   """
 
-  def __init__(self, corpora: Sequence[sources.OpusFile], *, num_lines: int, name: str,
+  def __init__(self, corpora: Sequence[opus_sources.OpusFile], *, num_lines: int, name: str,
                exclude: AbstractSet[str] = frozenset(), pivot: str | None = None,
                policy: sources.InputPolicy = sources.DEFAULT_POLICY):
     self.corpora, self.pivot, self._exclude, self._name = tuple(corpora), pivot, exclude, name
@@ -123,9 +124,9 @@ class StreamingPairSource(seqio.FunctionDataSource):
     super().__init__(dataset_fn=self._dataset, splits=("train",),
                      num_input_examples={"train": num_lines})
 
-  def _pairs(self, corpora: Sequence[sources.OpusFile]) -> Iterator[dict[str, str]]:
+  def _pairs(self, corpora: Sequence[opus_sources.OpusFile]) -> Iterator[dict[str, str]]:
     self.counts = sources.PairCounts()
-    for pair in sources.opus_pairs(corpora, counts=self.counts, exclude=self._exclude,
+    for pair in opus_sources.opus_pairs(corpora, counts=self.counts, exclude=self._exclude,
                                    name=self._name, policy=self.policy):
       if self.pivot is not None and pair.lang_b == self.pivot:
         pair = sources.Pair(pair.text_b, pair.text_a, pair.lang_b, pair.lang_a)
@@ -258,13 +259,13 @@ def register_opus_tasks(opus_dir: str, vocab: seqio.Vocabulary, exclude: Abstrac
     (lang_a, lang_b) -> task name.
   """
   by_pair = collections.defaultdict(list)
-  for corpus in sources.discover_opus(opus_dir):
+  for corpus in opus_sources.discover_opus(opus_dir):
     by_pair[(corpus.lang_a, corpus.lang_b)].append(corpus)
   if not by_pair:
     raise ValueError(f"No OPUS files (<corpus>.<l1>-<l2>.<l1>/.<l2> or .tsv) under {opus_dir}.")
   names, rates = {}, []
   for (lang_a, lang_b), corpora in sorted(by_pair.items()):
-    num_lines = sum(sources.check_moses_line_counts(c) for c in corpora)
+    num_lines = sum(opus_sources.check_moses_line_counts(c) for c in corpora)
     name = opus_task_name(lang_a, lang_b)
     source = StreamingPairSource(corpora, num_lines=num_lines, name=name, exclude=exclude,
                                  policy=policy)

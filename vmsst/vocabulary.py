@@ -112,7 +112,9 @@ def _define_flags() -> None:
 
 def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[str]:
   """Distinct sentences of the training splits (Tatoeba-filtered); logs per-source counts."""
-  from tasks import sources  # pylint: disable=g-import-not-at-top  (tasks depends on vmsst)
+  # pylint: disable=g-import-not-at-top  (tasks depends on vmsst)
+  from tasks import opus_sources
+  from tasks import sources
 
   exclude = sources.tatoeba_test_sentences(data_dir)
   seen = set()
@@ -123,8 +125,8 @@ def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[s
     elif name == "multi30k":
       pairs = sources.multi30k_pairs(data_dir, "train", counts=counts, exclude=exclude)
     elif name.startswith("opus:"):
-      corpora = sources.discover_opus(name[len("opus:"):])
-      pairs = sources.opus_pairs(corpora, counts=counts, exclude=exclude, name=name)
+      corpora = opus_sources.discover_opus(name[len("opus:"):])
+      pairs = opus_sources.opus_pairs(corpora, counts=counts, exclude=exclude, name=name)
     else:
       raise ValueError(f"Unknown source {name!r}: use ntrex128, multi30k or opus:<dir>.")
     before = len(seen)

@@ -18,6 +18,7 @@ import pytest
 import seqio
 
 from tasks import registry
+from tasks import opus_sources
 from tasks import sources
 from vmsst import vocabulary
 
@@ -37,7 +38,7 @@ def write_bytes(path: pathlib.Path, data: bytes) -> pathlib.Path:
 def read_opus(directory, policy=sources.DEFAULT_POLICY, exclude=frozenset()):
   """(pairs as (text_a, text_b) tuples, counts) of every corpus in `directory`."""
   counts = sources.PairCounts()
-  pairs = sources.opus_pairs(sources.discover_opus(directory), counts=counts, policy=policy,
+  pairs = opus_sources.opus_pairs(opus_sources.discover_opus(directory), counts=counts, policy=policy,
                              exclude=exclude)
   return [(p.text_a, p.text_b) for p in pairs], counts
 
@@ -162,13 +163,13 @@ def test_lone_carriage_return_inside_a_line_does_not_split_it(tmp_path):
 def test_moses_mismatch_names_both_files_and_counts(tmp_path):
   write_bytes(tmp_path / "m.de-en.de", b"a\nb\n\xff\nd\n")  # A bad byte is still a line.
   write_bytes(tmp_path / "m.de-en.en", b"A\nB\nC\n")
-  (corpus,) = sources.discover_opus(tmp_path)
+  (corpus,) = opus_sources.discover_opus(tmp_path)
   expected = (f"Moses files are not line-aligned: {tmp_path / 'm.de-en.de'} has 4 lines but "
               f"{tmp_path / 'm.de-en.en'} has 3; re-extract the corpus.")
   with pytest.raises(ValueError, match=re.escape(expected)):
-    sources.check_moses_line_counts(corpus)
+    opus_sources.check_moses_line_counts(corpus)
   counts = sources.PairCounts()
-  stream = sources.opus_pairs([corpus], counts=counts)
+  stream = opus_sources.opus_pairs([corpus], counts=counts)
   assert [next(stream).text_a, next(stream).text_a] == ["a", "b"]
   with pytest.raises(ValueError, match=re.escape(expected)):
     next(stream)  # Never truncated to the shorter side: the pass fails at its end.
@@ -182,7 +183,7 @@ def test_unknown_code_in_opus_file_name_names_file_and_close_codes(tmp_path):
   write_bytes(tmp_path / "m.deu-engl.deu", b"a\n")
   write_bytes(tmp_path / "m.deu-engl.engl", b"b\n")
   with pytest.raises(ValueError) as error:
-    sources.discover_opus(tmp_path)
+    opus_sources.discover_opus(tmp_path)
   message = str(error.value)
   assert message.startswith(f"{tmp_path / 'm.deu-engl.deu'}: language code 'engl' is unknown "
                             "(closest known: eng")

@@ -5,6 +5,7 @@ import gzip
 
 import pytest
 
+from tasks import opus_sources
 from tasks import sources
 
 # The 12 of 123 NTREX documents with the smallest salted hash (hand-copied once;
@@ -149,7 +150,7 @@ def test_tatoeba_filter_drops_either_side(tmp_path, data_dir, tatoeba):
   write(tmp_path / "toy.de-en.de", f"Guten Tag\n  {german} \nNeu\n")
   write(tmp_path / "toy.de-en.en", f"Good day\nsomething\n{english}\n")
   counts = sources.PairCounts()
-  pairs = list(sources.opus_pairs(sources.discover_opus(tmp_path), counts=counts, exclude=tatoeba))
+  pairs = list(opus_sources.opus_pairs(opus_sources.discover_opus(tmp_path), counts=counts, exclude=tatoeba))
   assert pairs == [("Guten Tag", "Good day", "deu", "eng")]
   assert (counts.read, counts.kept, dict(counts.skipped)) == (3, 1, {"tatoeba_overlap": 2})
 
@@ -162,11 +163,11 @@ def test_opus_moses_gz_and_empty_sides(tmp_path):
   write(tmp_path / "Europarl.de-en.en", "Hello\nempty left\nWorld\nx\n")
   write(tmp_path / "README", "not a corpus\n")
   write(tmp_path / "Europarl.de-en.ids", "ignored\n")
-  corpora = sources.discover_opus(tmp_path)
+  corpora = opus_sources.discover_opus(tmp_path)
   assert [(c.name, c.lang_a, c.lang_b) for c in corpora] == [
       ("Europarl.de-en.de.gz+Europarl.de-en.en", "deu", "eng")]
   counts = sources.PairCounts()
-  pairs = list(sources.opus_pairs(corpora, counts=counts))
+  pairs = list(opus_sources.opus_pairs(corpora, counts=counts))
   assert pairs == [("Hallo", "Hello", "deu", "eng"), ("Welt", "World", "deu", "eng")]
   assert (counts.read, counts.kept, dict(counts.skipped)) == (4, 2, {"empty_side": 2})
 
@@ -174,21 +175,21 @@ def test_opus_moses_gz_and_empty_sides(tmp_path):
 def test_opus_moses_line_mismatch_names_files_and_counts(tmp_path):
   write(tmp_path / "toy.en-fr.en", "a\nb\nc\n")
   write(tmp_path / "toy.en-fr.fr", "a\nb\n")
-  (corpus,) = sources.discover_opus(tmp_path)
+  (corpus,) = opus_sources.discover_opus(tmp_path)
   pattern = r"toy\.en-fr\.en has 3 lines but .*toy\.en-fr\.fr has 2"
   with pytest.raises(ValueError, match=pattern):
-    sources.check_moses_line_counts(corpus)
+    opus_sources.check_moses_line_counts(corpus)
   with pytest.raises(ValueError, match=pattern):  # Also when streaming, at the end of the pair.
-    list(sources.opus_pairs([corpus]))
+    list(opus_sources.opus_pairs([corpus]))
 
 
 def test_opus_tsv_skips_are_counted(tmp_path):
   write(tmp_path / "Tatoeba.en-zh_cn.tsv.gz",
         "hello\t你好\nno tab here\nonly left\t\n\tonly right\na\tb\tc\nbye\t再见")
-  (corpus,) = sources.discover_opus(tmp_path)
+  (corpus,) = opus_sources.discover_opus(tmp_path)
   assert (corpus.lang_a, corpus.lang_b) == ("eng", "zho-CN")
   counts = sources.PairCounts()
-  pairs = list(sources.opus_pairs([corpus], counts=counts))
+  pairs = list(opus_sources.opus_pairs([corpus], counts=counts))
   assert [p.text_b for p in pairs] == ["你好", "再见"]
   assert counts.read == 6 == counts.kept + sum(counts.skipped.values())
   assert counts.skipped == {"no_tab": 1, "empty_side": 2, "extra_tab": 1}
@@ -198,24 +199,24 @@ def test_opus_hyphenated_canonical_codes(tmp_path):
   write(tmp_path / "x.eng-zho-CN.tsv", "a\tb\n")
   write(tmp_path / "y.aze-Latn-eng.eng", "a\n")
   write(tmp_path / "y.aze-Latn-eng.aze-Latn", "b\n")
-  assert [(c.lang_a, c.lang_b) for c in sources.discover_opus(tmp_path)] == [
+  assert [(c.lang_a, c.lang_b) for c in opus_sources.discover_opus(tmp_path)] == [
       ("eng", "zho-CN"), ("aze-Latn", "eng")]
 
 
 def test_opus_unknown_code_names_file_and_fix(tmp_path):
   write(tmp_path / "toy.en-xx.tsv", "a\tb\n")
   with pytest.raises(ValueError, match=r"toy\.en-xx\.tsv: language code 'xx' is unknown.*_EXTRA_LANGUAGES"):
-    sources.discover_opus(tmp_path)
+    opus_sources.discover_opus(tmp_path)
 
 
 def test_opus_missing_moses_partner(tmp_path):
   write(tmp_path / "toy.de-en.de", "a\n")
   with pytest.raises(ValueError, match=r"toy\.de-en\.de has no partner .*toy\.de-en\.en"):
-    sources.discover_opus(tmp_path)
+    opus_sources.discover_opus(tmp_path)
 
 
 def test_count_lines_without_final_newline(tmp_path):
   write(tmp_path / "a.txt", "x\ny")
   write(tmp_path / "b.txt.gz", "x\ny\n")
   write(tmp_path / "c.txt", "")
-  assert [sources.count_lines(tmp_path / n) for n in ("a.txt", "b.txt.gz", "c.txt")] == [2, 2, 0]
+  assert [opus_sources.count_lines(tmp_path / n) for n in ("a.txt", "b.txt.gz", "c.txt")] == [2, 2, 0]
