@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vmsst_testing import ROOT, TINY, init_params, random_batch
-from vmsst import layers
+from vmsst import layer_stacks
 from vmsst import models
 from vmsst import partitioning
 from vmsst.config import NetworkConfig
@@ -140,7 +140,7 @@ def test_remat_keeps_parameters_loss_and_gradients():
 def test_scan_layers_is_the_same_network_on_stacked_parameters():
   """Scanned layers split the dropout key per layer, so compare without dropout.
 
-  The unscanned parameters stacked by layers.stack_layer_params give the
+  The unscanned parameters stacked by layer_stacks.stack_layer_params give the
   scanned network the same loss and the stacked gradients.
   """
   cfg = dataclasses.replace(MEMORY_CFG, dropout_rate=0.0)
@@ -151,7 +151,7 @@ def test_scan_layers_is_the_same_network_on_stacked_parameters():
   for remat in ("none", "full"):
     model = VMSST(dataclasses.replace(cfg, scan_layers=True, remat=remat))
     scanned_init = init_params(model)
-    stacked = layers.stack_layer_params(params)
+    stacked = layer_stacks.stack_layer_params(params)
     assert jax.tree.structure(scanned_init) == jax.tree.structure(stacked)
     assert stacked["semantic_encoder"]["layers"]["mlp"]["wi"]["kernel"].shape == (
         2, cfg.emb_dim, cfg.mlp_dim)
@@ -160,7 +160,7 @@ def test_scan_layers_is_the_same_network_on_stacked_parameters():
     assert count(scanned_init) == count(params)
     scan_loss, scan_grads = _loss_and_grads(model, stacked, batch, rng)
     np.testing.assert_allclose(scan_loss, loss, rtol=1e-6)
-    assert _max_difference(scan_grads, layers.stack_layer_params(grads)) < 1e-5
+    assert _max_difference(scan_grads, layer_stacks.stack_layer_params(grads)) < 1e-5
 
 
 def test_scanned_parameters_carry_the_replicated_layers_axis():

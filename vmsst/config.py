@@ -69,12 +69,12 @@ class NetworkConfig:
       "none" keeps all activations; "full" keeps only each layer's input and
       recomputes the rest (least memory, ~1/3 more compute);
       "dots_saveable" keeps matmul outputs and recomputes the cheap
-      elementwise ops (see REMAT_POLICIES in vmsst/layers.py).
+      elementwise ops (see REMAT_POLICIES in vmsst/layer_stacks.py).
     scan_layers: run each stack's layers under nn.scan, the parameters of a
       stack stacked along a leading "layers" axis (`<stack>/layers/...`
       instead of `<stack>/layer_<i>/...`): one compiled layer body, so the
       24-layer step compiles in a fraction of the time. Same parameter
-      count; convert an unscanned tree with layers.stack_layer_params.
+      count; convert an unscanned tree with layer_stacks.stack_layer_params.
   """
 
   vocab_size: int = 8000

@@ -21,6 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vmsst import layer_stacks
 from vmsst import layers
 from vmsst.config import NetworkConfig
 
@@ -39,13 +40,13 @@ class VMSSTNetwork(nn.Module):
                        "decoder state; it cannot be combined with factorized_output.")
     self.embed = layers.Embed(cfg, name="token_embed")
     self.semantic_positions = self._positions("semantic_positions")
-    self.semantic_stack = layers.Stack(cfg, cfg.num_encoder_layers, name="semantic_encoder")
+    self.semantic_stack = layer_stacks.Stack(cfg, cfg.num_encoder_layers, name="semantic_encoder")
     self.semantic_head = layers.GaussianHead(cfg, name="semantic_head")
     if not cfg.share_encoders:
       self.language_positions = [
           self._positions(f"language_positions_{i}") for i in range(cfg.num_language_encoders)]
       self.language_stacks = [
-          layers.Stack(cfg, cfg.num_language_encoder_layers, name=f"language_encoder_{i}")
+          layer_stacks.Stack(cfg, cfg.num_language_encoder_layers, name=f"language_encoder_{i}")
           for i in range(cfg.num_language_encoders)]
     self.language_head = layers.GaussianHead(cfg, name="language_head")
     if cfg.relative_attention:
@@ -54,9 +55,9 @@ class VMSSTNetwork(nn.Module):
     else:
       self.decoder_positions = layers.PositionEmbed(cfg, name="decoder_positions")
     if cfg.scan_layers:  # decoder/layers/... stacked [num_decoder_layers, ...]
-      self.decoder_layers = [layers.ScannedDecoder(cfg, cfg.num_decoder_layers, name="decoder")]
+      self.decoder_layers = [layer_stacks.ScannedDecoder(cfg, cfg.num_decoder_layers, name="decoder")]
     else:
-      layer = layers.layer_class(layers.DecoderLayer, cfg)
+      layer = layer_stacks.layer_class(layers.DecoderLayer, cfg)
       self.decoder_layers = [layer(cfg, name=f"decoder_layer_{i}")
                              for i in range(cfg.num_decoder_layers)]
     self.decoder_norm = layers.layer_norm("decoder_final_norm", cfg)
