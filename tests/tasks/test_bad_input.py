@@ -67,7 +67,7 @@ def test_tsv_line_without_tab_is_an_error_when_strict(tmp_path):
 
 def test_first_skips_are_logged_with_file_and_line(tmp_path, caplog):
   write_bytes(tmp_path / "t.de-en.tsv", b"x\n" * 3 + b"ok\tok\n" + b"\t\n")
-  with caplog.at_level(logging.INFO):
+  with caplog.at_level(logging.INFO, logger="absl"):  # whatever verbosity absl flags set
     read_opus(tmp_path, sources.InputPolicy(log_first=2))
   logged = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
   path = tmp_path / "t.de-en.tsv"
@@ -257,7 +257,7 @@ def test_registered_tasks_report_the_same_totals(data_dir, tiny_vocab_path, tmp_
 
 def test_demo_mixture_total_is_the_sum_of_its_sources(data_dir, tiny_vocab_path, caplog):
   registry.register_tasks(str(data_dir), tiny_vocab_path)
-  with caplog.at_level(logging.INFO):
+  with caplog.at_level(logging.INFO, logger="absl"):  # whatever verbosity absl flags set
     report = registry.report_data_counts(registry.DEMO_MIXTURE)
   assert [r.getMessage() for r in caplog.records] == [
       "vmsst_multi30k[train]: read=174000 kept=174000 skipped=0 (none)",
