@@ -19,9 +19,10 @@ $(STAMP): setup.py
 train: $(STAMP)
 	bash launch/local.sh $(ARGS)
 
-# Eight forced CPU devices let the sharding tests build a 4 x 2 mesh.
+# Eight forced CPU devices let the sharding tests build a 4 x 2 mesh; -n 2
+# (pytest-xdist) runs on both cores: the subprocess and training tests dominate.
 test: $(STAMP)
-	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q $(ARGS)
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 $(ARGS)
 
 bench: $(STAMP)
 	$(VENV)/bin/pip install --quiet -e ".[bench]"
