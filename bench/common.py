@@ -100,6 +100,18 @@ def rss_mb() -> float:
   return int(fields["VmRSS"].split()[0]) / 1024
 
 
+def rss_resolution_mb() -> float:
+  """How far this process's RSS readings can lag its true resident memory, in MiB.
+
+  Linux batches RSS accounting per thread (up to 64 pages each before they
+  reach the counters /proc reports), so a difference of two readings smaller
+  than threads x 64 pages is noise, and can even come out negative.
+  """
+  with open("/proc/self/status") as f:
+    fields = dict(line.split(":", 1) for line in f)
+  return int(fields["Threads"]) * 64 * resource.getpagesize() / 2**20
+
+
 def reset_peak_rss() -> bool:
   """Sets VmHWM to the current RSS (Linux clear_refs); False where not allowed."""
   try:

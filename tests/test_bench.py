@@ -69,6 +69,9 @@ def test_smoke_run_writes_well_formed_comparisons(smoke_run):
     want = r["ours"] / r["peer"] if r["higher_is_better"] else r["peer"] / r["ours"]
     assert r["ratio"] == pytest.approx(want), r["name"]
     assert isinstance(r["load_average"], float) and r["ours"] > 0 and r["peer"] > 0
+    if r["name"].endswith("/working_memory"):  # never below what RSS counters resolve
+      assert r["ours"] >= r["resolution_mb"]["ours"] > 0
+      assert r["peer"] >= r["resolution_mb"]["peer"] > 0
   mined = [r for r in results if r["name"] == "mining/2e3/time"][0]
   # Same vectors, same scoring: both backends mine the same number of pairs.
   assert mined["ours_run"]["mined_pairs"] == mined["peer_run"]["mined_pairs"] > 0
