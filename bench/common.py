@@ -84,20 +84,23 @@ def interleaved(fns: dict[str, Callable[[], float]], rounds: int) -> dict[str, f
   return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def _status(field: str) -> int:
+  """The leading number of one /proc/self/status field (kB for memory fields)."""
+  with open("/proc/self/status") as f:
+    fields = dict(line.split(":", 1) for line in f)
+  return int(fields[field].split()[0])
+
+
 def peak_rss_mb() -> float:
   """This process's peak resident memory in MiB (VmHWM; ru_maxrss where /proc is absent)."""
   try:
-    with open("/proc/self/status") as f:
-      fields = dict(line.split(":", 1) for line in f)
-    return int(fields["VmHWM"].split()[0]) / 1024
+    return _status("VmHWM") / 1024
   except (OSError, KeyError):
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def rss_mb() -> float:
-  with open("/proc/self/status") as f:
-    fields = dict(line.split(":", 1) for line in f)
-  return int(fields["VmRSS"].split()[0]) / 1024
+  return _status("VmRSS") / 1024
 
 
 def rss_resolution_mb() -> float:
@@ -107,9 +110,7 @@ def rss_resolution_mb() -> float:
   reach the counters /proc reports), so a difference of two readings smaller
   than threads x 64 pages is noise, and can even come out negative.
   """
-  with open("/proc/self/status") as f:
-    fields = dict(line.split(":", 1) for line in f)
-  return int(fields["Threads"]) * 64 * resource.getpagesize() / 2**20
+  return _status("Threads") * 64 * resource.getpagesize() / 2**20
 
 
 def reset_peak_rss() -> bool:
