@@ -55,7 +55,8 @@ class VMSSTNetwork(nn.Module):
     else:
       self.decoder_positions = layers.PositionEmbed(cfg, name="decoder_positions")
     if cfg.scan_layers:  # decoder/layers/... stacked [num_decoder_layers, ...]
-      self.decoder_layers = [layer_stacks.ScannedDecoder(cfg, cfg.num_decoder_layers, name="decoder")]
+      self.decoder_layers = [
+          layer_stacks.ScannedDecoder(cfg, cfg.num_decoder_layers, name="decoder")]
     else:
       layer = layer_stacks.layer_class(layers.DecoderLayer, cfg)
       self.decoder_layers = [layer(cfg, name=f"decoder_layer_{i}")
