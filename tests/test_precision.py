@@ -1,14 +1,17 @@
 """bfloat16 activations with float32 parameters: what is bf16, what stays f32, it trains."""
 
 import dataclasses
+import re
 
 import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from vmsst_testing import ROOT, TINY, init_params, random_batch
+from vmsst import layers
 from vmsst.config import NetworkConfig
 from vmsst.network import VMSSTNetwork
 from vmsst.objectives import VMSST
@@ -73,3 +76,62 @@ def test_bfloat16_starts_near_float32_and_trains_30_steps():
   print("bf16 loss every 5 steps:", [round(x, 2) for x in history[::5]], round(history[-1], 2))
   assert np.all(np.isfinite(history))
   assert np.mean(history[-5:]) < 0.8 * np.mean(history[:5])
+
+
+def _dots(hlo: str) -> list[tuple[str, str, str]]:
+  """(lhs type, rhs type, dimension numbers) of every dot in a compiled module's text."""
+  found = []
+  for computation in hlo.split("\n\n"):
+    types = dict(re.findall(r"%(\S+) = (\w+\[[\d,]*\]\{[\d,]*\})", computation))
+    for lhs, rhs, dims in re.findall(r" dot\(%(\S+), %(\S+)\), ([^,]+, [^,]+),", computation):
+      found.append((types[lhs], types[rhs], dims))
+  return found
+
+
+@pytest.mark.parametrize("in_axis_count", [1, 2])
+def test_bfloat16_projection_matches_float32_and_its_gradients(in_axis_count):
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(4, 6, 8, 16)).astype(np.float32)
+  kernel_shape = (8, 16, 12) if in_axis_count == 2 else (16, 12)
+  kernel = rng.normal(size=kernel_shape).astype(np.float32) / 4
+  cotangent = rng.normal(size=(4, 6, 12) if in_axis_count == 2 else (4, 6, 8, 12))
+  contract = tuple(range(x.ndim - in_axis_count, x.ndim))
+
+  def reference(x, kernel):
+    return jax.lax.dot_general(x, kernel, ((contract, tuple(range(in_axis_count))), ((), ())))
+
+  def low(x, kernel):
+    y = layers.low_precision_projection(x.astype(jnp.bfloat16), kernel, in_axis_count)
+    assert y.dtype == jnp.bfloat16
+    return y.astype(jnp.float32)
+
+  def close(got, want):  # bf16 rounding of inputs and outputs: ~2^-8 of the scale
+    error = np.abs(np.asarray(got, np.float32) - want).max()
+    assert 0 < error < 2e-2 * np.abs(want).max()
+
+  close(low(x, kernel), reference(x, kernel))
+  want_grads, got_grads = (
+      jax.grad(lambda x, k, f=f: jnp.sum(f(x, k) * cotangent), argnums=(0, 1))(x, kernel)
+      for f in (reference, low))
+  assert got_grads[1].dtype == jnp.float32
+  for got, want in zip(got_grads, want_grads):
+    close(got, want)
+
+
+def test_bfloat16_projection_runs_every_product_row_major_in_bfloat16():
+  """XLA:CPU's fast bf16 kernels take [M, K] x [K, N] only; a transposed operand
+  makes XLA convert both sides to f32 (bench/RESULTS.md). Forward and both
+  gradient products must reach the dot in that form."""
+  x = jnp.ones((64, 32, 128), jnp.bfloat16)
+  kernel = jnp.ones((128, 256), jnp.float32)
+  grad = jax.jit(jax.grad(
+      lambda x, k: layers.low_precision_projection(x, k, 1).astype(jnp.float32).sum(),
+      argnums=(0, 1)))
+  forward = jax.jit(lambda x, k: layers.low_precision_projection(x, k, 1))
+  dots = _dots(grad.lower(x, kernel).compile().as_text())
+  dots += _dots(forward.lower(x, kernel).compile().as_text())
+  assert len(dots) == 3, dots
+  for lhs, rhs, dims in dots:
+    assert lhs.startswith("bf16[") and lhs.endswith("{1,0}"), (lhs, rhs, dims)
+    assert rhs.startswith("bf16[") and rhs.endswith("{1,0}"), (lhs, rhs, dims)
+    assert dims == "lhs_contracting_dims={1}, rhs_contracting_dims={0}", dims
