@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import flax.linen as nn
 import gin
 import jax
 import jax.numpy as jnp
@@ -197,3 +198,23 @@ def test_memory_gin_files_set_the_switches():
   finally:
     gin.clear_config()
   assert (cfg.remat, cfg.scan_layers) == ("full", True)
+
+
+def test_dropout_keeps_flax_masks_and_row_keys_make_masks_per_row():
+  from vmsst import layers  # pylint: disable=import-outside-toplevel
+  x = jnp.ones((6, 5, 40))
+  rng = {"dropout": jax.random.key(3)}
+  ours = layers.Dropout(0.25).apply({}, x, False, rngs=rng)
+  flax_masks = nn.Dropout(0.25).apply({}, x, False, rngs=rng)
+  np.testing.assert_array_equal(ours, flax_masks)  # same values, only materialised
+  keys = jax.random.split(jax.random.key(7), 6)
+  with layers.row_dropout_keys(keys):
+    whole = layers.Dropout(0.25).apply({}, x, False, rngs=rng)
+    with pytest.raises(ValueError, match="6 keys for a batch of 2 rows"):
+      layers.Dropout(0.25).apply({}, x[:2], False, rngs=rng)
+  with layers.row_dropout_keys(keys[2:4]):
+    rows = layers.Dropout(0.25).apply({}, x[2:4], False, rngs=rng)
+  np.testing.assert_array_equal(rows, whole[2:4])  # a row's mask ignores its batch-mates
+  np.testing.assert_allclose(np.unique(whole), [0.0, 1 / 0.75], rtol=1e-6)
+  assert 0.2 < float(np.mean(whole == 0)) < 0.3
+  assert not np.array_equal(whole[0], whole[1])  # and differs between rows

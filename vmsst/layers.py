@@ -11,6 +11,8 @@ RMS norm, gated-GELU MLP, no biases, unscaled logits) inside the same
 modules, so an mT5 checkpoint maps onto them (vmsst/mt5_import.py).
 """
 
+import contextlib
+import contextvars
 import math
 
 import flax.linen as nn
@@ -60,6 +62,56 @@ class Projection(nn.Module):
                         self.features, jnp.float32)
       y = y + bias.astype(self.cfg.dtype)
     return y
+
+
+_ROW_KEYS = contextvars.ContextVar("vmsst_row_dropout_keys", default=None)
+
+
+@contextlib.contextmanager
+def row_dropout_keys(keys: Array):
+  """Inside, every Dropout draws row i's mask from keys[i] (and its own site key).
+
+  A sentence's mask then depends on its key and the step's key only, not on
+  which sentences share its batch (what gradient caching needs, see
+  objectives/contrastive.py), while the network still runs batched: running
+  each sentence alone under vmap turns every weight gradient into a batch of
+  per-sentence products (10x slower in bf16 on CPU, bench/RESULTS.md).
+  """
+  token = _ROW_KEYS.set(keys)
+  try:
+    yield
+  finally:
+    _ROW_KEYS.reset(token)
+
+
+class Dropout(nn.Dropout):
+  """nn.Dropout that honours `row_dropout_keys` and that XLA:CPU materialises.
+
+  Left to itself XLA:CPU fuses the mask's random-bit generation into the
+  consuming matmul's YNNPACK fusion, where it is recomputed for every tile;
+  the optimization barrier keeps the mask a separate elementwise pass.
+  """
+
+  @nn.compact
+  def __call__(self, inputs, deterministic=None, rng=None):
+    deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
+    row_keys = _ROW_KEYS.get()
+    if self.rate == 0.0 or deterministic:
+      return inputs
+    if row_keys is None:
+      outputs = super().__call__(inputs, deterministic=False, rng=rng)
+    else:
+      if row_keys.shape[0] != inputs.shape[0]:
+        raise ValueError(f"row_dropout_keys holds {row_keys.shape[0]} keys for a batch of "
+                         f"{inputs.shape[0]} rows.")
+      keep = 1.0 - self.rate
+      site = jax.random.bits(rng if rng is not None else self.make_rng(self.rng_collection))
+      mask = jax.vmap(lambda key: jax.random.bernoulli(
+          jax.random.fold_in(key, site), keep, inputs.shape[1:]))(row_keys)
+      outputs = jax.lax.select(mask, inputs / keep, jnp.zeros_like(inputs))
+    if jax.default_backend() != "cpu":
+      return outputs
+    return jax.lax.optimization_barrier(outputs)
 
 
 def low_precision_projection(x: Array, kernel: Array, in_axis_count: int) -> Array:
@@ -276,7 +328,7 @@ class SelfAttention(nn.Module):
     out = attend(q, k, v, mask, bias, cfg)
     out = nn.with_logical_constraint(out, ("batch", "length", "heads", "kv"))
     out = dense(cfg.emb_dim, ("heads", "kv", "embed"), cfg, "out", in_axis_count=2)(out)
-    return nn.Dropout(cfg.dropout_rate)(out, deterministic=deterministic)
+    return Dropout(cfg.dropout_rate)(out, deterministic=deterministic)
 
 
 class MlpBlock(nn.Module):
@@ -298,9 +350,9 @@ class MlpBlock(nn.Module):
     else:
       h = nn.gelu(dense(cfg.mlp_dim, ("embed", "mlp"), cfg, "wi", use_bias=bias)(x))
     h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
-    h = nn.Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
+    h = Dropout(cfg.dropout_rate)(h, deterministic=deterministic)
     out = dense(cfg.emb_dim, ("mlp", "embed"), cfg, "wo", use_bias=bias)(h)
-    return nn.Dropout(cfg.dropout_rate)(out, deterministic=deterministic)
+    return Dropout(cfg.dropout_rate)(out, deterministic=deterministic)
 
 
 class EncoderLayer(nn.Module):
@@ -334,7 +386,7 @@ class LatentInjection(nn.Module):
     joined = jnp.concatenate([normed, z.astype(x.dtype)], axis=-1)
     out = dense(self.cfg.emb_dim, ("latent", "embed"), self.cfg, "latent_proj",
                 use_bias=self.cfg.projection_bias)(joined)
-    return x + nn.Dropout(self.cfg.dropout_rate)(out, deterministic=deterministic)
+    return x + Dropout(self.cfg.dropout_rate)(out, deterministic=deterministic)
 
 
 class DecoderLayer(nn.Module):

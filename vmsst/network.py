@@ -62,7 +62,7 @@ class VMSSTNetwork(nn.Module):
       self.decoder_layers = [layer(cfg, name=f"decoder_layer_{i}")
                              for i in range(cfg.num_decoder_layers)]
     self.decoder_norm = layers.layer_norm("decoder_final_norm", cfg)
-    self.dropout = nn.Dropout(cfg.dropout_rate)
+    self.dropout = layers.Dropout(cfg.dropout_rate)
     if cfg.factorized_output:
       self.output_bottleneck = layers.dense(cfg.emb_dim, ("latent", "embed"), cfg,
                                             "output_bottleneck")

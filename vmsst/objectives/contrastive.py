@@ -14,11 +14,11 @@ Dropout draws one key per sentence (split from the step's key) in both
 modes, so a sentence sees the same mask whichever chunk encodes it.
 """
 
-import flax.linen as nn
 import gin
 import jax
 import jax.numpy as jnp
 
+from vmsst import layers
 from vmsst import losses
 from vmsst import models
 
@@ -30,25 +30,6 @@ def info_nce_terms(batch: models.Batch, mu_a, mu_b, temperature: float):
       duplicates_a=losses.same_sequence_matrix(batch["tokens_a"]),
       duplicates_b=losses.same_sequence_matrix(batch["tokens_b"]))
   return loss, {"contrastive_loss": loss, "contrastive_accuracy": accuracy}
-
-
-def per_sentence(fn):
-  """jax.vmap of `fn` over sentences that keeps the batch's layout on a mesh.
-
-  Inside, each sentence is a batch of 1, so the logical "batch" axis maps to
-  no mesh axis there; the mapped axis takes the mesh axis "batch" has in the
-  active rules (spmd_axis_name), i.e. stays split over data. Without rules
-  this is plain vmap.
-  """
-  rules = tuple(nn.get_logical_axis_rules())
-  batch_axis = dict(rules).get("batch")
-  inner = tuple((name, None if name == "batch" else axis) for name, axis in rules)
-
-  def one(*args):
-    with nn.logical_axis_rules(inner):
-      return fn(*args)
-
-  return jax.vmap(one, spmd_axis_name=batch_axis)
 
 
 @gin.configurable
@@ -91,13 +72,14 @@ class Contrastive(models.EmbeddingModel):
   def embeddings(self, params, tokens, mask, rngs, dropout_rng):
     """μ_sem float32 [N, d] of tokens/mask [N, L]; rngs [N] keys or None.
 
-    With per-sentence keys each row runs alone under vmap, so its dropout
-    mask depends on its key only (not on which rows share its batch).
+    With per-sentence keys each row's dropout masks are drawn from its own
+    key (layers.row_dropout_keys), so they do not depend on which rows share
+    its batch; the encoder still runs on the whole batch at once.
     """
     if rngs is None:
       return self.semantic(params, tokens, mask, dropout_rng)[0]
-    one = lambda t, m, k: self.semantic(params, t[None], m[None], k)[0][0]
-    return per_sentence(one)(tokens, mask, rngs)
+    with layers.row_dropout_keys(rngs):  # one fixed key for the sites: masks vary by row key
+      return self.semantic(params, tokens, mask, jax.random.key(0))[0]
 
   def chunked_embeddings(self, params, tokens, mask, rngs, dropout_rng):
     """`embeddings` computed `gradient_cache_chunk` rows at a time (see module doc).
