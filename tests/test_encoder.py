@@ -118,6 +118,19 @@ def test_checkpoint_and_saved_model_encoders_agree(model_and_export):
                              from_checkpoint.similarity(*pairs), atol=1e-5)
 
 
+def test_a_float32_checkpoint_encodes_in_bfloat16_close_to_float32(model_and_export):
+  model_dir, _ = model_and_export
+  f32 = Encoder.from_checkpoint(str(model_dir), batch_size=8).encode(SENTENCES)
+  bf16_encoder = Encoder.from_checkpoint(str(model_dir), batch_size=8, dtype="bfloat16")
+  assert bf16_encoder.backend.restored.model.network_config.dtype == np.dtype("bfloat16")
+  bf16 = bf16_encoder.encode(SENTENCES)
+  assert bf16.dtype == np.float32 and not np.array_equal(bf16, f32)
+  cosine = np.sum(bf16 * f32, -1) / np.linalg.norm(bf16, axis=-1) / np.linalg.norm(f32, axis=-1)
+  assert cosine.min() > 0.99, cosine
+  with pytest.raises(ValueError, match="choose one of"):
+    Encoder.from_checkpoint(str(model_dir), dtype="float16")
+
+
 def test_missing_saved_model_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match="python -m vmsst.export"):
     Encoder.from_saved_model(str(tmp_path / "nowhere"))

@@ -41,7 +41,7 @@ class Encoder:
 
   @classmethod
   def from_checkpoint(cls, model_dir: str, step: int | None = None, *,
-                      batch_size: int = 64) -> "Encoder":
+                      batch_size: int = 64, dtype: str | None = None) -> "Encoder":
     """A `python -m vmsst.train` directory, restored on all local devices (JAX).
 
     Args:
@@ -49,10 +49,12 @@ class Encoder:
       step: checkpoint step (default: the latest).
       batch_size: rows of the compiled encoder; every call is padded to it
         (rounded up to a multiple of the data-parallel devices).
+      dtype: "bfloat16" or "float32" activations (default: as trained); see
+        vmsst.inference.restore.
     """
     import jax  # pylint: disable=import-outside-toplevel  # only this path needs JAX
     from vmsst import inference  # pylint: disable=import-outside-toplevel
-    restored = inference.restore(model_dir, step=step)
+    restored = inference.restore(model_dir, step=step, dtype=dtype)
     backend = inference.CheckpointEncoder(
         restored, batch_size=batch_size, name=os.path.basename(os.path.normpath(model_dir)))
     spec = jax.ShapeDtypeStruct((1, 1), np.int32)
