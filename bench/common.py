@@ -40,12 +40,12 @@ def emit(results: Sequence[dict[str, Any]], header: str = "") -> None:
 
 def table(results: Sequence[dict[str, Any]], header: str = "") -> str:
   lines = [header] if header else []
-  lines.append(f"{'comparison':<44}{'ours':>12}{'peer':>12}  {'unit':<14}{'ratio':>7}"
+  lines.append(f"{'comparison':<62}{'ours':>12}{'peer':>12}  {'unit':<14}{'ratio':>7}"
                f"{'target':>8}  met")
   for r in results:
     target = "" if r["target"] is None else f"{r['target']:.2f}"
     met = {None: "-", True: "yes", False: "NO"}[r["met"]]
-    lines.append(f"{r['name']:<44}{r['ours']:>12.4g}{r['peer']:>12.4g}  {r['unit']:<14}"
+    lines.append(f"{r['name']:<62}{r['ours']:>12.4g}{r['peer']:>12.4g}  {r['unit']:<14}"
                  f"{r['ratio']:>7.2f}{target:>8}  {met}")
   return "\n".join(lines)
 
@@ -57,12 +57,16 @@ def machine() -> dict[str, Any]:
           "load_average": round(os.getloadavg()[0], 2)}
 
 
-def matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
-  """Sustained float32 FLOP/s of an n x n JAX matmul on the default device."""
+def matmul_peak_flops(n: int = 2048, repeats: int = 10, dtype: str = "float32") -> float:
+  """Sustained FLOP/s of an n x n JAX matmul in `dtype` (f32-accumulated) on the default device.
+
+  bfloat16 is timed in the form the bf16 network uses
+  (layers.low_precision_projection: bf16 inputs, float32 result).
+  """
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  a = jnp.ones((n, n), jnp.float32)
-  f = jax.jit(lambda x: x @ x)
+  a = jnp.ones((n, n), dtype)
+  f = jax.jit(lambda x: jnp.dot(x, x, preferred_element_type=jnp.float32))
   f(a).block_until_ready()
   start = time.perf_counter()
   for _ in range(repeats):
@@ -71,15 +75,20 @@ def matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
   return 2 * n**3 * repeats / (time.perf_counter() - start)
 
 
-def interleaved(fns: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+def interleaved(fns: dict[str, Callable[[], float]], rounds: int,
+                settle_seconds: float = 0.0) -> dict[str, float]:
   """Median of each measurement over `rounds`, taken in turn (ours, peer, ours, ...).
 
   Interleaving spreads a burst of load from other processes over both sides,
   so the ratio stays fair on a shared machine even when absolute rates move.
+  `settle_seconds` of sleep before each measurement let the previous one's
+  thread pool go idle: PyTorch's OpenMP workers keep spinning after a step,
+  and a JAX step started right after one ran up to 1.5x slower (RESULTS.md).
   """
   samples = {name: [] for name in fns}
   for _ in range(rounds):
     for name, fn in fns.items():
+      time.sleep(settle_seconds)
       samples[name].append(fn())
   return {name: statistics.median(values) for name, values in samples.items()}
 

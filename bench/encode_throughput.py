@@ -1,7 +1,7 @@
 r"""Encoding throughput: `vmsst.Encoder.encode` and the exported SavedModel vs sentence-transformers.
 
   .venv/bin/python bench/encode_throughput.py [--sentences=2048] [--batch_size=64] \
-      [--rounds=3] [--quick]
+      [--dtype=bfloat16] [--rounds=3] [--quick]
 
 Real multilingual sentences (NTREX-128, ../shared/data/ntrex128: the first
 lines of every language, so every script and length mix appears) are
@@ -9,10 +9,15 @@ embedded by three encoders of one network shape (the issue's CPU size: 6
 layers, d = 512, 8 heads, MLP 2048, a SentencePiece vocabulary of 8,000
 trained here on the same data, sequence length 64):
 
-  ours        vmsst.Encoder.from_checkpoint (JAX, length buckets)
-  saved_model vmsst.Encoder.from_saved_model (vmsst.export, TF + tf_text)
+  ours        vmsst.Encoder.from_checkpoint (JAX, length buckets), at --dtype
+              and, with --matched_precision, the other precision
+  saved_model vmsst.Encoder.from_saved_model (vmsst.export, TF + tf_text; f32)
   peer        sentence-transformers SentenceTransformer.encode (PyTorch CPU,
-              BERT layers of that shape, mean pooling; bench/peers.py)
+              BERT layers of that shape, mean pooling; bench/peers.py), in
+              float32 and under torch.autocast(bfloat16)
+
+Every pairing of the same precision is compared, and each of ours against
+the peer's default float32.
 
 The weights are random (a checkpoint written at step 0; throughput does not
 depend on the values). Text goes in on every side, so tokenization is
@@ -43,7 +48,12 @@ flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median is kept.")
 flags.DEFINE_integer("layers", 6, "Encoder layers.")
 flags.DEFINE_integer("width", 512, "d (heads of 64, MLP 4d).")
 flags.DEFINE_integer("vocab_size", 8000, "SentencePiece pieces.")
-flags.DEFINE_bool("saved_model", True, "Also time the exported SavedModel.")
+flags.DEFINE_bool("saved_model", True, "Also time the exported (float32) SavedModel.")
+flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32"],
+                  "Precision `Encoder.from_checkpoint(dtype=...)` runs the checkpoint at.")
+flags.DEFINE_bool("matched_precision", True, "Also time the checkpoint and the peer at the "
+                  "other precision (the peer's bfloat16 is torch.autocast).")
+flags.DEFINE_float("settle_seconds", 2.0, "Idle time before each timed measurement.")
 flags.DEFINE_bool("quick", False, "Smoke mode: 2 layers, d = 64, 128 sentences, one round.")
 
 
@@ -115,7 +125,7 @@ def main(argv) -> None:
   del argv
   if FLAGS.quick:
     FLAGS.layers, FLAGS.width, FLAGS.vocab_size, FLAGS.sentences = 2, 64, 2000, 128
-    FLAGS.rounds, FLAGS.length = 1, 32
+    FLAGS.rounds, FLAGS.length, FLAGS.settle_seconds = 1, 32, 0
   if not (DATA / "ntrex128").is_dir():
     print(f"encode benchmark skipped: no real sentences at {DATA / 'ntrex128'}")
     return
@@ -126,14 +136,20 @@ def main(argv) -> None:
   spm_path = vocabulary(work, FLAGS.vocab_size)
   cfg = network_config(FLAGS.vocab_size)
   directory = model_dir(work, cfg, spm_path)
-  encoders = {"ours": vmsst.Encoder.from_checkpoint(directory, batch_size=FLAGS.batch_size)}
+  other = "float32" if FLAGS.dtype == "bfloat16" else "bfloat16"
+  dtypes = [FLAGS.dtype] + ([other] if FLAGS.matched_precision else [])
+  encoders = {f"ours@{d}": vmsst.Encoder.from_checkpoint(directory, batch_size=FLAGS.batch_size,
+                                                         dtype=d) for d in dtypes}
   if FLAGS.saved_model:
     export.export(directory, os.path.join(work, "export"))
-    encoders["saved_model"] = vmsst.Encoder.from_saved_model(os.path.join(work, "export"))
+    encoders["saved_model@float32"] = vmsst.Encoder.from_saved_model(
+        os.path.join(work, "export"))
   with_peer = common.have_sentence_transformers()
   if with_peer:
     import peers  # pylint: disable=import-outside-toplevel
-    encoders["peer"] = peers.sentence_transformer(cfg, spm_path, max_length=FLAGS.length)
+    model = peers.sentence_transformer(cfg, spm_path, max_length=FLAGS.length)
+    for d in dtypes:
+      encoders[f"peer@{d}"] = AutocastEncoder(model) if d == "bfloat16" else model
   else:
     print(common.PEER_MISSING)
 
@@ -146,22 +162,38 @@ def main(argv) -> None:
 
   for encoder in encoders.values():
     encoder.encode(texts, batch_size=FLAGS.batch_size, show_progress_bar=False)  # compile every length bucket
-  seconds = common.interleaved({name: timer(e) for name, e in encoders.items()}, FLAGS.rounds)
+  seconds = common.interleaved({name: timer(e) for name, e in encoders.items()}, FLAGS.rounds,
+                               FLAGS.settle_seconds)
   rates = {name: len(texts) / s for name, s in seconds.items()}
   context = {"sentences": len(texts), "batch_size": FLAGS.batch_size, "length": FLAGS.length,
              "layers": FLAGS.layers, "width": FLAGS.width, "vocab_size": FLAGS.vocab_size,
              "rates": rates, **common.machine()}
   results = []
-  if with_peer:
-    results.append(common.comparison("encode/checkpoint_vs_sentence_transformers",
-                                     rates["ours"], rates["peer"], "sentences/s", 1.5, **context))
-    if "saved_model" in rates:
-      results.append(common.comparison("encode/saved_model_vs_sentence_transformers",
-                                       rates["saved_model"], rates["peer"], "sentences/s", 1.5,
-                                       **context))
+  for ours in rates:
+    if ours.startswith("peer@"):
+      continue
+    kind, ours_dtype = ours.split("@")
+    kind = "checkpoint" if kind == "ours" else kind
+    for peer_dtype in sorted({ours_dtype, "float32"}):  # like for like, and the peer's default
+      if f"peer@{peer_dtype}" in rates:
+        results.append(common.comparison(
+            f"encode/{kind}_vs_sentence_transformers/{ours_dtype}_vs_{peer_dtype}",
+            rates[ours], rates[f"peer@{peer_dtype}"], "sentences/s", 1.5, **context))
   print("sentences/s: " + ", ".join(f"{n} {r:.1f}" for n, r in rates.items()))
   common.emit(results, f"encoding: {len(texts)} NTREX sentences, {FLAGS.layers} layers, "
               f"d={FLAGS.width}, batch {FLAGS.batch_size}, load {context['load_average']}")
+
+
+class AutocastEncoder:
+  """A SentenceTransformer whose `encode` runs under torch.autocast(cpu, bfloat16)."""
+
+  def __init__(self, model):
+    self.model = model
+
+  def encode(self, texts, **options):
+    import torch  # pylint: disable=import-outside-toplevel
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+      return self.model.encode(texts, **options)
 
 
 if __name__ == "__main__":

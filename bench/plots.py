@@ -21,23 +21,24 @@ def train_throughput(results, path):
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
   labels = [r["name"].split("/")[1] for r in mfu]
   rates = [r["examples_per_second"] for r in mfu]
-  peer = [r for r in results if "sentence_transformers" in r["name"]]
-  if peer:
-    labels.append("peer: sentence-transformers")
-    rates.append(peer[0]["peer"])
+  peer_rates = {r["name"].rsplit("_vs_", 1)[1]: r["peer"]
+                for r in results if "sentence_transformers" in r["name"]}
+  for dtype, rate in sorted(peer_rates.items()):
+    labels.append(f"peer: sentence-transformers {dtype}")
+    rates.append(rate)
   _bars(left, labels, rates, "training examples/s", "examples/s")
   _bars(right, [r["name"].split("/")[1] for r in mfu], [r["ratio"] for r in mfu],
-        "MFU (vs measured f32 matmul peak)", "fraction", targets=[0.5])
+        "MFU (vs measured matmul peak of its precision)", "fraction", targets=[0.5])
   _save(fig, path, results)
 
 
 def encode_throughput(results, path):
   rates = results[0]["rates"]
-  fig, ax = plt.subplots(figsize=(6, 4))
+  fig, ax = plt.subplots(figsize=(7, 4))
   names = {"ours": "ours: Encoder (JAX)", "saved_model": "ours: SavedModel (TF)",
            "peer": "peer: sentence-transformers"}
-  _bars(ax, [names[n] for n in rates], list(rates.values()), "encoding sentences/s",
-        "sentences/s")
+  labels = [f"{names[key.split('@')[0]]} {key.split('@')[1]}" for key in rates]
+  _bars(ax, labels, list(rates.values()), "encoding sentences/s", "sentences/s")
   _save(fig, path, results)
 
 

@@ -1,7 +1,7 @@
 r"""Training throughput: examples/s and MFU per objective, and the sentence-transformers peer.
 
   .venv/bin/python bench/train_throughput.py [--size=cpu6] [--batch_size=128] [--length=32] \
-      [--rounds=3] [--steps=1] [--quick]
+      [--dtype=bfloat16] [--rounds=3] [--steps=1] [--quick]
 
 Every objective's compiled train step (vmsst.trainer.Trainer: jit with
 shardings, donated state) runs on one fixed random batch; the peer is the
@@ -9,17 +9,26 @@ same contrastive model in sentence-transformers on PyTorch CPU (BERT layers
 of the same depth, d, heads, MLP width, vocabulary and length, mean pooling,
 MultipleNegativesRankingLoss, AdamW), fed the same token ids (tokenization
 is excluded on both sides). All timings are interleaved in rounds (ours,
-peer, ours, ...) and the median is kept, so a burst of load from other
-processes hits both sides. MFU = XLA's FLOP count of the compiled step /
-step time / the f32 matmul peak measured in this process. The optimizer is
-AdamW on both sides (its update is < 0.1% of a step's FLOPs).
+peer, ours, ...) with an idle pause before each, and the median is kept, so
+a burst of load from other processes hits both sides. MFU = XLA's FLOP
+count of the compiled step / step time / the matmul peak of the same
+precision measured in this process. The optimizer is AdamW on both sides
+(its update is < 0.1% of a step's FLOPs).
+
+Precision: every objective runs at --dtype (bfloat16 activations and
+matmuls with float32 parameters, as T5X trains, or float32); Contrastive and
+the peer also run at the other precision (the peer's bfloat16 is
+torch.autocast), so the like-for-like rows and the defaults row
+(ours at --dtype, the peer in its default float32) are all reported.
 
 Comparisons (JSON lines, bench/common.py):
-  train/contrastive_vs_sentence_transformers  examples/s, target 1.5
-  train/<objective>/mfu                       achieved vs peak GFLOP/s, target 0.5
-  train/vmsst_step_vs_contrastive_step        seconds per step, target 0.5 (<= 2x)
+  train/contrastive_vs_sentence_transformers/<ours>_vs_<peer dtype>  examples/s, target 1.5
+  train/<objective>[@dtype]/mfu                  achieved vs peak GFLOP/s, target 0.5
+  train/vmsst_step_vs_contrastive_step           seconds per step, target 0.5 (<= 2x)
+  train/vmsst_light_step_vs_contrastive_step     the same with Table 4's cheap settings
 """
 
+import dataclasses
 import time
 
 import jax
@@ -63,6 +72,15 @@ def _define_flags() -> None:
   flags.DEFINE_integer("queue_size", 4096, "MomentumContrast queue (gin: 409,600; a smaller "
                        "queue keeps the step comparable to the in-batch objectives).")
   flags.DEFINE_bool("peer", True, "Also time the sentence-transformers peer.")
+  flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32"],
+                    "Activation/matmul precision of every objective (parameters, optimizer "
+                    "state and losses stay float32: gin/models/precision/bf16.gin).")
+  flags.DEFINE_bool("matched_precision", True, "Also time Contrastive and the peer at the "
+                    "other precision (the peer in bf16 under torch.autocast), so every "
+                    "precision pairing is compared.")
+  flags.DEFINE_bool("light_vmsst", True, "Also time VMSST with the paper's Table 4 cheap "
+                    "settings: 1-layer language encoder and decoder, factorized output.")
+  flags.DEFINE_float("settle_seconds", 2.0, "Idle time before each timed measurement.")
   flags.DEFINE_bool("quick", False, "Smoke mode: smoke size, batch 8, length 8, contrastive "
                     "and the peer only, one round.")
 
@@ -108,8 +126,14 @@ def ours(name: str, cfg: NetworkConfig, batch: dict[str, np.ndarray], *, steps: 
   return flops, run
 
 
-def peer(cfg: NetworkConfig, batch: dict[str, np.ndarray], dropout: float):
-  """A function running FLAGS.steps sentence-transformers MNRL steps; seconds per step."""
+def peer(cfg: NetworkConfig, batch: dict[str, np.ndarray], dropout: float,
+         dtype: str = "float32"):
+  """A function running FLAGS.steps sentence-transformers MNRL steps; seconds per step.
+
+  bfloat16 is PyTorch's own mixed precision: the forward under
+  torch.autocast("cpu", bfloat16), float32 parameters and AdamW.
+  """
+  import contextlib  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
   import peers  # pylint: disable=import-outside-toplevel
   from sentence_transformers.sentence_transformer import losses  # pylint: disable=import-outside-toplevel
@@ -120,11 +144,17 @@ def peer(cfg: NetworkConfig, batch: dict[str, np.ndarray], dropout: float):
   features = [{"input_ids": torch.from_numpy(batch[f"tokens_{s}"]).long(),
                "attention_mask": torch.from_numpy(batch[f"mask_{s}"]).long()} for s in "ab"]
 
+  def precision():
+    if dtype == "float32":
+      return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
   def run() -> float:
     start = time.perf_counter()
     for _ in range(FLAGS.steps):
       optimizer.zero_grad()
-      loss = loss_fn(features, None)
+      with precision():
+        loss = loss_fn(features, None)
       loss.backward()
       optimizer.step()
     return (time.perf_counter() - start) / FLAGS.steps
@@ -133,47 +163,88 @@ def peer(cfg: NetworkConfig, batch: dict[str, np.ndarray], dropout: float):
   return run
 
 
+LIGHT = {"num_language_encoder_layers": 1, "num_decoder_layers": 1, "factorized_output": True}
+PEER = "sentence_transformers"
+
+
+def _timed_runs(cfg: NetworkConfig, batch: dict[str, np.ndarray], with_peer: bool):
+  """({run: step FLOPs}, {run: timer}); runs are named "<objective>@<dtype>"."""
+  other = "float32" if FLAGS.dtype == "bfloat16" else "bfloat16"
+  plan = [(name, FLAGS.dtype, {}) for name in FLAGS.objectives]
+  if FLAGS.light_vmsst and "vmsst" in FLAGS.objectives:
+    plan.append(("vmsst_light", FLAGS.dtype, LIGHT))
+  if FLAGS.matched_precision and "contrastive" in FLAGS.objectives:
+    plan.append(("contrastive", other, {}))
+  flops, runs = {}, {}
+  for name, dtype, changes in plan:
+    run_cfg = dataclasses.replace(cfg, dtype=dtype, **changes)
+    objective = "vmsst" if name == "vmsst_light" else name
+    key = f"{name}@{dtype}"
+    flops[key], runs[key] = ours(objective, run_cfg, batch, steps=FLAGS.steps,
+                                 queue_size=FLAGS.queue_size)
+    print(f"  compiled {key}", flush=True)
+  if with_peer:  # the paper's Contrastive dropout (gin/models/contrastive.gin)
+    for dtype in [FLAGS.dtype] + ([other] if FLAGS.matched_precision else []):
+      runs[f"{PEER}@{dtype}"] = peer(cfg, batch, dropout=0.1, dtype=dtype)
+  return flops, runs
+
+
+def _peer_comparisons(flops, seconds, peaks, context):
+  """Contrastive against the peer at every precision pairing that was timed.
+
+  Same precision on both sides is the like-for-like row; ours at --dtype
+  against the peer's default float32 is what each library gives by default.
+  """
+  results = []
+  for ours_key in sorted(k for k in flops if k.startswith("contrastive@")):
+    for peer_key in sorted(k for k in seconds if k.startswith(PEER)):
+      ours_dtype, peer_dtype = ours_key.split("@")[1], peer_key.split("@")[1]
+      if ours_dtype != peer_dtype and peer_dtype != "float32":
+        continue
+      results.append(common.comparison(
+          f"train/contrastive_vs_{PEER}/{ours_dtype}_vs_{peer_dtype}",
+          FLAGS.batch_size / seconds[ours_key], FLAGS.batch_size / seconds[peer_key],
+          "examples/s", 1.5, peer_mfu=flops[ours_key] / seconds[peer_key] / peaks[peer_dtype],
+          **context))
+  return results
+
+
 def main(argv) -> None:
   del argv
   if FLAGS.quick:
     FLAGS.size, FLAGS.batch_size, FLAGS.length, FLAGS.rounds = "smoke", 8, 8, 1
-    FLAGS.objectives = ["contrastive"]
+    FLAGS.objectives, FLAGS.matched_precision, FLAGS.settle_seconds = ["contrastive"], False, 0
   cfg = SIZES[FLAGS.size]
   context = {"size": FLAGS.size, "batch_size": FLAGS.batch_size, "length": FLAGS.length,
              "devices": jax.device_count(), **common.machine()}
   batch = random_batch(FLAGS.batch_size, FLAGS.length, cfg.vocab_size)
-  flops, runs = {}, {}
-  for name in FLAGS.objectives:
-    flops[name], runs[name] = ours(name, cfg, batch, steps=FLAGS.steps,
-                                   queue_size=FLAGS.queue_size)
-    print(f"  compiled {name}", flush=True)
   with_peer = FLAGS.peer and common.have_sentence_transformers()
   if FLAGS.peer and not with_peer:
     print(common.PEER_MISSING)
-  if with_peer:  # the paper's Contrastive dropout (gin/models/contrastive.gin)
-    runs["sentence_transformers"] = peer(cfg, batch, dropout=0.1)
-  peak = common.matmul_peak_flops()
-  seconds = common.interleaved(runs, FLAGS.rounds)
-  peak = (peak + common.matmul_peak_flops()) / 2  # before and after: load drifts
+  flops, runs = _timed_runs(cfg, batch, with_peer)
+  dtypes = sorted({key.split("@")[1] for key in runs})
+  peaks = {d: common.matmul_peak_flops(dtype=d) for d in dtypes}
+  seconds = common.interleaved(runs, FLAGS.rounds, FLAGS.settle_seconds)
+  for d in dtypes:  # before and after: load drifts
+    peaks[d] = (peaks[d] + common.matmul_peak_flops(dtype=d)) / 2
   results = []
-  for name in FLAGS.objectives:
-    achieved = flops[name] / seconds[name]
+  for key in flops:
+    name, dtype = key.split("@")
+    label = name if dtype == FLAGS.dtype else key
     results.append(common.comparison(
-        f"train/{name}/mfu", achieved / 1e9, peak / 1e9, "GFLOP/s", 0.5,
-        examples_per_second=FLAGS.batch_size / seconds[name],
-        seconds_per_step=seconds[name], step_gflops=flops[name] / 1e9, **context))
-  if with_peer and "contrastive" in flops:
-    st = seconds["sentence_transformers"]
-    results.append(common.comparison(
-        "train/contrastive_vs_sentence_transformers", FLAGS.batch_size / seconds["contrastive"],
-        FLAGS.batch_size / st, "examples/s", 1.5,
-        peer_mfu=flops["contrastive"] / st / peak, **context))
-  if {"vmsst", "contrastive"} <= set(flops):
-    results.append(common.comparison(
-        "train/vmsst_step_vs_contrastive_step", seconds["vmsst"], seconds["contrastive"],
-        "s/step", 0.5, higher_is_better=False, **context))
+        f"train/{label}/mfu", flops[key] / seconds[key] / 1e9, peaks[dtype] / 1e9, "GFLOP/s",
+        0.5, examples_per_second=FLAGS.batch_size / seconds[key], dtype=dtype,
+        seconds_per_step=seconds[key], step_gflops=flops[key] / 1e9, **context))
+  results += _peer_comparisons(flops, seconds, peaks, context)
+  for variant in ("vmsst", "vmsst_light"):
+    if {f"{variant}@{FLAGS.dtype}", f"contrastive@{FLAGS.dtype}"} <= set(flops):
+      results.append(common.comparison(
+          f"train/{variant}_step_vs_contrastive_step", seconds[f"{variant}@{FLAGS.dtype}"],
+          seconds[f"contrastive@{FLAGS.dtype}"], "s/step", 0.5, higher_is_better=False,
+          dtype=FLAGS.dtype, **context))
+  peak_text = ", ".join(f"{d} {p / 1e9:.1f}" for d, p in peaks.items())
   common.emit(results, f"train throughput: size={FLAGS.size} batch={FLAGS.batch_size} "
-              f"length={FLAGS.length} f32 matmul peak={peak / 1e9:.1f} GFLOP/s, "
+              f"length={FLAGS.length} dtype={FLAGS.dtype} matmul peak GFLOP/s: {peak_text}; "
               f"{jax.device_count()} device(s), load {context['load_average']}")
 
 

@@ -85,5 +85,6 @@ def test_smoke_run_compares_with_sentence_transformers(smoke_run):
   if not common.have_sentence_transformers():
     assert "sentence-transformers is not installed" in stdout
     pytest.skip(common.PEER_MISSING)
-  (peer,) = [r for r in results if r["name"] == "train/contrastive_vs_sentence_transformers"]
+  (peer,) = [r for r in results
+             if r["name"] == "train/contrastive_vs_sentence_transformers/bfloat16_vs_bfloat16"]
   assert peer["unit"] == "examples/s" and peer["target"] == 1.5
