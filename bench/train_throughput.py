@@ -7,7 +7,8 @@ Every objective's compiled train step (vmsst.trainer.Trainer: jit with
 shardings, donated state) runs on one fixed random batch; the peer is the
 same contrastive model in sentence-transformers on PyTorch CPU (BERT layers
 of the same depth, d, heads, MLP width, vocabulary and length, mean pooling,
-MultipleNegativesRankingLoss, AdamW), fed the same token ids (tokenization
+MultipleNegativesRankingLoss, AdamW; dropout 0.1 on both sides, the paper's
+Contrastive setting), fed the same token ids (tokenization
 is excluded on both sides). All timings are interleaved in rounds (ours,
 peer, ours, ...) with an idle pause before each, and the median is kept, so
 a burst of load from other processes hits both sides. MFU = XLA's FLOP
@@ -177,13 +178,15 @@ def _timed_runs(cfg: NetworkConfig, batch: dict[str, np.ndarray], with_peer: boo
     plan.append(("contrastive", other, {}))
   flops, runs = {}, {}
   for name, dtype, changes in plan:
+    if name == "contrastive":  # the paper's (and the peer's) dropout: gin/models/contrastive.gin
+      changes = {"dropout_rate": 0.1}
     run_cfg = dataclasses.replace(cfg, dtype=dtype, **changes)
     objective = "vmsst" if name == "vmsst_light" else name
     key = f"{name}@{dtype}"
     flops[key], runs[key] = ours(objective, run_cfg, batch, steps=FLAGS.steps,
                                  queue_size=FLAGS.queue_size)
     print(f"  compiled {key}", flush=True)
-  if with_peer:  # the paper's Contrastive dropout (gin/models/contrastive.gin)
+  if with_peer:
     for dtype in [FLAGS.dtype] + ([other] if FLAGS.matched_precision else []):
       runs[f"{PEER}@{dtype}"] = peer(cfg, batch, dropout=0.1, dtype=dtype)
   return flops, runs
