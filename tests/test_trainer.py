@@ -1,5 +1,7 @@
 """The compiled train step: sharded equals single-device, and it learns."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import optax
@@ -26,16 +28,25 @@ def _run_steps(model, mesh, batch, steps=1):
   return trainer, jax.device_get(state), jax.device_get(metrics)
 
 
+# bf16 Contrastive with dropout: per-row dropout keys and the bf16 projections'
+# custom gradient under the mesh; bf16 sums in another order round differently
+# (measured: 0.17% on the loss; another dropout key moves it 2.1%).
+BF16_DROPOUT = dataclasses.replace(TINY, dtype="bfloat16", dropout_rate=0.1)
+
+
 @needs_8_devices
-@pytest.mark.parametrize("name", ["vmsst", "contrastive"])
-def test_data4_model2_step_equals_single_device(name):
+@pytest.mark.parametrize("name,cfg,tolerance", [
+    ("vmsst", TINY, 1e-5), ("contrastive", TINY, 1e-5),
+    ("contrastive", BF16_DROPOUT, 5e-3)], ids=["vmsst", "contrastive", "contrastive_bf16"])
+def test_data4_model2_step_equals_single_device(name, cfg, tolerance):
   batch = random_batch(batch_size=8)
   single = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
   sharded = partitioning.make_mesh(4, 2, devices=jax.devices()[:8])
-  _, state_1, metrics_1 = _run_steps(MODELS[name](TINY), single, batch)
-  trainer_8, state_8, metrics_8 = _run_steps(MODELS[name](TINY), sharded, batch)
-  assert metrics_1["loss"] == pytest.approx(metrics_8["loss"], rel=1e-5)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5),
+  _, state_1, metrics_1 = _run_steps(MODELS[name](cfg), single, batch)
+  trainer_8, state_8, metrics_8 = _run_steps(MODELS[name](cfg), sharded, batch)
+  assert metrics_1["loss"] == pytest.approx(metrics_8["loss"], rel=tolerance)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=20 * tolerance,
+                                                       atol=2 * tolerance),
                state_1.params, state_8.params)
   # The vocabulary axis of the embedding really is split over "model".
   spec = trainer_8.state_shardings.params["token_embed"]["embedding"].spec
