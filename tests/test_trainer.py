@@ -45,9 +45,13 @@ def test_data4_model2_step_equals_single_device(name, cfg, tolerance):
   _, state_1, metrics_1 = _run_steps(MODELS[name](cfg), single, batch)
   trainer_8, state_8, metrics_8 = _run_steps(MODELS[name](cfg), sharded, batch)
   assert metrics_1["loss"] == pytest.approx(metrics_8["loss"], rel=tolerance)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=20 * tolerance,
-                                                       atol=2 * tolerance),
-               state_1.params, state_8.params)
+  if cfg.dtype == np.float32:
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5),
+                 state_1.params, state_8.params)
+  else:  # Adafactor's update is about ±lr whatever the gradient's size, so a
+    # gradient near 0 whose bf16 sign flips moves its parameter by 2 lr (0.02).
+    for a, b in zip(jax.tree.leaves(state_1.params), jax.tree.leaves(state_8.params)):
+      assert np.abs(a - b).max() <= 0.021 and np.mean(np.abs(a - b) > 1e-3) < 0.01
   # The vocabulary axis of the embedding really is split over "model".
   spec = trainer_8.state_shardings.params["token_embed"]["embedding"].spec
   assert tuple(spec) == ("model", None)
