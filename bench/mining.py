@@ -16,7 +16,10 @@ machine: there a fixed slice of --slice source rows is searched against all
 n targets (ours: `knn_both` of the slice; faiss: one search of the slice)
 and the full mining time is projected as setup + (slice time - setup) *
 n / slice (faiss: twice that search, one per direction), where setup is the
-same call with k queries (normalizing and placing the n keys).
+same call with k queries (normalizing and placing the n keys); both are
+medians of --repeats runs. The end-to-end jax run first compiles the search
+step for its block geometry (`neighbors.both_block_sizes`), a one-off
+cost of about 0.3 s per new size that faiss does not have.
 
 Every measurement runs in a fresh child process; its peak resident memory
 (VmHWM, reset after the inputs exist) minus the resident memory before the
@@ -41,6 +44,7 @@ flags.DEFINE_list("slice_sizes", ["1000000"], "Sentences per side projected from
 flags.DEFINE_integer("dim", 512, "Embedding width d.")
 flags.DEFINE_integer("k", 4, "Neighbours per direction.")
 flags.DEFINE_integer("slice", 1024, "Source rows timed at --slice_sizes.")
+flags.DEFINE_integer("repeats", 3, "Slice timings per size; the median is used.")
 flags.DEFINE_bool("quick", False, "Smoke mode: n = 2000 end to end, a 10000 slice.")
 flags.DEFINE_string("child", None, "Internal: one measurement, 'mine|slice:jax|faiss:n'.")
 
@@ -53,6 +57,7 @@ def _unit(n: int, d: int, seed: int) -> np.ndarray:
 
 def _child(spec: str) -> dict:
   """One measurement in this process (its memory is this run's alone)."""
+  import jax  # pylint: disable=import-outside-toplevel
   from vmsst import mine  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import neighbors  # pylint: disable=import-outside-toplevel
   task, backend, n = spec.split(":")
@@ -60,6 +65,9 @@ def _child(spec: str) -> dict:
   source, target = _unit(n, FLAGS.dim, 0), _unit(n, FLAGS.dim, 1)
   warm = min(n, 2048)
   mine.mine(source[:warm], target[:warm], k=k, backend=backend)  # compile outside the timing
+  if backend == "jax" and task == "mine":  # the search step compiles per block geometry
+    rows, _, _ = neighbors.both_block_sizes(n, n, k, num_devices=len(jax.local_devices()))
+    neighbors.knn_both(source[:rows], target, k)
 
   def search(rows: int) -> float:
     start = time.perf_counter()
@@ -79,7 +87,13 @@ def _child(spec: str) -> dict:
     pairs, _ = mine.mine(source, target, k=k, backend=backend)
     seconds, extra = time.perf_counter() - start, {"mined_pairs": len(pairs)}
   else:
-    setup, sliced = search(k), search(FLAGS.slice)
+    # Medians of --repeats: one slice run on this VM varied 1.1-1.9 s.
+    setup = float(np.median([search(k) for _ in range(FLAGS.repeats)]))
+    sliced = float(np.median([search(FLAGS.slice) for _ in range(FLAGS.repeats)]))
+    if sliced <= setup:
+      raise ValueError(f"{spec}: {FLAGS.slice} queries took {sliced:.3f} s, no longer than "
+                       f"the setup ({setup:.3f} s): the slice is too small to project "
+                       "from; pass a larger --slice.")
     directions = 1 if backend == "jax" else 2
     seconds = directions * (setup + (sliced - setup) * n / FLAGS.slice)
     extra = {"slice": FLAGS.slice, "slice_seconds": sliced, "setup_seconds": setup}
@@ -95,7 +109,7 @@ def _child(spec: str) -> dict:
 
 def _measure(spec: str) -> dict:
   command = [sys.executable, __file__, f"--child={spec}", f"--dim={FLAGS.dim}",
-             f"--k={FLAGS.k}", f"--slice={FLAGS.slice}"]
+             f"--k={FLAGS.k}", f"--slice={FLAGS.slice}", f"--repeats={FLAGS.repeats}"]
   run = common.run_json(command)
   print(f"  {spec}: {run['seconds']:.1f} s, working {run['working_mb']:.0f} MB", flush=True)
   return run
@@ -107,7 +121,7 @@ def main(argv) -> None:
     print(json.dumps(_child(FLAGS.child)))
     return
   if FLAGS.quick:
-    FLAGS.sizes, FLAGS.slice_sizes, FLAGS.slice = ["2000"], ["10000"], 256
+    FLAGS.sizes, FLAGS.slice_sizes = ["2000"], ["10000"]
   context = {"dim": FLAGS.dim, "k": FLAGS.k, **common.machine()}
   results = []
   for task, sizes in (("mine", FLAGS.sizes), ("slice", FLAGS.slice_sizes)):

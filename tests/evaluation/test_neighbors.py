@@ -206,3 +206,41 @@ def test_both_directions_break_ties_to_the_lower_index_on_any_device_count(devic
                                                  key_block=16, devices=subset)
     np.testing.assert_array_equal(forward, (np.arange(22) % 4)[:, None] + 4 * np.arange(5))
     np.testing.assert_array_equal(backward, (np.arange(41) % 4)[:, None] + 4 * np.arange(5))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("k", [1, 4, 7])
+@pytest.mark.parametrize("values", ["random", "ties"])
+def test_top_k_by_chunks_equals_lax_top_k(axis, k, values):
+  shape = (512, 480)  # both axes are whole chunks and long enough for the chunked path
+  scores = _random(*shape, 30)
+  if values == "ties":  # five distinct values: every top-k is decided by the index order
+    scores = np.floor(np.abs(scores) * 2) + 1
+  scores[:, -3:] = -np.inf  # padding, as the kernels mask it
+  scores[-3:, :] = -np.inf
+  want = jax.lax.top_k(scores if axis == 1 else scores.T, k)
+  got = jax.jit(neighbors.top_k_by_chunks, static_argnums=(1, 2))(scores, k, axis)
+  np.testing.assert_array_equal(got[0], want[0])
+  np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("num_devices", [1, 2])
+def test_both_directions_on_chunked_blocks_match_brute_force(devices, num_devices):
+  # Blocks of 304 x 608 keys per device (or 2 x 304): both top-k take the chunked path.
+  rows, per_device, _ = neighbors.both_block_sizes(300, 600, 4, num_devices=num_devices,
+                                                   query_block=512, key_block=1024)
+  assert rows % neighbors._CHUNK == 0 and per_device >= 4 * 4 * neighbors._CHUNK  # pylint: disable=protected-access
+  source, target = _random(300, 8, 31), _random(600, 8, 32)
+  tied_source = np.eye(8, dtype=np.float32)[np.arange(300) % 8]
+  tied_target = np.eye(8, dtype=np.float32)[np.arange(600) % 8]
+  for queries, keys in ((source, target), (tied_source, tied_target)):
+    _, forward, _, backward = neighbors.knn_both(queries, keys, 4, query_block=512,
+                                                 key_block=1024,
+                                                 devices=devices[:num_devices])
+    np.testing.assert_array_equal(forward, _brute_force(queries, keys, 4)[1])
+    np.testing.assert_array_equal(backward, _brute_force(keys, queries, 4)[1])
+
+
+@pytest.mark.parametrize("num_devices,want", [(1, (1008, 1008, 10)), (8, (1008, 128, 10))])
+def test_both_block_sizes_are_balanced_whole_chunks(num_devices, want):
+  assert neighbors.both_block_sizes(10_000, 10_000, 4, num_devices=num_devices) == want
