@@ -61,7 +61,7 @@ def matmul_peak_flops(n: int = 2048, repeats: int = 10, dtype: str = "float32") 
   """Sustained FLOP/s of an n x n JAX matmul in `dtype` (f32-accumulated) on the default device.
 
   bfloat16 is timed in the form the bf16 network uses
-  (layers.low_precision_projection: bf16 inputs, float32 result).
+  (layers.projection: bf16 inputs, float32 result).
   """
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
