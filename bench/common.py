@@ -10,6 +10,7 @@ collects every line that parses as such an object.
 """
 
 import json
+import multiprocessing
 import os
 import platform
 import resource
@@ -17,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 from typing import Any, Callable, Sequence
 
 RESULT_KEYS = ("name", "ours", "peer", "unit", "ratio", "target")
@@ -91,6 +93,58 @@ def interleaved(fns: dict[str, Callable[[], float]], rounds: int,
       time.sleep(settle_seconds)
       samples[name].append(fn())
   return {name: statistics.median(values) for name, values in samples.items()}
+
+
+class TimerProcess:
+  """A timer that runs in its own (spawned) process: `make_timer(*args)` builds it there.
+
+  Why: neither library's thread pools or allocator then live in the other's
+  process. A JAX step run right after a PyTorch step took 30-60% longer, even
+  after 10 s of idling (cpu6 bf16 Contrastive: 4.8-6.0 s alone, 6.7-8.3 s
+  after the peer, one process); with the peer in its own process the
+  slowdown stayed (about 8 s per step), so its cause is outside the process
+  (RESULTS.md). `interleaved` still alternates the sides in time. Calling the
+  object times one run over there and returns its seconds.
+  """
+
+  def __init__(self, make_timer: Callable[..., Callable[[], float]], *args):
+    context = multiprocessing.get_context("spawn")
+    self._connection, child = context.Pipe()
+    self._process = context.Process(target=_serve_timer, args=(child, make_timer, args),
+                                    daemon=True)
+    self._process.start()
+    self._receive()  # built (and warmed up) in the child
+
+  def __call__(self) -> float:
+    self._connection.send("run")
+    return self._receive()
+
+  def close(self) -> None:
+    if self._process.is_alive():
+      self._connection.send("stop")
+    self._process.join(timeout=60)
+
+  def _receive(self):
+    status, value = self._connection.recv()
+    if status != "ok":
+      raise RuntimeError(f"timer process failed:\n{value}")
+    return value
+
+
+def _serve_timer(connection, make_timer, args) -> None:
+  """The child's loop: build the timer, then time one run per "run" message.
+
+  Ends on "stop" or when the parent has gone (its end of the pipe closed).
+  """
+  try:
+    timer = make_timer(*args)
+    connection.send(("ok", None))
+    while connection.recv() == "run":
+      connection.send(("ok", timer()))
+  except EOFError:
+    return
+  except Exception:  # pylint: disable=broad-except
+    connection.send(("error", traceback.format_exc()))
 
 
 def _status(field: str) -> int:

@@ -11,10 +11,11 @@ trained here on the same data, sequence length 64):
 
   ours        vmsst.Encoder.from_checkpoint (JAX, length buckets), at --dtype
               and, with --matched_precision, the other precision
-  saved_model vmsst.Encoder.from_saved_model (vmsst.export, TF + tf_text; f32)
+  saved_model vmsst.Encoder.from_saved_model (vmsst.export --dtype, TF + tf_text)
   peer        sentence-transformers SentenceTransformer.encode (PyTorch CPU,
               BERT layers of that shape, mean pooling; bench/peers.py), in
-              float32 and under torch.autocast(bfloat16)
+              float32 and under torch.autocast(bfloat16), each in a process of
+              its own (common.TimerProcess)
 
 Every pairing of the same precision is compared, and each of ours against
 the peer's default float32.
@@ -48,7 +49,7 @@ flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median is kept.")
 flags.DEFINE_integer("layers", 6, "Encoder layers.")
 flags.DEFINE_integer("width", 512, "d (heads of 64, MLP 4d).")
 flags.DEFINE_integer("vocab_size", 8000, "SentencePiece pieces.")
-flags.DEFINE_bool("saved_model", True, "Also time the exported (float32) SavedModel.")
+flags.DEFINE_bool("saved_model", True, "Also time the exported SavedModel (at each precision).")
 flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32"],
                   "Precision `Encoder.from_checkpoint(dtype=...)` runs the checkpoint at.")
 flags.DEFINE_bool("matched_precision", True, "Also time the checkpoint and the peer at the "
@@ -141,29 +142,22 @@ def main(argv) -> None:
   encoders = {f"ours@{d}": vmsst.Encoder.from_checkpoint(directory, batch_size=FLAGS.batch_size,
                                                          dtype=d) for d in dtypes}
   if FLAGS.saved_model:
-    export.export(directory, os.path.join(work, "export"))
-    encoders["saved_model@float32"] = vmsst.Encoder.from_saved_model(
-        os.path.join(work, "export"))
-  with_peer = common.have_sentence_transformers()
-  if with_peer:
-    import peers  # pylint: disable=import-outside-toplevel
-    model = peers.sentence_transformer(cfg, spm_path, max_length=FLAGS.length)
     for d in dtypes:
-      encoders[f"peer@{d}"] = AutocastEncoder(model) if d == "bfloat16" else model
+      export.export(directory, os.path.join(work, f"export_{d}"), dtype=d)
+      encoders[f"saved_model@{d}"] = vmsst.Encoder.from_saved_model(
+          os.path.join(work, f"export_{d}"))
+  timers = {name: encode_timer(encoder, texts, FLAGS.batch_size)
+            for name, encoder in encoders.items()}
+  if common.have_sentence_transformers():
+    for d in dtypes:  # each in a process of its own: see common.TimerProcess
+      timers[f"peer@{d}"] = common.TimerProcess(peer_timer, cfg, spm_path, FLAGS.length, d,
+                                                texts, FLAGS.batch_size)
   else:
     print(common.PEER_MISSING)
-
-  def timer(encoder):
-    def run() -> float:
-      start = time.perf_counter()
-      encoder.encode(texts, batch_size=FLAGS.batch_size, show_progress_bar=False)
-      return time.perf_counter() - start
-    return run
-
-  for encoder in encoders.values():
-    encoder.encode(texts, batch_size=FLAGS.batch_size, show_progress_bar=False)  # compile every length bucket
-  seconds = common.interleaved({name: timer(e) for name, e in encoders.items()}, FLAGS.rounds,
-                               FLAGS.settle_seconds)
+  seconds = common.interleaved(timers, FLAGS.rounds, FLAGS.settle_seconds)
+  for run in timers.values():
+    if isinstance(run, common.TimerProcess):
+      run.close()
   rates = {name: len(texts) / s for name, s in seconds.items()}
   context = {"sentences": len(texts), "batch_size": FLAGS.batch_size, "length": FLAGS.length,
              "layers": FLAGS.layers, "width": FLAGS.width, "vocab_size": FLAGS.vocab_size,
@@ -182,6 +176,27 @@ def main(argv) -> None:
   print("sentences/s: " + ", ".join(f"{n} {r:.1f}" for n, r in rates.items()))
   common.emit(results, f"encoding: {len(texts)} NTREX sentences, {FLAGS.layers} layers, "
               f"d={FLAGS.width}, batch {FLAGS.batch_size}, load {context['load_average']}")
+
+
+def encode_timer(encoder, texts: list[str], batch_size: int):
+  """A function timing one `encoder.encode(texts)`, after an untimed warm-up call
+  (which compiles every length bucket)."""
+  encoder.encode(texts, batch_size=batch_size, show_progress_bar=False)
+
+  def run() -> float:
+    start = time.perf_counter()
+    encoder.encode(texts, batch_size=batch_size, show_progress_bar=False)
+    return time.perf_counter() - start
+  return run
+
+
+def peer_timer(cfg, spm_path: str, length: int, dtype: str, texts: list[str],
+               batch_size: int):
+  """`encode_timer` of the sentence-transformers peer at `dtype` (bf16: autocast)."""
+  import peers  # pylint: disable=import-outside-toplevel
+  model = peers.sentence_transformer(cfg, spm_path, max_length=length)
+  return encode_timer(AutocastEncoder(model) if dtype == "bfloat16" else model, texts,
+                      batch_size)
 
 
 class AutocastEncoder:

@@ -5,7 +5,8 @@ r"""Training throughput: examples/s and MFU per objective, and the sentence-tran
 
 Every objective's compiled train step (vmsst.trainer.Trainer: jit with
 shardings, donated state) runs on one fixed random batch; the peer is the
-same contrastive model in sentence-transformers on PyTorch CPU (BERT layers
+same contrastive model in sentence-transformers on PyTorch CPU, in a process
+of its own (common.TimerProcess) (BERT layers
 of the same depth, d, heads, MLP width, vocabulary and length, mean pooling,
 MultipleNegativesRankingLoss, AdamW; dropout 0.1 on both sides, the paper's
 Contrastive setting), fed the same token ids (tokenization
@@ -30,6 +31,7 @@ Comparisons (JSON lines, bench/common.py):
 """
 
 import dataclasses
+import functools
 import time
 
 import jax
@@ -128,7 +130,7 @@ def ours(name: str, cfg: NetworkConfig, batch: dict[str, np.ndarray], *, steps: 
 
 
 def peer(cfg: NetworkConfig, batch: dict[str, np.ndarray], dropout: float,
-         dtype: str = "float32"):
+         dtype: str = "float32", *, length: int, steps: int = 1):
   """A function running FLAGS.steps sentence-transformers MNRL steps; seconds per step.
 
   bfloat16 is PyTorch's own mixed precision: the forward under
@@ -138,7 +140,7 @@ def peer(cfg: NetworkConfig, batch: dict[str, np.ndarray], dropout: float,
   import torch  # pylint: disable=import-outside-toplevel
   import peers  # pylint: disable=import-outside-toplevel
   from sentence_transformers.sentence_transformer import losses  # pylint: disable=import-outside-toplevel
-  model = peers.sentence_transformer(cfg, None, max_length=FLAGS.length, dropout=dropout)
+  model = peers.sentence_transformer(cfg, None, max_length=length, dropout=dropout)
   model.train()
   loss_fn = losses.MultipleNegativesRankingLoss(model)
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -152,13 +154,13 @@ def peer(cfg: NetworkConfig, batch: dict[str, np.ndarray], dropout: float,
 
   def run() -> float:
     start = time.perf_counter()
-    for _ in range(FLAGS.steps):
+    for _ in range(steps):
       optimizer.zero_grad()
       with precision():
         loss = loss_fn(features, None)
       loss.backward()
       optimizer.step()
-    return (time.perf_counter() - start) / FLAGS.steps
+    return (time.perf_counter() - start) / steps
 
   run()  # warm up
   return run
@@ -188,7 +190,10 @@ def _timed_runs(cfg: NetworkConfig, batch: dict[str, np.ndarray], with_peer: boo
     print(f"  compiled {key}", flush=True)
   if with_peer:
     for dtype in [FLAGS.dtype] + ([other] if FLAGS.matched_precision else []):
-      runs[f"{PEER}@{dtype}"] = peer(cfg, batch, dropout=0.1, dtype=dtype)
+      # In its own process: see common.TimerProcess.
+      runs[f"{PEER}@{dtype}"] = common.TimerProcess(
+          functools.partial(peer, length=FLAGS.length, steps=FLAGS.steps), cfg, batch, 0.1,
+          dtype)
   return flops, runs
 
 
@@ -228,6 +233,9 @@ def main(argv) -> None:
   dtypes = sorted({key.split("@")[1] for key in runs})
   peaks = {d: common.matmul_peak_flops(dtype=d) for d in dtypes}
   seconds = common.interleaved(runs, FLAGS.rounds, FLAGS.settle_seconds)
+  for run in runs.values():
+    if isinstance(run, common.TimerProcess):
+      run.close()
   for d in dtypes:  # before and after: load drifts
     peaks[d] = (peaks[d] + common.matmul_peak_flops(dtype=d)) / 2
   results = []

@@ -166,6 +166,7 @@ def test_metadata_and_directory_copies(restored, exported, model_dir):
   assert on_disk == metadata
   assert metadata["step"] == 4 and metadata["sequence_length"] == restored.sequence_length
   assert metadata["dimension"] == 64 and metadata["normalized"] is False
+  assert metadata["dtype"] == "float32"  # the precision the tiny run trained with
   assert metadata["vocabulary_size"] == restored.vocabulary.vocab_size
   extra = saved_model / export.EXTRA_DIR
   assert (extra / "spm.model").read_bytes() == (model_dir / "spm.model").read_bytes()
@@ -180,6 +181,17 @@ def test_normalize_flag_gives_unit_rows(restored, jax_embeddings):
   unit = module.serve(tf.constant(SENTENCES))["embeddings"].numpy()
   np.testing.assert_allclose(np.linalg.norm(unit, axis=-1), 1.0, atol=1e-5)
   np.testing.assert_allclose(unit, similarity.normalize(jax_embeddings), atol=1e-5)
+
+
+def test_bfloat16_export_embeds_close_to_the_float32_checkpoint(model_dir, jax_embeddings,
+                                                                 tmp_path):
+  metadata = export.export(str(model_dir), str(tmp_path / "bf16"), dtype="bfloat16")
+  assert metadata["dtype"] == "bfloat16"
+  embeddings = encoders.SavedModelEncoder(str(tmp_path / "bf16")).encode(SENTENCES)
+  assert embeddings.dtype == np.float32
+  cosine = np.sum(similarity.normalize(embeddings) * similarity.normalize(jax_embeddings), -1)
+  assert cosine.min() > 0.99, cosine
+  assert np.abs(embeddings - jax_embeddings).max() > 1e-4  # it did run in bf16
 
 
 def test_bad_directories_are_clear_errors(exported, tmp_path):

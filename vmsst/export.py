@@ -1,7 +1,7 @@
 r"""Exports a trained model as a TensorFlow SavedModel (strings in, embeddings out).
 
   python -m vmsst.export --model_dir=runs/vmsst_cpu --output_dir=runs/vmsst_cpu/export \
-      [--step=N] [--normalize] [--platforms=cpu]
+      [--step=N] [--normalize] [--platforms=cpu] [--dtype=bfloat16]
 
 The SavedModel contract (what `evaluation.encoders.SavedModelEncoder` reads):
 
@@ -67,7 +67,8 @@ FORMAT_VERSION = 1
 
 
 def export(model_dir: str, output_dir: str, *, step: int | None = None,
-           normalize: bool = False, platforms: Sequence[str] = ("cpu",)) -> dict[str, Any]:
+           normalize: bool = False, platforms: Sequence[str] = ("cpu",),
+           dtype: str | None = None) -> dict[str, Any]:
   """Writes the SavedModel, its metadata and the raw parameters.
 
   Args:
@@ -76,13 +77,16 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
     step: checkpoint step (default: the latest).
     normalize: L2-normalise `embeddings` inside the graph.
     platforms: jax2tf native-serialization targets ("cpu", "cuda", "tpu").
+    dtype: the graph's activation/matmul precision, "bfloat16" or "float32"
+      (default: the one the run trained with); parameters and embeddings
+      stay float32 either way (see `inference.restore`).
   Returns:
     The metadata written to assets.extra/vmsst_export.json.
   """
   if os.path.isdir(output_dir) and os.listdir(output_dir):
     raise FileExistsError(f"--output_dir={output_dir} exists and is not empty; pick a new "
                           "directory or delete it first.")
-  restored = inference.restore(model_dir, step=step)
+  restored = inference.restore(model_dir, step=step, dtype=dtype)
   params = traverse_util.flatten_dict(jax.device_get(restored.params), sep=SEPARATOR)
   exported = semantic_params(restored.model, params, restored.sequence_length)
   module = ServingModule(restored, {k: params[k] for k in exported},
@@ -100,6 +104,7 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
       "vocabulary_size": int(restored.vocabulary.tokenizer.get_piece_size()),
       "normalized": bool(normalize),
       "platforms": list(platforms),
+      "dtype": np.dtype(restored.model.network_config.dtype).name,
       "saved_model_parameters": len(exported),  # params_index.json says which
       "signatures": {
           "serving_default": "text: tf.string [batch] -> embeddings: float32 [batch, d]",
@@ -258,6 +263,8 @@ def _define_flags() -> None:
   flags.DEFINE_string("output_dir", None, "New directory for the SavedModel and params.")
   flags.DEFINE_bool("normalize", False, "L2-normalise the exported embeddings.")
   flags.DEFINE_list("platforms", ["cpu"], "jax2tf lowering targets: cpu, cuda, tpu.")
+  flags.DEFINE_enum("dtype", None, list(inference.PRECISIONS), "Activation/matmul precision "
+                    "of the graph (default: the trained one); embeddings stay float32.")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -269,7 +276,7 @@ def main(argv: Sequence[str]) -> None:
                          "are required.")
   start = time.time()
   metadata = export(f.model_dir, f.output_dir, step=f.step, normalize=f.normalize,
-                    platforms=f.platforms)
+                    platforms=f.platforms, dtype=f.dtype)
   print(f"wrote {f.output_dir}: step {metadata['step']}, d={metadata['dimension']}, "
         f"normalized={metadata['normalized']}, {time.time() - start:.0f} s")
 
