@@ -1,5 +1,6 @@
 """The network's structure: what each path sees and which parameters exist."""
 
+import contextlib
 import dataclasses
 
 import flax.linen as nn
@@ -218,3 +219,13 @@ def test_dropout_keeps_flax_masks_and_row_keys_make_masks_per_row():
   np.testing.assert_allclose(np.unique(whole), [0.0, 1 / 0.75], rtol=1e-6)
   assert 0.2 < float(np.mean(whole == 0)) < 0.3
   assert not np.array_equal(whole[0], whole[1])  # and differs between rows
+
+
+def test_dropout_of_every_unit_gives_zeros_and_zero_gradients():
+  from vmsst import layers  # pylint: disable=import-outside-toplevel
+  x, rng = jnp.ones((2, 3, 8)), {"dropout": jax.random.key(0)}
+  for keys in (None, jax.random.split(jax.random.key(1), 2)):
+    with layers.row_dropout_keys(keys) if keys is not None else contextlib.nullcontext():
+      grad = jax.grad(lambda x: layers.Dropout(1.0).apply({}, x, False, rngs=rng).sum())(x)
+      np.testing.assert_array_equal(layers.Dropout(1.0).apply({}, x, False, rngs=rng), 0.0)
+    np.testing.assert_array_equal(grad, 0.0)

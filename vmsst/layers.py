@@ -96,6 +96,8 @@ class Dropout(nn.Dropout):
       return inputs
     if self.broadcast_dims:
       raise ValueError("layers.Dropout draws a full mask; broadcast_dims is not supported.")
+    if self.rate == 1.0:  # as flax: x / 0 would make the gradient NaN
+      return jnp.zeros_like(inputs)
     keep = 1.0 - self.rate
     rng = rng if rng is not None else self.make_rng(self.rng_collection)
     row_keys = _ROW_KEYS.get()
