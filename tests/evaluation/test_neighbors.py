@@ -229,7 +229,8 @@ def test_both_directions_on_chunked_blocks_match_brute_force(devices, num_device
   # Blocks of 304 x 608 keys per device (or 2 x 304): both top-k take the chunked path.
   rows, per_device, _ = neighbors.both_block_sizes(300, 600, 4, num_devices=num_devices,
                                                    query_block=512, key_block=1024)
-  assert rows % neighbors._CHUNK == 0 and per_device >= 4 * 4 * neighbors._CHUNK  # pylint: disable=protected-access
+  chunk = neighbors._CHUNK  # pylint: disable=protected-access
+  assert rows % chunk == 0 and per_device >= 4 * 4 * chunk
   source, target = _random(300, 8, 31), _random(600, 8, 32)
   tied_source = np.eye(8, dtype=np.float32)[np.arange(300) % 8]
   tied_target = np.eye(8, dtype=np.float32)[np.arange(600) % 8]

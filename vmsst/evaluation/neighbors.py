@@ -18,9 +18,10 @@ Two interchangeable backends give the same exact answer:
 
 Mining needs both directions; `knn_both` computes each block of the cosine
 matrix once and reduces it along rows and columns (half the FLOPs of two
-`knn` calls; vmsst.mine uses it). Both backends' block reductions use
-`top_k_by_chunks`, an exact top-k that costs about half of `lax.top_k`. Both jax paths normalize the keys once per
-search and keep them on the devices (one n_keys x d copy, as faiss's index).
+`knn` calls; vmsst.mine uses it). Both jax paths reduce blocks with
+`top_k_by_chunks`, an exact top-k at about half the cost of `lax.top_k`, and
+normalize the keys once per search and keep them on the devices (one
+n_keys x d copy, as faiss's index).
 
 Ties are broken deterministically by the lower key index first. In the jax
 backend this follows from `jax.lax.top_k`, which returns the lower position
@@ -279,7 +280,8 @@ BOTH_BLOCK = 1024  # a [1024, 1024] float32 block (4 MiB) stays in cache: faster
 
 
 def knn_both(source: np.ndarray, target: np.ndarray, k: int, *,
-             query_block: int = BOTH_BLOCK, key_block: int = BOTH_BLOCK, devices: Sequence[jax.Device] | None = None,
+             query_block: int = BOTH_BLOCK, key_block: int = BOTH_BLOCK,
+             devices: Sequence[jax.Device] | None = None,
              progress: str | None = None) -> tuple[np.ndarray, ...]:
   """`knn(source, target, k)` and `knn(target, source, k)` from one pass of matmuls.
 
@@ -337,7 +339,8 @@ def knn_both(source: np.ndarray, target: np.ndarray, k: int, *,
 
 
 def both_block_sizes(num_queries: int, num_keys: int, k: int, *, num_devices: int,
-                     query_block: int = BOTH_BLOCK, key_block: int = BOTH_BLOCK) -> tuple[int, int, int]:
+                     query_block: int = BOTH_BLOCK,
+                     key_block: int = BOTH_BLOCK) -> tuple[int, int, int]:
   """(queries per block, keys per device per block, key blocks per device) of `knn_both`.
 
   Balanced as in `block_sizes`, then rounded up to whole chunks of
