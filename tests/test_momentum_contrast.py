@@ -1,6 +1,12 @@
-"""Dual momentum contrast: the loss by hand, EMA and FIFO queues, sharding, resume, learning."""
+"""Dual momentum contrast: the loss by hand, EMA and FIFO queues, towers per side, the NLI
+term, sharding, resume, learning."""
+
+import dataclasses
+import json
 
 import flax.linen as nn
+from flax import traverse_util
+from clu import metric_writers
 import gin
 import jax
 import numpy as np
@@ -11,11 +17,17 @@ import vmsst.train
 import vmsst_testing
 from vmsst_testing import TINY, init_params, random_batch
 from vmsst import checkpointing
+from vmsst import export
+from vmsst import inference
 from vmsst import models
 from vmsst import partitioning
+from vmsst import text_inputs
 from vmsst import trainer as trainer_lib
+from vmsst import vocabulary
 from vmsst.objectives import MomentumContrast
 from vmsst.objectives import momentum_contrast
+from vmsst.objectives import nli_head
+from vmsst.retrieval import RetrievalEvaluator, retrieval_accuracy
 
 needs_8_devices = pytest.mark.skipif(
     jax.device_count() < 8,
@@ -162,12 +174,14 @@ def test_queues_hold_the_last_keys_in_order_oldest_overwritten_first(separate_to
 
 
 @needs_8_devices
-def test_data4_model2_equals_single_device_with_the_queue_split_over_data():
+@pytest.mark.parametrize("separate_towers", [False, True])
+def test_data4_model2_equals_single_device_with_the_queue_split_over_data(separate_towers):
   batches = [random_batch(batch_size=8, seed=s) for s in range(3)]
   runs = []
   for mesh in (partitioning.make_mesh(1, 1, devices=jax.devices()[:1]),
                partitioning.make_mesh(4, 2, devices=jax.devices()[:8])):
-    trainer = _trainer(MomentumContrast(TINY, momentum=0.9, queue_size=32), 8, mesh)
+    trainer = _trainer(MomentumContrast(TINY, momentum=0.9, queue_size=32,
+                                        separate_towers=separate_towers), 8, mesh)
     state, losses = trainer.initialize(jax.random.key(0)), []
     for batch in batches:
       state, metrics = trainer.step(state, batch, jax.random.key(1))
@@ -179,7 +193,8 @@ def test_data4_model2_equals_single_device_with_the_queue_split_over_data():
                (state_1.params, state_1.model_state), (state_8.params, state_8.model_state))
   shardings = trainer_8.state_shardings.model_state
   assert tuple(shardings["queue_a"].spec) == ("data", None)
-  assert tuple(shardings["momentum"]["token_embed"]["embedding"].spec) == ("model", None)
+  momentum = shardings["momentum"]["tower_b"] if separate_towers else shardings["momentum"]
+  assert tuple(momentum["token_embed"]["embedding"].spec) == ("model", None)
 
 
 def test_checkpoint_round_trip_restores_the_model_state_and_resumes_identically(
@@ -211,3 +226,134 @@ def test_short_run_on_real_data_learns_its_queue_contrast(data_dir, tiny_vocab_p
   assert np.mean(full[-2:]) < 0.6 * full[0], result["loss_history"]
   # Positives above all 256 queued negatives (chance is well below 1 / 257 per side).
   assert result["final_metrics"]["queue_accuracy"] > 0.5, result["final_metrics"]
+
+
+# ---------------------------------------------------------------- towers per side
+
+def test_separate_towers_encode_each_side_through_its_own_tower():
+  model = MomentumContrast(TINY, queue_size=8, separate_towers=True)
+  params, batch = init_params(model), random_batch()
+  one_tower = MomentumContrast(TINY, queue_size=8)
+  tokens, mask = batch["tokens_a"], batch["mask_a"]
+  for side in "ab":
+    want = one_tower.encode(params[f"tower_{side}"], tokens, mask)
+    np.testing.assert_array_equal(model.encode(params, tokens, mask, side=side), want)
+    np.testing.assert_array_equal(model.encode_side(params, tokens, mask, side), want)
+  assert not np.allclose(model.encode(params, tokens, mask, side="a"),
+                         model.encode(params, tokens, mask, side="b"))
+  np.testing.assert_array_equal(model.encode(params, tokens, mask),  # the default is side a
+                                one_tower.encode(params["tower_a"], tokens, mask))
+  # A shared tower ignores the side; the rule maps English to a, the rest to b.
+  shared = init_params(one_tower)
+  np.testing.assert_array_equal(one_tower.encode(shared, tokens, mask, side="b"),
+                                one_tower.encode(shared, tokens, mask, side="a"))
+  assert model.sides == ("a", "b") and one_tower.sides == ("a",)
+  assert [model.side_of_language(c) for c in ("en", "eng", "deu", "zh")] == ["a", "a", "b", "b"]
+  with pytest.raises(ValueError, match="side='c'"):
+    model.encode(params, tokens, mask, side="c")
+
+
+@pytest.fixture(scope="module")
+def vocab_model(tiny_vocab_path):
+  """(vocabulary, two-tower model over it, its params, 4 sentences)."""
+  vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
+  model = MomentumContrast(dataclasses.replace(TINY, vocab_size=vocab.vocab_size),
+                           queue_size=8, separate_towers=True)
+  sentences = ["ein Haus am See", "a dog runs", "zwei Katzen schlafen", "the river bank"]
+  return vocab, model, init_params(model), sentences
+
+
+def _embed(model, params, vocab, sentences, side):
+  tokens, mask = text_inputs.tokenize_batch(vocab, sentences, 8)
+  return np.asarray(model.encode(params, tokens, mask, side=side))
+
+
+def test_in_training_retrieval_embeds_sources_by_tower_a_and_targets_by_tower_b(vocab_model):
+  vocab, model, params, sentences = vocab_model
+  evaluator = RetrievalEvaluator({"same": (sentences, sentences)}, vocab, sequence_length=8,
+                                 batch_size=4)
+  trainer = _trainer(model)
+  writer = metric_writers.LoggingWriter()
+  results = vmsst.train.evaluate(evaluator, trainer, params, 0, writer)
+  forward, backward = retrieval_accuracy(_embed(model, params, vocab, sentences, "a"),
+                                         _embed(model, params, vocab, sentences, "b"))
+  assert results["same"] == pytest.approx(50.0 * (forward + backward))
+  # Both towers are used: with tower b made a copy of tower a, each sentence
+  # finds itself (100%); the random tower b of `params` does not (it is not trained).
+  twins = dict(params, tower_b=params["tower_a"])
+  assert vmsst.train.evaluate(evaluator, trainer, twins, 0, writer)["same"] == 100.0
+  assert results["same"] < 100.0
+
+
+def test_checkpoint_encoder_and_export_pick_the_tower_of_the_side(vocab_model):
+  vocab, model, params, sentences = vocab_model
+  mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
+  restored = inference.RestoredModel(model=model, params=jax.device_put(params), vocabulary=vocab,
+                                     sequence_length=8, step=0, mesh=mesh)
+  for side in "ab":
+    encoded = inference.CheckpointEncoder(restored, batch_size=4, side=side).encode(sentences)
+    np.testing.assert_allclose(encoded, _embed(model, params, vocab, sentences, side),
+                               rtol=1e-5, atol=1e-6)
+  # Export traces both sides: the SavedModel holds both towers' parameters.
+  flat = traverse_util.flatten_dict(jax.device_get(params), sep="/")
+  exported = export.semantic_params(model, flat, 8)
+  assert {n.split("/")[0] for n in exported} == {"tower_a", "tower_b"}
+
+
+# ---------------------------------------------------------------- the NLI term
+
+def _write_nli(folder):
+  folder.mkdir()
+  (folder / "train.tsv").write_text(
+      "a man sleeps\ta person rests\tentailment\n"
+      "a dog runs\ta cat sleeps\tcontradiction\n"
+      "no label here\tonly two fields\n", encoding="utf-8")
+  (folder / "snli_train.jsonl").write_text("\n".join(json.dumps(r) for r in [
+      {"sentence1": "kids play", "sentence2": "kids play outside", "gold_label": "neutral"},
+      {"sentence1": "x", "sentence2": "y", "gold_label": "-"}]) + "\n", encoding="utf-8")
+  return folder
+
+
+def test_nli_reader_maps_labels_counts_skips_and_names_a_missing_directory(tmp_path):
+  premises, hypotheses, labels, skipped = nli_head.read_nli(str(_write_nli(tmp_path / "nli")))
+  # Files in name order: snli_train.jsonl, then train.tsv.
+  assert premises == ["kids play", "a man sleeps", "a dog runs"]
+  assert hypotheses[0] == "kids play outside"
+  assert labels.tolist() == [1, 0, 2] and skipped == 2
+  missing = tmp_path / "no_nli_here"
+  with pytest.raises(FileNotFoundError, match=str(missing)):
+    nli_head.read_nli(str(missing))
+  with pytest.raises(ValueError, match="nli_examples"):
+    MomentumContrast(TINY, nli_weight=0.1)
+
+
+def test_nli_term_is_alpha_times_the_cross_entropy_of_the_head_by_hand(tmp_path, tiny_vocab_path):
+  vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
+  examples = nli_head.nli_examples(path=str(_write_nli(tmp_path / "nli")), vocabulary=vocab,
+                                   sequence_length=12)
+  config = dataclasses.replace(TINY, vocab_size=vocab.vocab_size)
+  model = MomentumContrast(config, temperature=0.1, queue_size=8, separate_towers=True,
+                           nli_weight=0.1, nli_examples=examples, nli_batch_size=4)
+  model.nli_head = nli_head.NliHead(dropout_rate=0.0)  # deterministic, to compute by hand
+  plain = MomentumContrast(config, temperature=0.1, queue_size=8, separate_towers=True)
+  params = init_params(model)
+  assert set(params) == {"tower_a", "tower_b", "nli_head"}
+  state = jax.device_get(nn.unbox(model.init_model_state(params, jax.random.key(3))))
+  assert set(state["momentum"]) == {"tower_a", "tower_b"}  # the head has no momentum copy
+  batch, rng = random_batch(), jax.random.key(0)
+  loss, (metrics, _) = jax.jit(model.loss_fn_with_state)(params, state, batch, rng)
+  moco, _ = jax.jit(plain.loss_fn_with_state)(params, state, batch, rng)
+  # The rows the step drew (a pure function of its key) and tower a's vectors.
+  sample_rng, _ = jax.random.split(jax.random.fold_in(rng, momentum_contrast.NLI_STREAM))
+  drawn = jax.device_get(nli_head.sample(examples, sample_rng, 4))
+  u, v = (_normalize(plain.encode(params, t, (t != 0).astype(np.int32), side="a"))
+          for t in (drawn.premise, drawn.hypothesis))
+  x, head = np.concatenate([u, v, np.abs(u - v)], -1), jax.device_get(params["nli_head"])
+  for layer in ("hidden_0", "hidden_1"):
+    x = np.maximum(x @ np.asarray(head[layer]["kernel"], np.float64) + head[layer]["bias"], 0)
+  logits = x @ np.asarray(head["logits"]["kernel"], np.float64) + head["logits"]["bias"]
+  log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  cross_entropy = -np.mean(log_p[np.arange(4), drawn.label])
+  assert float(metrics["nli_loss"]) == pytest.approx(cross_entropy, rel=1e-4)
+  assert float(loss) == pytest.approx(float(moco) + 0.1 * cross_entropy, rel=1e-4)
+  assert set(drawn.label.tolist()) <= {0, 1, 2}

@@ -22,6 +22,23 @@ def test_a_set_without_pairs_is_skipped_and_the_rest_evaluated(tiny_vocab_path):
                                  sequence_length=8, batch_size=4)
   assert list(evaluator.sets) == ["same"]
   # Embeddings = the padded token ids: identical sentences are each other's nearest.
-  results = evaluator.run(lambda tokens, mask: tokens.astype(np.float32))
+  sides = []
+  results = evaluator.run(lambda tokens, mask, side: sides.append(side) or tokens.astype(np.float32))
   assert results["same"] == 100.0 and results["mean"] == 100.0
   assert results["chance"] == 25.0
+  assert sides == ["a", "b"]  # one batch of sources (side a), one of targets (side b)
+
+
+def test_targets_are_embedded_as_side_b(tiny_vocab_path):
+  # A two-tower stand-in: side b's "tower" reverses the dimensions, so targets
+  # embedded as side a would all be found (100%) and as side b are not.
+  vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
+  sentences = ["ein Haus", "a dog runs", "zwei Katzen schlafen", "the river"]
+  evaluator = RetrievalEvaluator({"same": (sentences, sentences)}, vocab, sequence_length=8,
+                                 batch_size=4)
+  towers = {"a": lambda x: x, "b": lambda x: x[:, ::-1]}
+  results = evaluator.run(lambda tokens, mask, side: towers[side](tokens.astype(np.float32)))
+  src = np.stack([vocab.encode(s)[:7] + [1] + [0] * (7 - len(vocab.encode(s)[:7]))
+                  for s in sentences]).astype(np.float32)
+  forward, backward = retrieval_accuracy(src, src[:, ::-1])
+  assert results["same"] == 50.0 * (forward + backward) < 100.0

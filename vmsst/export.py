@@ -9,6 +9,16 @@ The SavedModel contract (what `evaluation.encoders.SavedModelEncoder` reads):
   score(text_a: tf.string [batch], text_b: tf.string [batch])
       -> {"scores": float32 [batch]}   cosine of text_a[i] with text_b[i]
 
+A model with a tower per pair side (`model.sides == ("a", "b")`:
+MomentumContrast with separate towers, the dual momentum contrast paper's
+language-specific encoders) gets a third signature, and `score` embeds each
+column with its side's tower:
+
+  serving_default  tower a: side a's language (English in the paper runs)
+  serving_b(text: tf.string [batch]) -> {"embeddings": float32 [batch, d]}
+                   tower b: every other language (model.side_of_language)
+  score            text_a by tower a, text_b by tower b
+
 `embeddings` is μ_sem, L2-normalised only when exported with --normalize (the
 choice is in the metadata file; cosine scores are the same either way). The
 SentencePiece tokenizer is inside the graph (`tensorflow_text`), with the
@@ -91,8 +101,10 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
   exported = semantic_params(restored.model, params, restored.sequence_length)
   module = ServingModule(restored, {k: params[k] for k in exported},
                          normalize=normalize, platforms=platforms)
-  tf.saved_model.save(module, output_dir, signatures={
-      "serving_default": module.serve, "score": module.score})
+  signatures = {"serving_default": module.serve, "score": module.score}
+  if "b" in restored.model.sides:
+    signatures["serving_b"] = module.serve_b
+  tf.saved_model.save(module, output_dir, signatures=signatures)
   write_params(restored.model, params, restored.sequence_length, output_dir, exported)
   metadata = {
       "format_version": FORMAT_VERSION,
@@ -108,7 +120,11 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
       "saved_model_parameters": len(exported),  # params_index.json says which
       "signatures": {
           "serving_default": "text: tf.string [batch] -> embeddings: float32 [batch, d]",
-          "score": "text_a, text_b: tf.string [batch] -> scores: float32 [batch] (cosine)"},
+          "score": "text_a, text_b: tf.string [batch] -> scores: float32 [batch] (cosine)",
+          **({"serving_b": "text: tf.string [batch] -> embeddings: float32 [batch, d], "
+                           "through tower b (side b's languages)"}
+             if "b" in restored.model.sides else {})},
+      "sides": list(restored.model.sides),
       "requires": "import tensorflow_text before tf.saved_model.load (SentencePiece ops)",
   }
   _write_extras(os.path.join(output_dir, EXTRA_DIR), model_dir, restored.vocabulary.sp_model,
@@ -149,7 +165,8 @@ def semantic_params(model: models.EmbeddingModel, params: dict[str, np.ndarray],
   spec = jax.ShapeDtypeStruct((1, sequence_length), np.int32)
   unflatten = lambda leaves: traverse_util.unflatten_dict(dict(zip(names, leaves)),
                                                           sep=SEPARATOR)
-  closed = jax.make_jaxpr(lambda leaves, t, m: model.encode(unflatten(leaves), t, m))(
+  closed = jax.make_jaxpr(lambda leaves, t, m: [model.encode_side(unflatten(leaves), t, m, side)
+                                                for side in model.sides])(
       [jax.ShapeDtypeStruct(params[n].shape, params[n].dtype) for n in names], spec, spec)
   jaxpr = closed.jaxpr
   live = {id(v) for eqn in jaxpr.eqns for v in eqn.invars} | {id(v) for v in jaxpr.outvars}
@@ -186,28 +203,34 @@ class ServingModule(tf.Module):
     self._tokenizer = tf_text.SentencepieceTokenizer(model=restored.vocabulary.sp_model,
                                                      out_type=tf.int32)
     self.params = {k: tf.Variable(v, trainable=False, name=k) for k, v in params.items()}
-    self._embed = jax2tf.convert(
-        _embedding_fn(restored.model, normalize),
+    self._embed = {side: jax2tf.convert(
+        _embedding_fn(restored.model, normalize, side),
         polymorphic_shapes=(None, "(b, l)", "(b, l)"),
         polymorphic_constraints=(f"l <= {self._length}",),
         with_gradient=False, native_serialization_platforms=tuple(platforms))
+        for side in restored.model.sides}
     spec = jax.ShapeDtypeStruct((1, 1), np.int32)
     self.dimension = int(jax.eval_shape(_embedding_fn(restored.model, normalize),
                                         params, spec, spec).shape[-1])
 
-  def embed(self, text: tf.Tensor) -> tf.Tensor:
-    """tf.string [n] -> float32 [n, d]."""
+  def embed(self, text: tf.Tensor, side: str = "a") -> tf.Tensor:
+    """tf.string [n] -> float32 [n, d], through pair side `side`'s tower if it has one."""
     # Shape polymorphism assumes every dimension is >= 1: an extra empty
     # sentence keeps an empty batch valid and is dropped from the output.
     tokens = tokenize(self._tokenizer, tf.concat([text, [""]], axis=0), self._length,
                       self._eos_id)
     mask = tf.cast(tokens != 0, tf.int32)
-    return self._embed(self.params, tokens, mask)[:tf.shape(text)[0]]
+    embed = self._embed.get(side, self._embed["a"])
+    return embed(self.params, tokens, mask)[:tf.shape(text)[0]]
 
   @tf.function(autograph=False,  # autograph would try to rewrite jax2tf's Python
                input_signature=[tf.TensorSpec([None], tf.string, name="text")])
   def serve(self, text):
     return {"embeddings": self.embed(text)}
+
+  @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+  def serve_b(self, text):
+    return {"embeddings": self.embed(text, "b")}
 
   @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="text_a"),
                                                  tf.TensorSpec([None], tf.string, name="text_b")])
@@ -217,14 +240,15 @@ class ServingModule(tf.Module):
     tf.debugging.assert_equal(tf.shape(text_a), tf.shape(text_b),
                               message="score: text_a and text_b must have the same length")
     a = tf.math.l2_normalize(self.embed(text_a), axis=-1)
-    b = tf.math.l2_normalize(self.embed(text_b), axis=-1)
+    b = tf.math.l2_normalize(self.embed(text_b, "b"), axis=-1)
     return {"scores": tf.reduce_sum(a * b, axis=-1)}
 
 
-def _embedding_fn(model: models.EmbeddingModel, normalize: bool):
-  """(flat params, tokens int32 [B, L], mask int32 [B, L]) -> float32 [B, d]."""
+def _embedding_fn(model: models.EmbeddingModel, normalize: bool, side: str = "a"):
+  """(flat params, tokens int32 [B, L], mask int32 [B, L]) -> float32 [B, d], side's tower."""
   def embed(flat_params, tokens, mask):
-    mu = model.encode(traverse_util.unflatten_dict(flat_params, sep=SEPARATOR), tokens, mask)
+    mu = model.encode_side(traverse_util.unflatten_dict(flat_params, sep=SEPARATOR), tokens,
+                           mask, side)
     return losses.l2_normalize(mu) if normalize else mu
   return embed
 

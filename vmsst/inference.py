@@ -13,6 +13,7 @@ training length (one compiled encoder per bucket).
 """
 
 import dataclasses
+import functools
 import os
 from typing import Any, Sequence
 
@@ -113,10 +114,18 @@ def _value(binding: Any) -> Any:
 
 
 class CheckpointEncoder:
-  """μ_sem of a restored model: the `encoders.Encoder` contract for our checkpoints."""
+  """μ_sem of a restored model: the `encoders.Encoder` contract for our checkpoints.
+
+  `side` picks the tower of a two-tower model (`model.sides == ("a", "b")`,
+  MomentumContrast with separate towers): "a" (default) for side a's language
+  (English in the paper runs), "b" for the other languages; e.g.
+  `CheckpointEncoder(restored, side=restored.model.side_of_language("zho"))`.
+  One-encoder models ignore it.
+  """
 
   def __init__(self, restored: RestoredModel, *, batch_size: int = 64, name: str = "vmsst",
-               length_buckets: Sequence[int] = (8, 16, 32, 64, 128, 256, 512)):
+               length_buckets: Sequence[int] = (8, 16, 32, 64, 128, 256, 512),
+               side: str = "a"):
     data_shards = restored.mesh.shape["data"]
     self.restored = restored
     self.name = name
@@ -125,7 +134,8 @@ class CheckpointEncoder:
                           | {restored.sequence_length})
     params_sharding = jax.tree.map(lambda x: x.sharding, restored.params)
     rows = partitioning.batch_sharding(restored.mesh)
-    self._encode = jax.jit(restored.model.encode, in_shardings=(params_sharding, rows, rows),
+    self._encode = jax.jit(functools.partial(restored.model.encode_side, side=side),
+                           in_shardings=(params_sharding, rows, rows),
                            out_shardings=partitioning.replicated(restored.mesh))
 
   @classmethod

@@ -130,6 +130,20 @@ class EmbeddingModel:
     """Sentence embeddings μ_sem, float32 [B, d] (not normalised)."""
     return self.semantic(params, tokens, mask)[0]
 
+  # The pair sides with an encoder of their own: ("a",) is one encoder for
+  # every sentence; ("a", "b") a tower per side (MomentumContrast with
+  # separate towers), whose side-b languages must be embedded by tower b.
+  sides: tuple[str, ...] = ("a",)
+
+  def encode_side(self, params, tokens: Array, mask: Array, side: str = "a") -> Array:
+    """`encode` for sentences of pair side `side` (retrieval, inference, export).
+
+    One encoder here, so `side` changes nothing; a two-tower objective
+    overrides this to pick the side's tower.
+    """
+    del side
+    return self.encode(params, tokens, mask)
+
   def score_batch(self, params, batch: Batch) -> Array:
     """Cosine similarity of each (a, b) pair, float32 [B]."""
     a = self.encode(params, batch["tokens_a"], batch["mask_a"])

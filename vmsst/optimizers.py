@@ -26,6 +26,19 @@ def inverse_sqrt_schedule(*, peak_learning_rate: float = 1e-3,
 
 
 @gin.configurable
+def warmup_cosine_schedule(*, peak_learning_rate: float = gin.REQUIRED,
+                           warmup_steps: int = gin.REQUIRED,
+                           total_steps: int = gin.REQUIRED) -> optax.Schedule:
+  """Linear warm-up from 0 to the peak, then cosine decay to 0 at `total_steps`.
+
+  The shape of HuggingFace's get_cosine_schedule_with_warmup (the dual
+  momentum contrast recipe: AdamW, warm-up, "cosine decay").
+  """
+  return optax.warmup_cosine_decay_schedule(0.0, peak_learning_rate, warmup_steps,
+                                            max(total_steps, warmup_steps + 1))
+
+
+@gin.configurable
 def adafactor(*, learning_rate: optax.Schedule | float = gin.REQUIRED,
               clipping_threshold: float | None = 1.0,
               multiply_by_parameter_scale: bool = False,
@@ -49,9 +62,19 @@ def adafactor(*, learning_rate: optax.Schedule | float = gin.REQUIRED,
 
 @gin.configurable
 def adamw(*, learning_rate: optax.Schedule | float = gin.REQUIRED,
-          weight_decay: float = 0.0, b2: float = 0.98) -> optax.GradientTransformation:
-  """AdamW, for objectives whose reference recipe uses it."""
-  return optax.adamw(learning_rate, b2=b2, weight_decay=weight_decay)
+          weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.98, eps: float = 1e-8,
+          clip_global_norm: float | None = None) -> optax.GradientTransformation:
+  """AdamW, for objectives whose reference recipe uses it.
+
+  Args:
+    weight_decay: decoupled, multiplied by the learning rate (as PyTorch's AdamW).
+    clip_global_norm: if set, gradients are first scaled to at most this
+      global L2 norm (PyTorch's clip_grad_norm_).
+  """
+  optimizer = optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
+  if clip_global_norm is None:
+    return optimizer
+  return optax.chain(optax.clip_by_global_norm(clip_global_norm), optimizer)
 
 
 def compensated_summation() -> optax.GradientTransformation:

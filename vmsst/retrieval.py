@@ -2,8 +2,13 @@
 
 Tatoeba-style: for aligned lists (src_i, trg_i), the nearest target of src_i
 by cosine must be trg_i (and vice versa); accuracy is by line index.
+
+Sources are pair side a (English in tasks.heldout's sets), targets side b, so
+a model with a tower per side (MomentumContrast with separate towers) embeds
+each through the tower trained on its language.
 """
 
+import functools
 from typing import Callable, Mapping, Sequence
 
 import gin
@@ -43,13 +48,20 @@ class RetrievalEvaluator:
     self.sequence_length = sequence_length
     self.batch_size = batch_size
 
-  def run(self, embed_fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> dict[str, float]:
-    """name -> accuracy ×100, plus `mean` over the sets and `chance`."""
+  def run(self, embed_fn: Callable[..., np.ndarray]) -> dict[str, float]:
+    """name -> accuracy ×100, plus `mean` over the sets and `chance`.
+
+    Args:
+      embed_fn: (tokens, mask, side) -> float [B, d]; called with side="a"
+        for the sets' sources and side="b" for their targets (a one-encoder
+        model ignores it; see EmbeddingModel.encode_side).
+    """
     results = {}
     for name, (src, trg) in self.sets.items():
-      embed = lambda s: text_inputs.embed_sentences(
-          embed_fn, self.vocabulary, list(s), self.sequence_length, self.batch_size)
-      forward, backward = retrieval_accuracy(embed(src), embed(trg))
+      embed = lambda s, side: text_inputs.embed_sentences(
+          functools.partial(embed_fn, side=side), self.vocabulary, list(s),
+          self.sequence_length, self.batch_size)
+      forward, backward = retrieval_accuracy(embed(src, "a"), embed(trg, "b"))
       results[name] = 50.0 * (forward + backward)
     results["mean"] = float(np.mean(list(results.values()))) if results else 0.0
     results["chance"] = float(np.mean([100.0 / len(s) for s, _ in self.sets.values()]))

@@ -105,9 +105,10 @@ def model_state_shardings(boxed_model_state: Any, mesh: Mesh) -> Any:
       else partitioning.replicated(mesh), boxed_model_state, is_leaf=is_box)
 
 
-def eval_encode(model: models.EmbeddingModel, params, tokens: Array, mask: Array) -> Array:
-  """μ_sem of a batch of sentences, float32 [B, d]."""
-  return model.encode(params, tokens, mask)
+def eval_encode(model: models.EmbeddingModel, params, tokens: Array, mask: Array,
+                side: str = "a") -> Array:
+  """μ_sem of a batch of sentences of pair side `side`, float32 [B, d]."""
+  return model.encode_side(params, tokens, mask, side)
 
 
 class Trainer:
@@ -151,11 +152,12 @@ class Trainer:
     self._init_model_state = jax.jit(
         lambda params, rng: nn.unbox(model.init_model_state(params, model_state_rng(rng))),
         out_shardings=self.state_shardings.model_state)
-    self._encode = jax.jit(functools.partial(eval_encode, model),
-                           in_shardings=(self.state_shardings.params,
-                                         partitioning.batch_sharding(mesh),
-                                         partitioning.batch_sharding(mesh)),
-                           out_shardings=partitioning.replicated(mesh))
+    self._encode = {side: jax.jit(functools.partial(eval_encode, model, side=side),
+                                  in_shardings=(self.state_shardings.params,
+                                                partitioning.batch_sharding(mesh),
+                                                partitioning.batch_sharding(mesh)),
+                                  out_shardings=partitioning.replicated(mesh))
+                    for side in ("a", "b")}  # compiled on first use
 
   def _unboxed_init(self, rng: Array) -> TrainState:
     state = init_state(self.model, self.optimizer, rng, self.input_shapes)
@@ -198,10 +200,10 @@ class Trainer:
                                                      np.asarray(v, models.BATCH_DTYPES[k]))
             for k, v in batch.items() if k in self.batch_shardings}
 
-  def encode(self, params, tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Embeddings of a host batch whose size divides over the data axis."""
+  def encode(self, params, tokens: np.ndarray, mask: np.ndarray, side: str = "a") -> np.ndarray:
+    """Embeddings of a host batch (of pair side `side`) whose size divides over the data axis."""
     sharding = partitioning.batch_sharding(self.mesh)
     tokens = jax.make_array_from_process_local_data(sharding, np.asarray(tokens, np.int32))
     mask = jax.make_array_from_process_local_data(sharding, np.asarray(mask, np.int32))
     with jax.set_mesh(self.mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
-      return np.asarray(self._encode(params, tokens, mask))
+      return np.asarray(self._encode[side](params, tokens, mask))

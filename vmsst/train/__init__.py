@@ -154,7 +154,8 @@ def evaluate(evaluator: RetrievalEvaluator | None, trainer: trainer_lib.Trainer,
              params, step: int, writer) -> dict[str, float]:
   if evaluator is None:
     return {}
-  results = evaluator.run(lambda tokens, mask: trainer.encode(params, tokens, mask))
+  results = evaluator.run(  # side: RetrievalEvaluator's targets go through a side-b tower
+      lambda tokens, mask, side="a": trainer.encode(params, tokens, mask, side))
   writer.write_scalars(step, {f"retrieval/{k}": v for k, v in results.items()})
   logging.info("step %d held-out retrieval accuracy: %s", step,
                {k: round(v, 2) for k, v in results.items()})
