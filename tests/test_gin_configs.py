@@ -49,7 +49,7 @@ def test_run_file_parses_and_builds_its_model(run):
   cfg = model.network_config
   if "24l" in run.name:
     assert (cfg.num_encoder_layers, cfg.num_decoder_layers, cfg.emb_dim) == (24, 24, 1024)
-  if "paper" in run.name:
+  if "paper" in run.name and _value("train.mixture_name") == "vmsst_opus_paper":  # VMSST §4
     assert cfg.vocab_size == 250_112 and _value("train.batch_size") == 2048
     assert _value("inverse_sqrt_schedule.warmup_steps") == 4000
     assert _value("train.train_steps") == 100_000
