@@ -3,12 +3,14 @@
   {"text_a": "Hello.", "text_b": "Hallo.", "lang_a": "eng", "lang_b": "deu"}
     -> rekey_pair      {"tokens_a": "Hello.", "tokens_b": "Hallo.", "lang_a": "eng", ...}
     -> tokenize_pair   {"tokens_a": [8, 41], "tokens_b": [75, 41], "lang_a": "eng", ...}
-    -> language_ids    {..., "lang_a": 53, "lang_b": 47}        (ids of <2eng>, <2deu>)
+    -> language_ids    {..., "lang_a": 49, "lang_b": 43}        (indices of eng, deu
+                                                                 in vmsst.languages.LANGUAGES)
     -> seqio.preprocessors.append_eos_after_trim
-                       {"tokens_a": [8, 41, 1], "tokens_b": [75, 41, 1], "lang_a": 53, ...}
+                       {"tokens_a": [8, 41, 1], "tokens_b": [75, 41, 1], "lang_a": 49, ...}
 
-Sentence tokens never contain the language symbol: the model prepends or
-embeds it from lang_a/lang_b. None of these steps is random.
+Sentence tokens never contain a language symbol: the network embeds the
+language id with its own table (vmsst/network.py), so the vocabulary needs
+none and any SentencePiece model works. None of these steps is random.
 
 Distillation tasks (side a is the source sentence) add one step after the
 rekey, `teacher_embeddings`, which looks up the teacher's vector of the source
@@ -18,13 +20,11 @@ string: {..., "teacher": float32 [T]} (see `distillation_preprocessors`).
 import functools
 from typing import Mapping, Sequence
 
-from absl import logging
 import numpy as np
 import seqio
 import tensorflow as tf
 
 from vmsst import languages
-from vmsst import vocabulary as vocabulary_lib
 
 TOKEN_FEATURES = ("tokens_a", "tokens_b")
 LANGUAGE_FEATURES = ("lang_a", "lang_b")
@@ -52,58 +52,43 @@ def tokenize_pair(dataset: tf.data.Dataset,
   return seqio.preprocessors.tokenize(dataset, token_features, copy_pretokenized=False)
 
 
-def language_table(vocab: seqio.SentencePieceVocabulary) -> tf.lookup.StaticHashTable:
-  """Canonical code -> int32 id of its `<2xxx>` symbol, for every symbol in `vocab`.
-
-  Languages of LANGUAGES the vocabulary lacks (it predates them) are left out
-  with a warning; an example in such a language fails in `lookup_languages`.
-  """
-  codes, ids = [], []
-  for code in languages.LANGUAGES:
-    try:
-      ids.append(vocabulary_lib.language_token_id(vocab, code))
-      codes.append(code)
-    except ValueError:
-      pass
-  if len(codes) < len(languages.LANGUAGES):
-    missing = sorted(set(languages.LANGUAGES) - set(codes))
-    logging.warning("Vocabulary %s lacks %d language symbols (%s): retrain it to use them.",
-                    vocab.sentencepiece_model_file, len(missing), " ".join(missing[:20]))
+def language_table() -> tf.lookup.StaticHashTable:
+  """Canonical code -> int32 language id (its index in vmsst.languages.LANGUAGES); -1 else."""
   return tf.lookup.StaticHashTable(
-      tf.lookup.KeyValueTensorInitializer(tf.constant(codes), tf.constant(ids, tf.int32)),
+      tf.lookup.KeyValueTensorInitializer(
+          tf.constant(languages.LANGUAGES),
+          tf.range(len(languages.LANGUAGES), dtype=tf.int32)),
       default_value=-1)
 
 
 def lookup_languages(example: Mapping[str, tf.Tensor],
                      table: tf.lookup.StaticHashTable) -> dict[str, tf.Tensor]:
-  """Replaces the lang_a/lang_b code strings by their symbol ids (int32 scalars).
+  """Replaces the lang_a/lang_b code strings by their language ids (int32 scalars).
 
-  {"lang_a": "eng", "lang_b": "deu", ...} -> {"lang_a": 53, "lang_b": 47, ...}
+  {"lang_a": "eng", "lang_b": "deu", ...} -> {"lang_a": 49, "lang_b": 43, ...}
 
   Raises (when the dataset is iterated):
-    tf.errors.InvalidArgumentError: a code has no symbol in the vocabulary.
+    tf.errors.InvalidArgumentError: a code is not a canonical code of LANGUAGES.
   """
   out = dict(example)
   for key in LANGUAGE_FEATURES:
-    token_id = table.lookup(example[key])
+    language_id = table.lookup(example[key])
     check = tf.debugging.Assert(
-        token_id >= 0,
-        [f"{key}: language has no <2xxx> symbol in the vocabulary (not canonical, or the "
-         "vocabulary predates it: retrain it):", example[key]])
+        language_id >= 0,
+        [f"{key}: language code is not in vmsst.languages.LANGUAGES (sources must yield "
+         "canonical codes, vmsst.languages.canonical_language):", example[key]])
     with tf.control_dependencies([check]):
-      out[key] = tf.identity(token_id)
+      out[key] = tf.identity(language_id)
   return out
 
 
-def language_ids(dataset: tf.data.Dataset,
-                 output_features: Mapping[str, seqio.Feature]) -> tf.data.Dataset:
-  """Maps `lookup_languages` over the dataset with the tokens_a vocabulary's table.
+def language_ids(dataset: tf.data.Dataset) -> tf.data.Dataset:
+  """Maps `lookup_languages` over the dataset; no vocabulary is involved.
 
   The table is built here, outside the per-example function, because a
   tf.lookup table cannot be created inside a tf.data map.
   """
-  table = language_table(output_features["tokens_a"].vocabulary)
-  return dataset.map(functools.partial(lookup_languages, table=table),
+  return dataset.map(functools.partial(lookup_languages, table=language_table()),
                      num_parallel_calls=tf.data.AUTOTUNE)
 
 

@@ -25,7 +25,7 @@ Nothing registers on import; call `register_tasks(...)` (or bind it in gin) befo
 
 Examples of every task, after preprocessing (tasks/preprocessors.py):
   tokens_a, tokens_b  int32 [<=L]  SentencePiece ids ending in EOS
-  lang_a, lang_b      int32 []     id of the `<2xxx>` language symbol
+  lang_a, lang_b      int32 []     language id (index in vmsst.languages.LANGUAGES)
   teacher             float32 [T]  (vmsst_distill_* only) teacher embedding of side a
   tokens_negative     int32 [L]    (vmsst_triplets only) the triplet's negative, padded
   entities            int32 [1+H]  (vmsst_wiki_entities only) entity-table rows: the

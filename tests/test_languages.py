@@ -25,7 +25,15 @@ def test_unknown_code_error_names_code_and_fix(code):
   with pytest.raises(ValueError) as error:
     languages.canonical_language(code)
   assert repr(code) in str(error.value)
-  assert "_EXTRA_LANGUAGES" in str(error.value) and "retrain the vocabulary" in str(error.value)
+  assert "_EXTRA_LANGUAGES" in str(error.value) and "language id" in str(error.value)
+
+
+def test_language_index_is_the_position_in_languages_for_any_spelling():
+  assert languages.language_index("deu") == languages.language_index("de") == 43
+  assert languages.LANGUAGES[languages.language_index("zh_cn")] == "zho-CN"
+  assert sorted(languages.LANGUAGE_INDEX.values()) == list(range(len(languages.LANGUAGES)))
+  with pytest.raises(ValueError, match="Unknown language code 'xx'"):
+    languages.language_index("xx")
 
 
 def test_language_token():

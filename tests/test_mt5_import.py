@@ -82,6 +82,20 @@ def test_relative_position_buckets_equal_hugging_face():
     np.testing.assert_array_equal(ours, theirs.numpy())
 
 
+def test_relative_position_bias_gathers_the_exact_buckets_at_any_length():
+  """Clipped offsets into a ±max_distance table: the same buckets as the full [L, L]."""
+  cfg = dataclasses.replace(TINY, relative_attention=True, relative_attention_max_distance=20,
+                            relative_attention_num_buckets=8)
+  for bidirectional in (True, False):
+    bias = layers.RelativePositionBias(cfg, bidirectional=bidirectional)
+    table = jnp.arange(8 * 2, dtype=jnp.float32).reshape(8, 2)  # row b, head h: 2b + h
+    out = bias.apply({"params": {"embedding": table}}, 50)
+    buckets = layers.relative_position_buckets(50, bidirectional=bidirectional,
+                                               num_buckets=8, max_distance=20)
+    np.testing.assert_array_equal(out[0, 1], 2 * buckets + 1)
+    assert buckets.max() == 7 and (buckets == 7).sum() > 50  # Offsets past 20 are clipped.
+
+
 def test_semantic_encoder_token_states_equal_the_mt5_encoder(hf):
   torch_model, dirs, _ = hf
   model, params, _ = _converted(dirs["untied"])
@@ -123,10 +137,15 @@ def test_decoder_without_latent_equals_the_mt5_decoder_without_cross_attention(h
   for i in range(2):
     kernel = params[f"decoder_layer_{i}"]["latent"]["latent_proj"]["kernel"]
     params[f"decoder_layer_{i}"]["latent"]["latent_proj"]["kernel"] = jnp.zeros_like(kernel)
+  # The language table's rows set to mT5's start token (pad, id 0): the
+  # decoder input is then Hugging Face's shift_right of the targets.
+  table = params["language_embed"]["embedding"]
+  params["language_embed"]["embedding"] = jnp.broadcast_to(
+      params["token_embed"]["embedding"][0], table.shape)
   batch = random_batch(seed=3)
   logits = model.apply(params, batch["tokens_a"], batch["mask_a"], batch["lang_a"],
                        jnp.zeros((4, 64)), True, method=VMSSTNetwork.decode)
-  inputs = np.concatenate([batch["lang_a"][:, None], batch["tokens_a"][:, :-1]], axis=1)
+  inputs = np.concatenate([np.zeros((4, 1), np.int32), batch["tokens_a"][:, :-1]], axis=1)
   input_mask = np.concatenate([np.ones((4, 1), np.int32), batch["mask_a"][:, :-1]], axis=1)
   with torch.no_grad():
     h = torch_model.decoder(input_ids=_torch(inputs), attention_mask=_torch(input_mask),
@@ -148,7 +167,9 @@ def test_report_accounts_for_every_tensor_and_drops_cross_attention(hf):
       "encoder.block.1.layer.1.DenseReluDense.wi_1.weight")
   assert {n.split("/")[0] for n in report.fresh} == {
       "decoder_layer_0", "decoder_layer_1", "semantic_head", "language_head",
-      "output_projection"}
+      "output_projection", "language_embed"}
+  assert "language_embed/embedding" in report.fresh  # Language ids are no mT5 pieces.
+  assert "  language_embed/embedding" in report.summary().split("freshly initialised")[1]
   assert "cross-attention" in report.summary() and "10 tensors" in report.summary()
 
 
@@ -210,7 +231,7 @@ def _layer(prefix: str, mlp_names=("wi", "wo"), norm=("bias", "scale"),
 
 def test_default_network_config_keeps_its_parameter_tree():
   expected = {"token_embed/embedding": (300, 32), "output_projection/kernel": (96, 300),
-              "output_projection/bias": (300,)}
+              "output_projection/bias": (300,), "language_embed/embedding": (224, 32)}
   for stack in ("semantic", "language"):
     positions = f"{stack}_positions" + ("_0" if stack == "language" else "")
     name = "semantic_encoder" if stack == "semantic" else "language_encoder_0"

@@ -15,6 +15,7 @@ from vmsst import layer_stacks
 from vmsst import models
 from vmsst import partitioning
 from vmsst.config import NetworkConfig
+from vmsst.languages import LANGUAGES
 from vmsst.network import VMSSTNetwork
 from vmsst.objectives import BiTranslation, Contrastive, VMSST
 
@@ -60,6 +61,70 @@ def test_decoder_is_causal_and_starts_with_the_language_symbol():
   assert not np.allclose(base[:, 0], other_lang[:, 0])
 
 
+def test_language_ids_index_their_own_table_not_the_vocabulary():
+  """Language id i is row i of language_embed: token rows never enter for it."""
+  model = VMSST(TINY)
+  params = init_params(model)
+  boxed = jax.eval_shape(lambda: model.get_initial_variables(
+      jax.random.key(0), models.batch_shapes(2, 8)))["params"]
+  assert boxed["language_embed"]["embedding"].names == ("languages", "embed")
+  assert params["language_embed"]["embedding"].shape == (len(LANGUAGES), TINY.emb_dim)
+  assert dict(partitioning.LOGICAL_AXIS_RULES)["languages"] is None
+  batch = random_batch()
+  tokens, mask = batch["tokens_a"], batch["mask_a"]
+  # Ids that are no token of the batch (nor padding), so their token rows matter to nothing.
+  langs = jnp.asarray(np.setdiff1d(np.arange(1, len(LANGUAGES)), tokens)[[0, 5, 10, -1]])
+  latent = jax.random.normal(jax.random.key(0), (4, 2 * TINY.emb_dim))
+
+  def paths(p):
+    lang_mu = model.apply(p, tokens, mask, langs, True, method=VMSSTNetwork.encode_language)[0]
+    logits = model.apply(p, tokens, mask, langs, latent, True, method=VMSSTNetwork.decode)
+    return lang_mu, logits[:, 0]
+
+  base = paths(params)
+  # (A random shift: a constant one would vanish in the layer norms' mean.)
+  shift = jax.random.normal(jax.random.key(2), (TINY.emb_dim,))
+  # The token rows with the same ids as the languages: not read for the language.
+  token_rows = params["token_embed"]["embedding"].at[langs].add(shift)
+  untouched = paths({**params, "token_embed": {"embedding": token_rows}})
+  # ... but the language rows are (encoder input and decoder start, row by row).
+  language_rows = params["language_embed"]["embedding"].at[langs[2]].add(shift)
+  moved = paths({**params, "language_embed": {"embedding": language_rows}})
+  for before, tokens_moved, language_moved in zip(base, untouched, moved):
+    changed = lambda x: ~np.all(np.isclose(before, x, atol=1e-6), axis=-1)
+    assert not changed(tokens_moved).any()
+    assert changed(language_moved).tolist() == [False, False, True, False]
+
+
+def test_without_decoder_language_embedding_translation_reads_the_language_off_the_prefix():
+  """The paper's "no dec. l.e." ablation (§7.1), in a translation term (§4).
+
+  The latent is [0; μ_sem(source)] (models.translation_latent). With the
+  decoder language embedding the first token is predicted knowing the target
+  language; without it nothing carries the language id, so the first
+  position is the same for every target language and the decoder can only
+  read the language off the teacher-forced prefix x_<t.
+  """
+  batch = random_batch()
+  mu = jax.random.normal(jax.random.key(1), (4, TINY.emb_dim))
+  latent = models.translation_latent(mu[:2], mu[2:], TINY.emb_dim)
+  targets = batch["tokens_a"]
+  other_targets = np.concatenate([targets[:, :1], (targets[:, 1:] + 5) % 300], axis=1)
+  langs, other_langs = batch["lang_a"], (batch["lang_a"] + 1) % len(LANGUAGES)
+  for on in (True, False):
+    model = VMSST(dataclasses.replace(TINY, decoder_language_embedding=on))
+    params = init_params(model)
+    decode = lambda t, l: model.apply(params, t, jnp.ones_like(t), l, latent, True,
+                                      method=VMSSTNetwork.decode)
+    base = decode(targets, langs)
+    assert np.allclose(base[:, 0], decode(targets, other_langs)[:, 0]) != on
+    if not on:  # The language id reaches no position; the prefix reaches all after it.
+      np.testing.assert_allclose(base, decode(targets, other_langs), rtol=1e-6)
+      after = decode(other_targets, langs)
+      np.testing.assert_allclose(base[:, :2], after[:, :2], rtol=1e-5)
+      assert not np.allclose(base[:, 2:], after[:, 2:])
+
+
 def test_semantic_embedding_ignores_padding_ids():
   model = Contrastive(TINY)
   params = init_params(model)
@@ -71,11 +136,14 @@ def test_semantic_embedding_ignores_padding_ids():
 
 def test_each_objective_creates_only_the_paths_it_uses():
   vmsst = set(init_params(VMSST(TINY)))
-  assert {"token_embed", "semantic_encoder", "language_encoder_0", "output_projection"} <= vmsst
+  assert {"token_embed", "language_embed", "semantic_encoder", "language_encoder_0",
+          "output_projection"} <= vmsst
   assert set(init_params(Contrastive(TINY))) == {
       "token_embed", "semantic_positions", "semantic_encoder", "semantic_head"}
   bitranslation = init_params(BiTranslation(TINY))
-  assert not any(k.startswith("language") for k in bitranslation)
+  # The decoder's first position reads the language table; no language encoder.
+  assert "language_embed" in bitranslation
+  assert not any(k.startswith(("language_encoder", "language_head")) for k in bitranslation)
   # 2d × V without a language latent, 3d × V with it.
   assert bitranslation["output_projection"]["kernel"].shape == (2 * TINY.emb_dim, TINY.vocab_size)
   assert init_params(VMSST(TINY))["output_projection"]["kernel"].shape == (
@@ -92,7 +160,7 @@ def test_ablation_switches_change_the_parameter_tree():
   assert factorized["output_projection"]["kernel"].shape == (TINY.emb_dim, TINY.vocab_size)
 
 
-def test_four_language_encoders_route_by_language_symbol():
+def test_four_language_encoders_route_by_language_id():
   cfg = dataclasses.replace(TINY, num_language_encoders=4)
   model = VMSST(cfg)
   params = init_params(model)

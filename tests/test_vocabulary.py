@@ -1,8 +1,9 @@
 """Tests of vmsst/vocabulary.py on the session's tiny real vocabulary."""
 
+import numpy as np
 import pytest
-import sentencepiece as spm
 
+import vmsst_testing
 from vmsst import languages
 from vmsst import vocabulary
 
@@ -19,30 +20,35 @@ def test_special_ids_follow_t5(vocab):
   assert vocab.vocab_size == 2000  # extra_ids=0: no T5 sentinels on top.
 
 
-def test_every_language_symbol_is_one_piece(vocab):
-  for index, code in enumerate(languages.LANGUAGES):
-    token_id = vocabulary.language_token_id(vocab, code)
-    # SentencePiece puts user-defined symbols right after the 3 special ids, in order.
-    assert token_id == 3 + index, code
-    assert vocab.tokenizer.id_to_piece(token_id) == languages.language_token(code)
-    assert token_id in vocab.encode(f"x {languages.language_token(code)} y")
-  assert vocabulary.language_token_id(vocab, "de") == vocabulary.language_token_id(vocab, "deu")
+def test_new_vocabularies_hold_no_language_symbols(vocab):
+  """Language ids are LANGUAGES indices with their own table; no piece is spent on them."""
+  pieces = {vocab.tokenizer.id_to_piece(i) for i in range(vocab.vocab_size)}
+  assert not {languages.language_token(code) for code in languages.LANGUAGES} & pieces
+  assert len(vocab.encode("<2deu>")) > 1  # Spelled like any other text.
+  with pytest.raises(ValueError, match="has no symbol <2deu>: language ids are indices"):
+    vocabulary.language_token_id(vocab, "deu")
+
+
+def test_legacy_vocabulary_still_loads_and_gives_its_language_rows(tiny_vocab_path, tmp_path):
+  legacy = vocabulary.get_vocabulary(
+      vmsst_testing.legacy_vocabulary(tiny_vocab_path, str(tmp_path / "legacy.model")))
+  assert legacy.vocab_size == 2000
+  first = 2000 - len(languages.LANGUAGES)
+  assert vocabulary.language_token_id(legacy, "de") == first + languages.language_index("deu")
+  assert vocabulary.language_token_id(legacy, "deu") in legacy.encode("x <2deu> y")
+  table = np.arange(2000 * 3, dtype=np.float32).reshape(2000, 3)
+  rows, missing = vocabulary.legacy_language_rows(legacy, table)
+  assert missing == [] and rows.shape == (len(languages.LANGUAGES), 3)
+  np.testing.assert_array_equal(rows, table[first:])  # Row i: LANGUAGES[i]'s piece.
+  rows, missing = vocabulary.legacy_language_rows(vocabulary.get_vocabulary(tiny_vocab_path),
+                                                  table)
+  assert missing == list(languages.LANGUAGES) and not rows.any()
 
 
 def test_byte_fallback_never_gives_unk(vocab):
   ids = vocab.encode("🦜 ꯃꯤꯇꯩ")  # Characters in none of the training sentences.
   assert vocabulary.UNK_ID not in ids
   assert vocab.decode(ids) == "🦜 ꯃꯤꯇꯩ"
-
-
-def test_language_token_id_errors_without_symbols(tmp_path):
-  spm.SentencePieceTrainer.train(
-      sentence_iterator=iter(["a small corpus without symbols", "another line"] * 50),
-      model_prefix=str(tmp_path / "plain"), vocab_size=40, hard_vocab_limit=False,
-      minloglevel=2)
-  plain = vocabulary.get_vocabulary(str(tmp_path / "plain.model"))
-  with pytest.raises(ValueError, match="has no symbol <2deu>: retrain"):
-    vocabulary.language_token_id(plain, "deu")
 
 
 def test_get_vocabulary_missing_file_says_how_to_train(tmp_path):

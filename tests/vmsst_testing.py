@@ -10,6 +10,7 @@ import numpy as np
 from vmsst import models
 from vmsst import vocabulary
 from vmsst.config import NetworkConfig
+from vmsst.languages import LANGUAGES
 
 TINY = NetworkConfig(vocab_size=300, emb_dim=32, num_heads=2, head_dim=16, mlp_dim=64,
                      num_encoder_layers=1, num_language_encoder_layers=1,
@@ -29,7 +30,7 @@ def random_batch(batch_size: int = 4, length: int = 12, vocab_size: int = 300,
       tokens[row, n - 1] = 1
     batch[f"tokens_{side}"] = tokens
     batch[f"mask_{side}"] = (tokens != 0).astype(np.int32)
-    batch[f"lang_{side}"] = rng.integers(3, vocab_size, batch_size).astype(np.int32)
+    batch[f"lang_{side}"] = rng.integers(0, len(LANGUAGES), batch_size).astype(np.int32)
   batch["sem_side"] = (np.arange(batch_size) % 2).astype(np.int32)
   return batch
 
@@ -62,3 +63,24 @@ def configure_small_run(data_dir, vocab_path, model_dir, steps: int, objective="
   gin.parse_config_files_and_bindings(
       [str(ROOT / f"gin/runs/{objective}_cpu.gin")],
       small_run_bindings(data_dir, vocab_path, model_dir, steps, extra), finalize_config=False)
+
+
+def legacy_vocabulary(path: str, output: str) -> str:
+  """A copy of a SentencePiece model whose last len(LANGUAGES) pieces are `<2xxx>` symbols.
+
+  Stands for a vocabulary trained before language ids had their own table
+  (when vmsst.vocabulary added one user-defined piece per language), at the
+  same size, so old-style checkpoints can be built on the session's model.
+  """
+  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
+  from vmsst import languages  # pylint: disable=import-outside-toplevel
+  proto = sentencepiece_model_pb2.ModelProto()
+  with open(path, "rb") as f:
+    proto.ParseFromString(f.read())
+  first = len(proto.pieces) - len(languages.LANGUAGES)
+  for piece, code in zip(proto.pieces[first:], languages.LANGUAGES):
+    piece.piece, piece.score = languages.language_token(code), 0.0
+    piece.type = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+  with open(output, "wb") as f:
+    f.write(proto.SerializeToString())
+  return output

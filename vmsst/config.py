@@ -15,6 +15,8 @@ from typing import Any
 import gin
 import jax.numpy as jnp
 
+from vmsst import languages
+
 
 @gin.configurable
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +24,8 @@ class NetworkConfig:
   """Sizes and switches of the VMSST network family.
 
   Attributes:
-    vocab_size: SentencePiece vocabulary size V (language symbols included).
+    vocab_size: SentencePiece vocabulary size V (any SentencePiece model,
+      mT5's 250,112 included: language ids are not pieces of it).
     emb_dim: model width d; μ_sem and μ_lang are d-dimensional too.
     num_heads: attention heads.
     head_dim: width of one head (num_heads * head_dim is usually d).
@@ -39,12 +42,16 @@ class NetworkConfig:
       matrix instead of one 3d × V matrix (saves 2dV - 3d² parameters).
     share_encoders: one encoder stack for the semantic and language paths
       (the paper's "1 encoder" ablation); the μ/log σ² heads stay separate.
-    encoder_language_embedding: add the language symbol's embedding to every
-      language-encoder input position.
-    decoder_language_embedding: start the decoder with the target-language
-      symbol; otherwise with the padding id 0 (the paper's ablation).
-    num_language_encoders: separate language encoders; a language with symbol
-      id s is routed to encoder s mod num_language_encoders.
+    num_languages: rows of the language table `language_embed` (language id
+      = index in vmsst.languages.LANGUAGES, the default's length).
+    encoder_language_embedding: add the language's row of `language_embed`
+      to every language-encoder input position.
+    decoder_language_embedding: the decoder's first input is the target
+      language's row of `language_embed`; otherwise the embedding of the
+      padding id 0, T5's start token (the paper's "no dec. l.e." ablation).
+    num_language_encoders: separate language encoders; the language with id
+      i is routed to encoder i mod num_language_encoders (an arbitrary split,
+      as the paper's "languages allocated randomly", §7.1).
     relative_attention: T5's bucketed relative position bias on the attention
       logits instead of learned absolute positions; one [buckets, heads] table
       per stack (bidirectional in encoders, causal in the decoder), shared by
@@ -90,6 +97,7 @@ class NetworkConfig:
   dtype: Any = jnp.float32
   factorized_output: bool = False
   share_encoders: bool = False
+  num_languages: int = len(languages.LANGUAGES)
   encoder_language_embedding: bool = True
   decoder_language_embedding: bool = True
   num_language_encoders: int = 1

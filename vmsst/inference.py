@@ -10,6 +10,12 @@ Sentences are tokenized exactly like training inputs (`text_inputs`) and
 embedded in length buckets: each batch is cut to the smallest bucket that
 holds its longest sentence, so short sentences do not pay for padding to the
 training length (one compiled encoder per bucket).
+
+Directories trained before language ids had their own table (their
+checkpoints lack `language_embed`; languages were `<2xxx>` pieces of their
+spm.model embedded by the token table) still restore: the table is rebuilt
+from those token rows (`vocabulary.legacy_language_rows`), so every path
+computes what it did. μ_sem never reads it.
 """
 
 import dataclasses
@@ -24,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import seqio
+from absl import logging
 
 from vmsst import models
 from vmsst import partitioning
@@ -78,12 +85,41 @@ def restore(model_dir: str, *, step: int | None = None,
   shardings = partitioning.logical_shardings(boxed, mesh)
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           nn.unbox(boxed), shardings)
-  item = {"params": abstract}
+  legacy = _predates_language_table(manager, step, abstract)
+  item = {"params": {k: v for k, v in abstract.items() if not (legacy and k == LANGUAGE_TABLE)}}
   restored = manager.restore(step, args=ocp.args.PyTreeRestore(
       item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
       partial_restore=True))
-  return RestoredModel(model=model, params=restored["params"], vocabulary=vocab,
+  params = restored["params"]
+  if legacy:
+    params = {**params, LANGUAGE_TABLE: {"embedding": _legacy_language_table(
+        params, vocab, shardings[LANGUAGE_TABLE]["embedding"], model_dir)}}
+  return RestoredModel(model=model, params=params, vocabulary=vocab,
                        sequence_length=sequence_length, step=step, mesh=mesh)
+
+
+LANGUAGE_TABLE = "language_embed"
+
+
+def _predates_language_table(manager: ocp.CheckpointManager, step: int,
+                             abstract: dict[str, Any]) -> bool:
+  """The model has a language table and the checkpoint, older, has none."""
+  if LANGUAGE_TABLE not in abstract:
+    return False
+  saved = manager.item_metadata(step)
+  return saved is not None and LANGUAGE_TABLE not in saved["params"]
+
+
+def _legacy_language_table(params: dict[str, Any], vocab: seqio.SentencePieceVocabulary,
+                           sharding: jax.sharding.Sharding, model_dir: str) -> jax.Array:
+  """`language_embed` of an old checkpoint: its token rows of the `<2xxx>` pieces."""
+  token_table = np.asarray(jax.device_get(params["token_embed"]["embedding"]))
+  rows, missing = vocabulary_lib.legacy_language_rows(vocab, token_table)
+  logging.warning(
+      "%s predates the language table (language_embed): rebuilt from the token rows of "
+      "its <2xxx> pieces; %d languages have none and get zero rows%s.", model_dir,
+      len(missing), f" (e.g. {missing[:5]})" if missing else "")
+  return jax.device_put(rows, sharding)
 
 
 def _read_config(model_dir: str, dtype: str | None = None

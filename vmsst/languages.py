@@ -1,12 +1,20 @@
-"""Canonical language codes and the `<2xxx>` language symbols of the vocabulary.
+"""Canonical language codes and the language ids the network embeds.
 
-Every example carries canonical codes, so a language gets exactly one symbol no
+Every example carries canonical codes, so a language gets exactly one id no
 matter which corpus spelled it how (OPUS `zh_cn`, ISO 639-1 `de`, Tatoeba `lvs`).
 The canonical form is the NTREX-128 file suffix: an ISO 639-3 code, with a
 script or region subtag where NTREX distinguishes variants (`zho-CN`,
 `aze-Latn`, `por-BR`). Languages outside NTREX use their ISO 639-3 code.
 
-Merges (one symbol for what other corpora split), chosen because a retrieval
+Language ids are indices into `LANGUAGES` (`language_index`): the network has
+its own [len(LANGUAGES), d] table for them (`language_embed`, see
+vmsst/network.py), outside the token vocabulary, so any SentencePiece model
+works unchanged (mT5's included, as the paper uses for every model, §5).
+Vocabularies trained before that hold one `<2xxx>` piece per language
+(`language_token`); they still load, and `vmsst.vocabulary.legacy_language_rows`
+reads a checkpoint's language vectors back out of those rows.
+
+Merges (one id for what other corpora split), chosen because a retrieval
 model needs one language embedding per written standard that data arrives in:
   * macrolanguage / individual-language pairs: `lvs`->`lav`, `swh`->`swa`,
     `zsm`->`msa`, `ekk`->`est`, `pes`->`fas`, `ara`->`arb`, `cmn`->`zho-CN` ...
@@ -19,8 +27,10 @@ NTREX's `srp-Cyrl` / `srp-Latn`; `por`/`por-BR`, `spa`/`spa-MX`, `fra`/`fra-CA`,
 `zho-CN`/`zho-TW`, `yue`.
 
 Adding a language: put its canonical code in `_EXTRA_LANGUAGES` (and spellings
-in `_ALIASES`), then retrain the vocabulary (`python -m vmsst.vocabulary`), since
-the symbols are baked into the SentencePiece model.
+in `_ALIASES`). The vocabulary needs no retraining, but the language table grows
+by a row and the codes sorted after the new one move up an index, so models
+trained before cannot be resumed or restored with it (their `language_embed`
+shape differs, which checkpoint restore reports); start a new run.
 """
 
 # NTREX-128 reference languages (file suffixes), minus the eng-GB/IN/US rewrites.
@@ -124,10 +134,28 @@ def canonical_language(code: str) -> str:
   raise ValueError(
       f"Unknown language code {code!r}. If it is a real language, add its canonical "
       "ISO 639-3 code to _EXTRA_LANGUAGES in vmsst/languages.py (or map this spelling "
-      "to an existing code in _ALIASES) and retrain the vocabulary so it gets a "
-      "<2xxx> symbol.")
+      "to an existing code in _ALIASES); it then gets a language id (a row of the "
+      "network's language table).")
+
+
+LANGUAGE_INDEX: dict[str, int] = {code: index for index, code in enumerate(LANGUAGES)}
+
+
+def language_index(code: str) -> int:
+  """The language id the network embeds: the code's index in LANGUAGES.
+
+  Examples: "deu" -> LANGUAGES.index("deu"), and "de" the same.
+
+  Raises:
+    ValueError: the code is unknown (see `canonical_language`).
+  """
+  return LANGUAGE_INDEX[canonical_language(code)]
 
 
 def language_token(code: str) -> str:
-  """The vocabulary symbol of a language, e.g. "de" or "deu" -> "<2deu>"."""
+  """The `<2xxx>` piece a legacy vocabulary holds for a language, e.g. "de" -> "<2deu>".
+
+  Vocabularies are no longer trained with these pieces (language ids have
+  their own table); this names them in vocabularies that were.
+  """
   return f"<2{canonical_language(code)}>"

@@ -228,6 +228,28 @@ class Embed(nn.Module):
     return jnp.take(jnp.asarray(self.embedding, self.cfg.dtype), ids, axis=0)
 
 
+class LanguageEmbed(nn.Module):
+  """The language table: one row per language id (index in vmsst.languages.LANGUAGES).
+
+  Kept apart from the token table so that language ids need no pieces in the
+  SentencePiece vocabulary (any model works unchanged, mT5's included). Its
+  rows feed the language encoder's input and the decoder's first position.
+  """
+
+  cfg: NetworkConfig
+
+  def setup(self):
+    self.embedding = self.param(
+        "embedding",
+        nn.with_logical_partitioning(_EMBED_INIT, ("languages", "embed")),
+        (self.cfg.num_languages, self.cfg.emb_dim),
+    )
+
+  def __call__(self, languages: Array) -> Array:
+    """int32 [...] language ids -> cfg.dtype [..., d]."""
+    return jnp.take(jnp.asarray(self.embedding, self.cfg.dtype), languages, axis=0)
+
+
 class PositionEmbed(nn.Module):
   """Learned absolute positions (one table per stack, not shared)."""
 
@@ -250,7 +272,15 @@ class PositionEmbed(nn.Module):
 
 def relative_position_buckets(length: int, *, bidirectional: bool, num_buckets: int,
                               max_distance: int) -> np.ndarray:
-  """T5's bucket of every (query i, key j) offset j - i, int32 [L, L].
+  """T5's bucket of every (query i, key j) offset j - i, int32 [L, L]."""
+  offset = np.arange(length)[None, :] - np.arange(length)[:, None]
+  return offset_buckets(offset, bidirectional=bidirectional, num_buckets=num_buckets,
+                        max_distance=max_distance)
+
+
+def offset_buckets(offset: np.ndarray, *, bidirectional: bool, num_buckets: int,
+                   max_distance: int) -> np.ndarray:
+  """T5's bucket of each key-minus-query offset, int32 of offset's shape.
 
   Offsets below half the buckets get one bucket each; larger ones share
   log-spaced buckets up to `max_distance`, beyond which all share the last.
@@ -258,7 +288,6 @@ def relative_position_buckets(length: int, *, bidirectional: bool, num_buckets: 
   causal stack only on keys before it. Computed on the host in float32, as
   Mesh TensorFlow and Hugging Face do, so the boundaries agree exactly.
   """
-  offset = np.arange(length)[None, :] - np.arange(length)[:, None]
   bucket = np.zeros_like(offset)
   if bidirectional:
     num_buckets //= 2
@@ -294,10 +323,16 @@ class RelativePositionBias(nn.Module):
             nn.initializers.variance_scaling(1.0, "fan_avg", "uniform"),
             ("relpos_buckets", "heads")),
         (cfg.relative_attention_num_buckets, cfg.num_heads), jnp.float32)
-    buckets = relative_position_buckets(
-        length, bidirectional=self.bidirectional,
-        num_buckets=cfg.relative_attention_num_buckets,
-        max_distance=cfg.relative_attention_max_distance)
+    # Offsets of ±max_distance and beyond share the last bucket, so a host
+    # table over [-max_distance, max_distance] gathered at clipped offsets is
+    # exact for any length, a symbolic one too (export's polymorphic shapes).
+    span = cfg.relative_attention_max_distance
+    by_offset = offset_buckets(np.arange(-span, span + 1), bidirectional=self.bidirectional,
+                               num_buckets=cfg.relative_attention_num_buckets,
+                               max_distance=span)
+    positions = jnp.arange(length)
+    offset = jnp.clip(positions[None, :] - positions[:, None], -span, span)
+    buckets = jnp.asarray(by_offset)[offset + span]
     return jnp.transpose(table[buckets], (2, 0, 1))[None]
 
 

@@ -7,7 +7,7 @@ no optimizer, vocabulary or loop: the trainer wires it to jit and sharding.
 Batch contract (produced by vmsst.feature_converters.PairFeatureConverter):
   tokens_a, tokens_b  int32 [B, L]  sentence ids ending in EOS, 0-padded
   mask_a, mask_b      int32 [B, L]  1 on real tokens
-  lang_a, lang_b      int32 [B]     vocabulary id of the `<2xxx>` symbol
+  lang_a, lang_b      int32 [B]     language id (index in vmsst.languages.LANGUAGES)
   sem_side            int32 [B]     0: side a feeds q(z_sem) in the ELBO, 1: b
 Optional (only in batches of tasks that carry it; see `batch_shapes`):
   teacher             float32 [B, T]  a teacher's embedding of side a (distillation)

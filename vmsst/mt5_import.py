@@ -49,7 +49,10 @@ Dropped: D.1.* (EncDecAttention and its norm: VMSST's decoder has no
 cross-attention, the source enters through the latent), blocks deeper than
 our stacks, the embed_tokens aliases of shared.weight, and the decoder when
 the objective has none. Fresh: decoder_layer_i/latent/* (LatentInjection),
-the Gaussian heads, the output z rows and any bias.
+the Gaussian heads, the output z rows and any bias, and language_embed/embedding
+(the language table: language ids are not mT5 pieces, so mT5's spiece.model
+is the run's vocabulary unchanged and the table starts from the run's seeded
+initialisation).
 """
 
 import dataclasses

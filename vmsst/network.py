@@ -5,8 +5,18 @@ Objectives call the three methods they need (`encode_semantic`,
 creates the parameters of the methods an objective's initialisation runs, so
 Contrastive has no decoder and BiTranslation no language encoder.
 
-Shapes: tokens/mask int32 [B, L]; languages int32 [B] (vocabulary id of the
-`<2xxx>` symbol); latents float32 [B, d] each.
+Shapes: tokens/mask int32 [B, L]; languages int32 [B] (language ids: indices
+into vmsst.languages.LANGUAGES); latents float32 [B, d] each.
+
+Language ids have their own table, `language_embed/embedding` [num_languages,
+d] (logical axes ("languages", "embed")), outside the token vocabulary: a row
+is added to every language-encoder input position and is the decoder's first
+input (the paper's "input embedding to indicate the language", §7.2). Any
+SentencePiece model therefore works unchanged, mT5's included (§5 uses the mT5
+vocabulary for every model). Checkpoints written before this embedded
+`<2xxx>` vocabulary pieces through the token table and have no
+`language_embed`: `vmsst.inference.restore` rebuilds it from those rows;
+resuming training in such a MODEL_DIR is refused (vmsst.checkpointing).
 
 Positions are learned absolute tables per stack, or (NetworkConfig.
 relative_attention) T5 relative biases owned by each encoder stack and by the
@@ -29,7 +39,7 @@ Array = jax.Array
 
 
 class VMSSTNetwork(nn.Module):
-  """Encoders and decoder sharing only the token embedding table."""
+  """Encoders and decoder sharing only the token and language embedding tables."""
 
   cfg: NetworkConfig
 
@@ -39,6 +49,7 @@ class VMSSTNetwork(nn.Module):
       raise ValueError("NetworkConfig.tie_output_embedding reads h·Eᵀ straight from the "
                        "decoder state; it cannot be combined with factorized_output.")
     self.embed = layers.Embed(cfg, name="token_embed")
+    self.language_embed = layers.LanguageEmbed(cfg, name="language_embed")
     self.semantic_positions = self._positions("semantic_positions")
     self.semantic_stack = layer_stacks.Stack(cfg, cfg.num_encoder_layers, name="semantic_encoder")
     self.semantic_head = layers.GaussianHead(cfg, name="semantic_head")
@@ -96,7 +107,7 @@ class VMSSTNetwork(nn.Module):
     """Language inference network q(z_lang | x): (μ, log σ²), float32 [B, d]."""
     x = self.embed(tokens)
     if self.cfg.encoder_language_embedding:
-      x = x + self.embed(languages)[:, None, :]
+      x = x + self.language_embed(languages)[:, None, :]
     if self.cfg.share_encoders:
       paths = [(self.semantic_positions, self.semantic_stack)]
     else:
@@ -107,7 +118,7 @@ class VMSSTNetwork(nn.Module):
       pooled.append(layers.masked_mean(stack(h, mask, deterministic), mask))
     if len(pooled) == 1:
       chosen = pooled[0]
-    else:  # route each sentence to encoder (language symbol id mod K)
+    else:  # route each sentence to encoder (language id mod K)
       route = jax.nn.one_hot(languages % len(pooled), len(pooled), dtype=pooled[0].dtype)
       chosen = jnp.einsum("bk,kbd->bd", route, jnp.stack(pooled))
     return self.language_head(chosen)
@@ -116,15 +127,27 @@ class VMSSTNetwork(nn.Module):
              latent: Array, deterministic: bool = True) -> Array:
     """Teacher-forced decoder logits, float32 [B, L, V].
 
-    The input is targets shifted right behind the target-language symbol (or
-    0 when `decoder_language_embedding` is off); the source enters only as
+    The input is targets shifted right behind a start position: the target
+    language's row of `language_embed`, or, when `decoder_language_embedding`
+    is off (the paper's "no dec. l.e." ablation), the embedding of T5's start
+    id 0, which says nothing about the language. The source enters only as
     `latent` [B, k] (k = 2d for VMSST, d without a language encoder).
+
+    Where the output language then comes from: in the ELBO reconstruction,
+    from z_lang ~ q(z_lang | x) in the latent; in the translation terms
+    −log p(x_i | μ_sem(x_j)) (paper §4) the language slot of the latent is 0
+    (models.translation_latent), so without the start row the decoder reads
+    the language off the teacher-forced prefix x_<t and predicts the first
+    token blind to it (the paper's reading of the ablation, §7.1: "the
+    decoder can ascertain the language being input or decoded").
     """
-    first = languages if self.cfg.decoder_language_embedding else jnp.zeros_like(languages)
-    inputs = jnp.concatenate([first[:, None], targets[:, :-1]], axis=1).astype(jnp.int32)
+    inputs = jnp.concatenate([jnp.zeros_like(targets[:, :1]), targets[:, :-1]],
+                             axis=1).astype(jnp.int32)
     input_mask = jnp.concatenate(
         [jnp.ones_like(target_mask[:, :1]), target_mask[:, :-1]], axis=1)
     x = self.embed(inputs)
+    if self.cfg.decoder_language_embedding:
+      x = jnp.concatenate([self.language_embed(languages)[:, None, :], x[:, 1:]], axis=1)
     bias = None
     if self.cfg.relative_attention:
       bias = self.decoder_position_bias(x.shape[-2])

@@ -4,6 +4,7 @@ A group is resolved on the "/"-joined flax paths of the parameter tree (as
 `param_files.flatten` writes them), e.g.
 
   token_embed/embedding                          (the token table)
+  language_embed/embedding                       (the language table)
   semantic_positions/positions                   (learned absolute positions)
   semantic_encoder/relative_position_bias/...    (T5 relative bias, if used)
   semantic_encoder/layer_3/pre_attention_norm/{scale,bias}
@@ -16,7 +17,8 @@ A group is resolved on the "/"-joined flax paths of the parameter tree (as
 
 Group names (GROUPS; a block range `:i` or `:i-j` is inclusive, block i is
 `layer_i` of every stack the tree has):
-  embeddings              token table, position tables and relative position biases
+  embeddings              token and language tables, position tables and relative
+                          position biases
   norms                   every layer norm (pre-attention, pre-MLP, final)
   attention[:range]       a block's pre-attention norm and attention weights
   intermediate[:range]    a block's pre-MLP norm and MLP input dense (wi)
@@ -47,7 +49,8 @@ import jax
 import optax
 
 TRAINABLE, FROZEN = "trainable", "frozen"
-_EMBEDDINGS = r"(^|/)(token_embed|[a-z_]*positions(_\d+)?|relative_position_bias)/"
+_EMBEDDINGS = (r"(^|/)(token_embed|language_embed|[a-z_]*positions(_\d+)?"
+               r"|relative_position_bias)/")
 _NORM = r"(^|/)[a-z_]*norm/"
 # Per-block groups: (pattern inside layer_i/) for each name.
 _BLOCK_PARTS = {

@@ -26,6 +26,7 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, str | None], ...] = (
     ("embed", None),
     ("latent", None),
     ("length", None),
+    ("languages", None),  # the language table (a few hundred rows): replicated
     ("relpos_buckets", None),  # T5 relative-position tables: tiny, replicated
     ("layers", None),  # NetworkConfig.scan_layers: the stacked layer axis, replicated
 )

@@ -1,8 +1,13 @@
-r"""Trains and loads the SentencePiece vocabulary (with one `<2xxx>` symbol per language).
+r"""Trains and loads the SentencePiece vocabulary.
 
-Ids follow the T5/seqio convention: pad=0, eos=1, unk=2, no bos. Every language
-of vmsst.languages.LANGUAGES is a user-defined symbol, so `<2deu>` is always one
-piece whose id the model uses as the language symbol.
+Ids follow the T5/seqio convention: pad=0, eos=1, unk=2, no bos (mT5's
+spiece.model follows it too, and works as is). The vocabulary holds no language
+symbols: language ids are indices into vmsst.languages.LANGUAGES with their own
+embedding table in the network, so pieces are spent on text only and a
+pretrained model's vocabulary needs nothing added. Vocabularies trained
+before this have one user-defined `<2xxx>` piece per language; they load and
+train as any other (the pieces are simply never produced from text), and
+`legacy_language_rows` reads an old checkpoint's language vectors out of them.
 
 Train from the training splits (Tatoeba-filtered):
 
@@ -21,6 +26,7 @@ from typing import Iterable, Iterator, Sequence
 
 from absl import app
 from absl import flags
+import numpy as np
 import seqio
 import sentencepiece as spm
 
@@ -37,8 +43,8 @@ def train_vocabulary(sentences: Iterable[str], output_prefix: str, vocab_size: i
   Args:
     sentences: raw training sentences (one per item, no newlines needed).
     output_prefix: writes `<output_prefix>.model` and `<output_prefix>.vocab`.
-    vocab_size: total pieces, including the 3 special ids, 256 byte pieces and
-      len(LANGUAGES) language symbols.
+    vocab_size: total pieces, including the 3 special ids and 256 byte pieces
+      (no language symbols: see the module docstring).
     character_coverage: share of characters covered by character pieces; the
       rest are spelled with byte pieces (byte_fallback), never mapped to unk.
       Lower it (e.g. 0.995) for tiny vocabularies over many scripts.
@@ -55,7 +61,6 @@ def train_vocabulary(sentences: Iterable[str], output_prefix: str, vocab_size: i
       model_type="unigram",
       vocab_size=vocab_size,
       pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
-      user_defined_symbols=[languages.language_token(code) for code in languages.LANGUAGES],
       byte_fallback=True,
       character_coverage=character_coverage,
       input_sentence_size=input_sentence_size,
@@ -82,18 +87,45 @@ def get_vocabulary(path: str) -> seqio.SentencePieceVocabulary:
 
 
 def language_token_id(vocab: seqio.SentencePieceVocabulary, code: str) -> int:
-  """Vocabulary id of the `<2xxx>` symbol of a language (any spelling of its code).
+  """Id of a language's `<2xxx>` piece in a legacy vocabulary (any spelling of its code).
 
   Raises:
-    ValueError: the vocabulary has no such symbol (it was trained before the
-      language was added to vmsst.languages: retrain it).
+    ValueError: the vocabulary has no such piece (new vocabularies have none:
+      language ids are `languages.language_index`, not pieces).
   """
   token = languages.language_token(code)
   token_id = vocab.tokenizer.piece_to_id(token)
   if token_id == vocab.tokenizer.unk_id() or vocab.tokenizer.id_to_piece(token_id) != token:
-    raise ValueError(f"Vocabulary {vocab.sentencepiece_model_file} has no symbol {token}: retrain "
-                     "it with `python -m vmsst.vocabulary` after adding the language.")
+    raise ValueError(f"Vocabulary {vocab.sentencepiece_model_file} has no symbol {token}: "
+                     "language ids are indices into vmsst.languages.LANGUAGES "
+                     "(languages.language_index), not vocabulary pieces.")
   return token_id
+
+
+def legacy_language_rows(vocab: seqio.SentencePieceVocabulary,
+                         token_table: np.ndarray) -> tuple[np.ndarray, list[str]]:
+  """An old checkpoint's language table, read from its token table.
+
+  Models trained before language ids had their own table embedded a language
+  as the token-table row of its `<2xxx>` piece. Row i of the result is that
+  row for LANGUAGES[i], so `language_embed` reproduces the old network exactly
+  (except the routing of NetworkConfig.num_language_encoders > 1, which
+  followed piece ids).
+
+  Args:
+    vocab: the vocabulary the checkpoint was trained with (MODEL_DIR/spm.model).
+    token_table: its `token_embed/embedding`, float [V, d].
+  Returns:
+    (float32 [len(LANGUAGES), d], the codes without a piece, whose rows are 0).
+  """
+  rows = np.zeros((len(languages.LANGUAGES), token_table.shape[1]), np.float32)
+  missing = []
+  for index, code in enumerate(languages.LANGUAGES):
+    try:
+      rows[index] = token_table[language_token_id(vocab, code)]
+    except ValueError:
+      missing.append(code)
+  return rows, missing
 
 
 # ------------------------------------------------------------------- command
@@ -102,7 +134,7 @@ def _define_flags() -> None:
   """Only when run as a command: importers (train, evaluate) own their flags."""
   flags.DEFINE_string("data_dir", "../shared/data", "Root of the shared corpora.")
   flags.DEFINE_string("output", None, "Output prefix; writes <output>.model/.vocab.")
-  flags.DEFINE_integer("vocab_size", 8000, "Total pieces (symbols included).")
+  flags.DEFINE_integer("vocab_size", 8000, "Total pieces (special and byte pieces included).")
   flags.DEFINE_list(
       "sources", ["ntrex128", "multi30k"],
       "Training corpora: ntrex128, multi30k, opus:<dir> (all Moses/TSV files under dir).")
@@ -152,8 +184,7 @@ def main(argv: Sequence[str]) -> None:
                            character_coverage=f.character_coverage,
                            input_sentence_size=f.input_sentence_size)
   vocab = get_vocabulary(model)
-  print(f"wrote {model}: {vocab.vocab_size} pieces, {len(languages.LANGUAGES)} language "
-        f"symbols, {time.time() - start:.0f} s")
+  print(f"wrote {model}: {vocab.vocab_size} pieces, {time.time() - start:.0f} s")
   sys.stdout.flush()
 
 

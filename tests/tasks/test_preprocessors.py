@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from tasks import preprocessors
 from tasks import registry
+from vmsst import languages
 from vmsst import vocabulary
 
 
@@ -40,24 +41,25 @@ def test_rekey_pair():
 def test_tokenize_pair_tokenizes_only_the_sentences(vocab, features):
   ds = preprocessors.tokenize_pair(preprocessors.rekey_pair(dataset(RAW)), features)
   (out,) = as_list(ds)
-  assert out == {"tokens_a": vocab.tokenizer.encode("Two dogs."),  # No EOS, no <2xxx> inside.
+  assert out == {"tokens_a": vocab.tokenizer.encode("Two dogs."),  # No EOS, no language symbol inside.
                  "tokens_b": vocab.tokenizer.encode("Zwei Hunde."),
                  "lang_a": b"eng", "lang_b": b"deu"}
   assert vocab.decode(out["tokens_b"]) == "Zwei Hunde."
 
 
-def test_language_ids(vocab, features):
+def test_language_ids():
   ds = dataset({"tokens_a": "x", "tokens_b": "y", "lang_a": "eng", "lang_b": "zho-CN"})
-  (out,) = as_list(preprocessors.language_ids(ds, features))
-  assert out["lang_a"] == vocab.tokenizer.piece_to_id("<2eng>") == vocabulary.language_token_id(vocab, "en")
-  assert out["lang_b"] == vocab.tokenizer.piece_to_id("<2zho-CN>")
+  (out,) = as_list(preprocessors.language_ids(ds))
+  assert out["lang_a"] == languages.LANGUAGES.index("eng") == languages.language_index("en") == 49
+  assert out["lang_b"] == languages.LANGUAGES.index("zho-CN")
   assert out["tokens_a"] == b"x"  # Untouched.
 
 
-def test_language_ids_rejects_non_canonical_codes(features):
+def test_language_ids_rejects_non_canonical_codes():
   ds = dataset({"tokens_a": "x", "tokens_b": "y", "lang_a": "en", "lang_b": "deu"})  # "en" is not canonical.
-  with pytest.raises(tf.errors.InvalidArgumentError, match="lang_a: language has no <2xxx> symbol"):
-    as_list(preprocessors.language_ids(ds, features))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="lang_a: language code is not in vmsst.languages.LANGUAGES"):
+    as_list(preprocessors.language_ids(ds))
 
 
 def test_full_pipeline_trims_then_appends_eos(vocab, features):
@@ -68,8 +70,8 @@ def test_full_pipeline_trims_then_appends_eos(vocab, features):
   (out,) = as_list(ds)
   assert out["tokens_a"] == vocab.tokenizer.encode("Two dogs.")[:2] + [1]  # Trimmed to 3 with EOS.
   assert out["tokens_b"] == vocab.tokenizer.encode("Zwei Hunde.") + [1]
-  assert (out["lang_a"], out["lang_b"]) == (vocabulary.language_token_id(vocab, "eng"),
-                                            vocabulary.language_token_id(vocab, "deu"))
+  assert (out["lang_a"], out["lang_b"]) == (languages.language_index("eng"),
+                                            languages.language_index("deu"))
   spec = ds.element_spec
   assert spec["lang_a"].dtype == tf.int32 and spec["lang_a"].shape.rank == 0
   assert spec["tokens_a"].dtype == tf.int32 and spec["tokens_a"].shape.rank == 1

@@ -51,8 +51,7 @@ def test_register_again_is_idempotent(registered, data_dir, tiny_vocab_path):
 
 
 def test_trainer_flow_yields_model_batches(registered, tiny_vocab_path):
-  vocab = vocabulary.get_vocabulary(tiny_vocab_path)
-  symbol_ids = {vocabulary.language_token_id(vocab, code) for code in languages.LANGUAGES}
+  language_ids = set(range(len(languages.LANGUAGES)))
   batches = trainer_batches("vmsst_ntrex_multi30k")
   for batch in batches:
     assert set(batch) == set(DTYPES)
@@ -60,13 +59,12 @@ def test_trainer_flow_yields_model_batches(registered, tiny_vocab_path):
       assert batch[key].dtype == dtype, key
       assert batch[key].shape == ((BATCH, 24) if key.startswith(("tokens", "mask")) else (BATCH,)), key
     np.testing.assert_array_equal(batch["sem_side"], [0, 1] * (BATCH // 2))
-    assert set(batch["lang_a"]) | set(batch["lang_b"]) <= symbol_ids
+    assert set(batch["lang_a"]) | set(batch["lang_b"]) <= language_ids
     for side in "ab":
       tokens, mask = batch[f"tokens_{side}"], batch[f"mask_{side}"]
       np.testing.assert_array_equal(mask, (tokens != 0).astype(np.int32))
       last = mask.sum(axis=1) - 1
       assert (tokens[np.arange(BATCH), last] == 1).all()  # Every row ends in EOS.
-      assert not np.isin(tokens, list(symbol_ids)).any()  # No language symbol inside sentences.
   again = trainer_batches("vmsst_ntrex_multi30k")  # Same seed, same batches.
   np.testing.assert_array_equal(again[0]["tokens_a"], batches[0]["tokens_a"])
 
@@ -79,8 +77,8 @@ def test_validation_split_decodes_to_the_real_pair(registered, tiny_vocab_path):
   first = next(ds.as_numpy_iterator())
   assert vocab.decode(first["tokens_a"].tolist()) == "A group of men are loading cotton onto a truck"
   assert vocab.decode(first["tokens_b"].tolist()) == "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"
-  assert first["lang_a"] == vocabulary.language_token_id(vocab, "eng")
-  assert first["lang_b"] == vocabulary.language_token_id(vocab, "deu")
+  assert first["lang_a"] == languages.language_index("eng")
+  assert first["lang_b"] == languages.language_index("deu")
 
 
 def test_sharded_validation_flow(registered):

@@ -1,0 +1,87 @@
+"""The paper's pretrained setting end to end, offline: a random mT5 → VMSST → embeddings.
+
+§5 of the paper uses the mT5 SentencePiece vocabulary for every model and
+starts the "pretrained" rows from mT5. Both are built here: a SentencePiece
+model trained by vmsst.vocabulary (the session's tiny one: like mT5's
+spiece.model it has no language pieces) and a random MT5ForConditionalGeneration
+of that vocabulary's size, saved as transformers saves it. Then the path of
+gin/runs/vmsst_24l_pretrained.gin runs on it: vmsst.mt5_import converts the
+checkpoint for the run's model, train(init_params=...) trains a few steps on
+real pairs (their language ids index the network's language table, which the
+conversion leaves fresh), and vmsst.export writes a SavedModel whose
+embeddings equal the checkpoint's.
+"""
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+import torch
+import transformers
+from safetensors.numpy import load_file
+
+import vmsst.train
+import vmsst_testing
+from vmsst import export
+from vmsst import inference
+from vmsst import mt5_import
+from vmsst import param_files
+from vmsst import vocabulary
+
+SENTENCES = ["A man rides a bicycle.", "Ein Mann fährt Fahrrad.", "Un homme fait du vélo.", ""]
+# The NetworkConfig fields that make the network an mT5 stack of the checkpoint's sizes.
+MT5_FIELDS = ("factorized_output", "emb_dim", "num_heads", "head_dim", "mlp_dim", "num_encoder_layers",
+              "num_language_encoder_layers", "num_decoder_layers", "relative_attention",
+              "rms_norm", "gated_mlp", "projection_bias", "scale_attention_logits",
+              "tie_output_embedding")
+
+
+@pytest.fixture(scope="module")
+def random_mt5(tiny_vocab_path, tmp_path_factory) -> str:
+  """A random mT5 whose embedding rows are the tiny vocabulary's pieces (saved, tied)."""
+  torch.manual_seed(0)
+  size = vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
+  config = transformers.MT5Config(vocab_size=size, d_model=32, d_kv=8, num_heads=4, d_ff=64,
+                                  num_layers=2, num_decoder_layers=1, dropout_rate=0.0,
+                                  feed_forward_proj="gated-gelu")
+  directory = tmp_path_factory.mktemp("random_mt5")
+  transformers.MT5ForConditionalGeneration(config).save_pretrained(directory)
+  return str(directory)
+
+
+def test_mt5_vocabulary_import_train_export_embed(data_dir, tiny_vocab_path, random_mt5,
+                                                   tmp_path):
+  pieces = vocabulary.get_vocabulary(tiny_vocab_path).tokenizer
+  assert pieces.piece_to_id("<2deu>") == pieces.unk_id()  # No language symbols, as in mT5.
+  checkpoint = mt5_import.Checkpoint(random_mt5)
+  cfg = mt5_import.network_config(checkpoint)
+  model_dir, init_file = tmp_path / "vmsst", str(tmp_path / "mt5_vmsst.safetensors")
+  vmsst_testing.configure_small_run(
+      data_dir, tiny_vocab_path, model_dir, steps=3,
+      extra=[f"NetworkConfig.{f} = {getattr(cfg, f)!r}" for f in MT5_FIELDS]
+      + ["train.evaluator = None", f"train.init_params = '{init_file}'"])
+  try:
+    # What `python -m vmsst.mt5_import --gin_file=...` does with the run's gin files.
+    converted, report = mt5_import.convert(
+        checkpoint, gin.query_parameter("train.model").scoped_configurable_fn())
+    assert "language_embed/embedding" in report.fresh
+    param_files.save_params(init_file, converted)
+    result = vmsst.train.train()
+  finally:
+    gin.clear_config()
+
+  assert result["step"] == 3 and np.isfinite(result["final_metrics"]["loss"])
+  # Three small steps from mT5's tensors stay near them (a fresh table is ~√2·|E| away).
+  shared = load_file(f"{random_mt5}/model.safetensors")["shared.weight"]
+  table = result["params"]["token_embed"]["embedding"]
+  assert np.linalg.norm(table - shared) < 0.1 * np.linalg.norm(shared)
+  assert result["params"]["language_embed"]["embedding"].shape == (224, 32)
+
+  saved_model = tmp_path / "saved_model"
+  export.export(str(model_dir), str(saved_model))
+  serve = tf.saved_model.load(str(saved_model)).signatures["serving_default"]
+  exported = serve(text=tf.constant(SENTENCES))["embeddings"].numpy()
+  checkpoint_embeddings = inference.CheckpointEncoder.from_model_dir(
+      str(model_dir), batch_size=8).encode(SENTENCES)
+  assert exported.shape == (len(SENTENCES), 32) and np.isfinite(exported).all()
+  np.testing.assert_allclose(exported, checkpoint_embeddings, atol=1e-4)
