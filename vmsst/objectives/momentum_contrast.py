@@ -8,8 +8,9 @@ and the queue of side b (negatives), plus the symmetric term:
   L = InfoNCE(q_a; k_b, queue_b) + InfoNCE(q_b; k_a, queue_a),
   logits = [q·k⁺, q·queue] / τ over L2-normalised vectors.
 
-Vectors are μ_sem (the embedding used downstream; a linear map of the mean
-pool, the paper's representation). Keys come from the momentum encoders
+Vectors are μ_sem (the embedding used downstream): the mean pool of the last
+layer, as the paper's representation, then our network's linear semantic
+head (docs/papers/momentum_contrast.md lists this difference). Keys come from the momentum encoders
 without dropout and carry no gradient; the momentum weights and queues live
 in TrainState.model_state, never in the optimizer. After the optimizer step
 the EMA moves towards the new weights and each side enqueues its keys over
@@ -25,8 +26,8 @@ momentum encoder and queue. `separate_towers=True` is that setup (the paper
 runs): base encoder, momentum encoder and queue per pair side. The rule that
 picks a tower for a sentence outside a pair is the side its language trains
 on: tower a embeds side a's language (English: the paper's x, and side a of
-the en-xx OPUS files and of every held-out retrieval set), tower b embeds the
-other languages (`encode(..., side="b")`, `side_of_language`). With one shared
+the en-xx OPUS files and the source of every held-out retrieval set), tower
+b embeds the other languages (`encode(..., side="b")`, `side_of_language`). With one shared
 tower (`separate_towers=False`, the CPU default) both sides are the same
 encoder and the side is ignored.
 
