@@ -33,6 +33,7 @@ import seqio
 from absl import logging
 
 from vmsst import models
+from vmsst import param_files
 from vmsst import partitioning
 from vmsst import text_inputs
 from vmsst import vocabulary as vocabulary_lib
@@ -85,7 +86,7 @@ def restore(model_dir: str, *, step: int | None = None,
   shardings = partitioning.logical_shardings(boxed, mesh)
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           nn.unbox(boxed), shardings)
-  legacy = _predates_language_table(manager, step, abstract)
+  legacy = _predates_language_table(model_dir, step, abstract)
   item = {"params": {k: v for k, v in abstract.items() if not (legacy and k == LANGUAGE_TABLE)}}
   restored = manager.restore(step, args=ocp.args.PyTreeRestore(
       item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
@@ -101,13 +102,12 @@ def restore(model_dir: str, *, step: int | None = None,
 LANGUAGE_TABLE = "language_embed"
 
 
-def _predates_language_table(manager: ocp.CheckpointManager, step: int,
-                             abstract: dict[str, Any]) -> bool:
+def _predates_language_table(model_dir: str, step: int, abstract: dict[str, Any]) -> bool:
   """The model has a language table and the checkpoint, older, has none."""
   if LANGUAGE_TABLE not in abstract:
     return False
-  saved = manager.item_metadata(step)
-  return saved is not None and LANGUAGE_TABLE not in saved["params"]
+  metadata = ocp.PyTreeCheckpointer().metadata(param_files.checkpoint_item(model_dir, step))
+  return LANGUAGE_TABLE not in metadata.item_metadata.tree["params"]
 
 
 def _legacy_language_table(params: dict[str, Any], vocab: seqio.SentencePieceVocabulary,
