@@ -30,7 +30,7 @@ from vmsst import vocabulary
 
 SENTENCES = ["A man rides a bicycle.", "Ein Mann fährt Fahrrad.", "Un homme fait du vélo.", ""]
 # The NetworkConfig fields that make the network an mT5 stack of the checkpoint's sizes.
-MT5_FIELDS = ("factorized_output", "emb_dim", "num_heads", "head_dim", "mlp_dim", "num_encoder_layers",
+MT5_FIELDS = ("vocab_size", "factorized_output", "emb_dim", "num_heads", "head_dim", "mlp_dim", "num_encoder_layers",
               "num_language_encoder_layers", "num_decoder_layers", "relative_attention",
               "rms_norm", "gated_mlp", "projection_bias", "scale_attention_logits",
               "tie_output_embedding")
@@ -38,10 +38,14 @@ MT5_FIELDS = ("factorized_output", "emb_dim", "num_heads", "head_dim", "mlp_dim"
 
 @pytest.fixture(scope="module")
 def random_mt5(tiny_vocab_path, tmp_path_factory) -> str:
-  """A random mT5 whose embedding rows are the tiny vocabulary's pieces (saved, tied)."""
+  """A random mT5 whose embedding rows are the tiny vocabulary's pieces (saved, tied).
+
+  Like mT5's (250,112 rows for 250,100 pieces) its table is the vocabulary
+  padded to a multiple of 128: 2,048 rows for 2,000 pieces.
+  """
   torch.manual_seed(0)
   size = vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
-  config = transformers.MT5Config(vocab_size=size, d_model=32, d_kv=8, num_heads=4, d_ff=64,
+  config = transformers.MT5Config(vocab_size=-(-size // 128) * 128, d_model=32, d_kv=8, num_heads=4, d_ff=64,
                                   num_layers=2, num_decoder_layers=1, dropout_rate=0.0,
                                   feed_forward_proj="gated-gelu")
   directory = tmp_path_factory.mktemp("random_mt5")
@@ -75,6 +79,7 @@ def test_mt5_vocabulary_import_train_export_embed(data_dir, tiny_vocab_path, ran
   shared = load_file(f"{random_mt5}/model.safetensors")["shared.weight"]
   table = result["params"]["token_embed"]["embedding"]
   assert np.linalg.norm(table - shared) < 0.1 * np.linalg.norm(shared)
+  assert table.shape == (2048, 32)
   assert result["params"]["language_embed"]["embedding"].shape == (224, 32)
 
   saved_model = tmp_path / "saved_model"

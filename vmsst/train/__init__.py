@@ -110,12 +110,19 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
 
 def check_vocabulary(mixture_name: str,
                      model: models.EmbeddingModel) -> seqio.SentencePieceVocabulary:
-  """The mixture's vocabulary, whose size must be the network's."""
+  """The mixture's vocabulary; NetworkConfig.vocab_size must be its size.
+
+  Or its size rounded up to a multiple of 128, as T5 pads its tables (mT5's
+  spiece.model has 250,100 pieces, its embedding 250,112 rows); the padding
+  rows are never an input and only ever a wrong output.
+  """
   vocab = seqio.get_mixture_or_task(mixture_name).output_features["tokens_a"].vocabulary
-  if vocab.vocab_size != model.network_config.vocab_size:
+  padded = -(-vocab.vocab_size // 128) * 128
+  if model.network_config.vocab_size not in (vocab.vocab_size, padded):
     raise ValueError(
         f"the vocabulary of {mixture_name} has {vocab.vocab_size} pieces but "
-        f"NetworkConfig.vocab_size is {model.network_config.vocab_size}; set VOCAB_SIZE in "
+        f"NetworkConfig.vocab_size is {model.network_config.vocab_size} (not it, nor "
+        f"{padded}, it rounded up to 128); set VOCAB_SIZE in "
         "the gin run file to the SentencePiece model's size (or retrain the vocabulary).")
   return vocab
 
