@@ -214,8 +214,11 @@ def translation_latent(mu_a: Array, mu_b: Array, language_slot: int) -> Array:
 
   The language latent slot (width `language_slot`, 0 without a language
   encoder) is held at its prior mean 0, so the decoder learns each sentence
-  from the other sentence's μ_sem plus the target-language start symbol:
-  −log p(x_a | μ_sem(x_b)) − log p(x_b | μ_sem(x_a)).
+  from the other sentence's μ_sem plus the target language's start row:
+  −log p(x_a | μ_sem(x_b)) − log p(x_b | μ_sem(x_a)) (paper §4). Without that
+  row (the "no dec. l.e." ablation) the decoder reads the output language off
+  the target prefix, as gin/models/ablations/no_decoder_language_embedding.gin
+  explains.
   """
   mu_other = jnp.concatenate([mu_b, mu_a], axis=0)
   slot = jnp.zeros(mu_other.shape[:1] + (language_slot,), mu_other.dtype)
