@@ -357,3 +357,32 @@ def test_nli_term_is_alpha_times_the_cross_entropy_of_the_head_by_hand(tmp_path,
   assert float(metrics["nli_loss"]) == pytest.approx(cross_entropy, rel=1e-4)
   assert float(loss) == pytest.approx(float(moco) + 0.1 * cross_entropy, rel=1e-4)
   assert set(drawn.label.tolist()) <= {0, 1, 2}
+
+
+def test_two_tower_export_serves_each_tower_and_scores_a_against_b(data_dir, tiny_vocab_path,
+                                                                    tmp_path):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import  # SentencePiece ops
+  vmsst_testing.configure_small_run(
+      data_dir, tiny_vocab_path, tmp_path / "m", steps=2, objective="momentum_contrast",
+      extra=["train.evaluator = None", "train.mixture_name = 'vmsst_multi30k'",
+             "MomentumContrast.queue_size = 64", "MomentumContrast.separate_towers = True"])
+  vmsst.train.train()
+  gin.clear_config()
+  metadata = export.export(str(tmp_path / "m"), str(tmp_path / "export"))
+  assert metadata["sides"] == ["a", "b"] and "serving_b" in metadata["signatures"]
+  restored = inference.restore(str(tmp_path / "m"))
+  english, german = ["A man rides a bicycle.", "Two dogs play."], ["Ein Mann fährt Rad.", "Zwei Hunde."]
+  want = {side: np.asarray(inference.CheckpointEncoder(restored, batch_size=2, side=side)
+                           .encode(sentences)) for side, sentences in (("a", english), ("b", german))}
+  assert not np.allclose(want["a"], inference.CheckpointEncoder(restored, batch_size=2, side="b")
+                         .encode(english), atol=1e-3)  # the towers differ
+  loaded = tf.saved_model.load(str(tmp_path / "export"))
+  got_a = loaded.signatures["serving_default"](text=tf.constant(english))["embeddings"].numpy()
+  got_b = loaded.signatures["serving_b"](text=tf.constant(german))["embeddings"].numpy()
+  np.testing.assert_allclose(got_a, want["a"], rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(got_b, want["b"], rtol=1e-4, atol=1e-5)
+  scores = loaded.signatures["score"](text_a=tf.constant(english),
+                                      text_b=tf.constant(german))["scores"].numpy()
+  np.testing.assert_allclose(scores, np.sum(_normalize(want["a"]) * _normalize(want["b"]), -1),
+                             rtol=1e-4, atol=1e-5)
