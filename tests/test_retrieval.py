@@ -23,7 +23,8 @@ def test_a_set_without_pairs_is_skipped_and_the_rest_evaluated(tiny_vocab_path):
   assert list(evaluator.sets) == ["same"]
   # Embeddings = the padded token ids: identical sentences are each other's nearest.
   sides = []
-  results = evaluator.run(lambda tokens, mask, side: sides.append(side) or tokens.astype(np.float32))
+  results = evaluator.run(
+      lambda tokens, mask, side: sides.append(side) or tokens.astype(np.float32))
   assert results["same"] == 100.0 and results["mean"] == 100.0
   assert results["chance"] == 25.0
   assert sides == ["a", "b"]  # one batch of sources (side a), one of targets (side b)

@@ -117,7 +117,7 @@ def sample(examples: NliExamples, rng: jax.Array, batch_size: int) -> NliExample
 
 
 class NliHead(nn.Module):
-  """(u, v, |u − v|) → Dense(256) → ReLU → dropout → Dense(256) → ReLU → dropout → 3 logits."""
+  """(u, v, |u − v|) → [Dense(256) → ReLU → dropout] × 2 → Dense(3) logits."""
   hidden: int = 256
   num_layers: int = 2
   dropout_rate: float = 0.1
