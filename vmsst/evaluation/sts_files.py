@@ -47,12 +47,14 @@ class ScoredPairs:
   source_files: list[str] | None = None
 
 
-def read_semeval_files(input_path: Path, gold_path: Path) -> ScoredPairs:
+def read_semeval_files(input_path: Path, gold_path: Path, *,
+                       input_lines: int | None = None) -> ScoredPairs:
   """One SemEval STS set: line i of the input pairs with line i of the gold.
 
   Input lines are sentence1<TAB>sentence2, further columns (STS16's source
   notes) ignored. A blank gold line marks an unscored pair, which is dropped
-  and counted, as SentEval does.
+  and counted, as SentEval does. `input_lines` reads only the input's first
+  lines, for a release known to ship more inputs than gold (sts.py decides).
 
   Raises:
     ValueError: naming the file, 1-based line and the fix, when the files are
@@ -61,6 +63,7 @@ def read_semeval_files(input_path: Path, gold_path: Path) -> ScoredPairs:
   """
   input_path, gold_path = pathlib.Path(input_path), pathlib.Path(gold_path)
   inputs, golds = text_files.read_lines(input_path), text_files.read_lines(gold_path)
+  inputs = inputs[:input_lines]
   if len(inputs) != len(golds):
     raise ValueError(
         f"{gold_path} has {len(golds)} lines but {input_path} has {len(inputs)}: line "

@@ -2,7 +2,9 @@
 
 Adding a benchmark: write its module (`evaluate(encoder, folder, **options)`
 and `table(results)`), then add one `Suite` entry here. Options a suite takes
-come from `SuiteOptions`, filled from the command line.
+come from `SuiteOptions`, filled from the command line. A suite is found as a
+folder under a data dir, except `parallel`, which reads the two files named
+by --src and --trg.
 """
 
 import dataclasses
@@ -10,8 +12,10 @@ import pathlib
 from typing import Callable, Sequence
 
 from vmsst.evaluation import clustering
+from vmsst.evaluation import flores
 from vmsst.evaluation import mining
 from vmsst.evaluation import pair_ranking
+from vmsst.evaluation import parallel
 from vmsst.evaluation import question_retrieval
 from vmsst.evaluation import sts
 from vmsst.evaluation import tatoeba
@@ -24,12 +28,16 @@ class SuiteOptions:
   training_languages: Sequence[str] | None = None
   stsb_multi_mt_languages: Sequence[str] | None = None
   mining_pairs: Sequence[str] | None = None
+  flores_split: str | None = None  # devtest or dev
+  src: str | None = None  # the two line-aligned files of `parallel`
+  trg: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Suite:
   """A benchmark: where its data lives under a data dir and how to run it."""
-  folder: str
+  # Folder name(s) under a data dir, the first found wins; None: files named by --src/--trg.
+  folder: str | tuple[str, ...] | None
   run: Callable[..., dict]  # (encoder, folder: Path, options: SuiteOptions) -> results
   table: Callable[[dict], str]
   title: str
@@ -63,15 +71,23 @@ SUITES: dict[str, Suite] = {
             enc, folder, languages=o.stsb_multi_mt_languages),
         sts.crosslingual_table, "Multilingual and cross-lingual STS (STSb-multi-mt, test)"),
     "sts17": Suite(
-        "sts17", lambda enc, folder, o: sts.evaluate_sts17(enc, folder),
+        ("sts17", "STS2017.eval.v1.1"), lambda enc, folder, o: sts.evaluate_sts17(enc, folder),
         sts.crosslingual_table, "SemEval-2017 cross-lingual STS",
-        "the SemEval-2017 STS test files (STS.input.track*.txt / STS.gs.track*.txt)"),
+        "the SemEval-2017 STS test files (STS.input.track*.txt / STS.gs.track*.txt); unzip "
+        "the official STS2017.eval.v1.1.zip and STS2017.gs.zip into <data>/sts17"),
     "tatoeba": Suite(
         tatoeba.FOLDER,
         lambda enc, folder, o: tatoeba.evaluate(
             enc, folder, languages=o.tatoeba_languages,
             training_languages=o.training_languages),
         tatoeba.table, "Tatoeba bitext retrieval (accuracy)", plot=_tatoeba_bars),
+    "flores": Suite(
+        flores.FOLDERS,
+        lambda enc, folder, o: flores.evaluate(
+            enc, folder, split=o.flores_split, training_languages=o.training_languages),
+        flores.table, "FLORES retrieval to and from English (xsim error rate)",
+        "unpack the FLORES-200 release (flores200_dataset.tar.gz: dev/ and devtest/ of "
+        "<code>.dev / <code>.devtest files) into a --data_dir root"),
     "bucc": Suite(
         "bucc2018",
         lambda enc, folder, o: mining.evaluate(enc, folder, pairs=o.mining_pairs),
@@ -93,6 +109,10 @@ SUITES: dict[str, Suite] = {
         "the MewsC-16 files (<lang>_sentences.txt.gz, <lang>_categories.txt), or build a "
         "set in that format with `python -m vmsst.evaluation.clustering --data_dir=... "
         "--output=DIR` and add DIR to --data_dir"),
+    "parallel": Suite(
+        None, lambda enc, folder, o: parallel.evaluate(enc, o.src, o.trg),
+        parallel.table, "Retrieval between two aligned files (accuracy, xsim)",
+        "name two line-aligned files with --src=a.txt --trg=b.txt"),
 }
 
 
@@ -117,18 +137,29 @@ def parse_suites(spec: str) -> tuple[list[str], bool]:
   return names, False
 
 
-def locate(name: str, data_dirs: Sequence[pathlib.Path]) -> pathlib.Path | None:
-  """The suite's folder under the first data dir that has it."""
+def _folders(name: str) -> tuple[str, ...]:
+  folder = SUITES[name].folder
+  return (folder,) if isinstance(folder, str) else tuple(folder or ())
+
+
+def locate(name: str, data_dirs: Sequence[pathlib.Path],
+           options: SuiteOptions | None = None) -> pathlib.Path | None:
+  """The suite's folder under the first data dir that has it (parallel: --src, if both given)."""
+  if SUITES[name].folder is None:
+    options = options or SuiteOptions()
+    return pathlib.Path(options.src) if options.src and options.trg else None
   for data_dir in data_dirs:
-    folder = data_dir / SUITES[name].folder
-    if folder.is_dir():
-      return folder
+    for folder in _folders(name):
+      if (data_dir / folder).is_dir():
+        return data_dir / folder
   return None
 
 
 def missing_message(name: str, data_dirs: Sequence[pathlib.Path]) -> str:
   """Names the paths searched and how to get the data."""
-  searched = ", ".join(str(d / SUITES[name].folder) for d in data_dirs)
+  if SUITES[name].folder is None:
+    return f"suite {name}: no files given. To run it: {SUITES[name].how_to_get}."
+  searched = ", ".join(str(d / f) for d in data_dirs for f in _folders(name))
   fix = SUITES[name].how_to_get or (
       "it ships with the shared corpora (shared/data/README.md); pass their root with --data_dir")
   return f"suite {name}: no data at {searched}. To get it: {fix}."
