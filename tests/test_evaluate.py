@@ -158,3 +158,17 @@ def test_parallel_command_line(data_dir, tmp_path):
   failed = subprocess.run(command + [f"--trg={short}"], cwd=ROOT, capture_output=True, text=True)
   assert failed.returncode != 0
   assert "de.txt has 20 lines but" in failed.stderr and "short.txt has 1" in failed.stderr
+
+
+def test_sts17_found_as_the_official_archives_unzip(tmp_path):
+  # Both zips unzipped into the data dir itself: STS2017.eval.v1.1/ is located, gold beside it.
+  data = tmp_path / "data"
+  _write_lines(data / "STS2017.eval.v1.1" / "STS.input.track2.ar-en.txt",
+               ["x0\te0", "x0\te1", "x1\te1"])
+  _write_lines(data / "STS2017.gs" / "STS.gs.track2.ar-en.txt", ["5", "1", "4"])
+  results = evaluate.run_suites(encoders.PrecomputedEncoder(VECTORS), data_dirs=[str(data)],
+                                suite="sts17", output=str(tmp_path / "out"))
+  # Cosines .994, .110, .994 against gold 5, 1, 4: ranks (2.5, 1, 2.5) vs (3, 1, 2),
+  # Spearman = 1.5 / sqrt(1.5 * 2) = 86.6.
+  assert results["_meta"]["suites"] == ["sts17"]
+  assert results["sts17"]["tracks"]["track2.ar-en"]["spearman"] == pytest.approx(86.6, abs=0.1)

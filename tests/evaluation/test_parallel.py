@@ -62,7 +62,8 @@ def test_bad_files_name_the_files_and_counts(tmp_path):
   src = _write(tmp_path / "a.txt", ["x0", "x1", "x2"])
   with pytest.raises(ValueError, match=r"a\.txt has 3 lines but .*b\.txt has 2"):
     parallel.evaluate(_encoder(), src, _write(tmp_path / "b.txt", ["y0", "y1"]))
-  with pytest.raises(ValueError, match=r"empty\.txt: empty \(.*a\.txt has 3 lines, .*empty\.txt has 0\)"):
+  with pytest.raises(ValueError,
+                     match=r"empty\.txt: empty \(.*a\.txt has 3 lines, .*empty\.txt has 0\)"):
     parallel.evaluate(_encoder(), src, _write(tmp_path / "empty.txt", []))
   with pytest.raises(FileNotFoundError, match=r"--trg=.*missing\.txt: no such file"):
     parallel.evaluate(_encoder(), src, tmp_path / "missing.txt")

@@ -217,7 +217,7 @@ def test_stsb_multi_mt_rejects_misaligned_scores(tmp_path):
 
 
 def test_stsb_reader_on_real_data(data_dir):
-  dev, test = sts_files.read_stsb(data_dir / "stsb", "dev"), sts_files.read_stsb(data_dir / "stsb", "test")
+  dev, test = (sts_files.read_stsb(data_dir / "stsb", split) for split in ("dev", "test"))
   assert (len(dev.gold), len(test.gold)) == (1500, 1379)
   assert len(test.sentences1) == len(test.sentences2) == 1379
   assert test.sentences1[0] == "A girl is styling her hair." and test.gold[0] == 2.5
