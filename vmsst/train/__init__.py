@@ -12,6 +12,7 @@ this module once: gin files can `import vmsst.train` without registering the
 configurables and flags a second time under `__main__`.
 """
 
+import difflib
 import os
 import re
 import time
@@ -29,6 +30,7 @@ from clu import metric_writers
 
 from tasks import registry
 from vmsst import checkpointing
+from vmsst import cli
 from vmsst import inference
 from vmsst import models
 from vmsst import param_files
@@ -323,10 +325,44 @@ def rewrite_gin_args(argv: Sequence[str]) -> list[str]:
 
 def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
               search_paths: Sequence[str] = (".",)) -> None:
-  """Parses gin files and bindings; REQUIRED macros left unset fail here."""
+  """Parses gin files and bindings; REQUIRED macros left unset fail here.
+
+  Raises:
+    cli.UserError: a binding sets a macro that nothing reads (a typo).
+  """
   for path in search_paths:
     gin.add_config_file_search_path(path)
   gin.parse_config_files_and_bindings(gin_files, bindings, finalize_config=False)
+  check_macros_are_read(bindings)
+
+
+_MACRO_BINDING = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
+
+
+def check_macros_are_read(bindings: Sequence[str]) -> None:
+  """Fails when a binding sets a macro that no parsed configuration reads.
+
+  gin accepts `TRAIN_STEP = 3` as a new macro, so a typo would silently
+  train with the file's TRAIN_STEPS; this runs before any training and
+  before config.gin is written. Only command-line bindings are checked:
+  a gin file may define macros for the files that include it.
+
+  Raises:
+    cli.UserError: naming the macro and the closest one that is read.
+  """
+  bound = [m.group(1) for b in bindings if (m := _MACRO_BINDING.match(b))]
+  if not bound:
+    return
+  # gin has no public view of its parsed bindings; _CONFIG maps
+  # (scope, selector) -> {arg: value} with macros under selector "gin.macro".
+  config = gin.config._CONFIG  # pylint: disable=protected-access
+  read = {ref.scoped_selector.rsplit("/", 1)[0] for ref in gin.config.iterate_references(config)
+          if ref.scoped_selector.endswith("/gin.macro")}
+  for name in bound:
+    if name not in read:
+      close = difflib.get_close_matches(name, sorted(read), n=1)
+      hint = f"did you mean {close[0]}?" if close else f"macros read: {', '.join(sorted(read))}."
+      raise cli.UserError(f"{name} is bound but never read; {hint}")
 
 
 def initialize_distributed(*, coordinator_address: str | None = None,

@@ -4,7 +4,8 @@ import sys
 
 from absl import app
 
+from vmsst import cli
 from vmsst import train
 
 if __name__ == "__main__":
-  app.run(train.main, argv=train.rewrite_gin_args(sys.argv))
+  app.run(cli.user_errors(train.main), argv=train.rewrite_gin_args(sys.argv))
