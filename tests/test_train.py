@@ -104,3 +104,19 @@ def test_more_bad_steps_in_a_row_than_allowed_stop_the_run(
     vmsst.train.train()
   # Step 6 was saved while skipping: it holds step 4's (good) parameters.
   assert _saved_steps(tmp_path / "limit") == [4, 6]
+
+
+def test_a_rerun_with_fewer_steps_than_the_checkpoint_leaves_the_directory_as_it_was(
+    data_dir, tiny_vocab_path, tmp_path, caplog):
+  small = ["train.evaluator = None", "BATCH_SIZE = 8", "train.mixture_name = 'vmsst_multi30k'"]
+  model_dir = tmp_path / "done"
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=3, extra=small)
+  vmsst.train.train()
+  before = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=2, extra=small)
+  with caplog.at_level("WARNING"):
+    result = vmsst.train.train()
+  assert (result["start_step"], result["step"]) == (3, 3)
+  assert "already at step 3 ≥ TRAIN_STEPS (2), nothing to do" in caplog.text
+  assert {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()} == before
+  assert "TRAIN_STEPS = 3" in (model_dir / "config.gin").read_text()

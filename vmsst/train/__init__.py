@@ -236,6 +236,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   elif init_params:
     logging.info("init_params %s ignored: resuming from the checkpoint", init_params)
   start_step = int(state.step)
+  if start_step >= train_steps:
+    return _nothing_to_do(start_step, train_steps, state)
   _write_operative_config(model_dir)
 
   # Stage 3: data, positioned at the restored step.
@@ -288,6 +290,18 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   return {"start_step": start_step, "step": int(state.step), "final_metrics": metrics,
           "loss_history": history, "retrieval": retrieval, "params": state.params,
           "skipped_steps": skipped}
+
+
+def _nothing_to_do(step: int, train_steps: int, state) -> dict[str, Any]:
+  """A rerun asking for no more steps than the checkpoint holds: leaves MODEL_DIR as it was.
+
+  Rewriting config.gin with the smaller TRAIN_STEPS would make the directory
+  misdescribe its model, so neither it nor anything else is written.
+  """
+  logging.warning("already at step %d ≥ TRAIN_STEPS (%d), nothing to do; raise TRAIN_STEPS "
+                  "to train on", step, train_steps)
+  return {"start_step": step, "step": step, "final_metrics": {}, "loss_history": [],
+          "retrieval": {}, "params": state.params, "skipped_steps": 0}
 
 
 def _save_and_exit(manager, step: int, state, *, saved: bool, writer, progress) -> None:
