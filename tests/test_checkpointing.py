@@ -4,6 +4,7 @@ import dataclasses
 import logging
 import os
 import pathlib
+import signal
 
 import jax
 import numpy as np
@@ -170,3 +171,21 @@ def test_a_checkpoint_from_before_model_state_restores_with_an_empty_one(two_sta
     np.testing.assert_array_equal(got, want)
   restored_state, _ = trainer.step(restored, random_batch(seed=5), jax.random.key(1))
   assert int(restored_state.step) == 5
+
+
+def test_ctrl_c_asks_the_loop_to_stop_and_a_second_one_aborts_at_once(tmp_path):
+  manager = checkpointing.make_manager(str(tmp_path))
+  previous = signal.getsignal(signal.SIGINT)
+  with checkpointing.PreemptionWatcher() as watcher:
+    assert not watcher.reached(1, manager)
+    os.kill(os.getpid(), signal.SIGINT)  # the first: no KeyboardInterrupt, a stop request
+    assert watcher.reached(1, manager) and watcher.signum == signal.SIGINT
+    with pytest.raises(KeyboardInterrupt):
+      os.kill(os.getpid(), signal.SIGINT)
+  assert signal.getsignal(signal.SIGINT) is previous
+  stopped = checkpointing.Preempted(7, "d", watcher.signum)
+  assert stopped.code == 130
+  assert str(stopped) == ("interrupted (Ctrl-C): saved step 7 in d; exit status 130, rerun "
+                          "the same command to resume")
+  assert checkpointing.Preempted(7, "d").code == 75
+

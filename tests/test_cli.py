@@ -21,3 +21,13 @@ def test_other_exceptions_are_bugs_and_keep_their_traceback():
 
   with pytest.raises(KeyError):
     cli.user_errors(main)(["prog"])
+
+
+def test_ctrl_c_outside_training_is_one_line_and_exit_130(capsys):
+  def main(argv):
+    raise KeyboardInterrupt
+
+  with pytest.raises(SystemExit) as exit_info:
+    cli.user_errors(main)(["prog"])
+  assert exit_info.value.code == 130
+  assert capsys.readouterr().err == "interrupted (Ctrl-C)\n"

@@ -155,3 +155,24 @@ def test_sigterm_saves_the_current_step_exits_75_and_resumes_identically(
   status = _run(command, tmp_path / "resumed.txt", run_env)
   assert status == 0, (tmp_path / "resumed.txt").read_text()[-3000:]
   _assert_bitwise_equal(_final_state(model_dir), uninterrupted)
+
+
+def test_ctrl_c_finishes_the_step_saves_it_and_exits_130(data_dir, tiny_vocab_path, tmp_path,
+                                                          run_env):
+  model_dir = tmp_path / "run"
+  log = tmp_path / "interrupted.txt"
+  process = _start(_command(data_dir, tiny_vocab_path, model_dir, save_every=100), log, run_env)
+  try:
+    reached = _wait_for_step(process, log, 4)
+    process.send_signal(signal.SIGINT)
+    status = process.wait(timeout=TIMEOUT_S)
+  finally:
+    _kill(process)
+  text = log.read_text()
+  assert status == checkpointing.INTERRUPTED_EXIT_CODE == 130, text[-3000:]
+  assert "KeyboardInterrupt" not in text and "Traceback" not in text
+  saved = checkpointing.make_manager(str(model_dir)).all_steps()
+  assert 1 < reached <= saved[-1] < STEPS, (saved, reached)
+  assert (f"interrupted (Ctrl-C): saved step {saved[-1]} in {model_dir / 'checkpoints'}; "
+          "exit status 130, rerun the same command to resume") in text
+  assert max(int(s) for s in STEP_LINE.findall(text)) == saved[-1]  # no step after the save

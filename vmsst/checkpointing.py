@@ -13,15 +13,17 @@ Faults it survives:
   `NoUsableCheckpointError`, never starting afresh silently.
 - a MODEL_DIR written by another configuration: `IncompatibleCheckpointError`
   lists every parameter whose name or shape differs.
-- SIGTERM (what schedulers send before preempting): `PreemptionWatcher`
-  notices it; the loop saves the current step and exits with
-  `PREEMPTED_EXIT_CODE`.
+- SIGTERM (what schedulers send before preempting) or Ctrl-C (SIGINT):
+  `PreemptionWatcher` notices it; the loop finishes the step, saves it and
+  exits with `PREEMPTED_EXIT_CODE` (SIGTERM) or `INTERRUPTED_EXIT_CODE`
+  (SIGINT). A second Ctrl-C aborts at once (KeyboardInterrupt).
 """
 
 import dataclasses
 import logging as python_logging  # record levels (absl's constants differ)
 import os
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -32,7 +34,8 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 # EX_TEMPFAIL of sysexits.h: "temporary failure, retry" (a scheduler requeues).
-PREEMPTED_EXIT_CODE = 75
+PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: schedulers requeue the job
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as shells report Ctrl-C
 
 
 class IncompatibleCheckpointError(ValueError):
@@ -44,15 +47,19 @@ class NoUsableCheckpointError(RuntimeError):
 
 
 class Preempted(SystemExit):
-  """SIGTERM arrived; the state was saved. `code` is PREEMPTED_EXIT_CODE."""
+  """SIGTERM or SIGINT arrived; the state was saved.
 
-  def __init__(self, step: int, directory: str):
-    super().__init__(PREEMPTED_EXIT_CODE)
-    self.step, self.directory = step, directory
+  `code` is PREEMPTED_EXIT_CODE after SIGTERM, INTERRUPTED_EXIT_CODE after SIGINT.
+  """
+
+  def __init__(self, step: int, directory: str, signum: int = signal.SIGTERM):
+    super().__init__(INTERRUPTED_EXIT_CODE if signum == signal.SIGINT else PREEMPTED_EXIT_CODE)
+    self.step, self.directory, self.signum = step, directory, signum
 
   def __str__(self) -> str:
-    return (f"preempted (SIGTERM): saved step {self.step} in {self.directory}; "
-            f"exit status {PREEMPTED_EXIT_CODE}, rerun the same command to resume")
+    cause = "interrupted (Ctrl-C)" if self.signum == signal.SIGINT else "preempted (SIGTERM)"
+    return (f"{cause}: saved step {self.step} in {self.directory}; "
+            f"exit status {self.code}, rerun the same command to resume")
 
 
 @gin.configurable
@@ -229,37 +236,52 @@ def _shape_text(shape: tuple[int, ...] | None) -> str:
 
 
 class PreemptionWatcher:
-  """Notices SIGTERM so that the loop saves and exits at a step boundary.
+  """Notices SIGTERM or Ctrl-C so that the loop saves and exits at a step boundary.
 
-  One process: a SIGTERM handler (installed on entering, the previous one put
-  back on exit) sets a flag. Several processes: JAX's preemption service
-  (started by jax.distributed.initialize) catches the signal and every
+  One process: SIGTERM and SIGINT handlers (installed on entering, the
+  previous ones put back on exit) record the signal; Ctrl-C no longer
+  raises KeyboardInterrupt mid-step, so the work since the last checkpoint
+  is kept. A second Ctrl-C raises KeyboardInterrupt at once (no save), for
+  a user who does not want to wait. Several processes: JAX's preemption
+  service (started by jax.distributed.initialize) catches SIGTERM and every
   process agrees on one step through `manager.reached_preemption(step)`; a
-  local flag could stop hosts at different steps and hang the collective save.
+  local flag could stop hosts at different steps and hang the collective
+  save (Ctrl-C keeps its default there).
+
+  Attributes:
+    signum: the signal that asked the loop to stop (None before one arrives).
   """
 
+  _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
   def __init__(self):
-    self._signalled = threading.Event()
-    self._previous = None
-    self._installed = False
+    self.signum = None
+    self._previous = {}
 
   def __enter__(self) -> "PreemptionWatcher":
     if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, lambda signum, frame: self._signalled.set())
-      self._installed = True
+      self._previous = {s: signal.signal(s, self._handle) for s in self._SIGNALS}
     return self
 
   def __exit__(self, *exc_info) -> None:
-    if self._installed:
-      signal.signal(signal.SIGTERM,
-                    signal.SIG_DFL if self._previous is None else self._previous)
-      self._installed = False
+    for signum, previous in self._previous.items():
+      signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+    self._previous = {}
+
+  def _handle(self, signum: int, frame) -> None:
+    if signum == signal.SIGINT and self.signum == signal.SIGINT:
+      signal.default_int_handler(signum, frame)  # the second Ctrl-C: KeyboardInterrupt now
+    if signum == signal.SIGINT:
+      sys.stderr.write("\nCtrl-C: finishing this step and saving it (Ctrl-C again aborts "
+                       "without saving)\n")
+    if self.signum is None or signum == signal.SIGINT:
+      self.signum = signum
 
   def reached(self, step: int, manager: ocp.CheckpointManager) -> bool:
-    """True once SIGTERM arrived (checked after each step)."""
+    """True once SIGTERM or SIGINT arrived (checked after each step)."""
     if jax.process_count() > 1:
       return manager.reached_preemption(step)
-    return self._signalled.is_set()
+    return self.signum is not None
 
 
 def abstract_with_shardings(tree: Any, shardings: Any) -> Any:

@@ -19,6 +19,7 @@ import sys
 from typing import Callable, Sequence
 
 USAGE_EXIT_CODE = 2
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as shells report Ctrl-C
 
 
 class UserError(Exception):
@@ -26,7 +27,11 @@ class UserError(Exception):
 
 
 def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[str]], object]:
-  """`main` with UserError printed as `error: <message>` on stderr and exit 2."""
+  """`main` with UserError printed as `error: <message>` on stderr and exit 2.
+
+  Ctrl-C (KeyboardInterrupt) is one `interrupted` line and exit 130, not a
+  traceback (training catches the first Ctrl-C itself and saves first).
+  """
 
   @functools.wraps(main)
   def wrapped(argv: Sequence[str]):
@@ -35,5 +40,8 @@ def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[s
     except UserError as e:
       print(f"error: {e}", file=sys.stderr)
       sys.exit(USAGE_EXIT_CODE)
+    except KeyboardInterrupt:
+      print("interrupted (Ctrl-C)", file=sys.stderr)
+      sys.exit(INTERRUPTED_EXIT_CODE)
 
   return wrapped

@@ -15,6 +15,7 @@ configurables and flags a second time under `__main__`.
 import difflib
 import os
 import re
+import signal
 import time
 from typing import Any, Sequence
 
@@ -210,8 +211,9 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     {"start_step", "step", "final_metrics", "loss_history" [(step, loss)],
      "retrieval", "params", "skipped_steps"} for callers and tests.
   Raises:
-    checkpointing.Preempted: SIGTERM arrived; the current step was saved
-      (a SystemExit with status checkpointing.PREEMPTED_EXIT_CODE).
+    checkpointing.Preempted: SIGTERM or Ctrl-C arrived; the current step
+      was saved (a SystemExit with status checkpointing.PREEMPTED_EXIT_CODE,
+      or INTERRUPTED_EXIT_CODE after Ctrl-C).
     checkpointing.IncompatibleCheckpointError: model_dir holds another
       configuration's checkpoint.
     checkpointing.NoUsableCheckpointError: no checkpoint in model_dir restores.
@@ -277,7 +279,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
       if saving:
         checkpointing.save(manager, step, state, force=True)
       if step < train_steps and preemption.reached(step, manager):
-        _save_and_exit(manager, step, state, saved=saving, writer=writer, progress=progress)
+        _save_and_exit(manager, step, state, saved=saving, writer=writer, progress=progress,
+                       signum=preemption.signum)
       if eval_every and step % eval_every == 0 and step != train_steps:
         evaluate(evaluator, trainer, state.params, step, writer)
   progress.close()
@@ -304,14 +307,16 @@ def _nothing_to_do(step: int, train_steps: int, state) -> dict[str, Any]:
           "retrieval": {}, "params": state.params, "skipped_steps": 0}
 
 
-def _save_and_exit(manager, step: int, state, *, saved: bool, writer, progress) -> None:
-  """After SIGTERM: the current step on disk (waited for), then Preempted."""
+def _save_and_exit(manager, step: int, state, *, saved: bool, writer, progress,
+                   signum: int | None) -> None:
+  """After SIGTERM or Ctrl-C: the current step on disk (waited for), then Preempted."""
   if not saved:
     checkpointing.save(manager, step, state, force=True)
   manager.wait_until_finished()
   writer.flush()
   progress.close()
-  preempted = checkpointing.Preempted(step, os.fspath(manager.directory))
+  preempted = checkpointing.Preempted(step, os.fspath(manager.directory),
+                                      signum or signal.SIGTERM)  # None: JAX's multi-host service
   logging.warning("%s", preempted)
   raise preempted
 
