@@ -29,3 +29,32 @@ def test_bound_macros_that_are_read_parse():
   vmsst.train.parse_gin([RUN_FILE], ["TRAIN_STEPS = 3", "VMSST.kl_anneal_steps = 7"],
                         [str(vmsst_testing.ROOT)])
   assert gin.query_parameter("TRAIN_STEPS/macro.value") == 3
+
+
+def test_a_run_file_parses_from_any_directory(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  vmsst.train.parse_gin(["gin/runs/vmsst_cpu.gin"], [])  # no --gin_search_path
+  assert gin.query_parameter("%TRAIN_STEPS") == 400
+
+
+def test_a_missing_gin_file_names_it_and_the_flag_to_pass(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(cli.UserError, match=r"^gin file 'gin/runs/nope.gin' not found .*"
+                     r"--gin_search_path=<the directory holding gin/>$"):
+    vmsst.train.parse_gin(["gin/runs/nope.gin"], [])
+
+
+def test_an_unquoted_string_binding_shows_the_quoting():
+  with pytest.raises(cli.UserError) as error:
+    vmsst.train.parse_gin([RUN_FILE], ["MODEL_DIR = /tmp/x"])
+  assert str(error.value) == ("--gin.MODEL_DIR=/tmp/x: gin values are Python literals, so a "
+                              "string needs quotes inside the shell's: "
+                              "--gin.MODEL_DIR=\"'/tmp/x'\"")
+
+
+def test_a_missing_data_dir_names_the_macro_and_the_working_directory(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  vmsst.train.parse_gin(["gin/runs/vmsst_cpu.gin"], [])
+  with pytest.raises(cli.UserError, match=r"^DATA_DIR = '../shared/data' is not a directory "
+                     r"\(relative paths are taken from the working directory, "):
+    vmsst.train.check_data_paths()

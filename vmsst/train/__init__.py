@@ -13,7 +13,9 @@ configurables and flags a second time under `__main__`.
 """
 
 import difflib
+import logging as python_logging  # gin logs through the root logger
 import os
+import pathlib
 import re
 import signal
 import time
@@ -346,13 +348,104 @@ def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
               search_paths: Sequence[str] = (".",)) -> None:
   """Parses gin files and bindings; REQUIRED macros left unset fail here.
 
+  Files and their `include 'gin/...'` lines resolve from the working
+  directory, then `search_paths`, then the root of the repository holding
+  each gin file (the directory above its `gin/`), then this checkout's root:
+  a run works from any directory.
+
   Raises:
-    cli.UserError: a binding sets a macro that nothing reads (a typo).
+    cli.UserError: a gin file or include is not found, a binding does not
+      parse (an unquoted string), or a binding sets a macro that nothing
+      reads (a typo).
   """
-  for path in search_paths:
+  roots = [*search_paths, *_repository_roots(gin_files)]
+  for path in roots:
     gin.add_config_file_search_path(path)
-  gin.parse_config_files_and_bindings(gin_files, bindings, finalize_config=False)
+  misses = _GinMisses()
+  python_logging.getLogger().addFilter(misses)
+  try:
+    gin.parse_config_files_and_bindings(gin_files, bindings, finalize_config=False)
+  except OSError as e:  # gin's own message is empty
+    raise cli.UserError(
+        f"gin file {misses.missing(roots[-1])!r} not found (in {list(gin_files)} or their "
+        f"includes); searched the working directory and {roots}; pass "
+        "--gin_search_path=<the directory holding gin/>") from e
+  except SyntaxError as e:
+    raise cli.UserError(_binding_syntax_hint(e, bindings)) from e
+  finally:
+    python_logging.getLogger().removeFilter(misses)
   check_macros_are_read(bindings)
+
+
+class _GinMisses:
+  """Root-logger filter: keeps gin's 'Path not found' errors from the console.
+
+  gin tries each search path in turn and logs an error for every miss, even
+  when a later path has the file; a real miss becomes one cli.UserError.
+  """
+
+  def __init__(self):
+    self.paths = []
+
+  def filter(self, record) -> bool:
+    message = record.getMessage()
+    if message.startswith("Path not found: "):
+      self.paths.append(message.removeprefix("Path not found: "))
+      return False
+    return True
+
+  def missing(self, last_root: str) -> str:
+    """The file of the last miss, as written in the include (its last search path removed)."""
+    if not self.paths:
+      return "(gin did not say which)"
+    return self.paths[-1].removeprefix(os.path.join(last_root, ""))
+
+
+def _repository_roots(gin_files: Sequence[str]) -> list[str]:
+  """The directory above `gin/` for each gin file under one, then this checkout's root."""
+  roots = []
+  for path in gin_files:
+    if os.path.isfile(path):
+      parents = pathlib.Path(path).resolve().parents
+      roots += [str(p.parent) for p in parents if p.name == "gin"][:1]
+  checkout = pathlib.Path(__file__).resolve().parents[2]
+  if (checkout / "gin").is_dir():
+    roots.append(str(checkout))
+  return list(dict.fromkeys(roots))
+
+
+def _binding_syntax_hint(error: SyntaxError, bindings: Sequence[str]) -> str:
+  """One line for a binding gin cannot parse; shows the quoting of a string value."""
+  where = getattr(error, "location", None)
+  text = (where.line_content if where else None) or error.text or ""
+  name, _, value = text.partition("=")
+  if not value.strip() or text.strip() not in [b.strip() for b in bindings]:
+    return f"gin cannot parse {text.strip()!r}: {error.msg}"
+  name, value = name.strip(), value.strip()
+  return (f"--gin.{name}={value}: gin values are Python literals, so a string needs quotes "
+          f"inside the shell's: --gin.{name}=\"'{value}'\"")
+
+
+def check_data_paths() -> None:
+  """DATA_DIR and VOCAB_PATH, where the run reads them, exist; else one line naming the macro.
+
+  Relative paths in a run file (DATA_DIR = '../shared/data', VOCAB_PATH =
+  'runs/vocab/spm.model', MODEL_DIR) are relative to the working directory,
+  as every path on a command line is; from another directory, pass them.
+  """
+  for macro, exists, what in (("DATA_DIR", os.path.isdir, "directory"),
+                              ("VOCAB_PATH", os.path.isfile, "file")):
+    try:
+      path = gin.query_parameter(f"%{macro}")
+    except ValueError:  # the run does not use it
+      continue
+    if isinstance(path, str) and not exists(path):
+      fix = ("train one with `python -m vmsst.vocabulary` (see README)"
+             if macro == "VOCAB_PATH" else "point it at the shared corpora")
+      raise cli.UserError(
+          f"{macro} = {path!r} is not a {what} (relative paths are taken from the working "
+          f"directory, {os.getcwd()}); run from the repository root, {fix}, or pass "
+          f"--gin.{macro}=\"'/absolute/path'\"")
 
 
 _MACRO_BINDING = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
@@ -413,6 +506,7 @@ def main(argv: Sequence[str]) -> None:
     initialize_distributed(coordinator_address=FLAGS.coordinator_address,
                            num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
   parse_gin(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_path)
+  check_data_paths()
   result = train()
   if jax.process_index() == 0 and result["retrieval"]:
     print("Held-out retrieval accuracy (%, mean of both directions):")
