@@ -20,7 +20,6 @@ Faults it survives:
 """
 
 import dataclasses
-import logging as python_logging  # record levels (absl's constants differ)
 import os
 import signal
 import sys
@@ -33,8 +32,10 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
 
+from vmsst import cli
+
 # EX_TEMPFAIL of sysexits.h: "temporary failure, retry" (a scheduler requeues).
-PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: schedulers requeue the job
+PREEMPTED_EXIT_CODE = 75
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as shells report Ctrl-C
 
 
@@ -291,12 +292,5 @@ def abstract_with_shardings(tree: Any, shardings: Any) -> Any:
 
 
 def quiet_orbax_logs() -> None:
-  """Keeps orbax's per-save INFO lines out of the console (entrypoints call it)."""
-  logging.get_absl_handler().addFilter(_QuietOrbax())
-
-
-class _QuietOrbax:
-  """absl-handler filter: drops orbax's INFO chatter (several lines per save)."""
-
-  def filter(self, record) -> bool:
-    return record.levelno > python_logging.INFO or "/orbax/" not in record.pathname
+  """Keeps orbax's per-save INFO lines (and other chatter) out of the console: cli.quiet_logs."""
+  cli.quiet_logs()

@@ -12,11 +12,21 @@ argparse and absl do for a bad flag):
       raise cli.UserError(f"--input={FLAGS.input} does not exist; give a text file.")
 
   app.run(cli.user_errors(main))
+
+Quiet by default: `quiet_startup()` (before TensorFlow or JAX load) and
+`quiet_logs()` (in main) keep what a user acts on (progress, metrics,
+data counts, warnings) and drop probing and per-save chatter; `--verbosity`
+is absl's (-1: warnings only, 1: debug).
 """
 
 import functools
+import glob
+import logging as python_logging  # record levels (absl's constants differ)
+import os
 import sys
 from typing import Callable, Sequence
+
+from absl import logging
 
 USAGE_EXIT_CODE = 2
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as shells report Ctrl-C
@@ -45,3 +55,49 @@ def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[s
       sys.exit(INTERRUPTED_EXIT_CODE)
 
   return wrapped
+
+
+# Device files of the accelerators JAX could use: NVIDIA GPUs, TPU VMs, AMD GPUs.
+_ACCELERATOR_DEVICES = ("/dev/nvidia[0-9]*", "/dev/accel[0-9]*", "/dev/vfio/[0-9]*", "/dev/kfd")
+
+
+def has_accelerator() -> bool:
+  """Whether this machine shows an accelerator's device file (else JAX can only use the CPU)."""
+  return any(glob.glob(pattern) for pattern in _ACCELERATOR_DEVICES)
+
+
+def quiet_startup() -> None:
+  """On a machine with no accelerator, skips the CUDA and TPU probes and their errors.
+
+  Call before TensorFlow or JAX is imported (a command's `__main__`). Without
+  an accelerator JAX_PLATFORMS=cpu stops JAX's "Unable to initialize backend
+  'tpu'" probe, and TF_CPP_MIN_LOG_LEVEL=3 TensorFlow's `failed call to
+  cuInit` error (TensorFlow only feeds data here). With one, nothing changes:
+  a GPU or TPU run keeps every backend and every C++ log line. A variable the
+  user set wins. (The oneDNN / cudart lines TensorFlow prints while loading
+  come before any setting applies; they are harmless.)
+  """
+  if not has_accelerator():
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def quiet_logs() -> None:
+  """Drops log records that a user cannot act on from the console (absl handler filter)."""
+  logging.get_absl_handler().addFilter(_Chatter())
+
+
+class _Chatter:
+  """absl-handler filter for the records below; everything else passes.
+
+  - orbax's INFO lines (several per save and restore);
+  - seqio's "uncached FunctionDataset ... overfitting" warning: our sources
+    are deterministic for a seed and a resumed run skips the stream to its
+    step (vmsst/train: train_iterator), so a restart neither reshuffles nor
+    repeats data, which is what that warning is about.
+  """
+
+  def filter(self, record) -> bool:
+    if record.levelno <= python_logging.INFO and "/orbax/" in record.pathname:
+      return False
+    return "Using an uncached FunctionDataset for training" not in str(record.msg)

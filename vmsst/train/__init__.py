@@ -12,6 +12,11 @@ this module once: gin files can `import vmsst.train` without registering the
 configurables and flags a second time under `__main__`.
 """
 
+from vmsst import cli  # first: `python -m vmsst.train` imports this package before __main__
+
+cli.quiet_startup()  # before TensorFlow and JAX load
+
+# pylint: disable=wrong-import-position
 import difflib
 import logging as python_logging  # gin logs through the root logger
 import os
@@ -33,7 +38,6 @@ from clu import metric_writers
 
 from tasks import registry
 from vmsst import checkpointing
-from vmsst import cli
 from vmsst import inference
 from vmsst import models
 from vmsst import param_files
