@@ -101,3 +101,20 @@ class _Chatter:
     if record.levelno <= python_logging.INFO and "/orbax/" in record.pathname:
       return False
     return "Using an uncached FunctionDataset for training" not in str(record.msg)
+
+
+def show_in_help(module: object | None = None, names: Sequence[str] = ()) -> None:
+  """Lists flags under `--help` of the running command, not only under `--helpfull`.
+
+  absl's `--help` shows the key flags of the main module (sys.argv[0]); flags
+  defined in another module (the encoder flags, vmsst.train's) are added here.
+
+  Args:
+    module: every flag this module defined.
+    names: and these flags by name (absl's --verbosity is always added).
+  """
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  shown = list(flags.FLAGS.get_key_flags_for_module(module)) if module is not None else []
+  shown += [flags.FLAGS[name] for name in (*names, "verbosity")]  # absl's, every command
+  for flag in shown:
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)

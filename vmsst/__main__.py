@@ -1,0 +1,31 @@
+"""`python -m vmsst`: the command index (each command's `--help` has its flags and an example)."""
+
+import sys
+
+# (command, what it does); kept in the order a new user meets them.
+COMMANDS = (
+    ("vmsst.vocabulary", "train the SentencePiece vocabulary a run reads (VOCAB_PATH)"),
+    ("vmsst.train", "train a model from a gin run file (gin/runs/*.gin) into MODEL_DIR"),
+    ("vmsst.evaluate", "run the benchmark suites on a model; results.json, report.md, plots"),
+    ("vmsst.embed", "embed a file of sentences, one per line, into a float32 .npy"),
+    ("vmsst.score", "score sentence pairs (a<TAB>b lines) by cosine"),
+    ("vmsst.mine", "mine translation pairs from two monolingual files (margin scoring)"),
+    ("vmsst.export", "export a checkpoint as a SavedModel (text in, embeddings out)"),
+    ("vmsst.compare", "train and evaluate several objectives; the paper's Table 1"),
+    ("vmsst.mt5_import", "convert an mT5 checkpoint into initial parameters (init_params)"),
+    ("vmsst.memory_report", "memory per device of the compiled train step"),
+)
+
+
+def index() -> str:
+  """The command index, one command a line."""
+  width = max(len(name) for name, _ in COMMANDS) + len("python -m ")
+  lines = ["vmsst: multilingual sentence embeddings. Commands (python -m <command> --help):"]
+  lines += [f"  {'python -m ' + name:{width}}  {what}" for name, what in COMMANDS]
+  lines.append("From Python: vmsst.Encoder.from_checkpoint(MODEL_DIR).encode(sentences).")
+  return "\n".join(lines)
+
+
+if __name__ == "__main__":
+  print(index())
+  sys.exit(0 if len(sys.argv) == 1 or sys.argv[1] in ("-h", "--help", "help") else 2)
