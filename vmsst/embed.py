@@ -20,13 +20,13 @@ and `python -m vmsst.mine`; the encoder flags live in `encoder_flags.py`.
 
 import dataclasses
 import pathlib
-import sys
 from typing import Callable, Sequence
 
 import numpy as np
 from absl import app
 from absl import flags
 
+from vmsst import cli
 from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import similarity
@@ -124,13 +124,18 @@ def _define_flags() -> None:
 
 
 def run_file_command(argv: Sequence[str], work: Callable[[], object], done: str) -> None:
-  """A command's body: extra arguments refused, bad data one `error:` line, else a summary."""
+  """A command's body: extra arguments refused, bad data a cli.UserError, else a summary.
+
+  Raises:
+    cli.UserError: naming the file or flag and the fix (missing or empty
+      input, bad lines, a model or SavedModel directory that is not one).
+  """
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
   try:
     summary = work()
   except (FileNotFoundError, ValueError) as e:
-    sys.exit(f"error: {e}")
+    raise cli.UserError(str(e)) from e
   print(f"{summary}; wrote {done}")
 
 
@@ -142,4 +147,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  app.run(cli.user_errors(main))

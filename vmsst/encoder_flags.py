@@ -6,7 +6,8 @@ offline reference encoder). Commands call `define()` from their `__main__`
 only, so importing any of them defines no flags.
 """
 
-from absl import app
+import os
+
 from absl import flags
 
 from vmsst import cli
@@ -31,16 +32,45 @@ def given() -> list[str]:
 
 
 def check_one() -> None:
-  """Fails before any input is read unless exactly one encoder flag is given."""
+  """Fails before any input is read unless exactly one encoder flag is given, naming a real model.
+
+  Raises:
+    cli.UserError: no or several encoder flags, or a directory that is not
+      what the flag needs (checked before the seconds of JAX/TF imports).
+  """
   if len(given()) != 1:
-    raise app.UsageError("give exactly one of --model_dir, --saved_model, --encoder.")
+    raise cli.UserError("give exactly one of --model_dir, --saved_model, --encoder.")
+  check_paths(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model)
+
+
+def check_paths(*, model_dir: str | None = None, saved_model: str | None = None) -> None:
+  """--model_dir holds config.gin and checkpoints/; --saved_model a saved_model.pb.
+
+  Remote paths (gs://...) are left to the loaders.
+
+  Raises:
+    cli.UserError: naming the flag, what is missing and where such a directory comes from.
+  """
+  needs = [("--model_dir", model_dir, ("config.gin", "checkpoints"),
+            "a MODEL_DIR written by `python -m vmsst.train`"),
+           ("--saved_model", saved_model, ("saved_model.pb",),
+            "an --output_dir written by `python -m vmsst.export`")]
+  for flag, path, files, what in needs:
+    if not path or "://" in path:
+      continue
+    if not os.path.isdir(path):
+      raise cli.UserError(f"{flag}={path} is not a directory; give {what}.")
+    missing = [f for f in files if not os.path.exists(os.path.join(path, f))]
+    if missing:
+      raise cli.UserError(f"{flag}={path} has no {' or '.join(missing)}; give {what}.")
 
 
 def make_encoder(*, model_dir: str | None = None, saved_model: str | None = None,
                  encoder: str | None = None, batch_size: int = 256) -> encoders.Encoder:
   """The one encoder named (JAX is imported only for --model_dir)."""
   if len([x for x in (model_dir, saved_model, encoder) if x]) != 1:
-    raise app.UsageError("give exactly one of --model_dir, --saved_model, --encoder.")
+    raise cli.UserError("give exactly one of --model_dir, --saved_model, --encoder.")
+  check_paths(model_dir=model_dir, saved_model=saved_model)
   if model_dir:
     from vmsst import inference  # pylint: disable=import-outside-toplevel
     return inference.CheckpointEncoder.from_model_dir(model_dir, batch_size=batch_size)

@@ -31,6 +31,7 @@ from absl import flags
 from absl import logging
 
 from vmsst import checkpointing
+from vmsst import cli
 from vmsst import encoder_flags
 from vmsst import languages
 from vmsst.evaluation import encoders as encoders_lib
@@ -152,4 +153,4 @@ def main(argv: Sequence[str]) -> None:
 if __name__ == "__main__":
   encoder_flags.define()
   define_suite_flags()
-  app.run(main)
+  app.run(cli.user_errors(main))

@@ -64,6 +64,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from jax.experimental import jax2tf
 
+from vmsst import cli
+from vmsst import encoder_flags
 from vmsst import inference
 from vmsst import losses
 from vmsst import models
@@ -298,6 +300,7 @@ def main(argv: Sequence[str]) -> None:
   if not f.model_dir or not f.output_dir:
     raise app.UsageError("--model_dir (a python -m vmsst.train directory) and --output_dir "
                          "are required.")
+  encoder_flags.check_paths(model_dir=f.model_dir)  # one error line, not a restore traceback
   start = time.time()
   metadata = export(f.model_dir, f.output_dir, step=f.step, normalize=f.normalize,
                     platforms=f.platforms, dtype=f.dtype)
@@ -307,4 +310,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  app.run(cli.user_errors(main))

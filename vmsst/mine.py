@@ -58,6 +58,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from vmsst import cli
 from vmsst import embed
 from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib
@@ -201,6 +202,22 @@ def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int, *, progress: 
       **knn_options))
 
 
+def _encode_side(encoder: encoders_lib.UniqueSentences, side: Side, name: str,
+                 other_width: int | None) -> np.ndarray:
+  """The side's embeddings; against the other side's width, one sentence is embedded first."""
+  if other_width is not None:
+    probe = encoder.encode(side.sentences[:1], desc=f"{name} width")
+    widths = (probe.shape[1], other_width) if name == "src" else (other_width, probe.shape[1])
+    _check_widths(*widths)
+  return encoder.encode(side.sentences, desc=f"{name} {side.path.name}")
+
+
+def _check_widths(source_width: int, target_width: int) -> None:
+  if source_width != target_width:
+    raise ValueError(f"source embeddings are {source_width}-wide but target ones "
+                     f"{target_width}; embed both sides with the same encoder.")
+
+
 def _check_k(k: int, num_sources: int, num_targets: int) -> None:
   if not 1 <= k <= min(num_sources, num_targets):
     raise ValueError(f"--k={k} needs at least k distinct sentences on each side, and there "
@@ -242,23 +259,25 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
     The summary to print.
   """
   source, target = read_side(src), read_side(trg)
+  for side in (source, target):
+    if not side.sentences:
+      raise ValueError(f"{side.path} has no sentences to mine ({side.num_lines} lines, none "
+                       "with text); give a file with one sentence per line.")
   _check_k(k, len(source.sentences), len(target.sentences))
-  encoder = None
-
-  def embeddings(side: Side, path: str | None, name: str) -> np.ndarray:
-    nonlocal encoder
-    if path:
-      return load_embeddings(path, side)
+  # Every given .npy is read and checked before anything is embedded.
+  x, y = (load_embeddings(path, side) if path else None
+          for path, side in ((src_embeddings, source), (trg_embeddings, target)))
+  if x is not None and y is not None:
+    _check_widths(x.shape[1], y.shape[1])
+  else:
+    name, side = ("src", source) if x is None else ("trg", target)
     if get_encoder is None:
       raise ValueError(f"no --{name}_embeddings and no encoder to embed {side.path}.")
-    encoder = encoder or get_encoder()
-    return encoder.encode(side.sentences, desc=f"{name} {side.path.name}")
-
-  x = embeddings(source, src_embeddings, "src")
-  y = embeddings(target, trg_embeddings, "trg")
-  if x.shape[1] != y.shape[1]:
-    raise ValueError(f"source embeddings are {x.shape[1]}-wide but target ones {y.shape[1]}; "
-                     "embed both sides with the same encoder.")
+    encoder = get_encoder()
+    if x is None:
+      x = _encode_side(encoder, source, "src", None if y is None else y.shape[1])
+    if y is None:
+      y = _encode_side(encoder, target, "trg", x.shape[1] if src_embeddings else None)
   pairs, scores = mine(x, y, margin=margin, retrieval=retrieval, k=k, threshold=threshold,
                        progress=progress, **knn_options)
   with embed.open_output(output) as f:
@@ -290,8 +309,8 @@ def _define_flags() -> None:
 def main(argv: Sequence[str]) -> None:
   precomputed = bool(FLAGS.src_embeddings) and bool(FLAGS.trg_embeddings)
   if precomputed and encoder_flags.given():
-    raise app.UsageError(f"both sides have --*_embeddings, so no encoder is used; drop "
-                         f"{', '.join(encoder_flags.given())}.")
+    raise cli.UserError(f"both sides have --*_embeddings, so no encoder is used; drop "
+                        f"{', '.join(encoder_flags.given())}.")
   if not precomputed:
     encoder_flags.check_one()
   embed.run_file_command(argv, lambda: mine_files(
@@ -304,4 +323,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  app.run(cli.user_errors(main))

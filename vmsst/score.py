@@ -20,6 +20,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from vmsst import cli
 from vmsst import embed
 from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib
@@ -77,8 +78,14 @@ def score_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
       read and checked, so a bad line fails before a model loads.
     input_path: `a<TAB>b` lines.
     output_path: written (parents created); one line per input line.
+
+  Raises:
+    ValueError: the input has no lines, or a line is not one pair (naming it).
   """
   first, second = read_pairs(input_path)
+  if not first:
+    raise ValueError(f"{input_path} has no lines; give a file of `sentence_a<TAB>sentence_b` "
+                     "lines.")
   scores = score_pairs(get_encoder(), first, second)
   with embed.open_output(output_path) as f:
     f.writelines(f"{score:.6f}\n" for score in scores.tolist())
@@ -101,4 +108,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  app.run(cli.user_errors(main))
