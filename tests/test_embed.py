@@ -125,3 +125,18 @@ def test_an_empty_input_is_one_error_line_exit_2(tmp_path):
        f"--output={tmp_path / 'o.npy'}"], capture_output=True, text=True, check=False, cwd=ROOT)
   assert (done.returncode, done.stderr) == (
       2, f"error: {source} has no lines; give a file with one sentence per line.\n")
+
+
+def test_the_summary_counts_sentences_cut_to_the_models_length(tmp_path):
+  class Words(encoders.PrecomputedEncoder):
+    max_seq_length = 3
+
+    def count_truncated(self, sentences):
+      return sum(len(s.split()) > 2 for s in sentences)
+
+  table = {"a b c": (1.0, 0.0), "a b": (0.0, 1.0), "x y z w": (1.0, 1.0)}
+  source = _write(tmp_path / "in.txt", "a b c\na b\nx y z w\na b c\n")
+  summary = embed.embed_file(lambda: encoders.UniqueSentences(Words(table), progress=False),
+                             source, tmp_path / "o.npy")
+  assert str(summary).endswith("; 2 of 3 distinct sentences cut to 3 pieces, EOS included "
+                               "(--max_seq_length))")

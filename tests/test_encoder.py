@@ -134,3 +134,39 @@ def test_a_float32_checkpoint_encodes_in_bfloat16_close_to_float32(model_and_exp
 def test_missing_saved_model_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match="python -m vmsst.export"):
     Encoder.from_saved_model(str(tmp_path / "nowhere"))
+
+
+class WordEncoder(HandEncoder):
+  """HandEncoder that sees at most `max_seq_length - 1` words plus an EOS, like our models."""
+
+  max_seq_length = 3
+
+  def count_truncated(self, sentences):
+    return sum(len(s.split()) > self.max_seq_length - 1 for s in sentences)
+
+
+def test_encode_says_how_many_sentences_were_cut(caplog):
+  encoder = Encoder(WordEncoder())
+  assert encoder.max_seq_length == 3 and Encoder(HandEncoder()).max_seq_length is None
+  with caplog.at_level("WARNING"):
+    encoder.encode(["one two three", "one two", "a b c d", "a b c d"])
+  assert "2 of 3 distinct sentences are longer than 3 pieces (EOS included) and were cut" in (
+      caplog.text)
+  assert encoder.count_truncated(["a b c", "a"]) == 1
+
+
+def test_a_checkpoint_counts_sentences_longer_than_its_training_length(model_and_export):
+  model_dir, _ = model_and_export
+  encoder = Encoder.from_checkpoint(str(model_dir), batch_size=8)
+  vocabulary = encoder.backend.restored.vocabulary
+  length = encoder.max_seq_length
+  assert length == encoder.backend.restored.sequence_length
+  pieces = [len(vocabulary.encode(s)) for s in SENTENCES]
+  # By hand from the piece counts: a sentence keeps length - 1 pieces and the EOS.
+  assert encoder.count_truncated(SENTENCES) == sum(n > length - 1 for n in pieces) > 0
+  longer = Encoder.from_checkpoint(str(model_dir), batch_size=8, max_seq_length=64)
+  assert longer.count_truncated(SENTENCES) == sum(n > 63 for n in pieces) < sum(
+      n > length - 1 for n in pieces)
+  assert longer.encode(SENTENCES).shape == (len(SENTENCES), 64)
+  with pytest.raises(ValueError, match="this model takes 2 to"):
+    Encoder.from_checkpoint(str(model_dir), max_seq_length=10_000)

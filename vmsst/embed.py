@@ -72,10 +72,27 @@ class Summary:
   distinct: int
   empty: int
   dim: int
+  truncated: str = ""
 
   def __str__(self) -> str:
     return (f"{self.lines} lines -> float32 [{self.lines}, {self.dim}] ({self.distinct} distinct "
-            f"encoded; {self.empty} empty line(s) embedded as empty strings)")
+            f"encoded; {self.empty} empty line(s) embedded as empty strings{self.truncated})")
+
+
+def truncation_note(encoder: encoders_lib.UniqueSentences, sentences: Sequence[str]) -> str:
+  """"; N of M distinct sentences cut to L pieces (...)" for a summary, or "".
+
+  Only encoders that know their length say it (`count_truncated`,
+  `max_seq_length`: our checkpoints); the summary then never hides that the
+  model saw less than the line.
+  """
+  backend = encoder.encoder
+  if not hasattr(backend, "count_truncated"):
+    return ""
+  distinct = set(sentences)
+  cut = backend.count_truncated(sorted(distinct))
+  return (f"; {cut} of {len(distinct)} distinct sentences cut to {backend.max_seq_length} "
+          "pieces, EOS included (--max_seq_length)")
 
 
 def embed_sentences(encoder: encoders_lib.UniqueSentences, sentences: Sequence[str], *,
@@ -105,14 +122,16 @@ def embed_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
   sentences = read_lines(input_path)
   if not sentences:
     raise ValueError(f"{input_path} has no lines; give a file with one sentence per line.")
-  embeddings = embed_sentences(get_encoder(), sentences, normalize=normalize,
+  encoder = get_encoder()
+  embeddings = embed_sentences(encoder, sentences, normalize=normalize,
                                desc=pathlib.Path(input_path).name)
   output_path = pathlib.Path(output_path)
   output_path.parent.mkdir(parents=True, exist_ok=True)
   with open(output_path, "wb") as f:
     np.save(f, embeddings)
   return Summary(lines=len(sentences), distinct=len(set(sentences)),
-                 empty=sum(not s.strip() for s in sentences), dim=embeddings.shape[1])
+                 empty=sum(not s.strip() for s in sentences), dim=embeddings.shape[1],
+                 truncated=truncation_note(encoder, sentences))
 
 
 def _define_flags() -> None:

@@ -18,6 +18,7 @@ import os
 from typing import Sequence
 
 import numpy as np
+from absl import logging
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import similarity as similarity_lib
@@ -41,7 +42,8 @@ class Encoder:
 
   @classmethod
   def from_checkpoint(cls, model_dir: str, step: int | None = None, *,
-                      batch_size: int = 64, dtype: str | None = None) -> "Encoder":
+                      batch_size: int = 64, dtype: str | None = None,
+                      max_seq_length: int | None = None) -> "Encoder":
     """A `python -m vmsst.train` directory, restored on all local devices (JAX).
 
     Args:
@@ -51,12 +53,15 @@ class Encoder:
         (rounded up to a multiple of the data-parallel devices).
       dtype: "bfloat16" or "float32" activations (default: as trained); see
         vmsst.inference.restore.
+      max_seq_length: pieces per sentence, EOS included; longer sentences
+        are cut (default: the training length, 32 for gin/runs).
     """
     import jax  # pylint: disable=import-outside-toplevel  # only this path needs JAX
     from vmsst import inference  # pylint: disable=import-outside-toplevel
     restored = inference.restore(model_dir, step=step, dtype=dtype)
     backend = inference.CheckpointEncoder(
-        restored, batch_size=batch_size, name=os.path.basename(os.path.normpath(model_dir)))
+        restored, batch_size=batch_size, name=os.path.basename(os.path.normpath(model_dir)),
+        max_seq_length=max_seq_length)
     spec = jax.ShapeDtypeStruct((1, 1), np.int32)
     dimension = jax.eval_shape(restored.model.encode, restored.params, spec, spec).shape[-1]
     return cls(backend, dimension=int(dimension))
@@ -71,6 +76,16 @@ class Encoder:
     # loading fails with "Op type not registered 'SentencepieceOp'".
     import tensorflow_text  # pylint: disable=import-outside-toplevel,unused-import
     return cls(encoders.SavedModelEncoder(path))
+
+  @property
+  def max_seq_length(self) -> int | None:
+    """Pieces per sentence the model sees, EOS included (None: the backend does not say)."""
+    return getattr(self.backend, "max_seq_length", None)
+
+  def count_truncated(self, sentences: Sequence[str]) -> int | None:
+    """How many sentences are longer than `max_seq_length` and get cut (None: unknown)."""
+    count = getattr(self.backend, "count_truncated", None)
+    return None if count is None else count(list(sentences))
 
   @property
   def dimension(self) -> int:
@@ -102,9 +117,17 @@ class Encoder:
       return np.zeros((0, self.dimension), np.float32)
     embeddings = encoders.UniqueSentences(
         self.backend, batch_size=batch_size, progress=show_progress_bar).encode(sentences)
+    self._warn_truncated(sentences)
     if normalize:
       embeddings = similarity_lib.normalize(embeddings)
     return embeddings[0] if single else embeddings
+
+  def _warn_truncated(self, sentences: list[str]) -> None:
+    cut = self.count_truncated(sorted(set(sentences)))
+    if cut:
+      logging.warning("%d of %d distinct sentences are longer than %d pieces (EOS included) "
+                      "and were cut; Encoder.from_checkpoint(max_seq_length=) changes the length",
+                      cut, len(set(sentences)), self.max_seq_length)
 
   def similarity(self, a: Sentences | np.ndarray, b: Sentences | np.ndarray, *,
                  batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:

