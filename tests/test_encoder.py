@@ -66,20 +66,37 @@ def test_show_progress_bar_writes_a_bar_only_when_asked(capsys):
   assert "hand: encoding" in capsys.readouterr().err
 
 
-def test_similarity_is_the_cosine_of_each_pair_by_hand():
+def test_pairwise_similarity_is_the_cosine_of_each_pair_by_hand():
   table = {"x": [1, 0], "y": [0, 3], "u": [1, 1], "v": [0, -2], "w": [-4, 4]}
   encoder = Encoder(encoders.PrecomputedEncoder(table))
-  np.testing.assert_allclose(encoder.similarity(["x", "y"], ["u", "v"]), [2 ** -0.5, -1],
+  np.testing.assert_allclose(encoder.pairwise_similarity(["x", "y"], ["u", "v"]), [2 ** -0.5, -1],
                              rtol=1e-6)
   # Row 0 depends on (x, u) alone: not on row 1, nor on any whole-matrix norm.
-  np.testing.assert_allclose(encoder.similarity(["x", "y"], ["u", "w"]), [2 ** -0.5, 2 ** -0.5],
+  np.testing.assert_allclose(encoder.pairwise_similarity(["x", "y"], ["u", "w"]), [2 ** -0.5, 2 ** -0.5],
                              rtol=1e-6)
-  np.testing.assert_allclose(encoder.similarity("x", "u"), [2 ** -0.5], rtol=1e-6)
+  np.testing.assert_allclose(encoder.pairwise_similarity("x", "u"), [2 ** -0.5], rtol=1e-6)
   a, b = np.array([[1, 0], [0, 300]]), np.array([[1, 1], [0, -2]])
-  np.testing.assert_allclose(encoder.similarity(a, b), [2 ** -0.5, -1], rtol=1e-6)
-  np.testing.assert_allclose(encoder.similarity(a, ["u", "v"]), [2 ** -0.5, -1], rtol=1e-6)
+  np.testing.assert_allclose(encoder.pairwise_similarity(a, b), [2 ** -0.5, -1], rtol=1e-6)
+  np.testing.assert_allclose(encoder.pairwise_similarity(a, ["u", "v"]), [2 ** -0.5, -1], rtol=1e-6)
   with pytest.raises(ValueError, match="a has 2 items, b has 1"):
-    encoder.similarity(["x", "y"], ["u"])
+    encoder.pairwise_similarity(["x", "y"], ["u"])
+
+
+def test_similarity_is_the_n_by_m_cosine_matrix_as_in_sentence_transformers():
+  table = {"x": [1, 0], "y": [0, 3], "u": [1, 1], "v": [0, -2], "w": [-4, 4]}
+  encoder = Encoder(encoders.PrecomputedEncoder(table))
+  h = 2 ** -0.5
+  np.testing.assert_allclose(encoder.similarity(["x", "y"], ["u", "v", "w"]),
+                             [[h, 0, -h], [h, -1, h]], rtol=1e-6, atol=1e-7)
+  assert encoder.similarity("x", ["u", "v"]).shape == (1, 2)
+  np.testing.assert_allclose(np.diag(encoder.similarity(["x", "y"], ["u", "v"])),
+                             encoder.pairwise_similarity(["x", "y"], ["u", "v"]), rtol=1e-6)
+
+
+def test_repr_names_the_backend_and_what_is_known():
+  assert repr(Encoder(HandEncoder())) == "Encoder(name='hand', backend=HandEncoder)"
+  assert repr(Encoder(WordEncoder(), dimension=3)) == (
+      "Encoder(name='hand', backend=WordEncoder, dimension=3, max_seq_length=3)")
 
 
 def test_vmsst_encoder_is_imported_lazily():
@@ -114,8 +131,8 @@ def test_checkpoint_and_saved_model_encoders_agree(model_and_export):
   np.testing.assert_allclose(from_saved_model.encode(SENTENCES), jax_embeddings, atol=1e-4)
   np.testing.assert_allclose(jax_embeddings[0], jax_embeddings[6])  # a repeated sentence
   pairs = SENTENCES[:4], SENTENCES[4:]
-  np.testing.assert_allclose(from_saved_model.similarity(*pairs),
-                             from_checkpoint.similarity(*pairs), atol=1e-5)
+  np.testing.assert_allclose(from_saved_model.pairwise_similarity(*pairs),
+                             from_checkpoint.pairwise_similarity(*pairs), atol=1e-5)
 
 
 def test_a_float32_checkpoint_encodes_in_bfloat16_close_to_float32(model_and_export):

@@ -3,7 +3,8 @@
   encoder = vmsst.Encoder.from_checkpoint("runs/vmsst_cpu")      # needs JAX
   encoder = vmsst.Encoder.from_saved_model("runs/vmsst_cpu/export")  # TensorFlow only
   vectors = encoder.encode(["Ein Mann fährt Fahrrad.", "A man rides a bike."])
-  scores = encoder.similarity(["Hallo Welt"], ["Hello world"])   # per pair
+  matrix = encoder.similarity(["Hallo Welt", "Hund"], ["Hello world"])  # [2, 1] cosines
+  scores = encoder.pairwise_similarity(["Hallo Welt"], ["Hello world"])  # one per pair
 
 In the spirit of sentence-transformers' `encode`: a list in, float32 [n, d]
 out, row i for sentence i. The work is done by the evaluation encoders
@@ -39,6 +40,14 @@ class Encoder:
     self.backend = backend
     self.name = backend.name
     self._dimension = dimension
+
+  def __repr__(self) -> str:
+    parts = [f"name={self.name!r}", f"backend={type(self.backend).__name__}"]
+    if self._dimension is not None:
+      parts.append(f"dimension={self._dimension}")
+    if self.max_seq_length is not None:
+      parts.append(f"max_seq_length={self.max_seq_length}")
+    return f"Encoder({', '.join(parts)})"
 
   @classmethod
   def from_checkpoint(cls, model_dir: str, step: int | None = None, *,
@@ -131,7 +140,27 @@ class Encoder:
 
   def similarity(self, a: Sentences | np.ndarray, b: Sentences | np.ndarray, *,
                  batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
-    """Cosine of each pair (a[i], b[i]): float32 [n], not an n x n matrix.
+    """Cosine of every a[i] with every b[j]: float32 [n, m], as sentence-transformers'.
+
+    Args:
+      a, b: lists of sentences (or one string each), or their embeddings
+        float [n, d] and [m, d]; the sentences of both sides are encoded in
+        one pass (each distinct one once).
+      batch_size, show_progress_bar: as in `encode`.
+    Returns:
+      float32 [n, m]; for the cosine of each pair (a[i], b[i]) only, use
+      `pairwise_similarity`.
+    """
+    a, b = ([x] if isinstance(x, str) else x for x in (a, b))
+    a, b = self._embedded(a, b, batch_size=batch_size, show_progress_bar=show_progress_bar)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+      raise ValueError(f"similarity needs [n, d] and [m, d] embedding arrays, got {a.shape} "
+                       f"and {b.shape}.")
+    return similarity_lib.cosine_matrix(a, b).astype(np.float32)
+
+  def pairwise_similarity(self, a: Sentences | np.ndarray, b: Sentences | np.ndarray, *,
+                          batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
+    """Cosine of each pair (a[i], b[i]): float32 [n], the diagonal of `similarity`.
 
     Args:
       a, b: equally long lists of sentences, or their embeddings float [n, d];
@@ -142,11 +171,12 @@ class Encoder:
     """
     a, b = ([x] if isinstance(x, str) else x for x in (a, b))
     if len(a) != len(b):
-      raise ValueError(f"similarity compares pairs: a has {len(a)} items, b has {len(b)}.")
+      raise ValueError(f"pairwise_similarity compares pairs: a has {len(a)} items, b has "
+                       f"{len(b)}.")
     a, b = self._embedded(a, b, batch_size=batch_size, show_progress_bar=show_progress_bar)
     if a.ndim != 2 or a.shape != b.shape:
-      raise ValueError(f"similarity needs two [n, d] embedding arrays, got {a.shape} and "
-                       f"{b.shape}.")
+      raise ValueError(f"pairwise_similarity needs two [n, d] embedding arrays, got {a.shape} "
+                       f"and {b.shape}.")
     return similarity_lib.paired_cosine(a, b)
 
   def _embedded(self, a, b, **options) -> tuple[np.ndarray, np.ndarray]:
