@@ -297,3 +297,14 @@ def test_an_empty_side_is_one_error_naming_the_file(tmp_path, text):
   with pytest.raises(ValueError, match=r"trg\.txt has no sentences to mine \(\d lines, none "
                                        r"with text\); give a file with one sentence per line"):
     mine.mine_files(_never, src, trg, tmp_path / "out.tsv")
+
+
+def test_indices_output_gives_the_line_numbers_of_both_sides(tmp_path):
+  # Lines: src "\n", "a", "a" (repeat), "b"; trg "q", "p". By hand: a·p = 1, b·q = 1,
+  # a·q = b·p = 0, so the absolute margin keeps a-p and b-q, each scoring 1.
+  table = {"a": (1.0, 0.0), "b": (0.0, 1.0), "p": (2.0, 0.0), "q": (0.0, 5.0)}
+  src, trg = _files(tmp_path, "\na\na\nb\n", "q\np\n")
+  mine.mine_files(_encoder(table), src, trg, tmp_path / "out.tsv", margin="absolute", k=1,
+                  progress=False, output_format="indices")
+  lines = (tmp_path / "out.tsv").read_text().splitlines()
+  assert sorted(lines) == ["1.000000\t1\t1", "1.000000\t3\t0"]

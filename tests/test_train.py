@@ -1,5 +1,6 @@
 """End to end on the real data: the loss falls, retrieval beats chance, resume works."""
 
+import re
 import shutil
 
 import gin
@@ -120,3 +121,20 @@ def test_a_rerun_with_fewer_steps_than_the_checkpoint_leaves_the_directory_as_it
   assert "already at step 3 ≥ TRAIN_STEPS (2), nothing to do" in caplog.text
   assert {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()} == before
   assert "TRAIN_STEPS = 3" in (model_dir / "config.gin").read_text()
+
+
+def test_learning_rate_is_logged_and_the_bar_shows_the_loss_every_step(
+    data_dir, tiny_vocab_path, tmp_path, capsys):
+  vmsst_testing.configure_small_run(
+      data_dir, tiny_vocab_path, tmp_path / "lr", steps=3,
+      extra=["train.evaluator = None", "BATCH_SIZE = 8", "train.log_every = 100",
+             "train.mixture_name = 'vmsst_multi30k'"])
+  peak = gin.query_parameter("inverse_sqrt_schedule.peak_learning_rate")
+  warmup = gin.query_parameter("inverse_sqrt_schedule.warmup_steps")
+  result = vmsst.train.train()
+  # Step 3's update is optax's count 2: peak * min(2 / warmup, sqrt(warmup / 2)).
+  np.testing.assert_allclose(result["final_metrics"]["learning_rate"],
+                             peak * min(2 / warmup, (warmup / 2) ** 0.5), rtol=1e-6)
+  bar = capsys.readouterr().err
+  # Step 1 is not a logged step (log_every 100): the bar shows its loss all the same.
+  assert re.search(r"1/3 \[[^\]]*loss=\d", bar), bar[-2000:]

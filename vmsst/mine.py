@@ -22,7 +22,9 @@ with avg(x, y) the mean cosine of x's and y's k nearest neighbours:
   --retrieval=max        the union of fwd and bwd candidates
   --retrieval=intersect  the pairs fwd and bwd both find (mutual best matches)
 
-Output lines are `score<TAB>src<TAB>trg`, by score descending, and no source
+Output lines are `score<TAB>src<TAB>trg` (with --output_format=indices
+`score<TAB>src_line<TAB>trg_line`, 0-based line numbers of each sentence's
+first occurrence in its file), by score descending, and no source
 or target sentence appears twice: candidates are kept greedily by score
 while both their sentences are unused (mining.one_to_one; this only changes
 fwd, bwd and max). --threshold T then keeps scores >= T; as the greedy pass
@@ -70,6 +72,7 @@ FLAGS = flags.FLAGS
 # Command-line names -> evaluation/mining.py's names.
 MARGINS = {"ratio": "ratio", "distance": "distance", "absolute": "cosine"}
 RETRIEVALS = {"max": "max", "fwd": "forward", "bwd": "backward", "intersect": "intersect"}
+OUTPUT_FORMATS = ("text", "indices")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,7 +247,8 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
                output: str | pathlib.Path, *, src_embeddings: str | None = None,
                trg_embeddings: str | None = None, margin: str = "ratio",
                retrieval: str = "max", k: int = 4, threshold: float | None = None,
-               progress: bool = True, **knn_options) -> Summary:
+               progress: bool = True, output_format: str = "text",
+               **knn_options) -> Summary:
   """Reads both sides, embeds (or loads) them, mines, writes `score<TAB>src<TAB>trg` lines.
 
   Args:
@@ -255,6 +259,8 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
     output: the TSV to write (parents created).
     src_embeddings, trg_embeddings: optional float [lines, d] .npy per side.
     margin, retrieval, k, threshold, progress, **knn_options: as for `mine`.
+    output_format: "text" writes the sentences, "indices" their 0-based
+      line numbers in `src` and `trg`.
 
   Returns:
     The summary to print.
@@ -284,8 +290,12 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
                                       + (target.sentences if not trg_embeddings else []))
   pairs, scores = mine(x, y, margin=margin, retrieval=retrieval, k=k, threshold=threshold,
                        progress=progress, **knn_options)
+  if output_format not in OUTPUT_FORMATS:
+    raise ValueError(f"--output_format={output_format}; pick one of {OUTPUT_FORMATS}.")
+  columns = ((source.sentences, target.sentences) if output_format == "text"
+             else (source.rows.tolist(), target.rows.tolist()))
   with embed.open_output(output) as f:
-    f.writelines(f"{score:.6f}\t{source.sentences[i]}\t{target.sentences[j]}\n"
+    f.writelines(f"{score:.6f}\t{columns[0][i]}\t{columns[1][j]}\n"
                  for score, (i, j) in zip(scores.tolist(), pairs.tolist()))
   above = "" if threshold is None else f", score >= {threshold:g}"
   return Summary(source, target, len(pairs),
@@ -297,6 +307,8 @@ def _define_flags() -> None:
   flags.DEFINE_string("src", None, "Source sentences, one per line.")
   flags.DEFINE_string("trg", None, "Target sentences, one per line.")
   flags.DEFINE_string("output", None, "TSV to write: score<TAB>src<TAB>trg, best first.")
+  flags.DEFINE_enum("output_format", "text", list(OUTPUT_FORMATS),
+                    "text: the sentences; indices: their 0-based line numbers in --src/--trg.")
   flags.DEFINE_enum("margin", "ratio", list(MARGINS), "Score: margin kind, or plain cosine.")
   flags.DEFINE_integer("k", 4, "Neighbours per sentence for the margin and the candidates.")
   flags.DEFINE_float("threshold", None, "Keep pairs scoring >= this (default: all).")
@@ -321,7 +333,7 @@ def main(argv: Sequence[str]) -> None:
       None if precomputed else embed.encoder_from_flags, FLAGS.src, FLAGS.trg, FLAGS.output,
       src_embeddings=FLAGS.src_embeddings, trg_embeddings=FLAGS.trg_embeddings,
       margin=FLAGS.margin, retrieval=FLAGS.retrieval, k=FLAGS.k, threshold=FLAGS.threshold,
-      backend=FLAGS.backend, query_block=FLAGS.query_block, key_block=FLAGS.key_block),
+      output_format=FLAGS.output_format, backend=FLAGS.backend, query_block=FLAGS.query_block, key_block=FLAGS.key_block),
                          FLAGS.output)
 
 

@@ -261,6 +261,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   writer = metric_writers.create_default_writer(
       os.path.join(model_dir, "tensorboard"), just_logging=jax.process_index() > 0)
   rng = jax.random.key(seed + 1)
+  learning_rate = _learning_rate_schedule()
   metrics, history = {}, []
   progress = tqdm.tqdm(total=train_steps, initial=start_step, desc="train", unit="step",
                        disable=jax.process_index() > 0, dynamic_ncols=True)
@@ -278,9 +279,12 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
         metrics["skipped_steps"] = skipped
         metrics["examples_per_second"] = (batch_size * (step - start_step)
                                           / (time.time() - started))
+        if learning_rate is not None:  # the rate of this step's update (optax counts from 0)
+          metrics["learning_rate"] = float(learning_rate(step - 1))
         writer.write_scalars(step, metrics)
         history.append((step, metrics["loss"]))
-        progress.set_postfix(loss=f"{metrics['loss']:.3f}")
+      # Every step: check_finite has already waited for this step's metrics.
+      progress.set_postfix(loss=f"{float(step_metrics['loss']):.3f}", refresh=False)
       progress.update(1)
       if saving:
         checkpointing.save(manager, step, state, force=True)
@@ -299,6 +303,25 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   return {"start_step": start_step, "step": int(state.step), "final_metrics": metrics,
           "loss_history": history, "retrieval": retrieval, "params": state.params,
           "skipped_steps": skipped}
+
+
+def _learning_rate_schedule():
+  """The optimizer's learning rate as a function of the step, from gin (None: not found).
+
+  For TensorBoard only: reads `<optimizer>.learning_rate` of the bound
+  `train.optimizer` (a schedule such as @inverse_sqrt_schedule() or a float);
+  schedules are pure, so a second instance gives the optimizer's values.
+  """
+  try:
+    optimizer = gin.query_parameter("train.optimizer")
+    value = gin.query_parameter(f"{optimizer.selector}.learning_rate")
+  except (ValueError, AttributeError):
+    return None
+  if isinstance(value, (int, float)):
+    return lambda step: value
+  if isinstance(value, gin.config.ConfigurableReference) and value.evaluate:
+    return value.scoped_configurable_fn()
+  return None
 
 
 def _nothing_to_do(step: int, train_steps: int, state) -> dict[str, Any]:
