@@ -187,3 +187,14 @@ def test_a_checkpoint_counts_sentences_longer_than_its_training_length(model_and
   assert longer.encode(SENTENCES).shape == (len(SENTENCES), 64)
   with pytest.raises(ValueError, match="this model takes 2 to"):
     Encoder.from_checkpoint(str(model_dir), max_seq_length=10_000)
+
+
+def test_the_saved_model_is_callable_like_its_serving_signature(model_and_export):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import tensorflow_text  # pylint: disable=import-outside-toplevel,unused-import
+  _, saved_model = model_and_export
+  loaded = tf.saved_model.load(str(saved_model))
+  texts = ["A man rides a bicycle.", "Hallo."]
+  np.testing.assert_array_equal(
+      loaded(texts).numpy(),
+      loaded.signatures["serving_default"](text=tf.constant(texts))["embeddings"].numpy())

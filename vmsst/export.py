@@ -231,6 +231,11 @@ class ServingModule(tf.Module):
     return {"embeddings": self.embed(text)}
 
   @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+  def __call__(self, text):
+    """`tf.saved_model.load(path)(texts)`: float32 [n, d], serving_default's embeddings."""
+    return self.embed(text)
+
+  @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="text")])
   def serve_b(self, text):
     return {"embeddings": self.embed(text, "b")}
 
