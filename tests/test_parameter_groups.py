@@ -13,7 +13,7 @@ from vmsst import param_files
 from vmsst import parameter_groups as pg
 from vmsst import partitioning
 from vmsst import trainer as trainer_lib
-from vmsst.objectives import QueryTower
+from vmsst.objectives import VMSST, QueryTower
 
 THREE_LAYERS = dataclasses.replace(TINY, num_encoder_layers=3)
 
@@ -21,6 +21,14 @@ THREE_LAYERS = dataclasses.replace(TINY, num_encoder_layers=3)
 @pytest.fixture(scope="module")
 def params():
   return init_params(QueryTower(THREE_LAYERS))
+
+
+def test_the_language_table_is_an_embedding_and_nothing_else():
+  tree = init_params(VMSST(TINY))
+  embeddings = pg.members(tree, "embeddings")
+  assert "language_embed/embedding" in embeddings and "token_embed/embedding" in embeddings
+  assert not any(n.startswith("language_embed") for group in ("norms", "head", "blocks")
+                 for n in pg.members(tree, group))
 
 
 def test_groups_resolve_on_the_semantic_encoder_tree(params):
