@@ -1,4 +1,4 @@
-"""Triplet and XNLI-style error counts by hand, the readers, and the real XNLI de test file."""
+"""Triplet and XNLI error counts by hand (the paper's all-pairs count), the readers, real XNLI de."""
 
 import numpy as np
 import pytest
@@ -22,31 +22,39 @@ def test_triplet_errors_hand_case():
       "euclidean_errors": 3, "euclidean_error_rate": 75.0}
 
 
-def test_premise_groups_keep_first_occurrence_order():
-  assert pair_ranking.premise_groups(["b", "a", "b", "c", "a"]) == [[0, 2], [1, 4], [3]]
+def test_all_pairs_errors_hand_case():
+  # 0.9 loses to 0.95 (1); 0.3 loses to 0.4, 0.5, 0.95 (3); 0.5 ties 0.5 and loses to 0.95 (2).
+  result = pair_ranking.all_pairs_errors(np.array([0.9, 0.3, 0.5]),
+                                         np.array([0.4, 0.5, 0.1, 0.95]))
+  assert result == {"errors": 6, "comparisons": 12, "error_rate": 50.0}
+  assert pair_ranking.all_pairs_errors(np.array([0.5]), np.array([])) == {
+      "errors": 0, "comparisons": 0, "error_rate": None}
 
 
-def test_nli_comparisons_hand_case():
-  labels = ["entailment", "neutral", "contradiction",                  # A
-            "entailment", "neutral", "neutral", "contradiction",      # B
-            "neutral", "contradiction",                               # C: no entailment
-            "entailment"]                                             # D: entailment only
-  cosines = np.array([0.9, 0.5, 0.9, 0.3, 0.4, 0.1, 0.2, 0.8, 0.1, 0.7])
-  groups = [[0, 1, 2], [3, 4, 5, 6], [7, 8], [9]]
-  result = pair_ranking.nli_comparisons(cosines, labels, groups)
-  # e–n: A 0.9 > 0.5 right; B 0.3 <= 0.4 wrong, 0.3 > 0.1 right. e–c: A tie wrong, B right.
-  assert result["entailment_vs_neutral"] == {"errors": 1, "comparisons": 3,
-                                             "error_rate": pytest.approx(100 / 3)}
-  assert result["entailment_vs_contradiction"] == {"errors": 1, "comparisons": 2,
-                                                   "error_rate": 50.0}
-  assert result["triplet_rows"] == [(0, 2), (3, 6)]
-  assert result["skipped"] == {"premises_without_entailment": 1, "premises_without_neutral": 1,
-                               "premises_without_contradiction": 1}
+def test_all_pairs_errors_equals_the_full_comparison_matrix():
+  rng = np.random.default_rng(0)
+  right = rng.normal(size=300).round(1)  # rounded: many ties
+  wrong = rng.normal(size=200).round(1)
+  brute = int(np.sum(right[:, None] <= wrong[None, :]))
+  assert pair_ranking.all_pairs_errors(right, wrong)["errors"] == brute
+  assert pair_ranking.all_pairs_errors(right, wrong)["comparisons"] == 60_000
 
 
-def test_no_comparisons_give_none_rates():
-  result = pair_ranking.nli_comparisons(np.array([0.5]), ["neutral"], [[0]])
-  assert result["entailment_vs_neutral"] == {"errors": 0, "comparisons": 0, "error_rate": None}
+def test_nli_errors_compare_across_premises_by_cosine_and_distance():
+  premises = np.array([[1, 0], [1, 0], [1, 0], [0, 1], [0, 1]], np.float32)
+  hypotheses = np.array([[1, 0], [0, 2], [3, 0], [1, 1], [0, -3]], np.float32)
+  labels = ["entailment", "entailment", "neutral", "contradiction", "neutral"]
+  result = pair_ranking.nli_errors(premises, hypotheses, labels)
+  # Cosines: E (1, 0), N (1, −1), C (0.707). −distances: E (0, −2.236), N (−2, −4), C (−1).
+  # E vs N, cos: 1 ties 1; 0 loses to 1 -> 2 of 4. Distance: −2.236 loses to −2 -> 1 of 4.
+  # E vs C, cos: 0 loses to 0.707 -> 1 of 2. Distance: −2.236 loses to −1 -> 1 of 2.
+  assert result["entailment_vs_neutral"] == {
+      "cosine": {"errors": 2, "comparisons": 4, "error_rate": 50.0},
+      "distance": {"errors": 1, "comparisons": 4, "error_rate": 25.0}}
+  assert result["entailment_vs_contradiction"] == {
+      "cosine": {"errors": 1, "comparisons": 2, "error_rate": 50.0},
+      "distance": {"errors": 1, "comparisons": 2, "error_rate": 50.0}}
+  assert result["labels"] == {"entailment": 2, "neutral": 2, "contradiction": 1}
 
 
 ROWS = [("P1", "E1", "entailment"), ("P1", "N1", "neutral"), ("P1", "C1", "contradiction"),
@@ -68,23 +76,43 @@ def _root(tmp_path, languages=("xx",)):
   return _encoder(table)
 
 
+def _counts(errors, comparisons):
+  return {"errors": errors, "comparisons": comparisons,
+          "error_rate": pytest.approx(100 * errors / comparisons)}
+
+
 def test_evaluate_xnli_hand_case(tmp_path):
   results = pair_ranking.evaluate(_root(tmp_path), tmp_path)
   result = results["xnli"]["xx-xx"]
-  # P1: cos(E1) = cos(C1) = 0.707 (a tie, an error), cos(N1) = 0. By Euclidean distance
-  # E1 is nearer (1 < 2.24), so the (P1, E1, C1) triplet is right that way.
+  # Pairs (cos, −distance): E1 (0.707, −1); N1 (0, −1.414) twice, N2 (0, −1.414);
+  # C1 (0.707, −2.236), C2 (1, 0). Cos: E beats every N; ties C1, loses to C2 -> 2 of 2.
+  # Distance: E beats every N, beats C1, loses to C2 -> 1 of 2.
   assert result == {
-      "premise_language": "xx", "hypothesis_language": "xx", "rows": 6, "premises": 2,
-      "entailment_vs_neutral": {"errors": 0, "comparisons": 1, "error_rate": 0.0},
-      "entailment_vs_contradiction": {"errors": 1, "comparisons": 1, "error_rate": 100.0},
-      "triplets": {"n": 1, "cosine_errors": 1, "cosine_error_rate": 100.0,
-                   "euclidean_errors": 0, "euclidean_error_rate": 0.0},
-      "skipped": {"premises_without_entailment": 1, "premises_without_neutral": 0,
-                  "premises_without_contradiction": 0, "duplicate_rows": 1, "blank_lines": 1}}
+      "premise_language": "xx", "hypothesis_language": "xx", "rows": 6,
+      "labels": {"entailment": 1, "neutral": 3, "contradiction": 2},
+      "entailment_vs_neutral": {"cosine": _counts(0, 3), "distance": _counts(0, 3)},
+      "entailment_vs_contradiction": {"cosine": _counts(2, 2), "distance": _counts(1, 2)},
+      "skipped": {"blank_lines": 1}}
   assert results["triplets"] == {}
-  assert results["_mean"] == {"entailment_vs_neutral": 0.0, "entailment_vs_contradiction": 100.0,
-                              "triplets_cosine": None, "triplets_euclidean": None}
-  assert "| xx-xx | 0.0 | 100.0 | 100.0 | 0.0 | 2 | 1 |" in pair_ranking.table(results)
+  assert results["_mean"] == {
+      "entailment_vs_neutral_cosine": 0.0, "entailment_vs_neutral_distance": 0.0,
+      "entailment_vs_contradiction_cosine": 100.0, "entailment_vs_contradiction_distance": 50.0,
+      "triplets_cosine": None, "triplets_euclidean": None}
+  assert "| xx-xx | 0.0 | 0.0 | 100.0 | 50.0 | 3 |" in pair_ranking.table(results)
+
+
+def test_documents_encoder_embeds_hypotheses_and_the_query_encoder_premises(tmp_path):
+  queries = _root(tmp_path)
+  # The document tower puts E1 on P1 and would move P1 too, were it used for premises.
+  documents = _encoder({**{f"xx:{k}": v for k, v in VECTORS.items()},
+                        "xx:E1": [1, 0], "xx:P1": [0, 1]})
+  result = pair_ranking.evaluate(queries, tmp_path, documents=documents)["xnli"]["xx-xx"]
+  # Premise P1 = [1, 0] (query), E1 = [1, 0] (document): cos 1, −distance 0. Against
+  # C1 (0.707, −2.236) and C2 (1, 0): one tie each way -> 1 of 2 by both measures.
+  assert result["entailment_vs_contradiction"] == {"cosine": _counts(1, 2),
+                                                   "distance": _counts(1, 2)}
+  symmetric = pair_ranking.evaluate(documents, tmp_path)["xnli"]["xx-xx"]
+  assert symmetric["entailment_vs_contradiction"]["cosine"] != _counts(1, 2)
 
 
 def test_cross_lingual_pairs_of_aligned_languages(tmp_path):
@@ -138,11 +166,14 @@ def test_folder_errors(tmp_path):
     pair_ranking.evaluate(_encoder({}), tmp_path)
 
 
-def test_reads_real_xnli_de(data_dir):
+def test_reads_real_xnli_de_and_counts_the_papers_comparisons(data_dir):
   paths = pair_ranking.find_nli_files(data_dir)
   assert "de" in paths
   rows, blank = pair_ranking.read_nli(paths["de"])
   assert len(rows) == 5010 and blank == 0
-  groups = pair_ranking.premise_groups([r.premise for r in rows])
-  assert len(groups) == 1670
-  assert all(sorted(rows[i].label for i in g) == sorted(pair_ranking.LABELS) for g in groups)
+  vectors = np.random.default_rng(0).normal(size=(2, len(rows), 4))
+  result = pair_ranking.nli_errors(vectors[0], vectors[1], [r.label for r in rows])
+  assert result["labels"] == {"entailment": 1670, "neutral": 1670, "contradiction": 1670}
+  for what in pair_ranking.COMPARISONS:  # Table 1: 1670 x 1670 = 2,788,900 comparisons.
+    assert result[what]["cosine"]["comparisons"] == 2_788_900
+    assert 40 < result[what]["cosine"]["error_rate"] < 60  # random vectors: about half

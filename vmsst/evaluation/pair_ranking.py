@@ -1,21 +1,27 @@
 """Pair-ranking error counts: is the right sentence strictly closer than the wrong one?
 
-The query-tower-tuning seed's checks, two kinds:
+The checks of query-tower tuning (Vasilyev et al. 2022, §2.2, Table 1), each
+by cosine and by Euclidean distance of the raw, unnormalized embeddings (the
+paper's c and d columns):
   * Triplets (anchor, positive, negative): an error when the positive is not
-    strictly closer to the anchor than the negative, by cosine
-    (cos(a, p) <= cos(a, n)) and by Euclidean distance of the raw, unnormalized
-    embeddings (|a − p| >= |a − n|). Ties count as errors: an encoder that
-    cannot tell the two apart has not ranked them, and identical vectors
-    (e.g. a collapsed encoder) must not score as perfect.
-  * XNLI-style: rows (premise, hypothesis, label) are grouped by premise. For
-    each premise with an entailment hypothesis, cos(premise, entailed) is
-    compared with cos(premise, h) for every neutral and every contradiction
-    hypothesis h of that premise (every entailed × other pair when there are
-    several); an error when the entailed one is not strictly more similar.
-    Premises lacking a label are skipped for the comparisons that need it and
-    counted. Exact duplicate rows are counted once (and counted as skipped).
-    The (premise, entailed, contradiction) triplets of the same comparisons
-    are also scored with the triplet rule, which adds the Euclidean view.
+    strictly closer to the anchor than the negative (cos(a, p) <= cos(a, n);
+    |a − p| >= |a − n|). Ties count as errors (the paper: "if the positive
+    does not turn out to be closer"), and identical vectors (e.g. a
+    collapsed encoder) must not score as perfect.
+  * XNLI, as the paper counts it: every entailment pair (premise, hypothesis)
+    is compared with every neutral pair and with every contradiction pair of
+    the file, whatever their premises (the test split's 1,670 pairs per
+    label give 1670 × 1670 = 2,788,900 comparisons each, Table 1); an error
+    when the entailment pair's sentences are not strictly closer to each
+    other than the other pair's. The counts are vectorised: each pair's
+    similarity is looked up in the sorted similarities of the other label
+    (np.searchsorted), O(n log n) time and O(n) memory.
+
+Asymmetric (a dual encoder as deployed, §2.2): the anchor / premise is the
+query, embedded by `encoder`; the positive, negative and hypothesis are
+documents, embedded by `documents` (default: the same encoder). For a
+query-tower-tuned model, `documents` is its frozen document tower
+(vmsst/evaluation/preservation.py).
 
 Folder layout (a data root; either part may be absent, not both):
   <root>/triplets/*.tsv          anchor<TAB>positive<TAB>negative per line
@@ -27,11 +33,10 @@ so the sibling languages (and triplets/) are evaluated with it.
 Each language gives the pair <lang>-<lang>. XNLI is row-aligned across
 languages, so when several languages have the same number of rows (and the
 same labels row by row) every ordered pair l1-l2 is also evaluated with the
-premise in l1 and the hypothesis in l2; the groups are l1's premises.
+premise in l1 and the hypothesis in l2 (the paper's 15 × 15 = 225 pairs).
 Every rate is ×100 (lower is better); a rate with no comparisons is None.
 """
 
-import collections
 import pathlib
 from typing import Mapping, NamedTuple, Sequence
 
@@ -42,6 +47,7 @@ from vmsst.evaluation import similarity
 from vmsst.evaluation import text_files
 
 LABELS = ("entailment", "neutral", "contradiction")
+COMPARISONS = ("entailment_vs_neutral", "entailment_vs_contradiction")
 TRIPLETS_DIR = "triplets"
 XNLI_PREFIX = "xnli_"
 
@@ -78,46 +84,54 @@ def triplet_errors(anchor: np.ndarray, positive: np.ndarray, negative: np.ndarra
           "euclidean_errors": euclidean, "euclidean_error_rate": _rate(euclidean, n)}
 
 
-def premise_groups(premises: Sequence[str]) -> list[list[int]]:
-  """Row indices grouped by premise text, groups in order of first occurrence."""
-  groups = collections.defaultdict(list)
-  for index, premise in enumerate(premises):
-    groups[premise].append(index)
-  return list(groups.values())
+def all_pairs_errors(right: np.ndarray, wrong: np.ndarray) -> dict:
+  """Every (right i, wrong j) comparison of two score lists; an error when right_i <= wrong_j.
 
-
-def nli_comparisons(cosines: np.ndarray, labels: Sequence[str],
-                    groups: Sequence[Sequence[int]]) -> dict:
-  """Entailed-vs-other comparisons within each premise group.
+  Scores are "higher is closer" (cosines, or minus distances). Counted
+  without the [n, m] matrix: for each right_i, the wrong scores >= it are
+  m − (the number below it), read off the sorted wrong scores.
 
   Args:
-    cosines: float [n], cos(premise, hypothesis) of each row.
-    labels: [n] labels from LABELS.
-    groups: row indices sharing a premise.
-
+    right: float [n], e.g. the similarities of the entailment pairs.
+    wrong: float [m], e.g. those of the neutral pairs.
   Returns:
-    {"entailment_vs_neutral": {"errors", "comparisons", "error_rate"},
-     "entailment_vs_contradiction": {...}, "triplet_rows": [(entailed row,
-     contradiction row)], "skipped": {"premises_without_<label>": count}}.
+    {"errors", "comparisons" (= n·m), "error_rate" (×100, None when n·m = 0)}.
   """
-  errors, totals = collections.Counter(), collections.Counter()
-  skipped = collections.Counter({f"premises_without_{label}": 0 for label in LABELS})
-  triplets = []
-  for group in groups:
-    by_label = {label: [i for i in group if labels[i] == label] for label in LABELS}
-    for label in LABELS:
-      skipped[f"premises_without_{label}"] += not by_label[label]
-    for other in LABELS[1:]:
-      for e in by_label["entailment"]:
-        for o in by_label[other]:
-          totals[other] += 1
-          errors[other] += bool(cosines[e] <= cosines[o])
-          if other == "contradiction":
-            triplets.append((e, o))
-  results = {f"entailment_vs_{other}": {"errors": errors[other], "comparisons": totals[other],
-                                        "error_rate": _rate(errors[other], totals[other])}
-             for other in LABELS[1:]}
-  return {**results, "triplet_rows": triplets, "skipped": dict(skipped)}
+  right, wrong = np.asarray(right, np.float64), np.sort(np.asarray(wrong, np.float64))
+  below = np.searchsorted(wrong, right, side="left")
+  errors = int(np.sum(len(wrong) - below))
+  comparisons = len(right) * len(wrong)
+  return {"errors": errors, "comparisons": comparisons, "error_rate": _rate(errors, comparisons)}
+
+
+MEASURES = ("cosine", "distance")
+
+
+def pair_scores(premises: np.ndarray, hypotheses: np.ndarray) -> dict[str, np.ndarray]:
+  """{"cosine": cos(p_i, h_i), "distance": −|p_i − h_i|} float [n]: higher is closer."""
+  premises, hypotheses = np.asarray(premises, np.float32), np.asarray(hypotheses, np.float32)
+  return {"cosine": similarity.paired_cosine(premises, hypotheses),
+          "distance": -np.linalg.norm(premises - hypotheses, axis=-1)}
+
+
+def nli_errors(premises: np.ndarray, hypotheses: np.ndarray, labels: Sequence[str]) -> dict:
+  """The paper's XNLI counts: every entailment pair against every neutral / contradiction pair.
+
+  Args:
+    premises, hypotheses: float [n, d], row i = pair i (premise by the query
+      encoder, hypothesis by the document encoder).
+    labels: [n] labels from LABELS.
+  Returns:
+    {"entailment_vs_neutral": {"cosine": all_pairs_errors, "distance": ...},
+     "entailment_vs_contradiction": {...}, "labels": {label: pairs}}.
+  """
+  labels = np.asarray(labels)
+  scores = pair_scores(premises, hypotheses)
+  entailed = labels == "entailment"
+  results = {f"entailment_vs_{other}": {
+      measure: all_pairs_errors(scores[measure][entailed], scores[measure][labels == other])
+      for measure in MEASURES} for other in LABELS[1:]}
+  return {**results, "labels": {label: int(np.sum(labels == label)) for label in LABELS}}
 
 
 # ---------------------------------------------------------------- reading
@@ -173,56 +187,43 @@ def language_pairs(rows: Mapping[str, Sequence[NliRow]],
 # ---------------------------------------------------------------- benchmark
 
 
-def _dedupe(premises: Sequence[str], hypotheses: Sequence[str],
-            labels: Sequence[str]) -> list[int]:
-  """Indices of the first occurrence of each (premise, hypothesis, label) row."""
-  first = {}
-  for index, key in enumerate(zip(premises, hypotheses, labels)):
-    first.setdefault(key, index)
-  return sorted(first.values())
-
-
 def evaluate_nli(encoder: encoders.UniqueSentences, premise_rows: Sequence[NliRow],
-                 hypothesis_rows: Sequence[NliRow], *, desc: str = "xnli") -> dict:
-  """Comparisons and triplets of aligned rows: premises from one file, hypotheses from another."""
-  keep = _dedupe([r.premise for r in premise_rows], [r.hypothesis for r in hypothesis_rows],
-                 [r.label for r in premise_rows])
-  premises = [premise_rows[i].premise for i in keep]
-  hypotheses = [hypothesis_rows[i].hypothesis for i in keep]
-  labels = [premise_rows[i].label for i in keep]
-  premise_vectors = encoder.encode(premises, desc=f"{desc} premises")
-  hypothesis_vectors = encoder.encode(hypotheses, desc=f"{desc} hypotheses")
-  groups = premise_groups(premises)
-  results = nli_comparisons(similarity.paired_cosine(premise_vectors, hypothesis_vectors),
-                            labels, groups)
-  entailed, contradicted = np.array(results.pop("triplet_rows"), np.int64).reshape(-1, 2).T
-  results["triplets"] = triplet_errors(premise_vectors[entailed], hypothesis_vectors[entailed],
-                                       hypothesis_vectors[contradicted])
-  results["skipped"]["duplicate_rows"] = len(premise_rows) - len(keep)
-  return {"rows": len(premise_rows), "premises": len(groups), **results}
+                 hypothesis_rows: Sequence[NliRow], *,
+                 documents: encoders.UniqueSentences | None = None, desc: str = "xnli") -> dict:
+  """nli_errors of aligned rows: premises from one file (queries), hypotheses from another."""
+  documents = documents or encoder
+  premise_vectors = encoder.encode([r.premise for r in premise_rows], desc=f"{desc} premises")
+  hypothesis_vectors = documents.encode([r.hypothesis for r in hypothesis_rows],
+                                        desc=f"{desc} hypotheses")
+  return {"rows": len(premise_rows),
+          **nli_errors(premise_vectors, hypothesis_vectors, [r.label for r in premise_rows])}
 
 
 def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
-             split: str = "test", cross_lingual: bool = True) -> dict:
-  """Triplet and XNLI-style error rates ×100 of every file found under a data root.
+             split: str = "test", cross_lingual: bool = True,
+             documents: encoders.UniqueSentences | None = None) -> dict:
+  """Triplet and XNLI error rates ×100 of every file found under a data root.
 
   Args:
-    encoder: embeds sentences (float32 [n, d]).
+    encoder: embeds the queries (anchors, premises), float32 [n, d].
     folder: data root holding `triplets/*.tsv` and/or `xnli_<lang>/<split>.tsv`,
       or one `xnli_<lang>/` folder of such a root.
     split: which XNLI file to read from each `xnli_<lang>/`.
     cross_lingual: also evaluate l1-premise / l2-hypothesis pairs.
+    documents: embeds the documents (positives, negatives, hypotheses);
+      default `encoder` (a symmetric model).
 
   Returns:
     {"xnli": {"<l1>-<l2>": {"premise_language", "hypothesis_language", "rows",
-       "premises", "entailment_vs_neutral": {"errors", "comparisons",
-       "error_rate"}, "entailment_vs_contradiction": {...}, "triplets":
-       {triplet_errors}, "skipped": {"premises_without_<label>",
-       "duplicate_rows", "blank_lines"}}},
+       "labels": {label: pairs}, "entailment_vs_neutral": {"cosine": {"errors",
+       "comparisons", "error_rate"}, "distance": {...}},
+       "entailment_vs_contradiction": {...}, "skipped": {"blank_lines"}}},
      "triplets": {"<file name>": {triplet_errors..., "skipped": {"blank_lines"}}},
-     "_mean": {"entailment_vs_neutral", "entailment_vs_contradiction",
+     "_mean": {"entailment_vs_neutral_cosine", "entailment_vs_neutral_distance",
+       "entailment_vs_contradiction_cosine", "entailment_vs_contradiction_distance",
        "triplets_cosine", "triplets_euclidean"}: error rates averaged over
-       XNLI pairs (the first two) and triplet files (None when absent)}.
+       XNLI pairs (the paper's average over language pairs) and triplet files
+       (None when absent)}.
   """
   root = pathlib.Path(folder)
   if root.name.startswith(XNLI_PREFIX) and (root / f"{split}.tsv").is_file():
@@ -233,31 +234,38 @@ def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
     raise ValueError(f"{root}: found neither {TRIPLETS_DIR}/*.tsv nor "
                      f"{XNLI_PREFIX}<lang>/{split}.tsv; point pair_ranking at a data root "
                      f"holding one of them.")
-  results = {"xnli": _evaluate_xnli(encoder, nli_paths, cross_lingual),
-             "triplets": {p.name: _evaluate_triplet_file(encoder, p) for p in triplet_paths}}
+  documents = documents or encoder
+  results = {"xnli": _evaluate_xnli(encoder, documents, nli_paths, cross_lingual),
+             "triplets": {p.name: _evaluate_triplet_file(encoder, documents, p)
+                          for p in triplet_paths}}
   results["_mean"] = _means(results)
   return results
 
 
-def _evaluate_xnli(encoder, paths: Mapping[str, pathlib.Path], cross_lingual: bool) -> dict:
+def _evaluate_xnli(encoder, documents, paths: Mapping[str, pathlib.Path],
+                   cross_lingual: bool) -> dict:
   read = {lang: read_nli(path) for lang, path in paths.items()}
   rows = {lang: r for lang, (r, _) in read.items()}
   pairs = language_pairs(rows, paths) if cross_lingual else [(lang, lang) for lang in rows]
   results = {}
   for l1, l2 in pairs:
-    result = evaluate_nli(encoder, rows[l1], rows[l2], desc=f"xnli {l1}-{l2}")
-    result["skipped"]["blank_lines"] = read[l1][1] + (read[l2][1] if l2 != l1 else 0)
-    results[f"{l1}-{l2}"] = {"premise_language": l1, "hypothesis_language": l2, **result}
+    result = evaluate_nli(encoder, rows[l1], rows[l2], documents=documents,
+                          desc=f"xnli {l1}-{l2}")
+    blank = read[l1][1] + (read[l2][1] if l2 != l1 else 0)
+    results[f"{l1}-{l2}"] = {"premise_language": l1, "hypothesis_language": l2, **result,
+                             "skipped": {"blank_lines": blank}}
   return results
 
 
-def _evaluate_triplet_file(encoder, path: pathlib.Path) -> dict:
+def _evaluate_triplet_file(encoder, documents, path: pathlib.Path) -> dict:
   triplets, blank = read_triplets(path)
   if not triplets:
     raise ValueError(f"{path}: no triplets; add anchor<TAB>positive<TAB>negative lines or "
                      f"remove the file.")
-  vectors = [encoder.encode(list(column), desc=f"triplets {path.name}")
-             for column in zip(*triplets)]
+  anchors, positives, negatives = (list(column) for column in zip(*triplets))
+  vectors = [encoder.encode(anchors, desc=f"triplets {path.name} anchors"),
+             documents.encode(positives, desc=f"triplets {path.name} positives"),
+             documents.encode(negatives, desc=f"triplets {path.name} negatives")]
   return {**triplet_errors(*vectors), "skipped": {"blank_lines": blank}}
 
 
@@ -268,13 +276,10 @@ def _mean(values: list) -> float | None:
 
 def _means(results: Mapping) -> dict:
   xnli, triplets = results["xnli"].values(), results["triplets"].values()
-  return {
-      "entailment_vs_neutral": _mean([r["entailment_vs_neutral"]["error_rate"] for r in xnli]),
-      "entailment_vs_contradiction": _mean(
-          [r["entailment_vs_contradiction"]["error_rate"] for r in xnli]),
-      "triplets_cosine": _mean([r["cosine_error_rate"] for r in triplets]),
-      "triplets_euclidean": _mean([r["euclidean_error_rate"] for r in triplets]),
-  }
+  means = {f"{what}_{measure}": _mean([r[what][measure]["error_rate"] for r in xnli])
+           for what in COMPARISONS for measure in MEASURES}
+  return {**means, "triplets_cosine": _mean([r["cosine_error_rate"] for r in triplets]),
+          "triplets_euclidean": _mean([r["euclidean_error_rate"] for r in triplets])}
 
 
 # ---------------------------------------------------------------- report
@@ -288,16 +293,13 @@ def table(results: Mapping) -> str:
   """Markdown: XNLI pairs, then triplet files; error rates ×100 (lower is better)."""
   blocks = []
   if results["xnli"]:
-    lines = ["| XNLI pair | e ≤ n err % | e ≤ c err % | triplet cos err % | "
-              "triplet euclid err % | premises | skipped premises |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| XNLI pair | e vs n cos err % | e vs n dist err % | e vs c cos err % | "
+             "e vs c dist err % | comparisons each |", "|---|---:|---:|---:|---:|---:|"]
     for pair, r in results["xnli"].items():
-      skipped = sum(v for k, v in r["skipped"].items() if k.startswith("premises_"))
-      lines.append(f"| {pair} | {_pct(r['entailment_vs_neutral']['error_rate'])} | "
-                   f"{_pct(r['entailment_vs_contradiction']['error_rate'])} | "
-                   f"{_pct(r['triplets']['cosine_error_rate'])} | "
-                   f"{_pct(r['triplets']['euclidean_error_rate'])} | {r['premises']} | "
-                   f"{skipped} |")
+      cells = [_pct(r[what][measure]["error_rate"]) for what in COMPARISONS
+               for measure in MEASURES]
+      lines.append(f"| {pair} | {' | '.join(cells)} | "
+                   f"{r['entailment_vs_neutral']['cosine']['comparisons']:,} |")
     blocks.append("\n".join(lines))
   if results["triplets"]:
     lines = ["| triplet file | n | cosine err % | euclid err % |", "|---|---:|---:|---:|"]

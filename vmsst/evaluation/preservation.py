@@ -3,37 +3,49 @@ r"""Query-tower tuning: triplet improvement, and multilingual quality before vs 
   python -m vmsst.evaluation.preservation --before=runs/contrastive_cpu \
       --after=runs/query_tower_cpu --data_dir=../shared/data --output=runs/preservation
 
+Everything is measured as the dual encoder is deployed (Vasilyev et al. 2022,
+§2.2): the query side (a triplet's anchor, an XNLI premise, an STS pair's
+first sentence, a Tatoeba query) by the query tower, the document side
+(positive, negative, hypothesis, second sentence, Tatoeba candidates) by the
+document tower. Before tuning both towers are the original model; after it,
+the query tower is the tuned one and the document tower the frozen copy
+saved in the tuned run's checkpoint (`query_tower.restore_document_tower`),
+never the tuned tower.
+
 Triplets. N_e counts the held-out triplets the original model ranks wrongly
 (s(a, p) <= s(a, n), ties are errors: pair_ranking.triplet_errors), N_e' the
-same with the anchor (the query) from the tuned query tower and positive and
-negative (the documents) from the frozen document tower. The document tower
-is an exact copy of the original model, so the original model encodes the
-documents in both counts. The improvement is I = (N_e − N_e') / N_e
-(None when N_e = 0), for cosine and for Euclidean ranking. Default held-out
-triplets: STSb test built by tasks/triplets.py (training uses STSb train).
+same after tuning. The improvement is I = (N_e − N_e') / N_e (§3.2, Eq. 1;
+None when N_e = 0), for cosine and for Euclidean ranking (the paper's c% and
+d%). Default held-out triplets: STSb test built by tasks/triplets.py
+(training uses STSb train).
 
-Preservation. The evaluation suite of #3 runs on the original and on the
-tuned encoder (the query tower, as `vmsst.evaluate` sees it); every language
-pair gives one comparison with a two-tailed z-test at |z| > 1.96:
-  * xnli: XNLI-style error counts (pair_ranking), entailed vs neutral and
-    entailed vs contradiction, per premise-hypothesis language pair;
-  * sts: STSb-multi-mt Spearman correlation per ordered language pairing;
-  * tatoeba: retrieval accuracy per language, xx→eng and eng→xx.
+Preservation. Every language pair gives one comparison per check, with a
+two-tailed z-test at |z| > 1.96 (§3.2: "Z-value for two-tailed test exceeds
+1.96"):
+  * xnli: the paper's error counts (pair_ranking: every entailment pair
+    against every neutral / contradiction pair, 2,788,900 comparisons each on
+    the test split), by cosine and by distance (the paper's c+/- and d+/-),
+    per premise-hypothesis language pair;
+  * sts: STSb-multi-mt Spearman correlation per ordered language pairing
+    (not in the paper: an extra multilingual view);
+  * tatoeba: retrieval accuracy per language, xx→eng and eng→xx (likewise).
 Error rates and accuracies use the two-proportion z-test with the pooled
-proportion. It treats before and after as independent samples although they
-share the items; for positively correlated paired outcomes this overstates
-the variance of the difference, so it errs towards "no change" (a paired
-McNemar test would be sharper). Correlations use Fisher's z,
-atanh(r₂) − atanh(r₁) over sqrt(c/(n₁ − 3) + c/(n₂ − 3)), c = 1.06 for
+proportion, n = the comparisons (the paper does not give its z formula; this
+is the textbook one). It treats before and after as independent samples
+although they share the items; for positively correlated paired outcomes
+this overstates the variance of the difference, so it errs towards "no
+change" (a paired McNemar test would be sharper). Correlations use Fisher's
+z, atanh(r₂) − atanh(r₁) over sqrt(c/(n₁ − 3) + c/(n₂ − 3)), c = 1.06 for
 Spearman (Fieller, Hartley & Pearson 1957), likewise independent-sample.
 Each row's verdict is better / worse / same; the counts of significantly
-better and worse pairs are reported per check and overall.
+better and worse pairs are reported per check and overall (the paper's
+"+/−" cells).
 """
 
 import json
 import math
 import pathlib
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 from absl import app
@@ -44,10 +56,17 @@ from vmsst.evaluation import encoders
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import similarity
 from vmsst.evaluation import sts
+from vmsst.evaluation import sts_files
 from vmsst.evaluation import tatoeba
 
 CRITICAL_Z = 1.96
 SPEARMAN_VARIANCE = 1.06
+
+
+class Towers(NamedTuple):
+  """The two sides of a dual encoder as deployed."""
+  queries: encoders.UniqueSentences
+  documents: encoders.UniqueSentences
 
 
 def improvement(errors_before: int, errors_after: int) -> float | None:
@@ -88,17 +107,22 @@ def _row(check: str, pair: str, before: float, after: float, z: float, n: int,
 
 
 def xnli_rows(before: Mapping, after: Mapping) -> list[dict]:
-  """Rows of two pair_ranking.evaluate results (error rates ×100, lower is better)."""
+  """Rows of two pair_ranking.evaluate results (error rates ×100, lower is better).
+
+  One row per language pair, comparison (vs neutral, vs contradiction) and
+  measure (cosine, distance): the paper's four XNLI columns.
+  """
   rows = []
   for pair, b in before["xnli"].items():
     a = after["xnli"][pair]
-    for what in ("entailment_vs_neutral", "entailment_vs_contradiction"):
-      eb, ea = b[what], a[what]
-      if not eb["comparisons"]:
-        continue
-      z = two_proportion_z(eb["errors"], eb["comparisons"], ea["errors"], ea["comparisons"])
-      rows.append(_row(f"xnli {what}", pair, eb["error_rate"], ea["error_rate"], z,
-                       eb["comparisons"], higher_is_better=False))
+    for what in pair_ranking.COMPARISONS:
+      for measure in pair_ranking.MEASURES:
+        eb, ea = b[what][measure], a[what][measure]
+        if not eb["comparisons"]:
+          continue
+        z = two_proportion_z(eb["errors"], eb["comparisons"], ea["errors"], ea["comparisons"])
+        rows.append(_row(f"xnli {what} {measure}", pair, eb["error_rate"], ea["error_rate"], z,
+                         eb["comparisons"], higher_is_better=False))
   return rows
 
 
@@ -147,57 +171,116 @@ def cosine_triplet_loss(anchor: np.ndarray, positive: np.ndarray, negative: np.n
   return float(np.mean(np.maximum(hinge, 0.0)))
 
 
-def triplet_evaluation(original: encoders.UniqueSentences, tuned: encoders.UniqueSentences,
-                       triplets: Sequence[tuple[str, str, str]], *, margin: float = 0.1) -> dict:
-  """N_e (original everywhere), N_e' (tuned anchors, original documents), I, held-out loss.
+def triplet_evaluation(before: Towers, after: Towers, triplets: Sequence[tuple[str, str, str]],
+                       *, margin: float = 0.1) -> dict:
+  """N_e (before), N_e' (after), I and the held-out cosine triplet loss.
 
-  `margin` is the cosine hinge's m for "loss_before" / "loss_after" (the
-  QueryTower training loss, on held-out triplets).
+  Anchors are queries, positives and negatives documents, each embedded by
+  its tower. `margin` is the cosine hinge's m for "loss_before" /
+  "loss_after" (the QueryTower training loss, on held-out triplets).
   """
-  anchors, positives, negatives = (list(c) for c in zip(*triplets))
-  documents = [original.encode(positives, "positives"), original.encode(negatives, "negatives")]
-  anchors_before, anchors_after = (e.encode(anchors, "anchors") for e in (original, tuned))
-  before = pair_ranking.triplet_errors(anchors_before, *documents)
-  after = pair_ranking.triplet_errors(anchors_after, *documents)
-  return {"before": before, "after": after, "margin": margin,
-          "loss_before": cosine_triplet_loss(anchors_before, *documents, margin),
-          "loss_after": cosine_triplet_loss(anchors_after, *documents, margin),
-          **{f"improvement_{kind}": improvement(before[f"{kind}_errors"],
-                                                after[f"{kind}_errors"])
+  columns = [list(c) for c in zip(*triplets)]
+  embedded = {}
+  for when, towers in (("before", before), ("after", after)):
+    embedded[when] = (towers.queries.encode(columns[0], "anchors"),
+                      towers.documents.encode(columns[1], "positives"),
+                      towers.documents.encode(columns[2], "negatives"))
+  counts = {when: pair_ranking.triplet_errors(*vectors) for when, vectors in embedded.items()}
+  return {**counts, "margin": margin,
+          **{f"loss_{when}": cosine_triplet_loss(*vectors, margin)
+             for when, vectors in embedded.items()},
+          **{f"improvement_{kind}": improvement(counts["before"][f"{kind}_errors"],
+                                                counts["after"][f"{kind}_errors"])
              for kind in ("cosine", "euclidean")}}
 
 
+def stsb_multi_mt(towers: Towers, folder: pathlib.Path, *,
+                  languages: Sequence[str] | None = None, split: str = "test") -> dict:
+  """sts.evaluate_stsb_multi_mt's "pairs", asymmetric: sentence1 a query, sentence2 a document.
+
+  Pairing l1-l2 scores the query tower's sentence1 of row i in l1 against
+  the document tower's sentence2 of row i in l2, with row i's English gold.
+  """
+  languages = list(languages or sts.STSB_MULTI_MT_LANGUAGES)
+  english = sts_files.read_stsb_multi_mt(folder, "en", split)
+  queries, documents = {}, {}
+  for language in languages:
+    pairs = sts_files.read_stsb_multi_mt(folder, language, split)
+    sts_files.check_aligned(english, pairs, f"stsb-{language}-{split}")
+    queries[language] = towers.queries.encode(pairs.sentences1, f"STSb-MT {language} queries")
+    documents[language] = towers.documents.encode(pairs.sentences2,
+                                                  f"STSb-MT {language} documents")
+  return {"pairs": {
+      f"{l1}-{l2}": {"lang1": l1, "lang2": l2, **sts.correlations(
+          similarity.paired_cosine(queries[l1], documents[l2]), english.gold, f"{l1}-{l2}")}
+      for l1 in languages for l2 in languages}}
+
+
+def tatoeba_retrieval(towers: Towers, folder: pathlib.Path, *,
+                      languages: Sequence[str] | None = None) -> dict:
+  """tatoeba.evaluate's per-language accuracies, asymmetric: queries by the query tower.
+
+  xx2en retrieves among the document tower's English sentences with the
+  query tower's xx sentences; en2xx the other way round.
+  """
+  present = tatoeba.available_languages(folder)
+  missing = sorted(set(languages or ()) - set(present))
+  if not present or missing:
+    raise FileNotFoundError(f"Tatoeba languages {missing or 'any'} have no files under "
+                            f"{folder}; present: {' '.join(present) or 'none'}.")
+  results = {}
+  for code in languages or present:
+    source, english = tatoeba.read_pairs(folder, code)
+    embed = lambda tower, texts, what: tower.encode(texts, f"tatoeba {code} {what}")
+    xx2en = tatoeba.retrieval_accuracy(embed(towers.queries, source, "queries"),
+                                       embed(towers.documents, english, "documents"))
+    en2xx = tatoeba.retrieval_accuracy(embed(towers.queries, english, "queries"),
+                                       embed(towers.documents, source, "documents"))
+    results[code] = {"xx2en": 100 * xx2en, "en2xx": 100 * en2xx, "n": len(source)}
+  return results
+
+
 def evaluate(original: encoders.Encoder, tuned: encoders.Encoder, data_dir: str | pathlib.Path,
-             *, triplets: Sequence[tuple[str, str, str]] | None = None,
+             *, documents: encoders.Encoder | None = None,
+             triplets: Sequence[tuple[str, str, str]] | None = None,
              sts_languages: Sequence[str] | None = None,
              tatoeba_languages: Sequence[str] | None = None, margin: float = 0.1,
              progress: bool = True) -> dict:
   """The triplet counts and every preservation row; a missing data folder is skipped and named.
 
+  Args:
+    original: the model before tuning (both towers before).
+    tuned: the tuned query tower.
+    documents: the tuned model's frozen document tower (default: `original`,
+      which it is a bit-identical copy of).
   Returns:
     {"triplets": triplet_evaluation | None, "rows": [row], "counts":
      count_verdicts(rows), "skipped": [folder names not found]}.
   """
   data_dir = pathlib.Path(data_dir)
-  original, tuned = (encoders.UniqueSentences(e, progress=progress) for e in (original, tuned))
+  wrap = lambda e: encoders.UniqueSentences(e, progress=progress)
+  original_towers = wrap(original)
+  before = Towers(original_towers, original_towers)
+  after = Towers(wrap(tuned), original_towers if documents is None else wrap(documents))
   if triplets is None and (data_dir / "stsb").is_dir():
     from tasks import triplets as triplets_lib  # pylint: disable=import-outside-toplevel
     triplets = triplets_lib.stsb_triplets(data_dir / "stsb", "test")[0]
-  results = {"triplets": (triplet_evaluation(original, tuned, triplets, margin=margin)
+  results = {"triplets": (triplet_evaluation(before, after, triplets, margin=margin)
                           if triplets else None),
              "rows": [], "skipped": []}
   suites = {
-      "xnli_de": (lambda enc, folder: pair_ranking.evaluate(enc, folder), xnli_rows),
-      "stsb-multi-mt": (lambda enc, folder: sts.evaluate_stsb_multi_mt(
-          enc, folder, languages=sts_languages), sts_rows),
-      tatoeba.FOLDER: (lambda enc, folder: tatoeba.evaluate(
-          enc, folder, languages=tatoeba_languages), tatoeba_rows),
+      "xnli_de": (lambda towers, folder: pair_ranking.evaluate(
+          towers.queries, folder, documents=towers.documents), xnli_rows),
+      "stsb-multi-mt": (lambda towers, folder: stsb_multi_mt(
+          towers, folder, languages=sts_languages), sts_rows),
+      tatoeba.FOLDER: (lambda towers, folder: tatoeba_retrieval(
+          towers, folder, languages=tatoeba_languages), tatoeba_rows),
   }
   for folder, (run, rows) in suites.items():
     if not (data_dir / folder).is_dir():
       results["skipped"].append(folder)
       continue
-    results["rows"] += rows(run(original, data_dir / folder), run(tuned, data_dir / folder))
+    results["rows"] += rows(run(before, data_dir / folder), run(after, data_dir / folder))
   results["counts"] = count_verdicts(results["rows"])
   return results
 
@@ -234,10 +317,13 @@ FLAGS = flags.FLAGS
 def main(argv: Sequence[str]) -> None:
   del argv
   from vmsst import inference  # pylint: disable=import-outside-toplevel
+  from vmsst.objectives import query_tower  # pylint: disable=import-outside-toplevel
   original = inference.CheckpointEncoder.from_model_dir(FLAGS.before)
   tuned = inference.CheckpointEncoder.from_model_dir(FLAGS.after)
+  documents = inference.CheckpointEncoder(query_tower.restore_document_tower(FLAGS.after),
+                                          name="document_tower")
   triplets = pair_ranking.read_triplets(FLAGS.triplets)[0] if FLAGS.triplets else None
-  results = evaluate(original, tuned, FLAGS.data_dir, triplets=triplets,
+  results = evaluate(original, tuned, FLAGS.data_dir, documents=documents, triplets=triplets,
                      sts_languages=FLAGS.sts_languages,
                      tatoeba_languages=FLAGS.tatoeba_languages, margin=FLAGS.margin)
   output = pathlib.Path(FLAGS.output)
