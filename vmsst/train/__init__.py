@@ -38,6 +38,7 @@ from clu import metric_writers
 
 from tasks import registry
 from vmsst import checkpointing
+from vmsst import early_stopping as early_stopping_lib
 from vmsst import inference
 from vmsst import models
 from vmsst import param_files
@@ -185,7 +186,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
           optimizer: optax.GradientTransformation = gin.REQUIRED,
           register_tasks=None, evaluator: RetrievalEvaluator | None = None,
           seed: int = 0, log_every: int = 50, eval_every: int = 0,
-          init_params: str | None = None, skip_nonfinite_steps: int = 0) -> dict[str, Any]:
+          init_params: str | None = None, skip_nonfinite_steps: int = 0,
+          early_stopping: early_stopping_lib.EarlyStopping | None = None) -> dict[str, Any]:
   """Trains `model` on `mixture_name` for `train_steps`; resumes from model_dir.
 
   Args:
@@ -213,6 +215,9 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
       still advances so the data position stays that of the step) and stops
       only after more than n bad steps in a row. Skips are logged and counted
       (`skipped_steps`).
+    early_stopping: stops before `train_steps` once the evaluator's watched
+      metrics stop falling for `patience` evaluations (vmsst/early_stopping.py);
+      needs `evaluator` and `eval_every` (the epoch).
   Returns:
     {"start_step", "step", "final_metrics", "loss_history" [(step, loss)],
      "retrieval", "params", "skipped_steps"} for callers and tests.
@@ -244,6 +249,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   elif init_params:
     logging.info("init_params %s ignored: resuming from the checkpoint", init_params)
   start_step = int(state.step)
+  if early_stopping is not None and early_stopping.resume(evaluator, eval_every):
+    return _nothing_to_do(start_step, start_step, state)
   if start_step >= train_steps:
     return _nothing_to_do(start_step, train_steps, state)
   _write_operative_config(model_dir)
@@ -292,7 +299,10 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
         _save_and_exit(manager, step, state, saved=saving, writer=writer, progress=progress,
                        signum=preemption.signum)
       if eval_every and step % eval_every == 0 and step != train_steps:
-        evaluate(evaluator, trainer, state.params, step, writer)
+        results = evaluate(evaluator, trainer, state.params, step, writer)
+        if early_stopping is not None and early_stopping.observe(step, results, state.params):
+          state = early_stopping.save_final(manager, step, state)
+          break
   progress.close()
   retrieval = evaluate(evaluator, trainer, state.params, int(state.step), writer)
   manager.wait_until_finished()
