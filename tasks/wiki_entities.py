@@ -2,7 +2,7 @@ r"""Sentences and their hyperlinked entities from a MediaWiki XML dump (EASE dat
 
   python -m tasks.wiki_entities \
       --dump=../shared/data/wiki_entity_sample/enwiki-pages-articles-sample.xml.bz2 \
-      --output=runs/wiki_entities --min_links=1
+      --output=runs/wiki_entities
 
 writes OUTPUT/examples.jsonl (one line per (sentence, entity) example:
 {"text", "lang", "entity", "hard_negatives", "page", "split"}), OUTPUT/entities.tsv
@@ -15,15 +15,24 @@ counts links per entity, pass 2 writes examples), so memory holds the entity
 counts, not the dump. Per page: redirects and non-article namespaces are
 skipped; templates, refs, comments, tables, files, categories, headings and
 bold/italic quotes are stripped; [[Target|anchor]] becomes "anchor" and links
-Target. An entity is kept if linked more than `min_links` times.
+Target. An entity is kept if linked more than `min_links` times (default 10,
+EASE §3.1: "entities that appear more than ten times as hyperlinks"; a small
+fixture dump sets it lower).
 
 Optional tables (UTF-8, one `key<TAB>value` a line; blank lines and lines
 starting with '#' ignored; titles are normalised like link targets):
   interlanguage: title -> language-independent id (e.g. a Wikidata Q-id). When
-    given, entities are keyed by id and links to titles without one are dropped.
-  types: entity key (id when an interlanguage table is given) -> type. When
-    given, each example gets `num_hard_negatives` entities of its entity's type
-    that are not linked on the example's page, drawn with a stateless seed.
+    given, entities are keyed by id and links to titles without one are dropped
+    (meta.json's "entity_keys" says which: Wikipedia2Vec vectors, keyed by
+    title, then need a title -> id table to meet the vocabulary).
+  types: entity key (id when an interlanguage table is given) -> type, one line
+    per (entity, type): an entity may have several (Wikidata "instance of").
+    When given, each example gets `num_hard_negatives` entities of its entity's
+    type that are not linked on the example's page; an entity with several
+    types draws from one of them, chosen at random once per entity (EASE §3.2:
+    "If there are more than one appropriate type, we randomly choose one"; the
+    authors' build_type_hardnegative_dataset.py picks per entity). Every draw
+    uses a stateless seed.
 Every skip is counted: pages/links/sentences read = kept + skipped per reason.
 """
 
@@ -45,6 +54,9 @@ NAMESPACE_PREFIXES = {"file", "image", "media", "category", "template", "wikiped
                       "wiktionary", "commons", "s", "q", "b", "n", "v", "d", "meta", "mw"}
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 PADDING = -1  # a hard-negative slot without a candidate (also the id of a missing entity)
+# EASE §3.1 keeps entities "that appear more than ten times as hyperlinks".
+PAPER_MIN_LINKS = 10
+KEYS_TITLE, KEYS_ID = "title", "interlanguage_id"  # meta.json "entity_keys"
 
 
 @dataclasses.dataclass
@@ -73,9 +85,8 @@ def normalize_title(title: str) -> str:
   return title[:1].upper() + title[1:]
 
 
-def read_table(path: str, what: str) -> dict[str, str]:
-  """A `key<TAB>value` file -> {normalised key: value}; a bad line names file:line and the fix."""
-  table = {}
+def _table_rows(path: str, what: str) -> Iterator[tuple[str, str]]:
+  """(normalised key, value) of each `key<TAB>value` line; a bad line names file:line and the fix."""
   with open(path, encoding="utf-8") as f:
     for number, line in enumerate(f, 1):
       line = line.rstrip("\n")
@@ -85,8 +96,21 @@ def read_table(path: str, what: str) -> dict[str, str]:
       if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
         raise ValueError(f"{path}:{number}: expected '<title><TAB><{what}>' (2 non-empty "
                          f"tab-separated fields), got {line!r}; fix or delete the line.")
-      table[normalize_title(fields[0])] = fields[1].strip()
-  return table
+      yield normalize_title(fields[0]), fields[1].strip()
+
+
+def read_table(path: str, what: str) -> dict[str, str]:
+  """A `key<TAB>value` file -> {normalised key: value} (a repeated key: the last line wins)."""
+  return dict(_table_rows(path, what))
+
+
+def read_multi_table(path: str, what: str) -> dict[str, list[str]]:
+  """A `key<TAB>value` file whose keys may repeat -> {normalised key: [values, first seen first]}."""
+  table: dict[str, list[str]] = collections.defaultdict(list)
+  for key, value in _table_rows(path, what):
+    if value not in table[key]:
+      table[key].append(value)
+  return dict(table)
 
 
 def iter_pages(dump: str) -> Iterator[tuple[str, int, bool, str]]:
@@ -224,20 +248,25 @@ def stable_unit(*parts) -> float:
   return int.from_bytes(digest[:8], "little") / 2.0**64
 
 
+def chosen_type(entity: str, types: Mapping[str, Sequence[str]], seed: int) -> str | None:
+  """One of `entity`'s types, picked by a stateless draw on (seed, entity); None if it has none."""
+  options = types.get(entity, ())
+  return options[int(stable_unit(seed, "type", entity) * len(options))] if options else None
+
+
 def hard_negatives(entity: str, page_entities: set[str], by_type: Mapping[str, Sequence[str]],
-                   types: Mapping[str, str], count: int, seed: int) -> list[str]:
-  """`count` entities of `entity`'s type not on the page (linked there, or the page itself).
+                   entity_type: str | None, count: int, seed: int) -> list[str]:
+  """`count` entities of type `entity_type` not on the page (linked there, or the page itself).
 
   Ordered by a hash of (seed, entity, candidate): stateless, so the same dump
   and seed give the same negatives whatever the reading order.
   """
-  candidates = [e for e in by_type.get(types.get(entity, ""), ())
-                if e != entity and e not in page_entities]
+  candidates = [e for e in by_type.get(entity_type, ()) if e != entity and e not in page_entities]
   candidates.sort(key=lambda e: stable_unit(seed, entity, e))
   return candidates[:count]
 
 
-def extract(dump: str, *, min_links: int = 0, interlanguage: str | None = None,
+def extract(dump: str, *, min_links: int = PAPER_MIN_LINKS, interlanguage: str | None = None,
             types: str | None = None, num_hard_negatives: int = 1, heldout_fraction: float = 0.0,
             seed: int = 0, lang: str = "eng", min_words: int = 4):
   """Examples, the entity vocabulary and the counts of one dump (two streaming passes).
@@ -246,7 +275,7 @@ def extract(dump: str, *, min_links: int = 0, interlanguage: str | None = None,
     dump: a MediaWiki pages-articles XML file (.bz2 or plain).
     min_links: keep entities linked more than this many times (in kept sentences).
     interlanguage: optional title -> language-independent id table (module doc).
-    types: optional entity -> type table; enables hard negatives.
+    types: optional entity -> types table (one line per type); enables hard negatives.
     num_hard_negatives: H per example when `types` is given (0 without it).
     heldout_fraction: share of sentences (by a seeded hash of the text) in the
       "validation" split; a validation example whose entity has no training
@@ -255,19 +284,21 @@ def extract(dump: str, *, min_links: int = 0, interlanguage: str | None = None,
     lang: canonical language code of the dump's text.
     min_words: shorter sentences are skipped (counted).
   Returns:
-    (examples: list of dicts, entities: list of (key, count, type), counts: Counts).
+    (examples: list of dicts, entities: list of (key, count, chosen type or ""),
+     counts: Counts).
   """
   ids = read_table(interlanguage, "id") if interlanguage else None
-  type_of = read_table(types, "type") if types else {}
+  types_of = read_multi_table(types, "type") if types else {}
   key = (lambda t: ids.get(t)) if ids is not None else (lambda t: t)
   linked = collections.Counter(k for s in article_sentences(dump, Counts(), min_words=min_words)
                                for k in map(key, s.titles) if k is not None)
   vocab = sorted((k for k, n in linked.items() if n > min_links), key=lambda k: (-linked[k], k))
   kept = set(vocab)
-  by_type = collections.defaultdict(list)
+  by_type = collections.defaultdict(list)  # a type -> every kept entity that has it
   for k in vocab:
-    if k in type_of:
-      by_type[type_of[k]].append(k)
+    for t in types_of.get(k, ()):
+      by_type[t].append(k)
+  type_of = {k: chosen_type(k, types_of, seed) for k in vocab}
   counts, sentences, page_entities = Counts(), [], collections.defaultdict(set)
   for sentence in article_sentences(dump, counts, min_words=min_words):
     entities = []
@@ -289,8 +320,8 @@ def extract(dump: str, *, min_links: int = 0, interlanguage: str | None = None,
   for sentence, entities in sentences:
     split = "validation" if stable_unit(seed, "split", sentence.text) < heldout_fraction else "train"
     for entity in entities:
-      negatives = hard_negatives(entity, page_entities[sentence.page], by_type, type_of, hard,
-                                 seed)
+      negatives = hard_negatives(entity, page_entities[sentence.page], by_type, type_of[entity],
+                                 hard, seed)
       counts.examples["hard_negative_slots_padded"] += hard - len(negatives)
       examples.append({"text": sentence.text, "lang": lang, "entity": entity,
                        "hard_negatives": negatives + [None] * (hard - len(negatives)),
@@ -301,10 +332,11 @@ def extract(dump: str, *, min_links: int = 0, interlanguage: str | None = None,
       example["split"] = "train"
       counts.examples["validation_moved_to_train_unseen_entity"] += 1
   counts.examples.update(e["split"] for e in examples)
-  return examples, [(k, linked[k], type_of.get(k, "")) for k in vocab], counts
+  return examples, [(k, linked[k], type_of[k] or "") for k in vocab], counts
 
 
-def write(output: str, examples, entities, counts: Counts, num_hard_negatives: int) -> None:
+def write(output: str, examples, entities, counts: Counts, num_hard_negatives: int, *,
+          entity_keys: str = KEYS_TITLE, min_links: int | None = None) -> None:
   """OUTPUT/examples.jsonl, entities.tsv and meta.json (see the module docstring)."""
   out = pathlib.Path(output)
   out.mkdir(parents=True, exist_ok=True)
@@ -314,7 +346,7 @@ def write(output: str, examples, entities, counts: Counts, num_hard_negatives: i
   with open(out / "entities.tsv", "w", encoding="utf-8") as f:
     f.writelines(f"{k}\t{n}\t{t}\n" for k, n, t in entities)
   meta = {"num_entities": len(entities), "num_hard_negatives": num_hard_negatives,
-          "counts": counts.as_dict()}
+          "entity_keys": entity_keys, "min_links": min_links, "counts": counts.as_dict()}
   (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
@@ -358,7 +390,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("--dump", required=True)
   parser.add_argument("--output", required=True)
-  parser.add_argument("--min_links", type=int, default=0)
+  parser.add_argument("--min_links", type=int, default=PAPER_MIN_LINKS,
+                      help="keep entities linked more than this many times (EASE §3.1: 10)")
   parser.add_argument("--interlanguage")
   parser.add_argument("--types")
   parser.add_argument("--num_hard_negatives", type=int, default=1)
@@ -370,7 +403,8 @@ def main(argv: Sequence[str] | None = None) -> None:
       args.dump, min_links=args.min_links, interlanguage=args.interlanguage, types=args.types,
       num_hard_negatives=args.num_hard_negatives, heldout_fraction=args.heldout_fraction,
       seed=args.seed, lang=args.lang)
-  write(args.output, examples, entities, counts, args.num_hard_negatives if args.types else 0)
+  write(args.output, examples, entities, counts, args.num_hard_negatives if args.types else 0,
+        entity_keys=KEYS_ID if args.interlanguage else KEYS_TITLE, min_links=args.min_links)
   print(f"{len(examples)} examples, {len(entities)} entities -> {args.output}")
   for unit, values in counts.as_dict().items():
     print(f"  {unit}: {values}")

@@ -1,6 +1,8 @@
 """Entity-contrastive (EASE): the loss by hand, masking, sharding, vector init, a real run."""
 
 import dataclasses
+import json
+import logging
 
 import gin
 import jax
@@ -60,6 +62,24 @@ def test_entity_contrast_2x2_with_a_hard_negative_block_by_hand():
   assert float(accuracy) == pytest.approx(0.5)  # row 0 right, row 1 picks h0
 
 
+def test_hard_negative_weight_raises_only_each_rows_own_hard_negatives():
+  # The 2x2 case above with w = 1.5 (the authors' code adds w to the diagonal of the
+  # hard-negative block): row 0's own is column 2 (h0), row 1's column 3 (h1).
+  tau, w = 0.5, 1.5
+  s = jnp.array([[1.0, 0.0], [0.0, 2.0]])
+  vectors = jnp.array([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 1.0], [-1.0, 0.0]]])
+  ids = jnp.array([[0, 2], [1, 3]], jnp.int32)
+  loss, accuracy = ec.entity_contrast(s, vectors, ids, _no_same_sentence(2), tau, w)
+  r = 1 / np.sqrt(2)
+  row0 = np.array([1.0, r, 0.0, -1.0]) / tau + np.array([0, 0, w, 0])  # [2, 1.41, 1.5, -2]
+  row1 = np.array([0.0, r, 1.0, 0.0]) / tau + np.array([0, 0, 0, w])  # [0, 1.41, 2, 1.5]
+  expected = 0.5 * ((_lse(row0) - row0[0]) + (_lse(row1) - row1[1]))
+  np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
+  assert float(accuracy) == pytest.approx(0.5)
+  unweighted, _ = ec.entity_contrast(s, vectors, ids, _no_same_sentence(2), tau)
+  assert float(loss) > float(unweighted) + 0.1  # the bonus makes each own negative harder
+
+
 def test_without_hard_negatives_it_is_in_batch_cross_entropy():
   s = jnp.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
   e = jnp.array([[[2.0, 0.0]], [[1.0, 1.0]], [[0.0, 3.0]]])
@@ -111,9 +131,11 @@ def _batch(ids):
   return batch
 
 
-def test_loss_is_self_contrast_of_two_dropout_views_plus_weighted_entity_term():
+def test_loss_is_self_contrast_at_tau_plus_lambda_times_entity_term_at_its_own_tau():
+  # λ = 0.3, τ_e = 2.0 (≠ the self-contrast's τ = 0.05), w = 1.0 on each row's own hard negative.
   model = MODELS["entity_contrastive"](DROPOUT, num_entities=6, num_hard_negatives=1,
-                                       entity_weight=0.3)
+                                       entity_weight=0.3, entity_temperature=2.0,
+                                       hard_negative_weight=1.0)
   params = vmsst_testing.init_params(model)
   batch = _batch([[0, 3], [1, 4], [2, -1], [5, 3]])
   rng = jax.random.key(3)
@@ -130,12 +152,18 @@ def test_loss_is_self_contrast_of_two_dropout_views_plus_weighted_entity_term():
       params["entities"]["projection"])
   tn = table / np.linalg.norm(table, axis=-1, keepdims=True)
   ids = batch["entities"]
-  logits = np.concatenate([n1 @ tn[ids[:, 0]].T, n1 @ tn[np.maximum(ids[:, 1], 0)].T], 1) / 0.05
+  logits = np.concatenate([n1 @ tn[ids[:, 0]].T, n1 @ tn[np.maximum(ids[:, 1], 0)].T], 1) / 2.0
+  logits[np.arange(4), 4 + np.arange(4)] += 1.0  # row i's own hard negative: column B + i
   logits[:, 6] = -np.inf  # row 2's padded hard negative
   entity_loss = np.mean([_lse(logits[i]) - logits[i, i] for i in range(4)])
   np.testing.assert_allclose(float(metrics["self_contrast_loss"]), self_loss, rtol=1e-4)
   np.testing.assert_allclose(float(metrics["entity_loss"]), entity_loss, rtol=1e-4)
   np.testing.assert_allclose(float(loss), self_loss + 0.3 * entity_loss, rtol=1e-4)
+  shared_tau = MODELS["entity_contrastive"](DROPOUT, num_entities=6, num_hard_negatives=1,
+                                            entity_weight=0.3, hard_negative_weight=1.0)
+  _, shared = shared_tau.loss_fn(params, batch, rng)
+  assert abs(float(shared["entity_loss"]) - entity_loss) > 0.1  # τ_e is really used
+  np.testing.assert_allclose(float(shared["self_contrast_loss"]), self_loss, rtol=1e-4)
 
 
 def test_needs_dropout_and_the_entities_feature():
@@ -175,29 +203,81 @@ def test_data4_model2_equals_one_device():
 # ------------------------------------------------------------ vector files
 
 
-def test_entity_table_starts_from_a_word2vec_text_or_npy_file(tmp_path):
+def _entity_dir(tmp_path, keys, entity_keys="title"):
   entity_dir = tmp_path / "entities"
   entity_dir.mkdir()
-  (entity_dir / "entities.tsv").write_text("Computer system\t3\t\nBraille\t2\t\nLinux\t2\t\n")
-  (entity_dir / "meta.json").write_text('{"num_entities": 3, "num_hard_negatives": 0}')
-  vectors = tmp_path / "vectors.txt"
-  dim = DROPOUT.emb_dim
-  line = lambda key, value: key + " " + " ".join([str(value)] * dim) + "\n"
-  vectors.write_text(f"3 {dim}\n" + line("ENTITY/Computer_system", 0.5) + line("Linux", -2)
-                     + line("Unrelated", 9))
+  (entity_dir / "entities.tsv").write_text("".join(f"{k}\t2\t\n" for k in keys))
+  (entity_dir / "meta.json").write_text(json.dumps(
+      {"num_entities": len(keys), "num_hard_negatives": 0, "entity_keys": entity_keys}))
+  return entity_dir
+
+
+def _vector_line(key, value, dim=DROPOUT.emb_dim):
+  return key + " " + " ".join([str(value)] * dim) + "\n"
+
+
+def test_wikipedia2vec_file_fills_entity_rows_from_entity_lines_only(tmp_path, caplog):
+  entity_dir = _entity_dir(tmp_path, ["1984", "Computer system", "Linux"])
+  vectors = tmp_path / "enwiki.txt"
+  # Wikipedia2Vec's save_text: words and "ENTITY/"-prefixed titles (spaces as '_') mixed.
+  # The word "1984" comes after the entity: it must not overwrite it; the word "Linux"
+  # must not stand in for the entity Linux, absent here.
+  vectors.write_text(f"6 {DROPOUT.emb_dim}\n" + _vector_line("ENTITY/1984", 0.5)
+                     + _vector_line("1984", 9) + _vector_line("ENTITY/computer_system", -2)
+                     + _vector_line("Linux", 7) + _vector_line("ENTITY/Unrelated", 3)
+                     + _vector_line("ENTITY/1984", 4))
+  caplog.set_level(logging.INFO)
   model = MODELS["entity_contrastive"](DROPOUT, entity_dir=str(entity_dir),
                                        entity_vectors=str(vectors))
   table = np.asarray(vmsst_testing.init_params(model)["entities"]["embedding"])
+  np.testing.assert_array_equal(table[0], 0.5)  # ENTITY/1984, not the word 1984 (9)
+  np.testing.assert_array_equal(table[1], -2.0)  # "computer_system" normalised as a link
+  assert np.abs(table[2]).std() > 0.1 and not np.any(table[2] == 7)  # Linux: random init
+  assert "2 rows matched, 1 unmatched" in caplog.text
+  _, found, counts = ec.load_entity_vectors(str(vectors), ["1984", "Computer system", "Linux"],
+                                            DROPOUT.emb_dim)
+  assert found.tolist() == [True, True, False]
+  assert counts == {"rows_matched": 2, "rows_unmatched": 1, "entity_lines": 4,
+                    "entity_lines_unused": 1, "entity_lines_duplicate": 1,
+                    "word_lines_skipped": 2}
+
+
+def test_interlanguage_keyed_vocabulary_matches_titles_through_the_id_table(tmp_path):
+  entity_dir = _entity_dir(tmp_path, ["Q208460", "Q68", "Q388"], entity_keys="interlanguage_id")
+  vectors = tmp_path / "enwiki.txt"
+  vectors.write_text(f"3 {DROPOUT.emb_dim}\n" + _vector_line("ENTITY/1984", 0.5)
+                     + _vector_line("1984", 9) + _vector_line("ENTITY/Computer_system", -2))
+  model = MODELS["entity_contrastive"](DROPOUT, entity_dir=str(entity_dir),
+                                       entity_vectors=str(vectors))
+  with pytest.raises(ValueError, match=r"interlanguage id.*EntityContrastive.entity_vector_ids"):
+    vmsst_testing.init_params(model)  # titles would silently match no Q-id
+  ids = tmp_path / "en_ids.tsv"
+  ids.write_text("1984\tQ208460\nComputer system\tQ68\nLinux\tQ388\n")
+  model = MODELS["entity_contrastive"](DROPOUT, entity_dir=str(entity_dir),
+                                       entity_vectors=str(vectors), entity_vector_ids=str(ids))
+  table = np.asarray(vmsst_testing.init_params(model)["entities"]["embedding"])
   np.testing.assert_array_equal(table[0], 0.5)
-  np.testing.assert_array_equal(table[2], -2.0)
-  assert np.abs(table[1]).std() > 0.1  # not in the file: keeps its random initialisation
+  np.testing.assert_array_equal(table[1], -2.0)
+  assert np.abs(table[2]).std() > 0.1  # Q388 (Linux) has no entity line: random init
+  title_dir = tmp_path / "titles"
+  title_dir.mkdir()
+  (title_dir / "meta.json").write_text('{"num_entities": 1, "num_hard_negatives": 0}')
+  with pytest.raises(ValueError, match="keys its entities by title"):
+    ec.entity_vector_keys(str(title_dir), str(ids))
+
+
+def test_entity_table_starts_from_an_npy_file_and_bad_lines_are_named(tmp_path):
+  keys = ["Computer system", "Braille", "Linux"]
+  entity_dir = _entity_dir(tmp_path, keys)
+  dim = DROPOUT.emb_dim
   npy = tmp_path / "vectors.npy"
   np.save(npy, np.arange(3 * dim, dtype=np.float32).reshape(3, dim))
   model = MODELS["entity_contrastive"](DROPOUT, entity_dir=str(entity_dir),
                                        entity_vectors=str(npy))
   table = np.asarray(vmsst_testing.init_params(model)["entities"]["embedding"])
   np.testing.assert_array_equal(table[:3], np.load(npy))
-  vectors.write_text(f"3 {dim}\nLinux 1 2\n")
+  vectors = tmp_path / "vectors.txt"
+  vectors.write_text(f"3 {dim}\nENTITY/Linux 1 2\n")
   with pytest.raises(ValueError, match=r"vectors.txt:2: 2 values, expected 32"):
     ec.load_entity_vectors(str(vectors), ["Linux"], dim)
 
@@ -211,7 +291,10 @@ def test_short_run_on_the_wikipedia_sample_improves_held_out_entity_retrieval(
     pytest.skip(f"{SAMPLE} not found (../shared/data/wiki_entity_sample)")
   from tasks import wiki_entities  # pylint: disable=import-outside-toplevel
   entity_dir = tmp_path / "entities"
-  wiki_entities.main([f"--dump={SAMPLE}", f"--output={entity_dir}", "--heldout_fraction=0.5"])
+  # --min_links=0: the 2-article fixture links most entities once (the paper's 10 would
+  # leave almost nothing).
+  wiki_entities.main([f"--dump={SAMPLE}", f"--output={entity_dir}", "--heldout_fraction=0.5",
+                      "--min_links=0"])
   texts, _, ids = wiki_entities.load_split(str(entity_dir), "validation")
   # Most of the sample's 205 entities are linked once; 8 held-out sentences link an entity
   # that training sentences link too (their anchor words are a learnable cue).

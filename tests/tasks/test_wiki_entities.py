@@ -33,7 +33,9 @@ def _sum_skipped(counter):
 def sample():
   if not SAMPLE.exists():
     pytest.skip(f"{SAMPLE} not found (../shared/data/wiki_entity_sample)")
-  return we.extract(str(SAMPLE), heldout_fraction=0.5)
+  # The 2-article fixture: most entities are linked once, so the paper's threshold (10)
+  # would leave almost nothing; keep every linked entity.
+  return we.extract(str(SAMPLE), heldout_fraction=0.5, min_links=0)
 
 
 def test_sample_dump_real_content_and_counts_add_up(sample):
@@ -111,13 +113,13 @@ def test_interlanguage_table_maps_titles_to_ids_and_drops_unmapped(tmp_path):
                                    "at [[Mainz]] city.")])
   table = tmp_path / "ill.tsv"
   table.write_text("# title<TAB>id\nrhine river\tQ584\n\nMain (river)\tQ1670\n")
-  examples, entities, counts = we.extract(dump, interlanguage=str(table))
+  examples, entities, counts = we.extract(dump, interlanguage=str(table), min_links=0)
   assert [e["entity"] for e in examples] == ["Q584", "Q1670"]
   assert sorted(k for k, _, _ in entities) == ["Q1670", "Q584"]
   assert counts.links["skipped_no_interlanguage_id"] == 1  # Mainz
   table.write_text("Rhine\tQ584\nMainz Q1707\n")
   with pytest.raises(ValueError, match=r"ill.tsv:2: expected '<title><TAB><id>'.*fix or delete"):
-    we.extract(dump, interlanguage=str(table))
+    we.extract(dump, interlanguage=str(table), min_links=0)
 
 
 def test_hard_negatives_share_the_type_and_are_not_on_the_page(tmp_path):
@@ -128,16 +130,18 @@ def test_hard_negatives_share_the_type_and_are_not_on_the_page(tmp_path):
   types = tmp_path / "types.tsv"
   types.write_text("Paris\tcity\nLyon\tcity\nBerlin\tcity\nMunich\tcity\nRome\tcity\n"
                    "Seine\triver\nDanube\triver\n")
-  examples, _, counts = we.extract(dump, types=str(types), num_hard_negatives=2, seed=1)
+  examples, _, counts = we.extract(dump, types=str(types), num_hard_negatives=2, seed=1,
+                                   min_links=0)
   by_entity = {e["entity"]: e["hard_negatives"] for e in examples}
   # Same type (city), not on the page "Rome" (neither Lyon, linked there, nor Rome itself).
   assert sorted(by_entity["Paris"]) == ["Berlin", "Munich"]
   assert sorted(by_entity["Berlin"]) == ["Lyon", "Paris"]
   assert by_entity["Seine"] == ["Danube", None] and by_entity["Danube"] == ["Seine", None]
   assert counts.examples["hard_negative_slots_padded"] == 2
-  again, _, _ = we.extract(dump, types=str(types), num_hard_negatives=2, seed=1)
+  again, _, _ = we.extract(dump, types=str(types), num_hard_negatives=2, seed=1, min_links=0)
   assert again == examples  # stateless: the same seed gives the same negatives
-  draws = {tuple(we.extract(dump, types=str(types), num_hard_negatives=1, seed=s)[0][0]
+  draws = {tuple(we.extract(dump, types=str(types), num_hard_negatives=1, seed=s,
+                            min_links=0)[0][0]
                  ["hard_negatives"]) for s in range(8)}
   assert len(draws) > 1  # Paris's one negative depends on the seed
 
@@ -148,9 +152,10 @@ def test_written_directory_loads_as_entity_rows(tmp_path):
   types = tmp_path / "types.tsv"
   types.write_text("Paris\tcity\nLyon\tcity\nBerlin\tcity\n")
   we.main([f"--dump={dump}", f"--output={tmp_path / 'out'}", f"--types={types}",
-           "--heldout_fraction=0"])
+           "--heldout_fraction=0", "--min_links=0"])
   meta = json.loads((tmp_path / "out" / "meta.json").read_text())
   assert meta["num_entities"] == 3 and meta["num_hard_negatives"] == 1
+  assert meta["entity_keys"] == we.KEYS_TITLE and meta["min_links"] == 0
   keys = we.load_entity_keys(str(tmp_path / "out"))
   texts, langs, ids = we.load_split(str(tmp_path / "out"), "train")
   assert langs == ["eng"] * 3 and ids.dtype == np.int32 and ids.shape == (3, 2)
@@ -159,3 +164,41 @@ def test_written_directory_loads_as_entity_rows(tmp_path):
   assert we.load_split(str(tmp_path / "out"), "validation")[2].shape == (0, 2)
   with pytest.raises(FileNotFoundError, match="python -m tasks.wiki_entities"):
     we.load_meta(str(tmp_path / "missing"))
+
+
+def test_paper_threshold_keeps_entities_linked_more_than_ten_times_by_default(tmp_path):
+  # "Paris" linked 11 times, "Lyon" exactly 10: EASE §3.1 keeps "more than ten".
+  text = "\n".join(["[[Paris]] is a large city here."] * 11 + ["[[Lyon]] is a city too here."] * 10)
+  dump = _dump(tmp_path, [("P", 0, text)])
+  examples, entities, counts = we.extract(dump)
+  assert we.PAPER_MIN_LINKS == 10
+  assert [k for k, _, _ in entities] == ["Paris"]
+  assert len(examples) == 11 and counts.links["skipped_below_threshold"] == 10
+  we.main([f"--dump={dump}", f"--output={tmp_path / 'out'}", "--heldout_fraction=0"])
+  meta = json.loads((tmp_path / "out" / "meta.json").read_text())
+  assert meta["min_links"] == 10 and meta["num_entities"] == 1  # the CLI's default too
+
+
+def test_an_entity_with_several_types_draws_from_one_chosen_at_random(tmp_path):
+  # Rome is a city and a capital; its candidates: city {Lyon, Turin}, capital {Paris, Berlin}.
+  pages = [("P0", 0, "[[Rome]] is old and has a long history."),
+           ("P1", 0, "[[Rome]] is also famous for its food."),
+           ("P2", 0, "[[Lyon]] and [[Turin]] are cities in Europe."),
+           ("P3", 0, "[[Paris]] and [[Berlin]] are capitals in Europe.")]
+  dump = _dump(tmp_path, pages)
+  types = tmp_path / "types.tsv"
+  types.write_text("Rome\tcity\nRome\tcapital\nLyon\tcity\nTurin\tcity\n"
+                   "Paris\tcapital\nBerlin\tcapital\n")
+  assert we.read_multi_table(str(types), "type")["Rome"] == ["city", "capital"]
+  chosen = {}
+  for seed in range(12):
+    examples, entities, _ = we.extract(dump, types=str(types), num_hard_negatives=2, seed=seed,
+                                       min_links=0)
+    rome = [sorted(e["hard_negatives"]) for e in examples if e["entity"] == "Rome"]
+    assert len(rome) == 2 and rome[0] == rome[1]  # one type per entity, for all its examples
+    assert rome[0] in (["Lyon", "Turin"], ["Berlin", "Paris"])  # never a mix of the two types
+    written = dict((k, t) for k, _, t in entities)["Rome"]
+    assert rome[0] == (["Lyon", "Turin"] if written == "city" else ["Berlin", "Paris"])
+    chosen[seed] = written
+  assert set(chosen.values()) == {"city", "capital"}, chosen  # not always the first type
+  assert we.chosen_type("Rome", {"Rome": ["city", "capital"]}, 3) == chosen[3]

@@ -1,6 +1,10 @@
 """Entity-contrastive learning (EASE, Nishikawa et al., 2022) over μ_sem.
 
-  loss = self-contrast + entity_weight · entity-contrast
+  loss = self-contrast (at τ) + λ · entity-contrast (at τ_e)
+
+λ (`entity_weight`) and τ_e (`entity_temperature`) are the entity term's own:
+EASE tunes them apart from SimCSE's τ = 0.05 (its App. A; the values are in the
+authors' code, gin/models/entity_contrastive.gin cites them).
 
 Self-contrast (SimCSE): each sentence is encoded twice with dropout on (the
 two halves of one [2B] forward pass draw different masks), and the two views
@@ -10,11 +14,13 @@ not negatives (vmsst.losses' duplicate masking).
 Entity contrast: sentence i links entity e_i (row of an entity table E,
 projected by a learned W into the sentence space). Its logits are
 
-  [ cos(s_i, W e_j)/τ  for the B in-batch entities j | cos(s_i, W h_jk)/τ for the B·H hard negatives ]
+  [ cos(s_i, W e_j)/τ_e  for the B in-batch entities j | cos(s_i, W h_jk)/τ_e + w·[j = i] for the B·H hard negatives ]
 
 and the target is column i. The hard negatives form their own block of
-columns (not a bias on the diagonal), every sentence scoring every hard
-negative of the batch as in SimCSE's hard-negative setup. Masked out
+columns, every sentence scoring every hard negative of the batch as in
+SimCSE's hard-negative setup; w (`hard_negative_weight`, default 0) is added
+to the logits of sentence i's own hard negatives, as the authors' code does
+(SimCSE's "hard negative weight", a log-weight). Masked out
 (logit −1e9): in-batch columns j ≠ i with e_j = e_i or with the same sentence
 (another link of sentence i is not a negative of it), hard negatives equal to
 e_i, and padding ids (−1). Rows whose entity is −1 are left out of the mean.
@@ -25,9 +31,11 @@ the batch is one global array, so the in-batch entities are those of every
 device, in the same row order as the sentences.
 """
 
+import collections
 import functools
 import json
 import pathlib
+from typing import Mapping
 
 from absl import logging
 import flax.linen as nn
@@ -73,7 +81,8 @@ class EntityTable(nn.Module):
 
 
 def entity_contrast(sentences: jax.Array, entity_vectors: jax.Array, ids: jax.Array,
-                    same_sentence: jax.Array, temperature: float) -> tuple[jax.Array, jax.Array]:
+                    same_sentence: jax.Array, temperature: float,
+                    hard_negative_weight: float = 0.0) -> tuple[jax.Array, jax.Array]:
   """Cross-entropy of each sentence against its entity, in-batch and hard negatives.
 
   Args:
@@ -81,7 +90,8 @@ def entity_contrast(sentences: jax.Array, entity_vectors: jax.Array, ids: jax.Ar
     entity_vectors: W·E[ids], float [B, 1 + H, d] (column 0 the positives).
     ids: int32 [B, 1 + H], −1 for padding.
     same_sentence: bool [B, B], rows i and j hold the same sentence.
-    temperature: τ.
+    temperature: τ_e.
+    hard_negative_weight: w added to the logits of row i's own H hard negatives.
   Returns:
     (loss: mean over rows with an entity, float32 []; accuracy: argmax = i, float32 []).
   """
@@ -95,6 +105,8 @@ def entity_contrast(sentences: jax.Array, entity_vectors: jax.Array, ids: jax.Ar
   in_batch = jnp.where(clash & ~eye, MASKED, in_batch)
   hard_ids = ids[:, 1:].reshape(-1)  # [B·H], row-major: (j, k) -> j·H + k
   hard = (s @ e[:, 1:].reshape(-1, e.shape[-1]).T) / temperature
+  owner = jnp.arange(hard_ids.shape[0]) // max(slots - 1, 1)  # the row whose negative it is
+  hard = hard + hard_negative_weight * (owner[None, :] == jnp.arange(batch)[:, None])
   hard = jnp.where((hard_ids[None, :] < 0) | (hard_ids[None, :] == positive[:, None]), MASKED,
                    hard)
   logits = jnp.concatenate([in_batch, hard], axis=-1) if slots > 1 else in_batch
@@ -115,34 +127,86 @@ def entity_dir_meta(entity_dir: str) -> tuple[int, int]:
   return int(meta["num_entities"]), int(meta["num_hard_negatives"])
 
 
-def load_entity_vectors(path: str, keys: list[str], dim: int) -> tuple[np.ndarray, np.ndarray]:
-  """Pretrained entity vectors for rows `keys`: (float32 [N, dim], found bool [N]).
+WIKIPEDIA2VEC_ENTITY = "ENTITY/"  # prefix of entity lines in Wikipedia2Vec's text export
+
+
+def load_entity_vectors(path: str, keys: list[str], dim: int, *,
+                        title_to_key: Mapping[str, str] | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+  """Pretrained entity vectors for rows `keys`: (float32 [N, dim], found bool [N], counts).
 
   `.npy`: an [N, dim] array aligned with entities.tsv (row i = key i).
-  Otherwise word2vec text format: a "count dim" header, then "key v_1 ... v_dim"
-  lines, keys with '_' for spaces and an optional "ENTITY/" prefix (wikipedia2vec's
-  export); keys absent from the file are not found (they keep the random init).
+
+  Otherwise Wikipedia2Vec's text export (`wikipedia2vec save_text`, word2vec
+  format): a "count dim" header, word lines "word v_1 ... v_dim" and entity
+  lines "ENTITY/Title_with_underscores v_1 ... v_dim". Only entity lines are
+  read: a word never fills an entity row (the word "1984" is not the entity
+  "ENTITY/1984"). Titles are normalised as tasks.wiki_entities normalises link
+  targets, so they meet the vocabulary's keys in the same space. A vocabulary
+  keyed by interlanguage ids (`--interlanguage`) needs `title_to_key`, the
+  vectors' language's title -> id table; a title without an id is counted.
+  The first line of a key wins; keys absent from the file are not found.
+
+  Returns:
+    counts: rows_matched, rows_unmatched (keep the random init), entity_lines,
+    entity_lines_unused (not in the vocabulary, or no id), entity_lines_duplicate,
+    word_lines_skipped.
   """
   if path.endswith(".npy"):
     matrix = np.load(path).astype(np.float32)
     if matrix.shape != (len(keys), dim):
       raise ValueError(f"{path}: shape {matrix.shape}, expected {(len(keys), dim)} (one row per "
                        "line of entities.tsv, width EntityContrastive.entity_dim).")
-    return matrix, np.ones(len(keys), bool)
-  rows = {k.replace(" ", "_"): i for i, k in enumerate(keys)}
+    return matrix, np.ones(len(keys), bool), {"rows_matched": len(keys), "rows_unmatched": 0}
+  from tasks import wiki_entities  # pylint: disable=import-outside-toplevel
+  rows = {k: i for i, k in enumerate(keys)}
   matrix, found = np.zeros((len(keys), dim), np.float32), np.zeros(len(keys), bool)
+  counts = collections.Counter(entity_lines=0, entity_lines_unused=0, entity_lines_duplicate=0,
+                               word_lines_skipped=0)
   with open(path, encoding="utf-8") as f:
     for number, line in enumerate(f, 1):
-      fields = line.rstrip("\n").split(" ")
-      if number == 1 and len(fields) == 2:
-        continue
+      fields = line.rstrip().rsplit(" ", dim)
+      if number == 1 and len(line.split()) == 2 and all(x.isdigit() for x in line.split()):
+        continue  # the "count dim" header
       if len(fields) != dim + 1:
         raise ValueError(f"{path}:{number}: {len(fields) - 1} values, expected {dim} "
                          "(EntityContrastive.entity_dim); fix the file or the binding.")
-      row = rows.get(fields[0].removeprefix("ENTITY/"))
-      if row is not None:
+      if not fields[0].startswith(WIKIPEDIA2VEC_ENTITY):
+        counts["word_lines_skipped"] += 1
+        continue
+      counts["entity_lines"] += 1
+      key = wiki_entities.normalize_title(fields[0].removeprefix(WIKIPEDIA2VEC_ENTITY))
+      if title_to_key is not None:
+        key = title_to_key.get(key)
+      row = rows.get(key)
+      if row is None:
+        counts["entity_lines_unused"] += 1
+      elif found[row]:
+        counts["entity_lines_duplicate"] += 1
+      else:
         matrix[row], found[row] = np.asarray(fields[1:], np.float32), True
-  return matrix, found
+  counts.update(rows_matched=int(found.sum()), rows_unmatched=int(len(keys) - found.sum()))
+  return matrix, found, dict(counts)
+
+
+def entity_vector_keys(entity_dir: str, title_ids: str | None) -> Mapping[str, str] | None:
+  """The title -> key table load_entity_vectors needs for `entity_dir`'s vocabulary.
+
+  Title-keyed vocabularies need none (None); one keyed by interlanguage ids
+  needs `title_ids`, and naming it for a title-keyed one is a mistake too.
+  """
+  from tasks import wiki_entities  # pylint: disable=import-outside-toplevel
+  by_id = wiki_entities.load_meta(entity_dir).get("entity_keys") == wiki_entities.KEYS_ID
+  if by_id and not title_ids:
+    raise ValueError(
+        f"{entity_dir} keys its entities by interlanguage id (tasks.wiki_entities "
+        "--interlanguage), so Wikipedia2Vec's titles match none of them: set "
+        "EntityContrastive.entity_vector_ids to the vectors' language's `title<TAB>id` table "
+        "(for an English Wikipedia2Vec file, the English --interlanguage table).")
+  if title_ids and not by_id:
+    raise ValueError(f"EntityContrastive.entity_vector_ids is set but {entity_dir} keys its "
+                     "entities by title (no --interlanguage): unset it.")
+  return wiki_entities.read_table(title_ids, "id") if by_id else None
 
 
 @gin.configurable
@@ -153,8 +217,9 @@ class EntityContrastive(models.EmbeddingModel):
 
   def __init__(self, network_config, *, entity_dir: str | None = None, num_entities: int = 0,
                num_hard_negatives: int = 0, entity_dim: int | None = None,
-               temperature: float = 0.05, entity_weight: float = 1.0,
-               entity_vectors: str | None = None):
+               temperature: float = 0.05, entity_temperature: float = 0.05,
+               entity_weight: float = 1.0, hard_negative_weight: float = 0.0,
+               entity_vectors: str | None = None, entity_vector_ids: str | None = None):
     """Args:
       network_config: the shared network; its dropout_rate must be > 0 (the
         two views differ only by dropout; EASE/SimCSE use 0.1).
@@ -162,16 +227,24 @@ class EntityContrastive(models.EmbeddingModel):
         num_hard_negatives from its meta.json (and keys for entity_vectors).
       num_entities, num_hard_negatives: N and H without an entity_dir.
       entity_dim: width of E (default d); must match entity_vectors.
-      temperature: τ of both terms (EASE: 0.05).
-      entity_weight: weight of the entity term (EASE: 1.0 with hard negatives).
-      entity_vectors: optional initial E (see load_entity_vectors).
+      temperature: τ of the self-contrast term (SimCSE's 0.05).
+      entity_temperature: τ_e of the entity term (EASE tunes it apart from τ).
+      entity_weight: λ, the entity term's weight.
+      hard_negative_weight: w added to the logits of a sentence's own hard
+        negatives (0: plain extra negatives).
+      entity_vectors: optional initial E (see load_entity_vectors), e.g. a
+        Wikipedia2Vec text export, EASE's default (§3.3).
+      entity_vector_ids: the vectors' language's `title<TAB>id` table, needed
+        when entity_dir is keyed by interlanguage ids (entity_vector_keys).
     """
     super().__init__(network_config)
     if network_config.dropout_rate <= 0:
       raise ValueError("EntityContrastive needs NetworkConfig.dropout_rate > 0: its two "
                        "sentence views differ only by dropout (gin: 0.1).")
     self.entity_dir, self.entity_vectors = entity_dir, entity_vectors
-    self.temperature, self.entity_weight = temperature, entity_weight
+    self.entity_vector_ids = entity_vector_ids
+    self.temperature, self.entity_temperature = temperature, entity_temperature
+    self.entity_weight, self.hard_negative_weight = entity_weight, hard_negative_weight
     self._sizes = None if entity_dir else (num_entities, num_hard_negatives)
     self._entity_dim = entity_dim or network_config.emb_dim
 
@@ -196,20 +269,28 @@ class EntityContrastive(models.EmbeddingModel):
     variables = super().get_initial_variables(network_rng, input_shapes)
     table = self.table.init(table_rng, jnp.zeros((1,), jnp.int32))["params"]
     if self.entity_vectors:
-      from tasks import wiki_entities  # pylint: disable=import-outside-toplevel
-      if not self.entity_dir:
-        raise ValueError("EntityContrastive.entity_vectors needs entity_dir (its entities.tsv "
-                         "names the table's rows).")
-      matrix, found = load_entity_vectors(
-          self.entity_vectors, wiki_entities.load_entity_keys(self.entity_dir),
-          self.table.entity_dim)
-      logging.info("entity table: %d of %d rows from %s, %d keep their random init",
-                   found.sum(), len(found), self.entity_vectors, len(found) - found.sum())
-      box, rows = table["embedding"], len(found)
-      initial = box.unbox()
-      table["embedding"] = box.replace_boxed(initial.at[:rows].set(
-          jnp.where(found[:, None], matrix, initial[:rows])))
+      table["embedding"] = self._pretrained_rows(table["embedding"])
     return {**variables, "params": {**variables["params"], ENTITIES: table}}
+
+  def _pretrained_rows(self, box):
+    """The boxed table with the rows entity_vectors has; the match is logged."""
+    from tasks import wiki_entities  # pylint: disable=import-outside-toplevel
+    if not self.entity_dir:
+      raise ValueError("EntityContrastive.entity_vectors needs entity_dir (its entities.tsv "
+                       "names the table's rows).")
+    matrix, found, counts = load_entity_vectors(
+        self.entity_vectors, wiki_entities.load_entity_keys(self.entity_dir),
+        self.table.entity_dim,
+        title_to_key=entity_vector_keys(self.entity_dir, self.entity_vector_ids))
+    logging.info("entity table from %s: %d rows matched, %d unmatched (keep their random init); "
+                 "%s", self.entity_vectors, counts["rows_matched"], counts["rows_unmatched"],
+                 counts)
+    if not found.any():
+      logging.warning("entity table: no row of %s/entities.tsv is in %s; check that both name "
+                      "entities the same way.", self.entity_dir, self.entity_vectors)
+    initial, rows = box.unbox(), len(found)
+    return box.replace_boxed(initial.at[:rows].set(
+        jnp.where(found[:, None], matrix, initial[:rows])))
 
   def entity_vectors_of(self, params, ids: jax.Array) -> jax.Array:
     """W·E[ids], float32 [..., d]."""
@@ -227,7 +308,8 @@ class EntityContrastive(models.EmbeddingModel):
                                                          same, same)
     ids = batch[ENTITIES]
     entity_loss, entity_accuracy = entity_contrast(
-        view_1, self.entity_vectors_of(params, ids), ids, same, self.temperature)
+        view_1, self.entity_vectors_of(params, ids), ids, same, self.entity_temperature,
+        self.hard_negative_weight)
     loss = self_loss + self.entity_weight * entity_loss
     return loss, {"loss": loss, "self_contrast_loss": self_loss,
                   "self_contrast_accuracy": self_accuracy, "entity_loss": entity_loss,
