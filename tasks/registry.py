@@ -15,7 +15,8 @@ Nothing registers on import; call `register_tasks(...)` (or bind it in gin) befo
                         have the source language (eng) on a side, turned so
                         side a is the source, plus `teacher` = the teacher's
                         embedding of side a (knowledge distillation); the
-                        mixture's rates are their training example counts
+                        mixture samples its data sets at equal rates, the
+                        smaller one repeated (the paper's balanced batches)
   vmsst_wiki_entities   with entity_dir: sentences of a Wikipedia dump with their
                         linked entity (tasks/wiki_entities.py output), the
                         sentence on both sides, plus `entities`; train/validation
@@ -354,7 +355,10 @@ def register_distillation_tasks(data_dir: str, vocab: seqio.Vocabulary,
     seqio.TaskRegistry.add(
         name, source=source, output_features=features,
         preprocessors=list(preprocessors.distillation_preprocessors(sentences, vectors)))
-  rates = [(n, float(max(len(pairs[(n, "train")]), 1))) for n in readers]
+  # Reimers & Gurevych 2020 §3: "we balance the data set sizes by drawing for a
+  # mini batch roughly the same number of samples from each data set. Data from
+  # smaller data sets is repeated": equal rates (seqio repeats each task).
+  rates = [(n, 1.0) for n in readers if pairs[(n, "train")]]
   return [*readers, _replace_mixture(DISTILL_MIXTURE, rates)]
 
 

