@@ -2,14 +2,27 @@
 
 Where each value comes from (read before trusting a number here):
 
-* Table 15 (training pairs per language, paper appendix) could NOT be found:
-  the paper's full text is in none of the sources searched (web-page, code and
-  documentation indexes returned only abstract pages and the
-  google-research/vmsst README, which covers checkpoints and usage, not
-  training data). `PAIR_COUNTS` is therefore empty, and
-  `register_paper_mixture` uses the documented fallback: rates proportional to
-  the pairs found on disk (the manifest's line counts, or counted). Fill
-  `PAIR_COUNTS` from Table 15 and it is used instead (`pair_counts`).
+* Table 15 (Appendix B, "Full training data for each language"; the paper
+  text is ../shared/papers/vmsst_wieting2023.txt) gives the training pairs of
+  each language, "the sum of using English and Spanish as pivot languages".
+  `TABLE_15` holds its 93 rows as printed. Its `en` row (4,913,379) is the
+  English-Spanish pair seen from the Spanish pivot, the same pairs as its `es`
+  row: counted once, the table sums to 215,769,456, the "nearly 216 million
+  training examples" of §6.1 and Appendix B (`TABLE_15_TOTAL`).
+  `PAIR_COUNTS` (every row but `en`) sets the paper mixture's rates: a
+  language's share of the mixture is its share of Table 15, split over its
+  English and Spanish pivot pairs in proportion to the pairs on disk (the
+  table gives only their sum). Within a pair, corpora mix as their files do.
+* Languages: `LANGUAGES` is Table 15's 92 codes other than English (Aymara
+  among them with 0 pairs, as the paper says; Spanish as a language of the
+  English pivot). Table 15 lists Pashto (ps, 32 pairs: OPUS has only Tatoeba
+  en-ps) and no Persian (fa), although LASER's 93 languages, which the paper
+  says it follows, have Persian and not Pashto, and Table 14's Tatoeba
+  accuracy on Persian (pes, 95.5 for Contrastive) is that of a trained
+  language. We follow the table as printed (its total is the paper's corpus
+  size, so no Persian row is missing from the sum); to train Persian as LASER
+  did, pass `languages=(*LANGUAGES, "fa")` and a count for it in
+  `language_counts`.
 * Corpora: the paper's six (Europarl, UN, OpenSubtitles2018, GlobalVoices,
   Tanzil, Tatoeba), spelled as OPUS spells them; "OpenSubtitles2018" is OPUS
   OpenSubtitles release v2018. The other releases are pins of ours, checked
@@ -17,11 +30,8 @@ Where each value comes from (read before trusting a number here):
   GlobalVoices v2018q4 (latest), UN v20090831 and Tanzil v1 (the only ones),
   Tatoeba v2021-07-22 (our recollection of the paper's text, not verified
   here; the catalog's latest is v2022-03-03).
-* Languages: the paper's setup (these six corpora, English and Spanish as
-  pivots) is that of LASER (Artetxe and Schwenk, 2019), whose README lists its
-  93 training languages. `LANGUAGES` is those 93 minus English = 92, in OPUS
-  spelling. That this equals the paper's list of 92 is our inference. Aymara
-  (ay) has no pair in any of the six corpora per the bundled catalog.
+  Aymara (ay) has no pair in any of the six corpora per the bundled catalog
+  either.
 * Several OPUS spellings of one language (`OPUS_CODE_ALIASES`, e.g. Chinese is
   zh in UN/Tanzil, zh_cn in OpenSubtitles, cmn in Tatoeba) come from that
   catalog; all map to one canonical code (vmsst.languages).
@@ -77,22 +87,43 @@ CORPUS_RELEASES: Mapping[str, str] = {
     "GlobalVoices": "v2018q4", "Tanzil": "v1", "Tatoeba": "v2021-07-22",
 }
 PIVOTS: tuple[str, ...] = ("en", "es")
-# LASER's 93 training languages minus English, OPUS codes (sorted by code).
-LANGUAGES: tuple[str, ...] = tuple((
-    "af am ar ay az be ber bg bn br bs ca cbk cs da de dtp dv el eo es et eu fa fi fr "
-    "ga gl ha he hi hr hu hy ia id ie io is it ja ka kab kk km ko ku kw kzj la lfn lt lv "
-    "mg mhr mk ml mr ms my nb nds nl oc pl pt ro ru sd si sk sl so sq sr sv sw ta te tg "
-    "th tl tr tt ug uk ur uz vi wuu yue zh").split())
+# Table 15 of the paper (Appendix B) as printed: {code: training pairs, English
+# and Spanish pivots summed}. "en" is the English-Spanish pair from the
+# Spanish side (= "es"); see the module docstring.
+TABLE_15: Mapping[str, int] = {
+    "af": 77_772, "am": 101_613, "ar": 7_907_914, "ay": 0, "az": 291_925, "be": 6_330,
+    "ber": 142_061, "bg": 4_834_661, "bn": 1_148_461, "br": 34_472, "bs": 4_166_739,
+    "ca": 895_940, "cbk": 1_623, "cs": 5_429_060, "da": 7_767_119, "de": 8_707_293,
+    "dtp": 1_064, "dv": 98_320, "el": 6_601_989, "en": 4_913_379, "eo": 447_622,
+    "es": 4_913_379, "et": 5_093_003, "eu": 1_432_979, "fi": 7_785_493, "fr": 8_935_842,
+    "ga": 1_112, "gl": 391_824, "ha": 134_775, "he": 4_046_554, "hi": 358_907,
+    "hr": 3_911_368, "hu": 5_256_214, "hy": 8_194, "ia": 12_048, "id": 4_326_151,
+    "ie": 2_445, "io": 3_181, "is": 2_712_556, "it": 8_468_538, "ja": 3_981_886,
+    "ka": 360_136, "kab": 26_460, "kk": 6_172, "km": 3_266, "ko": 2_566_495, "ku": 98_733,
+    "kw": 3_463, "kzj": 614, "la": 27_515, "lfn": 6_096, "lt": 3_629_769, "lv": 2_119_995,
+    "mg": 537_953, "mhr": 69, "mk": 4_037_896, "ml": 867_026, "mr": 52_340,
+    "ms": 3_288_492, "my": 4_802, "nb": 9_694, "nds": 6_263, "nl": 8_346_102, "oc": 730,
+    "pl": 5_407_190, "ps": 32, "pt": 8_276_190, "ro": 4_814_046, "ru": 9_416_934,
+    "sd": 98_412, "si": 1_016_660, "sk": 5_094_752, "sl": 5_099_577, "so": 98_976,
+    "sq": 3_619_914, "sr": 3_977_191, "sv": 7_680_683, "sw": 201_379, "ta": 150_023,
+    "te": 42_877, "tg": 135_245, "th": 3_849_777, "tl": 34_829, "tr": 5_854_059,
+    "tt": 132_273, "ug": 101_989, "uk": 1_687_685, "ur": 844_052, "uz": 148_860,
+    "vi": 3_905_401, "wuu": 929, "yue": 4_525, "zh": 7_636_488,
+}
+# The paper's languages besides English (OPUS codes, sorted): Table 15's rows.
+LANGUAGES: tuple[str, ...] = tuple(code for code in TABLE_15 if code != "en")
 # Paper language -> every OPUS spelling fetched for it (first = the paper code).
 OPUS_CODE_ALIASES: Mapping[str, tuple[str, ...]] = {
-    "fa": ("fa", "pes"),         # Tatoeba: pes.
+    "fa": ("fa", "pes"),         # Tatoeba: pes (not in Table 15; see the module docstring).
     "ms": ("ms", "zsm"),         # Tatoeba: zsm.
     "nb": ("nb", "no"),          # OpenSubtitles, Tanzil: no.
     "sw": ("sw", "swh"),         # Tatoeba: swh.
     "zh": ("zh", "zh_cn", "cmn"),  # OpenSubtitles: zh_cn (zh_tw is another language); Tatoeba: cmn.
 }
-# Table 15 of the paper, {OPUS code: training pairs}: not found (see above).
-PAIR_COUNTS: dict[str, int] = {}
+# The counts behind the paper mixture's rates, {OPUS code in LANGUAGES: pairs}.
+PAIR_COUNTS: Mapping[str, int] = {code: TABLE_15[code] for code in LANGUAGES}
+# Their sum: "nearly 216 million training examples" (§6.1, Appendix B).
+TABLE_15_TOTAL = 215_769_456
 MANIFEST_NAME = "manifest.json"
 DOWNLOAD_COMMAND = "python -m tasks.opus_download --out_dir={opus_dir}"
 
@@ -255,10 +286,11 @@ def pair_counts(inventory: OpusInventory,
                 language_counts: Mapping[str, int] | None = None) -> dict[str, float]:
   """The count behind each pair's mixture rate, keyed by PaperPair.key.
 
-  Without `language_counts` (the fallback while Table 15 is unavailable): the
-  sentence pairs on disk. With them ({OPUS code in LANGUAGES: pairs}, the form
-  of PAIR_COUNTS): each language's count, split over its pivot pairs in
-  proportion to their pairs on disk.
+  With `language_counts` ({OPUS code: pairs}, the form of PAIR_COUNTS, Table
+  15): each language's count, split over its pivot pairs (English, Spanish)
+  in proportion to their pairs on disk, since the table gives only the sum.
+  Without them (None or empty: a directory that is not the paper's data):
+  the sentence pairs on disk.
 
   Raises:
     ValueError: a language on disk has no entry in `language_counts`.
@@ -270,7 +302,8 @@ def pair_counts(inventory: OpusInventory,
     by_language[pair.paper_code].append(pair)
   missing = sorted(set(by_language) - set(language_counts))
   if missing:
-    raise ValueError(f"No count for languages {missing} found in {inventory.opus_dir}.")
+    raise ValueError(f"No count for languages {missing} found in {inventory.opus_dir}; "
+                     "give each a count in language_counts.")
   counts = {}
   for language, pairs in by_language.items():
     total = sum(p.lines for p in pairs)
@@ -336,8 +369,9 @@ def register_paper_mixture(opus_dir: str | pathlib.Path, vocabulary, *,
       (canonical codes, '-' as '_').
     temperature: see `paper_mixture_rates`.
     languages, pivots: the paper's by default; a subset selects pairs.
-    language_counts: {OPUS code: pairs}, the form of PAIR_COUNTS (Table 15);
-      without it, PAIR_COUNTS, and while that is empty the pairs on disk.
+    language_counts: {OPUS code: pairs} behind the rates; None (default) is
+      PAIR_COUNTS, the paper's Table 15; an empty mapping takes the pairs on
+      disk instead (for a directory that is not the paper's data).
     reuse: {(lang_a, lang_b): task name} of registry pair tasks over this
       directory, with the same vocabulary and exclude (as register_tasks
       passes): a pair whose files are exactly one of them is mixed in under
@@ -359,7 +393,8 @@ def register_paper_mixture(opus_dir: str | pathlib.Path, vocabulary, *,
   inventory = scan_opus_dir(opus_dir, languages=languages, pivots=pivots)
   log = logging.warning if inventory.missing_languages or inventory.missing_corpora else logging.info
   log("OPUS paper data: %s", inventory.report())
-  rates = paper_mixture_rates(pair_counts(inventory, language_counts or PAIR_COUNTS), temperature)
+  counts = PAIR_COUNTS if language_counts is None else language_counts
+  rates = paper_mixture_rates(pair_counts(inventory, counts), temperature)
   _remove_registered(name)
   tasks = []
   for pair in inventory.pairs:

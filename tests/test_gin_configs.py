@@ -8,7 +8,7 @@ import pytest
 
 import vmsst.train  # pylint: disable=unused-import (registers train and its configurables)
 from vmsst import models
-from vmsst.objectives import MODELS
+from vmsst.objectives import MODELS, Contrastive, VMSST, VMSSTContrastive
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RUNS = sorted(p for p in (ROOT / "gin/runs").glob("*.gin") if not p.name.startswith("base_"))
@@ -49,11 +49,41 @@ def test_run_file_parses_and_builds_its_model(run):
   cfg = model.network_config
   if "24l" in run.name:
     assert (cfg.num_encoder_layers, cfg.num_decoder_layers, cfg.emb_dim) == (24, 24, 1024)
-  if "paper" in run.name and _value("train.mixture_name") == "vmsst_opus_paper":  # VMSST §4
-    assert cfg.vocab_size == 250_112 and _value("train.batch_size") == 2048
-    assert _value("inverse_sqrt_schedule.warmup_steps") == 4000
-    assert _value("train.train_steps") == 100_000
-    assert cfg.dropout_rate == (0.1 if run.name.startswith("contrastive") else 0.0)
+  if "paper" in run.name and _value("train.mixture_name") == "vmsst_opus_paper":
+    _check_vmsst_paper_run(run.name, model)
+
+
+# §6.4 of the VMSST paper, per objective and random-init size: (dropout, λ).
+# λ: VMSST's ELBO weight, VMSST-Contrastive's weight on the VMSST loss.
+VMSST_PAPER = {
+    "vmsst_6l": (0.0, 0.1), "vmsst_24l": (0.0, 0.1),
+    "bitranslation_6l": (0.0, None), "bitranslation_24l": (0.0, None),
+    "contrastive_6l": (0.1, None), "contrastive_24l": (0.1, None),
+    "vmsst_contrastive_6l": (0.0, 0.0005), "vmsst_contrastive_24l": (0.1, 0.001),
+}
+
+
+def _check_vmsst_paper_run(name: str, model):
+  """The values §6.4 of the VMSST paper gives, as the parsed run binds them."""
+  cfg = model.network_config
+  assert cfg.vocab_size == 250_112 and _value("train.batch_size") == 2048
+  assert _value("train.sequence_length") == 32 and _value("train.train_steps") == 100_000
+  assert _value("inverse_sqrt_schedule.warmup_steps") == 4000
+  assert _value("inverse_sqrt_schedule.peak_learning_rate") == 1e-3
+  assert gin.query_parameter("train.optimizer").configurable.name == "adafactor"
+  assert cfg.emb_dim == 1024
+  dropout, weight = VMSST_PAPER[name.removesuffix("_paper.gin")]
+  assert cfg.dropout_rate == dropout
+  if isinstance(model, VMSSTContrastive):
+    assert model.multitask_weight == weight and model.elbo_weight == 0.1
+  elif isinstance(model, VMSST):
+    assert model.elbo_weight == weight and model.kl_anneal_steps == 1_000_000
+  if isinstance(model, (Contrastive, VMSSTContrastive)):  # §6.3: dot product, no temperature.
+    assert (model.similarity, model.temperature) == ("dot", 1.0)
+
+
+def test_every_objective_has_its_paper_runs_at_6_and_24_layers():
+  assert {f"{key}_paper.gin" for key in VMSST_PAPER} <= {p.name for p in RUNS}
 
 
 def test_paper_runs_fail_without_their_required_macros():

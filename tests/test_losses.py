@@ -68,6 +68,42 @@ def test_symmetric_info_nce_3x3():
   assert float(accuracy) == pytest.approx(2 / 6)
 
 
+def test_symmetric_info_nce_dot_product_is_the_papers_form():
+  """§6.3 of the VMSST paper: p(s_i|t_i) = exp(s_i · t_i) / Σ_j exp(s_i · t_j)."""
+  a = jnp.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+  b = jnp.array([[3.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+  # a · bᵀ = [[3, 1, 0], [0, 2, 2], [3, 2, 1]], written out term by term.
+  e = math.exp
+  a_to_b = [3 - math.log(e(3) + e(1) + e(0)), 2 - math.log(e(0) + 2 * e(2)),
+            1 - math.log(e(3) + e(2) + e(1))]
+  b_to_a = [3 - math.log(2 * e(3) + e(0)), 2 - math.log(e(1) + 2 * e(2)),
+            1 - math.log(e(0) + e(2) + e(1))]
+  want = -0.5 * (sum(a_to_b) / 3 + sum(b_to_a) / 3)
+  loss, accuracy = losses.symmetric_info_nce(a, b, 1.0, similarity="dot")
+  assert float(loss) == pytest.approx(want, rel=1e-6)
+  # a→b argmax: 0, 1 (tie 2 = 2, first wins), 0 (miss); b→a: 0, 1, 1 (miss).
+  assert float(accuracy) == pytest.approx(4 / 6)
+
+
+def test_dot_form_sees_the_norm_and_the_cosine_form_does_not():
+  a = jnp.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+  b = jnp.array([[3.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+  dot = lambda x, y, t=1.0: float(losses.symmetric_info_nce(x, y, t, similarity="dot")[0])
+  cos = lambda x, y: float(losses.symmetric_info_nce(x, y, 0.1, similarity="cosine")[0])
+  assert cos(2 * a, b) == pytest.approx(cos(a, b), rel=1e-6)
+  assert dot(2 * a, b) != pytest.approx(dot(a, b), rel=1e-3)
+  assert dot(a, b, 2.0) == pytest.approx(dot(a / 2, b), rel=1e-6)  # τ divides the dot product.
+  assert losses.pair_scores(a, b, "dot", 1.0).tolist() == [[3, 1, 0], [0, 2, 2], [3, 2, 1]]
+
+
+@pytest.mark.parametrize("similarity,temperature,message", [
+    ("l2", 1.0, "similarity must be one of"), ("dot", 0.0, "temperature must be > 0")])
+def test_info_nce_rejects_bad_options(similarity, temperature, message):
+  with pytest.raises(ValueError, match=message):
+    losses.symmetric_info_nce(jnp.ones((2, 2)), jnp.ones((2, 2)), temperature,
+                              similarity=similarity)
+
+
 def test_info_nce_masks_duplicate_sentences_but_not_the_positive():
   a = jnp.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
   b = jnp.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])

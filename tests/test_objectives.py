@@ -54,16 +54,25 @@ def test_bitranslation_has_no_elbo():
   assert "kl_sem" not in m
 
 
-def test_contrastive_is_symmetric_info_nce_of_the_embeddings():
-  model = Contrastive(TINY, temperature=0.1)
+@pytest.mark.parametrize("options", [{}, {"similarity": "cosine", "temperature": 0.1}],
+                         ids=["paper_dot", "cosine"])
+def test_contrastive_is_symmetric_info_nce_of_the_embeddings(options):
+  model = Contrastive(TINY, **options)
   params = init_params(model)
   batch = random_batch()
   loss, m = model.loss_fn(params, batch, jax.random.key(0))  # dropout 0 in TINY
   a = model.encode(params, batch["tokens_a"], batch["mask_a"])
   b = model.encode(params, batch["tokens_b"], batch["mask_b"])
-  expected, accuracy = losses.symmetric_info_nce(a, b, 0.1)
+  # Default: the paper's dot product with no temperature (§6.3).
+  expected, accuracy = losses.symmetric_info_nce(
+      a, b, options.get("temperature", 1.0), similarity=options.get("similarity", "dot"))
   assert float(loss) == pytest.approx(float(expected), rel=1e-5)
   assert float(m["contrastive_accuracy"]) == pytest.approx(float(accuracy))
+
+
+def test_contrastive_rejects_an_unknown_similarity():
+  with pytest.raises(ValueError, match="Contrastive.similarity"):
+    Contrastive(TINY, similarity="euclidean")
 
 
 def test_vmsst_contrastive_weights_the_vmsst_loss():
@@ -71,6 +80,20 @@ def test_vmsst_contrastive_weights_the_vmsst_loss():
   loss, m = model.loss_fn(init_params(model), random_batch(), jax.random.key(0))
   assert float(loss) == pytest.approx(float(m["contrastive_loss"] + 0.2 * m["vmsst_loss"]),
                                       rel=1e-5)
+
+
+def test_vmsst_contrastive_defaults_are_the_papers():
+  """λ = 0.0005 (§6.4, 6-layer and pretrained) and the dot-product contrastive term."""
+  model = VMSSTContrastive(TINY)
+  assert (model.multitask_weight, model.similarity, model.temperature) == (0.0005, "dot", 1.0)
+  params = init_params(model)
+  batch = random_batch()
+  loss, m = model.loss_fn(params, batch, jax.random.key(0))
+  a = model.encode(params, batch["tokens_a"], batch["mask_a"])
+  b = model.encode(params, batch["tokens_b"], batch["mask_b"])
+  expected, _ = losses.symmetric_info_nce(a, b, 1.0, similarity="dot")
+  assert float(m["contrastive_loss"]) == pytest.approx(float(expected), rel=1e-5)
+  assert float(loss) == pytest.approx(float(expected + 0.0005 * m["vmsst_loss"]), rel=1e-5)
 
 
 def test_score_batch_is_per_pair_cosine():

@@ -67,28 +67,60 @@ def same_sequence_matrix(tokens: Array) -> Array:
   return jnp.all(tokens[:, None, :] == tokens[None, :, :], axis=-1)
 
 
+SIMILARITIES = ("dot", "cosine")
+
+
+def check_similarity(similarity: str, temperature: float) -> None:
+  """Raises ValueError on an unknown similarity or a temperature <= 0."""
+  if similarity not in SIMILARITIES:
+    raise ValueError(f"similarity must be one of {SIMILARITIES}, got {similarity!r} "
+                     "(gin: Contrastive.similarity / VMSSTContrastive.similarity).")
+  if temperature <= 0:
+    raise ValueError(f"temperature must be > 0, got {temperature} "
+                     "(gin: Contrastive.temperature / VMSSTContrastive.temperature).")
+
+
+def pair_scores(a: Array, b: Array, similarity: str, temperature: float) -> Array:
+  """float32 [B, B] scores of every a_i against every b_j.
+
+  "dot": a_i · b_j, the VMSST paper's Contrastive baseline (§6.3: p(s_i | t_i)
+  = exp(s_i · t_i) / Σ_j exp(s_i · t_j), no normalisation, no temperature);
+  `temperature` divides it all the same (1.0 is the paper's form).
+  "cosine": cos(a_i, b_j) / temperature (SimCLR / SimCSE style).
+
+  Raises:
+    ValueError: see `check_similarity`.
+  """
+  check_similarity(similarity, temperature)
+  # float32 first: bfloat16 scores would be coarser than 1/τ needs.
+  a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+  if similarity == "cosine":
+    a, b = l2_normalize(a), l2_normalize(b)
+  return (a @ b.T) / temperature
+
+
 def symmetric_info_nce(a: Array, b: Array, temperature: float,
                        duplicates_a: Array | None = None,
-                       duplicates_b: Array | None = None) -> tuple[Array, Array]:
-  """In-batch symmetric InfoNCE over cosine similarities.
+                       duplicates_b: Array | None = None, *,
+                       similarity: str = "cosine") -> tuple[Array, Array]:
+  """In-batch symmetric InfoNCE.
 
   Row i of `a` is paired with row i of `b`; every other row of the other side
   is a negative, except rows that duplicate the positive's sentence.
 
   Args:
-    a, b: float [B, d] embeddings (normalised here).
-    temperature: softmax temperature τ (logits are cos / τ).
+    a, b: float [B, d] embeddings.
+    temperature: τ dividing the scores.
     duplicates_a, duplicates_b: optional bool [B, B] same-sentence matrices
       of each side; b_j with b_j == b_i is masked out of a_i's candidates
       (and symmetrically), keeping the diagonal.
+    similarity: "dot" (a · b / τ) or "cosine" (cos / τ); see `pair_scores`.
 
   Returns:
     (loss: mean of the a→b and b→a cross-entropies, float32 [];
      accuracy: fraction of argmax hits over both directions, float32 []).
   """
-  # float32 before normalising: bfloat16 cosines would be coarser than 1/τ needs.
-  a, b = a.astype(jnp.float32), b.astype(jnp.float32)
-  sim = (l2_normalize(a) @ l2_normalize(b).T).astype(jnp.float32) / temperature
+  sim = pair_scores(a, b, similarity, temperature)
   eye = jnp.eye(sim.shape[0], dtype=bool)
   sim_ab = _mask_duplicates(sim, duplicates_b, eye)
   sim_ba = _mask_duplicates(sim.T, duplicates_a, eye)

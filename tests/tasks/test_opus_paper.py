@@ -60,13 +60,28 @@ def test_paper_constants():
   assert opus_paper.CORPORA == ("Europarl", "UN", "OpenSubtitles", "GlobalVoices", "Tanzil", "Tatoeba")
   assert tuple(opus_paper.CORPUS_RELEASES) == opus_paper.CORPORA
   assert opus_paper.CORPUS_RELEASES["OpenSubtitles"] == "v2018"  # "OpenSubtitles2018".
-  assert opus_paper.PAIR_COUNTS == {}  # Table 15 not found: rates come from disk.
   # Every spelling maps to one canonical language, and languages stay distinct.
   canonical = {lang: {vmsst_languages.canonical_language(c) for c in opus_paper.opus_codes(lang)}
                for lang in opus_paper.LANGUAGES}
   assert all(len(codes) == 1 for codes in canonical.values()), canonical
   assert len({next(iter(c)) for c in canonical.values()}) == 92
   assert opus_paper.paper_language("cmn") == "zh" and opus_paper.paper_language("de") == "de"
+
+
+def test_table_15_is_registered_as_printed():
+  """Appendix B, Table 15: spot values, the en = es row, and the 216M total."""
+  table = opus_paper.TABLE_15
+  assert len(table) == 93 and list(table) == sorted(table)
+  spot = {"af": 77_772, "ar": 7_907_914, "ay": 0, "de": 8_707_293, "fr": 8_935_842,
+          "mhr": 69, "ps": 32, "ru": 9_416_934, "kzj": 614, "zh": 7_636_488, "zsm": None}
+  assert {k: table.get(k) for k in spot} == spot
+  assert table["en"] == table["es"] == 4_913_379  # One English-Spanish pair, seen from both pivots.
+  assert sum(table.values()) == 220_682_835  # As printed, en-es counted twice.
+  # Counted once: "nearly 216 million training examples" (§6.1, Appendix B).
+  assert sum(opus_paper.PAIR_COUNTS.values()) == opus_paper.TABLE_15_TOTAL == 215_769_456
+  assert set(opus_paper.PAIR_COUNTS) == set(opus_paper.LANGUAGES) == set(table) - {"en"}
+  assert "fa" not in opus_paper.LANGUAGES and "ps" in opus_paper.LANGUAGES  # As printed.
+  assert opus_paper.PAIR_COUNTS["de"] == 8_707_293 and opus_paper.PAIR_COUNTS["es"] == 4_913_379
 
 
 def test_every_language_but_aymara_has_an_english_pair_in_the_opus_catalog(catalog_path):
@@ -203,14 +218,17 @@ def test_register_paper_mixture_end_to_end(opus_dir, vocabulary, caplog):
   assert "88 of 92 languages missing" in caplog.text and "['UN', 'GlobalVoices', 'Tanzil']" in caplog.text
   mixture = seqio.get_mixture_or_task(name)
   rates = {t.name: mixture.get_rate(t) for t in mixture.tasks}
-  assert rates == pytest.approx({"test_opus_paper_e2e.eng_deu": 40 / 60,
-                                 "test_opus_paper_e2e.eng_zho_CN": 5 / 60,
-                                 "test_opus_paper_e2e.spa_fra": 15 / 60})
+  # Table 15's counts, not the lines on disk (40, 5, 15): de 8,707,293, zh 7,636,488, fr 8,935,842.
+  total = 8_707_293 + 7_636_488 + 8_935_842
+  assert rates == pytest.approx({"test_opus_paper_e2e.eng_deu": 8_707_293 / total,
+                                 "test_opus_paper_e2e.eng_zho_CN": 7_636_488 / total,
+                                 "test_opus_paper_e2e.spa_fra": 8_935_842 / total})
 
   dataset = mixture.get_dataset(sequence_length={"tokens_a": 32, "tokens_b": 32}, split="train",
                                 shuffle=False, seed=0, num_epochs=1)
-  examples = list(dataset.take(40).as_numpy_iterator())
-  assert len(examples) == 40
+  # At these rates the 5 Chinese lines run out first (one epoch ends the mixture there).
+  examples = list(dataset.take(20).as_numpy_iterator())
+  assert len(examples) == 20
   assert all(set(ex) == {"tokens_a", "tokens_b", "lang_a", "lang_b"} for ex in examples)
   language_of = {vmsst_languages.language_index(c): c
                  for c in ("eng", "spa", "deu", "fra", "zho-CN")}
@@ -244,12 +262,25 @@ def test_register_again_replaces_the_tasks(opus_dir, vocabulary):
   for path in opus_dir.glob("OpenSubtitles.es-fr.*"):
     path.unlink()
   opus_paper.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(), name=name,
-                                    temperature=2.0)
+                                    temperature=2.0, language_counts={})  # {}: lines on disk.
   tasks = [t for t in seqio.TaskRegistry.names() if t.startswith(f"{name}.")]
   assert sorted(tasks) == [f"{name}.eng_deu", f"{name}.eng_zho_CN"]
   mixture = seqio.get_mixture_or_task(name)
   rates = {t.name: mixture.get_rate(t) for t in mixture.tasks}
   assert rates[f"{name}.eng_deu"] == pytest.approx(math.sqrt(40) / (math.sqrt(40) + math.sqrt(5)))
+
+
+def test_register_splits_a_table_15_count_over_both_pivots(opus_dir, vocabulary):
+  write_moses(opus_dir, "Tanzil", "es", "de", [f"{i}" for i in range(20)], [f"{i}" for i in range(20)])
+  name = opus_paper.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(),
+                                           name="test_opus_paper_pivots")
+  mixture = seqio.get_mixture_or_task(name)
+  rates = {t.name.split(".")[1]: mixture.get_rate(t) for t in mixture.tasks}
+  de, zh, fr = (opus_paper.TABLE_15[k] for k in ("de", "zh", "fr"))
+  total = de + zh + fr
+  # German's Table 15 count, split 40 : 20 as the en-de and es-de pairs on disk.
+  assert rates == pytest.approx({"eng_deu": de * 2 / 3 / total, "spa_deu": de / 3 / total,
+                                 "eng_zho_CN": zh / total, "spa_fra": fr / total})
 
 
 def test_register_with_language_counts(opus_dir, vocabulary):
@@ -299,8 +330,9 @@ def test_register_tasks_builds_the_paper_mixture_for_the_feature_converter(
   names, dataset = paper_dataset(data_dir, tiny_vocab_path, opus)
   assert names[-1] == "vmsst_opus_paper" and "vmsst_opus.eng.ita" in names
   mixture = seqio.get_mixture_or_task("vmsst_opus_paper")
+  de, fr = opus_paper.TABLE_15["de"], opus_paper.TABLE_15["fr"]  # Table 15, not 20 and 12 lines.
   assert {t.name: mixture.get_rate(t) for t in mixture.tasks} == pytest.approx(
-      {"vmsst_opus.eng.deu": 20 / 32, "vmsst_opus_paper.eng_fra": 12 / 32})
+      {"vmsst_opus.eng.deu": de / (de + fr), "vmsst_opus_paper.eng_fra": fr / (de + fr)})
   own, reused = (seqio.get_mixture_or_task(n) for n in ("vmsst_opus_paper.eng_fra",
                                                          "vmsst_opus.eng.deu"))
   assert isinstance(own.source, registry.StreamingPairSource) and own.source.pivot == "eng"

@@ -1,5 +1,11 @@
 """Contrastive: in-batch symmetric InfoNCE over μ_sem (encoder only).
 
+The VMSST paper's baseline (Wieting et al. 2023, §6.3) scores a pair by the
+dot product of the two representations, p(s_i | t_i) = exp(s_i · t_i) /
+Σ_j exp(s_i · t_j), with no normalisation and no temperature:
+`similarity="dot", temperature=1.0`, the defaults. `similarity="cosine"` with a
+temperature (e.g. 0.05) is the SimCLR/SimCSE form, kept as an option.
+
 Duplicated sentences inside a batch (multi-parallel corpora repeat the pivot)
 are not negatives of each other.
 
@@ -23,12 +29,17 @@ from vmsst import losses
 from vmsst import models
 
 
-def info_nce_terms(batch: models.Batch, mu_a, mu_b, temperature: float):
-  """Symmetric InfoNCE of the (a, b) pairs with duplicate masking: (loss, metrics)."""
+def info_nce_terms(batch: models.Batch, mu_a, mu_b, temperature: float,
+                   similarity: str):
+  """Symmetric InfoNCE of the (a, b) pairs with duplicate masking: (loss, metrics).
+
+  similarity: "dot" or "cosine" (losses.pair_scores), divided by temperature.
+  """
   loss, accuracy = losses.symmetric_info_nce(
       mu_a, mu_b, temperature,
       duplicates_a=losses.same_sequence_matrix(batch["tokens_a"]),
-      duplicates_b=losses.same_sequence_matrix(batch["tokens_b"]))
+      duplicates_b=losses.same_sequence_matrix(batch["tokens_b"]),
+      similarity=similarity)
   return loss, {"contrastive_loss": loss, "contrastive_accuracy": accuracy}
 
 
@@ -38,17 +49,20 @@ class Contrastive(models.EmbeddingModel):
 
   init_paths = staticmethod(models.init_semantic_path)
 
-  def __init__(self, network_config, *, temperature: float = 0.05,
-               gradient_cache_chunk: int = 0):
+  def __init__(self, network_config, *, similarity: str = "dot",
+               temperature: float = 1.0, gradient_cache_chunk: int = 0):
     """Args:
       network_config: the shared network (the paper uses dropout 0.1 here only).
-      temperature: τ of the softmax over cosine similarities.
+      similarity: pair score, "dot" (the paper, §6.3) or "cosine".
+      temperature: τ dividing the scores (the paper: none, i.e. 1.0).
       gradient_cache_chunk: sentences encoded together under gradient
         caching (must divide 2B, both sides stacked; a multiple of the data
         axis keeps chunks sharded); 0 encodes the whole [2B] batch at once.
         Activation memory then scales with the chunk, not the batch.
     """
     super().__init__(network_config)
+    losses.check_similarity(similarity, temperature)
+    self.similarity = similarity
     self.temperature = temperature
     self.gradient_cache_chunk = gradient_cache_chunk
 
@@ -60,7 +74,7 @@ class Contrastive(models.EmbeddingModel):
     else:
       mu = self.embeddings(params, tokens, mask, rngs, dropout_rng)
     mu_a, mu_b = models.split_halves(mu)
-    loss, metrics = info_nce_terms(batch, mu_a, mu_b, self.temperature)
+    loss, metrics = info_nce_terms(batch, mu_a, mu_b, self.temperature, self.similarity)
     return loss, metrics | {"loss": loss, "embedding_norm": jnp.mean(jnp.linalg.norm(mu_a, axis=-1))}
 
   def sentence_rngs(self, dropout_rng, rows: int):

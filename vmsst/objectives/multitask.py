@@ -1,11 +1,17 @@
-"""VMSST-Contrastive: InfoNCE on μ_sem plus λ_mt times the VMSST loss.
+"""VMSST-Contrastive: InfoNCE on μ_sem plus λ times the VMSST loss.
 
-The two losses share one forward pass of the semantic encoder.
+Wieting et al. 2023, §6.3: "incorporating a contrastive loss to use in a
+multitask setting. Again, we weight the contribution of the VMSST loss by λ";
+§6.4 sets λ = 0.0005 (pretrained and 6-layer) and 0.001 (random 24-layer).
+The contrastive term is the Contrastive baseline's (dot product, no
+temperature, by default). The two losses share one forward pass of the
+semantic encoder.
 """
 
 import gin
 import jax.numpy as jnp
 
+from vmsst import losses
 from vmsst import models
 from vmsst.objectives.contrastive import info_nce_terms
 from vmsst.objectives.variational import VMSST
@@ -15,23 +21,28 @@ from vmsst.objectives.variational import VMSST
 class VMSSTContrastive(VMSST):
   """Multitask: contrastive + multitask_weight · VMSST."""
 
-  def __init__(self, network_config, *, multitask_weight: float = 0.01,
-               temperature: float = 0.05, **vmsst_kwargs):
+  def __init__(self, network_config, *, multitask_weight: float = 0.0005,
+               similarity: str = "dot", temperature: float = 1.0, **vmsst_kwargs):
     """Args:
       network_config: the shared network.
-      multitask_weight: λ_mt on the VMSST loss; VMSST sums token NLLs per
-        sentence (~10² nats), InfoNCE is ~log B, so λ_mt ≈ 0.01 balances them.
-      temperature: τ of the InfoNCE term.
+      multitask_weight: λ on the whole VMSST loss (its translation terms and
+        its λ-weighted ELBO); the paper's 6-layer / pretrained value by default.
+      similarity: the contrastive term's pair score, "dot" (the paper) or
+        "cosine" (losses.pair_scores).
+      temperature: τ dividing the scores (the paper: none, i.e. 1.0).
       **vmsst_kwargs: elbo_weight, kl_anneal_steps, kl_scale of VMSST.
     """
     super().__init__(network_config, **vmsst_kwargs)
+    losses.check_similarity(similarity, temperature)
     self.multitask_weight = multitask_weight
+    self.similarity = similarity
     self.temperature = temperature
 
   def loss_fn(self, params, batch, dropout_rng, step=0):
     per_pair, metrics, mu = self.vmsst_terms(params, batch, dropout_rng, step)
     mu_a, mu_b = models.split_halves(mu)
-    contrastive, contrastive_metrics = info_nce_terms(batch, mu_a, mu_b, self.temperature)
+    contrastive, contrastive_metrics = info_nce_terms(batch, mu_a, mu_b, self.temperature,
+                                                       self.similarity)
     vmsst_loss = jnp.mean(per_pair)
     loss = contrastive + self.multitask_weight * vmsst_loss
     return loss, metrics | contrastive_metrics | {"vmsst_loss": vmsst_loss, "loss": loss}
