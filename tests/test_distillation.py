@@ -217,3 +217,13 @@ def test_a_distillation_source_without_pairs_is_a_clear_error(data_dir, tiny_voc
   with pytest.raises(ValueError, match=message):
     registry.register_distillation_tasks(str(data_dir), vocab, teacher_cache=None, seed=0,
                                          source_language=source, max_sources=10)
+
+
+def test_warmup_linear_schedule_by_hand():
+  # The paper run's schedule (sentence-transformers' WarmupLinear): 0 -> peak over the
+  # warm-up, then linearly to 0 at the last step.
+  from vmsst import optimizers  # pylint: disable=import-outside-toplevel
+  schedule = optimizers.warmup_linear_schedule(peak_learning_rate=2e-5, warmup_steps=10,
+                                               total_steps=30)
+  got = [float(schedule(step)) for step in (0, 5, 10, 20, 30, 40)]
+  np.testing.assert_allclose(got, [0.0, 1e-5, 2e-5, 1e-5, 0.0, 0.0], atol=1e-12)

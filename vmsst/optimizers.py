@@ -39,6 +39,21 @@ def warmup_cosine_schedule(*, peak_learning_rate: float = gin.REQUIRED,
 
 
 @gin.configurable
+def warmup_linear_schedule(*, peak_learning_rate: float = gin.REQUIRED,
+                           warmup_steps: int = gin.REQUIRED,
+                           total_steps: int = gin.REQUIRED) -> optax.Schedule:
+  """Linear warm-up from 0 to the peak, then linear decay to 0 at `total_steps`.
+
+  sentence-transformers' default "WarmupLinear" (HuggingFace's
+  get_linear_schedule_with_warmup): the multilingual distillation recipe.
+  """
+  warmup = max(warmup_steps, 1)
+  return optax.join_schedules(
+      [optax.linear_schedule(0.0, peak_learning_rate, warmup),
+       optax.linear_schedule(peak_learning_rate, 0.0, max(total_steps - warmup, 1))], [warmup])
+
+
+@gin.configurable
 def adafactor(*, learning_rate: optax.Schedule | float = gin.REQUIRED,
               clipping_threshold: float | None = 1.0,
               multiply_by_parameter_scale: bool = False,
