@@ -28,10 +28,9 @@ Where each value comes from (read before trusting a number here):
   OpenSubtitles release v2018. The other releases are pins of ours, checked
   against the OPUS catalog bundled with opustools 1.9.0: Europarl v8 and
   GlobalVoices v2018q4 (latest), UN v20090831 and Tanzil v1 (the only ones),
-  Tatoeba v2021-07-22 (our recollection of the paper's text, not verified
-  here; the catalog's latest is v2022-03-03).
-  Aymara (ay) has no pair in any of the six corpora per the bundled catalog
-  either.
+  and Tatoeba v2021-07-22, the paper's own (§6.1, Appendix B; the catalog's
+  latest is v2022-03-03). Aymara (ay) has no pair in any of the six corpora
+  per the bundled catalog either.
 * Several OPUS spellings of one language (`OPUS_CODE_ALIASES`, e.g. Chinese is
   zh in UN/Tanzil, zh_cn in OpenSubtitles, cmn in Tatoeba) come from that
   catalog; all map to one canonical code (vmsst.languages).
