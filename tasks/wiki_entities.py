@@ -86,7 +86,7 @@ def normalize_title(title: str) -> str:
 
 
 def _table_rows(path: str, what: str) -> Iterator[tuple[str, str]]:
-  """(normalised key, value) of each `key<TAB>value` line; a bad line names file:line and the fix."""
+  """(normalised key, value) of each `key<TAB>value` line; a bad line names file:line, the fix."""
   with open(path, encoding="utf-8") as f:
     for number, line in enumerate(f, 1):
       line = line.rstrip("\n")
@@ -105,7 +105,7 @@ def read_table(path: str, what: str) -> dict[str, str]:
 
 
 def read_multi_table(path: str, what: str) -> dict[str, list[str]]:
-  """A `key<TAB>value` file whose keys may repeat -> {normalised key: [values, first seen first]}."""
+  """A `key<TAB>value` file whose keys may repeat -> {normalised key: [values, in file order]}."""
   table: dict[str, list[str]] = collections.defaultdict(list)
   for key, value in _table_rows(path, what):
     if value not in table[key]:

@@ -14,7 +14,8 @@ not negatives (vmsst.losses' duplicate masking).
 Entity contrast: sentence i links entity e_i (row of an entity table E,
 projected by a learned W into the sentence space). Its logits are
 
-  [ cos(s_i, W e_j)/τ_e  for the B in-batch entities j | cos(s_i, W h_jk)/τ_e + w·[j = i] for the B·H hard negatives ]
+  [ cos(s_i, W e_j)/τ_e  for the B in-batch entities j
+  | cos(s_i, W h_jk)/τ_e + w·[j = i]  for the B·H hard negatives h_jk (k = 1..H) ]
 
 and the target is column i. The hard negatives form their own block of
 columns, every sentence scoring every hard negative of the batch as in
@@ -152,6 +153,10 @@ def load_entity_vectors(path: str, keys: list[str], dim: int, *,
     entity_lines_unused (not in the vocabulary, or no id), entity_lines_duplicate,
     word_lines_skipped.
   """
+  if not pathlib.Path(path).exists():
+    raise FileNotFoundError(f"{path} not found (EntityContrastive.entity_vectors): a "
+                            "Wikipedia2Vec text export (`wikipedia2vec save_text`) or an .npy "
+                            "aligned with entities.tsv; unset it to start from random vectors.")
   if path.endswith(".npy"):
     matrix = np.load(path).astype(np.float32)
     if matrix.shape != (len(keys), dim):
