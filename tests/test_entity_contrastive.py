@@ -227,7 +227,7 @@ def test_wikipedia2vec_file_fills_entity_rows_from_entity_lines_only(tmp_path, c
                      + _vector_line("1984", 9) + _vector_line("ENTITY/computer_system", -2)
                      + _vector_line("Linux", 7) + _vector_line("ENTITY/Unrelated", 3)
                      + _vector_line("ENTITY/1984", 4))
-  caplog.set_level(logging.INFO)
+  caplog.set_level(logging.INFO, logger="absl")  # whatever verbosity absl flags set
   model = MODELS["entity_contrastive"](DROPOUT, entity_dir=str(entity_dir),
                                        entity_vectors=str(vectors))
   table = np.asarray(vmsst_testing.init_params(model)["entities"]["embedding"])

@@ -6,6 +6,7 @@ import jax
 
 from vmsst import models
 from vmsst.config import NetworkConfig
+from vmsst.languages import LANGUAGES
 from vmsst.objectives import VMSST
 
 MT5_VOCAB = 250_112
@@ -39,7 +40,8 @@ def expected_count(cfg: NetworkConfig) -> int:
   decoder_layer = encoder_layer + 2 * d + 3 * d * d + d    # latent LN + [h; z] → d
   stack = lambda layers, layer: layers * layer + 2 * d + n * d  # final LN, positions
   gaussian_head = 2 * (d * d + d)
-  return (v * d
+  languages = len(LANGUAGES) * d  # language ids' own table, outside the vocabulary
+  return (v * d + languages
           + stack(cfg.num_encoder_layers, encoder_layer) + gaussian_head
           + stack(cfg.num_language_encoder_layers, encoder_layer) + gaussian_head
           + stack(cfg.num_decoder_layers, decoder_layer)
