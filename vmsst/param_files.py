@@ -188,7 +188,7 @@ def load_model_dir(model_dir: str, params: Params, step: int | None = None) -> P
 
 @gin.configurable
 def compared_model_dir(*, objective: str = gin.REQUIRED, output: str = gin.REQUIRED) -> str:
-  """OUTPUT/<objective> of the running `python -m vmsst.compare`.
+  """OUTPUT/seed<s>/<objective> of the running `python -m vmsst.compare` (same seed).
 
   For an objective that starts from another's checkpoint (query-tower tuning
   from contrastive): its gin/runs/compare/ overlay binds `objective`,
