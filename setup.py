@@ -2,7 +2,7 @@
 
 import setuptools
 
-# Pinned to the stack checked to install together on Python 3.11 (DEVELOPERS.md).
+# Pinned to the stack checked to install together on Python 3.11 (README, "Set-up on a fresh machine").
 INSTALL_REQUIRES = [
     "jax==0.10.2",
     "jaxlib==0.10.2",

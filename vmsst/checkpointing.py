@@ -285,12 +285,6 @@ class PreemptionWatcher:
     return self.signum is not None
 
 
-def abstract_with_shardings(tree: Any, shardings: Any) -> Any:
-  """ShapeDtypeStructs of `tree` carrying the given shardings."""
-  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                      tree, shardings)
-
-
 def quiet_orbax_logs() -> None:
   """Keeps orbax's per-save INFO lines (and other chatter) out of the console: cli.quiet_logs."""
   cli.quiet_logs()
