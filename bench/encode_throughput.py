@@ -37,6 +37,7 @@ from absl import app
 from absl import flags
 
 import common
+from vmsst.evaluation import text_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -62,7 +63,7 @@ def sentences(count: int) -> list[str]:
   """`count` distinct real sentences, round-robin over the NTREX languages."""
   from tasks import sources  # pylint: disable=import-outside-toplevel
   files = sorted(sources.ntrex_files(DATA).items())
-  columns = [sources.read_lines(path) for _, path in files]
+  columns = [text_files.read_lines(path) for _, path in files]
   picked, seen = [], set()
   for line in range(max(len(c) for c in columns)):
     for column in columns:

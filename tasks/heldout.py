@@ -14,6 +14,7 @@ import pathlib
 from typing import Iterable
 
 from tasks import sources
+from vmsst.evaluation import text_files
 
 MULTI30K_TEST_PREFIX = "test_2016_flickr"
 MULTI30K_TARGETS = {"deu": "de", "fra": "fr", "ces": "cs"}
@@ -41,10 +42,10 @@ def dedupe_pairs(pairs: Iterable[tuple[str, str]], max_pairs: int) -> RetrievalS
 
 def _multi30k_sets(data_dir: pathlib.Path, max_pairs: int) -> dict[str, RetrievalSet]:
   root = data_dir / sources.MULTI30K_DIR
-  english = sources.read_lines(root / f"{MULTI30K_TEST_PREFIX}.en.gz")
+  english = text_files.read_lines(root / f"{MULTI30K_TEST_PREFIX}.en.gz")
   sets = {}
   for code, short in MULTI30K_TARGETS.items():
-    other = sources.read_lines(root / f"{MULTI30K_TEST_PREFIX}.{short}.gz")
+    other = text_files.read_lines(root / f"{MULTI30K_TEST_PREFIX}.{short}.gz")
     if len(other) != len(english):
       raise ValueError(f"Multi30k {MULTI30K_TEST_PREFIX}.{short} has {len(other)} lines, "
                        f".en has {len(english)}")
@@ -56,10 +57,10 @@ def _ntrex_sets(data_dir: pathlib.Path, max_pairs: int) -> dict[str, RetrievalSe
   held_out = sources.ntrex_validation_documents(data_dir)
   keep = [doc in held_out for doc in sources.ntrex_documents(data_dir)]
   files = sources.ntrex_files(data_dir)
-  english = [line for line, k in zip(sources.read_lines(files["eng"]), keep) if k]
+  english = [line for line, k in zip(text_files.read_lines(files["eng"]), keep) if k]
   sets = {}
   for code in NTREX_TARGETS:
-    other = [line for line, k in zip(sources.read_lines(files[code]), keep) if k]
+    other = [line for line, k in zip(text_files.read_lines(files[code]), keep) if k]
     sets[f"ntrex_val.eng-{code}"] = dedupe_pairs(zip(english, other), max_pairs)
   return sets
 

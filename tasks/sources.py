@@ -36,7 +36,7 @@ Bad input policy (`InputPolicy`; rows marked * become errors with strict=True):
 
 Strict errors name the file, the 1-based line (and for UTF-8 the byte offset
 in the line and in the file) and the fix. Side files that are not pairs
-(DOCUMENT_IDS.tsv, Tatoeba test sets, `read_lines`) are always strict about
+(DOCUMENT_IDS.tsv, Tatoeba test sets, `text_files.read_lines`) are always strict about
 UTF-8: a skipped line there would shift every later line.
 """
 
@@ -53,6 +53,7 @@ from absl import logging
 import gin
 
 from vmsst import languages
+from vmsst.evaluation import text_files
 
 PathLike = str | os.PathLike
 
@@ -72,8 +73,7 @@ MULTI30K_SPLITS = {"train": "train", "validation": "val"}
 # 32 tokens (~150 characters): a longer side is a broken extraction (a whole
 # document on one line), not a sentence.
 DEFAULT_MAX_CHARS = 2000
-_FIX_ENCODING = ("re-encode the file as UTF-8 (iconv -f <its encoding> -t utf-8 in > out) or "
-                 "drop the bad bytes (iconv -f utf-8 -t utf-8 -c in > out)")
+_FIX_ENCODING = text_files.FIX_ENCODING
 _NOT_STRICT = "or bind InputPolicy.strict = False to skip and count such lines"
 
 
@@ -169,15 +169,6 @@ def decode_lines(path: PathLike, *, strict: bool) -> Iterator[str | Skip]:
       yield text.replace("\ufeff", "") if "\ufeff" in text else text
 
 
-def read_lines(path: PathLike) -> list[str]:
-  """All lines of a file, whitespace-stripped; raises on a line that is not UTF-8.
-
-  For side files (document ids, test sets) where a skipped line would shift
-  every later one.
-  """
-  return [line.strip() for line in decode_lines(path, strict=True)]
-
-
 def _skip_reason(pair: Pair, exclude: AbstractSet[str], max_chars: int) -> str | None:
   if not pair.text_a or not pair.text_b:
     return "empty_side"
@@ -235,7 +226,7 @@ def tatoeba_test_sentences(data_dir: PathLike) -> frozenset[str]:
     raise FileNotFoundError(
         f"No tatoeba.* files in {pathlib.Path(data_dir, TATOEBA_DIR)}: the Tatoeba filter "
         "needs them (pass the right --data_dir).")
-  return frozenset(line for path in files for line in read_lines(path) if line)
+  return frozenset(line for path in files for line in text_files.read_lines(path) if line)
 
 
 # ----------------------------------------------------------------------- NTREX
@@ -244,7 +235,7 @@ def tatoeba_test_sentences(data_dir: PathLike) -> frozenset[str]:
 def ntrex_documents(data_dir: PathLike) -> list[str]:
   """Document id of every NTREX line (1,997 entries, DOCUMENT_IDS.tsv)."""
   path = pathlib.Path(data_dir, NTREX_DIR, "DOCUMENT_IDS.tsv")
-  return [line.split("\t")[0] for line in read_lines(path)]
+  return [line.split("\t")[0] for line in text_files.read_lines(path)]
 
 
 def _stable_hash(*parts: object) -> int:

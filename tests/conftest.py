@@ -8,6 +8,7 @@ import pathlib
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmsst.evaluation import text_files
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The shared corpora live next to the repository, never inside it.
@@ -35,9 +36,9 @@ def tiny_vocab_path(data_dir, tmp_path_factory) -> str:
   from vmsst import vocabulary  # pylint: disable=g-import-not-at-top
   sentences = []
   for path in sources.ntrex_files(data_dir).values():
-    sentences += sources.read_lines(path)[:16]
+    sentences += text_files.read_lines(path)[:16]
   for short in sources.MULTI30K_LANGUAGES:
-    sentences += sources.read_lines(data_dir / "multi30k" / f"train.{short}.gz")[:500]
+    sentences += text_files.read_lines(data_dir / "multi30k" / f"train.{short}.gz")[:500]
   prefix = tmp_path_factory.mktemp("tiny_vocab") / "spm"
   return vocabulary.train_vocabulary(sentences, str(prefix), 2000, character_coverage=0.995)
 

@@ -13,7 +13,7 @@ from vmsst import embed
 from vmsst.evaluation import encoders
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TABLE = {"a": (3.0, 4.0), "b": (0.0, 2.0), "": (1.0, 0.0), " ": (0.0, 0.0)}
+TABLE = {"a": (3.0, 4.0), "b": (0.0, 2.0), "": (1.0, 0.0), "zero": (0.0, 0.0)}
 
 
 class _Counting(encoders.PrecomputedEncoder):
@@ -40,14 +40,15 @@ def test_rows_follow_input_lines_with_empty_and_repeated_lines(tmp_path):
                              tmp_path / "sub" / "out")  # no .npy suffix: written as named
   got = np.load(tmp_path / "sub" / "out")
   assert got.dtype == np.float32 and got.shape == (5, 2)
-  np.testing.assert_array_equal(got, [[3, 4], [1, 0], [0, 2], [3, 4], [0, 0]])
-  assert summary == embed.Summary(lines=5, distinct=4, empty=2, dim=2)
-  assert "5 lines -> float32 [5, 2] (4 distinct encoded; 2 empty line(s)" in str(summary)
-  assert sorted(s for call in raw.calls for s in call) == ["", " ", "a", "b"]  # each once
+  np.testing.assert_array_equal(got, [[3, 4], [1, 0], [0, 2], [3, 4], [1, 0]])
+  assert summary == embed.Summary(lines=5, distinct=3, empty=2, dim=2)
+  assert "5 lines -> float32 [5, 2] (3 distinct encoded; 2 empty line(s)" in str(summary)
+  # Each once; " " is read as "" (text_files.read_lines strips every line).
+  assert sorted(s for call in raw.calls for s in call) == ["", "a", "b"]
 
 
 def test_normalize_gives_unit_rows_and_keeps_zero_rows_zero(tmp_path):
-  source = _write(tmp_path / "in.txt", "a\nb\n \n")
+  source = _write(tmp_path / "in.txt", "a\nb\nzero\n")
   embed.embed_file(lambda: encoders.UniqueSentences(encoders.PrecomputedEncoder(TABLE),
                                                     progress=False),
                    source, tmp_path / "out.npy", normalize=True)
@@ -68,7 +69,7 @@ def test_bad_input_fails_before_the_encoder_is_built(tmp_path):
   def never():
     raise AssertionError("the encoder must not load for bad input")
   latin1 = _write(tmp_path / "latin1.txt", "ok\nnicht ok: ".encode() + b"\xe9t\xe9\n")
-  with pytest.raises(ValueError, match=r"latin1\.txt:2: byte 0xe9 is not UTF-8; convert"):
+  with pytest.raises(ValueError, match=r"latin1\.txt:2: byte 0xe9 is not UTF-8; re-encode"):
     embed.embed_file(never, latin1, tmp_path / "out.npy")
   with pytest.raises(ValueError, match=r"empty\.txt has no lines"):
     embed.embed_file(never, _write(tmp_path / "empty.txt", ""), tmp_path / "out.npy")

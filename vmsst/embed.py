@@ -41,16 +41,6 @@ def encoder_from_flags(*, progress: bool = True) -> encoders_lib.UniqueSentences
                                       progress=progress)
 
 
-def read_lines(path: str | pathlib.Path) -> list[str]:
-  """text_files.read_lines, with a non-UTF-8 byte reported as file:line and the fix."""
-  try:
-    return text_files.read_lines(path)
-  except UnicodeDecodeError as e:
-    line = pathlib.Path(path).read_bytes()[:e.start].count(b"\n") + 1
-    raise ValueError(f"{path}:{line}: byte {e.object[e.start]:#04x} is not UTF-8; convert the "
-                     "file, e.g. `iconv -f latin1 -t utf-8`.") from e
-
-
 def open_output(path: str | pathlib.Path):
   """A UTF-8 text file for writing, "\\n" line ends, parent directories created."""
   path = pathlib.Path(path)
@@ -119,7 +109,7 @@ def embed_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
     ValueError: if the input is not UTF-8 (naming the line) or has no lines
       (there is no [0, d] matrix to infer d from).
   """
-  sentences = read_lines(input_path)
+  sentences = text_files.read_lines(input_path)
   if not sentences:
     raise ValueError(f"{input_path} has no lines; give a file with one sentence per line.")
   encoder = get_encoder()

@@ -66,6 +66,7 @@ from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import mining
 from vmsst.evaluation import neighbors
+from vmsst.evaluation import text_files
 
 FLAGS = flags.FLAGS
 
@@ -109,7 +110,7 @@ def read_side(path: str | pathlib.Path) -> Side:
   """
   first_line: dict[str, int] = {}
   empty = duplicates = 0
-  lines = embed.read_lines(path)
+  lines = text_files.read_lines(path)
   for number, line in enumerate(lines, 1):
     if "\t" in line:
       raise ValueError(f"{path}:{number}: the sentence holds a TAB, which would split the "

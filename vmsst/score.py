@@ -25,6 +25,7 @@ from vmsst import embed
 from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import similarity
+from vmsst.evaluation import text_files
 
 FLAGS = flags.FLAGS
 
@@ -47,7 +48,7 @@ def read_pairs(path: str | pathlib.Path) -> tuple[list[str], list[str]]:
     ValueError: naming file and 1-based line, when a line has no TAB or several.
   """
   first, second = [], []
-  for number, line in enumerate(embed.read_lines(path), 1):
+  for number, line in enumerate(text_files.read_lines(path), 1):
     fields = line.split("\t")
     if len(fields) != 2:
       raise ValueError(

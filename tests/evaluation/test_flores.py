@@ -8,6 +8,7 @@ import pytest
 from tasks import sources
 from vmsst.evaluation import encoders
 from vmsst.evaluation import flores
+from vmsst.evaluation import text_files
 
 N = 12  # lines per file
 # FLORES file-name code -> the NTREX file whose first N lines it holds. ace_Arab
@@ -19,7 +20,7 @@ CODES = {"eng_Latn": "eng", "deu_Latn": "deu", "zho_Hant": "zho-TW", "srp_Cyrl":
 
 def _ntrex_lines(data_dir, codes=CODES, n=N) -> dict[str, list[str]]:
   files = sources.ntrex_files(data_dir)
-  return {code: sources.read_lines(files[ntrex])[:n] for code, ntrex in codes.items()}
+  return {code: text_files.read_lines(files[ntrex])[:n] for code, ntrex in codes.items()}
 
 
 def _write(folder, split, texts):

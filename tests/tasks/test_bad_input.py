@@ -21,6 +21,7 @@ from tasks import registry
 from tasks import opus_sources
 from tasks import sources
 from vmsst import vocabulary
+from vmsst.evaluation import text_files
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 STRICT = sources.InputPolicy(strict=True)
@@ -116,8 +117,8 @@ def test_invalid_utf8_is_an_error_naming_line_and_bytes_when_strict(tmp_path):
 
 def test_read_lines_of_side_files_is_always_strict(tmp_path):
   path = write_bytes(tmp_path / "DOCUMENT_IDS.tsv.gz", b"a\nb\n\xff\n")
-  with pytest.raises(ValueError, match=r"DOCUMENT_IDS\.tsv\.gz, line 3: invalid UTF-8"):
-    sources.read_lines(path)
+  with pytest.raises(ValueError, match=r"DOCUMENT_IDS\.tsv\.gz:3: byte 0xff is not UTF-8; re-encode"):
+    text_files.read_lines(path)
 
 
 def test_invalid_utf8_in_multi30k_skips_only_that_languages_pairs(tmp_path):

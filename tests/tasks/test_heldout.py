@@ -2,6 +2,7 @@
 
 from tasks import heldout
 from tasks import sources
+from vmsst.evaluation import text_files
 
 
 def test_dedupe_pairs_keeps_first_of_each_source_and_target():
@@ -27,8 +28,8 @@ def test_ntrex_sets_come_from_validation_documents_only(data_dir):
   english, swahili = heldout.retrieval_sets(str(data_dir), max_pairs=1000)["ntrex_val.eng-swa"]
   assert len(english) == len(swahili) == 189  # The 189 lines of the 12 validation documents.
   held_out = sources.ntrex_validation_documents(data_dir)
-  all_english = sources.read_lines(sources.ntrex_files(data_dir)["eng"])
-  all_swahili = sources.read_lines(sources.ntrex_files(data_dir)["swa"])
+  all_english = text_files.read_lines(sources.ntrex_files(data_dir)["eng"])
+  all_swahili = text_files.read_lines(sources.ntrex_files(data_dir)["swa"])
   documents = sources.ntrex_documents(data_dir)
   for en, sw in zip(english, swahili):
     line = all_english.index(en)

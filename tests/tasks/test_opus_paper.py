@@ -15,10 +15,10 @@ import tensorflow as tf
 from tasks import opus_download
 from tasks import opus_paper
 from tasks import registry
-from tasks import sources
 from vmsst import languages as vmsst_languages
 from vmsst import vocabulary as vocabulary_lib
 from vmsst.feature_converters import PairFeatureConverter
+from vmsst.evaluation import text_files
 
 
 def write_moses(directory: pathlib.Path, corpus: str, l1: str, l2: str, lines1, lines2) -> None:
@@ -354,7 +354,7 @@ def test_register_tasks_builds_the_paper_mixture_for_the_feature_converter(
 @pytest.mark.parametrize("order", [("en", "de"), ("de", "en")], ids=["reused", "own_task"])
 def test_register_tasks_drops_tatoeba_test_sentences_from_the_paper_mixture(
     data_dir, tiny_vocab_path, tmp_path, order):
-  tatoeba = sources.read_lines(data_dir / "tatoeba/v1/tatoeba.deu-eng.deu")[0]
+  tatoeba = text_files.read_lines(data_dir / "tatoeba/v1/tatoeba.deu-eng.deu")[0]
   english = [f"house {i}" for i in range(5)] + ["tatoeba partner"]
   german = [f"Haus {i}" for i in range(5)] + [tatoeba]
   write_moses(tmp_path / "opus", "Europarl", "en", "de", ["cat"], ["Katze"])

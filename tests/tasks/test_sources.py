@@ -7,6 +7,7 @@ import pytest
 
 from tasks import opus_sources
 from tasks import sources
+from vmsst.evaluation import text_files
 
 # The 12 of 123 NTREX documents with the smallest salted hash (hand-copied once;
 # a change means the validation split moved).
@@ -42,7 +43,7 @@ def write(path, text: str) -> None:
 def test_ntrex_files_have_1997_lines_each(data_dir):
   paths = sorted((data_dir / "ntrex128").glob("newstest2019-*.txt.gz"))
   assert len(paths) == 129
-  assert {len(sources.read_lines(p)) for p in paths} == {1997}
+  assert {len(text_files.read_lines(p)) for p in paths} == {1997}
   assert len(sources.ntrex_documents(data_dir)) == 1997
 
 
@@ -78,7 +79,7 @@ def test_ntrex_split_has_no_shared_document(data_dir, ntrex_train):
   assert counts.read == counts.kept == 189 * PAIRS_PER_NTREX_LINE == 23436
   english_by_doc = collections.defaultdict(set)
   for doc, line in zip(sources.ntrex_documents(data_dir),
-                       sources.read_lines(sources.ntrex_files(data_dir)["eng"])):
+                       text_files.read_lines(sources.ntrex_files(data_dir)["eng"])):
     english_by_doc[doc in VALIDATION_DOCUMENTS].add(line)
   val_english = {p.text_a for p in validation if p.lang_a == "eng"}
   train_english = {p.text_a for p in ntrex_train[0] if p.lang_a == "eng"}
@@ -105,9 +106,9 @@ def test_ntrex_pivots_are_eng_or_spa_and_stateless(data_dir, ntrex_train):
 
 def test_ntrex_pair_is_aligned(data_dir, ntrex_train):
   first_german = next(p for p in ntrex_train[0] if p.lang_b == "deu")
-  english = sources.read_lines(sources.ntrex_files(data_dir)["eng"])
-  spanish = sources.read_lines(sources.ntrex_files(data_dir)["spa"])
-  german = sources.read_lines(sources.ntrex_files(data_dir)["deu"])
+  english = text_files.read_lines(sources.ntrex_files(data_dir)["eng"])
+  spanish = text_files.read_lines(sources.ntrex_files(data_dir)["spa"])
+  german = text_files.read_lines(sources.ntrex_files(data_dir)["deu"])
   line = german.index(first_german.text_b)
   assert first_german.text_a == {"eng": english, "spa": spanish}[first_german.lang_a][line]
   assert english[0] == "Welsh AMs worried about 'looking like muppets'"  # CRLF stripped.

@@ -1,19 +1,44 @@
-"""Reading benchmark text files: one line rule and one TSV rule for every reader.
+"""Reading text files: one line rule and one TSV rule for every reader.
 
-Lines split on "\\n" only: sentences may hold U+2028 or a stray "\\r", which
-`str.splitlines` and universal-newline reading would treat as line breaks and
-so shift every later line off its gold. A CRLF line ending is removed.
+`read_lines` is the only line reader (training side files, benchmarks, the
+embed / score / mine inputs). Lines split on "\\n" only: sentences may hold
+U+2028 or a stray "\\r", which `str.splitlines` and universal-newline reading
+would treat as line breaks and so shift every later line off its gold. Each
+line is stripped of whitespace other than TAB at both ends (a CRLF's "\\r" and
+a byte-order mark included): the tokenizer drops it anyway, and a stray
+trailing space would otherwise make two equal sentences differ. TABs stay:
+they separate fields, and "a<TAB>" is a pair with an empty side.
 """
 
+import gzip
 import pathlib
+import re
+
+FIX_ENCODING = ("re-encode the file as UTF-8 (iconv -f <its encoding> -t utf-8 in > out) or "
+                "drop the bad bytes (iconv -f utf-8 -t utf-8 -c in > out)")
+_ENDS = re.compile(r"^[^\S\t]+|[^\S\t]+$")  # Whitespace but TAB, at either end.
 
 
-def read_lines(path: pathlib.Path) -> list[str]:
-  """A UTF-8 file's lines without their ends; a final newline adds no empty line."""
-  lines = pathlib.Path(path).read_text(encoding="utf-8").split("\n")
+def read_lines(path: str | pathlib.Path) -> list[str]:
+  """A UTF-8 (or .gz) file's lines, stripped; a final newline adds no empty line.
+
+  Raises:
+    ValueError: naming file and 1-based line of the first byte that is not
+      UTF-8, and the fix (one bad line would shift every later one, so no skip).
+  """
+  opener = gzip.open if str(path).endswith(".gz") else open
+  with opener(path, "rb") as f:
+    data = f.read()
+  try:
+    text = data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    line = data[:e.start].count(b"\n") + 1
+    raise ValueError(f"{path}:{line}: byte {data[e.start]:#04x} is not UTF-8; "
+                     f"{FIX_ENCODING}.") from None
+  lines = text.split("\n")
   if lines and lines[-1] == "":
     lines.pop()
-  return [line[:-1] if line.endswith("\r") else line for line in lines]
+  return [_ENDS.sub("", line.replace("\ufeff", "")) for line in lines]
 
 
 def one_line(text: str) -> str:
