@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from vmsst import mine
+from vmsst.evaluation import approximate_neighbors
 from vmsst.evaluation import encoders
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -308,3 +309,90 @@ def test_indices_output_gives_the_line_numbers_of_both_sides(tmp_path):
                   progress=False, output_format="indices")
   lines = (tmp_path / "out.tsv").read_text().splitlines()
   assert sorted(lines) == ["1.000000\t1\t1", "1.000000\t3\t0"]
+
+
+# ------------------------------------------------------------------ approximate (IVF) index
+
+
+def _clustered_task(n: int = 3000, d: int = 32, seed: int = 0):
+  """Sources in 30 clusters; the first 2/3 of the targets are noisy translations of sources."""
+  rng = np.random.default_rng(seed)
+  centres = rng.standard_normal((30, d)).astype(np.float32) * 2
+  source = centres[rng.integers(0, 30, n)] + rng.standard_normal((n, d)).astype(np.float32)
+  target = source.copy()
+  target[: 2 * n // 3] += 0.3 * rng.standard_normal((2 * n // 3, d)).astype(np.float32)
+  target[2 * n // 3:] = (centres[rng.integers(0, 30, n - 2 * n // 3)]
+                         + rng.standard_normal((n - 2 * n // 3, d)).astype(np.float32))
+  return source, target[rng.permutation(n)]
+
+
+@pytest.mark.parametrize("pq", [0, 8])
+def test_ivf_mines_the_pairs_exact_mining_finds(pq):
+  source, target = _clustered_task()
+  want, want_scores = mine.mine(source, target, threshold=1.0)
+  got, got_scores = mine.mine(source, target, threshold=1.0, index="ivf",
+                              ivf=approximate_neighbors.IvfOptions(nlist=32, nprobe=8, pq=pq,
+                                                                   train_size=2000))
+  same = {tuple(p) for p in want.tolist()} & {tuple(p) for p in got.tolist()}
+  assert len(want) >= 2000  # the 2000 planted translations and a few near the threshold
+  assert 2 * len(same) / (len(want) + len(got)) >= 0.99  # F1 of the IVF pairs against exact
+  # True cosines of the (approximate) neighbours: scores of shared pairs agree.
+  lookup = dict(zip(map(tuple, got.tolist()), got_scores))
+  shared = [(s, lookup[tuple(p)]) for p, s in zip(want.tolist(), want_scores)
+            if tuple(p) in lookup]
+  np.testing.assert_allclose(*zip(*shared), atol=0.02)
+
+
+def test_ivf_neighbours_of_a_full_probe_are_the_exact_neighbours():
+  source, target = _clustered_task(600)
+  want = mine.neighbourhoods(source, target, 4)
+  got = mine.approximate_neighbourhoods(
+      source, target, 4, approximate_neighbors.IvfOptions(nlist=8, nprobe=8))
+  np.testing.assert_array_equal(got.forward_indices, want.forward_indices)
+  np.testing.assert_array_equal(got.backward_indices, want.backward_indices)
+  np.testing.assert_allclose(got.forward_scores, want.forward_scores, atol=1e-5)
+
+
+def test_ivf_streams_memory_mapped_embeddings(tmp_path):
+  source, target = _clustered_task(600)
+  src, trg = _files(tmp_path, "".join(f"s{i}\n" for i in range(600)),
+                    "".join(f"t{i}\n" for i in range(600)))
+  np.save(tmp_path / "src.npy", source)
+  np.save(tmp_path / "trg.npy", target)
+  side = mine.read_side(src)
+  assert isinstance(mine.load_embeddings(tmp_path / "src.npy", side), np.memmap)
+  mine.mine_files(None, src, trg, tmp_path / "ivf.tsv", src_embeddings=tmp_path / "src.npy",
+                  trg_embeddings=tmp_path / "trg.npy", index="ivf", progress=False,
+                  ivf=approximate_neighbors.IvfOptions(nlist=8, nprobe=8))
+  mine.mine_files(None, src, trg, tmp_path / "exact.tsv", src_embeddings=tmp_path / "src.npy",
+                  trg_embeddings=tmp_path / "trg.npy", progress=False)
+  _assert_same(_read_output(tmp_path / "ivf.tsv"), _read_output(tmp_path / "exact.tsv"))
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"nlist": 5000}, r"--nlist=5000 exceeds the 600 keys; pass --nlist=0"),
+    ({"pq": 7}, r"--pq=7 must divide the embedding width 32 \(e\.g\. --pq=32\)"),
+    ({"nprobe": 0}, r"--nprobe=0.* must be >= 1"),
+])
+def test_bad_ivf_options_name_the_flag(options, message):
+  source, target = _clustered_task(600)
+  with pytest.raises(ValueError, match=message):
+    mine.mine(source, target, index="ivf", ivf=approximate_neighbors.IvfOptions(**options))
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--index=ivf", "--backend=faiss"], "--backend do not apply to --index=ivf; drop them or "
+                                         "pass --index=exact"),
+    (["--nprobe=4"], "--nprobe do not apply to --index=exact; drop them or pass --index=ivf"),
+    (["--index=hnsw"], "--index"),
+])
+def test_bad_index_flags_are_one_line_errors(tmp_path, flags, message):
+  src, trg = _files(tmp_path, "a\nb\n", "p\nq\n")
+  np.save(tmp_path / "e.npy", np.eye(2, dtype=np.float32))
+  run = subprocess.run([sys.executable, "-m", "vmsst.mine", f"--src={src}", f"--trg={trg}",
+                        f"--src_embeddings={tmp_path / 'e.npy'}", "--k=1",
+                        f"--trg_embeddings={tmp_path / 'e.npy'}",
+                        f"--output={tmp_path / 'o.tsv'}", *flags],
+                       cwd=ROOT, capture_output=True, text=True, check=False)
+  assert run.returncode != 0 and message in run.stderr
+  assert "Traceback" not in run.stderr

@@ -50,6 +50,14 @@ query_block * key_block), the targets split over all local devices;
 --backend=faiss uses faiss.IndexFlatIP instead (two searches, twice the
 FLOPs). 10^6 x 10^6 sentences need a few GiB beyond the embeddings
 (bench/RESULTS.md).
+
+Corpus scale (10^6 and more per side): --index=ivf searches a faiss
+inverted-file index per side instead (approximate_neighbors.py; --nlist,
+--nprobe, --pq, --train_size) and scores the margins on those approximate
+neighbours, as LASER does. With --*_embeddings holding one row per line (no
+repeated or empty lines) the .npy stays memory-mapped and is streamed in
+blocks, so memory is bounded by the index, not by the sides
+(bench/RESULTS.md gives time, memory and recall against exact).
 """
 
 import dataclasses
@@ -63,6 +71,7 @@ from absl import flags
 from vmsst import cli
 from vmsst import embed
 from vmsst import encoder_flags
+from vmsst.evaluation import approximate_neighbors
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import mining
 from vmsst.evaluation import neighbors
@@ -74,6 +83,10 @@ FLAGS = flags.FLAGS
 MARGINS = {"ratio": "ratio", "distance": "distance", "absolute": "cosine"}
 RETRIEVALS = {"max": "max", "fwd": "forward", "bwd": "backward", "intersect": "intersect"}
 OUTPUT_FORMATS = ("text", "indices")
+INDEXES = ("exact", "ivf")
+STREAM_BLOCK = 65_536  # rows of a memory-mapped .npy checked at a time
+EXACT_FLAGS = ("backend", "query_block", "key_block")
+IVF_FLAGS = ("nlist", "nprobe", "pq", "train_size")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,17 +161,25 @@ def load_embeddings(path: str | pathlib.Path, side: Side) -> np.ndarray:
   if len(matrix) != side.num_lines:
     raise ValueError(f"{path} has {len(matrix)} rows but {side.path} has {side.num_lines} "
                      f"lines; row i must embed line i, {redo}.")
-  embeddings = np.asarray(matrix[side.rows], np.float32)
-  bad = np.flatnonzero(~np.isfinite(embeddings).all(axis=1))
-  if len(bad):
-    raise ValueError(f"{path}: row {side.rows[bad[0]]} (line {side.rows[bad[0]] + 1} of "
-                     f"{side.path}) is not finite; {redo}.")
-  return embeddings
+  every_line = len(side.rows) == side.num_lines  # rows are then 0..lines-1
+  embeddings = matrix if every_line and matrix.dtype == np.float32 else None
+  for start in range(0, len(side.rows), STREAM_BLOCK):  # one block resident at a time
+    rows = side.rows[start:start + STREAM_BLOCK]
+    block = np.asarray(matrix[rows[0]:rows[-1] + 1] if every_line else matrix[rows], np.float32)
+    bad = np.flatnonzero(~np.isfinite(block).all(axis=1))
+    if len(bad):
+      raise ValueError(f"{path}: row {rows[bad[0]]} (line {rows[bad[0]] + 1} of "
+                       f"{side.path}) is not finite; {redo}.")
+  # Without repeated or empty lines a float32 file stays memory-mapped (streamed by the
+  # search); otherwise only the distinct rows are read.
+  return embeddings if embeddings is not None else np.asarray(matrix[side.rows], np.float32)
 
 
 def mine(source: np.ndarray, target: np.ndarray, *, margin: str = "ratio",
          retrieval: str = "max", k: int = 4, threshold: float | None = None,
-         progress: bool = False, **knn_options) -> tuple[np.ndarray, np.ndarray]:
+         progress: bool = False, index: str = "exact",
+         ivf: approximate_neighbors.IvfOptions | None = None,
+         **knn_options) -> tuple[np.ndarray, np.ndarray]:
   """Mined pairs of rows, each row used at most once, best first.
 
   Args:
@@ -169,7 +190,10 @@ def mine(source: np.ndarray, target: np.ndarray, *, margin: str = "ratio",
     k: neighbours per side for the margin and the candidates; <= min(n, m).
     threshold: keep scores >= threshold; None keeps every pair.
     progress: show a progress bar per search direction.
-    **knn_options: query_block, key_block, backend, devices for `neighbourhoods`.
+    index: "exact" (blockwise, `neighbourhoods`) or "ivf" (approximate,
+      `approximate_neighbors.knn` per direction, margins on those neighbours).
+    ivf: the IVF geometry for index="ivf" (default IvfOptions()).
+    **knn_options: query_block, key_block, backend, devices for the exact search.
 
   Returns:
     (pairs int64 [p, 2] of (source row, target row), scores float64 [p]),
@@ -180,7 +204,16 @@ def mine(source: np.ndarray, target: np.ndarray, *, margin: str = "ratio",
   if retrieval not in RETRIEVALS:
     raise ValueError(f"retrieval must be one of {list(RETRIEVALS)}, got {retrieval!r}.")
   _check_k(k, len(source), len(target))
-  hood = neighbourhoods(source, target, k, progress=progress, **knn_options)
+  if index == "exact":
+    hood = neighbourhoods(source, target, k, progress=progress, **knn_options)
+  elif index == "ivf":
+    if knn_options:
+      raise ValueError(f"{sorted(knn_options)} tune the exact search; drop them with "
+                       "--index=ivf (its options are --nlist, --nprobe, --pq, --train_size).")
+    hood = approximate_neighbourhoods(source, target, k, ivf or approximate_neighbors.IvfOptions(),
+                                      progress)
+  else:
+    raise ValueError(f"--index={index}; pick one of {INDEXES}.")
   pairs, scores = mining.candidates(hood, MARGINS[margin], RETRIEVALS[retrieval])
   keep = mining.one_to_one(pairs, scores)
   pairs, scores = pairs[keep], scores[keep]
@@ -204,6 +237,15 @@ def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int, *, progress: 
   return mining.Neighbourhoods(*neighbors.knn_both(
       source, target, k, progress="k-NN both directions" if progress else None,
       **knn_options))
+
+
+def approximate_neighbourhoods(source: np.ndarray, target: np.ndarray, k: int,
+                               ivf: approximate_neighbors.IvfOptions,
+                               progress: bool = False) -> mining.Neighbourhoods:
+  """Both directions' approximate k nearest neighbours: one IVF index per side, as LASER mines."""
+  return mining.Neighbourhoods(
+      *approximate_neighbors.knn(source, target, k, ivf, "src->trg" if progress else None),
+      *approximate_neighbors.knn(target, source, k, ivf, "trg->src" if progress else None))
 
 
 def _encode_side(encoder: encoders_lib.UniqueSentences, side: Side, name: str,
@@ -316,6 +358,16 @@ def _define_flags() -> None:
   flags.DEFINE_enum("retrieval", "max", list(RETRIEVALS), "How candidates are retrieved.")
   flags.DEFINE_string("src_embeddings", None, "float [lines, d] .npy of --src (vmsst.embed).")
   flags.DEFINE_string("trg_embeddings", None, "float [lines, d] .npy of --trg (vmsst.embed).")
+  flags.DEFINE_enum("index", "exact", list(INDEXES),
+                    "exact: blockwise search (--backend); ivf: faiss inverted file, approximate "
+                    "(corpus scale, margins on the approximate k-NN as LASER does).")
+  flags.DEFINE_integer("nlist", 0, "--index=ivf: k-means cells (0: 4 * sqrt(sentences)).")
+  flags.DEFINE_integer("nprobe", approximate_neighbors.IvfOptions.nprobe,
+                       "--index=ivf: cells scanned per query.")
+  flags.DEFINE_integer("pq", 0, "--index=ivf: bytes per key for product quantization "
+                       "(0: exact keys, IVF-Flat); must divide the embedding width.")
+  flags.DEFINE_integer("train_size", approximate_neighbors.IvfOptions.train_size,
+                       "--index=ivf: sentences sampled to train the cells.")
   flags.DEFINE_enum("backend", "jax", ["jax", "faiss"], "Exact k-NN search backend.")
   # 1024 x 1024 blocks (4 MiB of cosines) stay in cache: measured faster than 2048 x 8192.
   flags.DEFINE_integer("query_block", 1024, "Queries per search block.")
@@ -330,12 +382,26 @@ def main(argv: Sequence[str]) -> None:
                         f"{', '.join(encoder_flags.given())}.")
   if not precomputed:
     encoder_flags.check_one()
+  search = _search_options()
   embed.run_file_command(argv, lambda: mine_files(
       None if precomputed else embed.encoder_from_flags, FLAGS.src, FLAGS.trg, FLAGS.output,
       src_embeddings=FLAGS.src_embeddings, trg_embeddings=FLAGS.trg_embeddings,
       margin=FLAGS.margin, retrieval=FLAGS.retrieval, k=FLAGS.k, threshold=FLAGS.threshold,
-      output_format=FLAGS.output_format, backend=FLAGS.backend, query_block=FLAGS.query_block, key_block=FLAGS.key_block),
-                         FLAGS.output)
+      output_format=FLAGS.output_format, **search), FLAGS.output)
+
+
+def _search_options() -> dict:
+  """mine()'s search keywords from the flags; a flag of the other --index is an error."""
+  other = IVF_FLAGS if FLAGS.index == "exact" else EXACT_FLAGS
+  given = [f"--{name}" for name in other if FLAGS[name].present]
+  if given:
+    raise cli.UserError(f"{', '.join(given)} do not apply to --index={FLAGS.index}; drop them "
+                        f"or pass --index={'ivf' if FLAGS.index == 'exact' else 'exact'}.")
+  if FLAGS.index == "exact":
+    return {"backend": FLAGS.backend, "query_block": FLAGS.query_block,
+            "key_block": FLAGS.key_block}
+  return {"index": "ivf", "ivf": approximate_neighbors.IvfOptions(
+      nlist=FLAGS.nlist, nprobe=FLAGS.nprobe, pq=FLAGS.pq, train_size=FLAGS.train_size)}
 
 
 if __name__ == "__main__":
