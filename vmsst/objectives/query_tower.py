@@ -32,19 +32,17 @@ too: `@frozen_groups()` (vmsst/parameter_groups.py).
 checkpoint (vmsst/evaluation/preservation.py embeds documents with it, as
 the dual encoder is deployed).
 
-`QueryTowerValidation` is the paper's validation (§2.3): the triplet loss and
+`QueryTowerValidation` (vmsst/evaluation/in_training.py) is the paper's validation (§2.3): the triplet loss and
 the error count on held-out triplets after each epoch, the two metrics its
 early-stopping rule watches (`train.early_stopping`, vmsst/early_stopping.py).
 """
 
 import dataclasses
 import os
-from typing import Callable
 
 import gin
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from vmsst import losses
 from vmsst import models
@@ -164,56 +162,3 @@ def restore_document_tower(model_dir: str):
       item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
       partial_restore=True))["model_state"][DOCUMENTS]
   return dataclasses.replace(restored, params=documents)
-
-
-@gin.configurable
-class QueryTowerValidation:
-  """Held-out triplet loss and errors of the query tower against the frozen document tower.
-
-  The documents (positives, negatives) are embedded once, when the evaluator
-  is built, by the starting checkpoint: the frozen document tower is a
-  bit-identical copy of it. Each `run` embeds the anchors with the query
-  tower being tuned.
-  """
-
-  def __init__(self, *, triplets: str, data_dir: str, vocabulary, documents_model_dir: str,
-               sequence_length: int, margin: float = 0.1, similarity: str = "cosine",
-               batch_size: int = 64, max_triplets: int | None = None):
-    """Args:
-      triplets: the validation split of `register_tasks.triplets` ("stsb" or a
-        directory with validation.tsv; tasks/triplets.py).
-      data_dir: root of the shared data (for "stsb").
-      vocabulary: the training vocabulary.
-      documents_model_dir: the starting checkpoint (`train.init_params`).
-      sequence_length: the training length (inputs are truncated alike).
-      margin, similarity: the training loss's (QueryTower's).
-      batch_size: encoding batch; must divide over the mesh's data axis.
-      max_triplets: keep the first this many (quick runs).
-    """
-    from tasks import triplets as triplets_lib  # pylint: disable=import-outside-toplevel
-    from vmsst import inference  # pylint: disable=import-outside-toplevel
-    rows = triplets_lib.read_triplet_splits(triplets, data_dir)["validation"][0][:max_triplets]
-    if not rows:
-      raise ValueError(f"QueryTowerValidation: no validation triplets in {triplets!r}.")
-    self.anchors = [a for a, _, _ in rows]
-    self.vocabulary, self.sequence_length, self.batch_size = vocabulary, sequence_length, batch_size
-    self.margin, self.similarity = margin, similarity
-    documents = inference.CheckpointEncoder(inference.restore(documents_model_dir),
-                                            batch_size=batch_size, max_seq_length=sequence_length)
-    self.positives = documents.encode([p for _, p, _ in rows])
-    self.negatives = documents.encode([n for _, _, n in rows])
-
-  def run(self, embed_fn: Callable[..., np.ndarray]) -> dict[str, float]:
-    """{"loss", "errors" (by the training similarity), "error_rate" ×100, "cosine_errors",
-    "euclidean_errors", "n"} of the query tower `embed_fn` (tokens, mask) -> [B, d]."""
-    from vmsst import text_inputs  # pylint: disable=import-outside-toplevel
-    from vmsst.evaluation import pair_ranking  # pylint: disable=import-outside-toplevel
-    anchors = text_inputs.embed_sentences(embed_fn, self.vocabulary, self.anchors,
-                                          self.sequence_length, self.batch_size)
-    loss, _ = triplet_margin_loss(anchors, self.positives, self.negatives, margin=self.margin,
-                                  similarity=self.similarity)
-    counts = pair_ranking.triplet_errors(anchors, self.positives, self.negatives)
-    errors = counts["cosine_errors" if self.similarity == "cosine" else "euclidean_errors"]
-    return {"loss": float(loss), "errors": float(errors),
-            "error_rate": 100.0 * errors / counts["n"], "cosine_errors": counts["cosine_errors"],
-            "euclidean_errors": counts["euclidean_errors"], "n": counts["n"]}

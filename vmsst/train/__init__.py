@@ -46,7 +46,7 @@ from vmsst import partitioning
 from vmsst import trainer as trainer_lib
 from vmsst import gin_configurables  # pylint: disable=unused-import
 from vmsst.feature_converters import PairFeatureConverter
-from vmsst.retrieval import RetrievalEvaluator
+from vmsst.evaluation import in_training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("gin_file", [], "Gin files, applied in order.")
@@ -167,12 +167,13 @@ def check_finite(step: int, step_metrics: dict[str, Any], consecutive: int, *,
   return consecutive + 1
 
 
-def evaluate(evaluator: RetrievalEvaluator | None, trainer: trainer_lib.Trainer,
-             params, step: int, writer) -> dict[str, float]:
-  if evaluator is None:
+def evaluate(evaluator: in_training.Evaluator | Sequence[in_training.Evaluator] | None,
+             trainer: trainer_lib.Trainer, params, step: int, writer) -> dict[str, float]:
+  """Every evaluator's metrics of `params`, logged under retrieval/ (in_training.merge)."""
+  results = in_training.merge(  # side: RetrievalEvaluator's targets go through a side-b tower
+      evaluator, lambda tokens, mask, side="a": trainer.encode(params, tokens, mask, side))
+  if not results:
     return {}
-  results = evaluator.run(  # side: RetrievalEvaluator's targets go through a side-b tower
-      lambda tokens, mask, side="a": trainer.encode(params, tokens, mask, side))
   writer.write_scalars(step, {f"retrieval/{k}": v for k, v in results.items()})
   logging.info("step %d held-out retrieval accuracy: %s", step,
                {k: round(v, 2) for k, v in results.items()})
@@ -184,7 +185,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
           mixture_name: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
           batch_size: int = gin.REQUIRED, sequence_length: int = gin.REQUIRED,
           optimizer: optax.GradientTransformation = gin.REQUIRED,
-          register_tasks=None, evaluator: RetrievalEvaluator | None = None,
+          register_tasks=None,
+          evaluator: in_training.Evaluator | Sequence[in_training.Evaluator] | None = None,
           seed: int = 0, log_every: int = 50, eval_every: int = 0,
           init_params: str | None = None, skip_nonfinite_steps: int = 0,
           early_stopping: early_stopping_lib.EarlyStopping | None = None) -> dict[str, Any]:
@@ -199,8 +201,9 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     sequence_length: tokens per sentence, EOS included.
     optimizer: optax transformation (gin: @adafactor()).
     register_tasks: callable that registers the seqio tasks (gin-bound).
-    evaluator: held-out retrieval evaluator run every `eval_every` steps and
-      at the end.
+    evaluator: an `in_training.Evaluator` (or a list: the first keeps its
+      metric names, the others' are prefixed by their class) run every
+      `eval_every` steps and at the end.
     seed: initialisation, data order, dropout and ELBO noise.
     log_every: steps between metric writes.
     eval_every: steps between evaluations (0: only at the end).
