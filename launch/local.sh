@@ -89,6 +89,9 @@ if [[ "${EVAL:-1}" == 1 ]]; then
   if [[ "$SUITE" == all && ! -d "$TASKS_DIR/mewsc16" ]]; then
     run "$PY" -m vmsst.evaluation.clustering --data_dir="$DATA_DIR" --output="$TASKS_DIR"
   fi
+  # The held-out retrieval curve (train.eval_every) next to the evaluation report.
+  run "$PY" -m vmsst.learning_curves --model_dir="$model_dir" \
+      --output="$model_dir/eval/learning_curve.png"
   run "$PY" -m vmsst.evaluate --model_dir="$model_dir" --data_dir="$DATA_DIR,$TASKS_DIR" \
       --suite="$SUITE" --training_languages=ntrex128 --output="$model_dir/eval"
 fi

@@ -104,7 +104,7 @@ def test_local_dry_run_prints_vocabulary_train_and_evaluation(data_dir, tmp_path
                   TASKS_DIR=str(tmp_path / "tasks"), PY="python")
   modules = [line[2] for line in lines]
   assert modules[:2] == ["vmsst.vocabulary", "vmsst.train"]
-  assert modules[-1] == "vmsst.evaluate"
+  assert modules[-2:] == ["vmsst.learning_curves", "vmsst.evaluate"]
   train = lines[1]
   assert "--gin.TRAIN_STEPS=5" in train and "--gin_file=gin/runs/vmsst_cpu.gin" in train
   assert f"--gin.VOCAB_PATH='{tmp_path}/vocab/spm.model'" in train

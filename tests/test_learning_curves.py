@@ -1,5 +1,7 @@
 """learning_curves: the training loop's TensorBoard events read back and plotted."""
 
+import subprocess
+import sys
 import time
 
 import matplotlib.image
@@ -55,3 +57,11 @@ def test_plot_has_one_line_per_objective_on_the_steps_all_seeds_share(tmp_path):
   image = matplotlib.image.imread(path)
   assert image.shape[0] > 300 and image.shape[1] > 900  # two panels side by side
   assert path.stat().st_size > 20_000
+
+
+def test_command_draws_one_runs_curve_next_to_its_report(tmp_path):
+  _write_run(tmp_path, [(10, 1.5), (20, 3.0)])
+  done = subprocess.run([sys.executable, "-m", "vmsst.learning_curves", f"--model_dir={tmp_path}"],
+                        capture_output=True, text=True, check=True)
+  assert "3.00% at step 20" in done.stdout
+  assert matplotlib.image.imread(tmp_path / "eval" / "learning_curve.png").shape[1] > 900

@@ -10,6 +10,7 @@ evaluations; a run resumed after an interruption includes the pause.
 import pathlib
 from typing import Mapping
 
+from absl import app, flags
 import numpy as np
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.util import tensor_util
@@ -97,3 +98,24 @@ def _aligned(by_seed: Mapping[int, dict]) -> tuple[list[int], np.ndarray, np.nda
   seconds = np.array([[c["seconds"][c["step"].index(s)] for s in common]
                       for c in by_seed.values()])
   return common, values, seconds
+
+
+def main(argv):
+  """`python -m vmsst.learning_curves --model_dir=D --output=P.png`: one run's curve
+  (the main job draws its own next to its evaluation report)."""
+  del argv
+  model_dir = pathlib.Path(flags.FLAGS.model_dir)
+  output = pathlib.Path(flags.FLAGS.output or model_dir / "eval" / "learning_curve.png")
+  curve = read_curve(model_dir)
+  if not curve["step"]:
+    raise SystemExit(f"error: {model_dir} has no {TAG} events; train with train.eval_every > 0.")
+  output.parent.mkdir(parents=True, exist_ok=True)
+  plot({model_dir.name: {0: curve}}, output)
+  print(f"wrote {output}: {TAG} {curve['value'][-1]:.2f}% at step {curve['step'][-1]}")
+
+
+if __name__ == "__main__":
+  # Flags defined here, not at import: vmsst.compare imports this module.
+  flags.DEFINE_string("model_dir", None, "The run's MODEL_DIR.", required=True)
+  flags.DEFINE_string("output", None, "PNG path (default MODEL_DIR/eval/learning_curve.png).")
+  app.run(main)
