@@ -1,7 +1,7 @@
 r"""Runs every benchmark, collects their JSON lines, and plots them.
 
   .venv/bin/python bench/run_all.py [--quick] [--only=train_throughput,mining] \
-      [--output_dir=bench/results] [--script_args=mining:--sizes=10000]
+      [--output=bench/results] [--script_args=mining:--sizes=10000]
 
 Each script runs as its own process (so one's memory and compilations do not
 touch another's), its table streams to the console, and every comparison
@@ -28,7 +28,7 @@ SCRIPTS = ("train_throughput", "encode_throughput", "mining", "scaling")
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("quick", False, "Each script's smoke mode.")
 flags.DEFINE_list("only", list(SCRIPTS), "Scripts to run.")
-flags.DEFINE_string("output_dir", str(HERE / "results"), "Where the .jsonl and PNGs go.")
+flags.DEFINE_string("output", str(HERE / "results"), "Where the .jsonl and PNGs go.")
 flags.DEFINE_multi_string("script_args", [], "script:--flag=value passed to one script.")
 flags.DEFINE_bool("plots", True, "Write PNG plots.")
 
@@ -64,7 +64,7 @@ def _comparison(line: str) -> dict | None:
 
 def main(argv) -> None:
   del argv
-  output = pathlib.Path(FLAGS.output_dir)
+  output = pathlib.Path(FLAGS.output)
   output.mkdir(parents=True, exist_ok=True)
   stem = time.strftime("%Y-%m-%dT%H%M", time.gmtime()) + ("_quick" if FLAGS.quick else "")
   jsonl = output / f"{stem}.jsonl"

@@ -1,6 +1,6 @@
 r"""Downloads the VMSST paper's OPUS training data in Moses format.
 
-    python -m tasks.opus_download --out_dir=DIR [--languages=de,fr,...|all]
+    python -m tasks.opus_download --output=DIR [--languages=de,fr,...|all]
         [--corpora=Europarl,Tatoeba@v2022-03-03,...|all] [--pivots=en,es]
         [--dry_run] [--keep_zips] [--opus_db=PATH]
 
@@ -407,12 +407,12 @@ def _fetch_one(out_dir: pathlib.Path, manifest: dict[str, Any], job: Job, row: M
 
 def _define_flags() -> None:
   """Defined only when run as a command, so importing this module adds no flags."""
-  flags.DEFINE_string("out_dir", None, "Directory for the Moses files and manifest.json.", required=True)
+  flags.DEFINE_string("output", None, "Directory for the Moses files and manifest.json.", required=True)
   flags.DEFINE_string("languages", "all", "Comma-separated OPUS codes of paper languages, or 'all'.")
   flags.DEFINE_string("corpora", "all", "Comma-separated corpora (Name or Name@release), or 'all'.")
   flags.DEFINE_string("pivots", ",".join(opus_paper.PIVOTS), "Comma-separated pivot languages.")
-  flags.DEFINE_bool("dry_run", False, "Print what would be fetched; no network, no writes to out_dir.")
-  flags.DEFINE_bool("keep_zips", False, f"Keep the downloaded zips in out_dir/{ZIP_SUBDIR}.")
+  flags.DEFINE_bool("dry_run", False, "Print what would be fetched; no network, no writes to --output.")
+  flags.DEFINE_bool("keep_zips", False, f"Keep the downloaded zips in OUTPUT/{ZIP_SUBDIR}.")
   flags.DEFINE_string("opus_db", DEFAULT_OPUS_DB, "Where to keep the OPUS catalog opustools ships.")
 
 
@@ -427,7 +427,7 @@ def main(argv: Sequence[str]) -> int:
   except ValueError as e:
     raise app.UsageError(str(e)) from None
   jobs = plan_jobs(languages, pivots, corpora)
-  report = fetch(config.out_dir, jobs, Catalog(ensure_catalog(config.opus_db)),
+  report = fetch(config.output, jobs, Catalog(ensure_catalog(config.opus_db)),
                  dry_run=config.dry_run, keep_zips=config.keep_zips)
   print(f"{'Dry run' if config.dry_run else 'Done'}: {report.summary(config.dry_run)} ({len(jobs)} jobs, {len(languages)} languages, "
         f"pivots {','.join(pivots)}, corpora {', '.join(f'{c}@{r}' for c, r in corpora.items())}).")

@@ -124,7 +124,7 @@ PAIR_COUNTS: Mapping[str, int] = {code: TABLE_15[code] for code in LANGUAGES}
 # Their sum: "nearly 216 million training examples" (§6.1, Appendix B).
 TABLE_15_TOTAL = 215_769_456
 MANIFEST_NAME = "manifest.json"
-DOWNLOAD_COMMAND = "python -m tasks.opus_download --out_dir={opus_dir}"
+DOWNLOAD_COMMAND = "python -m tasks.opus_download --output={opus_dir}"
 
 
 def opus_codes(language: str) -> tuple[str, ...]:

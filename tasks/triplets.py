@@ -1,11 +1,11 @@
 r"""English triplets (anchor, positive, negative): built from STSb, read from TSV, as a seqio task.
 
-  python -m tasks.triplets --stsb_dir=../shared/data/stsb --output_dir=runs/triplets
+  python -m tasks.triplets --stsb_dir=../shared/data/stsb --output=runs/triplets
 
 writes train.tsv, validation.tsv and test.tsv (anchor<TAB>positive<TAB>negative,
 from STSb train, dev and test) and prints the build counts;
 
-  python -m tasks.triplets --msmarco=msmarco-triplets.jsonl.gz --output_dir=runs/msmarco_triplets
+  python -m tasks.triplets --msmarco=msmarco-triplets.jsonl.gz --output=runs/msmarco_triplets
 
 writes the MSMARCO splits of query-tower tuning (Vasilyev et al. 2022, §2.2;
 `msmarco_splits`): of the sentence-transformers file's 499,184 samples
@@ -304,7 +304,7 @@ FLAGS = flags.FLAGS
 
 def main(argv: Sequence[str]) -> None:
   del argv
-  output = pathlib.Path(FLAGS.output_dir)
+  output = pathlib.Path(FLAGS.output)
   if FLAGS.msmarco:
     for name, rows in msmarco_splits(FLAGS.msmarco).items():
       write_tsv(output / f"{name}.tsv", rows)
@@ -320,6 +320,6 @@ if __name__ == "__main__":
   flags.DEFINE_string("stsb_dir", "../shared/data/stsb", "The STS Benchmark folder.")
   flags.DEFINE_string("msmarco", None, "msmarco-triplets.jsonl.gz: write the query-tower "
                       "paper's MSMARCO splits instead of STSb's.")
-  flags.DEFINE_string("output_dir", None, "Where train/validation/test.tsv go.", required=True)
+  flags.DEFINE_string("output", None, "Where train/validation/test.tsv go.", required=True)
   flags.DEFINE_integer("seed", 0, "Seed of the same_file / any_file negative draws.")
   app.run(main)

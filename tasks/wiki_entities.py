@@ -47,6 +47,8 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Iterator, Mapping, Sequence
 
+from absl import app
+from absl import flags
 import numpy as np
 
 NAMESPACE_PREFIXES = {"file", "image", "media", "category", "template", "wikipedia", "wp",
@@ -385,30 +387,47 @@ def load_split(directory: str, split: str) -> tuple[list[str], list[str], np.nda
   return texts, langs, np.asarray(ids, np.int32).reshape(len(texts), 1 + hard)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-  import argparse  # pylint: disable=import-outside-toplevel
-  parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-  parser.add_argument("--dump", required=True)
-  parser.add_argument("--output", required=True)
-  parser.add_argument("--min_links", type=int, default=PAPER_MIN_LINKS,
-                      help="keep entities linked more than this many times (EASE §3.1: 10)")
-  parser.add_argument("--interlanguage")
-  parser.add_argument("--types")
-  parser.add_argument("--num_hard_negatives", type=int, default=1)
-  parser.add_argument("--heldout_fraction", type=float, default=0.2)
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--lang", default="eng")
-  args = parser.parse_args(argv)
+def build(dump: str, output: str, *, min_links: int = PAPER_MIN_LINKS,
+          interlanguage: str | None = None, types: str | None = None,
+          num_hard_negatives: int = 1, heldout_fraction: float = 0.2, seed: int = 0,
+          lang: str = "eng") -> str:
+  """Extracts `dump` into `output` (examples.jsonl, entities.tsv, meta.json); a summary."""
   examples, entities, counts = extract(
-      args.dump, min_links=args.min_links, interlanguage=args.interlanguage, types=args.types,
-      num_hard_negatives=args.num_hard_negatives, heldout_fraction=args.heldout_fraction,
-      seed=args.seed, lang=args.lang)
-  write(args.output, examples, entities, counts, args.num_hard_negatives if args.types else 0,
-        entity_keys=KEYS_ID if args.interlanguage else KEYS_TITLE, min_links=args.min_links)
-  print(f"{len(examples)} examples, {len(entities)} entities -> {args.output}")
-  for unit, values in counts.as_dict().items():
-    print(f"  {unit}: {values}")
+      dump, min_links=min_links, interlanguage=interlanguage, types=types,
+      num_hard_negatives=num_hard_negatives, heldout_fraction=heldout_fraction, seed=seed,
+      lang=lang)
+  write(output, examples, entities, counts, num_hard_negatives if types else 0,
+        entity_keys=KEYS_ID if interlanguage else KEYS_TITLE, min_links=min_links)
+  lines = [f"{len(examples)} examples, {len(entities)} entities -> {output}"]
+  lines += [f"  {unit}: {values}" for unit, values in counts.as_dict().items()]
+  return "\n".join(lines)
+
+
+def _define_flags() -> None:
+  """Defined only when run as a command (absl, like every other command)."""
+  flags.DEFINE_string("dump", None, "MediaWiki XML dump (.xml or .xml.bz2).", required=True)
+  flags.DEFINE_string("output", None, "Directory for examples.jsonl, entities.tsv, meta.json.",
+                      required=True)
+  flags.DEFINE_integer("min_links", PAPER_MIN_LINKS,
+                       "Keep entities linked more than this many times (EASE §3.1: 10).")
+  flags.DEFINE_string("interlanguage", None, "Optional title -> id table (TSV).")
+  flags.DEFINE_string("types", None, "Optional entity -> type table (TSV); enables hard "
+                      "negatives.")
+  flags.DEFINE_integer("num_hard_negatives", 1, "Hard negatives per example (with --types).")
+  flags.DEFINE_float("heldout_fraction", 0.2, "Fraction of pages held out for validation.")
+  flags.DEFINE_integer("seed", 0, "Seed of the held-out split and hard-negative draws.")
+  flags.DEFINE_string("lang", "eng", "Language code written on every example.")
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  f = flags.FLAGS
+  print(build(f.dump, f.output, min_links=f.min_links, interlanguage=f.interlanguage,
+              types=f.types, num_hard_negatives=f.num_hard_negatives,
+              heldout_fraction=f.heldout_fraction, seed=f.seed, lang=f.lang))
 
 
 if __name__ == "__main__":
-  main()
+  _define_flags()
+  app.run(main)

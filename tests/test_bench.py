@@ -53,7 +53,7 @@ def _smoke_run(tmp_path_factory):
   output = tmp_path_factory.mktemp("bench")
   done = subprocess.run(
       [sys.executable, str(BENCH / "run_all.py"), "--quick", "--only=mining,train_throughput",
-       f"--output_dir={output}"], capture_output=True, text=True, timeout=600, check=False)
+       f"--output={output}"], capture_output=True, text=True, timeout=600, check=False)
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   (jsonl,) = output.glob("*.jsonl")
   return [json.loads(line) for line in jsonl.read_text().splitlines()], output, done.stdout

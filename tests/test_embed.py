@@ -105,7 +105,7 @@ def test_command_line_needs_exactly_one_encoder(tmp_path):
 
 @pytest.mark.parametrize("flag, message", [
     ("--saved_model={tmp}/nowhere",
-     "error: --saved_model={tmp}/nowhere is not a directory; give an --output_dir written by "
+     "error: --saved_model={tmp}/nowhere is not a directory; give an --output written by "
      "`python -m vmsst.export`"),
     ("--model_dir={tmp}",
      "error: --model_dir={tmp} has no config.gin or checkpoints; give a MODEL_DIR written by "

@@ -294,8 +294,7 @@ def test_short_run_on_the_wikipedia_sample_learns_sentence_to_entity_retrieval(
   entity_dir = tmp_path / "entities"
   # --min_links=0: the 2-article fixture links most entities once (the paper's 10 would
   # leave almost nothing).
-  wiki_entities.main([f"--dump={SAMPLE}", f"--output={entity_dir}", "--heldout_fraction=0.5",
-                      "--min_links=0"])
+  print(wiki_entities.build(str(SAMPLE), str(entity_dir), heldout_fraction=0.5, min_links=0))
   splits = {split: wiki_entities.load_split(str(entity_dir), split)
             for split in ("train", "validation")}
   # 221 training sentences over the 205 entities, most linked once. The 8 held-out

@@ -195,7 +195,7 @@ def test_bfloat16_export_embeds_close_to_the_float32_checkpoint(model_dir, jax_e
 
 
 def test_bad_directories_are_clear_errors(exported, tmp_path):
-  with pytest.raises(FileExistsError, match="--output_dir=.* is not empty"):
+  with pytest.raises(FileExistsError, match="--output=.* is not empty"):
     export.export(str(tmp_path), str(exported[0]))
   with pytest.raises(FileNotFoundError, match="config.gin not found"):
     export.export(str(tmp_path), str(tmp_path / "out"))

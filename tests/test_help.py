@@ -3,6 +3,8 @@
 Subprocesses: `--help` is what a process prints.
 """
 
+import pathlib
+import re
 import subprocess
 import sys
 
@@ -49,3 +51,14 @@ def test_python_m_vmsst_prints_the_command_index():
                         and p.stem != "__main__")
   assert sorted(c.removeprefix("vmsst.") for c in commands) == sorted(main_modules + ["train"])
   assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_every_command_spells_its_output_flag_output_and_parses_flags_with_absl():
+  repo = pathlib.Path(__file__).resolve().parents[1]
+  offenders = []
+  for path in sorted(p for d in ("vmsst", "tasks", "bench") for p in (repo / d).rglob("*.py")):
+    text = path.read_text(encoding="utf-8")
+    if (re.search(r"DEFINE_\w+\(\s*[\"'](output_dir|out_dir|out)[\"']", text)
+        or re.search(r"^\s*(import|from) argparse", text, re.M)):
+      offenders.append(path.relative_to(repo).as_posix())
+  assert not offenders

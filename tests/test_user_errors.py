@@ -19,11 +19,11 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args, message", [
-    (("vmsst.export", "--model_dir={tmp}/nowhere", "--output_dir={tmp}/out"),
+    (("vmsst.export", "--model_dir={tmp}/nowhere", "--output={tmp}/out"),
      "error: --model_dir={tmp}/nowhere is not a directory; give a MODEL_DIR written by "
      "`python -m vmsst.train`."),
     (("vmsst.evaluate", "--saved_model={tmp}", "--output={tmp}/eval"),
-     "error: --saved_model={tmp} has no saved_model.pb; give an --output_dir written by "
+     "error: --saved_model={tmp} has no saved_model.pb; give an --output written by "
      "`python -m vmsst.export`."),
 ])
 def test_export_and_evaluate_name_the_bad_directory_without_a_traceback(tmp_path, args,

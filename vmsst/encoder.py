@@ -80,7 +80,7 @@ class Encoder:
     """A SavedModel written by `python -m vmsst.export` (or any with its contract)."""
     if not os.path.isdir(path):
       raise FileNotFoundError(f"No SavedModel directory at {path}; write one with "
-                              "`python -m vmsst.export --model_dir=... --output_dir=...`.")
+                              "`python -m vmsst.export --model_dir=... --output=...`.")
     # Registers the SentencePiece ops the exported graph uses; without it,
     # loading fails with "Op type not registered 'SentencepieceOp'".
     import tensorflow_text  # pylint: disable=import-outside-toplevel,unused-import

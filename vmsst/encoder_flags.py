@@ -56,7 +56,7 @@ def check_paths(*, model_dir: str | None = None, saved_model: str | None = None)
   needs = [("--model_dir", model_dir, ("config.gin", "checkpoints"),
             "a MODEL_DIR written by `python -m vmsst.train`"),
            ("--saved_model", saved_model, ("saved_model.pb",),
-            "an --output_dir written by `python -m vmsst.export`")]
+            "an --output written by `python -m vmsst.export`")]
   for flag, path, files, what in needs:
     if not path or "://" in path:
       continue

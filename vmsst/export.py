@@ -1,6 +1,6 @@
 r"""Exports a trained model as a TensorFlow SavedModel (strings in, embeddings out).
 
-  python -m vmsst.export --model_dir=runs/vmsst_cpu --output_dir=runs/vmsst_cpu/export \
+  python -m vmsst.export --model_dir=runs/vmsst_cpu --output=runs/vmsst_cpu/export \
       [--step=N] [--normalize] [--platforms=cpu] [--dtype=bfloat16]
 
 The SavedModel contract (what `evaluation.encoders.SavedModelEncoder` reads):
@@ -38,7 +38,7 @@ where constants would be copied into each signature's graph and meet the 2 GB
 GraphDef limit at the paper's sizes. Only the parameters μ_sem reads are
 exported there (no decoder, no language encoder).
 
-Files written under --output_dir:
+Files written under --output:
   saved_model.pb, variables/, fingerprint.pb   the SavedModel
   assets.extra/vmsst_export.json  step, d, sequence_length, vocabulary size,
                                   normalized, platforms, tensorflow_text note
@@ -96,7 +96,7 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
     The metadata written to assets.extra/vmsst_export.json.
   """
   if os.path.isdir(output_dir) and os.listdir(output_dir):
-    raise FileExistsError(f"--output_dir={output_dir} exists and is not empty; pick a new "
+    raise FileExistsError(f"--output={output_dir} exists and is not empty; pick a new "
                           "directory or delete it first.")
   restored = inference.restore(model_dir, step=step, dtype=dtype)
   params = traverse_util.flatten_dict(jax.device_get(restored.params), sep=SEPARATOR)
@@ -291,7 +291,7 @@ def _define_flags() -> None:
   """Only when run as a command: importers (tests, other entrypoints) own their flags."""
   flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.")
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
-  flags.DEFINE_string("output_dir", None, "New directory for the SavedModel and params.")
+  flags.DEFINE_string("output", None, "New directory for the SavedModel and params.")
   flags.DEFINE_bool("normalize", False, "L2-normalise the exported embeddings.")
   flags.DEFINE_list("platforms", ["cpu"], "jax2tf lowering targets: cpu, cuda, tpu.")
   flags.DEFINE_enum("dtype", None, list(inference.PRECISIONS), "Activation/matmul precision "
@@ -302,14 +302,14 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   f = flags.FLAGS
-  if not f.model_dir or not f.output_dir:
-    raise app.UsageError("--model_dir (a python -m vmsst.train directory) and --output_dir "
+  if not f.model_dir or not f.output:
+    raise app.UsageError("--model_dir (a python -m vmsst.train directory) and --output "
                          "are required.")
   encoder_flags.check_paths(model_dir=f.model_dir)  # one error line, not a restore traceback
   start = time.time()
-  metadata = export(f.model_dir, f.output_dir, step=f.step, normalize=f.normalize,
+  metadata = export(f.model_dir, f.output, step=f.step, normalize=f.normalize,
                     platforms=f.platforms, dtype=f.dtype)
-  print(f"wrote {f.output_dir}: step {metadata['step']}, d={metadata['dimension']}, "
+  print(f"wrote {f.output}: step {metadata['step']}, d={metadata['dimension']}, "
         f"normalized={metadata['normalized']}, {time.time() - start:.0f} s")
 
 

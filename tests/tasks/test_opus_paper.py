@@ -186,7 +186,7 @@ def test_scan_without_paper_data_names_dir_and_command(tmp_path, make):
   with pytest.raises(FileNotFoundError) as error:
     opus_paper.scan_opus_dir(d)
   assert str(d) in str(error.value)
-  assert f"python -m tasks.opus_download --out_dir={d}" in str(error.value)
+  assert f"python -m tasks.opus_download --output={d}" in str(error.value)
 
 
 # ---------------------------------------------------------------- the mixture

@@ -3,11 +3,15 @@
 import bz2
 import json
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from tasks import wiki_entities as we
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 SAMPLE = (pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
           / "wiki_entity_sample" / "enwiki-pages-articles-sample.xml.bz2")
@@ -151,8 +155,7 @@ def test_written_directory_loads_as_entity_rows(tmp_path):
                           ("P2", 0, "[[Berlin]] is a city in Germany.")])
   types = tmp_path / "types.tsv"
   types.write_text("Paris\tcity\nLyon\tcity\nBerlin\tcity\n")
-  we.main([f"--dump={dump}", f"--output={tmp_path / 'out'}", f"--types={types}",
-           "--heldout_fraction=0", "--min_links=0"])
+  we.build(str(dump), str(tmp_path / "out"), types=str(types), heldout_fraction=0, min_links=0)
   meta = json.loads((tmp_path / "out" / "meta.json").read_text())
   assert meta["num_entities"] == 3 and meta["num_hard_negatives"] == 1
   assert meta["entity_keys"] == we.KEYS_TITLE and meta["min_links"] == 0
@@ -174,9 +177,19 @@ def test_paper_threshold_keeps_entities_linked_more_than_ten_times_by_default(tm
   assert we.PAPER_MIN_LINKS == 10
   assert [k for k, _, _ in entities] == ["Paris"]
   assert len(examples) == 11 and counts.links["skipped_below_threshold"] == 10
-  we.main([f"--dump={dump}", f"--output={tmp_path / 'out'}", "--heldout_fraction=0"])
+  done = subprocess.run([sys.executable, "-m", "tasks.wiki_entities", f"--dump={dump}",
+                         f"--output={tmp_path / 'out'}", "--heldout_fraction=0"],
+                        cwd=REPO, capture_output=True, text=True, check=False)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.startswith(f"11 examples, 1 entities -> {tmp_path / 'out'}")
   meta = json.loads((tmp_path / "out" / "meta.json").read_text())
   assert meta["min_links"] == 10 and meta["num_entities"] == 1  # the CLI's default too
+
+
+def test_command_parses_flags_with_absl_like_every_other_command(tmp_path):
+  done = subprocess.run([sys.executable, "-m", "tasks.wiki_entities", "--dump=x.xml"],
+                        cwd=REPO, capture_output=True, text=True, check=False)
+  assert done.returncode == 1 and "Flag --output must have a value other than None" in done.stderr
 
 
 def test_an_entity_with_several_types_draws_from_one_chosen_at_random(tmp_path):
