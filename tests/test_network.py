@@ -18,12 +18,13 @@ from vmsst.config import NetworkConfig
 from vmsst.languages import LANGUAGES
 from vmsst.network import VMSSTNetwork
 from vmsst.objectives import BiTranslation, Contrastive, VMSST
+from vmsst.objectives import bitranslation
 
 
 def _translation_nll(model, params, target, target_mask, target_lang, source, source_mask):
   mu, _ = model.semantic(params, source, source_mask)
   latent = jnp.concatenate([jnp.zeros_like(mu), mu], axis=-1)
-  return models.decode_nll(model, params, target, target_mask, target_lang, latent, None)[0]
+  return bitranslation.decode_nll(model, params, target, target_mask, target_lang, latent, None)[0]
 
 
 def test_decoder_sees_the_source_only_through_the_latent():
@@ -99,7 +100,7 @@ def test_language_ids_index_their_own_table_not_the_vocabulary():
 def test_without_decoder_language_embedding_translation_reads_the_language_off_the_prefix():
   """The paper's "no dec. l.e." ablation (§7.1), in a translation term (§4).
 
-  The latent is [0; μ_sem(source)] (models.translation_latent). With the
+  The latent is [0; μ_sem(source)] (bitranslation.translation_latent). With the
   decoder language embedding the first token is predicted knowing the target
   language; without it nothing carries the language id, so the first
   position is the same for every target language and the decoder can only
@@ -107,7 +108,7 @@ def test_without_decoder_language_embedding_translation_reads_the_language_off_t
   """
   batch = random_batch()
   mu = jax.random.normal(jax.random.key(1), (4, TINY.emb_dim))
-  latent = models.translation_latent(mu[:2], mu[2:], TINY.emb_dim)
+  latent = bitranslation.translation_latent(mu[:2], mu[2:], TINY.emb_dim)
   targets = batch["tokens_a"]
   other_targets = np.concatenate([targets[:, :1], (targets[:, 1:] + 5) % 300], axis=1)
   langs, other_langs = batch["lang_a"], (batch["lang_a"] + 1) % len(LANGUAGES)

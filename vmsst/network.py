@@ -136,7 +136,7 @@ class VMSSTNetwork(nn.Module):
     Where the output language then comes from: in the ELBO reconstruction,
     from z_lang ~ q(z_lang | x) in the latent; in the translation terms
     −log p(x_i | μ_sem(x_j)) (paper §4) the language slot of the latent is 0
-    (models.translation_latent), so without the start row the decoder reads
+    (objectives.bitranslation.translation_latent), so without the start row the decoder reads
     the language off the teacher-forced prefix x_<t and predicts the first
     token blind to it (the paper's reading of the ablation, §7.1: "the
     decoder can ascertain the language being input or decoded").

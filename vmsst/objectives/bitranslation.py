@@ -2,13 +2,61 @@
 
 loss = −log p(x_a | μ_sem(x_b)) − log p(x_b | μ_sem(x_a)), the decoder fed
 μ_sem alone (output projection 2d × V) and the target-language start symbol.
+
+The translation terms (`translation_latent`, `decode_nll`, `pair_sum`,
+`translation_metrics`) live here and are shared with VMSST (variational.py),
+whose loss carries the same bitranslation term.
 """
 
 import gin
 import jax
 import jax.numpy as jnp
 
+from vmsst import losses
 from vmsst import models
+from vmsst.network import VMSSTNetwork
+
+Array = jax.Array
+
+
+def decode_nll(model: models.EmbeddingModel, params, targets: Array, mask: Array,
+               languages: Array, latent: Array, rng: Array | None) -> tuple[Array, Array]:
+  """Per-sentence NLL and correct-token counts of decoding `targets` from `latent`."""
+  logits = model.apply(params, targets, mask, languages, latent, rng is None,
+                       method=VMSSTNetwork.decode, rng=rng)
+  return losses.sequence_nll(logits, targets, mask)
+
+
+def pair_sum(x: Array) -> Array:
+  """[a; b] stacked values [2B] -> per-pair sums a + b [B]."""
+  first, second = models.split_halves(x)
+  return first + second
+
+
+def translation_latent(mu_a: Array, mu_b: Array, language_slot: int) -> Array:
+  """Latents that decode [a; b] from the other side's meaning, [2B, language_slot + d].
+
+  The language latent slot (width `language_slot`, 0 without a language
+  encoder) is held at its prior mean 0, so the decoder learns each sentence
+  from the other sentence's μ_sem plus the target language's start row:
+  −log p(x_a | μ_sem(x_b)) − log p(x_b | μ_sem(x_a)) (paper §4). Without that
+  row (the "no dec. l.e." ablation) the decoder reads the output language off
+  the target prefix, as gin/models/ablations/no_decoder_language_embedding.gin
+  explains.
+  """
+  mu_other = jnp.concatenate([mu_b, mu_a], axis=0)
+  slot = jnp.zeros(mu_other.shape[:1] + (language_slot,), mu_other.dtype)
+  return jnp.concatenate([slot, mu_other], axis=-1)
+
+
+def translation_metrics(nll: Array, correct: Array, mask: Array) -> dict[str, Array]:
+  """Metrics of the [a; b] translation NLLs [2B] (mask [2B, L])."""
+  tokens = jnp.sum(mask).clip(1)
+  return {
+      "translation_nll": jnp.mean(pair_sum(nll)),
+      "translation_token_accuracy": jnp.sum(correct) / tokens,
+      "translation_nll_per_token": jnp.sum(nll) / tokens,
+  }
 
 
 @gin.configurable
@@ -21,8 +69,8 @@ class BiTranslation(models.EmbeddingModel):
     encoder_rng, decoder_rng = jax.random.split(dropout_rng)
     tokens, mask, languages = models.both_sides(batch)
     mu_a, mu_b = models.split_halves(self.semantic(params, tokens, mask, encoder_rng)[0])
-    latent = models.translation_latent(mu_a, mu_b, language_slot=0)
-    nll, correct = models.decode_nll(self, params, tokens, mask, languages, latent, decoder_rng)
-    loss = jnp.mean(models.pair_sum(nll))
-    metrics = models.translation_metrics(nll, correct, mask)
+    latent = translation_latent(mu_a, mu_b, language_slot=0)
+    nll, correct = decode_nll(self, params, tokens, mask, languages, latent, decoder_rng)
+    loss = jnp.mean(pair_sum(nll))
+    metrics = translation_metrics(nll, correct, mask)
     return loss, metrics | {"loss": loss}

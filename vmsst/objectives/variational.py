@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from vmsst import losses
 from vmsst import models
+from vmsst.objectives import bitranslation
 from vmsst.config import NetworkConfig
 from vmsst.network import VMSSTNetwork
 
@@ -51,7 +52,7 @@ def elbo_latent(model: models.EmbeddingModel, params, batch: models.Batch,
 
 def reconstruction_metrics(nll: Array, correct: Array, mask: Array,
                            kls: dict[str, Array], kl_weight: Array) -> dict[str, Array]:
-  reconstruction = models.pair_sum(nll)
+  reconstruction = bitranslation.pair_sum(nll)
   kl = sum(kls.values())
   return {"reconstruction_nll": jnp.mean(reconstruction),
           "reconstruction_token_accuracy": jnp.sum(correct) / jnp.sum(mask).clip(1),
@@ -83,18 +84,18 @@ class VMSST(models.EmbeddingModel):
     tokens, mask, languages = models.both_sides(batch)
     mu, aux = self.semantic(params, tokens, mask, encoder_rng)
     mu_a, mu_b = models.split_halves(mu)
-    translation = models.translation_latent(mu_a, mu_b, self.network_config.emb_dim)
+    translation = bitranslation.translation_latent(mu_a, mu_b, self.network_config.emb_dim)
     reconstruction, kls = elbo_latent(self, params, batch, (mu, aux["logvar"]),
                                       language_rng, noise_rng)
     twice = lambda x: jnp.concatenate([x, x], axis=0)
-    nll, correct = models.decode_nll(self, params, twice(tokens), twice(mask), twice(languages),
+    nll, correct = bitranslation.decode_nll(self, params, twice(tokens), twice(mask), twice(languages),
                                      jnp.concatenate([translation, reconstruction], axis=0),
                                      decoder_rng)
     (nll_t, nll_r), (correct_t, correct_r) = map(models.split_halves, (nll, correct))
     kl_weight = self.kl_scale * losses.linear_annealing(step, self.kl_anneal_steps)
-    neg_elbo = models.pair_sum(nll_r) + kl_weight * sum(kls.values())
-    per_pair = models.pair_sum(nll_t) + self.elbo_weight * neg_elbo
-    metrics = (models.translation_metrics(nll_t, correct_t, mask)
+    neg_elbo = bitranslation.pair_sum(nll_r) + kl_weight * sum(kls.values())
+    per_pair = bitranslation.pair_sum(nll_t) + self.elbo_weight * neg_elbo
+    metrics = (bitranslation.translation_metrics(nll_t, correct_t, mask)
                | reconstruction_metrics(nll_r, correct_r, mask, kls, kl_weight))
     return per_pair, metrics, mu
 
