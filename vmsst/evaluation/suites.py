@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from vmsst.evaluation import clustering
 from vmsst.evaluation import flores
-from vmsst.evaluation import mining
+from vmsst.evaluation import bucc
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import parallel
 from vmsst.evaluation import question_retrieval
@@ -90,8 +90,8 @@ SUITES: dict[str, Suite] = {
         "<code>.dev / <code>.devtest files) into a --data_dir root"),
     "bucc": Suite(
         "bucc2018",
-        lambda enc, folder, o: mining.evaluate(enc, folder, pairs=o.mining_pairs),
-        mining.table, "BUCC-style bitext mining (F1)",
+        lambda enc, folder, o: bucc.evaluate(enc, folder, pairs=o.mining_pairs),
+        bucc.table, "BUCC-style bitext mining (F1)",
         "the BUCC 2018 files, or build a BUCC-format task from real sentences with "
         "`python -m vmsst.evaluation.build_mining --data_dir=../shared/data --output=DIR` "
         "and add DIR to --data_dir"),
