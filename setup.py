@@ -47,7 +47,11 @@ setuptools.setup(
     name="vmsst",
     version="0.1.0",
     description=__doc__,
-    packages=setuptools.find_packages(include=["vmsst", "vmsst.*", "tasks", "tasks.*"]),
+    # The repository's tasks/ folder installs as `vmsst_tasks`: a top-level
+    # `tasks` in site-packages would shadow (or be shadowed by) any other
+    # project's `tasks`. Code imports `vmsst_tasks` only.
+    packages=setuptools.find_packages(include=["vmsst", "vmsst.*"]) + ["vmsst_tasks"],
+    package_dir={"vmsst_tasks": "tasks"},
     python_requires=">=3.11",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,

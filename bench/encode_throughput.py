@@ -61,7 +61,7 @@ flags.DEFINE_bool("quick", False, "Smoke mode: 2 layers, d = 64, 128 sentences, 
 
 def sentences(count: int) -> list[str]:
   """`count` distinct real sentences, round-robin over the NTREX languages."""
-  from tasks import sources  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
   files = sorted(sources.ntrex_files(DATA).items())
   columns = [text_files.read_lines(path) for _, path in files]
   picked, seen = [], set()

@@ -13,7 +13,7 @@ kept only if neither its source nor its target appeared before.
 import pathlib
 from typing import Iterable
 
-from tasks import sources
+from vmsst_tasks import sources
 from vmsst.evaluation import text_files
 
 MULTI30K_TEST_PREFIX = "test_2016_flickr"

@@ -1,6 +1,6 @@
 r"""Downloads the VMSST paper's OPUS training data in Moses format.
 
-    python -m tasks.opus_download --output=DIR [--languages=de,fr,...|all]
+    python -m vmsst_tasks.opus_download --output=DIR [--languages=de,fr,...|all]
         [--corpora=Europarl,Tatoeba@v2022-03-03,...|all] [--pivots=en,es]
         [--dry_run] [--keep_zips] [--opus_db=PATH]
 
@@ -42,8 +42,8 @@ from absl import app
 from absl import flags
 import opustools
 
-from tasks import opus_paper
-from tasks import opus_sources
+from vmsst_tasks import opus_paper
+from vmsst_tasks import opus_sources
 
 ZIP_SUBDIR = "zips"
 DEFAULT_OPUS_DB = "~/.OpusTools/opusdata.db"  # opustools' own default location.

@@ -76,7 +76,7 @@ from typing import AbstractSet, Any, Mapping, Sequence
 
 from absl import logging
 
-from tasks import opus_sources
+from vmsst_tasks import opus_sources
 from vmsst import languages as vmsst_languages
 
 CORPORA: tuple[str, ...] = ("Europarl", "UN", "OpenSubtitles", "GlobalVoices", "Tanzil", "Tatoeba")
@@ -124,7 +124,7 @@ PAIR_COUNTS: Mapping[str, int] = {code: TABLE_15[code] for code in LANGUAGES}
 # Their sum: "nearly 216 million training examples" (§6.1, Appendix B).
 TABLE_15_TOTAL = 215_769_456
 MANIFEST_NAME = "manifest.json"
-DOWNLOAD_COMMAND = "python -m tasks.opus_download --output={opus_dir}"
+DOWNLOAD_COMMAND = "python -m vmsst_tasks.opus_download --output={opus_dir}"
 
 
 def opus_codes(language: str) -> tuple[str, ...]:
@@ -319,8 +319,8 @@ def _register_pair_task(task_name: str, pair: PaperPair, vocabulary,
                         exclude: AbstractSet[str]) -> str:
   """One streaming task over the pair's files, pivot side first (tasks.registry)."""
   # Imported here: tasks.registry loads seqio and TensorFlow, which
-  # `python -m tasks.opus_download` (importing this module) does not need.
-  from tasks import registry  # pylint: disable=g-import-not-at-top
+  # `python -m vmsst_tasks.opus_download` (importing this module) does not need.
+  from vmsst_tasks import registry  # pylint: disable=g-import-not-at-top
   source = registry.StreamingPairSource(pair.files, num_lines=pair.lines, name=task_name,
                                         exclude=exclude, pivot=pair.pivot)
   return registry.register_pair_task(task_name, source, vocabulary,

@@ -15,7 +15,7 @@ import pathlib
 import re
 from typing import AbstractSet, Iterator, Sequence
 
-from tasks import sources
+from vmsst_tasks import sources
 
 
 @dataclasses.dataclass(frozen=True)

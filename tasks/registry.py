@@ -46,11 +46,11 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from tasks import preprocessors
-from tasks import opus_sources
-from tasks import sources
-from tasks import triplets as triplets_lib
-from tasks import wiki_entities
+from vmsst_tasks import preprocessors
+from vmsst_tasks import opus_sources
+from vmsst_tasks import sources
+from vmsst_tasks import triplets as triplets_lib
+from vmsst_tasks import wiki_entities
 from vmsst import languages
 from vmsst import teacher_cache as teacher_cache_lib
 from vmsst import vocabulary as vocabulary_lib
@@ -290,9 +290,9 @@ def _register_paper_mixture(opus_dir: str, vocab: seqio.Vocabulary, exclude: Abs
   Skipped while that module does not exist.
   """
   try:
-    opus_paper = importlib.import_module("tasks.opus_paper")
+    opus_paper = importlib.import_module("vmsst_tasks.opus_paper")
   except ModuleNotFoundError as e:
-    if e.name != "tasks.opus_paper":
+    if e.name != "vmsst_tasks.opus_paper":
       raise
     logging.info("tasks/opus_paper.py not found: no OPUS paper mixture registered.")
     return []
@@ -383,7 +383,7 @@ class EntitySentenceSource(seqio.FunctionDataSource):
     columns = self._columns[split]
     if not len(columns["entities"]):
       raise ValueError(f"{ENTITY_TASK}: no {split} examples (raise --heldout_fraction of "
-                       "python -m tasks.wiki_entities for a validation split).")
+                       "python -m vmsst_tasks.wiki_entities for a validation split).")
     ds = tf.data.Dataset.from_tensor_slices(columns)
     if shuffle_files:
       ds = ds.shuffle(len(columns["entities"]), seed=seed, reshuffle_each_iteration=True)
@@ -391,7 +391,7 @@ class EntitySentenceSource(seqio.FunctionDataSource):
 
 
 def register_entity_task(entity_dir: str, vocab: seqio.Vocabulary) -> str:
-  """vmsst_wiki_entities over a `python -m tasks.wiki_entities` output directory."""
+  """vmsst_wiki_entities over a `python -m vmsst_tasks.wiki_entities` output directory."""
   features = {**output_features(vocab),
               "entities": seqio.ContinuousFeature(dtype=tf.int32, rank=1)}
   keep_entities = functools.partial(
@@ -431,7 +431,7 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
     distillation_max_sources: keep only the first this many source sentences
       of each distillation task and split (tests, quick runs).
     entity_dir: if given, also registers vmsst_wiki_entities from this
-      `python -m tasks.wiki_entities` output directory.
+      `python -m vmsst_tasks.wiki_entities` output directory.
     input_policy: how NTREX, Multi30k and OPUS lines that are malformed
       (no tab, not UTF-8) or overlong are treated; default
       sources.DEFAULT_POLICY: skipped and counted (tasks/sources.py docstring).

@@ -1,11 +1,11 @@
 r"""English triplets (anchor, positive, negative): built from STSb, read from TSV, as a seqio task.
 
-  python -m tasks.triplets --stsb_dir=../shared/data/stsb --output=runs/triplets
+  python -m vmsst_tasks.triplets --stsb_dir=../shared/data/stsb --output=runs/triplets
 
 writes train.tsv, validation.tsv and test.tsv (anchor<TAB>positive<TAB>negative,
 from STSb train, dev and test) and prints the build counts;
 
-  python -m tasks.triplets --msmarco=msmarco-triplets.jsonl.gz --output=runs/msmarco_triplets
+  python -m vmsst_tasks.triplets --msmarco=msmarco-triplets.jsonl.gz --output=runs/msmarco_triplets
 
 writes the MSMARCO splits of query-tower tuning (Vasilyev et al. 2022, §2.2;
 `msmarco_splits`): of the sentence-transformers file's 499,184 samples
@@ -55,8 +55,8 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from tasks import preprocessors
-from tasks import sources
+from vmsst_tasks import preprocessors
+from vmsst_tasks import sources
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import sts_files
 from vmsst.evaluation import text_files
@@ -229,7 +229,7 @@ def read_triplet_splits(triplets: str, data_dir: str
     if not path.is_file():
       raise FileNotFoundError(f"{path} not found: register_tasks.triplets is 'stsb' or a "
                               "directory with train.tsv and validation.tsv (anchor<TAB>"
-                              "positive<TAB>negative; python -m tasks.triplets writes them).")
+                              "positive<TAB>negative; python -m vmsst_tasks.triplets writes them).")
     rows, blank = read_tsv(path)
     logging.info("%s %s: %d triplets, %d blank lines skipped", TASK, split, len(rows), blank)
     splits[split] = (rows, sources.PairCounts(read=len(rows) + blank, kept=len(rows),

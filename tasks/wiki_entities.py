@@ -1,6 +1,6 @@
 r"""Sentences and their hyperlinked entities from a MediaWiki XML dump (EASE data).
 
-  python -m tasks.wiki_entities \
+  python -m vmsst_tasks.wiki_entities \
       --dump=../shared/data/wiki_entity_sample/enwiki-pages-articles-sample.xml.bz2 \
       --output=runs/wiki_entities
 
@@ -355,7 +355,7 @@ def write(output: str, examples, entities, counts: Counts, num_hard_negatives: i
 def load_meta(directory: str) -> dict:
   path = pathlib.Path(directory) / "meta.json"
   if not path.exists():
-    raise FileNotFoundError(f"{path} not found: run `python -m tasks.wiki_entities "
+    raise FileNotFoundError(f"{path} not found: run `python -m vmsst_tasks.wiki_entities "
                             f"--dump=<pages-articles.xml.bz2> --output={directory}` first.")
   return json.loads(path.read_text())
 

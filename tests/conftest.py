@@ -32,7 +32,7 @@ def tiny_vocab_path(data_dir, tmp_path_factory) -> str:
   lowered because 2000 pieces cannot hold every character of 125 languages
   (byte fallback spells the rest).
   """
-  from tasks import sources  # pylint: disable=g-import-not-at-top
+  from vmsst_tasks import sources  # pylint: disable=g-import-not-at-top
   from vmsst import vocabulary  # pylint: disable=g-import-not-at-top
   sentences = []
   for path in sources.ntrex_files(data_dir).values():

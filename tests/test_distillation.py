@@ -212,7 +212,7 @@ def test_student_starts_from_one_of_our_checkpoints(tiny_model, tmp_path):
 def test_a_distillation_source_without_pairs_is_a_clear_error(data_dir, tiny_vocab_path, source,
                                                               message):
   """Before: an unknown or absent source language gave empty tasks and a silent no-op run."""
-  from tasks import registry  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel
   vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
   with pytest.raises(ValueError, match=message):
     registry.register_distillation_tasks(str(data_dir), vocab, teacher_cache=None, seed=0,

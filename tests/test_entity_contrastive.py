@@ -290,7 +290,7 @@ def test_short_run_on_the_wikipedia_sample_learns_sentence_to_entity_retrieval(
     data_dir, tiny_vocab_path, tmp_path):
   if not SAMPLE.exists():
     pytest.skip(f"{SAMPLE} not found (../shared/data/wiki_entity_sample)")
-  from tasks import wiki_entities  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
   entity_dir = tmp_path / "entities"
   # --min_links=0: the 2-article fixture links most entities once (the paper's 10 would
   # leave almost nothing).

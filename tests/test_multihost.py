@@ -30,7 +30,7 @@ import seqio
 
 import vmsst.train
 import vmsst_testing
-from tasks import registry
+from vmsst_tasks import registry
 from vmsst import inference
 
 ROOT = vmsst_testing.ROOT

@@ -13,8 +13,8 @@ import seqio
 import vmsst.train
 import vmsst_testing
 from vmsst_testing import TINY, init_params, random_batch
-from tasks import registry
-from tasks import triplets as triplets_lib
+from vmsst_tasks import registry
+from vmsst_tasks import triplets as triplets_lib
 from vmsst import inference
 from vmsst import param_files
 from vmsst import parameter_groups

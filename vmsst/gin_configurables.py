@@ -7,8 +7,8 @@ at the edges: library code takes plain arguments.
 import gin
 import jax.numpy as jnp
 
-from tasks import heldout
-from tasks import registry
+from vmsst_tasks import heldout
+from vmsst_tasks import registry
 from vmsst import checkpointing
 from vmsst import optimizers
 from vmsst import parameter_groups

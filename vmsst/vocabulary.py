@@ -145,8 +145,8 @@ def _define_flags() -> None:
 def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[str]:
   """Distinct sentences of the training splits (Tatoeba-filtered); logs per-source counts."""
   # pylint: disable=g-import-not-at-top  (tasks depends on vmsst)
-  from tasks import opus_sources
-  from tasks import sources
+  from vmsst_tasks import opus_sources
+  from vmsst_tasks import sources
 
   exclude = sources.tatoeba_test_sentences(data_dir)
   seen = set()

@@ -5,7 +5,7 @@ import logging
 import numpy as np
 import pytest
 
-from tasks import sources
+from vmsst_tasks import sources
 from vmsst.evaluation import encoders
 from vmsst.evaluation import flores
 from vmsst.evaluation import text_files

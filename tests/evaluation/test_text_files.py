@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from tasks import sources
+from vmsst_tasks import sources
 from vmsst import embed
 from vmsst.evaluation import text_files
 

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import seqio
 
-from tasks import registry
-from tasks import opus_sources
-from tasks import sources
+from vmsst_tasks import registry
+from vmsst_tasks import opus_sources
+from vmsst_tasks import sources
 from vmsst import vocabulary
 from vmsst.evaluation import text_files
 

@@ -5,9 +5,9 @@ import pytest
 import seqio
 import tensorflow as tf
 
-from tasks import preprocessors
-from tasks import registry
-from tasks import sources
+from vmsst_tasks import preprocessors
+from vmsst_tasks import registry
+from vmsst_tasks import sources
 from vmsst import teacher_cache as tc
 from vmsst.feature_converters import PairFeatureConverter
 

@@ -1,7 +1,7 @@
 """Tests of tasks/heldout.py: the in-training retrieval sets."""
 
-from tasks import heldout
-from tasks import sources
+from vmsst_tasks import heldout
+from vmsst_tasks import sources
 from vmsst.evaluation import text_files
 
 

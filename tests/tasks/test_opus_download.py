@@ -9,8 +9,8 @@ import zipfile
 
 import pytest
 
-from tasks import opus_download
-from tasks import opus_paper
+from vmsst_tasks import opus_download
+from vmsst_tasks import opus_paper
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # Any attempt to reach the network goes to a closed local port and fails.
@@ -207,7 +207,7 @@ def test_fetch_reports_a_corrupt_download_and_deletes_it(tmp_path, catalog_path)
 def test_dry_run_command_lists_urls_without_network_or_writes(tmp_path, catalog_path):
   out = tmp_path / "never_created"
   result = subprocess.run(
-      [sys.executable, "-m", "tasks.opus_download", f"--output={out}", "--languages=de,am",
+      [sys.executable, "-m", "vmsst_tasks.opus_download", f"--output={out}", "--languages=de,am",
        "--dry_run", f"--opus_db={catalog_path}"],
       cwd=REPO, env={**os.environ, **NO_NETWORK}, capture_output=True, text=True, timeout=120,
       check=False)

@@ -12,9 +12,9 @@ import seqio
 import sentencepiece as spm
 import tensorflow as tf
 
-from tasks import opus_download
-from tasks import opus_paper
-from tasks import registry
+from vmsst_tasks import opus_download
+from vmsst_tasks import opus_paper
+from vmsst_tasks import registry
 from vmsst import languages as vmsst_languages
 from vmsst import vocabulary as vocabulary_lib
 from vmsst.feature_converters import PairFeatureConverter
@@ -186,7 +186,7 @@ def test_scan_without_paper_data_names_dir_and_command(tmp_path, make):
   with pytest.raises(FileNotFoundError) as error:
     opus_paper.scan_opus_dir(d)
   assert str(d) in str(error.value)
-  assert f"python -m tasks.opus_download --output={d}" in str(error.value)
+  assert f"python -m vmsst_tasks.opus_download --output={d}" in str(error.value)
 
 
 # ---------------------------------------------------------------- the mixture

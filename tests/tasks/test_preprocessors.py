@@ -5,8 +5,8 @@ import pytest
 import seqio
 import tensorflow as tf
 
-from tasks import preprocessors
-from tasks import registry
+from vmsst_tasks import preprocessors
+from vmsst_tasks import registry
 from vmsst import languages
 from vmsst import vocabulary
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import seqio
 
-from tasks import registry
+from vmsst_tasks import registry
 from vmsst import languages
 from vmsst import vocabulary
 from vmsst.feature_converters import PairFeatureConverter
@@ -116,9 +116,9 @@ def test_opus_tasks_and_paper_hook(data_dir, tiny_vocab_path, tmp_path, monkeypa
     calls.append((opus_dir, vocab, exclude, reuse))
     return "fake_paper"
 
-  fake = types.ModuleType("tasks.opus_paper")
+  fake = types.ModuleType("vmsst_tasks.opus_paper")
   fake.register_paper_mixture = fake_register
-  monkeypatch.setitem(sys.modules, "tasks.opus_paper", fake)
+  monkeypatch.setitem(sys.modules, "vmsst_tasks.opus_paper", fake)
   names = registry.register_tasks(str(data_dir), tiny_vocab_path, opus_dir=str(tmp_path / "opus"))
   assert names[3:] == ["vmsst_opus.deu.eng", "vmsst_opus.eng.zho_CN", "vmsst_opus", "fake_paper"]
   ((opus_dir, vocab, exclude, reuse),) = calls
@@ -141,7 +141,7 @@ def test_opus_tasks_and_paper_hook(data_dir, tiny_vocab_path, tmp_path, monkeypa
 
 def test_paper_hook_skipped_without_module(data_dir, tiny_vocab_path, tmp_path, monkeypatch):
   write_opus(tmp_path / "opus", "x")
-  monkeypatch.setitem(sys.modules, "tasks.opus_paper", None)  # Import raises ModuleNotFoundError.
+  monkeypatch.setitem(sys.modules, "vmsst_tasks.opus_paper", None)  # Import raises ModuleNotFoundError.
   names = registry.register_tasks(str(data_dir), tiny_vocab_path, opus_dir=str(tmp_path / "opus"))
   assert names[-1] == "vmsst_opus"
 

@@ -5,8 +5,8 @@ import gzip
 
 import pytest
 
-from tasks import opus_sources
-from tasks import sources
+from vmsst_tasks import opus_sources
+from vmsst_tasks import sources
 from vmsst.evaluation import text_files
 
 # The 12 of 123 NTREX documents with the smallest salted hash (hand-copied once;

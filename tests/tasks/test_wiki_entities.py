@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from tasks import wiki_entities as we
+from vmsst_tasks import wiki_entities as we
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -165,7 +165,7 @@ def test_written_directory_loads_as_entity_rows(tmp_path):
   assert [keys[i] for i in ids[:, 0]] == ["Paris", "Lyon", "Berlin"]
   assert keys[ids[2, 1]] in ("Paris", "Lyon") and texts[2] == "Berlin is a city in Germany."
   assert we.load_split(str(tmp_path / "out"), "validation")[2].shape == (0, 2)
-  with pytest.raises(FileNotFoundError, match="python -m tasks.wiki_entities"):
+  with pytest.raises(FileNotFoundError, match="python -m vmsst_tasks.wiki_entities"):
     we.load_meta(str(tmp_path / "missing"))
 
 
@@ -177,7 +177,7 @@ def test_paper_threshold_keeps_entities_linked_more_than_ten_times_by_default(tm
   assert we.PAPER_MIN_LINKS == 10
   assert [k for k, _, _ in entities] == ["Paris"]
   assert len(examples) == 11 and counts.links["skipped_below_threshold"] == 10
-  done = subprocess.run([sys.executable, "-m", "tasks.wiki_entities", f"--dump={dump}",
+  done = subprocess.run([sys.executable, "-m", "vmsst_tasks.wiki_entities", f"--dump={dump}",
                          f"--output={tmp_path / 'out'}", "--heldout_fraction=0"],
                         cwd=REPO, capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr
@@ -187,7 +187,7 @@ def test_paper_threshold_keeps_entities_linked_more_than_ten_times_by_default(tm
 
 
 def test_command_parses_flags_with_absl_like_every_other_command(tmp_path):
-  done = subprocess.run([sys.executable, "-m", "tasks.wiki_entities", "--dump=x.xml"],
+  done = subprocess.run([sys.executable, "-m", "vmsst_tasks.wiki_entities", "--dump=x.xml"],
                         cwd=REPO, capture_output=True, text=True, check=False)
   assert done.returncode == 1 and "Flag --output must have a value other than None" in done.stderr
 

@@ -32,7 +32,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from absl import logging
 
-from tasks import sources
+from vmsst_tasks import sources
 from vmsst import languages as languages_lib
 from vmsst.evaluation import encoders
 from vmsst.evaluation import parallel

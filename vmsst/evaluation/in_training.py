@@ -191,7 +191,7 @@ class QueryTowerValidation:
       batch_size: encoding batch; must divide over the mesh's data axis.
       max_triplets: keep the first this many (quick runs).
     """
-    from tasks import triplets as triplets_lib  # pylint: disable=import-outside-toplevel
+    from vmsst_tasks import triplets as triplets_lib  # pylint: disable=import-outside-toplevel
     rows = triplets_lib.read_triplet_splits(triplets, data_dir)["validation"][0][:max_triplets]
     if not rows:
       raise ValueError(f"QueryTowerValidation: no validation triplets in {triplets!r}.")

@@ -263,7 +263,7 @@ def evaluate(original: encoders.Encoder, tuned: encoders.Encoder, data_dir: str 
   before = Towers(original_towers, original_towers)
   after = Towers(wrap(tuned), original_towers if documents is None else wrap(documents))
   if triplets is None and (data_dir / "stsb").is_dir():
-    from tasks import triplets as triplets_lib  # pylint: disable=import-outside-toplevel
+    from vmsst_tasks import triplets as triplets_lib  # pylint: disable=import-outside-toplevel
     triplets = triplets_lib.stsb_triplets(data_dir / "stsb", "test")[0]
   results = {"triplets": (triplet_evaluation(before, after, triplets, margin=margin)
                           if triplets else None),

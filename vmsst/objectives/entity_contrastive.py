@@ -122,7 +122,7 @@ def entity_dir_meta(entity_dir: str) -> tuple[int, int]:
   """(N entities, H hard negatives) from the pipeline's OUTPUT/meta.json."""
   path = pathlib.Path(entity_dir) / "meta.json"
   if not path.exists():
-    raise FileNotFoundError(f"{path} not found: run python -m tasks.wiki_entities "
+    raise FileNotFoundError(f"{path} not found: run python -m vmsst_tasks.wiki_entities "
                             f"--dump=... --output={entity_dir} first.")
   meta = json.loads(path.read_text())
   return int(meta["num_entities"]), int(meta["num_hard_negatives"])
@@ -163,7 +163,7 @@ def load_entity_vectors(path: str, keys: list[str], dim: int, *,
       raise ValueError(f"{path}: shape {matrix.shape}, expected {(len(keys), dim)} (one row per "
                        "line of entities.tsv, width EntityContrastive.entity_dim).")
     return matrix, np.ones(len(keys), bool), {"rows_matched": len(keys), "rows_unmatched": 0}
-  from tasks import wiki_entities  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
   rows = {k: i for i, k in enumerate(keys)}
   matrix, found = np.zeros((len(keys), dim), np.float32), np.zeros(len(keys), bool)
   counts = collections.Counter(entity_lines=0, entity_lines_unused=0, entity_lines_duplicate=0,
@@ -200,7 +200,7 @@ def entity_vector_keys(entity_dir: str, title_ids: str | None) -> Mapping[str, s
   Title-keyed vocabularies need none (None); one keyed by interlanguage ids
   needs `title_ids`, and naming it for a title-keyed one is a mistake too.
   """
-  from tasks import wiki_entities  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
   by_id = wiki_entities.load_meta(entity_dir).get("entity_keys") == wiki_entities.KEYS_ID
   if by_id and not title_ids:
     raise ValueError(
@@ -279,7 +279,7 @@ class EntityContrastive(models.EmbeddingModel):
 
   def _pretrained_rows(self, box):
     """The boxed table with the rows entity_vectors has; the match is logged."""
-    from tasks import wiki_entities  # pylint: disable=import-outside-toplevel
+    from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
     if not self.entity_dir:
       raise ValueError("EntityContrastive.entity_vectors needs entity_dir (its entities.tsv "
                        "names the table's rows).")

@@ -36,7 +36,7 @@ from absl import flags
 from absl import logging
 from clu import metric_writers
 
-from tasks import registry
+from vmsst_tasks import registry
 from vmsst import checkpointing
 from vmsst import early_stopping as early_stopping_lib
 from vmsst import inference
