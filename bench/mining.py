@@ -2,6 +2,8 @@ r"""Mining: time and peak memory of `vmsst.mine.mine` against faiss-cpu IndexFla
 
   .venv/bin/python bench/mining.py [--sizes=10000,100000] [--slice_sizes=1000000] \
       [--dim=512] [--slice=1024] [--quick]
+  .venv/bin/python bench/mining.py --sizes= --slice_sizes= \
+      --ivf_sizes=20000,100000,1000000 [--nprobe=16] [--pq=0]   # approximate (IVF) vs exact
 
 Both sides mine the same synthetic unit vectors (d = 512; mining time does
 not depend on the values) with the same code after the search: k = 4
@@ -20,6 +22,17 @@ same call with k queries (normalizing and placing the n keys); both are
 medians of --repeats runs. The end-to-end jax run first compiles the search
 step for its block geometry (`neighbors.both_block_sizes`), a one-off
 cost of about 0.3 s per new size that faiss does not have.
+
+--ivf_sizes mine clustered vectors with planted pairs (`_planted`: an index
+has nothing to exploit in isotropic noise) with `vmsst.mine --index=ivf`:
+index build (k-means on a 10^5 sample, then every key) and the search of
+--ivf_slice queries are timed, both directions projected to n queries
+(exact when n <= --ivf_slice); recall@k of --recall_queries queries
+against `neighbors.knn`; at n <= --f1_size both minings run end to end and
+the F1 of the IVF pairs against the exact ones (ratio margin >= 1) is
+reported. Beside it, exact mining is projected from one `knn_both` pass of
+--slice sources in the same process. The largest size is projected to
+--project_to by the index's cost model (`_projected`).
 
 Every measurement runs in a fresh child process; its peak resident memory
 (VmHWM, reset after the inputs exist) minus the resident memory before the
@@ -46,7 +59,15 @@ flags.DEFINE_integer("k", 4, "Neighbours per direction.")
 flags.DEFINE_integer("slice", 1024, "Source rows timed at --slice_sizes.")
 flags.DEFINE_integer("repeats", 3, "Slice timings per size; the median is used.")
 flags.DEFINE_bool("quick", False, "Smoke mode: n = 2000 end to end, a 10000 slice.")
-flags.DEFINE_string("child", None, "Internal: one measurement, 'mine|slice:jax|faiss:n'.")
+flags.DEFINE_string("child", None, "Internal: one measurement, 'mine|slice:jax|faiss:n' or "
+                    "'ivf:n'.")
+flags.DEFINE_list("ivf_sizes", [], "Sentences per side mined with --index=ivf against exact.")
+flags.DEFINE_integer("ivf_slice", 20000, "IVF: source rows searched at larger sizes (projected).")
+flags.DEFINE_integer("recall_queries", 1000, "IVF: queries whose exact k-NN gives recall@k.")
+flags.DEFINE_integer("f1_size", 20000, "IVF: sentences per side mined both ways for F1.")
+flags.DEFINE_integer("nprobe", 16, "IVF cells scanned per query.")
+flags.DEFINE_integer("pq", 0, "IVF-PQ bytes per key (0: IVF-Flat).")
+flags.DEFINE_integer("project_to", 10**8, "IVF: the largest --ivf_sizes run projected to this.")
 
 
 def _unit(n: int, d: int, seed: int) -> np.ndarray:
@@ -107,6 +128,125 @@ def _child(spec: str) -> dict:
           "inputs_mb": 2 * n * FLAGS.dim * 4 / 2**20, "peak_reset": reset, **extra}
 
 
+def _planted(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Clustered unit vectors with planted translations: (source, target, gold [n/2, 2]).
+
+  Random isotropic vectors have no neighbourhood structure for an index to
+  exploit (every point is nearly equidistant); sentence embeddings do. Here
+  n / 100 topic centres, each point its centre plus noise of equal norm, and
+  half of the targets are noisy copies of sources (cosine ~0.9), shuffled.
+  """
+  rng = np.random.default_rng(seed)
+  centres = _unit(max(1, n // 100), d, seed + 1)
+  def points(count):
+    noise = rng.standard_normal((count, d), dtype=np.float32) / np.sqrt(d)
+    return centres[rng.integers(0, len(centres), count)] + noise
+  source = points(n)
+  half = n // 2
+  target = np.empty_like(source)
+  target[:half] = source[:half] + 0.35 * rng.standard_normal((half, d), dtype=np.float32) / np.sqrt(d)
+  target[half:] = points(n - half)
+  order = rng.permutation(n)
+  target = target[order]
+  gold = np.stack([np.arange(half), np.argsort(order)[:half]], axis=1)  # (source, its copy)
+  source /= np.linalg.norm(source, axis=1, keepdims=True)
+  target /= np.linalg.norm(target, axis=1, keepdims=True)
+  return source, target, gold
+
+
+def _f1(pairs: np.ndarray, want: np.ndarray) -> float:
+  got, gold = set(map(tuple, pairs.tolist())), set(map(tuple, want.tolist()))
+  return 2 * len(got & gold) / max(1, len(got) + len(gold))
+
+
+def _ivf_child(n: int) -> dict:
+  """IVF mining of n x n planted sentences: time, memory, recall@k; exact projected beside it."""
+  from vmsst import mine  # pylint: disable=import-outside-toplevel
+  from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
+  from vmsst.evaluation import neighbors  # pylint: disable=import-outside-toplevel
+  k, options = FLAGS.k, approximate_neighbors.IvfOptions(nprobe=FLAGS.nprobe, pq=FLAGS.pq)
+  source, target, gold = _planted(n, FLAGS.dim)
+  result = {"task": "ivf", "n": n, "nlist": options.cells(n), "nprobe": FLAGS.nprobe,
+            "pq": FLAGS.pq, "data": "clustered, planted pairs (bench/mining.py _planted)"}
+  if n <= FLAGS.f1_size:  # both minings end to end: F1 of IVF against exact and gold
+    exact, _ = mine.mine(source, target, k=k, threshold=1.0)
+    approx, _ = mine.mine(source, target, k=k, threshold=1.0, index="ivf", ivf=options)
+    result |= {"f1_vs_exact": _f1(approx, exact), "f1_exact_vs_gold": _f1(exact, gold),
+               "f1_ivf_vs_gold": _f1(approx, gold)}
+  rows = min(n, FLAGS.ivf_slice)
+  reset, before = common.reset_peak_rss(), common.rss_mb()
+  start = time.perf_counter()
+  index = approximate_neighbors.build_index(target, options)
+  build = time.perf_counter() - start
+  start = time.perf_counter()
+  _, found = index.search(source[:rows], k)
+  search = time.perf_counter() - start
+  working = max(common.peak_rss_mb(), common.rss_mb()) - before
+  del index
+  # Two directions, each an index build and n searches (projected from `rows` when fewer).
+  seconds = 2 * (build + search * n / rows)
+  queries = np.arange(min(rows, FLAGS.recall_queries))
+  _, truth = neighbors.knn(source[queries], target, k)
+  recall = np.mean([len(set(a) & set(b)) / k for a, b in zip(found[queries], truth)])
+  # Exact mining projected the same way beside it: one knn_both pass over 1,024 sources.
+  neighbors.knn_both(source[:FLAGS.slice], target, k)  # compiles
+  start = time.perf_counter()
+  neighbors.knn_both(source[:FLAGS.slice], target, k)
+  exact_seconds = (time.perf_counter() - start) * n / FLAGS.slice
+  return result | {"seconds": seconds, "build_seconds": build, "search_seconds": search,
+                   "searched_rows": rows, "recall": float(recall), "recall_queries": len(queries),
+                   "exact_seconds": exact_seconds, "working_mb": working, "peak_reset": reset,
+                   "index_mb": n * (FLAGS.pq or FLAGS.dim * 4) / 2**20}
+
+
+def _projected(run: dict, big: int, context: dict) -> dict:
+  """IVF mining time at `big` per side from the measured run, by the index's cost model.
+
+  Per query IVF compares against nlist centroids and scans nprobe cells of
+  ~n / nlist keys, so with nlist = 4 sqrt(n) (approximate_neighbors) a query
+  costs ∝ nlist + nprobe * n / nlist; adding a key costs ∝ nlist (its cell).
+  The measured per-query search and per-key add times scale by that ratio
+  (k-means training on the fixed sample scales with nlist too). Exact mining
+  scales as n^2.
+  """
+  from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
+  options = approximate_neighbors.IvfOptions(nprobe=FLAGS.nprobe, pq=FLAGS.pq)
+  n = run["n"]
+  cost = lambda m: options.cells(m) + FLAGS.nprobe * m / options.cells(m)
+  per_query = run["search_seconds"] / run["searched_rows"] * cost(big) / cost(n)
+  build = run["build_seconds"] * (big / n) * options.cells(big) / options.cells(n)
+  seconds = 2 * (build + per_query * big)
+  size, measured = (f"{m:.0e}".replace("+0", "") for m in (big, n))
+  return common.comparison(
+      f"mining/ivf/{size}/time (vs exact), projected from {measured}", seconds,
+      run["exact_seconds"] * (big / n) ** 2, "s", None, higher_is_better=False,
+      index_gb={"ivf_flat": big * FLAGS.dim * 4 / 2**30, "ivf_pq64": big * (64 + 8) / 2**30},
+      from_run=run, **context)
+
+
+def _ivf_rows(n: int, context: dict) -> list[dict]:
+  run = common.run_json([sys.executable, __file__, f"--child=ivf:{n}", f"--dim={FLAGS.dim}",
+                         f"--k={FLAGS.k}", f"--slice={FLAGS.slice}", f"--nprobe={FLAGS.nprobe}",
+                         f"--pq={FLAGS.pq}", f"--ivf_slice={FLAGS.ivf_slice}",
+                         f"--recall_queries={FLAGS.recall_queries}",
+                         f"--f1_size={FLAGS.f1_size}"])
+  print(f"  ivf:{n}: {run}", flush=True)
+  size = f"{n:.0e}".replace("+0", "")
+  how = ("end to end" if run["searched_rows"] == n
+         else f"projected from {run['searched_rows']} queries")
+  rows = [common.comparison(f"mining/ivf/{size}/time (vs exact)", run["seconds"],
+                            run["exact_seconds"], "s", None, higher_is_better=False, how=how,
+                            ivf_run=run, **context),
+          common.comparison(f"mining/ivf/{size}/recall@{FLAGS.k}", run["recall"], 1.0, "", 0.98,
+                            run=run, **context)]
+  if n == max(map(int, FLAGS.ivf_sizes)) and FLAGS.project_to > n:
+    rows.append(_projected(run, FLAGS.project_to, context))
+  if "f1_vs_exact" in run:
+    rows.append(common.comparison(f"mining/ivf/{size}/F1 vs exact mining", run["f1_vs_exact"],
+                                  1.0, "", None, run=run, **context))
+  return rows
+
+
 def _measure(spec: str) -> dict:
   command = [sys.executable, __file__, f"--child={spec}", f"--dim={FLAGS.dim}",
              f"--k={FLAGS.k}", f"--slice={FLAGS.slice}", f"--repeats={FLAGS.repeats}"]
@@ -118,7 +258,8 @@ def _measure(spec: str) -> dict:
 def main(argv) -> None:
   del argv
   if FLAGS.child:
-    print(json.dumps(_child(FLAGS.child)))
+    task, n = FLAGS.child.split(":")[0], int(FLAGS.child.split(":")[-1])
+    print(json.dumps(_ivf_child(n) if task == "ivf" else _child(FLAGS.child), default=float))
     return
   if FLAGS.quick:
     FLAGS.sizes, FLAGS.slice_sizes = ["2000"], ["10000"]
@@ -137,6 +278,8 @@ def main(argv) -> None:
           higher_is_better=False, n=n, how=how, cosine_matrix_mb=n * n * 4 / 2**20,
           resolution_mb={"ours": ours["resolution_mb"], "peer": faiss["resolution_mb"]},
           **context))
+  for n in map(int, FLAGS.ivf_sizes):
+    results += _ivf_rows(n, context)
   common.emit(results, f"mining: vmsst.mine (jax) vs faiss IndexFlatIP, d={FLAGS.dim}, "
               f"k={FLAGS.k}, load {context['load_average']}")
 

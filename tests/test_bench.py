@@ -88,3 +88,21 @@ def test_smoke_run_compares_with_sentence_transformers(smoke_run):
   (peer,) = [r for r in results
              if r["name"] == "train/contrastive_vs_sentence_transformers/bfloat16_vs_bfloat16"]
   assert peer["unit"] == "examples/s" and peer["target"] == 1.5
+
+
+def test_ivf_mining_rows_report_recall_f1_and_a_projection():
+  """bench/mining.py --ivf_sizes: IVF against exact on planted pairs, projected up."""
+  done = subprocess.run(
+      [sys.executable, str(BENCH / "mining.py"), "--sizes=", "--slice_sizes=",
+       "--ivf_sizes=3000", "--ivf_slice=1000", "--recall_queries=200", "--f1_size=3000",
+       "--slice=512", "--project_to=100000"],
+      capture_output=True, text=True, timeout=600, check=False)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  results = {r["name"]: r for r in map(json.loads, (line for line in done.stdout.splitlines()
+                                                     if line.startswith("{")))}
+  assert results["mining/ivf/3e3/recall@4"]["ours"] >= 0.98
+  assert results["mining/ivf/3e3/F1 vs exact mining"]["ours"] >= 0.98
+  timed = results["mining/ivf/3e3/time (vs exact)"]
+  assert timed["how"] == "projected from 1000 queries" and timed["ours"] > 0
+  projected = results["mining/ivf/1e5/time (vs exact), projected from 3e3"]
+  assert projected["ours"] > timed["ours"] and projected["peer"] > timed["peer"]
