@@ -1,14 +1,17 @@
 # The two set-up commands of the README, plus what they share.
 #   make train   trains the default CPU VMSST on NTREX-128 + Multi30k and
 #                prints held-out retrieval accuracy (about ten minutes here).
-#   make test    runs the whole test suite (what .ci/run calls).
+#   make test    runs the whole test suite (what .ci/run calls; under 30 min).
+#   make test-fast  skips the tests marked `slow` (training runs, subprocess
+#                resume / preemption, multi-process, bench): the edit loop,
+#                under 3 minutes.
 # Both create or reuse .venv/ and install the project into it from PyPI.
 
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: train test bench
+.PHONY: train test test-fast bench
 
 $(STAMP): setup.py
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +26,10 @@ train: $(STAMP)
 # (pytest-xdist) runs on both cores: the subprocess and training tests dominate.
 test: $(STAMP)
 	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 $(ARGS)
+
+# The same minus the `slow` marker (registered in tests/conftest.py).
+test-fast: $(STAMP)
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 -m "not slow" $(ARGS)
 
 bench: $(STAMP)
 	$(VENV)/bin/pip install --quiet -e ".[bench]"

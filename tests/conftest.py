@@ -15,6 +15,18 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 
 
+def pytest_configure(config):
+  """Registers the `slow` tier: `make test-fast` runs `-m "not slow"` for the edit loop.
+
+  Slow means a training run, a subprocess that trains or resumes, several
+  processes, a benchmark, or anything else over about 7 s on 2 cores; `make
+  test` (what CI runs) still runs every test.
+  """
+  config.addinivalue_line(
+      "markers", "slow: training runs, subprocess resume/preemption, multi-process, bench, "
+      "anything over ~7 s (deselect with -m 'not slow'; `make test-fast`)")
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> pathlib.Path:
   """../shared/data from the repo root; skips the test when it is absent."""

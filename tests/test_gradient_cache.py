@@ -22,6 +22,7 @@ def _loss_and_grads(model, params, batch, rng):
 
 
 @pytest.mark.parametrize("chunk", [4])
+@pytest.mark.slow
 def test_cached_loss_and_gradient_equal_the_uncached_ones_with_dropout(chunk):
   batch, rng = random_batch(batch_size=8), jax.random.key(7)
   params = init_params(Contrastive(CFG))
@@ -41,6 +42,7 @@ def test_cached_loss_and_gradient_equal_the_uncached_ones_with_dropout(chunk):
   assert abs(float(deterministic) - float(loss)) > 1e-4
 
 
+@pytest.mark.slow
 def test_a_sentence_keeps_its_dropout_mask_in_any_chunk():
   """Per-sentence keys: row i's embedding does not depend on its batch-mates."""
   model = Contrastive(CFG)
@@ -60,6 +62,7 @@ def test_chunk_must_divide_both_sides_of_the_batch():
     model.loss_fn(params, random_batch(batch_size=4), jax.random.key(0))
 
 
+@pytest.mark.slow
 def test_cached_step_at_batch_256_needs_far_less_temp_memory():
   """512 sentences through 2 layers; chunk 32 keeps 1/16 of the activations alive."""
   cfg = dataclasses.replace(TINY, emb_dim=64, head_dim=32, mlp_dim=256, num_encoder_layers=2,

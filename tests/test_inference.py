@@ -24,6 +24,7 @@ def test_restore_gives_the_trained_parameters_and_a_self_contained_directory(tra
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored.params), params)
 
 
+@pytest.mark.slow
 def test_length_bucketed_encoding_equals_full_length_encoding(trained):
   model_dir, _ = trained
   encoder = inference.CheckpointEncoder.from_model_dir(str(model_dir), batch_size=8)

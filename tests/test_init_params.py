@@ -17,6 +17,7 @@ def _clean_gin():
   gin.clear_config()
 
 
+@pytest.mark.slow
 def test_a_fresh_run_starts_from_the_file_and_a_restart_ignores_it(data_dir, tiny_vocab_path,
                                                                   tmp_path):
   vocab_size = vocabulary.get_vocabulary(str(tiny_vocab_path)).vocab_size

@@ -60,6 +60,7 @@ def test_legacy_directory_embeds_with_its_own_vocabulary_and_parameters(legacy_d
   np.testing.assert_allclose(embeddings, restored.model.encode(old, tokens, mask), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_resuming_training_says_what_changed_and_how_to_go_on(legacy_dir, tiny_model):
   legacy, old, _ = legacy_dir
   _, params = tiny_model

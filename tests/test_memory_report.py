@@ -28,6 +28,7 @@ def _measure(cfg):
                                    sequence_length=32)
 
 
+@pytest.mark.slow
 def test_remat_reduces_temp_memory_and_not_the_state():
   """Measured on scanned layers, where the backward loop recomputes one layer per step.
 

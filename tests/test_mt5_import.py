@@ -96,6 +96,7 @@ def test_relative_position_bias_gathers_the_exact_buckets_at_any_length():
     assert buckets.max() == 7 and (buckets == 7).sum() > 50  # Offsets past 20 are clipped.
 
 
+@pytest.mark.slow
 def test_semantic_encoder_token_states_equal_the_mt5_encoder(hf):
   torch_model, dirs, _ = hf
   model, params, _ = _converted(dirs["untied"])

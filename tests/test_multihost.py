@@ -33,6 +33,9 @@ import vmsst_testing
 from vmsst_tasks import registry
 from vmsst import inference
 
+# Training runs and subprocesses: the slow tier (`make test-fast` skips them).
+pytestmark = pytest.mark.slow
+
 ROOT = vmsst_testing.ROOT
 GLOBAL_BATCH = 8
 TIMEOUT_S = 400  # per phase; a healthy phase takes well under a minute on 2 idle cores

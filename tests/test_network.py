@@ -207,6 +207,7 @@ def _max_difference(a, b):
                                                              jax.tree.leaves(b)))
 
 
+@pytest.mark.slow
 def test_remat_keeps_parameters_loss_and_gradients():
   """With dropout on: remat replays the same dropout masks in the backward pass."""
   batch, rng = random_batch(), jax.random.key(3)
@@ -223,6 +224,7 @@ def test_remat_keeps_parameters_loss_and_gradients():
     dataclasses.replace(MEMORY_CFG, remat="everything")
 
 
+@pytest.mark.slow
 def test_scan_layers_is_the_same_network_on_stacked_parameters():
   """Scanned layers split the dropout key per layer, so compare without dropout.
 
@@ -258,6 +260,7 @@ def test_scanned_parameters_carry_the_replicated_layers_axis():
   assert dict(partitioning.LOGICAL_AXIS_RULES)["layers"] is None
 
 
+@pytest.mark.slow
 def test_scanned_and_rematerialised_decoder_is_still_causal():
   model = VMSST(dataclasses.replace(TINY, num_decoder_layers=2, scan_layers=True,
                                     remat="full"))
@@ -285,6 +288,7 @@ def test_memory_gin_files_set_the_switches():
   assert (cfg.remat, cfg.scan_layers) == ("full", True)
 
 
+@pytest.mark.slow
 def test_dropout_keeps_flax_masks_and_row_keys_make_masks_per_row():
   from vmsst import layers  # pylint: disable=import-outside-toplevel
   x = jnp.ones((6, 5, 40))

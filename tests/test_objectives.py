@@ -9,6 +9,7 @@ from vmsst import losses
 from vmsst.objectives import BiTranslation, Contrastive, VMSST, VMSSTContrastive
 
 
+@pytest.mark.slow
 def test_vmsst_loss_is_translation_plus_lambda_negative_elbo():
   model = VMSST(TINY, elbo_weight=0.3, kl_anneal_steps=100, kl_scale=1.0)
   params = init_params(model)
@@ -75,6 +76,7 @@ def test_contrastive_rejects_an_unknown_similarity():
     Contrastive(TINY, similarity="euclidean")
 
 
+@pytest.mark.slow
 def test_vmsst_contrastive_weights_the_vmsst_loss():
   model = VMSSTContrastive(TINY, multitask_weight=0.2)
   loss, m = model.loss_fn(init_params(model), random_batch(), jax.random.key(0))

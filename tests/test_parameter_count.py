@@ -3,6 +3,7 @@
 import dataclasses
 
 import jax
+import pytest
 
 from vmsst import models
 from vmsst.config import NetworkConfig
@@ -21,6 +22,7 @@ def count_parameters(cfg: NetworkConfig) -> int:
   return sum(x.size for x in jax.tree.leaves(shapes))
 
 
+@pytest.mark.slow
 def test_factorized_projection_saves_about_509m_parameters_at_24_layers():
   full = count_parameters(PAPER_24L)
   factorized = count_parameters(dataclasses.replace(PAPER_24L, factorized_output=True))

@@ -68,6 +68,7 @@ def _nbytes(tree) -> int:
   return sum(np.asarray(x).nbytes for x in jax.tree.leaves(tree))
 
 
+@pytest.mark.slow
 def test_frozen_leaves_carry_no_optimizer_state_and_stay_bit_identical(params):
   groups = ["embeddings", "blocks:0"]
   optimizer = pg.frozen_groups(optimizer=optax.adam(1e-2), groups=groups)
@@ -89,6 +90,7 @@ def test_frozen_leaves_carry_no_optimizer_state_and_stay_bit_identical(params):
     assert np.array_equal(after[name], value) == (name in frozen), name
 
 
+@pytest.mark.slow
 def test_frozen_train_state_checkpoints_and_restores(tmp_path):
   model = QueryTower(TINY)
   mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])

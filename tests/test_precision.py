@@ -34,6 +34,7 @@ def test_gin_file_binds_bfloat16_and_the_config_stays_hashable():
                                     "num_decoder_layers", "max_length")}))
 
 
+@pytest.mark.slow
 def test_parameters_embeddings_and_logits_are_float32_token_states_bfloat16():
   model = VMSST(BF16)
   params = init_params(model)
@@ -51,6 +52,7 @@ def test_parameters_embeddings_and_logits_are_float32_token_states_bfloat16():
   assert {x.dtype for x in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
 
 
+@pytest.mark.slow
 def test_bfloat16_starts_near_float32_and_trains_30_steps():
   batch = random_batch(batch_size=8, seed=4)
   f32, bf16 = VMSST(TINY), VMSST(BF16)

@@ -22,6 +22,9 @@ import pytest
 import vmsst_testing
 from vmsst import checkpointing
 
+# Training runs and subprocesses: the slow tier (`make test-fast` skips them).
+pytestmark = pytest.mark.slow
+
 STEPS = 10
 TIMEOUT_S = 900  # per subprocess: ~80 s alone, minutes on a shared, loaded machine
 # Tiny and short, so one run takes seconds; logging every step shows progress.

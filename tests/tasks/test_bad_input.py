@@ -256,6 +256,7 @@ def test_registered_tasks_report_the_same_totals(data_dir, tiny_vocab_path, tmp_
     list(dataset.as_numpy_iterator())  # The policy reaches the streamed pass.
 
 
+@pytest.mark.slow
 def test_demo_mixture_total_is_the_sum_of_its_sources(data_dir, tiny_vocab_path, caplog):
   registry.register_tasks(str(data_dir), tiny_vocab_path)
   with caplog.at_level(logging.INFO, logger="absl"):  # whatever verbosity absl flags set

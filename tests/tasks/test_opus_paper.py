@@ -319,6 +319,7 @@ def paper_dataset(data_dir, vocab_path, opus) -> tuple[list[str], tf.data.Datase
                                   dataset_split="train", shuffle=True, num_epochs=1, seed=0)
 
 
+@pytest.mark.slow
 def test_register_tasks_builds_the_paper_mixture_for_the_feature_converter(
     data_dir, tiny_vocab_path, tmp_path):
   opus = tmp_path / "opus"

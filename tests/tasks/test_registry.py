@@ -50,6 +50,7 @@ def test_register_again_is_idempotent(registered, data_dir, tiny_vocab_path):
   assert seqio.get_mixture_or_task("vmsst_ntrex128").num_input_examples("train") == 224191
 
 
+@pytest.mark.slow
 def test_trainer_flow_yields_model_batches(registered, tiny_vocab_path):
   language_ids = set(range(len(languages.LANGUAGES)))
   batches = trainer_batches("vmsst_ntrex_multi30k")
