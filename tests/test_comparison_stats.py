@@ -120,3 +120,8 @@ def test_runs_without_held_out_retrieval_keep_their_score_only():
   claims = {(t["metric"], t["paired_over"]) for t in summary["tests"] if t["worse"] == "vmsst_no_kl"}
   assert claims == {("Score", "seeds")}
   assert "| vmsst_no_kl | 2 | – | 7.50 ± " in cs.table_markdown(summary)
+
+
+def test_p_values_are_printed_to_three_decimals_and_small_ones_bounded():
+  assert cs._p(0.04321) == "0.043" and cs._p(0.0002) == "< 0.001"  # pylint: disable=protected-access
+  assert cs._p(math.nan) == "–"  # pylint: disable=protected-access

@@ -152,7 +152,9 @@ def table_markdown(summary: dict) -> str:
 
 
 def _p(p: float) -> str:
-  return "–" if math.isnan(p) else f"{p:.3f}"
+  if math.isnan(p):
+    return "–"
+  return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def components_table(components: Mapping[str, Sequence[dict]]) -> str:
