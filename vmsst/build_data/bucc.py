@@ -1,6 +1,6 @@
 r"""Builds a BUCC-2018-format mining task from real translations.
 
-    python -m vmsst.evaluation.build_mining --data_dir=/work/shared/data --output=DIR \
+    python -m vmsst.build_data.bucc --data_dir=/work/shared/data --output=DIR \
         [--pairs=de-en,fr-en,ru-en,zh-en] [--aligned_fraction=0.025] [--seed=0]
 
 BUCC 2018 itself is not available offline, so this hides real translation
@@ -234,7 +234,7 @@ def _write_notes(root: pathlib.Path, data_dir: pathlib.Path, counts: dict,
   if licence.exists():
     shutil.copyfile(licence, root / "LICENSE.stsb-multi-mt")
   text = (f"# BUCC-2018-format mining task built from stsb-multi-mt\n\n"
-          f"Not BUCC 2018 data: built by `python -m vmsst.evaluation.build_mining` "
+          f"Not BUCC 2018 data: built by `python -m vmsst.build_data.bucc` "
           f"(see that module's docstring for every step) from {data_dir / STSB_DIR} "
           "(PhilipMay/stsb-multi-mt: the STS Benchmark with DeepL translations; licence in "
           "LICENSE.stsb-multi-mt). Gold pairs are real translation rows hidden among "

@@ -12,7 +12,7 @@ Layout under a root, one directory per language pair (the official one):
     <root>/<src>-<trg>/<src>-<trg>.<split>.gold    lines "de-000000001<TAB>en-000000042"
 
 with splits `sample`, `training` and `test`. BUCC 2018 itself is not
-shipped here; build_mining.py writes a task in this layout from real
+shipped here; vmsst/build_data/bucc.py writes a task in this layout from real
 translations.
 
 Mining follows Artetxe & Schwenk (2019), "Margin-based parallel corpus mining
@@ -371,7 +371,7 @@ def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
   Args:
     encoder: embeds sentences (`encode(sentences, desc=...)` -> float32 [n, d]).
     folder: the directory of `<src>-<trg>/` task directories, or its parent
-      holding `bucc2018/` (what build_mining.py writes).
+      holding `bucc2018/` (what vmsst/build_data/bucc.py writes).
     pairs: "de-en"-style names (or one comma-separated string) to evaluate;
       all pairs found when None.
     k: neighbours per side for the margin and the candidates (4 in the paper).
@@ -387,7 +387,7 @@ def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
   found = [f"{s}-{t}" for s, t in language_pairs(root)]
   if not found:
     raise ValueError(f"no <src>-<trg>/ mining task under {root} (nor {root}/bucc2018); "
-                     "build one with `python -m vmsst.evaluation.build_mining`.")
+                     "build one with `python -m vmsst.build_data.bucc`.")
   missing = sorted(set(pairs or ()) - set(found))
   if missing:
     raise ValueError(f"pairs {missing} are not under {root}; found {found}.")

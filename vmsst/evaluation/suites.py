@@ -93,7 +93,7 @@ SUITES: dict[str, Suite] = {
         lambda enc, folder, o: bucc.evaluate(enc, folder, pairs=o.mining_pairs),
         bucc.table, "BUCC-style bitext mining (F1)",
         "the BUCC 2018 files, or build a BUCC-format task from real sentences with "
-        "`python -m vmsst.evaluation.build_mining --data_dir=../shared/data --output=DIR` "
+        "`python -m vmsst.build_data.bucc --data_dir=../shared/data --output=DIR` "
         "and add DIR to --data_dir"),
     "question_retrieval": Suite(
         "question_retrieval", lambda enc, folder, o: question_retrieval.evaluate(enc, folder),
