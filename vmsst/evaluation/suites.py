@@ -98,7 +98,7 @@ SUITES: dict[str, Suite] = {
     "question_retrieval": Suite(
         "question_retrieval", lambda enc, folder, o: question_retrieval.evaluate(enc, folder),
         question_retrieval.table, "Question retrieval (R@1)",
-        "build a retrieval set with `python -m vmsst.evaluation.question_retrieval "
+        "build a retrieval set with `python -m vmsst.build_data.question_retrieval "
         "--data_dir=../shared/data --output=DIR` and add DIR to --data_dir"),
     "xnli": Suite(
         "xnli_de", lambda enc, folder, o: pair_ranking.evaluate(enc, folder),
@@ -107,7 +107,7 @@ SUITES: dict[str, Suite] = {
         "mewsc16", lambda enc, folder, o: clustering.evaluate(enc, folder),
         clustering.table, "Short-text clustering (MewsC-16 protocol, accuracy)",
         "the MewsC-16 files (<lang>_sentences.txt.gz, <lang>_categories.txt), or build a "
-        "set in that format with `python -m vmsst.evaluation.clustering --data_dir=... "
+        "set in that format with `python -m vmsst.build_data.clustering --data_dir=... "
         "--output=DIR` and add DIR to --data_dir"),
     "parallel": Suite(
         None, lambda enc, folder, o: parallel.evaluate(enc, o.src, o.trg),
