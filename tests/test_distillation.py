@@ -87,7 +87,8 @@ def test_missing_teacher_feature_is_a_clear_error():
 
 def test_batch_shapes_are_unchanged_without_a_teacher():
   assert "teacher" not in models.batch_shapes(4, 8)
-  assert models.batch_shapes(4, 8, teacher_dim=5)["teacher"] == (4, 5)
+  distillation = MODELS["distillation"](vmsst_testing.TINY, teacher_dim=5)
+  assert distillation.input_shapes(4, 8)["teacher"] == (4, 5)
 
 
 # ---------------------------------------------------------------- teacher cache

@@ -9,13 +9,8 @@ Batch contract (produced by vmsst.feature_converters.PairFeatureConverter):
   mask_a, mask_b      int32 [B, L]  1 on real tokens
   lang_a, lang_b      int32 [B]     language id (index in vmsst.languages.LANGUAGES)
   sem_side            int32 [B]     0: side a feeds q(z_sem) in the ELBO, 1: b
-Optional (only in batches of tasks that carry it; see `batch_shapes`):
-  teacher             float32 [B, T]  a teacher's embedding of side a (distillation)
-  entities            int32 [B, 1+H]  linked entity then H hard negatives, −1 padding
-                                      (entity-contrastive; tasks/wiki_entities.py)
-  tokens_negative     int32 [B, L]    a negative for anchor a / positive b, 0-padded
-                                      (query-tower triplets, tasks/triplets.py); its
-                                      mask is tokens_negative != 0
+Anything more (a teacher's vectors, linked entities, a triplet's negative)
+is declared by the objective that needs it, in its `extra_features`.
 """
 
 from typing import Any, Callable, Mapping
@@ -31,40 +26,25 @@ Array = jax.Array
 Batch = Mapping[str, Array]
 Metrics = dict[str, Array]
 
-BATCH_DTYPES = {
+PAIR_DTYPES = {
     "tokens_a": jnp.int32, "tokens_b": jnp.int32, "mask_a": jnp.int32,
     "mask_b": jnp.int32, "lang_a": jnp.int32, "lang_b": jnp.int32, "sem_side": jnp.int32,
-    "teacher": jnp.float32,
-    "entities": jnp.int32,
-    "tokens_negative": jnp.int32,
 }
-OPTIONAL_FEATURES = ("teacher", "entities", "tokens_negative")
 
 
-def batch_shapes(batch_size: int, length: int, teacher_dim: int = 0,
-                 entity_slots: int = 0) -> dict[str, tuple[int, ...]]:
-  """Shapes of a model batch of `batch_size` pairs of `length` tokens.
+def batch_shapes(batch_size: int, length: int) -> dict[str, tuple[int, ...]]:
+  """Shapes of the pair batch every objective trains on: `batch_size` pairs of `length` tokens.
 
-  Args:
-    batch_size: pairs per batch (B).
-    length: tokens per sentence (L).
-    teacher_dim: width T of the `teacher` feature [B, T]; 0 (the default)
-      leaves it out (see `EmbeddingModel.input_shapes`).
-    entity_slots: width 1 + H of the `entities` feature [B, 1 + H]
-      (entity-contrastive); 0 (the default) leaves it out.
+  An objective that needs more declares it (`EmbeddingModel.extra_features`).
   """
-  shapes = {k: (batch_size, length) if k.startswith(("tokens", "mask")) else (batch_size,)
-            for k in BATCH_DTYPES if k not in OPTIONAL_FEATURES}
-  if teacher_dim:
-    shapes["teacher"] = (batch_size, teacher_dim)
-  if entity_slots:
-    shapes["entities"] = (batch_size, entity_slots)
-  return shapes
+  return {k: (batch_size, length) if k.startswith(("tokens", "mask")) else (batch_size,)
+          for k in PAIR_DTYPES}
 
 
-def dummy_batch(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Array]:
+def dummy_batch(shapes: Mapping[str, tuple[int, ...]],
+                dtypes: Mapping[str, Any] = PAIR_DTYPES) -> dict[str, Array]:
   """A zero batch with the model's dtypes; ones for masks so no row is empty."""
-  return {k: (jnp.ones if k.startswith("mask") else jnp.zeros)(shape, BATCH_DTYPES[k])
+  return {k: (jnp.ones if k.startswith("mask") else jnp.zeros)(shape, dtypes[k])
           for k, shape in shapes.items()}
 
 
@@ -98,9 +78,24 @@ class EmbeddingModel:
     self.network_config = network_config
     self.module = VMSSTNetwork(network_config)
 
+  def extra_features(self, batch_size: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """Features beyond the pair batch this objective trains on (none here).
+
+    Each objective names its own (distillation's `teacher`, the entity
+    objective's `entities`, query-tower triplets' `tokens_negative`), so the
+    batch contract here never lists another objective's features.
+    """
+    del batch_size, length
+    return {}
+
   def input_shapes(self, batch_size: int, length: int) -> dict[str, tuple[int, ...]]:
-    """The batch this objective trains on (`batch_shapes`; overridden to add features)."""
-    return batch_shapes(batch_size, length)
+    """The batch this objective trains on: the pair batch plus `extra_features`."""
+    extra = self.extra_features(batch_size, length)
+    return {**batch_shapes(batch_size, length), **{k: v.shape for k, v in extra.items()}}
+
+  def feature_dtypes(self) -> dict[str, Any]:
+    """dtype of every feature of `input_shapes` (the trainer casts host batches to them)."""
+    return {**PAIR_DTYPES, **{k: v.dtype for k, v in self.extra_features(1, 1).items()}}
 
   def get_initial_variables(self, rng: Array,
                             input_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
@@ -112,7 +107,8 @@ class EmbeddingModel:
     Returns:
       {"params": ...} whose leaves are nn.LogicallyPartitioned boxes.
     """
-    return self.module.init({"params": rng, "dropout": rng}, dummy_batch(input_shapes),
+    return self.module.init({"params": rng, "dropout": rng},
+                            dummy_batch(input_shapes, self.feature_dtypes()),
                             method=type(self).init_paths)
 
   def apply(self, params, *args, method: Callable, rng: Array | None = None) -> Any:

@@ -125,6 +125,7 @@ class Trainer:
     """`skip_nonfinite`: see `train_step` (a NaN/Inf step leaves the state as it was)."""
     self.model, self.optimizer, self.mesh = model, optimizer, mesh
     self.input_shapes = dict(input_shapes)
+    self.feature_dtypes = model.feature_dtypes()
     boxed = jax.eval_shape(
         functools.partial(init_state, model, optimizer, input_shapes=self.input_shapes),
         jax.random.key(0))
@@ -187,7 +188,7 @@ class Trainer:
 
   def compile_step(self, rng: Array):
     """Ahead-of-time compilation for the mesh: shows sharding errors early."""
-    batch = {k: jax.ShapeDtypeStruct(s, models.BATCH_DTYPES[k], sharding=self.batch_shardings[k])
+    batch = {k: jax.ShapeDtypeStruct(s, self.feature_dtypes[k], sharding=self.batch_shardings[k])
              for k, s in self.input_shapes.items()}
     with jax.set_mesh(self.mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
       return self._step.lower(self.abstract_state, batch, rng).compile()
@@ -197,7 +198,7 @@ class Trainer:
     if all(isinstance(v, jax.Array) for v in batch.values()):
       return dict(batch)
     return {k: jax.make_array_from_process_local_data(self.batch_shardings[k],
-                                                     np.asarray(v, models.BATCH_DTYPES[k]))
+                                                     np.asarray(v, self.feature_dtypes[k]))
             for k, v in batch.items() if k in self.batch_shardings}
 
   def encode(self, params, tokens: np.ndarray, mask: np.ndarray, side: str = "a") -> np.ndarray:

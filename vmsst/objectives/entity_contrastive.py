@@ -264,9 +264,11 @@ class EntityContrastive(models.EmbeddingModel):
   def num_hard_negatives(self) -> int:
     return (self._sizes or entity_dir_meta(self.entity_dir))[1]
 
-  def input_shapes(self, batch_size, length):
-    """The pair batch plus `entities` int32 [B, 1 + H]."""
-    return models.batch_shapes(batch_size, length, entity_slots=1 + self.num_hard_negatives)
+  def extra_features(self, batch_size, length):
+    """`entities` int32 [B, 1 + H]: the linked entity, then H hard negatives, −1 padding."""
+    del length
+    return {"entities": jax.ShapeDtypeStruct((batch_size, 1 + self.num_hard_negatives),
+                                             jnp.int32)}
 
   def get_initial_variables(self, rng, input_shapes):
     """The semantic path's variables plus the entity table and W under `entities`."""

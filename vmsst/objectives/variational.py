@@ -88,9 +88,9 @@ class VMSST(models.EmbeddingModel):
     reconstruction, kls = elbo_latent(self, params, batch, (mu, aux["logvar"]),
                                       language_rng, noise_rng)
     twice = lambda x: jnp.concatenate([x, x], axis=0)
-    nll, correct = bitranslation.decode_nll(self, params, twice(tokens), twice(mask), twice(languages),
-                                     jnp.concatenate([translation, reconstruction], axis=0),
-                                     decoder_rng)
+    nll, correct = bitranslation.decode_nll(
+        self, params, twice(tokens), twice(mask), twice(languages),
+        jnp.concatenate([translation, reconstruction], axis=0), decoder_rng)
     (nll_t, nll_r), (correct_t, correct_r) = map(models.split_halves, (nll, correct))
     kl_weight = self.kl_scale * losses.linear_annealing(step, self.kl_anneal_steps)
     neg_elbo = bitranslation.pair_sum(nll_r) + kl_weight * sum(kls.values())
