@@ -10,6 +10,7 @@ import pytest
 
 import vmsst.train
 import vmsst_testing
+from vmsst import cli
 from vmsst import models
 from vmsst import teacher_cache as tc
 from vmsst import vocabulary
@@ -144,6 +145,10 @@ def test_teacher_choice_is_one_of_three():
   assert tc.Teacher(model_dir="/x/run").name == "model_dir:/x/run"
   with pytest.raises(ValueError, match="unknown encoder"):
     tc.Teacher(encoder="labse")
+  # The commands' rule (encoder_flags.one_choice), named by the teacher's gin parameters.
+  with pytest.raises(cli.UserError, match=r"exactly one of Teacher\.model_dir, "
+                     r"Teacher\.saved_model, Teacher\.encoder"):
+    tc.Teacher(model_dir="/x/run", saved_model="/x/export")
 
 
 # ------------------------------------------------------------- a real short run

