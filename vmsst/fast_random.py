@@ -9,8 +9,8 @@ then cost 3 of its 8 seconds. The same 20 rounds written out straight fuse
 into one elementwise loop (26 ms). `bernoulli` below is that hash with JAX's
 counter layout and uniform-float construction, so its masks equal
 `jax.random.bernoulli(key, p, shape)` bit for bit (tests/test_fast_random.py)
-and dropout draws the same masks as flax's `nn.Dropout`; other backends,
-other key implementations and arrays of 2^32 elements or more use JAX's own.
+and dropout draws the same masks as flax's `nn.Dropout`; other key
+implementations and arrays of 2^32 elements or more use JAX's own.
 """
 
 import math
@@ -52,8 +52,7 @@ def uniform_from_bits(bits: Array) -> Array:
 
 def _unrolled_is_exact(key: Array, shape: tuple[int, ...]) -> bool:
   """Whether `threefry_bits` reproduces jax.random.bits here (and is worth using)."""
-  return (jax.default_backend() == "cpu" and math.prod(shape) < 2**32
-          and jax.config.jax_threefry_partitionable
+  return (math.prod(shape) < 2**32 and jax.config.jax_threefry_partitionable
           and str(jax.random.key_impl(key)) == "threefry2x32")
 
 

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vmsst import fast_random
+from vmsst import xla_cpu
 from vmsst.config import NetworkConfig
 
 Array = jax.Array
@@ -80,13 +80,10 @@ def row_dropout_keys(keys: Array):
 
 
 class Dropout(nn.Dropout):
-  """nn.Dropout (the same masks) that honours `row_dropout_keys`, fast on XLA:CPU.
+  """nn.Dropout (the same masks) that honours `row_dropout_keys`.
 
-  Masks come from `fast_random.bernoulli`, equal to jax.random.bernoulli's
-  bit for bit and 15x faster on CPU. Left to itself XLA:CPU fuses the mask's
-  random-bit generation into the consuming matmul's YNNPACK fusion, where it
-  is recomputed for every tile; the optimization barrier keeps the mask a
-  separate elementwise pass. `broadcast_dims` is not supported.
+  Masks and the pass after them go through `xla_cpu` (the same masks as
+  jax.random.bernoulli, drawn fast on CPU). `broadcast_dims` is not supported.
   """
 
   @nn.compact
@@ -102,18 +99,15 @@ class Dropout(nn.Dropout):
     rng = rng if rng is not None else self.make_rng(self.rng_collection)
     row_keys = _ROW_KEYS.get()
     if row_keys is None:
-      mask = fast_random.bernoulli(rng, keep, inputs.shape)
+      mask = xla_cpu.bernoulli(rng, keep, inputs.shape)
     else:
       if row_keys.shape[0] != inputs.shape[0]:
         raise ValueError(f"row_dropout_keys holds {row_keys.shape[0]} keys for a batch of "
                          f"{inputs.shape[0]} rows.")
       site = jax.random.bits(rng)
-      mask = jax.vmap(lambda key: fast_random.bernoulli(
+      mask = jax.vmap(lambda key: xla_cpu.bernoulli(
           jax.random.fold_in(key, site), keep, inputs.shape[1:]))(row_keys)
-    outputs = jax.lax.select(mask, inputs / keep, jnp.zeros_like(inputs))
-    if jax.default_backend() != "cpu":
-      return outputs
-    return jax.lax.optimization_barrier(outputs)
+    return xla_cpu.separate(jax.lax.select(mask, inputs / keep, jnp.zeros_like(inputs)))
 
 
 def projection(x: Array, kernel: Array, in_axis_count: int, bias: Array | None = None) -> Array:
@@ -121,9 +115,7 @@ def projection(x: Array, kernel: Array, in_axis_count: int, bias: Array | None =
 
   Computed as one [M, K] x [K, N] product of the flattened operands, the
   bias added to its float32 result:
-  * low precision (bf16 x): the gradient runs through `_row_major_dot`, so
-    each of the three products is in the only form XLA:CPU's bf16 kernels
-    take fast, accumulated in float32;
+  * low precision (bf16 x): accumulated in float32 (`xla_cpu.matmul`);
   * the bias gradient is then a column sum of a 2-D [M, N] array. Added to
     the [B, L, N] result instead, its gradient sums over two axes, which
     XLA:CPU runs as a float32 convert plus a windowed tree reduction: 70 ms
@@ -133,56 +125,10 @@ def projection(x: Array, kernel: Array, in_axis_count: int, bias: Array | None =
   outs = kernel.shape[in_axis_count:]
   x = x.reshape(math.prod(lead), math.prod(ins))
   kernel = kernel.reshape(math.prod(ins), math.prod(outs))
-  if x.dtype == jnp.float32:
-    y = jnp.dot(x, kernel)
-  else:
-    y = _row_major_dot(x, kernel)
+  y = xla_cpu.matmul(x, kernel)
   if bias is not None:
     y = y + bias.reshape(-1)
   return y.reshape(lead + outs).astype(x.dtype)
-
-
-def _physically_transposed(a: Array) -> Array:
-  """a.T as a row-major copy on CPU (elsewhere a plain transpose XLA may fold).
-
-  XLA folds a transpose feeding a dot into the dot's dimension numbers or
-  into a column-major layout; on CPU its bf16 kernels (YNNPACK) take only
-  row-major [M, K] x [K, N] and otherwise convert both sides to f32 first
-  (measured: 130-150 instead of 230-320 GFLOP/s at [4096, 512] x [512, 2048]).
-  The barrier around a reshape of the transpose makes XLA materialise it.
-  """
-  t = a.T
-  if jax.default_backend() != "cpu" or t.shape[1] % 2:
-    return t
-  return jax.lax.optimization_barrier(t.reshape(t.shape[0], -1, 2)).reshape(t.shape)
-
-
-@jax.custom_vjp
-def _row_major_dot(x: Array, kernel: Array) -> Array:
-  """float32 [M, N] = x (low precision) [M, K] · kernel (f32, cast to x's dtype) [K, N].
-
-  Plain autodiff would differentiate into x-gradient g·Wᵀ and kernel-gradient
-  xᵀ·g; here both transposes are materialised so the backward products are
-  row-major too, and the kernel gradient comes back float32 straight from
-  the f32 accumulator.
-  """
-  return jnp.dot(x, kernel.astype(x.dtype), preferred_element_type=jnp.float32)
-
-
-def _row_major_dot_fwd(x, kernel):
-  return _row_major_dot(x, kernel), (x, kernel)
-
-
-def _row_major_dot_bwd(residuals, g):
-  x, kernel = residuals
-  g = g.astype(x.dtype)
-  dx = jnp.dot(g, _physically_transposed(kernel.astype(x.dtype)),
-               preferred_element_type=jnp.float32)
-  dkernel = jnp.dot(_physically_transposed(x), g, preferred_element_type=jnp.float32)
-  return dx.astype(x.dtype), dkernel
-
-
-_row_major_dot.defvjp(_row_major_dot_fwd, _row_major_dot_bwd)
 
 
 def dense(features, axes, cfg: NetworkConfig, name: str, in_axis_count: int = 1,
