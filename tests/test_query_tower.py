@@ -208,7 +208,7 @@ def test_cpu_tuning_from_a_checkpoint_lowers_heldout_triplet_error(data_dir, tin
   gin.clear_config()
   # The frozen document tower saved in the tuned run's checkpoint is bit-identical to the
   # starting model, and differs from the tuned query tower.
-  document_tower = query_tower.restore_document_tower(str(model_dir))
+  document_tower = inference.restore_document_tower(str(model_dir))
   started = param_files.flatten(jax.device_get(inference.restore(str(init_dir)).params))
   frozen = param_files.flatten(jax.device_get(document_tower.params))
   tuned_params = param_files.flatten(jax.device_get(inference.restore(str(model_dir)).params))
@@ -216,7 +216,7 @@ def test_cpu_tuning_from_a_checkpoint_lowers_heldout_triplet_error(data_dir, tin
   assert not np.array_equal(frozen["semantic_head/mu/kernel"],
                             tuned_params["semantic_head/mu/kernel"])
   with pytest.raises(ValueError, match="not QueryTower"):
-    query_tower.restore_document_tower(str(init_dir))
+    inference.restore_document_tower(str(init_dir))
   wrap = lambda encoder: encoders.UniqueSentences(encoder, progress=False)
   original = wrap(inference.CheckpointEncoder.from_model_dir(str(init_dir)))
   tuned = wrap(inference.CheckpointEncoder.from_model_dir(str(model_dir)))

@@ -138,10 +138,13 @@ def _write_extras(extra_dir: str, model_dir: str, sp_model: bytes, metadata: dic
   """assets.extra/: the metadata, the vocabulary and the operative config.
 
   With these, params.npz is usable without the SavedModel (e.g. to port the
-  weights): config.gin names the architecture, spm.model the tokenizer.
+  weights): model.json names the architecture (config.gin the whole run),
+  spm.model the tokenizer.
   """
   os.makedirs(extra_dir, exist_ok=True)
-  shutil.copy(os.path.join(model_dir, inference.CONFIG_FILE), extra_dir)
+  shutil.copy(os.path.join(model_dir, inference.MODEL_FILE), extra_dir)
+  if os.path.exists(os.path.join(model_dir, inference.CONFIG_FILE)):
+    shutil.copy(os.path.join(model_dir, inference.CONFIG_FILE), extra_dir)
   with open(os.path.join(extra_dir, inference.VOCABULARY_FILE), "wb") as f:
     f.write(sp_model)
   with open(os.path.join(extra_dir, METADATA_FILE), "w", encoding="utf-8") as f:

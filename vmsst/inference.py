@@ -1,8 +1,11 @@
 """A trained model directory, restored for embedding sentences.
 
 A model directory written by `python -m vmsst.train` holds everything needed:
-`config.gin` (the operative config: network, objective, sequence length),
-`spm.model` (the vocabulary) and `checkpoints/`. Only the parameters are
+`model.json` (objective, network, sequence length, vocabulary file: plain
+data, so restoring needs neither gin nor the training loop and leaves a
+caller's gin config alone), `spm.model` (the vocabulary) and `checkpoints/`.
+Directories older than model.json (config.gin only) get one written once by
+`python -m vmsst.model_json --model_dir=DIR`. Only the parameters are
 restored (orbax partial restore), never the optimizer state, so evaluating a
 24-layer model needs no room for its Adafactor/Adam moments.
 
@@ -20,11 +23,12 @@ computes what it did. μ_sem never reads it.
 
 import dataclasses
 import functools
+import inspect
+import json
 import os
 from typing import Any, Sequence
 
 import flax.linen as nn
-import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -37,9 +41,13 @@ from vmsst import param_files
 from vmsst import partitioning
 from vmsst import text_inputs
 from vmsst import vocabulary as vocabulary_lib
+from vmsst.config import NetworkConfig
+from vmsst.objectives import MODELS
+from vmsst.objectives import query_tower
 
 VOCABULARY_FILE = "spm.model"
 CONFIG_FILE = "config.gin"
+MODEL_FILE = "model.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +66,7 @@ PRECISIONS = ("bfloat16", "float32")
 
 def restore(model_dir: str, *, step: int | None = None,
             mesh: jax.sharding.Mesh | None = None, dtype: str | None = None) -> RestoredModel:
-  """Rebuilds the model from MODEL_DIR/config.gin and restores its parameters.
+  """Rebuilds the model from MODEL_DIR/model.json and restores its parameters.
 
   Args:
     model_dir: a directory written by `python -m vmsst.train`.
@@ -71,8 +79,8 @@ def restore(model_dir: str, *, step: int | None = None,
   """
   if dtype is not None and dtype not in PRECISIONS:
     raise ValueError(f"dtype={dtype!r}: choose one of {PRECISIONS} (or None for the "
-                     f"precision {model_dir}/config.gin trained with).")
-  model, sequence_length, vocab_path = _read_config(model_dir, dtype)
+                     f"precision {model_dir} trained with).")
+  model, sequence_length, vocab_path = read_model_json(model_dir, dtype)
   vocab = vocabulary_lib.get_vocabulary(vocab_path)
   mesh = mesh or partitioning.make_mesh()
   manager = ocp.CheckpointManager(os.path.join(os.path.abspath(model_dir), "checkpoints"))
@@ -122,31 +130,82 @@ def _legacy_language_table(params: dict[str, Any], vocab: seqio.SentencePieceVoc
   return jax.device_put(rows, sharding)
 
 
-def _read_config(model_dir: str, dtype: str | None = None
-                 ) -> tuple[models.EmbeddingModel, int, str]:
-  """(model, sequence length, vocabulary path) from the operative config."""
-  config_path = os.path.join(model_dir, CONFIG_FILE)
-  if not os.path.exists(config_path):
-    raise FileNotFoundError(f"{config_path} not found: --model_dir must be a directory "
-                            "written by `python -m vmsst.train`.")
-  from vmsst import train  # pylint: disable=import-outside-toplevel,unused-import  # gin names
-  with gin.unlock_config():
-    gin.clear_config()
-    gin.parse_config_file(config_path)
-    if dtype is not None:
-      gin.bind_parameter("NetworkConfig.dtype", str(jnp.dtype(dtype)))
-  model = gin.query_parameter("train.model").scoped_configurable_fn()
-  sequence_length = _value(gin.query_parameter("train.sequence_length"))
-  vocab_path = os.path.join(model_dir, VOCABULARY_FILE)
-  if not os.path.exists(vocab_path):  # directories trained before spm.model was copied
-    vocab_path = _value(gin.query_parameter("get_vocabulary.path"))
-  return model, int(sequence_length), vocab_path
+def write_model_json(model_dir: str, model: models.EmbeddingModel, sequence_length: int,
+                     vocabulary: str = VOCABULARY_FILE) -> None:
+  """MODEL_DIR/model.json: what `restore` rebuilds the model from, as plain data.
+
+  vocabulary is relative to model_dir (or absolute, for directories trained
+  before spm.model was copied into them).
+
+  objective_args are the constructor's keyword arguments the model keeps as
+  attributes (or gin bound) and JSON can hold; the others (data paths read at
+  training time, NLI examples) do not change the parameter tree.
+  """
+  names = [k for k, cls in MODELS.items() if type(model) is cls]  # pylint: disable=unidiomatic-typecheck
+  if not names:
+    raise ValueError(f"{type(model).__name__} is not in vmsst.objectives.MODELS: add it there "
+                     "so its model directories restore.")
+  network = {k: _json_value(v) for k, v in dataclasses.asdict(model.network_config).items()}
+  spec = {"objective": names[0], "objective_args": _objective_args(model), "network": network,
+          "sequence_length": int(sequence_length), "vocabulary": vocabulary}
+  os.makedirs(model_dir, exist_ok=True)
+  with open(os.path.join(model_dir, MODEL_FILE), "w", encoding="utf-8") as f:
+    json.dump(spec, f, indent=2, sort_keys=True)
 
 
-def _value(binding: Any) -> Any:
-  """A gin binding's value, resolving `%MACRO` references."""
-  return binding.scoped_configurable_fn() if isinstance(
-      binding, gin.config.ConfigurableReference) else binding
+def _json_value(value: Any) -> Any:
+  """Dtypes by name (NetworkConfig takes "bfloat16"), tuples as lists."""
+  if isinstance(value, (type, np.dtype)) or hasattr(value, "dtype") and callable(value):
+    return str(jnp.dtype(value))
+  return list(value) if isinstance(value, tuple) else value
+
+
+def _objective_args(model: models.EmbeddingModel) -> dict[str, Any]:
+  """The keyword arguments of the model's constructor that JSON can hold."""
+  import gin  # pylint: disable=import-outside-toplevel  # only to read bindings, never to set
+  try:
+    bound = gin.get_bindings(type(model))
+  except (ValueError, KeyError):  # not a gin configurable
+    bound = {}
+  args = {}
+  for name, param in inspect.signature(type(model).__init__).parameters.items():
+    if param.kind is not inspect.Parameter.KEYWORD_ONLY:
+      continue
+    value = _json_value(getattr(model, name, bound.get(name, param.default)))
+    try:
+      json.dumps(value)
+    except TypeError:
+      continue
+    args[name] = value
+  return args
+
+
+def read_model_json(model_dir: str, dtype: str | None = None
+                    ) -> tuple[models.EmbeddingModel, int, str]:
+  """(model, sequence length, vocabulary path) from MODEL_DIR/model.json."""
+  path = os.path.join(model_dir, MODEL_FILE)
+  if not os.path.exists(path):
+    if os.path.exists(os.path.join(model_dir, CONFIG_FILE)):
+      raise FileNotFoundError(
+          f"{path} not found: {model_dir} predates model.json; write it once with "
+          f"`python -m vmsst.model_json --model_dir={model_dir}` (reads its config.gin).")
+    raise FileNotFoundError(f"{path} not found: --model_dir must be a directory written by "
+                            "`python -m vmsst.train`.")
+  with open(path, encoding="utf-8") as f:
+    spec = json.load(f)
+  if spec.get("objective") not in MODELS:
+    raise ValueError(f"{path}: objective {spec.get('objective')!r} is not one of "
+                     f"{sorted(MODELS)} (vmsst.objectives.MODELS).")
+  tuples = {f.name for f in dataclasses.fields(NetworkConfig) if isinstance(f.default, tuple)}
+  network = {k: tuple(v) if k in tuples else v for k, v in spec["network"].items()}
+  if dtype is not None:
+    network["dtype"] = str(jnp.dtype(dtype))
+  cls = MODELS[spec["objective"]]
+  defaults = inspect.signature(cls.__init__).parameters
+  args = {k: tuple(v) if isinstance(defaults[k].default, tuple) else v
+          for k, v in spec["objective_args"].items() if k in defaults}
+  model = cls(NetworkConfig(**network), **args)
+  return model, int(spec["sequence_length"]), os.path.join(model_dir, spec["vocabulary"])
 
 
 class CheckpointEncoder:
@@ -216,3 +275,55 @@ class CheckpointEncoder:
 def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
   """Repeats the first row so every batch has the compiled size."""
   return np.concatenate([x, np.repeat(x[:1], rows - len(x), axis=0)]) if len(x) < rows else x
+
+
+def restore_document_tower(model_dir: str):
+  """The frozen document tower a query-tower run saved, as a `RestoredModel`.
+
+  It lives in the checkpoint's model state, not its parameters (which are
+  the tuned query tower), so `restore` alone would embed documents
+  with the wrong tower. Only those tensors are read (orbax partial restore).
+
+  Raises:
+    ValueError: model_dir was not trained with QueryTower.
+  """
+  restored = restore(model_dir)
+  if not isinstance(restored.model, query_tower.QueryTower):
+    raise ValueError(f"{model_dir} was trained with {type(restored.model).__name__}, not "
+                     "QueryTower: it has no document tower; pass a query-tower run directory.")
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                          restored.params)
+  item = {"model_state": {query_tower.DOCUMENTS: abstract}}
+  manager = ocp.CheckpointManager(os.path.join(os.path.abspath(model_dir), "checkpoints"))
+  documents = manager.restore(restored.step, args=ocp.args.PyTreeRestore(
+      item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+      partial_restore=True))["model_state"][query_tower.DOCUMENTS]
+  return dataclasses.replace(restored, params=documents)
+
+
+
+def student_params_file(model_dir: str, output: str, *, model: models.EmbeddingModel,
+                        sequence_length: int = 8) -> list[str]:
+  """Writes the parameters `model` shares with a trained model_dir, for `train.init_params`.
+
+  Any of our objectives' checkpoints has the embedding table and the semantic
+  encoder; those names (and only those the student has, with equal shapes)
+  are written, so a VMSST checkpoint's decoder is left out and the head keeps
+  its fresh initialisation.
+
+  Returns:
+    The "/"-joined parameter names written.
+  """
+  restored = restore(model_dir)
+  wanted = jax.eval_shape(
+      lambda rng: model.get_initial_variables(rng, models.batch_shapes(1, sequence_length)),
+      jax.random.key(0))
+  shapes = {k: v.shape for k, v in param_files.flatten(nn.unbox(wanted["params"])).items()}
+  stored = param_files.flatten(jax.device_get(restored.params))
+  shared: dict[str, Any] = {k: np.asarray(v) for k, v in stored.items()
+                            if k in shapes and shapes[k] == np.shape(v)}
+  if not shared:
+    raise ValueError(f"{model_dir} shares no parameter with the student: is its NetworkConfig "
+                     "the student's size?")
+  param_files.save_params(output, shared)
+  return sorted(shared)

@@ -9,7 +9,7 @@ first sentence, a Tatoeba query) by the query tower, the document side
 (positive, negative, hypothesis, second sentence, Tatoeba candidates) by the
 document tower. Before tuning both towers are the original model; after it,
 the query tower is the tuned one and the document tower the frozen copy
-saved in the tuned run's checkpoint (`query_tower.restore_document_tower`),
+saved in the tuned run's checkpoint (`inference.restore_document_tower`),
 never the tuned tower.
 
 Triplets. N_e counts the held-out triplets the original model ranks wrongly
@@ -320,7 +320,7 @@ def main(argv: Sequence[str]) -> None:
   from vmsst.objectives import query_tower  # pylint: disable=import-outside-toplevel
   original = inference.CheckpointEncoder.from_model_dir(FLAGS.before)
   tuned = inference.CheckpointEncoder.from_model_dir(FLAGS.after)
-  documents = inference.CheckpointEncoder(query_tower.restore_document_tower(FLAGS.after),
+  documents = inference.CheckpointEncoder(inference.restore_document_tower(FLAGS.after),
                                           name="document_tower")
   triplets = pair_ranking.read_triplets(FLAGS.triplets)[0] if FLAGS.triplets else None
   results = evaluate(original, tuned, FLAGS.data_dir, documents=documents, triplets=triplets,

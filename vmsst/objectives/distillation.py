@@ -13,18 +13,17 @@ teacher's T, a learned linear head W [d, T] (parameters `teacher_head`)
 maps μ_sem into the teacher's space; `encode` returns f(x), so held-out MSE,
 `python -m vmsst.evaluate` and export all see the distilled embedding.
 
-Starting the student from one of our checkpoints: `student_params_file`
+Starting the student from one of our checkpoints: `inference.student_params_file`
 writes its embedding table and semantic encoder to a file that
 `train.init_params` loads (the head keeps its fresh initialisation).
 """
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import flax.linen as nn
 import gin
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from vmsst import losses
 from vmsst import models
@@ -89,10 +88,9 @@ class Distillation(models.EmbeddingModel):
     self.teacher_dim = teacher_dim
     self.head = TeacherHead(teacher_dim) if network_config.emb_dim != teacher_dim else None
 
-  def extra_features(self, batch_size: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
-    """The teacher's vectors of side a, `teacher` float32 [B, T]."""
-    del length
-    return {"teacher": jax.ShapeDtypeStruct((batch_size, self.teacher_dim), jnp.float32)}
+  def input_shapes(self, batch_size: int, length: int) -> dict[str, tuple[int, ...]]:
+    """The pair batch plus the teacher's vectors `teacher` [B, T]."""
+    return models.batch_shapes(batch_size, length, teacher_dim=self.teacher_dim)
 
   def get_initial_variables(self, rng, input_shapes: Mapping[str, tuple[int, ...]]):
     """The semantic path's variables, plus `teacher_head` when d ≠ T."""
@@ -124,33 +122,3 @@ class Distillation(models.EmbeddingModel):
     loss, metrics = distillation_terms(source, target, batch["teacher"])
     cosine = jnp.sum(losses.l2_normalize(source) * losses.l2_normalize(batch["teacher"]), axis=-1)
     return loss, metrics | {"loss": loss, "teacher_cosine_source": jnp.mean(cosine)}
-
-
-
-def student_params_file(model_dir: str, output: str, *, model: Distillation,
-                        sequence_length: int = 8) -> list[str]:
-  """Writes the parameters `model` shares with a trained model_dir, for `train.init_params`.
-
-  Any of our objectives' checkpoints has the embedding table and the semantic
-  encoder; those names (and only those the student has, with equal shapes)
-  are written, so a VMSST checkpoint's decoder is left out and the head keeps
-  its fresh initialisation.
-
-  Returns:
-    The "/"-joined parameter names written.
-  """
-  from vmsst import inference  # pylint: disable=import-outside-toplevel
-  from vmsst import param_files  # pylint: disable=import-outside-toplevel
-  restored = inference.restore(model_dir)
-  wanted = jax.eval_shape(
-      lambda rng: model.get_initial_variables(rng, models.batch_shapes(1, sequence_length)),
-      jax.random.key(0))
-  shapes = {k: v.shape for k, v in param_files.flatten(nn.unbox(wanted["params"])).items()}
-  stored = param_files.flatten(jax.device_get(restored.params))
-  shared: dict[str, Any] = {k: np.asarray(v) for k, v in stored.items()
-                            if k in shapes and shapes[k] == np.shape(v)}
-  if not shared:
-    raise ValueError(f"{model_dir} shares no parameter with the student: is its NetworkConfig "
-                     "the student's size?")
-  param_files.save_params(output, shared)
-  return sorted(shared)

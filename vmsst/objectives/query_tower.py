@@ -28,18 +28,15 @@ too: `@frozen_groups()` (vmsst/parameter_groups.py).
 
 `encode` is the query tower (what `vmsst.evaluate` and export see);
 `encode_documents(model_state, ...)` the frozen tower, and
-`restore_document_tower(model_dir)` restores it from a tuned run's
+`inference.restore_document_tower(model_dir)` restores it from a tuned run's
 checkpoint (vmsst/evaluation/preservation.py embeds documents with it, as
 the dual encoder is deployed).
 
-`QueryTowerValidation` (vmsst/evaluation/in_training.py) is the paper's
-validation (§2.3): the triplet loss and the error count on held-out triplets
-after each epoch, the two metrics its early-stopping rule watches
-(`train.early_stopping`, vmsst/early_stopping.py).
+`QueryTowerValidation` (vmsst/evaluation/in_training.py) is the paper's validation (§2.3): the triplet loss and
+the error count on held-out triplets after each epoch, the two metrics its
+early-stopping rule watches (`train.early_stopping`, vmsst/early_stopping.py).
 """
 
-import dataclasses
-import os
 
 import gin
 import jax
@@ -107,9 +104,9 @@ class QueryTower(models.EmbeddingModel):
                        f"got {similarity!r}.")
     self.margin, self.similarity = margin, similarity
 
-  def extra_features(self, batch_size: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
-    """`tokens_negative` int32 [B, L], the negative of the pair (a = anchor, b = positive)."""
-    return {"tokens_negative": jax.ShapeDtypeStruct((batch_size, length), jnp.int32)}
+  def input_shapes(self, batch_size: int, length: int) -> dict[str, tuple[int, ...]]:
+    """The pair batch (a = anchor, b = positive) plus `tokens_negative` [B, L]."""
+    return {**models.batch_shapes(batch_size, length), "tokens_negative": (batch_size, length)}
 
   def init_model_state(self, params, rng):
     """The document tower: an exact copy of the parameters, in its own buffers."""
@@ -137,29 +134,3 @@ class QueryTower(models.EmbeddingModel):
     loss, metrics = triplet_margin_loss(anchor, positive, negative, margin=self.margin,
                                         similarity=self.similarity)
     return loss, (metrics, {})
-
-
-def restore_document_tower(model_dir: str):
-  """The frozen document tower a query-tower run saved, as an `inference.RestoredModel`.
-
-  It lives in the checkpoint's model state, not its parameters (which are
-  the tuned query tower), so `inference.restore` alone would embed documents
-  with the wrong tower. Only those tensors are read (orbax partial restore).
-
-  Raises:
-    ValueError: model_dir was not trained with QueryTower.
-  """
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-  from vmsst import inference  # pylint: disable=import-outside-toplevel
-  restored = inference.restore(model_dir)
-  if not isinstance(restored.model, QueryTower):
-    raise ValueError(f"{model_dir} was trained with {type(restored.model).__name__}, not "
-                     "QueryTower: it has no document tower; pass a query-tower run directory.")
-  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                          restored.params)
-  item = {"model_state": {DOCUMENTS: abstract}}
-  manager = ocp.CheckpointManager(os.path.join(os.path.abspath(model_dir), "checkpoints"))
-  documents = manager.restore(restored.step, args=ocp.args.PyTreeRestore(
-      item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
-      partial_restore=True))["model_state"][DOCUMENTS]
-  return dataclasses.replace(restored, params=documents)

@@ -257,6 +257,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   if start_step >= train_steps:
     return _nothing_to_do(start_step, train_steps, state)
   _write_operative_config(model_dir)
+  if jax.process_index() == 0:
+    inference.write_model_json(model_dir, model, sequence_length)
 
   # Stage 3: data, positioned at the restored step.
   if register_tasks is not None:

@@ -1,0 +1,61 @@
+"""Writes model.json into a model directory trained before it existed.
+
+`inference.restore` builds the model from MODEL_DIR/model.json alone (no
+gin). Older directories have only config.gin; this command reads it once,
+with the training entrypoint's gin names, and writes the model.json that the
+run would write today. It is the one place outside training that parses a
+run's config.gin.
+
+  python -m vmsst.model_json --model_dir=runs/old_vmsst
+"""
+
+import os
+
+import gin
+from absl import app
+from absl import flags
+
+from vmsst import inference
+from vmsst import train  # pylint: disable=unused-import  # the gin names config.gin uses
+
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "A directory written by "
+                                 "`python -m vmsst.train` that has config.gin.")
+
+
+def convert(model_dir: str) -> str:
+  """Writes MODEL_DIR/model.json from MODEL_DIR/config.gin; returns its path.
+
+  An entrypoint: it replaces the process's gin config with the run's.
+  """
+  config_path = os.path.join(model_dir, inference.CONFIG_FILE)
+  if not os.path.exists(config_path):
+    raise FileNotFoundError(f"{config_path} not found: --model_dir must be a directory "
+                            "written by `python -m vmsst.train`.")
+  with gin.unlock_config():
+    gin.clear_config()
+    gin.parse_config_file(config_path)
+  model = gin.query_parameter("train.model").scoped_configurable_fn()
+  sequence_length = int(_value(gin.query_parameter("train.sequence_length")))
+  vocabulary = inference.VOCABULARY_FILE
+  if not os.path.exists(os.path.join(model_dir, vocabulary)):  # before spm.model was copied
+    vocabulary = os.path.abspath(_value(gin.query_parameter("get_vocabulary.path")))
+  inference.write_model_json(model_dir, model, sequence_length, vocabulary)
+  return os.path.join(model_dir, inference.MODEL_FILE)
+
+
+def _value(binding):
+  """A gin binding's value, resolving `%MACRO` references."""
+  return binding.scoped_configurable_fn() if isinstance(
+      binding, gin.config.ConfigurableReference) else binding
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}: pass --model_dir=DIR only.")
+  if not _MODEL_DIR.value:
+    raise app.UsageError("--model_dir is required: a directory with config.gin.")
+  print(convert(_MODEL_DIR.value))
+
+
+if __name__ == "__main__":
+  app.run(main)
