@@ -199,7 +199,7 @@ def test_student_starts_from_one_of_our_checkpoints(tiny_model, tmp_path):
   config = inference.restore(str(model_dir)).model.network_config
   student = MODELS["distillation"](config, teacher_dim=512)
   path = str(tmp_path / "student.safetensors")
-  names = distillation.student_params_file(str(model_dir), path, model=student)
+  names = inference.student_params_file(str(model_dir), path, model=student)
   fresh = vmsst_testing.init_params(student)
   # Everything but the head comes from the VMSST checkpoint; its decoder is left out.
   assert set(names) == {k for k in param_files.flatten(fresh) if not k.startswith(distillation.HEAD)}
