@@ -1,6 +1,8 @@
 """compare: two objectives, same data and budget, evaluated and tabulated with a reference."""
 
 import json
+import subprocess
+import sys
 
 import gin
 import matplotlib.image
@@ -176,3 +178,18 @@ def test_all_names_every_method_with_its_files():
       for path in compare.run_files(objective, gin_file=[], preset=preset,
                                     search_paths=[str(vmsst_testing.ROOT)]):
         assert (vmsst_testing.ROOT / path).is_file(), (objective, path)
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--objectives=vmsst,nope", "error: --objectives: gin/models/nope.gin does not exist"),
+    ("--seeds=0,one", "error: --seeds takes integers (e.g. --seeds=0,1,2), got ['0', 'one']."),
+])
+def test_bad_flags_fail_in_one_line_before_training(flag, message, tmp_path):
+  done = subprocess.run([sys.executable, "-m", "vmsst.compare", "--preset=cpu", flag,
+                         f"--output={tmp_path}"], cwd=vmsst_testing.ROOT, capture_output=True,
+                        text=True, timeout=300, check=False)
+  assert done.returncode == 2, done.stderr[-2000:]
+  errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+  assert len(errors) == 1 and errors[0].startswith(message), done.stderr[-2000:]
+  assert "Traceback" not in done.stderr
+  assert not any(tmp_path.iterdir())  # nothing trained

@@ -41,13 +41,14 @@ from absl import app
 from absl import flags
 
 from vmsst import checkpointing
+from vmsst import cli
 from vmsst import comparison_stats
 from vmsst import encoder_flags
 from vmsst import evaluate
 from vmsst import inference
 from vmsst import learning_curves
 from vmsst import train as train_lib
-from vmsst.evaluation import score as score_lib
+from vmsst.evaluation import paper_score as score_lib
 from vmsst.evaluation import suites as suites_lib
 
 FLAGS = flags.FLAGS
@@ -279,9 +280,17 @@ def _resolve_flags() -> dict:
   steps = FLAGS.steps
   if preset is not None and not given("steps"):
     steps = preset_budget(preset, FLAGS.gin_search_path)["steps"]
-  objectives = FLAGS.objectives if given("objectives") or preset is None else preset.objectives
+  objectives = expand_objectives(
+      FLAGS.objectives if given("objectives") or preset is None else preset.objectives, preset)
+  for objective in objectives:  # a misspelt name fails before hours of training, not after
+    try:
+      run_files(objective, gin_file=[], preset=preset, search_paths=FLAGS.gin_search_path)
+    except FileNotFoundError as e:
+      raise cli.UserError(f"--objectives: {e}") from e
+  if not all(s.lstrip("-").isdigit() for s in FLAGS.seeds):
+    raise cli.UserError(f"--seeds takes integers (e.g. --seeds=0,1,2), got {FLAGS.seeds}.")
   return dict(
-      objectives=expand_objectives(objectives, preset), steps=steps, preset=preset,
+      objectives=objectives, steps=steps, preset=preset,
       gin_file=FLAGS.gin_file or ([] if preset else ["gin/runs/base_compare_cpu.gin"]),
       seeds=[int(s) for s in FLAGS.seeds] if given("seeds") or preset is None else preset.seeds,
       output=FLAGS.output or (preset.output if preset else None),
@@ -306,4 +315,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main, argv=train_lib.rewrite_gin_args(sys.argv))
+  app.run(cli.user_errors(main), argv=train_lib.rewrite_gin_args(sys.argv))
