@@ -8,7 +8,7 @@ The translation terms (`translation_latent`, `decode_nll`, `pair_sum`,
 whose loss carries the same bitranslation term.
 """
 
-import gin
+from vmsst.optional_gin import gin
 import jax
 import jax.numpy as jnp
 

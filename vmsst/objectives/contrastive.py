@@ -20,7 +20,7 @@ Dropout draws one key per sentence (split from the step's key) in both
 modes, so a sentence sees the same mask whichever chunk encodes it.
 """
 
-import gin
+from vmsst.optional_gin import gin
 import jax
 import jax.numpy as jnp
 

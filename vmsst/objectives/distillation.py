@@ -21,7 +21,7 @@ writes its embedding table and semantic encoder to a file that
 from typing import Mapping
 
 import flax.linen as nn
-import gin
+from vmsst.optional_gin import gin
 import jax
 import jax.numpy as jnp
 

@@ -40,7 +40,7 @@ from typing import Mapping
 
 from absl import logging
 import flax.linen as nn
-import gin
+from vmsst.optional_gin import gin
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -43,7 +43,7 @@ masking (Contrastive) does not reach the queue.
 """
 
 import flax.linen as nn
-import gin
+from vmsst.optional_gin import gin
 import jax
 import jax.numpy as jnp
 

@@ -8,7 +8,7 @@ temperature, by default). The two losses share one forward pass of the
 semantic encoder.
 """
 
-import gin
+from vmsst.optional_gin import gin
 import jax.numpy as jnp
 
 from vmsst import losses

@@ -31,15 +31,13 @@ import pathlib
 from typing import NamedTuple
 
 import flax.linen as nn
-import gin
+from vmsst.optional_gin import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
-import seqio
 from absl import logging
 
 from vmsst import losses
-from vmsst import text_inputs
 
 LABELS = ("entailment", "neutral", "contradiction")
 
@@ -91,9 +89,14 @@ def read_nli(path: str) -> tuple[list[str], list[str], np.ndarray, int]:
 
 
 @gin.configurable
-def nli_examples(*, path: str = gin.REQUIRED, vocabulary: seqio.Vocabulary = gin.REQUIRED,
+def nli_examples(*, path: str = gin.REQUIRED, vocabulary: "seqio.Vocabulary" = gin.REQUIRED,
                  sequence_length: int = gin.REQUIRED) -> NliExamples:
-  """Reads and tokenizes an NLI directory (`read_nli`) with the training truncation."""
+  """Reads and tokenizes an NLI directory (`read_nli`) with the training truncation.
+
+  text_inputs (seqio) is imported here, not at the top, so the objective
+  itself imports where seqio is absent (issue 18: a TensorFlow-free core).
+  """
+  from vmsst import text_inputs  # pylint: disable=import-outside-toplevel
   premises, hypotheses, labels, skipped = read_nli(path)
   premise, _ = text_inputs.tokenize_batch(vocabulary, premises, sequence_length)
   hypothesis, _ = text_inputs.tokenize_batch(vocabulary, hypotheses, sequence_length)

@@ -38,7 +38,7 @@ early-stopping rule watches (`train.early_stopping`, vmsst/early_stopping.py).
 """
 
 
-import gin
+from vmsst.optional_gin import gin
 import jax
 import jax.numpy as jnp
 
