@@ -118,7 +118,10 @@ def test_row_matches_its_carrier(kind, where, carrier):
     path, name = carrier
     assert (ROOT / path).exists(), f"{where}: {path} does not exist"
     if name:
-      module = importlib.import_module(path[:-3].replace("/", "."))
+      # tasks/ is installed as vmsst_tasks: importing it as `tasks` would load a
+      # second copy whose gin configurables clash with the first.
+      dotted = path[:-3].replace("/", ".")
+      module = importlib.import_module(re.sub(r"^tasks\.", "vmsst_tasks.", dotted))
       target = module
       for part in name.split("."):
         assert hasattr(target, part), f"{where}: {path} has no {name}"

@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from vmsst.evaluation import score as score_lib
+from vmsst.evaluation import paper_score as score_lib
 
 # (better, worse) as the VMSST paper claims them: Table 1 (VMSST ahead of
 # BiTranslation and Contrastive) and Table 4 (the KL term helps).

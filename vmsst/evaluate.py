@@ -36,7 +36,7 @@ from vmsst import encoder_flags
 from vmsst import languages
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import report
-from vmsst.evaluation import score as score_lib
+from vmsst.evaluation import paper_score as score_lib
 from vmsst.evaluation import suites as suites_lib
 
 def define_suite_flags() -> None:

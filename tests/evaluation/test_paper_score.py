@@ -3,7 +3,7 @@
 import pytest
 
 from vmsst.evaluation import report
-from vmsst.evaluation import score
+from vmsst.evaluation import paper_score as score
 from vmsst.evaluation import suites
 
 RESULTS = {

@@ -1,5 +1,7 @@
 """The paper's Score: one number averaging the task families present.
 
+(Not the `python -m vmsst.score` command, which scores sentence pairs: vmsst/score.py.)
+
 Components (each ×100, each the headline of its family):
   * English STS: mean of the per-year "all" Spearman of STS12–16 and the
     STSb test Spearman (whichever of the six are present).

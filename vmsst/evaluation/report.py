@@ -10,7 +10,7 @@ from typing import Mapping
 import numpy as np
 
 from vmsst.evaluation import plots
-from vmsst.evaluation import score as score_lib
+from vmsst.evaluation import paper_score as score_lib
 from vmsst.evaluation import suites as suites_lib
 
 _COLUMN_TITLES = {

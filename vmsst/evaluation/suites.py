@@ -119,7 +119,7 @@ SUITES: dict[str, Suite] = {
 # Groups run what is present and list what they skip; a named suite must exist.
 GROUPS = {
     "all": list(SUITES),
-    # What the paper's Score averages (see score.py): the quick main-job choice.
+    # What the paper's Score averages (see paper_score.py): the quick main-job choice.
     "score": ["sts12-16", "stsb", "stsb-multi-mt", "sts17", "tatoeba", "bucc",
               "question_retrieval"],
 }
