@@ -13,6 +13,7 @@ Anything more (a teacher's vectors, linked entities, a triplet's negative)
 is declared by the objective that needs it, in its `extra_features`.
 """
 
+import abc
 from typing import Any, Callable, Mapping
 
 import jax
@@ -64,8 +65,8 @@ def init_translation_paths(module: VMSSTNetwork, batch: Batch) -> Array:
   return module.decode(batch["tokens_a"], batch["mask_a"], batch["lang_a"], mu)
 
 
-class EmbeddingModel:
-  """Base class: wraps the flax network; subclasses define `loss_fn`.
+class EmbeddingModel(abc.ABC):
+  """Abstract base: wraps the flax network; an objective must define `loss_fn`.
 
   Attributes:
     network_config: the NetworkConfig the module is built from.
@@ -146,10 +147,10 @@ class EmbeddingModel:
     b = self.encode(params, batch["tokens_b"], batch["mask_b"])
     return jnp.sum(losses.l2_normalize(a) * losses.l2_normalize(b), axis=-1)
 
+  @abc.abstractmethod
   def loss_fn(self, params, batch: Batch, dropout_rng: Array,
               step: Array | int = 0) -> tuple[Array, Metrics]:
     """Scalar loss and a dict of scalar metrics (batch means)."""
-    raise NotImplementedError
 
   # Model state: non-trainable arrays an objective carries from step to step
   # (momentum encoders, queues). It lives in TrainState.model_state, is
