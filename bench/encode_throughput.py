@@ -37,7 +37,7 @@ from absl import app
 from absl import flags
 
 import common
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

@@ -38,7 +38,7 @@ import functools
 import importlib
 import json
 import pathlib
-from typing import AbstractSet, Iterator, Mapping, Sequence
+from typing import AbstractSet, Any, Iterator, Mapping, Protocol, Sequence
 
 from absl import logging
 import gin
@@ -52,7 +52,6 @@ from vmsst_tasks import sources
 from vmsst_tasks import triplets as triplets_lib
 from vmsst_tasks import wiki_entities
 from vmsst import languages
-from vmsst import teacher_cache as teacher_cache_lib
 from vmsst import vocabulary as vocabulary_lib
 
 NTREX_TASK = "vmsst_ntrex128"
@@ -323,8 +322,21 @@ def source_sided(pairs: Sequence[sources.Pair], source_language: str,
   return kept
 
 
+class TeacherVectors(Protocol):
+  """What distillation registration needs of vmsst.teacher_cache.TeacherCache.
+
+  Named here, not imported, so the data layer never imports the model layer
+  (the entrypoint's gin config builds the cache and passes it in).
+  """
+  teacher: Any
+
+  def fill(self, sentences: Sequence[str], *, desc: str = ...) -> Any: ...
+
+  def lookup(self, sentences: Sequence[str]) -> np.ndarray: ...
+
+
 def register_distillation_tasks(data_dir: str, vocab: seqio.Vocabulary,
-                                teacher_cache: teacher_cache_lib.TeacherCache, *, seed: int,
+                                teacher_cache: TeacherVectors, *, seed: int,
                                 source_language: str = "eng",
                                 max_sources: int | None = None) -> list[str]:
   """vmsst_distill_* tasks and their mixture; fills `teacher_cache` first.
@@ -408,7 +420,7 @@ def register_entity_task(entity_dir: str, vocab: seqio.Vocabulary) -> str:
 @gin.configurable
 def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = None,
                    ntrex_seed: int = 0,
-                   teacher_cache: teacher_cache_lib.TeacherCache | None = None,
+                   teacher_cache: TeacherVectors | None = None,
                    distillation_source: str = "eng",
                    distillation_max_sources: int | None = None,
                    entity_dir: str | None = None,

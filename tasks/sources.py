@@ -53,7 +53,7 @@ from absl import logging
 import gin
 
 from vmsst import languages
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 PathLike = str | os.PathLike
 

@@ -30,7 +30,7 @@ A candidate equal to the anchor or positive is never used. Pairs whose two
 sentences are identical are skipped and counted (nothing to rank). Every
 count is reported: pairs read = kept + skipped_identical + not_high.
 
-TSV files are read with vmsst.evaluation.pair_ranking.read_triplets: a line
+TSV files are read with vmsst.text_files.read_tsv (as pair_ranking does): a line
 without exactly three non-empty TAB-separated fields is an error naming file
 and line; blank lines are skipped and counted.
 
@@ -57,9 +57,8 @@ import tensorflow as tf
 
 from vmsst_tasks import preprocessors
 from vmsst_tasks import sources
-from vmsst.evaluation import pair_ranking
-from vmsst.evaluation import sts_files
-from vmsst.evaluation import text_files
+from vmsst import sts_files
+from vmsst import text_files
 
 HIGH, LOW = 4.0, 1.0
 TASK = "vmsst_triplets"
@@ -138,7 +137,8 @@ def write_tsv(path: str | pathlib.Path, triplets: Sequence[Triplet]) -> None:
 
 def read_tsv(path: str | pathlib.Path) -> tuple[list[Triplet], int]:
   """([(anchor, positive, negative)], blank lines skipped); see the module docstring."""
-  return pair_ranking.read_triplets(path)
+  rows, blank = text_files.read_tsv(pathlib.Path(path), 3, "anchor, positive, negative")
+  return [tuple(r[1:]) for r in rows], blank
 
 
 # ---------------------------------------------------------------- seqio task

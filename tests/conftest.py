@@ -8,7 +8,7 @@ import pathlib
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The shared corpora live next to the repository, never inside it.

@@ -10,7 +10,7 @@ import pytest
 from vmsst import evaluate
 from vmsst.evaluation import encoders
 from vmsst.evaluation import suites
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -152,7 +152,7 @@ def test_stsb_builder_on_the_real_train_split(data_dir):
   # Line 1 of sts-train.csv: MSRvid, 5.000, "A plane is taking off." / "An air plane ...".
   anchor, positive, negative = rows[0]
   assert (anchor, positive) == ("A plane is taking off.", "An air plane is taking off.")
-  from vmsst.evaluation import sts_files  # pylint: disable=import-outside-toplevel
+  from vmsst import sts_files  # pylint: disable=import-outside-toplevel
   pairs = sts_files.read_stsb(stsb, "train")
   low_msrvid = {s for s1, s2, g, f in zip(pairs.sentences1, pairs.sentences2, pairs.gold,
                                           pairs.source_files)

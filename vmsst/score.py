@@ -25,7 +25,7 @@ from vmsst import embed
 from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import similarity
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 FLAGS = flags.FLAGS
 

@@ -8,7 +8,7 @@ import pytest
 from vmsst_tasks import sources
 from vmsst.evaluation import encoders
 from vmsst.evaluation import flores
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 N = 12  # lines per file
 # FLORES file-name code -> the NTREX file whose first N lines it holds. ace_Arab

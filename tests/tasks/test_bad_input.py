@@ -21,7 +21,7 @@ from vmsst_tasks import registry
 from vmsst_tasks import opus_sources
 from vmsst_tasks import sources
 from vmsst import vocabulary
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 STRICT = sources.InputPolicy(strict=True)

@@ -18,7 +18,7 @@ from vmsst_tasks import registry
 from vmsst import languages as vmsst_languages
 from vmsst import vocabulary as vocabulary_lib
 from vmsst.feature_converters import PairFeatureConverter
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 
 def write_moses(directory: pathlib.Path, corpus: str, l1: str, l2: str, lines1, lines2) -> None:

@@ -59,8 +59,8 @@ import numpy as np
 from scipy import sparse
 
 from vmsst.evaluation import bucc
-from vmsst.evaluation import sts_files
-from vmsst.evaluation import text_files
+from vmsst import sts_files
+from vmsst import text_files
 
 STSB_DIR = "stsb-multi-mt"
 STSB_SPLITS = ("train", "dev", "test")

@@ -22,8 +22,8 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from vmsst.evaluation import sts_files
-from vmsst.evaluation import text_files
+from vmsst import sts_files
+from vmsst import text_files
 from vmsst.evaluation.clustering import CATEGORIES_SUFFIX, DEFAULT_FOLDER, SENTENCES_SUFFIX
 
 STSB_LANGUAGES = ("de", "en", "es", "fr", "it", "ja", "nl", "pl", "pt", "ru", "zh")

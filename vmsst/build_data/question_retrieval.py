@@ -29,8 +29,8 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 from absl import app
 from absl import flags
 
-from vmsst.evaluation import sts_files
-from vmsst.evaluation import text_files
+from vmsst import sts_files
+from vmsst import text_files
 from vmsst.evaluation.question_retrieval import FOLDER, GOLD, KB, QUERIES
 
 STSB_QUERY_LANGUAGES = ("de", "es", "fr", "it", "ja", "nl", "pl", "pt", "ru", "zh")

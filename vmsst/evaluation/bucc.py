@@ -50,7 +50,7 @@ import numpy as np
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import neighbors
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 SPLITS = ("sample", "training", "test")
 SCORINGS = ("cosine", "ratio", "distance")

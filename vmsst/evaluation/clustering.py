@@ -37,7 +37,7 @@ from sklearn import cluster as sk_cluster
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import similarity
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 DEFAULT_FOLDER = "mewsc16"
 SEEDS = (0, 1, 2)

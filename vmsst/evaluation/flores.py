@@ -36,7 +36,7 @@ from vmsst_tasks import sources
 from vmsst import languages as languages_lib
 from vmsst.evaluation import encoders
 from vmsst.evaluation import parallel
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 FOLDERS = ("flores200_dataset", "flores101_dataset", "flores")  # what the suite looks for
 SPLITS = ("devtest", "dev")  # the first present is the default

@@ -44,7 +44,7 @@ import numpy as np
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import similarity
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 LABELS = ("entailment", "neutral", "contradiction")
 COMPARISONS = ("entailment_vs_neutral", "entailment_vs_contradiction")

@@ -28,7 +28,7 @@ from absl import logging
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import bucc
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 MARGIN_K = 4  # LASER xsim's neighbourhood size for the margin.
 _SCORINGS = {"": "cosine", "_margin": "ratio"}  # result-key suffix -> mining scoring

@@ -56,7 +56,7 @@ from vmsst.evaluation import encoders
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import similarity
 from vmsst.evaluation import sts
-from vmsst.evaluation import sts_files
+from vmsst import sts_files
 from vmsst.evaluation import tatoeba
 
 CRITICAL_Z = 1.96

@@ -31,7 +31,7 @@ import numpy as np
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import neighbors
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 FOLDER = "question_retrieval"
 QUERIES, KB, GOLD = "queries.tsv", "kb.tsv", "gold.tsv"

@@ -34,9 +34,9 @@ from scipy import stats
 
 from vmsst.evaluation import encoders
 from vmsst.evaluation import similarity
-from vmsst.evaluation import sts_files
-from vmsst.evaluation import text_files
-from vmsst.evaluation.sts_files import ScoredPairs
+from vmsst import sts_files
+from vmsst import text_files
+from vmsst.sts_files import ScoredPairs
 
 ENGLISH_STS_YEARS = ("STS12", "STS13", "STS14", "STS15", "STS16")
 # Said next to the STS13 numbers, since they are not comparable to papers that had SMT.

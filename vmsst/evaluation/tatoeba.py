@@ -22,7 +22,7 @@ import numpy as np
 from vmsst import languages as languages_lib
 from vmsst.evaluation import neighbors
 from vmsst.evaluation import plots
-from vmsst.evaluation import text_files
+from vmsst import text_files
 
 FOLDER = "tatoeba/v1"
 
