@@ -18,6 +18,7 @@ import tensorflow_text as tf_text
 from absl import flags
 from flax import traverse_util
 
+import vmsst
 from vmsst import export
 from vmsst import inference
 from vmsst import text_inputs
@@ -203,3 +204,16 @@ def test_bad_directories_are_clear_errors(exported, tmp_path):
 
 def test_importing_the_module_defines_no_flags():
   assert "platforms" not in flags.FLAGS and "normalize" not in flags.FLAGS
+
+
+def test_encoder_from_saved_model_knows_the_length_and_counts_cut_sentences(
+    restored, exported):
+  saved_model, metadata, _ = exported
+  assert (encoders.EXPORT_EXTRA_DIR, encoders.EXPORT_METADATA, encoders.EXPORT_VOCABULARY) == (
+      export.EXTRA_DIR, export.METADATA_FILE, inference.VOCABULARY_FILE)
+  from_saved = vmsst.Encoder.from_saved_model(str(saved_model))
+  from_checkpoint = inference.CheckpointEncoder(restored, batch_size=8)
+  assert from_saved.max_seq_length == metadata["sequence_length"] == from_checkpoint.max_seq_length
+  long = " ".join(["word"] * 4 * metadata["sequence_length"])
+  sentences = [*SENTENCES, long]
+  assert from_saved.count_truncated(sentences) == from_checkpoint.count_truncated(sentences) >= 1

@@ -7,10 +7,17 @@ a benchmark (Tatoeba's English sides, STS pairs) is encoded once, and encodes
 in length-sorted batches so padding stays small.
 """
 
+import json
+import os
 from typing import Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 import tqdm
+
+# Where `python -m vmsst.export` leaves its metadata and vocabulary (export.EXTRA_DIR,
+# export.METADATA_FILE, inference.VOCABULARY_FILE; a test holds them equal).
+EXPORT_EXTRA_DIR = "assets.extra"
+EXPORT_METADATA, EXPORT_VOCABULARY = "vmsst_export.json", "spm.model"
 
 
 class Encoder(Protocol):
@@ -77,6 +84,13 @@ class SavedModelEncoder:
     self._loaded = loaded  # keeps the signature's variables alive
     self._serve = loaded.signatures["serving_default"]
     self.name = name or path.rstrip("/").split("/")[-1]
+    self.max_seq_length, self._pieces = _export_length(path)
+
+  def count_truncated(self, sentences: Sequence[str]) -> int | None:
+    """Sentences longer than max_seq_length - 1 pieces plus EOS (None: not our export)."""
+    if self._pieces is None:
+      return None
+    return sum(len(self._pieces.encode(s)) > self.max_seq_length - 1 for s in sentences)
 
   def encode(self, sentences: Sequence[str]) -> np.ndarray:
     outputs = self._serve(text=self._tf.constant(list(sentences), self._tf.string))
@@ -84,6 +98,26 @@ class SavedModelEncoder:
       raise ValueError(f"serving_default of {self.name} returns {sorted(outputs)}, "
                        "not 'embeddings'.")
     return outputs["embeddings"].numpy().astype(np.float32)
+
+
+def _export_length(path: str) -> tuple[int | None, object | None]:
+  """(sequence length, SentencePiece processor) from what `python -m vmsst.export` wrote.
+
+  Why: the graph cuts long sentences silently; knowing the length the
+  export was traced with lets Encoder.max_seq_length and the truncation counts
+  work for SavedModels as they do for checkpoints. (None, None) for a
+  SavedModel written by something else.
+  """
+  extra = os.path.join(path, EXPORT_EXTRA_DIR)
+  metadata, vocabulary = (os.path.join(extra, n) for n in (EXPORT_METADATA, EXPORT_VOCABULARY))
+  if not os.path.exists(metadata):
+    return None, None
+  with open(metadata, encoding="utf-8") as f:
+    length = int(json.load(f)["sequence_length"])
+  if not os.path.exists(vocabulary):
+    return length, None
+  import sentencepiece  # pylint: disable=import-outside-toplevel
+  return length, sentencepiece.SentencePieceProcessor(model_file=vocabulary)
 
 
 class UniqueSentences:
