@@ -362,9 +362,11 @@ def test_ivf_streams_memory_mapped_embeddings(tmp_path):
   np.save(tmp_path / "trg.npy", target)
   side = mine.read_side(src)
   assert isinstance(mine.load_embeddings(tmp_path / "src.npy", side), np.memmap)
-  mine.mine_files(None, src, trg, tmp_path / "ivf.tsv", src_embeddings=tmp_path / "src.npy",
-                  trg_embeddings=tmp_path / "trg.npy", index="ivf", progress=False,
-                  ivf=approximate_neighbors.IvfOptions(nlist=8, nprobe=8))
+  summary = mine.mine_files(None, src, trg, tmp_path / "ivf.tsv",
+                            src_embeddings=tmp_path / "src.npy",
+                            trg_embeddings=tmp_path / "trg.npy", index="ivf", progress=False,
+                            ivf=approximate_neighbors.IvfOptions(nlist=8, nprobe=8))
+  assert "approximate IVF neighbours (8 cells, nprobe 8)" in str(summary)
   mine.mine_files(None, src, trg, tmp_path / "exact.tsv", src_embeddings=tmp_path / "src.npy",
                   trg_embeddings=tmp_path / "trg.npy", progress=False)
   _assert_same(_read_output(tmp_path / "ivf.tsv"), _read_output(tmp_path / "exact.tsv"))

@@ -344,6 +344,10 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
     f.writelines(f"{score:.6f}\t{columns[0][i]}\t{columns[1][j]}\n"
                  for score, (i, j) in zip(scores.tolist(), pairs.tolist()))
   above = "" if threshold is None else f", score >= {threshold:g}"
+  if knn_options.get("index", "exact") != "exact":  # say that the neighbours are approximate
+    ivf = knn_options.get("ivf") or approximate_neighbors.IvfOptions()
+    above += (f", approximate IVF neighbours ({ivf.cells(len(y))} cells, nprobe {ivf.nprobe}"
+              f"{f', PQ {ivf.pq} bytes' if ivf.pq else ''})")
   return Summary(source, target, len(pairs),
                  f"{margin} margin, {retrieval} retrieval, k={k}{above}", truncated)
 
