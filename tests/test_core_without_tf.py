@@ -1,0 +1,64 @@
+"""The core imports and trains with TensorFlow, tensorflow-text, seqio and gin absent.
+
+An accelerator image has JAX, flax, optax and orbax but none of those
+(issue 18), so a subprocess blocks them with a meta-path finder and runs a
+real train step of Contrastive and VMSST (bf16, dropout).
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from vmsst_testing import ROOT
+
+_SCRIPT = r"""
+import importlib.abc, sys
+BLOCKED = ("tensorflow", "tensorflow_text", "seqio", "gin")
+
+class Block(importlib.abc.MetaPathFinder):
+  def find_spec(self, name, path=None, target=None):
+    if name.split(".")[0] in BLOCKED:
+      raise ImportError(f"{name} is blocked in this test")
+
+sys.meta_path.insert(0, Block())
+
+import jax
+import numpy as np
+from vmsst import checkpointing, layers, losses, models, network, optimizers, partitioning
+from vmsst import trainer as trainer_lib
+from vmsst.config import NetworkConfig
+from vmsst.objectives import MODELS
+
+cfg = NetworkConfig(vocab_size=300, emb_dim=32, num_heads=2, head_dim=16, mlp_dim=64,
+                    num_encoder_layers=1, num_language_encoder_layers=1,
+                    num_decoder_layers=1, max_length=12, dtype="bfloat16", dropout_rate=0.1)
+rng = np.random.default_rng(0)
+batch = {}
+for side in "ab":
+  tokens = rng.integers(3, 300, (8, 12)).astype(np.int32)
+  tokens[:, -1] = 1
+  batch[f"tokens_{side}"] = tokens
+  batch[f"mask_{side}"] = np.ones((8, 12), np.int32)
+  batch[f"lang_{side}"] = rng.integers(0, 10, 8).astype(np.int32)
+batch["sem_side"] = (np.arange(8) % 2).astype(np.int32)
+mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
+for name in ("contrastive", "vmsst"):
+  trainer = trainer_lib.Trainer(MODELS[name](cfg), optimizers.adafactor(learning_rate=1e-2),
+                                mesh, models.batch_shapes(8, 12))
+  state = trainer.initialize(jax.random.key(0))
+  state, metrics = trainer.step(state, batch, jax.random.key(1))
+  assert np.isfinite(float(metrics["loss"])), (name, metrics)
+  print(name, float(metrics["loss"]))
+leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+assert not leaked, leaked
+print("core ok")
+"""
+
+
+@pytest.mark.slow
+def test_train_step_with_tensorflow_seqio_and_gin_blocked():
+  result = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "core ok" in result.stdout
