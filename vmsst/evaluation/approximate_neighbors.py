@@ -129,12 +129,25 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions = Ivf
       raise ValueError(f"query row {row} found fewer than k={k} neighbours in its "
                        f"{index.nprobe} cells; raise --nprobe or lower --nlist.")
     if options.pq:  # true cosines of the approximate neighbours
-      rows = np.sort(np.unique(block_indices))
-      exact = similarity.normalize(keys[rows])
-      position = np.searchsorted(rows, block_indices)
-      block_scores = np.einsum("qd,qkd->qk", block, exact[position])
+      block_scores = _exact_cosines(block, block_indices, keys)
     order = np.lexsort((block_indices, -block_scores), axis=1)
     order = order[:, :k]
     scores[start:start + len(block)] = np.take_along_axis(block_scores, order, axis=1)
     indices[start:start + len(block)] = np.take_along_axis(block_indices, order, axis=1)
   return scores, indices
+
+
+def _exact_cosines(queries: np.ndarray, indices: np.ndarray, keys: np.ndarray,
+                   chunk: int = 2048) -> np.ndarray:
+  """float32 [q, c]: cosine of each unit query with its c candidate keys, read from `keys`.
+
+  In chunks of queries, so the gathered [chunk, c, d] candidates stay small
+  (a whole 65,536-query block at c = 16, d = 512 would be 2 GiB).
+  """
+  scores = np.empty(indices.shape, np.float32)
+  for start in range(0, len(queries), chunk):
+    part = indices[start:start + chunk]
+    rows = np.unique(part)  # sorted: a memory map reads them in file order
+    exact = similarity.normalize(keys[rows])[np.searchsorted(rows, part)]
+    scores[start:start + chunk] = np.einsum("qd,qkd->qk", queries[start:start + chunk], exact)
+  return scores
