@@ -25,11 +25,12 @@ train: $(STAMP)
 # Eight forced CPU devices let the sharding tests build a 4 x 2 mesh; -n 2
 # (pytest-xdist) runs on both cores: the subprocess and training tests dominate.
 test: $(STAMP)
-	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 $(ARGS)
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 --strict-markers $(ARGS)
 
-# The same minus the `slow` marker (registered in tests/conftest.py).
+# The same minus the `slow` marker (registered in tests/conftest.py; --strict-markers
+# makes a misspelt marker an error instead of a slow test in the fast tier).
 test-fast: $(STAMP)
-	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 -m "not slow" $(ARGS)
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 --strict-markers -m "not slow" $(ARGS)
 
 bench: $(STAMP)
 	$(VENV)/bin/pip install --quiet -e ".[bench]"
