@@ -102,19 +102,14 @@ def model_dir(directory: str, cfg, spm_path: str) -> str:
   import jax  # pylint: disable=import-outside-toplevel
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
+  from vmsst import inference  # pylint: disable=import-outside-toplevel
   from vmsst import models  # pylint: disable=import-outside-toplevel
   from vmsst.objectives import Contrastive  # pylint: disable=import-outside-toplevel
   path = os.path.join(directory, "model")
   os.makedirs(path)
   shutil.copy(spm_path, os.path.join(path, "spm.model"))
-  bindings = [f"NetworkConfig.{name} = {getattr(cfg, name)!r}" for name in (
-      "vocab_size", "emb_dim", "num_heads", "head_dim", "mlp_dim", "num_encoder_layers",
-      "num_language_encoder_layers", "num_decoder_layers", "max_length")]
-  with open(os.path.join(path, "config.gin"), "w") as f:
-    f.write("\n".join(["import vmsst.train", "train.model = @Contrastive()",
-                       "Contrastive.network_config = @NetworkConfig()",
-                       f"train.sequence_length = {FLAGS.length}", *bindings]) + "\n")
   model = Contrastive(cfg)
+  inference.write_model_json(path, model, FLAGS.length)
   params = nn.unbox(model.get_initial_variables(
       jax.random.key(0), models.batch_shapes(1, FLAGS.length))["params"])
   manager = ocp.CheckpointManager(os.path.join(path, "checkpoints"))

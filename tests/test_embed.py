@@ -109,8 +109,9 @@ def test_command_line_needs_exactly_one_encoder(tmp_path):
      "error: --saved_model={tmp}/nowhere is not a directory; give an --output written by "
      "`python -m vmsst.export`"),
     ("--model_dir={tmp}",
-     "error: --model_dir={tmp} has no config.gin or checkpoints; give a MODEL_DIR written by "
-     "`python -m vmsst.train`"),
+     "error: --model_dir={tmp} has no model.json or checkpoints; give a MODEL_DIR written by "
+     "`python -m vmsst.train` (an older one with config.gin only: `python -m vmsst.model_json "
+     "--model_dir=DIR` writes its model.json)"),
 ])
 def test_a_wrong_model_path_is_one_error_line_exit_2_before_any_import(tmp_path, flag, message):
   source = _write(tmp_path / "in.txt", "a\n")

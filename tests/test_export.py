@@ -172,6 +172,7 @@ def test_metadata_and_directory_copies(restored, exported, model_dir):
   extra = saved_model / export.EXTRA_DIR
   assert (extra / "spm.model").read_bytes() == (model_dir / "spm.model").read_bytes()
   assert (extra / "config.gin").read_text() == (model_dir / "config.gin").read_text()
+  assert (extra / "model.json").read_text() == (model_dir / "model.json").read_text()
 
 
 def test_normalize_flag_gives_unit_rows(restored, jax_embeddings):
@@ -198,7 +199,7 @@ def test_bfloat16_export_embeds_close_to_the_float32_checkpoint(model_dir, jax_e
 def test_bad_directories_are_clear_errors(exported, tmp_path):
   with pytest.raises(FileExistsError, match="--output=.* is not empty"):
     export.export(str(tmp_path), str(exported[0]))
-  with pytest.raises(FileNotFoundError, match="config.gin not found"):
+  with pytest.raises(FileNotFoundError, match="model.json not found"):
     export.export(str(tmp_path), str(tmp_path / "out"))
 
 

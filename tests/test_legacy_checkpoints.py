@@ -31,6 +31,7 @@ def legacy_dir(tiny_model, tmp_path_factory):
   legacy = tmp_path_factory.mktemp("legacy") / "vmsst"
   legacy.mkdir()
   (legacy / "config.gin").write_text((model_dir / "config.gin").read_text())
+  (legacy / "model.json").write_text((model_dir / "model.json").read_text())
   vmsst_testing.legacy_vocabulary(str(model_dir / "spm.model"), str(legacy / "spm.model"))
   old = {k: v for k, v in params.items() if k != "language_embed"}
   manager = ocp.CheckpointManager(str(legacy / "checkpoints"))

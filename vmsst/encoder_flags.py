@@ -62,15 +62,16 @@ def check_one() -> None:
 
 
 def check_paths(*, model_dir: str | None = None, saved_model: str | None = None) -> None:
-  """--model_dir holds config.gin and checkpoints/; --saved_model a saved_model.pb.
+  """--model_dir holds model.json and checkpoints/; --saved_model a saved_model.pb.
 
   Remote paths (gs://...) are left to the loaders.
 
   Raises:
     cli.UserError: naming the flag, what is missing and where such a directory comes from.
   """
-  needs = [("--model_dir", model_dir, ("config.gin", "checkpoints"),
-            "a MODEL_DIR written by `python -m vmsst.train`"),
+  needs = [("--model_dir", model_dir, ("model.json", "checkpoints"),
+            "a MODEL_DIR written by `python -m vmsst.train` (an older one with config.gin "
+            "only: `python -m vmsst.model_json --model_dir=DIR` writes its model.json)"),
            ("--saved_model", saved_model, ("saved_model.pb",),
             "an --output written by `python -m vmsst.export`")]
   for flag, path, files, what in needs:
