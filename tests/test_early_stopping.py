@@ -66,6 +66,7 @@ def test_errors_name_the_fix():
     es.EarlyStopping(require="most")
 
 
+@pytest.mark.slow
 def test_train_stops_after_idle_evaluations_and_keeps_the_best(data_dir, tiny_vocab_path,
                                                                tmp_path):
   # The retrieval evaluator's "chance" never falls: the first evaluation (step 1) is the

@@ -131,6 +131,7 @@ def _batch(ids):
   return batch
 
 
+@pytest.mark.slow
 def test_loss_is_self_contrast_at_tau_plus_lambda_times_entity_term_at_its_own_tau():
   # λ = 0.3, τ_e = 2.0 (≠ the self-contrast's τ = 0.05), w = 1.0 on each row's own hard
   # negative.
