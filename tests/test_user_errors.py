@@ -21,7 +21,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("args, message", [
     (("vmsst.export", "--model_dir={tmp}/nowhere", "--output={tmp}/out"),
      "error: --model_dir={tmp}/nowhere is not a directory; give a MODEL_DIR written by "
-     "`python -m vmsst.train`."),
+     "`python -m vmsst.train` (an older one with config.gin only: "
+     "`python -m vmsst.model_json --model_dir=DIR` writes its model.json)."),
     (("vmsst.evaluate", "--saved_model={tmp}", "--output={tmp}/eval"),
      "error: --saved_model={tmp} has no saved_model.pb; give an --output written by "
      "`python -m vmsst.export`."),

@@ -14,6 +14,8 @@ COMMANDS = (
     ("vmsst.compare", "train and evaluate several objectives; the paper's Table 1"),
     ("vmsst.mt5_import", "convert an mT5 checkpoint into initial parameters (init_params)"),
     ("vmsst.memory_report", "memory per device of the compiled train step"),
+    ("vmsst.learning_curves", "plot held-out retrieval against step and wall-clock"),
+    ("vmsst.model_json", "write model.json for an older model directory"),
 )
 
 

@@ -88,9 +88,10 @@ class Distillation(models.EmbeddingModel):
     self.teacher_dim = teacher_dim
     self.head = TeacherHead(teacher_dim) if network_config.emb_dim != teacher_dim else None
 
-  def input_shapes(self, batch_size: int, length: int) -> dict[str, tuple[int, ...]]:
-    """The pair batch plus the teacher's vectors `teacher` [B, T]."""
-    return models.batch_shapes(batch_size, length, teacher_dim=self.teacher_dim)
+  def extra_features(self, batch_size: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """The teacher's vectors of side a, `teacher` float32 [B, T]."""
+    del length
+    return {"teacher": jax.ShapeDtypeStruct((batch_size, self.teacher_dim), jnp.float32)}
 
   def get_initial_variables(self, rng, input_shapes: Mapping[str, tuple[int, ...]]):
     """The semantic path's variables, plus `teacher_head` when d ≠ T."""

@@ -32,9 +32,10 @@ too: `@frozen_groups()` (vmsst/parameter_groups.py).
 checkpoint (vmsst/evaluation/preservation.py embeds documents with it, as
 the dual encoder is deployed).
 
-`QueryTowerValidation` (vmsst/evaluation/in_training.py) is the paper's validation (§2.3): the triplet loss and
-the error count on held-out triplets after each epoch, the two metrics its
-early-stopping rule watches (`train.early_stopping`, vmsst/early_stopping.py).
+`QueryTowerValidation` (vmsst/evaluation/in_training.py) is the paper's
+validation (§2.3): the triplet loss and the error count on held-out triplets
+after each epoch, the two metrics its early-stopping rule watches
+(`train.early_stopping`, vmsst/early_stopping.py).
 """
 
 
@@ -104,9 +105,9 @@ class QueryTower(models.EmbeddingModel):
                        f"got {similarity!r}.")
     self.margin, self.similarity = margin, similarity
 
-  def input_shapes(self, batch_size: int, length: int) -> dict[str, tuple[int, ...]]:
-    """The pair batch (a = anchor, b = positive) plus `tokens_negative` [B, L]."""
-    return {**models.batch_shapes(batch_size, length), "tokens_negative": (batch_size, length)}
+  def extra_features(self, batch_size: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """`tokens_negative` int32 [B, L], the negative of the pair (a = anchor, b = positive)."""
+    return {"tokens_negative": jax.ShapeDtypeStruct((batch_size, length), jnp.int32)}
 
   def init_model_state(self, params, rng):
     """The document tower: an exact copy of the parameters, in its own buffers."""
