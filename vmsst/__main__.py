@@ -6,10 +6,10 @@ import sys
 COMMANDS = (
     ("vmsst.vocabulary", "train the SentencePiece vocabulary a run reads (VOCAB_PATH)"),
     ("vmsst.train", "train a model from a gin run file (gin/runs/*.gin) into MODEL_DIR"),
-    ("vmsst.evaluate", "run the benchmark suites on a model; results.json, report.md, plots"),
+    ("vmsst.evaluate", "benchmark suites on a model: results.json, report.md, plots"),
     ("vmsst.embed", "embed a file of sentences, one per line, into a float32 .npy"),
     ("vmsst.score", "score sentence pairs (a<TAB>b lines) by cosine"),
-    ("vmsst.mine", "mine translation pairs from two monolingual files (margin scoring)"),
+    ("vmsst.mine", "mine translation pairs from two monolingual files (margin)"),
     ("vmsst.export", "export a checkpoint as a SavedModel (text in, embeddings out)"),
     ("vmsst.compare", "train and evaluate several objectives; the paper's Table 1"),
     ("vmsst.mt5_import", "convert an mT5 checkpoint into initial parameters (init_params)"),
