@@ -35,46 +35,23 @@ Where each value comes from (read before trusting a number here):
   zh in UN/Tanzil, zh_cn in OpenSubtitles, cmn in Tatoeba) come from that
   catalog; all map to one canonical code (vmsst.languages).
 
-The layout `register_paper_mixture` reads is the one `tasks/opus_download.py`
-writes: Moses files `<corpus>.<l1>-<l2>.<l1>` / `.<l2>` (either code order) and
-an optional `manifest.json` with each file's bytes and lines.
+The layout `scan_opus_dir` reads is the one `tasks/opus_download.py` writes:
+Moses files `<corpus>.<l1>-<l2>.<l1>` / `.<l2>` (either code order) and an
+optional `manifest.json` with each file's bytes and lines.
 
-How the mixture relates to tasks.registry (design):
-
-* Every task in it is a tasks.registry pair task (`registry.register_pair_task`
-  over a `registry.StreamingPairSource`): the registry's output features and
-  preprocessors, so it feeds vmsst.feature_converters.PairFeatureConverter and
-  mixes with every other vmsst task. Its text is filtered against `exclude`,
-  which has no default: training on Tatoeba test sentences must be a visible
-  choice (`exclude=frozenset()`), never an omission.
-* tasks.registry.register_tasks(..., opus_dir=...) first registers
-  `vmsst_opus.<a>.<b>`, one task per language pair in file-name order, then
-  calls this module's `register_paper_mixture` with the same vocabulary,
-  `exclude=registry.tatoeba_exclusion(data_dir)` and those tasks as `reuse`.
-  A paper pair whose files are exactly those of the registry task
-  `vmsst_opus.<pivot>.<language>` is that task in the mixture (only its rate
-  is ours), so the files behind it are registered once. This is the case for
-  every pair of a directory tasks/opus_download.py wrote (pivot first, paper
-  corpora only).
-* Any other pair gets its own task `<name>.<pivot>_<language>`, because no
-  registry task holds exactly its data: the registry splits a pair by code
-  order (OPUS's own `Tatoeba.de-en` lands in `vmsst_opus.deu.eng`, with
-  German as lang_a), and mixes in files the paper does not use (a
-  `WikiMatrix.en-de` in the same directory lands in `vmsst_opus.eng.deu`).
-  Those files are then registered under both mixtures; that costs nothing
-  until read, but do not train on a mixture of `vmsst_opus` and
-  `vmsst_opus_paper`: their shared files would be sampled twice.
+This module is data only (constants, rates, the inventory of a directory; no
+seqio, so `python -m vmsst_tasks.opus_download` does not load TensorFlow). The
+mixture itself is registered by the one registry,
+`tasks.registry.register_paper_mixture` (its docstring says how it reuses the
+registry's `vmsst_opus.*` tasks).
 """
 
 import collections
-import collections.abc
 import dataclasses
 import json
 import math
 import pathlib
-from typing import AbstractSet, Any, Mapping, Sequence
-
-from absl import logging
+from typing import Any, Mapping, Sequence
 
 from vmsst_tasks import opus_sources
 from vmsst import languages as vmsst_languages
@@ -310,96 +287,3 @@ def pair_counts(inventory: OpusInventory,
       share = pair.lines / total if total else 1 / len(pairs)
       counts[pair.key] = language_counts[language] * share
   return counts
-
-
-# --------------------------------------------------------------- registration
-
-
-def _register_pair_task(task_name: str, pair: PaperPair, vocabulary,
-                        exclude: AbstractSet[str]) -> str:
-  """One streaming task over the pair's files, pivot side first (tasks.registry)."""
-  # Imported here: tasks.registry loads seqio and TensorFlow, which
-  # `python -m vmsst_tasks.opus_download` (importing this module) does not need.
-  from vmsst_tasks import registry  # pylint: disable=g-import-not-at-top
-  source = registry.StreamingPairSource(pair.files, num_lines=pair.lines, name=task_name,
-                                        exclude=exclude, pivot=pair.pivot)
-  return registry.register_pair_task(task_name, source, vocabulary,
-                                     shuffle_buffer_size=registry.OPUS_SHUFFLE_BUFFER)
-
-
-def _reusable_task(pair: PaperPair, reuse: Mapping[tuple[str, str], str]) -> str | None:
-  """The task in `reuse` over exactly this pair's files, or None.
-
-  It is keyed (pivot, language), so every one of its files has the pivot as
-  lang_a: the same examples a task of our own would give, without a second
-  task over the same files. Same features and filter is the caller's promise.
-  """
-  import seqio  # pylint: disable=g-import-not-at-top  # See _register_pair_task.
-  task_name = reuse.get((pair.pivot, pair.language))
-  if task_name is None:
-    return None
-  corpora = getattr(seqio.get_mixture_or_task(task_name).source, "corpora", None)
-  return task_name if corpora is not None and set(corpora) == set(pair.files) else None
-
-
-def _remove_registered(name: str) -> None:
-  """Drops the mixture `name` and our `name.*` tasks of an earlier registration."""
-  import seqio  # pylint: disable=g-import-not-at-top  # See _register_pair_task.
-  seqio.MixtureRegistry.remove(name)
-  for old in [t for t in seqio.TaskRegistry.names() if t.startswith(f"{name}.")]:
-    seqio.TaskRegistry.remove(old)
-
-
-def register_paper_mixture(opus_dir: str | pathlib.Path, vocabulary, *,
-                           exclude: AbstractSet[str],
-                           name: str = "vmsst_opus_paper", temperature: float = 1.0,
-                           languages: Sequence[str] = LANGUAGES,
-                           pivots: Sequence[str] = PIVOTS,
-                           language_counts: Mapping[str, int] | None = None,
-                           reuse: Mapping[tuple[str, str], str] | None = None) -> str:
-  """Registers the paper's mixture: one task per (pivot, language) pair.
-
-  Args:
-    opus_dir: the OPUS directory (see the module docstring for its layout).
-    vocabulary: the seqio vocabulary of the tokens features.
-    exclude: sentences never to train on (registry.tatoeba_exclusion(data_dir),
-      the Tatoeba test sentences). Required: pass frozenset() to filter nothing.
-    name: the mixture's name; tasks of our own are `<name>.<pivot>_<language>`
-      (canonical codes, '-' as '_').
-    temperature: see `paper_mixture_rates`.
-    languages, pivots: the paper's by default; a subset selects pairs.
-    language_counts: {OPUS code: pairs} behind the rates; None (default) is
-      PAIR_COUNTS, the paper's Table 15; an empty mapping takes the pairs on
-      disk instead (for a directory that is not the paper's data).
-    reuse: {(lang_a, lang_b): task name} of registry pair tasks over this
-      directory, with the same vocabulary and exclude (as register_tasks
-      passes): a pair whose files are exactly one of them is mixed in under
-      that task's name instead of getting a task of its own.
-
-  Registering the same name again replaces the earlier tasks and mixture.
-  What is missing (paper languages and corpora without files) is logged as a
-  warning.
-
-  Returns:
-    The mixture name.
-
-  Raises:
-    TypeError: exclude is not a set.
-  """
-  import seqio  # pylint: disable=g-import-not-at-top  # See _register_pair_task.
-  if not isinstance(exclude, collections.abc.Set):
-    raise TypeError(f"exclude must be a set of sentences (frozenset() for none), got {exclude!r}")
-  inventory = scan_opus_dir(opus_dir, languages=languages, pivots=pivots)
-  log = logging.warning if inventory.missing_languages or inventory.missing_corpora else logging.info
-  log("OPUS paper data: %s", inventory.report())
-  counts = PAIR_COUNTS if language_counts is None else language_counts
-  rates = paper_mixture_rates(pair_counts(inventory, counts), temperature)
-  _remove_registered(name)
-  tasks = []
-  for pair in inventory.pairs:
-    task_name = (_reusable_task(pair, reuse or {})
-                 or _register_pair_task(f"{name}.{pair.key}".replace("-", "_"), pair,
-                                        vocabulary, exclude))
-    tasks.append((task_name, rates[pair.key]))
-  seqio.MixtureRegistry.add(name, tasks)
-  return name

@@ -8,8 +8,8 @@ Nothing registers on import; call `register_tasks(...)` (or bind it in gin) befo
   vmsst_opus.<a>.<b>    with opus_dir: one task per language pair found (train only;
                         '-' of codes written '_', e.g. vmsst_opus.eng.zho_CN)
   vmsst_opus            with opus_dir: mixture of those, rates = line counts
-  vmsst_opus_paper      with opus_dir: the paper's mixture over the same files, from
-                        tasks/opus_paper.py (see the hook)
+  vmsst_opus_paper      with opus_dir: the paper's mixture over the same files
+                        (register_paper_mixture; data: tasks/opus_paper.py)
   vmsst_distill_ntrex128, vmsst_distill_multi30k, vmsst_distill_ntrex_multi30k
                         with teacher_cache: the pairs of the first two tasks that
                         have the source language (eng) on a side, turned so
@@ -34,8 +34,8 @@ Examples of every task, after preprocessing (tasks/preprocessors.py):
 """
 
 import collections
+import collections.abc
 import functools
-import importlib
 import json
 import pathlib
 from typing import AbstractSet, Any, Iterator, Mapping, Protocol, Sequence
@@ -46,8 +46,9 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from vmsst_tasks import preprocessors
+from vmsst_tasks import opus_paper
 from vmsst_tasks import opus_sources
+from vmsst_tasks import preprocessors
 from vmsst_tasks import sources
 from vmsst_tasks import triplets as triplets_lib
 from vmsst_tasks import wiki_entities
@@ -277,27 +278,114 @@ def register_opus_tasks(opus_dir: str, vocab: seqio.Vocabulary, exclude: Abstrac
   return names
 
 
-def _register_paper_mixture(opus_dir: str, vocab: seqio.Vocabulary, exclude: AbstractSet[str],
-                            opus_tasks: Mapping[tuple[str, str], str]) -> list[str]:
-  """HOOK: tasks/opus_paper.py (another module's) registers the paper's OPUS mixture.
+PAPER_MIXTURE = "vmsst_opus_paper"
 
-  Called as `opus_paper.register_paper_mixture(opus_dir, vocab, exclude=exclude,
-  reuse=opus_tasks)`: the same vocabulary and Tatoeba filter as every other
-  task, and the vmsst_opus.* tasks just registered over the same files, which
-  it mixes in where they hold exactly a paper pair rather than registering
-  those files a second time. It returns the mixture name (or a list of names).
-  Skipped while that module does not exist.
+
+def register_paper_mixture(opus_dir: str | pathlib.Path, vocabulary: seqio.Vocabulary, *,
+                           exclude: AbstractSet[str], name: str = PAPER_MIXTURE,
+                           temperature: float = 1.0,
+                           languages: Sequence[str] = opus_paper.LANGUAGES,
+                           pivots: Sequence[str] = opus_paper.PIVOTS,
+                           language_counts: Mapping[str, int] | None = None,
+                           reuse: Mapping[tuple[str, str], str] | None = None) -> str:
+  """Registers the paper's OPUS mixture (tasks/opus_paper.py): one task per (pivot, language).
+
+  Every task in it is a pair task of this registry (`register_pair_task` over
+  a `StreamingPairSource`, the pivot side made side a), so it mixes with every
+  other vmsst task. `register_tasks(..., opus_dir=...)` calls this after
+  registering `vmsst_opus.<a>.<b>` over the same files, passing those tasks as
+  `reuse`: a paper pair whose files are exactly those of the task
+  `vmsst_opus.<pivot>.<language>` is that task in the mixture (only its rate
+  is ours), so its files are registered once; that is every pair of a
+  directory tasks/opus_download.py wrote (pivot first, paper corpora only).
+  Any other pair gets its own task `<name>.<pivot>_<language>`: `vmsst_opus`
+  splits a pair by code order (OPUS's `Tatoeba.de-en` lands in
+  `vmsst_opus.deu.eng`, German as lang_a) and mixes in files the paper does
+  not use (a `WikiMatrix.en-de` lands in `vmsst_opus.eng.deu`). Such files
+  are then registered under both mixtures, which costs nothing until read;
+  do not train on a mixture of `vmsst_opus` and `vmsst_opus_paper`, their
+  shared files would be sampled twice.
+
+  Args:
+    opus_dir: the OPUS directory (layout: tasks/opus_paper.py).
+    vocabulary: the seqio vocabulary of the tokens features.
+    exclude: sentences never to train on (tatoeba_exclusion(data_dir), the
+      Tatoeba test sentences). Required: pass frozenset() to filter nothing,
+      so training on Tatoeba test sentences is a visible choice.
+    name: the mixture's name; tasks of its own are `<name>.<pivot>_<language>`
+      (canonical codes, '-' as '_').
+    temperature: see `opus_paper.paper_mixture_rates`.
+    languages, pivots: the paper's by default; a subset selects pairs.
+    language_counts: {OPUS code: pairs} behind the rates; None (default) is
+      opus_paper.PAIR_COUNTS, the paper's Table 15; an empty mapping takes the
+      pairs on disk instead (for a directory that is not the paper's data).
+    reuse: {(lang_a, lang_b): task name} of pair tasks over this directory
+      with the same vocabulary and exclude (as register_tasks passes).
+
+  Registering the same name again replaces the earlier tasks and mixture.
+  Paper languages and corpora without files are logged as a warning.
+
+  Returns:
+    The mixture name.
+
+  Raises:
+    TypeError: exclude is not a set.
   """
-  try:
-    opus_paper = importlib.import_module("vmsst_tasks.opus_paper")
-  except ModuleNotFoundError as e:
-    if e.name != "vmsst_tasks.opus_paper":
-      raise
-    logging.info("tasks/opus_paper.py not found: no OPUS paper mixture registered.")
-    return []
-  registered = opus_paper.register_paper_mixture(opus_dir, vocab, exclude=exclude,
-                                                 reuse=opus_tasks)
-  return [registered] if isinstance(registered, str) else list(registered or [])
+  if not isinstance(exclude, collections.abc.Set):
+    raise TypeError(f"exclude must be a set of sentences (frozenset() for none), got {exclude!r}")
+  inventory = opus_paper.scan_opus_dir(opus_dir, languages=languages, pivots=pivots)
+  log = logging.warning if inventory.missing_languages or inventory.missing_corpora else logging.info
+  log("OPUS paper data: %s", inventory.report())
+  counts = opus_paper.PAIR_COUNTS if language_counts is None else language_counts
+  rates = opus_paper.paper_mixture_rates(opus_paper.pair_counts(inventory, counts), temperature)
+  seqio.MixtureRegistry.remove(name)
+  for old in [t for t in seqio.TaskRegistry.names() if t.startswith(f"{name}.")]:
+    seqio.TaskRegistry.remove(old)  # Our own tasks of an earlier registration.
+  tasks = []
+  for pair in inventory.pairs:
+    task_name = _reusable_task(pair, reuse or {})
+    if task_name is None:
+      task_name = f"{name}.{pair.key}".replace("-", "_")
+      source = StreamingPairSource(pair.files, num_lines=pair.lines, name=task_name,
+                                   exclude=exclude, pivot=pair.pivot)
+      register_pair_task(task_name, source, vocabulary, shuffle_buffer_size=OPUS_SHUFFLE_BUFFER)
+    tasks.append((task_name, rates[pair.key]))
+  seqio.MixtureRegistry.add(name, tasks)
+  return name
+
+
+def _reusable_task(pair: opus_paper.PaperPair,
+                   reuse: Mapping[tuple[str, str], str]) -> str | None:
+  """The task in `reuse` over exactly this pair's files, or None.
+
+  It is keyed (pivot, language), so every one of its files has the pivot as
+  lang_a: the same examples a task of our own would give.
+  """
+  task_name = reuse.get((pair.pivot, pair.language))
+  if task_name is None:
+    return None
+  corpora = getattr(seqio.get_mixture_or_task(task_name).source, "corpora", None)
+  return task_name if corpora is not None and set(corpora) == set(pair.files) else None
+
+
+def register_triplet_task(triplets: str, data_dir: str, vocab: seqio.Vocabulary) -> str:
+  """Registers `vmsst_triplets` (replacing it) over `triplets_lib.read_triplet_splits`.
+
+  Args:
+    triplets: "stsb" or a directory holding train.tsv and validation.tsv.
+    data_dir: the shared data root (for "stsb").
+    vocab: the pair tasks' vocabulary.
+  """
+  features = {**output_features(vocab),
+              "tokens_negative": seqio.ContinuousFeature(dtype=tf.int32, rank=1)}
+  splits = triplets_lib.read_triplet_splits(triplets, data_dir)
+  source = triplets_lib.TripletSource({split: rows for split, (rows, _) in splits.items()},
+                                      counts={split: counts for split, (_, counts)
+                                              in splits.items()})
+  seqio.TaskRegistry.remove(triplets_lib.TASK)
+  seqio.TaskRegistry.add(triplets_lib.TASK, source=source, output_features=features,
+                         preprocessors=list(triplets_lib.PREPROCESSORS))
+  return triplets_lib.TASK
 
 
 def source_sided(pairs: Sequence[sources.Pair], source_language: str,
@@ -462,8 +550,8 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
     opus_tasks = register_opus_tasks(opus_dir, vocab, tatoeba_exclusion(data_dir),
                                      policy=policy)
     names += [*opus_tasks.values(), OPUS_MIXTURE]
-    names += _register_paper_mixture(opus_dir, vocab, tatoeba_exclusion(data_dir),
-                                     opus_tasks)
+    names.append(register_paper_mixture(opus_dir, vocab, exclude=tatoeba_exclusion(data_dir),
+                                        reuse=opus_tasks))
   if teacher_cache is not None:
     names += register_distillation_tasks(data_dir, vocab, teacher_cache, seed=ntrex_seed,
                                          source_language=distillation_source,
@@ -471,5 +559,5 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
   if entity_dir is not None:
     names.append(register_entity_task(entity_dir, vocab))
   if triplets is not None:
-    names.append(triplets_lib.register_triplet_task(triplets, data_dir, output_features(vocab)))
+    names.append(register_triplet_task(triplets, data_dir, vocab))
   return names

@@ -34,7 +34,7 @@ TSV files are read with vmsst.text_files.read_tsv (as pair_ranking does): a line
 without exactly three non-empty TAB-separated fields is an error naming file
 and line; blank lines are skipped and counted.
 
-The seqio task `vmsst_triplets` (register_triplet_task) feeds
+The seqio task `vmsst_triplets` (tasks.registry.register_triplet_task) feeds
 PairFeatureConverter: tokens_a = anchor, tokens_b = positive, lang_a = lang_b
 = eng, plus `tokens_negative`, tokenized, EOS-terminated and 0-padded here to
 the training length (the converter passes it through at that static width).
@@ -237,26 +237,9 @@ def read_triplet_splits(triplets: str, data_dir: str
   return splits
 
 
-def register_triplet_task(triplets: str, data_dir: str,
-                          features: dict[str, seqio.Feature]) -> str:
-  """Registers `vmsst_triplets` (replacing it) over `read_triplet_splits(triplets, ...)`.
-
-  Args:
-    triplets: "stsb" or a directory holding train.tsv and validation.tsv.
-    data_dir: the shared data root (for "stsb").
-    features: the pair tasks' output features (registry.output_features).
-  """
-  features = {**features, "tokens_negative": seqio.ContinuousFeature(dtype=tf.int32, rank=1)}
-  splits = read_triplet_splits(triplets, data_dir)
-  source = TripletSource({split: rows for split, (rows, _) in splits.items()},
-                         counts={split: counts for split, (_, counts) in splits.items()})
-  seqio.TaskRegistry.remove(TASK)
-  seqio.TaskRegistry.add(
-      TASK, source=source,
-      output_features=features,
-      preprocessors=[rekey_triplet, preprocessors.tokenize_pair, tokenize_negative,
-                     preprocessors.language_ids, seqio.preprocessors.append_eos_after_trim])
-  return TASK
+# The task's preprocessors (tasks.registry.register_triplet_task registers it).
+PREPROCESSORS = (rekey_triplet, preprocessors.tokenize_pair, tokenize_negative,
+                 preprocessors.language_ids, seqio.preprocessors.append_eos_after_trim)
 
 
 MSMARCO_SPLITS = {"train": 487_983, "validation": 4_200, "test": 7_000}

@@ -164,7 +164,7 @@ def test_stsb_builder_on_the_real_train_split(data_dir):
 
 def test_triplet_task_pads_the_negative_to_the_training_length(data_dir, tiny_vocab_path):
   vocab = registry.vocabulary_lib.get_vocabulary(tiny_vocab_path)
-  triplets_lib.register_triplet_task("stsb", str(data_dir), registry.output_features(vocab))
+  registry.register_triplet_task("stsb", str(data_dir), vocab)
   ds = seqio.get_dataset(triplets_lib.TASK, task_feature_lengths={"tokens_a": 10, "tokens_b": 10},
                          feature_converter=PairFeatureConverter(pack=False),
                          dataset_split="validation", shuffle=False)

@@ -1,7 +1,5 @@
 """Tests of tasks/registry.py: registration and the trainer's get_dataset -> batch flow."""
 
-import sys
-import types
 
 import gin
 import numpy as np
@@ -108,7 +106,7 @@ def write_opus(directory, tatoeba_sentence):
   (directory / "Tatoeba.en-zh_cn.tsv").write_text("hello\t你好\nbroken line\nbye\t再见\n")
 
 
-def test_opus_tasks_and_paper_hook(data_dir, tiny_vocab_path, tmp_path, monkeypatch):
+def test_opus_tasks_and_the_paper_mixture_call(data_dir, tiny_vocab_path, tmp_path, monkeypatch):
   tatoeba = (data_dir / "tatoeba/v1/tatoeba.deu-eng.deu").read_text().splitlines()[0]
   write_opus(tmp_path / "opus", tatoeba)
   calls = []
@@ -117,9 +115,7 @@ def test_opus_tasks_and_paper_hook(data_dir, tiny_vocab_path, tmp_path, monkeypa
     calls.append((opus_dir, vocab, exclude, reuse))
     return "fake_paper"
 
-  fake = types.ModuleType("vmsst_tasks.opus_paper")
-  fake.register_paper_mixture = fake_register
-  monkeypatch.setitem(sys.modules, "vmsst_tasks.opus_paper", fake)
+  monkeypatch.setattr(registry, "register_paper_mixture", fake_register)
   names = registry.register_tasks(str(data_dir), tiny_vocab_path, opus_dir=str(tmp_path / "opus"))
   assert names[3:] == ["vmsst_opus.deu.eng", "vmsst_opus.eng.zho_CN", "vmsst_opus", "fake_paper"]
   ((opus_dir, vocab, exclude, reuse),) = calls
@@ -140,11 +136,17 @@ def test_opus_tasks_and_paper_hook(data_dir, tiny_vocab_path, tmp_path, monkeypa
   assert batch["tokens_b"].shape == (BATCH, 24)
 
 
-def test_paper_hook_skipped_without_module(data_dir, tiny_vocab_path, tmp_path, monkeypatch):
+def test_paper_mixture_is_registered_by_the_registry_itself(data_dir, tiny_vocab_path,
+                                                             tmp_path):
+  """No importlib hook: with opus_dir, register_tasks registers vmsst_opus_paper directly."""
   write_opus(tmp_path / "opus", "x")
-  monkeypatch.setitem(sys.modules, "vmsst_tasks.opus_paper", None)  # Import raises ModuleNotFoundError.
   names = registry.register_tasks(str(data_dir), tiny_vocab_path, opus_dir=str(tmp_path / "opus"))
-  assert names[-1] == "vmsst_opus"
+  assert names[-1] == registry.PAPER_MIXTURE == "vmsst_opus_paper"
+  mixture = seqio.get_mixture_or_task(registry.PAPER_MIXTURE)
+  # Europarl.de-en has English as its second code: a task of the mixture's own, pivot first;
+  # Tatoeba.en-zh_cn is exactly the registry's vmsst_opus.eng.zho_CN, reused.
+  assert sorted(t.name for t in mixture.tasks) == ["vmsst_opus.eng.zho_CN",
+                                                   "vmsst_opus_paper.eng_deu"]
 
 
 def test_opus_misaligned_files_fail_at_registration(data_dir, tiny_vocab_path, tmp_path):
