@@ -175,3 +175,78 @@ def test_sts17_found_as_the_official_archives_unzip(tmp_path):
   # Spearman = 1.5 / sqrt(1.5 * 2) = 86.6.
   assert results["_meta"]["suites"] == ["sts17"]
   assert results["sts17"]["tracks"]["track2.ar-en"]["spearman"] == pytest.approx(86.6, abs=0.1)
+
+
+class WordsEncoder(encoders.PrecomputedEncoder):
+  """Hand vectors from an encoder that knows its length, as our models do: words stand for pieces.
+
+  A sentence keeps `max_seq_length - 1` words and the EOS, so "x0 x1 x2" is cut at length 3.
+  """
+
+  max_seq_length = 3
+
+  def count_truncated(self, sentences):
+    return sum(len(s.split()) > self.max_seq_length - 1 for s in sentences)
+
+
+def test_each_suite_counts_the_sentences_cut_to_the_models_length(tmp_path, caplog):
+  long_vectors = {**VECTORS, "x0 x0 x0": (1.0, 0.0), "e0 e0 e0 e0": (0.9, 0.1)}
+  root = _tiny_tatoeba(tmp_path / "data") / "tatoeba" / "v1"
+  (root / "tatoeba.deu-eng.deu").write_text("x0 x0 x0\nx1\n")
+  (root / "tatoeba.deu-eng.eng").write_text("e0 e0 e0 e0\ne1\n")
+  src = _write_lines(tmp_path / "a.txt", ["x0 x0 x0", "x1"])
+  trg = _write_lines(tmp_path / "b.txt", ["e0", "e1"])
+  with caplog.at_level("INFO"):
+    results = evaluate.run_suites(
+        WordsEncoder(long_vectors, name="words"), data_dirs=[str(tmp_path / "data")],
+        suite="tatoeba,parallel", output=str(tmp_path / "out"),
+        options=suites.SuiteOptions(src=src, trg=trg))
+  # Tatoeba asks for 4 distinct sentences, 2 of them long; parallel for 4, 1 long (its
+  # "x0 x0 x0" was cached by Tatoeba and still counts: the suite saw it cut).
+  expected = {"tatoeba": {"truncated": 2, "sentences": 4, "max_seq_length": 3},
+              "parallel": {"truncated": 1, "sentences": 4, "max_seq_length": 3}}
+  assert results["_meta"]["truncated"] == expected
+  assert json.loads((tmp_path / "out" / "results.json").read_text())["_meta"]["truncated"] == (
+      expected)
+  assert ("Sentences cut to 3 pieces, EOS included (--max_seq_length): tatoeba 2 of 4, "
+          "parallel 1 of 4 distinct sentences per suite.") in (
+              tmp_path / "out" / "report.md").read_text()
+  assert "suite tatoeba: 2 of 4 distinct sentences cut to 3 pieces" in caplog.text
+  assert "suite parallel: 1 of 4 distinct sentences cut to 3 pieces" in caplog.text
+
+
+def test_an_encoder_that_cannot_count_reports_no_truncation(tmp_path):
+  _tiny_tatoeba(tmp_path / "data")
+  results = evaluate.run_suites(encoders.PrecomputedEncoder(VECTORS, name="hand"),
+                                data_dirs=[str(tmp_path / "data")], suite="tatoeba",
+                                output=str(tmp_path / "out"))
+  assert results["_meta"]["truncated"] == {}
+  assert "Sentences cut" not in (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_command_counts_what_a_checkpoint_cuts_per_suite(tiny_model, tmp_path):
+  import sentencepiece  # pylint: disable=import-outside-toplevel
+  model_dir, _ = tiny_model
+  sentences = {"deu": ["Die Katze schläft seit dem frühen Morgen auf dem Sofa.", "Ja"],
+               "eng": ["The cat has been sleeping on the sofa since early morning.", "Yes"]}
+  root = _tiny_tatoeba(tmp_path / "data") / "tatoeba" / "v1"
+  for code, lines in sentences.items():
+    _write_lines(root / f"tatoeba.deu-eng.{code}", lines)
+  # By hand: a sentence keeps 7 pieces and the EOS at --max_seq_length=8.
+  pieces = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / "spm.model"))
+  cut = sum(len(pieces.encode(s)) > 7 for lines in sentences.values() for s in lines)
+  assert cut == 2  # the two long sentences, not "Ja" and "Yes"
+  done = subprocess.run(
+      [sys.executable, "-m", "vmsst.evaluate", f"--model_dir={model_dir}", "--suite=tatoeba",
+       "--max_seq_length=8", f"--data_dir={tmp_path / 'data'}", f"--output={tmp_path / 'out'}"],
+      cwd=ROOT, capture_output=True, text=True, check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  note = ("Sentences cut to 8 pieces, EOS included (--max_seq_length): tatoeba 2 of 4 "
+          "distinct sentences per suite.")
+  assert note in done.stdout
+  assert "suite tatoeba: 2 of 4 distinct sentences cut to 8 pieces" in done.stderr
+  results = json.loads((tmp_path / "out" / "results.json").read_text())
+  assert results["_meta"]["truncated"]["tatoeba"] == {
+      "truncated": 2, "sentences": 4, "max_seq_length": 8}
+  assert note in (tmp_path / "out" / "report.md").read_text()

@@ -73,16 +73,11 @@ def truncation_note(encoder: encoders_lib.UniqueSentences, sentences: Sequence[s
   """"; N of M distinct sentences cut to L pieces (...)" for a summary, or "".
 
   Only encoders that know their length say it (`count_truncated`,
-  `max_seq_length`: our checkpoints); the summary then never hides that the
-  model saw less than the line.
+  `max_seq_length`: our checkpoints and exports); the summary then never
+  hides that the model saw less than the line.
   """
-  backend = encoder.encoder
-  if not hasattr(backend, "count_truncated"):
-    return ""
-  distinct = set(sentences)
-  cut = backend.count_truncated(sorted(distinct))
-  return (f"; {cut} of {len(distinct)} distinct sentences cut to {backend.max_seq_length} "
-          "pieces, EOS included (--max_seq_length)")
+  truncation = encoder.truncation(sentences)
+  return "" if truncation is None else f"; {truncation}"
 
 
 def embed_sentences(encoder: encoders_lib.UniqueSentences, sentences: Sequence[str], *,

