@@ -14,7 +14,8 @@ Nothing registers on import; call `register_tasks(...)` (or bind it in gin) befo
                         with teacher_cache: the pairs of the first two tasks that
                         have the source language (eng) on a side, turned so
                         side a is the source, plus `teacher` = the teacher's
-                        embedding of side a (knowledge distillation); the
+                        embedding of side a (knowledge distillation), read from
+                        the cache, never encoded here (vmsst/teacher_cache); the
                         mixture samples its data sets at equal rates, the
                         smaller one repeated (the paper's balanced batches)
   vmsst_wiki_entities   with entity_dir: sentences of a Wikipedia dump with their
@@ -411,45 +412,107 @@ def source_sided(pairs: Sequence[sources.Pair], source_language: str,
 
 
 class TeacherVectors(Protocol):
-  """What distillation registration needs of vmsst.teacher_cache.TeacherCache.
+  """What distillation registration reads of vmsst.teacher_cache.TeacherCache.
 
   Named here, not imported, so the data layer never imports the model layer
-  (the entrypoint's gin config builds the cache and passes it in).
+  (the entrypoint's gin config builds the cache and passes it in). Reading
+  only: registration never encodes (see MissingTeacherVectors).
   """
-  teacher: Any
+  directory: Any
+  teacher: Any  # Its `name` is logged.
 
-  def fill(self, sentences: Sequence[str], *, desc: str = ...) -> Any: ...
+  def __contains__(self, sentence: str) -> bool: ...
 
   def lookup(self, sentences: Sequence[str]) -> np.ndarray: ...
+
+
+FILL_TEACHER_CACHE = "python -m vmsst.teacher_cache --gin_file=<the run's gin file>"
+
+
+class MissingTeacherVectors(LookupError):
+  """The teacher cache lacks source sentences of the distillation tasks.
+
+  Raised before any task is registered. `vmsst.teacher_cache.fill_stage`
+  (run by `python -m vmsst.train` and `python -m vmsst.teacher_cache`)
+  catches it, encodes `sentences` into `teacher_cache` and registers again.
+
+  Attributes:
+    teacher_cache: the cache that was read.
+    sentences: the distinct sentences it lacks, sorted.
+  """
+
+  def __init__(self, teacher_cache: TeacherVectors, sentences: Sequence[str], total: int):
+    self.teacher_cache, self.sentences = teacher_cache, list(sentences)
+    super().__init__(
+        f"{len(self.sentences)} of the {total} source sentences of the distillation tasks have "
+        f"no vector in the teacher cache {teacher_cache.directory} (teacher "
+        f"{teacher_cache.teacher.name}); registration only reads it. Fill it with "
+        f"`{FILL_TEACHER_CACHE}` (python -m vmsst.train does so itself before registering).")
+
+
+DISTILLATION_READERS = {DISTILL_NTREX_TASK: "ntrex128", DISTILL_MULTI30K_TASK: "multi30k"}
+
+
+@functools.lru_cache(maxsize=4)
+def _distillation_pairs(data_dir: str, seed: int, source_language: str,
+                        max_sources: int | None) -> dict[tuple[str, str], list[sources.Pair]]:
+  """(task, split) -> its source-sided pairs (read once per process; do not modify)."""
+  pairs = {(name, split): source_sided(_read_split(reader, data_dir, split, seed)[0],
+                                       source_language, max_sources)
+           for name, reader in DISTILLATION_READERS.items() for split in SPLITS}
+  if not any(pairs[(name, "train")] for name in DISTILLATION_READERS):
+    raise ValueError(f"no training pair of {data_dir} has a {source_language} side: set "
+                     "register_tasks.distillation_source to a language of the corpora.")
+  return pairs
+
+
+def distillation_sources(data_dir: str, *, seed: int = 0, source_language: str = "eng",
+                         max_sources: int | None = None) -> list[str]:
+  """The distinct source sentences (sorted) whose teacher vectors the vmsst_distill_* tasks read.
+
+  Args as register_tasks' data_dir, ntrex_seed, distillation_source and
+  distillation_max_sources.
+  """
+  source_language = languages.canonical_language(source_language)  # "en" -> "eng"
+  pairs = _distillation_pairs(str(pathlib.Path(data_dir)), seed, source_language, max_sources)
+  return sorted({p.text_a for task_pairs in pairs.values() for p in task_pairs})
+
+
+def check_teacher_vectors(teacher_cache: TeacherVectors, sentences: Sequence[str]) -> None:
+  """Raises MissingTeacherVectors unless the cache holds every sentence (it never encodes)."""
+  missing = sorted({s for s in sentences if s not in teacher_cache})
+  if missing:
+    raise MissingTeacherVectors(teacher_cache, missing, len(set(sentences)))
 
 
 def register_distillation_tasks(data_dir: str, vocab: seqio.Vocabulary,
                                 teacher_cache: TeacherVectors, *, seed: int,
                                 source_language: str = "eng",
                                 max_sources: int | None = None) -> list[str]:
-  """vmsst_distill_* tasks and their mixture; fills `teacher_cache` first.
+  """vmsst_distill_* tasks and their mixture, over teacher vectors read from `teacher_cache`.
 
-  Every source sentence of every split is encoded here, once, before any
-  dataset exists (a filled cache encodes nothing); the tasks then look the
-  vectors up (tasks.preprocessors.teacher_embeddings).
+  The tasks look the vectors up (tasks.preprocessors.teacher_embeddings) from
+  one array read here; nothing is encoded.
+
+  Raises:
+    ValueError: no training pair has a `source_language` side.
+    MissingTeacherVectors: the cache lacks some source sentence (nothing is
+      registered then).
   """
-  readers = {DISTILL_NTREX_TASK: "ntrex128", DISTILL_MULTI30K_TASK: "multi30k"}
+  data_dir = str(pathlib.Path(data_dir))
   source_language = languages.canonical_language(source_language)  # "en" -> "eng"
-  pairs = {(name, split): source_sided(_read_split(reader, data_dir, split, seed)[0],
-                                       source_language, max_sources)
-           for name, reader in readers.items() for split in SPLITS}
-  if not any(pairs[(name, "train")] for name in readers):
-    raise ValueError(f"no training pair of {data_dir} has a {source_language} side: set "
-                     "register_tasks.distillation_source to a language of the corpora.")
-  sentences = sorted({p.text_a for task_pairs in pairs.values() for p in task_pairs})
-  report = teacher_cache.fill(sentences, desc="source sentences")
-  logging.info("distillation tasks: teacher %s, %s", teacher_cache.teacher.name, report)
+  pairs = _distillation_pairs(data_dir, seed, source_language, max_sources)
+  sentences = distillation_sources(data_dir, seed=seed, source_language=source_language,
+                                   max_sources=max_sources)
+  check_teacher_vectors(teacher_cache, sentences)
   vectors = teacher_cache.lookup(sentences)
+  logging.info("distillation tasks: %d source sentences, vectors of teacher %s read from %s",
+               len(sentences), teacher_cache.teacher.name, teacher_cache.directory)
   features = {**output_features(vocab),
               "teacher": seqio.ContinuousFeature(dtype=tf.float32, rank=1)}
-  for name in readers:
+  for name, reader in DISTILLATION_READERS.items():
     source = InMemoryPairSource({split: pairs[(name, split)] for split in SPLITS},
-                                {split: _read_split(readers[name], data_dir, split, seed)[1]
+                                {split: _read_split(reader, data_dir, split, seed)[1]
                                  for split in SPLITS})
     seqio.TaskRegistry.remove(name)
     seqio.TaskRegistry.add(
@@ -458,8 +521,8 @@ def register_distillation_tasks(data_dir: str, vocab: seqio.Vocabulary,
   # Reimers & Gurevych 2020 §3: "we balance the data set sizes by drawing for a
   # mini batch roughly the same number of samples from each data set. Data from
   # smaller data sets is repeated": equal rates (seqio repeats each task).
-  rates = [(n, 1.0) for n in readers if pairs[(n, "train")]]
-  return [*readers, _replace_mixture(DISTILL_MIXTURE, rates)]
+  rates = [(n, 1.0) for n in DISTILLATION_READERS if pairs[(n, "train")]]
+  return [*DISTILLATION_READERS, _replace_mixture(DISTILL_MIXTURE, rates)]
 
 
 class EntitySentenceSource(seqio.FunctionDataSource):
@@ -525,8 +588,10 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
     opus_dir: optional directory of OPUS Moses/TSV files (searched recursively).
     ntrex_seed: seed of the NTREX eng/spa pivot choice (a different seed gives
       a different but equally sized set of NTREX pairs).
-    teacher_cache: if given, also registers the vmsst_distill_* tasks, whose
-      source sentences it embeds (once; see vmsst/teacher_cache.py).
+    teacher_cache: if given, also registers the vmsst_distill_* tasks over
+      the teacher vectors it holds (read only: when some source sentence has
+      none, MissingTeacherVectors is raised before anything is registered;
+      vmsst.teacher_cache.fill_stage fills them).
     distillation_source: language of the distillation tasks' side a.
     distillation_max_sources: keep only the first this many source sentences
       of each distillation task and split (tests, quick runs).
@@ -541,6 +606,10 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
   """
   policy = input_policy or sources.DEFAULT_POLICY
   data_dir = str(pathlib.Path(data_dir))
+  if teacher_cache is not None:  # First: a cache lacking vectors fails before anything registers.
+    check_teacher_vectors(teacher_cache, distillation_sources(
+        data_dir, seed=ntrex_seed, source_language=distillation_source,
+        max_sources=distillation_max_sources))
   vocab = vocabulary_lib.get_vocabulary(vocabulary_path)
   names = [_in_memory_task(NTREX_TASK, "ntrex128", data_dir, vocab, ntrex_seed, policy),
            _in_memory_task(MULTI30K_TASK, "multi30k", data_dir, vocab, ntrex_seed, policy)]

@@ -42,6 +42,14 @@ def test_train_help_lists_the_gin_flags_and_an_example():
   assert "python -m vmsst.train --gin_file=gin/runs/vmsst_cpu.gin" in text
 
 
+def test_teacher_cache_help_lists_the_gin_flags_and_an_example():
+  text = _help("vmsst.teacher_cache", "--help")
+  for flag in ["--gin_file", "--gin_bindings", "--gin_search_path", "--verbosity"]:
+    assert f"  {flag}:" in text or f",{flag}:" in text, (flag, text)
+  assert "python -m vmsst.teacher_cache --gin_file=gin/runs/distillation_cpu.gin" in text
+  assert "--coordinator_address" not in text  # train's other flags are not this command's
+
+
 def test_python_m_vmsst_prints_the_command_index():
   text = _help("vmsst")
   commands = [line.split()[2] for line in text.splitlines() if line.startswith("  python -m ")]
@@ -49,7 +57,8 @@ def test_python_m_vmsst_prints_the_command_index():
   main_modules = sorted(p.stem for p in (vmsst_testing.ROOT / "vmsst").glob("*.py")
                         if 'if __name__ == "__main__":' in p.read_text()
                         and p.stem != "__main__")
-  assert sorted(c.removeprefix("vmsst.") for c in commands) == sorted(main_modules + ["train"])
+  main_packages = [p.parent.name for p in (vmsst_testing.ROOT / "vmsst").glob("*/__main__.py")]
+  assert sorted(c.removeprefix("vmsst.") for c in commands) == sorted(main_modules + main_packages)
   assert max(len(line) for line in text.splitlines()) <= 100
 
 

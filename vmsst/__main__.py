@@ -6,6 +6,7 @@ import sys
 COMMANDS = (
     ("vmsst.vocabulary", "train the SentencePiece vocabulary a run reads (VOCAB_PATH)"),
     ("vmsst.train", "train a model from a gin run file (gin/runs/*.gin) into MODEL_DIR"),
+    ("vmsst.teacher_cache", "encode a distillation run's teacher vectors ahead of training"),
     ("vmsst.evaluate", "benchmark suites on a model: results.json, report.md, plots"),
     ("vmsst.embed", "embed a file of sentences, one per line, into a float32 .npy"),
     ("vmsst.score", "score sentence pairs (a<TAB>b lines) by cosine"),

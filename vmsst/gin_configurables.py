@@ -1,7 +1,9 @@
 """Makes library objects bindable from gin files, in one place.
 
-Imported by entrypoints only (train, and later evaluate/export), so gin stays
-at the edges: library code takes plain arguments.
+Imported by entrypoints only (train, and later evaluate/export) and by the gin
+files (`import vmsst.gin_configurables`, their only import), so gin stays at
+the edges: library code takes plain arguments, and no configurable exists only
+because some other module happened to import its module.
 """
 
 import gin
@@ -10,9 +12,12 @@ import jax.numpy as jnp
 from vmsst_tasks import heldout
 from vmsst_tasks import registry
 from vmsst import checkpointing
+from vmsst import early_stopping
 from vmsst import optimizers
+from vmsst import param_files
 from vmsst import parameter_groups
 from vmsst import partitioning
+from vmsst import teacher_cache
 from vmsst import vocabulary
 from vmsst.config import NetworkConfig
 from vmsst.evaluation import in_training
@@ -23,6 +28,9 @@ gin.external_configurable(vocabulary.get_vocabulary, module="vmsst.vocabulary")
 gin.constant("vmsst.float32", jnp.float32)
 gin.constant("vmsst.bfloat16", jnp.bfloat16)
 
-# Modules whose @gin.configurable objects the gin files name.
-__all__ = ["registry", "checkpointing", "optimizers", "partitioning", "in_training",
-           "NetworkConfig", "MODELS", "parameter_groups"]
+# Modules whose @gin.configurable objects the gin files name: every one
+# outside vmsst.train (tests/test_gin_configurables.py checks the list is
+# complete), so a gin file imports this module and nothing else.
+__all__ = ["registry", "checkpointing", "early_stopping", "optimizers", "param_files",
+           "parameter_groups", "partitioning", "teacher_cache", "in_training",
+           "NetworkConfig", "MODELS"]

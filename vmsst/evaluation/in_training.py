@@ -30,10 +30,22 @@ EmbedFn = Callable[..., np.ndarray]
 
 
 class Evaluator(Protocol):
-  """What `train(evaluator=...)` accepts (one, or a list of them)."""
+  """What `train(evaluator=...)` accepts (one, or a list of them).
+
+  An evaluator that reads teacher vectors (DistillationEvaluator) also holds
+  `teacher_cache` and `teacher_sentences`: the run's teacher stage
+  (vmsst.teacher_cache.fill_stage) encodes those the cache lacks before training.
+  """
 
   def run(self, embed_fn: EmbedFn) -> dict[str, float]:
     """{metric: value} of the model behind `embed_fn(tokens, mask, side="a")`."""
+
+
+def as_list(evaluators: Evaluator | Sequence[Evaluator] | None) -> list[Evaluator]:
+  """`train(evaluator=...)`'s value as a list: None -> [], one -> [it]."""
+  if evaluators is None:
+    return []
+  return list(evaluators) if isinstance(evaluators, (list, tuple)) else [evaluators]
 
 
 def merge(evaluators: Evaluator | Sequence[Evaluator] | None,
@@ -44,12 +56,8 @@ def merge(evaluators: Evaluator | Sequence[Evaluator] | None,
   learning curves read them ("mean", "loss"); the others' become
   "<ClassName>.<metric>" so two evaluators never overwrite each other.
   """
-  if evaluators is None:
-    return {}
-  if not isinstance(evaluators, (list, tuple)):
-    evaluators = [evaluators]
   results = {}
-  for index, evaluator in enumerate(evaluators):
+  for index, evaluator in enumerate(as_list(evaluators)):
     prefix = f"{type(evaluator).__name__}." if index else ""
     results.update({prefix + key: value for key, value in evaluator.run(embed_fn).items()})
   return results
@@ -123,8 +131,9 @@ class DistillationEvaluator(_AlignedSets):
   2·mean T(s)², the scale `mse` is read against), `mse_percent_of_zero`
   (100·mse/mse_zero: 100 at the start, as the head starts at zero; readable
   where the loop prints two decimals), `mean` accuracy and `chance`. The teacher's vectors of the
-  sources are filled into the cache when the evaluator is built, i.e.
-  before training.
+  sources (`teacher_sentences`) are read from `teacher_cache`, never encoded
+  here: the run's teacher stage (vmsst.teacher_cache.fill_stage, in `train`
+  before its data; or `python -m vmsst.teacher_cache` ahead of time) fills them.
   """
 
   def __init__(self, sets: Mapping[str, tuple[Sequence[str], Sequence[str]]],
@@ -139,8 +148,7 @@ class DistillationEvaluator(_AlignedSets):
     """
     super().__init__(sets, vocabulary, sequence_length, batch_size)
     self.teacher_cache = teacher_cache
-    teacher_cache.fill(sorted({s for src, _ in self.sets.values() for s in src}),
-                       desc="held-out sources")
+    self.teacher_sentences = sorted({s for src, _ in self.sets.values() for s in src})
 
   def run(self, embed_fn: EmbedFn) -> dict[str, float]:
     """Metrics of the student `embed_fn` (tokens, mask, side) -> float32 [B, T]."""

@@ -7,7 +7,7 @@ teacher places s:
 
 MSE is the mean over the batch and the T embedding dimensions (the paper's
 mean squared error). T(s) is precomputed: the batch carries it as `teacher`
-[B, T] (tasks `vmsst_distill_*`, vmsst/teacher_cache.py), so the teacher
+[B, T] (tasks `vmsst_distill_*`, vmsst/teacher_cache/), so the teacher
 never runs in the train step. When the student's width d differs from the
 teacher's T, a learned linear head W [d, T] (parameters `teacher_head`)
 maps μ_sem into the teacher's space; `encode` returns f(x), so held-out MSE,

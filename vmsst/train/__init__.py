@@ -43,6 +43,7 @@ from vmsst import inference
 from vmsst import models
 from vmsst import param_files
 from vmsst import partitioning
+from vmsst import teacher_cache
 from vmsst import trainer as trainer_lib
 from vmsst import gin_configurables  # pylint: disable=unused-import
 from vmsst.feature_converters import PairFeatureConverter
@@ -200,7 +201,9 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     batch_size: global number of translation pairs per step.
     sequence_length: tokens per sentence, EOS included.
     optimizer: optax transformation (gin: @adafactor()).
-    register_tasks: callable that registers the seqio tasks (gin-bound).
+    register_tasks: callable that registers the seqio tasks (gin-bound); run
+      by the teacher stage (vmsst.teacher_cache.fill_stage), which fills the
+      teacher cache first when a distillation run's cache lacks vectors.
     evaluator: an `in_training.Evaluator` (or a list: the first keeps its
       metric names, the others' are prefixed by their class) run every
       `eval_every` steps and at the end.
@@ -260,9 +263,12 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   if jax.process_index() == 0:
     inference.write_model_json(model_dir, model, sequence_length)
 
-  # Stage 3: data, positioned at the restored step.
-  if register_tasks is not None:
-    register_tasks()
+  # Stage 3: teacher vectors, then data, positioned at the restored step.
+  # Registration and the evaluators only read a distillation teacher's
+  # vectors; those its cache lacks are encoded here first, once, logged as
+  # "filling the teacher cache ...: N sentences ... to encode" (the same step
+  # as `python -m vmsst.teacher_cache`; a filled cache never loads the teacher).
+  teacher_cache.fill_stage(register_tasks, in_training.as_list(evaluator))
   registry.report_data_counts(mixture_name,  # read = kept + skipped, MODEL_DIR/data_counts.json
                               model_dir=model_dir if jax.process_index() == 0 else None)
   _copy_vocabulary(model_dir, check_vocabulary(mixture_name, model))

