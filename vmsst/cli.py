@@ -13,10 +13,11 @@ argparse and absl do for a bad flag):
 
   app.run(cli.user_errors(main))
 
-Quiet by default: `quiet_startup()` (before TensorFlow or JAX load) and
-`quiet_logs()` (in main) keep what a user acts on (progress, metrics,
-data counts, warnings) and drop probing and per-save chatter; `--verbosity`
-is absl's (-1: warnings only, 1: debug).
+Quiet by default: `quiet_startup()` (at the top of a command's module, under
+`if __name__ == "__main__"`, before TensorFlow or JAX load) and `quiet_logs()`
+(run by `user_errors`) keep what a user acts on (progress, metrics, data
+counts, warnings) and drop probing and per-save chatter; `--verbosity` is
+absl's (-1: warnings only, 1: debug, chatter included).
 """
 
 import functools
@@ -37,14 +38,17 @@ class UserError(Exception):
 
 
 def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[str]], object]:
-  """`main` with UserError printed as `error: <message>` on stderr and exit 2.
+  """`main` as a command runs it: quiet logs, UserError as `error: <message>` and exit 2.
 
-  Ctrl-C (KeyboardInterrupt) is one `interrupted` line and exit 130, not a
-  traceback (training catches the first Ctrl-C itself and saves first).
+  Every command's `app.run` takes its main through here, so each drops the
+  same chatter (`quiet_logs`). Ctrl-C (KeyboardInterrupt) is one
+  `interrupted` line and exit 130, not a traceback (training catches the
+  first Ctrl-C itself and saves first).
   """
 
   @functools.wraps(main)
   def wrapped(argv: Sequence[str]):
+    quiet_logs()
     try:
       return main(argv)
     except UserError as e:
@@ -83,14 +87,25 @@ def quiet_startup() -> None:
 
 
 def quiet_logs() -> None:
-  """Drops log records that a user cannot act on from the console (absl handler filter)."""
-  logging.get_absl_handler().addFilter(_Chatter())
+  """Drops log records that a user cannot act on from the console (absl handler filter).
+
+  Idempotent. `--verbosity=1` (debug) keeps them all.
+  """
+  # TensorFlow's logger also prints through a handler of its own ("INFO:tensorflow:..."):
+  # a filter on the logger stops a record before any handler sees it.
+  for target in (logging.get_absl_handler(), python_logging.getLogger("tensorflow")):
+    if not any(isinstance(f, _Chatter) for f in target.filters):
+      target.addFilter(_Chatter())
 
 
 class _Chatter:
   """absl-handler filter for the records below; everything else passes.
 
-  - orbax's INFO lines (several per save and restore);
+  - orbax's INFO lines (about 22 per restore, several per save) and its
+    "Metadata file does not exist" warning on every restore (an item saved
+    without per-item metadata; the restore reads the tree's own metadata);
+  - TensorFlow's INFO lines (SavedModel writing in `export`: signature
+    renames, sharding callbacks, assets, fingerprint);
   - seqio's "uncached FunctionDataset ... overfitting" warning: our sources
     are deterministic for a seed and a resumed run skips the stream to its
     step (vmsst/train: train_iterator), so a restart neither reshuffles nor
@@ -98,7 +113,12 @@ class _Chatter:
   """
 
   def filter(self, record) -> bool:
-    if record.levelno <= python_logging.INFO and "/orbax/" in record.pathname:
+    if logging.get_verbosity() >= logging.DEBUG:  # --verbosity=1: everything
+      return True
+    if record.levelno <= python_logging.INFO and any(
+        library in record.pathname for library in ("/orbax/", "/tensorflow/")):
+      return False
+    if "/orbax/" in record.pathname and str(record.msg).startswith("Metadata file does not exist"):
       return False
     return "Using an uncached FunctionDataset for training" not in str(record.msg)
 

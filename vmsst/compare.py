@@ -27,6 +27,12 @@ vmsst.comparison_stats), learning_curves.png (vmsst.learning_curves), each
 run's evaluation in OUTPUT/seed<s>/<objective>/eval/.
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import dataclasses
 import json
 import logging
@@ -41,7 +47,6 @@ from absl import app
 from absl import flags
 
 from vmsst import checkpointing
-from vmsst import cli
 from vmsst import comparison_stats
 from vmsst import encoder_flags
 from vmsst import evaluate

@@ -18,6 +18,12 @@ The readers and output writers here are shared by `python -m vmsst.score`
 and `python -m vmsst.mine`; the encoder flags live in `encoder_flags.py`.
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import dataclasses
 import pathlib
 from typing import Callable, Sequence
@@ -26,7 +32,6 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from vmsst import cli
 from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib
 from vmsst.evaluation import similarity

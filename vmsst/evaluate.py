@@ -21,6 +21,12 @@ directory than the shared corpora. `parallel` reads no data dir: it scores
 the two line-aligned files named by --src and --trg.
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import dataclasses
 import json
 import math
@@ -35,7 +41,6 @@ from absl import flags
 from absl import logging
 
 from vmsst import checkpointing
-from vmsst import cli
 from vmsst import encoder_flags
 from vmsst import languages
 from vmsst.evaluation import encoders as encoders_lib

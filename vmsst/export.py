@@ -48,6 +48,12 @@ Files written under --output:
   params_index.json   name -> shape, dtype, logical axes, in_saved_model
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import json
 import os
 import shutil
@@ -64,7 +70,6 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from jax.experimental import jax2tf
 
-from vmsst import cli
 from vmsst import encoder_flags
 from vmsst import inference
 from vmsst import losses

@@ -7,6 +7,12 @@ seconds since the run's first event, so it covers training and the in-loop
 evaluations; a run resumed after an interruption includes the pause.
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import pathlib
 from typing import Mapping
 
@@ -118,4 +124,4 @@ if __name__ == "__main__":
   # Flags defined here, not at import: vmsst.compare imports this module.
   flags.DEFINE_string("model_dir", None, "The run's MODEL_DIR.", required=True)
   flags.DEFINE_string("output", None, "PNG path (default MODEL_DIR/eval/learning_curve.png).")
-  app.run(main)
+  app.run(cli.user_errors(main))

@@ -19,6 +19,12 @@ arguments + outputs − aliased + temp. CPU compilation of the 24-layer step
 takes minutes per unscanned variant (scan compiles one layer per stack).
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import dataclasses
 import sys
 import time
@@ -164,4 +170,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   from vmsst import train as _train  # pylint: disable=g-import-not-at-top
-  app.run(main, argv=_train.rewrite_gin_args(sys.argv))
+  app.run(cli.user_errors(main), argv=_train.rewrite_gin_args(sys.argv))

@@ -63,6 +63,12 @@ blocks, so memory is bounded by the index, not by the sides
 (bench/RESULTS.md gives time, memory and recall against exact).
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import dataclasses
 import pathlib
 from typing import Callable, Sequence
@@ -71,7 +77,6 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from vmsst import cli
 from vmsst import embed
 from vmsst import encoder_flags
 from vmsst.evaluation import approximate_neighbors

@@ -9,6 +9,12 @@ run's config.gin.
   python -m vmsst.model_json --model_dir=runs/old_vmsst
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import os
 
 import gin
@@ -58,4 +64,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(cli.user_errors(main))

@@ -55,6 +55,12 @@ is the run's vocabulary unchanged and the table starts from the run's seeded
 initialisation).
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import dataclasses
 import json
 import math
@@ -379,4 +385,4 @@ def main(argv) -> None:
 if __name__ == "__main__":
   _define_flags()
   from vmsst import train as _train  # pylint: disable=g-import-not-at-top
-  app.run(main, argv=_train.rewrite_gin_args(sys.argv))
+  app.run(cli.user_errors(main), argv=_train.rewrite_gin_args(sys.argv))

@@ -12,6 +12,12 @@ empty string and counted in the summary. Encoder flags as in
 `python -m vmsst.embed`.
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import dataclasses
 import pathlib
 from typing import Callable, Sequence
@@ -20,7 +26,6 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from vmsst import cli
 from vmsst import embed
 from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib

@@ -17,6 +17,12 @@ Train from the training splits (Tatoeba-filtered):
 writes /tmp/vmsst/spm.model and spm.vocab (about 40 s on 2 CPU cores).
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import os
 import pathlib
 import random
@@ -190,4 +196,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  app.run(cli.user_errors(main))
