@@ -39,7 +39,7 @@ import collections.abc
 import functools
 import json
 import pathlib
-from typing import AbstractSet, Any, Iterator, Mapping, Protocol, Sequence
+from typing import AbstractSet, Any, Mapping, Protocol, Sequence
 
 from absl import logging
 import gin
@@ -50,9 +50,9 @@ import tensorflow as tf
 from vmsst_tasks import opus_paper
 from vmsst_tasks import opus_sources
 from vmsst_tasks import preprocessors
+from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks import triplets as triplets_lib
-from vmsst_tasks import wiki_entities
 from vmsst import languages
 from vmsst import vocabulary as vocabulary_lib
 
@@ -64,8 +64,7 @@ DISTILL_NTREX_TASK = "vmsst_distill_ntrex128"
 DISTILL_MULTI30K_TASK = "vmsst_distill_multi30k"
 DISTILL_MIXTURE = "vmsst_distill_ntrex_multi30k"
 ENTITY_TASK = "vmsst_wiki_entities"
-SPLITS = ("train", "validation")
-TEXT_FEATURES = ("text_a", "text_b", "lang_a", "lang_b")
+SPLITS = seqio_sources.SPLITS
 # OPUS files are streamed in file order, so a bigger buffer than seqio's
 # default 1000 is needed to mix consecutive lines of a corpus.
 OPUS_SHUFFLE_BUFFER = 10_000
@@ -76,71 +75,6 @@ def output_features(vocab: seqio.Vocabulary) -> dict[str, seqio.Feature]:
   token = seqio.Feature(vocabulary=vocab, add_eos=True, dtype=tf.int32, rank=1)
   language = seqio.ContinuousFeature(dtype=tf.int32, rank=0)  # PassThroughVocabulary, no EOS.
   return {"tokens_a": token, "tokens_b": token, "lang_a": language, "lang_b": language}
-
-
-class InMemoryPairSource(seqio.FunctionDataSource):
-  """Pairs held in memory per split; shuffles the whole split when asked.
-
-  NTREX lists all translations of a line together, so seqio's 1000-example
-  shuffle buffer alone would fill batches with one sentence in many languages.
-
-  Attributes:
-    counts: split -> PairCounts of the pass that produced the pairs.
-  """
-
-  def __init__(self, pairs: Mapping[str, Sequence[sources.Pair]],
-               counts: Mapping[str, sources.PairCounts]):
-    self.counts = dict(counts)
-    self._columns = {split: {key: np.array([p[i] for p in split_pairs], dtype=object)
-                             for i, key in enumerate(TEXT_FEATURES)}
-                     for split, split_pairs in pairs.items()}
-    super().__init__(dataset_fn=self._dataset, splits=tuple(pairs),
-                     num_input_examples={s: len(p) for s, p in pairs.items()})
-
-  def _dataset(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
-    ds = tf.data.Dataset.from_tensor_slices(self._columns[split])
-    if shuffle_files:
-      ds = ds.shuffle(max(self.num_input_examples(split), 1), seed=seed,
-                      reshuffle_each_iteration=True)
-    return ds
-
-
-class StreamingPairSource(seqio.FunctionDataSource):
-  """OPUS pairs streamed from files (too big for memory); one split, "train".
-
-  Attributes:
-    corpora: the files, read one after the other (in a seeded random order
-      when seqio asks for shuffled files).
-    pivot: if set, every pair is flipped so that lang_a is the pivot.
-    policy: how bad lines are treated (tasks/sources.py module docstring).
-    counts: PairCounts of the pass in progress (or last finished); each pass
-      over the files (each epoch) starts a new one.
-  """
-
-  def __init__(self, corpora: Sequence[opus_sources.OpusFile], *, num_lines: int, name: str,
-               exclude: AbstractSet[str] = frozenset(), pivot: str | None = None,
-               policy: sources.InputPolicy = sources.DEFAULT_POLICY):
-    self.corpora, self.pivot, self._exclude, self._name = tuple(corpora), pivot, exclude, name
-    self.policy = policy
-    self.counts = sources.PairCounts()
-    super().__init__(dataset_fn=self._dataset, splits=("train",),
-                     num_input_examples={"train": num_lines})
-
-  def _pairs(self, corpora: Sequence[opus_sources.OpusFile]) -> Iterator[dict[str, str]]:
-    self.counts = sources.PairCounts()
-    for pair in opus_sources.opus_pairs(corpora, counts=self.counts, exclude=self._exclude,
-                                   name=self._name, policy=self.policy):
-      if self.pivot is not None and pair.lang_b == self.pivot:
-        pair = sources.Pair(pair.text_b, pair.text_a, pair.lang_b, pair.lang_a)
-      yield pair._asdict()
-
-  def _dataset(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
-    del split  # Only "train"; seqio checks the split name.
-    corpora = list(self.corpora)
-    if shuffle_files:
-      np.random.default_rng(seed).shuffle(corpora)
-    spec = {key: tf.TensorSpec([], tf.string) for key in TEXT_FEATURES}
-    return tf.data.Dataset.from_generator(lambda: self._pairs(corpora), output_signature=spec)
 
 
 @functools.lru_cache(maxsize=8)
@@ -239,8 +173,9 @@ def report_data_counts(name: str, *, model_dir: str | None = None) -> dict:
 def _in_memory_task(name: str, reader: str, data_dir: str, vocab: seqio.Vocabulary,
                     seed: int, policy: sources.InputPolicy = sources.DEFAULT_POLICY) -> str:
   read = {split: _read_split(reader, data_dir, split, seed, policy) for split in SPLITS}
-  source = InMemoryPairSource({split: pairs for split, (pairs, _) in read.items()},
-                              {split: counts for split, (_, counts) in read.items()})
+  source = seqio_sources.InMemoryPairSource(
+      {split: pairs for split, (pairs, _) in read.items()},
+      {split: counts for split, (_, counts) in read.items()})
   return register_pair_task(name, source, vocab)
 
 
@@ -269,8 +204,8 @@ def register_opus_tasks(opus_dir: str, vocab: seqio.Vocabulary, exclude: Abstrac
   for (lang_a, lang_b), corpora in sorted(by_pair.items()):
     num_lines = sum(opus_sources.check_moses_line_counts(c) for c in corpora)
     name = opus_task_name(lang_a, lang_b)
-    source = StreamingPairSource(corpora, num_lines=num_lines, name=name, exclude=exclude,
-                                 policy=policy)
+    source = seqio_sources.StreamingPairSource(corpora, num_lines=num_lines, name=name,
+                                               exclude=exclude, policy=policy)
     names[(lang_a, lang_b)] = register_pair_task(name, source, vocab,
                                                  shuffle_buffer_size=OPUS_SHUFFLE_BUFFER)
     rates.append((name, float(max(num_lines, 1))))
@@ -292,7 +227,7 @@ def register_paper_mixture(opus_dir: str | pathlib.Path, vocabulary: seqio.Vocab
   """Registers the paper's OPUS mixture (tasks/opus_paper.py): one task per (pivot, language).
 
   Every task in it is a pair task of this registry (`register_pair_task` over
-  a `StreamingPairSource`, the pivot side made side a), so it mixes with every
+  a `seqio_sources.StreamingPairSource`, the pivot side made side a), so it mixes with every
   other vmsst task. `register_tasks(..., opus_dir=...)` calls this after
   registering `vmsst_opus.<a>.<b>` over the same files, passing those tasks as
   `reuse`: a paper pair whose files are exactly those of the task
@@ -335,8 +270,8 @@ def register_paper_mixture(opus_dir: str | pathlib.Path, vocabulary: seqio.Vocab
   if not isinstance(exclude, collections.abc.Set):
     raise TypeError(f"exclude must be a set of sentences (frozenset() for none), got {exclude!r}")
   inventory = opus_paper.scan_opus_dir(opus_dir, languages=languages, pivots=pivots)
-  log = logging.warning if inventory.missing_languages or inventory.missing_corpora else logging.info
-  log("OPUS paper data: %s", inventory.report())
+  missing = inventory.missing_languages or inventory.missing_corpora
+  (logging.warning if missing else logging.info)("OPUS paper data: %s", inventory.report())
   counts = opus_paper.PAIR_COUNTS if language_counts is None else language_counts
   rates = opus_paper.paper_mixture_rates(opus_paper.pair_counts(inventory, counts), temperature)
   seqio.MixtureRegistry.remove(name)
@@ -347,8 +282,9 @@ def register_paper_mixture(opus_dir: str | pathlib.Path, vocabulary: seqio.Vocab
     task_name = _reusable_task(pair, reuse or {})
     if task_name is None:
       task_name = f"{name}.{pair.key}".replace("-", "_")
-      source = StreamingPairSource(pair.files, num_lines=pair.lines, name=task_name,
-                                   exclude=exclude, pivot=pair.pivot)
+      source = seqio_sources.StreamingPairSource(pair.files, num_lines=pair.lines,
+                                                 name=task_name, exclude=exclude,
+                                                 pivot=pair.pivot)
       register_pair_task(task_name, source, vocabulary, shuffle_buffer_size=OPUS_SHUFFLE_BUFFER)
     tasks.append((task_name, rates[pair.key]))
   seqio.MixtureRegistry.add(name, tasks)
@@ -457,8 +393,10 @@ DISTILLATION_READERS = {DISTILL_NTREX_TASK: "ntrex128", DISTILL_MULTI30K_TASK: "
 def _distillation_pairs(data_dir: str, seed: int, source_language: str,
                         max_sources: int | None) -> dict[tuple[str, str], list[sources.Pair]]:
   """(task, split) -> its source-sided pairs (read once per process; do not modify)."""
-  pairs = {(name, split): source_sided(_read_split(reader, data_dir, split, seed)[0],
-                                       source_language, max_sources)
+  # DEFAULT_POLICY positionally: the same _read_split cache entry as the pair tasks'.
+  pairs = {(name, split): source_sided(
+               _read_split(reader, data_dir, split, seed, sources.DEFAULT_POLICY)[0],
+               source_language, max_sources)
            for name, reader in DISTILLATION_READERS.items() for split in SPLITS}
   if not any(pairs[(name, "train")] for name in DISTILLATION_READERS):
     raise ValueError(f"no training pair of {data_dir} has a {source_language} side: set "
@@ -511,9 +449,10 @@ def register_distillation_tasks(data_dir: str, vocab: seqio.Vocabulary,
   features = {**output_features(vocab),
               "teacher": seqio.ContinuousFeature(dtype=tf.float32, rank=1)}
   for name, reader in DISTILLATION_READERS.items():
-    source = InMemoryPairSource({split: pairs[(name, split)] for split in SPLITS},
-                                {split: _read_split(reader, data_dir, split, seed)[1]
-                                 for split in SPLITS})
+    source = seqio_sources.InMemoryPairSource(
+        {split: pairs[(name, split)] for split in SPLITS},
+        {split: _read_split(reader, data_dir, split, seed, sources.DEFAULT_POLICY)[1]
+         for split in SPLITS})
     seqio.TaskRegistry.remove(name)
     seqio.TaskRegistry.add(
         name, source=source, output_features=features,
@@ -525,34 +464,6 @@ def register_distillation_tasks(data_dir: str, vocab: seqio.Vocabulary,
   return [*DISTILLATION_READERS, _replace_mixture(DISTILL_MIXTURE, rates)]
 
 
-class EntitySentenceSource(seqio.FunctionDataSource):
-  """tasks.wiki_entities examples in memory: the sentence as both sides, plus `entities`.
-
-  {"text_a": s, "text_b": s, "lang_a": "eng", "lang_b": "eng", "entities": [12, 40]}
-  The whole split is shuffled when asked (examples are written page by page).
-  """
-
-  def __init__(self, entity_dir: str):
-    self._columns = {}
-    for split in SPLITS:
-      texts, langs, ids = wiki_entities.load_split(entity_dir, split)
-      texts, langs = np.array(texts, dtype=object), np.array(langs, dtype=object)
-      self._columns[split] = {"text_a": texts, "text_b": texts, "lang_a": langs,
-                              "lang_b": langs, "entities": ids}
-    super().__init__(dataset_fn=self._dataset, splits=SPLITS,
-                     num_input_examples={s: len(c["entities"]) for s, c in self._columns.items()})
-
-  def _dataset(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
-    columns = self._columns[split]
-    if not len(columns["entities"]):
-      raise ValueError(f"{ENTITY_TASK}: no {split} examples (raise --heldout_fraction of "
-                       "python -m vmsst_tasks.wiki_entities for a validation split).")
-    ds = tf.data.Dataset.from_tensor_slices(columns)
-    if shuffle_files:
-      ds = ds.shuffle(len(columns["entities"]), seed=seed, reshuffle_each_iteration=True)
-    return ds
-
-
 def register_entity_task(entity_dir: str, vocab: seqio.Vocabulary) -> str:
   """vmsst_wiki_entities over a `python -m vmsst_tasks.wiki_entities` output directory."""
   features = {**output_features(vocab),
@@ -562,7 +473,8 @@ def register_entity_task(entity_dir: str, vocab: seqio.Vocabulary) -> str:
                                           "lang_a": "lang_a", "lang_b": "lang_b",
                                           "entities": "entities"})
   seqio.TaskRegistry.remove(ENTITY_TASK)
-  seqio.TaskRegistry.add(ENTITY_TASK, source=EntitySentenceSource(entity_dir),
+  seqio.TaskRegistry.add(ENTITY_TASK,
+                         source=seqio_sources.EntitySentenceSource(entity_dir, name=ENTITY_TASK),
                          output_features=features,
                          preprocessors=[keep_entities, *preprocessors.PAIR_PREPROCESSORS[1:]])
   return ENTITY_TASK

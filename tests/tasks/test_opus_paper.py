@@ -15,6 +15,7 @@ import tensorflow as tf
 from vmsst_tasks import opus_download
 from vmsst_tasks import opus_paper
 from vmsst_tasks import registry
+from vmsst_tasks import seqio_sources
 from vmsst import languages as vmsst_languages
 from vmsst import vocabulary as vocabulary_lib
 from vmsst.feature_converters import PairFeatureConverter
@@ -336,7 +337,7 @@ def test_register_tasks_builds_the_paper_mixture_for_the_feature_converter(
       {"vmsst_opus.eng.deu": de / (de + fr), "vmsst_opus_paper.eng_fra": fr / (de + fr)})
   own, reused = (seqio.get_mixture_or_task(n) for n in ("vmsst_opus_paper.eng_fra",
                                                          "vmsst_opus.eng.deu"))
-  assert isinstance(own.source, registry.StreamingPairSource) and own.source.pivot == "eng"
+  assert isinstance(own.source, seqio_sources.StreamingPairSource) and own.source.pivot == "eng"
   assert own.output_features == reused.output_features  # The registry's, same vocabulary.
   assert own.output_features["tokens_a"].vocabulary is reused.output_features["tokens_a"].vocabulary
   assert own.preprocessors == reused.preprocessors

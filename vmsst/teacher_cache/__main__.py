@@ -73,8 +73,9 @@ def main(argv: Sequence[str]) -> None:
   del argv
   options = flags.FLAGS
   reports = fill_run(options.gin_file, options.gin_bindings, options.gin_search_path)
-  for directory, report in reports.items():
-    print(f"teacher cache {directory}: {report}")
+  for directory, report in reports.items():  # complete now, whatever was cached before
+    print(f"teacher cache {directory}: holds every sentence this run reads; {report.encoded} "
+          f"encoded now in {report.seconds:.1f} s")
 
 
 if __name__ == "__main__":
