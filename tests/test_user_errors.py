@@ -39,3 +39,91 @@ def test_a_remote_model_dir_is_left_to_the_loader():
   encoder_flags.check_paths(model_dir="gs://bucket/run", saved_model="gs://bucket/export")
   with pytest.raises(cli.UserError, match="--saved_model=/nonexistent is not a directory"):
     encoder_flags.check_paths(saved_model="/nonexistent")
+
+
+def _fake_model_dir(root) -> str:
+  """Passes the --model_dir check (model.json, checkpoints/1) but fails any restore.
+
+  So an error about another flag shows that flag was checked before the model loaded.
+  """
+  (root / "model" / "checkpoints" / "1").mkdir(parents=True)
+  (root / "model" / "model.json").write_text("{}")
+  return str(root / "model")
+
+
+def _bad_paths(tmp) -> None:
+  (tmp / "a.txt").write_text("Hello.\nA cat.\n")
+  (tmp / "b.txt").write_text("Hallo.\nEine Katze.\n")
+  (tmp / "pairs.tsv").write_text("Hello.\tHallo.\n")
+  (tmp / "a_file").write_text("")
+  (tmp / "full").mkdir()
+  (tmp / "full" / "x").write_text("")
+
+
+LINES = "give a UTF-8 text file, one sentence per line."
+
+
+@pytest.mark.parametrize("args, message", [
+    (("vmsst.embed", "--encoder=usem3", "--input={tmp}", "--output={tmp}/o.npy"),
+     f"--input={{tmp}} is a directory; {LINES}"),
+    (("vmsst.embed", "--encoder=usem3", "--input={tmp}/nowhere.txt", "--output={tmp}/o.npy"),
+     f"--input={{tmp}}/nowhere.txt does not exist; {LINES}"),
+    (("vmsst.embed", "--encoder=usem3", "--input={tmp}/a.txt", "--output={tmp}"),
+     "--output={tmp} is a directory; give a file name in it, e.g. {tmp}/out."),
+    (("vmsst.score", "--encoder=usem3", "--input={tmp}/pairs.tsv", "--output={tmp}/a_file/s.txt"),
+     "--output={tmp}/a_file/s.txt: {tmp}/a_file is a file, so no file can be made under it; "
+     "give a path in a directory."),
+    (("vmsst.mine", "--encoder=usem3", "--src={tmp}/a.txt", "--trg={tmp}/b.txt", "--k=1",
+      "--output={tmp}"),
+     "--output={tmp} is a directory; give a file name in it, e.g. {tmp}/out."),
+    (("vmsst.mine", "--encoder=usem3", "--src={tmp}/a.txt", "--trg={tmp}/b.txt", "--k=1",
+      "--trg_embeddings={tmp}/b.npy", "--output={tmp}/pairs.out"),
+     "--trg_embeddings={tmp}/b.npy does not exist; give the float [lines, d] .npy of --trg "
+     "(python -m vmsst.embed)."),
+])
+def test_bad_paths_are_one_error_line_before_any_encoder_loads(tmp_path, args, message):
+  _bad_paths(tmp_path)
+  done = _run(*(a.format(tmp=tmp_path) for a in args))
+  assert (done.returncode, done.stderr.splitlines()[-1:]) == (
+      2, ["error: " + message.format(tmp=tmp_path)]), done.stderr[-2000:]
+  assert "Traceback" not in done.stderr
+  assert not (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, message", [
+    (("vmsst.export", "--model_dir={model}", "--output={tmp}/full"),
+     "--output={tmp}/full exists and is not empty; pick a new directory or delete it first."),
+    (("vmsst.export", "--model_dir={model}", "--output={tmp}/a_file/export"),
+     "--output={tmp}/a_file/export: {tmp}/a_file is a file, so no directory can be made under "
+     "it; give a path in a directory."),
+    (("vmsst.export", "--model_dir={model}", "--output={tmp}/export", "--step=7"),
+     "--step=7: {model}/checkpoints holds steps 1; pick one, or drop --step for the latest."),
+    (("vmsst.export", "--model_dir={model}"),
+     "give --model_dir (a python -m vmsst.train directory) and --output (a new directory for "
+     "the SavedModel)."),
+    (("vmsst.evaluate", "--model_dir={model}", "--output={tmp}/a_file", "--suite=tatoeba"),
+     "--output={tmp}/a_file is a file; give a directory (a new one is created)."),
+    (("vmsst.evaluate", "--model_dir={model}", "--data_dir={tmp}", "--suite=stsb",
+      "--output={tmp}/eval"),
+     "suite stsb: no data at {tmp}/stsb. To get it: it ships with the shared corpora "
+     "(shared/data/README.md); pass their root with --data_dir."),
+    (("vmsst.evaluate", "--model_dir={model}", "--suite=parallel", "--src={tmp}/a.txt",
+      "--trg={tmp}/pairs.tsv", "--output={tmp}/eval"),
+     "{tmp}/a.txt has 2 lines but {tmp}/pairs.tsv has 1; line i of one must translate line i "
+     "of the other (one sentence per line, no extra blank line)."),
+    (("vmsst.evaluate", "--model_dir={model}", "--suite=parallel", "--src={tmp}/a.txt",
+      "--trg={tmp}/nowhere.txt", "--output={tmp}/eval"),
+     f"--trg={{tmp}}/nowhere.txt does not exist; {LINES}"),
+    (("vmsst.evaluate", "--model_dir={model}"),
+     "--output is required: the directory for results.json, report.md and the plots (created "
+     "if missing)."),
+])
+def test_export_and_evaluate_check_flags_before_the_model_loads(tmp_path, args, message):
+  """A model directory that cannot restore: the error is about the other flag, so it came first."""
+  _bad_paths(tmp_path)
+  model = _fake_model_dir(tmp_path)
+  done = _run(*(a.format(tmp=tmp_path, model=model) for a in args))
+  assert (done.returncode, done.stderr.splitlines()[-1:]) == (
+      2, ["error: " + message.format(tmp=tmp_path, model=model)]), done.stderr[-2000:]
+  assert "Traceback" not in done.stderr

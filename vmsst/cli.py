@@ -61,6 +61,82 @@ def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[s
   return wrapped
 
 
+_HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml", "--only_check_args")
+
+
+def check_early(check: Callable[[], None]) -> None:
+  """Runs a command's flag checks before its slow imports (TensorFlow, JAX: seconds).
+
+  Call from the command module's `if __name__ == "__main__"` block above its
+  heavy imports, once its flags are defined: parses sys.argv for them
+  (`app.run` parses again later) and runs `check`; a UserError is the usual
+  one line and exit 2. Skipped for --help and for flags that do not parse,
+  which `app.run` then reports as usual.
+  """
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  if any(arg.split("=")[0] in _HELP_FLAGS for arg in sys.argv[1:]):
+    return
+  try:
+    flags.FLAGS(sys.argv, known_only=True)
+  except flags.Error:
+    return
+  try:
+    check()
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(USAGE_EXIT_CODE)
+
+
+def check_input_file(flag: str, path: str, what: str) -> None:
+  """`--flag=path` names an existing file (not a directory); checked before any model loads.
+
+  Args:
+    flag: the flag's name without dashes, e.g. "input".
+    path: its value; remote paths (gs://...) are left to the reader.
+    what: the fix's object, e.g. "a UTF-8 text file, one sentence per line".
+
+  Raises:
+    UserError: naming the flag, what is wrong and what to give.
+  """
+  if "://" in path:
+    return
+  if not os.path.exists(path):
+    raise UserError(f"--{flag}={path} does not exist; give {what}.")
+  if os.path.isdir(path):
+    raise UserError(f"--{flag}={path} is a directory; give {what}.")
+  if not os.access(path, os.R_OK):
+    raise UserError(f"--{flag}={path} is not readable; give {what} you can read.")
+
+
+def check_output_path(flag: str, path: str, *, directory: bool = False) -> None:
+  """`--flag=path` can be written, so no work is lost at the end; parents may be missing.
+
+  A file output must not be a directory; a directory output must not be a
+  file; either way the nearest existing parent must be a writable directory.
+
+  Raises:
+    UserError: naming the flag, what is in the way and the fix.
+  """
+  if "://" in path:
+    return
+  kind = "directory" if directory else "file"
+  if not directory and os.path.isdir(path):
+    raise UserError(f"--{flag}={path} is a directory; give a file name in it, e.g. "
+                    f"{os.path.join(path, 'out')}.")
+  if directory and os.path.exists(path) and not os.path.isdir(path):
+    raise UserError(f"--{flag}={path} is a file; give a directory (a new one is created).")
+  parent = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise UserError(f"--{flag}={path}: {parent} is a file, so no {kind} can be made under it; "
+                    "give a path in a directory.")
+  if not os.access(parent, os.W_OK | os.X_OK) or (
+      os.path.isfile(path) and not os.access(path, os.W_OK)):
+    raise UserError(f"--{flag}={path}: {parent if not os.path.isfile(path) else path} is not "
+                    "writable; give a path you can write.")
+
+
 # Device files of the accelerators JAX could use: NVIDIA GPUs, TPU VMs, AMD GPUs.
 _ACCELERATOR_DEVICES = ("/dev/nvidia[0-9]*", "/dev/accel[0-9]*", "/dev/vfio/[0-9]*", "/dev/kfd")
 

@@ -150,6 +150,8 @@ def run_file_command(argv: Sequence[str], work: Callable[[], object], done: str)
 
 def main(argv: Sequence[str]) -> None:
   encoder_flags.check_one()
+  cli.check_input_file("input", FLAGS.input, "a UTF-8 text file, one sentence per line")
+  cli.check_output_path("output", FLAGS.output)
   run_file_command(argv, lambda: f"{FLAGS.input}: " + str(embed_file(
       encoder_from_flags, FLAGS.input, FLAGS.output, normalize=FLAGS.normalize)), FLAGS.output)
 

@@ -31,7 +31,6 @@ import dataclasses
 import json
 import math
 import pathlib
-import sys
 import time
 from typing import Sequence
 
@@ -40,10 +39,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from vmsst import checkpointing
 from vmsst import encoder_flags
 from vmsst import languages
 from vmsst.evaluation import encoders as encoders_lib
+from vmsst.evaluation import parallel
 from vmsst.evaluation import report
 from vmsst.evaluation import paper_score as score_lib
 from vmsst.evaluation import suites as suites_lib
@@ -81,16 +80,7 @@ def run_suites(encoder: encoders_lib.Encoder, *, data_dirs: Sequence[str], suite
   """Runs the suites, writes results.json, report.md and plots; returns the results."""
   options = options or suites_lib.SuiteOptions()
   roots = [pathlib.Path(d) for d in data_dirs]
-  names, run_all = suites_lib.parse_suites(suite)
-  located, skipped = {}, {}
-  for name in names:
-    folder = suites_lib.locate(name, roots, options)
-    if folder is not None:
-      located[name] = folder
-    elif run_all:
-      skipped[name] = suites_lib.missing_message(name, roots)
-    else:
-      raise FileNotFoundError(suites_lib.missing_message(name, roots))
+  located, skipped = locate_suites(data_dirs, suite, options)
   unique = encoders_lib.UniqueSentences(encoder, batch_size=batch_size)
   output_dir = pathlib.Path(output)
   output_dir.mkdir(parents=True, exist_ok=True)
@@ -121,6 +111,31 @@ def run_suites(encoder: encoders_lib.Encoder, *, data_dirs: Sequence[str], suite
   return results
 
 
+def locate_suites(data_dirs: Sequence[str], suite: str, options: suites_lib.SuiteOptions
+                  ) -> tuple[dict[str, pathlib.Path], dict[str, str]]:
+  """({suite: its data folder}, {skipped suite: why}) for --suite over --data_dir.
+
+  Cheap (no encoder, no reading), so the command calls it before the model loads.
+
+  Raises:
+    ValueError: an unknown suite name.
+    FileNotFoundError: a suite named explicitly has no data (the message says
+      where it looked and how to get it).
+  """
+  roots = [pathlib.Path(d) for d in data_dirs]
+  names, run_all = suites_lib.parse_suites(suite)
+  located, skipped = {}, {}
+  for name in names:
+    folder = suites_lib.locate(name, roots, options)
+    if folder is not None:
+      located[name] = folder
+    elif run_all:
+      skipped[name] = suites_lib.missing_message(name, roots)
+    else:
+      raise FileNotFoundError(suites_lib.missing_message(name, roots))
+  return located, skipped
+
+
 def _finite(tree):
   """NaN/inf (e.g. a correlation of constant scores) -> None: strict JSON has no NaN."""
   if isinstance(tree, dict):
@@ -146,19 +161,29 @@ def training_languages(codes: Sequence[str] | None) -> list[str] | None:
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
   f = flags.FLAGS
-  checkpointing.quiet_orbax_logs()
   if not f.output:
-    raise app.UsageError("--output is required.")
+    raise cli.UserError("--output is required: the directory for results.json, report.md and "
+                        "the plots (created if missing).")
   if (f.src or f.trg) and not {"parallel", "all"} & set(f.suite.replace(" ", "").split(",")):
-    raise app.UsageError("--src/--trg are read by --suite=parallel only; add it to --suite.")
-  encoder = encoder_flags.from_flags()
+    raise cli.UserError("--src/--trg are read by --suite=parallel only; add it to --suite.")
+  # Everything a user can get wrong is checked before the model loads.
+  encoder_flags.check_one()
+  cli.check_output_path("output", f.output, directory=True)
+  for flag in ("src", "trg"):
+    if f[flag].value:
+      cli.check_input_file(flag, f[flag].value, "a UTF-8 text file, one sentence per line")
+  options = options_from_flags()
   try:
+    located, _ = locate_suites(f.data_dir, f.suite, options)
+    if "parallel" in located:
+      parallel.read_aligned(f.src, f.trg)  # line counts agree, read again by the suite
+    encoder = encoder_flags.from_flags()
     results = run_suites(encoder, data_dirs=f.data_dir, suite=f.suite, output=f.output,
-                         options=options_from_flags(), batch_size=f.batch_size)
+                         options=options, batch_size=f.batch_size)
   except (FileNotFoundError, ValueError) as e:  # missing or bad data: the message says the fix
-    sys.exit(f"error: {e}")
+    raise cli.UserError(str(e)) from e
   summary = results["_score"]
   print(f"Score {summary['score']:.1f} " if summary["score"] is not None else "Score –",
         {k: round(v, 1) for k, v in summary["components"].items() if v is not None})

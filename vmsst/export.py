@@ -49,9 +49,12 @@ Files written under --output:
 """
 
 from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst import export_flags
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
+  export_flags.define()
+  cli.check_early(export_flags.check)
 
 # pylint: disable=wrong-import-position
 import json
@@ -70,7 +73,6 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from jax.experimental import jax2tf
 
-from vmsst import encoder_flags
 from vmsst import inference
 from vmsst import losses
 from vmsst import models
@@ -295,25 +297,11 @@ def write_params(model: models.EmbeddingModel, params: dict[str, np.ndarray],
 
 # ------------------------------------------------------------------- command
 
-def _define_flags() -> None:
-  """Only when run as a command: importers (tests, other entrypoints) own their flags."""
-  flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.")
-  flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
-  flags.DEFINE_string("output", None, "New directory for the SavedModel and params.")
-  flags.DEFINE_bool("normalize", False, "L2-normalise the exported embeddings.")
-  flags.DEFINE_list("platforms", ["cpu"], "jax2tf lowering targets: cpu, cuda, tpu.")
-  flags.DEFINE_enum("dtype", None, list(inference.PRECISIONS), "Activation/matmul precision "
-                    "of the graph (default: the trained one); embeddings stay float32.")
-
-
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
   f = flags.FLAGS
-  if not f.model_dir or not f.output:
-    raise app.UsageError("--model_dir (a python -m vmsst.train directory) and --output "
-                         "are required.")
-  encoder_flags.check_paths(model_dir=f.model_dir)  # one error line, not a restore traceback
+  export_flags.check()  # again: a directory may have changed during the imports
   start = time.time()
   metadata = export(f.model_dir, f.output, step=f.step, normalize=f.normalize,
                     platforms=f.platforms, dtype=f.dtype)
@@ -322,5 +310,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  _define_flags()
   app.run(cli.user_errors(main))

@@ -394,6 +394,12 @@ def main(argv: Sequence[str]) -> None:
                         f"{', '.join(encoder_flags.given())}.")
   if not precomputed:
     encoder_flags.check_one()
+  for flag in ("src", "trg"):
+    cli.check_input_file(flag, FLAGS[flag].value, "a UTF-8 text file, one sentence per line")
+    if FLAGS[f"{flag}_embeddings"].value:
+      cli.check_input_file(f"{flag}_embeddings", FLAGS[f"{flag}_embeddings"].value,
+                           f"the float [lines, d] .npy of --{flag} (python -m vmsst.embed)")
+  cli.check_output_path("output", FLAGS.output)
   search = _search_options()
   embed.run_file_command(argv, lambda: mine_files(
       None if precomputed else embed.encoder_from_flags, FLAGS.src, FLAGS.trg, FLAGS.output,

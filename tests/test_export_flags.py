@@ -1,0 +1,39 @@
+"""vmsst.export_flags: the export command's flags are checked before TensorFlow and JAX load."""
+
+import subprocess
+import sys
+
+import vmsst_testing
+from vmsst import export_flags
+from vmsst import inference
+
+
+def test_dtypes_are_the_inference_precisions():
+  assert export_flags.DTYPES == inference.PRECISIONS
+
+
+def _imported(stderr: str) -> set[str]:
+  """Top-level packages a `python -X importtime` run imported."""
+  return {line.split("|")[-1].strip().split(".")[0] for line in stderr.splitlines()
+          if line.startswith("import time:")}
+
+
+def test_a_bad_output_is_one_line_before_tensorflow_and_jax_are_imported(tmp_path):
+  (tmp_path / "model" / "checkpoints" / "4").mkdir(parents=True)
+  (tmp_path / "model" / "model.json").write_text("{}")
+  (tmp_path / "full").mkdir()
+  (tmp_path / "full" / "saved_model.pb").write_text("")
+  command = [sys.executable, "-X", "importtime", "-m", "vmsst.export",
+             f"--model_dir={tmp_path / 'model'}"]
+  for flags, message in [
+      ([f"--output={tmp_path / 'full'}"],
+       f"--output={tmp_path / 'full'} exists and is not empty; pick a new directory or delete "
+       "it first."),
+      ([f"--output={tmp_path / 'new'}", "--step=2"],
+       f"--step=2: {tmp_path / 'model' / 'checkpoints'} holds steps 4; pick one, or drop --step "
+       "for the latest.")]:
+    done = subprocess.run(command + flags, cwd=vmsst_testing.ROOT, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.splitlines()[-1] == f"error: {message}"
+    assert not {"tensorflow", "jax", "flax"} & _imported(done.stderr)
