@@ -127,3 +127,20 @@ def test_export_and_evaluate_check_flags_before_the_model_loads(tmp_path, args, 
   assert (done.returncode, done.stderr.splitlines()[-1:]) == (
       2, ["error: " + message.format(tmp=tmp_path, model=model)]), done.stderr[-2000:]
   assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("vmsst.learning_curves", "--model_dir={tmp}/run"),
+     "no TensorBoard events in {tmp}/run/tensorboard: train the run first (python -m "
+     "vmsst.compare resumes it)."),
+    (("vmsst.model_json", "--model_dir={tmp}/run"),
+     "{tmp}/run/config.gin not found: --model_dir must be a directory written by "
+     "`python -m vmsst.train`."),
+])
+def test_the_other_commands_name_a_directory_that_is_no_run_without_a_traceback(tmp_path, args,
+                                                                                message):
+  (tmp_path / "run").mkdir()
+  done = _run(*(a.format(tmp=tmp_path) for a in args))
+  assert (done.returncode, done.stderr.splitlines()[-1:]) == (
+      2, ["error: " + message.format(tmp=tmp_path)]), done.stderr[-2000:]
+  assert "Traceback" not in done.stderr

@@ -112,9 +112,12 @@ def main(argv):
   del argv
   model_dir = pathlib.Path(flags.FLAGS.model_dir)
   output = pathlib.Path(flags.FLAGS.output or model_dir / "eval" / "learning_curve.png")
-  curve = read_curve(model_dir)
+  try:
+    curve = read_curve(model_dir)
+  except FileNotFoundError as e:  # the message names the folder and the fix
+    raise cli.UserError(str(e)) from e
   if not curve["step"]:
-    raise SystemExit(f"error: {model_dir} has no {TAG} events; train with train.eval_every > 0.")
+    raise cli.UserError(f"{model_dir} has no {TAG} events; train with train.eval_every > 0.")
   output.parent.mkdir(parents=True, exist_ok=True)
   plot({model_dir.name: {0: curve}}, output)
   print(f"wrote {output}: {TAG} {curve['value'][-1]:.2f}% at step {curve['step'][-1]}")

@@ -57,10 +57,13 @@ def _value(binding):
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}: pass --model_dir=DIR only.")
+    raise cli.UserError(f"unexpected arguments {argv[1:]}: pass --model_dir=DIR only.")
   if not _MODEL_DIR.value:
-    raise app.UsageError("--model_dir is required: a directory with config.gin.")
-  print(convert(_MODEL_DIR.value))
+    raise cli.UserError("--model_dir is required: a directory with config.gin.")
+  try:
+    print(convert(_MODEL_DIR.value))
+  except FileNotFoundError as e:  # the message names the file and the fix
+    raise cli.UserError(str(e)) from e
 
 
 if __name__ == "__main__":
