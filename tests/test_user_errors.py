@@ -144,3 +144,24 @@ def test_the_other_commands_name_a_directory_that_is_no_run_without_a_traceback(
   assert (done.returncode, done.stderr.splitlines()[-1:]) == (
       2, ["error: " + message.format(tmp=tmp_path)]), done.stderr[-2000:]
   assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("builder", ["bucc", "clustering", "question_retrieval"])
+def test_the_data_builders_name_a_missing_corpus_or_a_bad_output_without_a_traceback(
+    tmp_path, builder):
+  (tmp_path / "a_file").write_text("")
+  command = (f"vmsst.build_data.{builder}",)
+  for flags, message in [
+      ((f"--data_dir={tmp_path}/nowhere", f"--output={tmp_path}/out"),
+       f"--data_dir={tmp_path}/nowhere is not a directory; give the root of the shared corpora "
+       "(../shared/data from the repository, see its README.md)."),
+      ((f"--data_dir={tmp_path}", f"--output={tmp_path}/a_file"),
+       f"--output={tmp_path}/a_file is a file; give a directory (a new one is created)."),
+      ((f"--data_dir={tmp_path}", f"--output={tmp_path}/out"), None)]:
+    done = _run(*command, *flags)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.splitlines()[-1]
+    if message:
+      assert last == "error: " + message
+    else:  # an empty data dir: the first STS file the builder reads, named with the fix
+      assert last.startswith(f"error: {tmp_path}/stsb") and "not found; the STS files are in" in last

@@ -108,6 +108,17 @@ def check_input_file(flag: str, path: str, what: str) -> None:
     raise UserError(f"--{flag}={path} is not readable; give {what} you can read.")
 
 
+def check_data_dir(flag: str, path: str) -> None:
+  """`--flag=path` is a directory of corpora (remote paths are left to the readers).
+
+  Raises:
+    UserError: naming the flag and where the shared corpora live.
+  """
+  if "://" not in path and not os.path.isdir(path):
+    raise UserError(f"--{flag}={path} is not a directory; give the root of the shared corpora "
+                    "(../shared/data from the repository, see its README.md).")
+
+
 def check_output_path(flag: str, path: str, *, directory: bool = False) -> None:
   """`--flag=path` can be written, so no work is lost at the end; parents may be missing.
 

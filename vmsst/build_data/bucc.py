@@ -45,6 +45,12 @@ the mean cosine of a sentence's 4 nearest neighbours, is then less reliable
 than in the paper: pairs in sparse regions get inflated ratios.
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import collections
 import json
 import pathlib
@@ -262,17 +268,19 @@ def _define_flags() -> None:
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
   config = flags.FLAGS
+  cli.check_data_dir("data_dir", config.data_dir)
+  cli.check_output_path("output", config.output, directory=True)
   try:
     counts = build(config.data_dir, config.output, config.pairs, config.aligned_fraction,
                    config.seed, near_duplicate_jaccard=config.near_duplicate_jaccard)
-  except ValueError as e:
-    raise app.UsageError(str(e)) from None
+  except (FileNotFoundError, ValueError) as e:  # the message names the file and the fix
+    raise cli.UserError(str(e)) from e
   print(json.dumps(counts, indent=2))
   print(f"Wrote {pathlib.Path(config.output) / TASK_DIR}")
 
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  app.run(cli.user_errors(main))

@@ -12,6 +12,12 @@ strong encoder stays well below 100: a comparative, not an absolute, score.
   python -m vmsst.build_data.clustering --data_dir=/work/shared/data --output=DIR
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import collections
 import gzip
 import json
@@ -154,13 +160,18 @@ def _define_flags() -> None:
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
   config = flags.FLAGS
-  summary = build_clustering_task(config.data_dir, config.output, languages=config.languages,
-                                  max_per_category=config.max_per_category, seed=config.seed)
+  cli.check_data_dir("data_dir", config.data_dir)
+  cli.check_output_path("output", config.output, directory=True)
+  try:
+    summary = build_clustering_task(config.data_dir, config.output, languages=config.languages,
+                                    max_per_category=config.max_per_category, seed=config.seed)
+  except (FileNotFoundError, ValueError) as e:  # the message names the file and the fix
+    raise cli.UserError(str(e)) from e
   print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  app.run(cli.user_errors(main))

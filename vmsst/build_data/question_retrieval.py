@@ -21,6 +21,12 @@ language is one query whose gold is the union of the rows' golds.
   python -m vmsst.build_data.question_retrieval --data_dir=/work/shared/data --output=DIR
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import collections
 import json
 import pathlib
@@ -199,13 +205,19 @@ def _define_flags() -> None:
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
   config = flags.FLAGS
-  print(json.dumps(build_question_retrieval(
-      config.data_dir, config.output, languages=config.languages, min_score=config.min_score,
-      kb_splits=config.kb_splits, sts16=config.sts16), indent=2))
+  cli.check_data_dir("data_dir", config.data_dir)
+  cli.check_output_path("output", config.output, directory=True)
+  try:
+    summary = build_question_retrieval(
+        config.data_dir, config.output, languages=config.languages, min_score=config.min_score,
+        kb_splits=config.kb_splits, sts16=config.sts16)
+  except (FileNotFoundError, ValueError) as e:  # the message names the file and the fix
+    raise cli.UserError(str(e)) from e
+  print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  app.run(cli.user_errors(main))
