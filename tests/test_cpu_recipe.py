@@ -39,3 +39,20 @@ def test_a_run_item_without_its_directory_is_one_clear_error(tmp_path):
   done = _run("--runs=base", f"--output={tmp_path / 'x'}")
   assert done.returncode != 0
   assert "--runs: 'base' is not name=MODEL_DIR" in done.stderr
+
+
+def test_heldout_lengths_counts_sentences_longer_than_the_input_holds(tiny_vocab_path):
+  sys.path.insert(0, str(SCRIPT.parent))
+  import heldout_lengths  # pylint: disable=import-outside-toplevel
+  import sentencepiece as spm  # pylint: disable=import-outside-toplevel
+
+  # A length-n input holds n - 1 pieces plus EOS: 3 pieces fit in 4, not in 3.
+  counts = heldout_lengths.np.array([2, 3, 5])
+  assert round(heldout_lengths.cut_share(counts, 4), 6) == round(100 / 3, 6)
+  assert round(heldout_lengths.cut_share(counts, 3), 6) == round(200 / 3, 6)
+  processor = spm.SentencePieceProcessor(model_file=tiny_vocab_path)
+  short, long = "a house", " ".join(["the small house by the river"] * 8)
+  lines = heldout_lengths.report(processor, {"toy.eng-deu": ([short, long], [short, short])},
+                                 [8, 1000])
+  assert lines[1].startswith("toy.eng-deu")
+  assert "src   50.0%     0.0%  |  tgt    0.0%     0.0%" in lines[1]
