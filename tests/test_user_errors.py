@@ -164,3 +164,30 @@ def test_the_data_builders_name_a_missing_corpus_or_a_bad_output_without_a_trace
       assert last == "error: " + message
     else:  # an empty data dir: the first STS file the builder reads, named with the fix
       assert last.startswith(f"error: {tmp_path}/stsb") and "not found; the STS files are in" in last
+
+
+@pytest.mark.slow  # 8 s each: the command imports seqio (TensorFlow) before main
+@pytest.mark.parametrize("flags, message", [
+    (("--data_dir={tmp}/nowhere",),
+     "--data_dir={tmp}/nowhere is not a directory; give the root of the shared corpora "
+     "(../shared/data from the repository, see its README.md)."),
+    (("--data_dir={tmp}",),
+     "No tatoeba.* files in {tmp}/tatoeba/v1: the Tatoeba filter needs them (pass the right "
+     "--data_dir)."),
+    (("--data_dir={tmp}", "--sources=opus:{tmp}/nowhere"),
+     "--sources=opus:{tmp}/nowhere: {tmp}/nowhere is not a directory; give opus:<dir> of OPUS "
+     "Moses/TSV files (python -m vmsst_tasks.opus_download --output=<dir> fetches them)."),
+    (("--data_dir={tmp}", "--output={tmp}/a_file/spm"),
+     "--output={tmp}/a_file/spm: {tmp}/a_file is a file, so no file can be made under it; give a "
+     "path in a directory."),
+])
+def test_the_vocabulary_command_names_a_bad_corpus_or_output_without_a_traceback(tmp_path, flags,
+                                                                                 message):
+  (tmp_path / "a_file").write_text("")
+  args = [a.format(tmp=tmp_path) for a in flags]
+  if not any(a.startswith("--output") for a in args):
+    args.append(f"--output={tmp_path}/spm")
+  done = _run("vmsst.vocabulary", *args)
+  assert (done.returncode, done.stderr.splitlines()[-1:]) == (
+      2, ["error: " + message.format(tmp=tmp_path)]), done.stderr[-2000:]
+  assert "Traceback" not in done.stderr

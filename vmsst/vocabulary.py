@@ -178,12 +178,23 @@ def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[s
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
   f = flags.FLAGS
   if not f.output:
-    raise app.UsageError("--output=DIR/spm is required.")
+    raise cli.UserError("--output=DIR/spm is required: the prefix of the .model/.vocab to write.")
+  cli.check_data_dir("data_dir", f.data_dir)  # the Tatoeba filter reads it whatever the sources
+  for name in f.sources:
+    folder = name[len("opus:"):]
+    if name.startswith("opus:") and "://" not in folder and not os.path.isdir(folder):
+      raise cli.UserError(f"--sources={name}: {folder} is not a directory; give opus:<dir> of "
+                          "OPUS Moses/TSV files (python -m vmsst_tasks.opus_download "
+                          "--output=<dir> fetches them).")
+  cli.check_output_path("output", f.output)
   start = time.time()
-  sentences = list(training_sentences(f.data_dir, f.sources))
+  try:
+    sentences = list(training_sentences(f.data_dir, f.sources))
+  except (FileNotFoundError, ValueError) as e:  # the message names the file or source and the fix
+    raise cli.UserError(str(e)) from e
   random.Random(0).shuffle(sentences)  # Interleave sources before sampling.
   print(f"{len(sentences)} distinct sentences; training vocab_size={f.vocab_size} ...")
   model = train_vocabulary(sentences, f.output, f.vocab_size,
