@@ -191,3 +191,30 @@ def test_the_vocabulary_command_names_a_bad_corpus_or_output_without_a_traceback
   assert (done.returncode, done.stderr.splitlines()[-1:]) == (
       2, ["error: " + message.format(tmp=tmp_path)]), done.stderr[-2000:]
   assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow  # 6-10 s each: both commands import gin, JAX and the trainer before main
+@pytest.mark.parametrize("args, message", [
+    (("vmsst.mt5_import", "--hf_dir={tmp}", "--output={tmp}/mt5.safetensors"),
+     "give --gin_file=gin/runs/<run>.gin: the run whose model the parameters are converted for."),
+    (("vmsst.mt5_import", "--hf_dir={tmp}/nowhere", "--output={tmp}/mt5.safetensors",
+      "--gin_file=gin/runs/vmsst_cpu.gin"),
+     "--hf_dir={tmp}/nowhere has no config.json; give a Hugging Face T5/mT5 directory "
+     "(save_pretrained(..., safe_serialization=True) writes one)."),
+    (("vmsst.mt5_import", "--hf_dir={tmp}", "--output={tmp}/mt5.safetensors",
+      "--gin_file=gin/runs/vmsst_cpu.gin"),
+     "{tmp} has no model.safetensors(.index.json); save the model with save_pretrained(..., "
+     "safe_serialization=True) or convert its .bin first."),
+    (("vmsst.compare", "--preset=cpu", "--objectives=vmsst", "--output={tmp}/a_file"),
+     "--output={tmp}/a_file is a file; give a directory (a new one is created)."),
+    (("vmsst.compare", "--preset=cpu", "--gin_file=gin/runs/vmsst_cpu.gin", "--output={tmp}/x"),
+     "--gin_file and --preset=cpu exclude each other: the preset trains each objective from its "
+     "own run file."),
+])
+def test_mt5_import_and_compare_name_the_flag_before_any_work(tmp_path, args, message):
+  (tmp_path / "a_file").write_text("")
+  (tmp_path / "config.json").write_text("{}")  # a Hugging Face directory without weights
+  done = _run(*(a.format(tmp=tmp_path) for a in args))
+  assert (done.returncode, done.stderr.splitlines()[-1:]) == (
+      2, ["error: " + message.format(tmp=tmp_path)]), done.stderr[-2000:]
+  assert "Traceback" not in done.stderr

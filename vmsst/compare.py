@@ -280,8 +280,8 @@ def _resolve_flags() -> dict:
   preset = PRESETS[FLAGS.preset] if FLAGS.preset else None
   given = lambda name: FLAGS[name].present
   if preset is not None and FLAGS.gin_file:
-    raise app.UsageError(f"--gin_file and --preset={FLAGS.preset} exclude each other: the "
-                         "preset trains each objective from its own run file.")
+    raise cli.UserError(f"--gin_file and --preset={FLAGS.preset} exclude each other: the "
+                        "preset trains each objective from its own run file.")
   steps = FLAGS.steps
   if preset is not None and not given("steps"):
     steps = preset_budget(preset, FLAGS.gin_search_path)["steps"]
@@ -305,10 +305,11 @@ def _resolve_flags() -> dict:
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
   arguments = _resolve_flags()
   if not arguments["output"]:
-    raise app.UsageError("--output is required (or a --preset, which names one).")
+    raise cli.UserError("--output is required (or a --preset, which names one).")
+  cli.check_output_path("output", arguments["output"], directory=True)  # before any training
   checkpointing.quiet_orbax_logs()
   options = evaluate.options_from_flags(default_training_languages=["ntrex128"])
   logging.info("comparing %s, seeds %s, %d steps each, into %s", arguments["objectives"],

@@ -371,12 +371,24 @@ def _define_flags() -> None:
 
 
 def main(argv) -> None:
-  del argv
+  if len(argv) > 1:
+    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
   from vmsst import train  # pylint: disable=import-outside-toplevel
   f = flags.FLAGS
+  if not f.gin_file:
+    raise cli.UserError("give --gin_file=gin/runs/<run>.gin: the run whose model the "
+                        "parameters are converted for.")
+  if not os.path.isfile(os.path.join(f.hf_dir, "config.json")):
+    raise cli.UserError(f"--hf_dir={f.hf_dir} has no config.json; give a Hugging Face T5/mT5 "
+                        "directory (save_pretrained(..., safe_serialization=True) writes one).")
+  cli.check_output_path("output", f.output)
   train.parse_gin(f.gin_file, f.gin_bindings, f.gin_search_path)
   model = gin.query_parameter("train.model").scoped_configurable_fn()
-  converted, report = convert(Checkpoint(f.hf_dir), model)
+  try:
+    checkpoint = Checkpoint(f.hf_dir)
+  except FileNotFoundError as e:  # no safetensors: the message says how to save them
+    raise cli.UserError(str(e)) from e
+  converted, report = convert(checkpoint, model)
   print(report.summary())
   param_files.save_params(f.output, converted)
   print(f"wrote {f.output}; train from it with --gin.train.init_params=\"'{f.output}'\"")
