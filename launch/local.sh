@@ -20,8 +20,6 @@ cd "$(dirname "$0")/.."
 
 PY=${PY:-.venv/bin/python}
 DATA_DIR=${DATA_DIR:-../shared/data}
-VOCAB_DIR=${VOCAB_DIR:-runs/vocab}
-VOCAB_SIZE=${VOCAB_SIZE:-8000}
 
 TASKS_DIR=${TASKS_DIR:-runs/eval_tasks}
 SUITE=${SUITE:-score}
@@ -39,6 +37,15 @@ for arg in "$@"; do
 done
 # The CPU run files name their directory after themselves (gin/runs/X.gin -> runs/X).
 model_dir=${model_dir:-runs/$(basename "$gin_file" .gin)}
+# The vocabulary size is the run file's own `VOCAB_SIZE = N` line when it has
+# one (gin/runs/contrastive_cpu_20min.gin: 32,000), else base_cpu.gin's 8,000;
+# each size has its own directory, so runs of either size share what was trained.
+if [[ -z "${VOCAB_SIZE:-}" && -f "$gin_file" ]]; then
+  VOCAB_SIZE=$(sed -n 's/^VOCAB_SIZE *= *\([0-9][0-9]*\).*/\1/p' "$gin_file" | tail -n 1)
+fi
+VOCAB_SIZE=${VOCAB_SIZE:-8000}
+if [[ "$VOCAB_SIZE" == 8000 ]]; then VOCAB_DIR=${VOCAB_DIR:-runs/vocab};
+else VOCAB_DIR=${VOCAB_DIR:-runs/vocab$VOCAB_SIZE}; fi
 
 run() {
   if [[ "${DRY_RUN:-0}" == 1 ]]; then printf '%q ' "$@"; echo; else "$@"; fi

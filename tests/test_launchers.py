@@ -125,3 +125,17 @@ def test_local_processes_join_one_job_on_localhost(data_dir, tmp_path):
   # The same training arguments in every process.
   assert len({tuple(w for w in words if not w.startswith("--process_id")) for words in trains}) == 1
   assert "positive integer" in failure("local.sh", [], DATA_DIR=str(data_dir), PROCESSES="two")
+
+
+def test_local_takes_the_vocabulary_size_from_the_run_file(data_dir, tmp_path):
+  lines = dry_run("local.sh", ["--gin_file=gin/runs/contrastive_cpu_20min.gin"],
+                  DATA_DIR=str(data_dir), TASKS_DIR=str(tmp_path / "tasks"), PY="python")
+  train = next(line for line in lines if line[2] == "vmsst.train")
+  if not (ROOT / "runs/vocab32000/spm.model").exists():  # else trained once already
+    assert option(lines[0], "--vocab_size") == "32000"
+    assert option(lines[0], "--output") == "runs/vocab32000/spm"
+  assert "--gin.VOCAB_SIZE=32000" in train
+  assert "--gin.VOCAB_PATH='runs/vocab32000/spm.model'" in train
+  # The main job keeps base_cpu.gin's 8,000 pieces in runs/vocab.
+  main = dry_run("local.sh", [], DATA_DIR=str(data_dir), EVAL="0", PY="python")
+  assert "--gin.VOCAB_SIZE=8000" in main[-1] and "--gin.VOCAB_PATH='runs/vocab/spm.model'" in main[-1]
