@@ -32,6 +32,20 @@ def test_a_set_without_pairs_is_skipped_and_the_rest_evaluated(tiny_vocab_path):
   assert sides == ["a", "b"]  # one batch of sources (side a), one of targets (side b)
 
 
+def test_sentences_cut_to_the_length_are_counted_per_set_and_logged(tiny_vocab_path, caplog):
+  vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
+  short, long = ["ein Haus", "the river"], ["zwei Katzen schlafen unter dem alten Baum am Fluss",
+                                            "a dog runs across the green field to the river"]
+  assert all(len(vocab.encode(s)) <= 7 for s in short)
+  assert all(len(vocab.encode(s)) > 7 for s in long)
+  with caplog.at_level("INFO", logger="absl"):
+    evaluator = RetrievalEvaluator({"short": (short, short), "mixed": (short, long)}, vocab,
+                                   sequence_length=8, batch_size=4)
+  assert evaluator.truncated == {"short": 0, "mixed": 2}
+  assert "2 of 8 sentences have more than 7 pieces and are cut" in caplog.text
+  assert "mixed 2" in caplog.text and "short 0" not in caplog.text
+
+
 def test_targets_are_embedded_as_side_b(tiny_vocab_path):
   # A two-tower stand-in: side b's "tower" reverses the dimensions, so targets
   # embedded as side a would all be found (100%) and as side b are not.

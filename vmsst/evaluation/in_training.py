@@ -75,6 +75,18 @@ class _AlignedSets:
     self.vocabulary = vocabulary
     self.sequence_length = sequence_length
     self.batch_size = batch_size
+    self.truncated = self.count_truncated()
+    cut, total = sum(self.truncated.values()), sum(2 * len(src) for src, _ in self.sets.values())
+    if cut:  # the model sees only the first pieces of these, on both sides alike
+      logging.info("held-out sets: %d of %d sentences have more than %d pieces and are cut "
+                   "(EOS included; per set: %s)", cut, total, sequence_length - 1,
+                   ", ".join(f"{name} {n}" for name, n in self.truncated.items() if n))
+
+  def count_truncated(self) -> dict[str, int]:
+    """name -> sentences of the set (both sides) longer than sequence_length - 1 pieces."""
+    limit = self.sequence_length - 1
+    return {name: sum(len(self.vocabulary.encode(s)) > limit for s in (*src, *trg))
+            for name, (src, trg) in self.sets.items()}
 
   def embed(self, embed_fn: EmbedFn, sentences: Sequence[str], side: str) -> np.ndarray:
     """float32 [n, d] of `sentences` through the tower of `side`."""
