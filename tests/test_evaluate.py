@@ -196,7 +196,7 @@ def test_each_suite_counts_the_sentences_cut_to_the_models_length(tmp_path, capl
   (root / "tatoeba.deu-eng.eng").write_text("e0 e0 e0 e0\ne1\n")
   src = _write_lines(tmp_path / "a.txt", ["x0 x0 x0", "x1"])
   trg = _write_lines(tmp_path / "b.txt", ["e0", "e1"])
-  with caplog.at_level("INFO"):
+  with caplog.at_level("INFO", logger="absl"):
     results = evaluate.run_suites(
         WordsEncoder(long_vectors, name="words"), data_dirs=[str(tmp_path / "data")],
         suite="tatoeba,parallel", output=str(tmp_path / "out"),

@@ -122,7 +122,7 @@ def test_fill_stage_encodes_what_the_run_lacks_in_one_fill_then_registers(tmp_pa
   teacher = CountingTeacher()
   evaluator = _HeldOut(teacher_cache.TeacherCache(str(tmp_path), teacher), ["rain", "a cat"])
   registration = _Registration(str(tmp_path), ["a cat", "a dog"])
-  with caplog.at_level("INFO"):
+  with caplog.at_level("INFO", logger="absl"):
     names, reports = teacher_cache.fill_stage(registration, [evaluator, object()])
   assert names == ["vmsst_distill_x"] and registration.calls == 2  # lacking, then filled
   assert sorted(teacher.asked) == ["a cat", "a dog", "rain"]  # the union, each once
