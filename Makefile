@@ -4,7 +4,7 @@
 #   make test    runs the whole test suite (what .ci/run calls; under 30 min).
 #   make test-fast  skips the tests marked `slow` (training runs, subprocess
 #                resume / preemption, multi-process, bench): the edit loop,
-#                about 5 minutes on 2 idle cores.
+#                a few minutes (11 min measured under load).
 # Both create or reuse .venv/ and install the project into it from PyPI.
 
 PYTHON ?= python3
