@@ -268,8 +268,7 @@ class CheckpointEncoder:
 
   def count_truncated(self, sentences: Sequence[str]) -> int:
     """How many of `sentences` lose pieces: more than max_seq_length - 1 plus the EOS."""
-    vocabulary = self.restored.vocabulary
-    return sum(len(vocabulary.encode(s)) > self.max_seq_length - 1 for s in sentences)
+    return text_inputs.count_truncated(self.restored.vocabulary, sentences, self.max_seq_length)
 
 
 def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:

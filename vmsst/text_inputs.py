@@ -21,6 +21,15 @@ def tokenize_batch(vocabulary: seqio.Vocabulary, sentences: Sequence[str],
   return tokens, (tokens != 0).astype(np.int32)
 
 
+def count_truncated(vocabulary, sentences: Sequence[str], length: int) -> int:
+  """How many of `sentences` tokenize_batch cuts: more than length - 1 pieces plus the EOS.
+
+  `vocabulary` is anything with `encode(text) -> ids` (a seqio vocabulary or a
+  SentencePiece processor).
+  """
+  return sum(len(vocabulary.encode(s)) > length - 1 for s in sentences)
+
+
 def fixed_size_batches(n: int, batch_size: int) -> Iterator[tuple[int, int]]:
   """(start, stop) ranges covering 0..n; the caller pads the last one.
 

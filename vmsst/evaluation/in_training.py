@@ -84,8 +84,7 @@ class _AlignedSets:
 
   def count_truncated(self) -> dict[str, int]:
     """name -> sentences of the set (both sides) longer than sequence_length - 1 pieces."""
-    limit = self.sequence_length - 1
-    return {name: sum(len(self.vocabulary.encode(s)) > limit for s in (*src, *trg))
+    return {name: text_inputs.count_truncated(self.vocabulary, (*src, *trg), self.sequence_length)
             for name, (src, trg) in self.sets.items()}
 
   def embed(self, embed_fn: EmbedFn, sentences: Sequence[str], side: str) -> np.ndarray:
