@@ -21,7 +21,6 @@ figures cannot be edited by hand or drift from the run that produced them.
 (no clone or install; for a rerun after a code change, say so in the record).
 """
 
-import argparse
 import datetime
 import json
 import os
@@ -32,6 +31,9 @@ import sys
 import tempfile
 import threading
 import time
+
+from absl import app
+from absl import flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RECORD_DIR = ROOT / "docs" / "results" / "main_job"
@@ -205,26 +207,28 @@ def write_readme(record: dict, readme: pathlib.Path = README) -> None:
   readme.write_text(text[:start] + "\n" + render(record) + "\n" + text[end:])
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--measure", action="store_true", help="run the main job and record it")
-  parser.add_argument("--in_place", action="store_true",
-                      help="with --measure: run launch/local.sh here, no clone or install")
-  parser.add_argument("--render", action="store_true",
-                      help="rewrite the README block from the record")
-  parser.add_argument("--output", default=str(RECORD_DIR), help="where the record goes")
-  args = parser.parse_args()
-  if not (args.measure or args.render):
-    parser.error("say --measure, --render or both")
-  output = pathlib.Path(args.output)
-  if args.measure:
-    record = measure(args.in_place, output)
+flags.DEFINE_bool("measure", False, "Run the main job (a fresh clone, install, make train) and "
+                  "record it.")
+flags.DEFINE_bool("in_place", False, "With --measure: run launch/local.sh in this checkout, "
+                  "no clone or install.")
+flags.DEFINE_bool("render", False, "Rewrite the README block from the record.")
+flags.DEFINE_string("output", str(RECORD_DIR), "Where the record goes.")
+
+
+def main(argv) -> None:
+  del argv
+  f = flags.FLAGS
+  if not (f.measure or f.render):
+    sys.exit("error: say --measure, --render or both.")
+  output = pathlib.Path(f.output)
+  if f.measure:
+    record = measure(f.in_place, output)
     print(json.dumps({k: record[k] for k in ("job_seconds", "retrieval_mean", "score")}))
-  if args.render:
+  if f.render:
     record = json.loads((output / "main_job.json").read_text())
     write_readme(record)
     print(f"README.md main-job block rewritten from {output / 'main_job.json'}")
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

@@ -42,6 +42,7 @@ from absl import app
 from absl import flags
 import opustools
 
+from vmsst import cli
 from vmsst_tasks import opus_paper
 from vmsst_tasks import opus_sources
 
@@ -438,4 +439,4 @@ def main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  cli.run(main)

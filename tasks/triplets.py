@@ -48,13 +48,13 @@ import json
 import pathlib
 from typing import Sequence
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
 import seqio
 import tensorflow as tf
 
+from vmsst import cli
 from vmsst_tasks import preprocessors
 from vmsst_tasks import sources
 from vmsst import sts_files
@@ -305,4 +305,4 @@ if __name__ == "__main__":
                       "paper's MSMARCO splits instead of STSb's.")
   flags.DEFINE_string("output", None, "Where train/validation/test.tsv go.", required=True)
   flags.DEFINE_integer("seed", 0, "Seed of the same_file / any_file negative draws.")
-  app.run(main)
+  cli.run(main)

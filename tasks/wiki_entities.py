@@ -51,6 +51,8 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from vmsst import cli
+
 NAMESPACE_PREFIXES = {"file", "image", "media", "category", "template", "wikipedia", "wp",
                       "help", "portal", "special", "user", "talk", "draft", "module", "wikt",
                       "wiktionary", "commons", "s", "q", "b", "n", "v", "d", "meta", "mw"}
@@ -430,4 +432,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(main)
+  cli.run(main)

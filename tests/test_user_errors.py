@@ -218,3 +218,39 @@ def test_mt5_import_and_compare_name_the_flag_before_any_work(tmp_path, args, me
   assert (done.returncode, done.stderr.splitlines()[-1:]) == (
       2, ["error: " + message.format(tmp=tmp_path)]), done.stderr[-2000:]
   assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("vmsst.embed", "--bogus=1"), "error: Unknown command line flag 'bogus'; see --help."),
+    (("vmsst.score", "--model_dir=x", "--input=y"),
+     "error: flag --output=None: Flag --output must have a value other than None.; see --help."),
+    (("vmsst.vocabulary", "--vocab_size=many"),
+     "error: flag --vocab_size=many: invalid literal for int() with base 10: 'many'; see --help."),
+])
+def test_a_flag_absl_cannot_parse_is_one_error_line_not_a_fatal(args, message):
+  """absl's own parser says "FATAL Flags parsing error" and exits 1; cli.run says `error:`, 2."""
+  done = _run(*args)
+  assert (done.returncode, done.stderr.splitlines()[-1:]) == (2, [message]), done.stderr[-2000:]
+  assert "FATAL" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("vmsst.vocabulary", "--data_dir={tmp}/nowhere", "--output={tmp}/spm"),
+     "--data_dir={tmp}/nowhere is not a directory; give the root of the shared corpora "
+     "(../shared/data from the repository, see its README.md)."),
+    (("vmsst.train", "--gin_file={tmp}/run.gin", "--gin_search_path={tmp}"),
+     "--gin_file={tmp}/run.gin not found; searched the working directory and ['{tmp}', '"
+     + str(vmsst_testing.ROOT) + "']; give a run file (gin/runs/*.gin) or pass "
+     "--gin_search_path=<the directory holding gin/>."),
+])
+def test_a_bad_path_is_reported_before_tensorflow_or_jax_is_imported(tmp_path, args, message):
+  """Seconds of imports before a typo's error is what a user should not wait for."""
+  done = subprocess.run([sys.executable, "-X", "importtime", "-m",
+                         *(a.format(tmp=tmp_path) for a in args)], cwd=vmsst_testing.ROOT,
+                        capture_output=True, text=True, timeout=300, check=False)
+  said = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+  assert (done.returncode, said) == (2, ["error: " + message.format(tmp=tmp_path)]), said
+  imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()
+              if line.startswith("import time:")}
+  assert "vmsst.cli" in imported  # -X importtime did list the imports
+  assert not {"tensorflow", "jax", "seqio"} & imported

@@ -11,7 +11,7 @@ argparse and absl do for a bad flag):
     if not os.path.exists(FLAGS.input):
       raise cli.UserError(f"--input={FLAGS.input} does not exist; give a text file.")
 
-  app.run(cli.user_errors(main))
+  cli.run(main)
 
 Quiet by default: `quiet_startup()` (at the top of a command's module, under
 `if __name__ == "__main__"`, before TensorFlow or JAX load) and `quiet_logs()`
@@ -27,6 +27,8 @@ import os
 import sys
 from typing import Callable, Sequence
 
+from absl import app
+from absl import flags
 from absl import logging
 
 USAGE_EXIT_CODE = 2
@@ -59,6 +61,60 @@ def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[s
       sys.exit(INTERRUPTED_EXIT_CODE)
 
   return wrapped
+
+
+def run(main: Callable[[Sequence[str]], object], argv: Sequence[str] | None = None) -> None:
+  """`app.run` for a command: flag errors and UserErrors both as one `error:` line, exit 2."""
+  app.run(user_errors(main), argv=argv, flags_parser=parse_flags)
+
+
+def parse_flags(argv: Sequence[str]) -> list[str]:
+  """absl's flag parsing with its errors in the commands' style.
+
+  absl prints "FATAL Flags parsing error: ..." and exits 1 for a missing
+  required flag, an unknown flag or a bad value; a command here says
+  `error: <what>; see --help` and exits 2 like any other usage error.
+  """
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f"error: {e}; see --help.", file=sys.stderr)
+    sys.exit(USAGE_EXIT_CODE)
+
+
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def flag_values(argv: Sequence[str], name: str) -> list[str]:
+  """Every value of `--name=V` or `--name V` in argv (absl parses them again later)."""
+  values = []
+  for i, arg in enumerate(argv):
+    if arg.startswith(f"--{name}="):
+      values.append(arg.split("=", 1)[1])
+    elif arg == f"--{name}" and i + 1 < len(argv):
+      values.append(argv[i + 1])
+  return values
+
+
+def check_gin_files(argv: Sequence[str]) -> None:
+  """Each --gin_file exists where parse_gin will look, checked before JAX and TensorFlow load.
+
+  parse_gin resolves a run file from the working directory, then
+  --gin_search_path, then this checkout's root; a miss there costs seconds
+  of imports before gin's own message, so it is caught here first (includes
+  inside the file are still parse_gin's to check).
+
+  Raises:
+    UserError: naming the file, where it was looked for and the fix.
+  """
+  roots = [*(flag_values(argv, "gin_search_path") or ["."]), CHECKOUT]
+  for path in flag_values(argv, "gin_file"):
+    if "://" in path or os.path.isfile(path):
+      continue
+    if not any(os.path.isfile(os.path.join(root, path)) for root in roots):
+      raise UserError(
+          f"--gin_file={path} not found; searched the working directory and {roots}; give a "
+          "run file (gin/runs/*.gin) or pass --gin_search_path=<the directory holding gin/>.")
 
 
 _HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml", "--only_check_args")

@@ -43,7 +43,6 @@ from typing import Sequence
 
 import gin
 import numpy as np
-from absl import app
 from absl import flags
 
 from vmsst import checkpointing
@@ -321,4 +320,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(cli.user_errors(main), argv=train_lib.rewrite_gin_args(sys.argv))
+  cli.run(main, argv=train_lib.rewrite_gin_args(sys.argv))

@@ -29,7 +29,6 @@ import pathlib
 from typing import Callable, Sequence
 
 import numpy as np
-from absl import app
 from absl import flags
 
 from vmsst import encoder_flags
@@ -158,4 +157,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(cli.user_errors(main))
+  cli.run(main)

@@ -35,7 +35,6 @@ import time
 from typing import Sequence
 
 import numpy as np
-from absl import app
 from absl import flags
 from absl import logging
 
@@ -196,4 +195,4 @@ def main(argv: Sequence[str]) -> None:
 if __name__ == "__main__":
   encoder_flags.define()
   define_suite_flags()
-  app.run(cli.user_errors(main))
+  cli.run(main)

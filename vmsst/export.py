@@ -63,7 +63,6 @@ import shutil
 import time
 from typing import Any, Sequence
 
-from absl import app
 from absl import flags
 import flax.linen as nn
 from flax import traverse_util
@@ -310,4 +309,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(cli.user_errors(main))
+  cli.run(main)

@@ -16,7 +16,7 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
 import pathlib
 from typing import Mapping
 
-from absl import app, flags
+from absl import flags
 import numpy as np
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.util import tensor_util
@@ -127,4 +127,4 @@ if __name__ == "__main__":
   # Flags defined here, not at import: vmsst.compare imports this module.
   flags.DEFINE_string("model_dir", None, "The run's MODEL_DIR.", required=True)
   flags.DEFINE_string("output", None, "PNG path (default MODEL_DIR/eval/learning_curve.png).")
-  app.run(cli.user_errors(main))
+  cli.run(main)

@@ -33,7 +33,6 @@ from typing import Any, Sequence
 import gin
 import jax
 import numpy as np
-from absl import app
 from absl import flags
 
 from vmsst import partitioning
@@ -170,4 +169,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   from vmsst import train as _train  # pylint: disable=g-import-not-at-top
-  app.run(cli.user_errors(main), argv=_train.rewrite_gin_args(sys.argv))
+  cli.run(main, argv=_train.rewrite_gin_args(sys.argv))

@@ -74,7 +74,6 @@ import pathlib
 from typing import Callable, Sequence
 
 import numpy as np
-from absl import app
 from absl import flags
 
 from vmsst import embed
@@ -424,4 +423,4 @@ def _search_options() -> dict:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(cli.user_errors(main))
+  cli.run(main)

@@ -18,7 +18,6 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
 import os
 
 import gin
-from absl import app
 from absl import flags
 
 from vmsst import inference
@@ -67,4 +66,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(cli.user_errors(main))
+  cli.run(main)

@@ -73,7 +73,6 @@ import flax.linen as nn
 import gin
 import jax
 import numpy as np
-from absl import app
 from absl import flags
 
 from vmsst import models
@@ -397,4 +396,4 @@ def main(argv) -> None:
 if __name__ == "__main__":
   _define_flags()
   from vmsst import train as _train  # pylint: disable=g-import-not-at-top
-  app.run(cli.user_errors(main), argv=_train.rewrite_gin_args(sys.argv))
+  cli.run(main, argv=_train.rewrite_gin_args(sys.argv))

@@ -23,7 +23,6 @@ import pathlib
 from typing import Callable, Sequence
 
 import numpy as np
-from absl import app
 from absl import flags
 
 from vmsst import embed
@@ -119,4 +118,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(cli.user_errors(main))
+  cli.run(main)

@@ -17,21 +17,56 @@ Train from the training splits (Tatoeba-filtered):
 writes /tmp/vmsst/spm.model and spm.vocab (about 40 s on 2 CPU cores).
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+import os
+
+from absl import flags
+
+from vmsst import cli
+
+
+def _define_flags() -> None:
+  """Only when run as a command: importers (train, evaluate) own their flags."""
+  flags.DEFINE_string("data_dir", "../shared/data", "Root of the shared corpora.")
+  flags.DEFINE_string("output", None, "Output prefix; writes <output>.model/.vocab.")
+  flags.DEFINE_integer("vocab_size", 8000, "Total pieces (special and byte pieces included).")
+  flags.DEFINE_list(
+      "sources", ["ntrex128", "multi30k"],
+      "Training corpora: ntrex128, multi30k, opus:<dir> (all Moses/TSV files under dir).")
+  flags.DEFINE_float("character_coverage", 0.9995, "See train_vocabulary.")
+  flags.DEFINE_integer("input_sentence_size", 200_000, "Sampled sentences.")
+
+
+def _check_flags() -> None:
+  """What a user can get wrong, checked before seqio and TensorFlow load (seconds).
+
+  Raises:
+    cli.UserError: naming the flag and the fix.
+  """
+  f = flags.FLAGS
+  if not f.output:
+    raise cli.UserError("--output=DIR/spm is required: the prefix of the .model/.vocab to write.")
+  cli.check_data_dir("data_dir", f.data_dir)  # the Tatoeba filter reads it whatever the sources
+  for name in f.sources:
+    folder = name[len("opus:"):]
+    if name.startswith("opus:") and "://" not in folder and not os.path.isdir(folder):
+      raise cli.UserError(f"--sources={name}: {folder} is not a directory; give opus:<dir> of "
+                          "OPUS Moses/TSV files (python -m vmsst_tasks.opus_download "
+                          "--output=<dir> fetches them).")
+  cli.check_output_path("output", f.output)
+
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
+  _define_flags()
+  cli.check_early(_check_flags)
 
 # pylint: disable=wrong-import-position
-import os
 import pathlib
 import random
 import sys
 import time
 from typing import Iterable, Iterator, Sequence
 
-from absl import app
-from absl import flags
 import numpy as np
 import seqio
 import sentencepiece as spm
@@ -136,18 +171,6 @@ def legacy_language_rows(vocab: seqio.SentencePieceVocabulary,
 
 # ------------------------------------------------------------------- command
 
-def _define_flags() -> None:
-  """Only when run as a command: importers (train, evaluate) own their flags."""
-  flags.DEFINE_string("data_dir", "../shared/data", "Root of the shared corpora.")
-  flags.DEFINE_string("output", None, "Output prefix; writes <output>.model/.vocab.")
-  flags.DEFINE_integer("vocab_size", 8000, "Total pieces (special and byte pieces included).")
-  flags.DEFINE_list(
-      "sources", ["ntrex128", "multi30k"],
-      "Training corpora: ntrex128, multi30k, opus:<dir> (all Moses/TSV files under dir).")
-  flags.DEFINE_float("character_coverage", 0.9995, "See train_vocabulary.")
-  flags.DEFINE_integer("input_sentence_size", 200_000, "Sampled sentences.")
-
-
 def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[str]:
   """Distinct sentences of the training splits (Tatoeba-filtered); logs per-source counts."""
   # pylint: disable=g-import-not-at-top  (tasks depends on vmsst)
@@ -180,16 +203,7 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
   f = flags.FLAGS
-  if not f.output:
-    raise cli.UserError("--output=DIR/spm is required: the prefix of the .model/.vocab to write.")
-  cli.check_data_dir("data_dir", f.data_dir)  # the Tatoeba filter reads it whatever the sources
-  for name in f.sources:
-    folder = name[len("opus:"):]
-    if name.startswith("opus:") and "://" not in folder and not os.path.isdir(folder):
-      raise cli.UserError(f"--sources={name}: {folder} is not a directory; give opus:<dir> of "
-                          "OPUS Moses/TSV files (python -m vmsst_tasks.opus_download "
-                          "--output=<dir> fetches them).")
-  cli.check_output_path("output", f.output)
+  _check_flags()
   start = time.time()
   try:
     sentences = list(training_sentences(f.data_dir, f.sources))
@@ -206,5 +220,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  _define_flags()
-  app.run(cli.user_errors(main))
+  cli.run(main)

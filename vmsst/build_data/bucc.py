@@ -59,7 +59,6 @@ import shutil
 import zlib
 from typing import Sequence
 
-from absl import app
 from absl import flags
 import numpy as np
 from scipy import sparse
@@ -283,4 +282,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(cli.user_errors(main))
+  cli.run(main)

@@ -24,7 +24,6 @@ import json
 import pathlib
 from typing import Sequence
 
-from absl import app
 from absl import flags
 import numpy as np
 
@@ -174,4 +173,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(cli.user_errors(main))
+  cli.run(main)

@@ -32,7 +32,6 @@ import json
 import pathlib
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
-from absl import app
 from absl import flags
 
 from vmsst import sts_files
@@ -220,4 +219,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  app.run(cli.user_errors(main))
+  cli.run(main)

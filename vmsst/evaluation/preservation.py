@@ -48,10 +48,10 @@ import pathlib
 from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
-from absl import app
 from absl import flags
 from scipy import stats
 
+from vmsst import cli
 from vmsst.evaluation import encoders
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import similarity
@@ -342,4 +342,4 @@ if __name__ == "__main__":
   flags.DEFINE_list("tatoeba_languages", None, "Tatoeba codes (default: all present).")
   flags.DEFINE_float("margin", 0.1, "m of the held-out cosine triplet loss (QueryTower.margin).")
   flags.DEFINE_string("output", None, "Directory for preservation.json / .md.", required=True)
-  app.run(main)
+  cli.run(main)

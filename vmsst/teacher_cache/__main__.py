@@ -24,7 +24,6 @@ import sys
 from typing import Any, Sequence
 
 import gin
-from absl import app
 from absl import flags
 
 from vmsst import teacher_cache
@@ -80,4 +79,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   cli.show_in_help(names=("gin_file", "gin_bindings", "gin_search_path"))
-  app.run(cli.user_errors(main), argv=train.rewrite_gin_args(sys.argv))
+  cli.run(main, argv=train.rewrite_gin_args(sys.argv))

@@ -12,9 +12,13 @@ this module once: gin files can `import vmsst.train` without registering the
 configurables and flags a second time under `__main__`.
 """
 
+import sys
+
 from vmsst import cli  # first: `python -m vmsst.train` imports this package before __main__
 
 cli.quiet_startup()  # before TensorFlow and JAX load
+if sys.argv[:1] == ["-m"]:  # `python -m vmsst.train` runs this before __main__.py: the run
+  cli.check_early(lambda: cli.check_gin_files(sys.argv))  # file exists, before seconds of imports
 
 # pylint: disable=wrong-import-position
 import difflib

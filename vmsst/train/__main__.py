@@ -13,11 +13,9 @@ vmsst/train/__init__.py.
 
 import sys
 
-from absl import app
-
 from vmsst import cli
 from vmsst import train
 
 if __name__ == "__main__":
   cli.show_in_help(train)
-  app.run(cli.user_errors(train.main), argv=train.rewrite_gin_args(sys.argv))
+  cli.run(train.main, argv=train.rewrite_gin_args(sys.argv))

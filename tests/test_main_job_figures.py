@@ -1,0 +1,68 @@
+"""bench/main_job.py: the README's main-job figures come from one recorded run, rendered."""
+
+import importlib.util
+import json
+import pathlib
+
+import pytest
+from clu import metric_writers
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("main_job", ROOT / "bench" / "main_job.py")
+main_job = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(main_job)
+
+
+def test_the_readme_block_is_exactly_what_the_committed_record_renders():
+  """Editing the figures by hand, or the record without --render, fails here."""
+  record = json.loads((main_job.RECORD_DIR / "main_job.json").read_text())
+  assert main_job.readme_block(main_job.README.read_text()) == main_job.render(record)
+  assert (main_job.RECORD_DIR / "learning_curve.png").stat().st_size > 0
+
+
+def _trained_and_evaluated(model_dir: pathlib.Path) -> None:
+  """What a main job leaves: the training loop's retrieval events and evaluate's results.json."""
+  writer = metric_writers.create_default_writer(str(model_dir / "tensorboard"))
+  writer.write_scalars(1, {"loss": 9.0})
+  for step, mean in ((80, 1.5), (160, 2.25)):
+    writer.write_scalars(step, {"retrieval/mean": mean, "retrieval/chance": 0.45,
+                                "retrieval/ntrex_val.eng-jpn": mean / 3,
+                                "retrieval/ntrex_val.eng-spa": mean * 3})
+  writer.close()
+  (model_dir / "eval").mkdir()
+  (model_dir / "eval" / "results.json").write_text(json.dumps({
+      "_score": {"score": 8.46, "components": {"english_sts": 18.54, "bucc": None}},
+      "_meta": {"seconds": {"stsb": 20.0, "tatoeba": 41.6},
+                "truncated": {"stsb": {"truncated": 3, "sentences": 1200, "max_seq_length": 32},
+                              "tatoeba": {"truncated": 0, "sentences": 9, "max_seq_length": 32}}},
+  }))
+
+
+def test_collect_reads_the_last_evaluation_the_score_and_what_was_cut(tmp_path):
+  _trained_and_evaluated(tmp_path)
+  got = main_job.collect(tmp_path)
+  assert (got["steps"], got["retrieval_mean"], got["retrieval_chance"]) == (160, 2.25, 0.45)
+  assert got["retrieval_curve"] == [[80, 1.5], [160, 2.25]]
+  assert got["retrieval_by_set"] == {"ntrex_val.eng-jpn": 0.75, "ntrex_val.eng-spa": 6.75}
+  assert (got["score"], got["score_components"]) == (8.5, {"english_sts": 18.5, "bucc": None})
+  assert got["evaluation_seconds"] == 62
+
+
+def test_render_states_when_how_and_under_what_load_and_rewrites_only_the_block(tmp_path):
+  _trained_and_evaluated(tmp_path)
+  record = {"date_utc": "2026-11-25 00:24", "commit": "abc1234", "fresh_clone": True, "cores": 2,
+            "command": "make train", "install_seconds": 83.0, "job_seconds": 431.0,
+            "load_average": {"mean": 2.2, "max": 3.7}, **main_job.collect(tmp_path)}
+  text = main_job.render(record)
+  assert "Measured 2026-11-25 00:24 UTC on 2 cores" in text
+  assert "fresh clone of commit abc1234" in text and "8 min 34 s in all" in text
+  assert "**2.25%** (chance 0.45%); lowest set ntrex_val.eng-jpn 0.75%" in text
+  assert "**8.5** (english_sts 18.5)" in text  # a component without data is left out
+  assert "stsb 3 of 1,200" in text and "tatoeba" not in text.split("cut")[-1]
+  readme = tmp_path / "README.md"
+  readme.write_text(f"before\n{main_job.BEGIN}\nold figures\n{main_job.END}\nafter\n")
+  main_job.write_readme(record, readme)
+  assert readme.read_text() == f"before\n{main_job.BEGIN}\n{text}\n{main_job.END}\nafter\n"
+  readme.write_text("no markers\n")
+  with pytest.raises(ValueError, match="lacks the main-job markers"):
+    main_job.write_readme(record, readme)
