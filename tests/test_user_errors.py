@@ -223,7 +223,7 @@ def test_mt5_import_and_compare_name_the_flag_before_any_work(tmp_path, args, me
 @pytest.mark.parametrize("args, message", [
     (("vmsst.embed", "--bogus=1"), "error: Unknown command line flag 'bogus'; see --help."),
     (("vmsst.score", "--model_dir=x", "--input=y"),
-     "error: flag --output=None: Flag --output must have a value other than None.; see --help."),
+     "error: flag --output=None: Flag --output must have a value other than None; see --help."),
     (("vmsst.vocabulary", "--vocab_size=many"),
      "error: flag --vocab_size=many: invalid literal for int() with base 10: 'many'; see --help."),
 ])

@@ -78,7 +78,7 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
-    print(f"error: {e}; see --help.", file=sys.stderr)
+    print(f"error: {str(e).rstrip('.')}; see --help.", file=sys.stderr)
     sys.exit(USAGE_EXIT_CODE)
 
 

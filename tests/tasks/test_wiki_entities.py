@@ -189,7 +189,8 @@ def test_paper_threshold_keeps_entities_linked_more_than_ten_times_by_default(tm
 def test_command_parses_flags_with_absl_like_every_other_command(tmp_path):
   done = subprocess.run([sys.executable, "-m", "vmsst_tasks.wiki_entities", "--dump=x.xml"],
                         cwd=REPO, capture_output=True, text=True, check=False)
-  assert done.returncode == 2 and "error: flag --output=None: Flag --output must have a value other than None" in done.stderr
+  assert done.returncode == 2 and done.stderr.splitlines()[-1] == (
+      "error: flag --output=None: Flag --output must have a value other than None; see --help.")
   assert "Traceback" not in done.stderr and "FATAL" not in done.stderr
 
 
