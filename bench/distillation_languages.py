@@ -119,8 +119,8 @@ def render(results: dict) -> str:
                    f"{'met' if row['goal_met'] else 'not met'} |")
   sp = results["speed"]
   lines += ["", f"Encoding speed, the same {sp['sentences']} NTREX held-out sentences, "
-            f"{sp['rounds']} alternating rounds (median), batch 256, this machine's "
-            f"{sp['cores']} cores: student {sp['student']} sentences/s, teacher "
+            f"{sp['rounds']} alternating rounds (median), batch 256, on the "
+            f"{sp['cores']} core(s) the run was given: student {sp['student']} sentences/s, teacher "
             f"{sp['teacher']} sentences/s ({sp['student'] / sp['teacher']:.1f}×).", "",
             "Per language (student / teacher):", "",
             "| benchmark | language | student | teacher |", "|---|---|---:|---:|"]
@@ -165,7 +165,7 @@ def main(argv) -> None:
   rates = speed({"student": student.encoder, "teacher": teacher.encoder}, sentences,
                 f.speed_rounds)
   results["speed"] = {**rates, "sentences": len(sentences), "rounds": f.speed_rounds,
-                      "cores": os.cpu_count()}
+                      "cores": len(os.sched_getaffinity(0))}  # taskset may pin fewer
   output = pathlib.Path(f.output)
   output.mkdir(parents=True, exist_ok=True)
   (output / "results.json").write_text(json.dumps(results, indent=1) + "\n")
