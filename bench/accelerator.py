@@ -39,17 +39,22 @@ from vmsst import xla_cpu  # pylint: disable=wrong-import-position
 from vmsst.config import NetworkConfig  # pylint: disable=wrong-import-position
 from vmsst.objectives import MODELS  # pylint: disable=wrong-import-position
 
-_LAYERS = flags.DEFINE_list("layers", ["6", "24"], "Encoder/decoder depths (the paper's 6, 24).")
-_VOCABS = flags.DEFINE_list("vocab_sizes", ["250112", "32000"],
-                            "Vocabulary sizes: 250112 as the paper (mT5), and ours.")
-_OBJECTIVES = flags.DEFINE_list("objectives", ["contrastive", "vmsst", "bitranslation",
-                                               "vmsst_contrastive"], "Keys of vmsst.objectives.MODELS.")
-_BATCH = flags.DEFINE_integer("batch_size", 256, "Pairs per step (global).")
-_LENGTH = flags.DEFINE_integer("length", 32, "Tokens per sentence.")
-_STEPS = flags.DEFINE_integer("steps", 10, "Timed steps after one warm-up step.")
-_DROPOUT = flags.DEFINE_float("dropout_rate", 0.1, "NetworkConfig.dropout_rate (the paper's "
-                              "Contrastive and random-init 24-layer runs use 0.1).")
-_QUICK = flags.DEFINE_bool("quick", False, "Tiny shapes and two steps: a CPU smoke run.")
+FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """Defined when run as a script, so tests can import several bench modules."""
+  flags.DEFINE_list("layers", ["6", "24"], "Encoder/decoder depths (the paper's 6, 24).")
+  flags.DEFINE_list("vocab_sizes", ["250112", "32000"],
+                    "Vocabulary sizes: 250112 as the paper (mT5), and ours.")
+  flags.DEFINE_list("objectives", ["contrastive", "vmsst", "bitranslation", "vmsst_contrastive"],
+                    "Keys of vmsst.objectives.MODELS.")
+  flags.DEFINE_integer("batch_size", 256, "Pairs per step (global).")
+  flags.DEFINE_integer("length", 32, "Tokens per sentence.")
+  flags.DEFINE_integer("steps", 10, "Timed steps after one warm-up step.")
+  flags.DEFINE_float("dropout_rate", 0.1, "NetworkConfig.dropout_rate (the paper's "
+                     "Contrastive and random-init 24-layer runs use 0.1).")
+  flags.DEFINE_bool("quick", False, "Tiny shapes and two steps: a CPU smoke run.")
 
 
 def network_config(layers: int, vocab_size: int, quick: bool) -> NetworkConfig:
@@ -58,11 +63,11 @@ def network_config(layers: int, vocab_size: int, quick: bool) -> NetworkConfig:
     return NetworkConfig(vocab_size=vocab_size, emb_dim=32, num_heads=2, head_dim=16,
                          mlp_dim=64, num_encoder_layers=layers, num_language_encoder_layers=1,
                          num_decoder_layers=layers, max_length=16, dtype="bfloat16",
-                         dropout_rate=_DROPOUT.value)
+                         dropout_rate=FLAGS.dropout_rate)
   return NetworkConfig(vocab_size=vocab_size, emb_dim=1024, num_heads=16, head_dim=64,
                        mlp_dim=4096, num_encoder_layers=layers, num_language_encoder_layers=1,
-                       num_decoder_layers=layers, max_length=_LENGTH.value, dtype="bfloat16",
-                       dropout_rate=_DROPOUT.value)
+                       num_decoder_layers=layers, max_length=FLAGS.length, dtype="bfloat16",
+                       dropout_rate=FLAGS.dropout_rate)
 
 
 def synthetic_batch(batch_size: int, length: int, vocab_size: int) -> dict[str, np.ndarray]:
@@ -125,18 +130,18 @@ def measure(objective: str, cfg: NetworkConfig, batch_size: int, length: int, st
 
 def main(argv: Sequence[str]) -> None:
   del argv
-  quick = _QUICK.value
-  batch_size, length, steps = (8, 16, 2) if quick else (_BATCH.value, _LENGTH.value,
-                                                        _STEPS.value)
-  vocabs = [300] if quick else [int(v) for v in _VOCABS.value]
-  layers = [1] if quick else [int(n) for n in _LAYERS.value]
+  quick = FLAGS.quick
+  batch_size, length, steps = (8, 16, 2) if quick else (FLAGS.batch_size, FLAGS.length,
+                                                        FLAGS.steps)
+  vocabs = [300] if quick else [int(v) for v in FLAGS.vocab_sizes]
+  layers = [1] if quick else [int(n) for n in FLAGS.layers]
   peak = bf16_peak_flops(256 if quick else 8192)
   print(json.dumps({"device": str(jax.devices()[0].device_kind), "backend": jax.default_backend(),
                     "jax": jax.__version__, "bf16_peak_tflops": peak / 1e12}), flush=True)
   for depth in layers:
     for vocab in vocabs:
       cfg = network_config(depth, vocab, quick)
-      for objective in _OBJECTIVES.value:
+      for objective in FLAGS.objectives:
         rows = [measure(objective, cfg, batch_size, length, steps, peak, tuned)
                 for tuned in (True, False)]
         for row in rows:
@@ -154,4 +159,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

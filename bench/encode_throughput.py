@@ -43,20 +43,24 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("sentences", 2048, "Distinct sentences per encode call.")
-flags.DEFINE_integer("batch_size", 64, "Sentences per batch on every side.")
-flags.DEFINE_integer("length", 64, "Sequence length (tokens, EOS included) on every side.")
-flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median is kept.")
-flags.DEFINE_integer("layers", 6, "Encoder layers.")
-flags.DEFINE_integer("width", 512, "d (heads of 64, MLP 4d).")
-flags.DEFINE_integer("vocab_size", 8000, "SentencePiece pieces.")
-flags.DEFINE_bool("saved_model", True, "Also time the exported SavedModel (at each precision).")
-flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32"],
-                  "Precision `Encoder.from_checkpoint(dtype=...)` runs the checkpoint at.")
-flags.DEFINE_bool("matched_precision", True, "Also time the checkpoint and the peer at the "
-                  "other precision (the peer's bfloat16 is torch.autocast).")
-flags.DEFINE_float("settle_seconds", 2.0, "Idle time before each timed measurement.")
-flags.DEFINE_bool("quick", False, "Smoke mode: 2 layers, d = 64, 128 sentences, one round.")
+
+
+def _define_flags() -> None:
+  """Defined when run as a script, so tests can import several bench modules."""
+  flags.DEFINE_integer("sentences", 2048, "Distinct sentences per encode call.")
+  flags.DEFINE_integer("batch_size", 64, "Sentences per batch on every side.")
+  flags.DEFINE_integer("length", 64, "Sequence length (tokens, EOS included) on every side.")
+  flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median is kept.")
+  flags.DEFINE_integer("layers", 6, "Encoder layers.")
+  flags.DEFINE_integer("width", 512, "d (heads of 64, MLP 4d).")
+  flags.DEFINE_integer("vocab_size", 8000, "SentencePiece pieces.")
+  flags.DEFINE_bool("saved_model", True, "Also time the exported SavedModel (at each precision).")
+  flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32"],
+                    "Precision `Encoder.from_checkpoint(dtype=...)` runs the checkpoint at.")
+  flags.DEFINE_bool("matched_precision", True, "Also time the checkpoint and the peer at the "
+                    "other precision (the peer's bfloat16 is torch.autocast).")
+  flags.DEFINE_float("settle_seconds", 2.0, "Idle time before each timed measurement.")
+  flags.DEFINE_bool("quick", False, "Smoke mode: 2 layers, d = 64, 128 sentences, one round.")
 
 
 def sentences(count: int) -> list[str]:
@@ -208,4 +212,5 @@ class AutocastEncoder:
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

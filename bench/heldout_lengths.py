@@ -17,11 +17,16 @@ import sentencepiece as spm
 
 from vmsst_tasks import heldout
 
-_VOCABULARY = flags.DEFINE_string("vocabulary", None, "SentencePiece .model file.",
-                                  required=True)
-_DATA_DIR = flags.DEFINE_string("data_dir", "../shared/data", "Root of the shared corpora.")
-_LENGTHS = flags.DEFINE_list("lengths", ["32", "64"], "Sequence lengths to report the cut at.")
-_MAX_PAIRS = flags.DEFINE_integer("max_pairs", 500, "Pairs per held-out set (as in training).")
+FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """Defined when run as a script, so tests can import several bench modules."""
+  flags.DEFINE_string("vocabulary", None, "SentencePiece .model file.",
+                      required=True)
+  flags.DEFINE_string("data_dir", "../shared/data", "Root of the shared corpora.")
+  flags.DEFINE_list("lengths", ["32", "64"], "Sequence lengths to report the cut at.")
+  flags.DEFINE_integer("max_pairs", 500, "Pairs per held-out set (as in training).")
 
 
 def piece_counts(processor: spm.SentencePieceProcessor, sentences: list[str]) -> np.ndarray:
@@ -49,11 +54,12 @@ def report(processor: spm.SentencePieceProcessor, sets: dict, lengths: list[int]
 
 def main(argv):
   del argv
-  processor = spm.SentencePieceProcessor(model_file=_VOCABULARY.value)
-  sets = heldout.retrieval_sets(_DATA_DIR.value, _MAX_PAIRS.value)
-  print(f"vocabulary {_VOCABULARY.value}: {processor.get_piece_size()} pieces")
-  print("\n".join(report(processor, sets, [int(n) for n in _LENGTHS.value])))
+  processor = spm.SentencePieceProcessor(model_file=FLAGS.vocabulary)
+  sets = heldout.retrieval_sets(FLAGS.data_dir, FLAGS.max_pairs)
+  print(f"vocabulary {FLAGS.vocabulary}: {processor.get_piece_size()} pieces")
+  print("\n".join(report(processor, sets, [int(n) for n in FLAGS.lengths])))
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

@@ -207,12 +207,17 @@ def write_readme(record: dict, readme: pathlib.Path = README) -> None:
   readme.write_text(text[:start] + "\n" + render(record) + "\n" + text[end:])
 
 
-flags.DEFINE_bool("measure", False, "Run the main job (a fresh clone, install, make train) and "
-                  "record it.")
-flags.DEFINE_bool("in_place", False, "With --measure: run launch/local.sh in this checkout, "
-                  "no clone or install.")
-flags.DEFINE_bool("render", False, "Rewrite the README block from the record.")
-flags.DEFINE_string("output", str(RECORD_DIR), "Where the record goes.")
+FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """Defined when run as a script, so tests can import several bench modules."""
+  flags.DEFINE_bool("measure", False, "Run the main job (a fresh clone, install, make train) and "
+                    "record it.")
+  flags.DEFINE_bool("in_place", False, "With --measure: run launch/local.sh in this checkout, "
+                    "no clone or install.")
+  flags.DEFINE_bool("render", False, "Rewrite the README block from the record.")
+  flags.DEFINE_string("output", str(RECORD_DIR), "Where the record goes.")
 
 
 def main(argv) -> None:
@@ -231,4 +236,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

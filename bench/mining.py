@@ -52,22 +52,26 @@ from absl import flags
 import common
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("sizes", ["10000", "100000"], "Sentences per side mined end to end.")
-flags.DEFINE_list("slice_sizes", ["1000000"], "Sentences per side projected from a slice.")
-flags.DEFINE_integer("dim", 512, "Embedding width d.")
-flags.DEFINE_integer("k", 4, "Neighbours per direction.")
-flags.DEFINE_integer("slice", 1024, "Source rows timed at --slice_sizes.")
-flags.DEFINE_integer("repeats", 3, "Slice timings per size; the median is used.")
-flags.DEFINE_bool("quick", False, "Smoke mode: n = 2000 end to end, a 10000 slice.")
-flags.DEFINE_string("child", None, "Internal: one measurement, 'mine|slice:jax|faiss:n' or "
-                    "'ivf:n'.")
-flags.DEFINE_list("ivf_sizes", [], "Sentences per side mined with --index=ivf against exact.")
-flags.DEFINE_integer("ivf_slice", 20000, "IVF: source rows searched at larger sizes (projected).")
-flags.DEFINE_integer("recall_queries", 1000, "IVF: queries whose exact k-NN gives recall@k.")
-flags.DEFINE_integer("f1_size", 20000, "IVF: sentences per side mined both ways for F1.")
-flags.DEFINE_integer("nprobe", 16, "IVF cells scanned per query.")
-flags.DEFINE_integer("pq", 0, "IVF-PQ bytes per key (0: IVF-Flat).")
-flags.DEFINE_integer("project_to", 10**8, "IVF: the largest --ivf_sizes run projected to this.")
+
+
+def _define_flags() -> None:
+  """Defined when run as a script, so tests can import several bench modules."""
+  flags.DEFINE_list("sizes", ["10000", "100000"], "Sentences per side mined end to end.")
+  flags.DEFINE_list("slice_sizes", ["1000000"], "Sentences per side projected from a slice.")
+  flags.DEFINE_integer("dim", 512, "Embedding width d.")
+  flags.DEFINE_integer("k", 4, "Neighbours per direction.")
+  flags.DEFINE_integer("slice", 1024, "Source rows timed at --slice_sizes.")
+  flags.DEFINE_integer("repeats", 3, "Slice timings per size; the median is used.")
+  flags.DEFINE_bool("quick", False, "Smoke mode: n = 2000 end to end, a 10000 slice.")
+  flags.DEFINE_string("child", None, "Internal: one measurement, 'mine|slice:jax|faiss:n' or "
+                      "'ivf:n'.")
+  flags.DEFINE_list("ivf_sizes", [], "Sentences per side mined with --index=ivf against exact.")
+  flags.DEFINE_integer("ivf_slice", 20000, "IVF: source rows searched at larger sizes (projected).")
+  flags.DEFINE_integer("recall_queries", 1000, "IVF: queries whose exact k-NN gives recall@k.")
+  flags.DEFINE_integer("f1_size", 20000, "IVF: sentences per side mined both ways for F1.")
+  flags.DEFINE_integer("nprobe", 16, "IVF cells scanned per query.")
+  flags.DEFINE_integer("pq", 0, "IVF-PQ bytes per key (0: IVF-Flat).")
+  flags.DEFINE_integer("project_to", 10**8, "IVF: the largest --ivf_sizes run projected to this.")
 
 
 def _unit(n: int, d: int, seed: int) -> np.ndarray:
@@ -298,4 +302,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

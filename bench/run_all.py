@@ -26,11 +26,15 @@ HERE = pathlib.Path(__file__).resolve().parent
 SCRIPTS = ("train_throughput", "encode_throughput", "mining", "scaling")
 
 FLAGS = flags.FLAGS
-flags.DEFINE_bool("quick", False, "Each script's smoke mode.")
-flags.DEFINE_list("only", list(SCRIPTS), "Scripts to run.")
-flags.DEFINE_string("output", str(HERE / "results"), "Where the .jsonl and PNGs go.")
-flags.DEFINE_multi_string("script_args", [], "script:--flag=value passed to one script.")
-flags.DEFINE_bool("plots", True, "Write PNG plots.")
+
+
+def _define_flags() -> None:
+  """Defined when run as a script, so tests can import several bench modules."""
+  flags.DEFINE_bool("quick", False, "Each script's smoke mode.")
+  flags.DEFINE_list("only", list(SCRIPTS), "Scripts to run.")
+  flags.DEFINE_string("output", str(HERE / "results"), "Where the .jsonl and PNGs go.")
+  flags.DEFINE_multi_string("script_args", [], "script:--flag=value passed to one script.")
+  flags.DEFINE_bool("plots", True, "Write PNG plots.")
 
 
 def run_script(name: str, extra: list[str]) -> list[dict]:
@@ -90,4 +94,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

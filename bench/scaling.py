@@ -28,15 +28,19 @@ import common
 import train_throughput
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("objective", "vmsst", "Objective whose step is timed.")
-flags.DEFINE_enum("size", "tiny", list(train_throughput.SIZES), "Network size.")
-flags.DEFINE_list("batch_sizes", ["32", "64", "128"], "Batch sizes at --length.")
-flags.DEFINE_list("lengths", ["16", "32", "64"], "Lengths at --batch_size.")
-flags.DEFINE_integer("batch_size", 64, "Batch of the length sweep and the mesh runs.")
-flags.DEFINE_integer("length", 32, "Length of the batch sweep and the mesh runs.")
-flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median is kept.")
-flags.DEFINE_bool("quick", False, "Smoke mode: contrastive, smoke size, tiny shapes, one round.")
-flags.DEFINE_integer("child_devices", 0, "Internal: time one step on this many devices.")
+
+
+def _define_flags() -> None:
+  """Defined when run as a script, so tests can import several bench modules."""
+  flags.DEFINE_string("objective", "vmsst", "Objective whose step is timed.")
+  flags.DEFINE_enum("size", "tiny", list(train_throughput.SIZES), "Network size.")
+  flags.DEFINE_list("batch_sizes", ["32", "64", "128"], "Batch sizes at --length.")
+  flags.DEFINE_list("lengths", ["16", "32", "64"], "Lengths at --batch_size.")
+  flags.DEFINE_integer("batch_size", 64, "Batch of the length sweep and the mesh runs.")
+  flags.DEFINE_integer("length", 32, "Length of the batch sweep and the mesh runs.")
+  flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median is kept.")
+  flags.DEFINE_bool("quick", False, "Smoke mode: contrastive, smoke size, tiny shapes, one round.")
+  flags.DEFINE_integer("child_devices", 0, "Internal: time one step on this many devices.")
 
 
 def _timers(shapes: list[tuple[int, int]]) -> dict[tuple[int, int], object]:
@@ -103,4 +107,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

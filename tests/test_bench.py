@@ -47,6 +47,36 @@ def test_table_has_one_row_per_comparison():
   assert lines[3].endswith("-")
 
 
+def test_every_bench_script_imports_beside_the_others():
+  """Tests import bench scripts into one worker; a flag defined at import clashes there.
+
+  Each script defines its absl flags in `_define_flags()` under `__main__`, so
+  importing all of them in one interpreter must work, and every script's
+  flags must still be definable (no name defined twice within a script).
+  """
+  code = (
+      "import importlib.util, pathlib, sys\n"
+      f"bench = pathlib.Path({str(BENCH)!r})\n"
+      "sys.path.insert(0, str(bench))\n"
+      "for path in sorted(bench.glob('*.py')):\n"
+      "  spec = importlib.util.spec_from_file_location(path.stem, path)\n"
+      "  module = importlib.util.module_from_spec(spec)\n"
+      "  sys.modules[path.stem] = module\n"
+      "  spec.loader.exec_module(module)\n"
+      "  print(path.stem, hasattr(module, '_define_flags'))\n")
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        check=False, cwd=BENCH.parent)
+  assert done.returncode == 0, done.stderr[-3000:]
+  scripts = [line.split()[0] for line in done.stdout.splitlines() if line.endswith("True")]
+  assert {"main_job", "heldout_lengths", "distillation_languages", "mining"} <= set(scripts)
+  for script in scripts:
+    define = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); import {script}; "
+              f"{script}._define_flags()")
+    done = subprocess.run([sys.executable, "-c", define], capture_output=True, text=True,
+                          check=False, cwd=BENCH.parent)
+    assert done.returncode == 0, f"{script}: {done.stderr[-2000:]}"
+
+
 @pytest.fixture(name="smoke_run", scope="module")
 def _smoke_run(tmp_path_factory):
   """(comparison lines, output dir) of `run_all.py --quick` over the two fastest scripts."""
