@@ -27,6 +27,20 @@ def pytest_configure(config):
       "anything over ~7 s (deselect with -m 'not slow'; `make test-fast`)")
 
 
+# Fixtures that train, export or checkpoint a model (20-30 s each, once per
+# xdist worker): every test that needs one is in the slow tier, so the edit
+# loop pays for none of them (`make test` still runs them all).
+SLOW_FIXTURES = frozenset({"tiny_model", "model_and_export", "two_states",
+                           "separate_towers_run"})
+
+
+def pytest_collection_modifyitems(items):
+  """Marks `slow` every test whose fixtures include one of SLOW_FIXTURES."""
+  for item in items:
+    if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+      item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> pathlib.Path:
   """../shared/data from the repo root; skips the test when it is absent."""

@@ -47,6 +47,7 @@ def test_table_has_one_row_per_comparison():
   assert lines[3].endswith("-")
 
 
+@pytest.mark.slow
 def test_every_bench_script_imports_beside_the_others():
   """Tests import bench scripts into one worker; a flag defined at import clashes there.
 

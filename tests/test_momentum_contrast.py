@@ -364,6 +364,7 @@ def test_nli_term_is_alpha_times_the_cross_entropy_of_the_head_by_hand(tmp_path,
   assert set(drawn.label.tolist()) <= {0, 1, 2}
 
 
+@pytest.mark.slow
 def test_two_tower_export_serves_each_tower_and_scores_a_against_b(data_dir, tiny_vocab_path,
                                                                     tmp_path):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -126,6 +126,7 @@ def test_without_decoder_language_embedding_translation_reads_the_language_off_t
       assert not np.allclose(base[:, 2:], after[:, 2:])
 
 
+@pytest.mark.slow
 def test_without_decoder_language_embedding_only_the_elbo_sees_the_language_id():
   """VMSST's loss under the ablation: the language id reaches the ELBO's
   reconstructions through z_lang ~ q(z_lang | x, language), never the

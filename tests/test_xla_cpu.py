@@ -25,6 +25,7 @@ def _loss_and_grads(name, tuned):
   return float(loss), jax.device_get(grads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["contrastive", "vmsst"])
 def test_both_settings_give_the_same_step(name):
   loss_on, grads_on = _loss_and_grads(name, True)
