@@ -10,6 +10,7 @@ import pytest
 from vmsst import gin_configurables  # pylint: disable=unused-import  # NetworkConfig for gin
 from vmsst import inference
 from vmsst import model_json
+from vmsst import partitioning
 from vmsst import text_inputs
 
 SENTENCES = ["A man rides a bicycle.", "Ein Mann fährt Fahrrad auf einer sehr langen Straße "
@@ -41,6 +42,29 @@ def test_length_bucketed_encoding_equals_full_length_encoding(trained):
   assert bucketed.shape == (len(SENTENCES), 64)
   np.testing.assert_allclose(bucketed, full, atol=1e-5)
   assert encoder.name == "vmsst"
+
+
+def test_a_call_is_padded_to_the_next_power_of_two_rows_not_the_whole_batch():
+  # (rows, batch_size, data shards) -> rows computed
+  cases = {(1, 64, 1): 1, (3, 64, 1): 4, (32, 64, 1): 32, (33, 64, 1): 64, (64, 64, 1): 64,
+           (1, 64, 8): 8, (9, 64, 8): 16, (5, 6, 2): 6}
+  assert {case: inference._row_bucket(*case) for case in cases} == cases
+
+
+@pytest.mark.slow
+def test_one_sentence_computes_one_row_and_the_same_embedding_as_in_a_full_batch(trained):
+  model_dir, _ = trained
+  one_device = partitioning.make_mesh(devices=jax.devices()[:1])
+  encoder = inference.CheckpointEncoder(inference.restore(str(model_dir), mesh=one_device),
+                                        batch_size=8)
+  in_batch = encoder.encode(SENTENCES[:8])
+  rows_seen, compiled = [], encoder._encode
+  encoder._encode = lambda params, tokens, mask: (rows_seen.append(len(tokens)),
+                                                  compiled(params, tokens, mask))[1]
+  alone = np.concatenate([encoder.encode([s]) for s in SENTENCES[:8]]
+                         + [encoder.encode(SENTENCES[:3])])
+  assert rows_seen == [1] * 8 + [4]
+  np.testing.assert_allclose(alone, np.concatenate([in_batch, in_batch[:3]]), atol=1e-5)
 
 
 def test_missing_config_or_checkpoint_is_a_clear_error(trained, tmp_path):

@@ -58,8 +58,10 @@ class Encoder:
     Args:
       model_dir: holds config.gin, spm.model and checkpoints/.
       step: checkpoint step (default: the latest).
-      batch_size: rows of the compiled encoder; every call is padded to it
-        (rounded up to a multiple of the data-parallel devices).
+      batch_size: the most rows one compiled call takes (rounded up to a
+        multiple of the data-parallel devices); a smaller call is padded only
+        to the next power of two, so `encode(..., batch_size=1)` computes one
+        row, not `batch_size`.
       dtype: "bfloat16" or "float32" activations (default: as trained); see
         vmsst.inference.restore.
       max_seq_length: pieces per sentence, EOS included; longer sentences
