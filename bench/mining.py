@@ -71,6 +71,7 @@ def _define_flags() -> None:
   flags.DEFINE_integer("f1_size", 20000, "IVF: sentences per side mined both ways for F1.")
   flags.DEFINE_integer("nprobe", 16, "IVF cells scanned per query.")
   flags.DEFINE_integer("pq", 0, "IVF-PQ bytes per key (0: IVF-Flat).")
+  flags.DEFINE_bool("sq8", False, "IVF-SQ8: one byte per dimension (vmsst.mine --sq8).")
   flags.DEFINE_integer("project_to", 10**8, "IVF: the largest --ivf_sizes run projected to this.")
 
 
@@ -172,10 +173,11 @@ def _ivf_child(n: int) -> dict:
   from vmsst import mine  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import neighbors  # pylint: disable=import-outside-toplevel
-  k, options = FLAGS.k, approximate_neighbors.IvfOptions(nprobe=FLAGS.nprobe, pq=FLAGS.pq)
+  k, options = FLAGS.k, _ivf_options()
   source, target, gold = _planted(n, FLAGS.dim)
   result = {"task": "ivf", "n": n, "nlist": options.cells(n), "nprobe": FLAGS.nprobe,
-            "pq": FLAGS.pq, "data": "clustered, planted pairs (bench/mining.py _planted)"}
+            "pq": FLAGS.pq, "sq8": FLAGS.sq8,
+            "data": "clustered, planted pairs (bench/mining.py _planted)"}
   if n <= FLAGS.f1_size:  # both minings end to end: F1 of IVF against exact and gold
     exact, _ = mine.mine(source, target, k=k, threshold=1.0)
     approx, _ = mine.mine(source, target, k=k, threshold=1.0, index="ivf", ivf=options)
@@ -183,16 +185,20 @@ def _ivf_child(n: int) -> dict:
                "f1_ivf_vs_gold": _f1(approx, gold)}
   rows = min(n, FLAGS.ivf_slice)
   reset, before = common.reset_peak_rss(), common.rss_mb()
-  start = time.perf_counter()
-  index = approximate_neighbors.build_index(target, options)
-  build = time.perf_counter() - start
-  start = time.perf_counter()
-  _, found = index.search(source[:rows], k)
-  search = time.perf_counter() - start
+  if rows == n:
+    found, timed = _ivf_end_to_end(source, target, gold, options)
+    result |= timed
+    build, search, seconds = timed["build_seconds"], timed["search_seconds"], timed["seconds"]
+  else:  # one direction's build and `rows` queries, projected to two builds and 2n queries
+    start = time.perf_counter()
+    index = approximate_neighbors.build_index(target, options)
+    build = time.perf_counter() - start
+    start = time.perf_counter()
+    _, found = approximate_neighbors.knn(source[:rows], target, k, options, index=index)
+    search = time.perf_counter() - start
+    del index
+    seconds = 2 * (build + search * n / rows)
   working = max(common.peak_rss_mb(), common.rss_mb()) - before
-  del index
-  # Two directions, each an index build and n searches (projected from `rows` when fewer).
-  seconds = 2 * (build + search * n / rows)
   queries = np.arange(min(rows, FLAGS.recall_queries))
   recall = np.mean([len(set(a) & set(b)) / k
                     for a, b in zip(found[queries], _exact_top(source[queries], target, k))])
@@ -204,7 +210,40 @@ def _ivf_child(n: int) -> dict:
   return result | {"seconds": seconds, "build_seconds": build, "search_seconds": search,
                    "searched_rows": rows, "recall": float(recall), "recall_queries": len(queries),
                    "exact_seconds": exact_seconds, "working_mb": working, "peak_reset": reset,
-                   "index_mb": n * (FLAGS.pq or FLAGS.dim * 4) / 2**20}
+                   "index_mb": n * (FLAGS.pq or FLAGS.dim * (1 if FLAGS.sq8 else 4)) / 2**20}
+
+
+def _ivf_options():
+  from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
+  return approximate_neighbors.IvfOptions(nprobe=FLAGS.nprobe, pq=FLAGS.pq, sq8=FLAGS.sq8)
+
+
+def _ivf_end_to_end(source: np.ndarray, target: np.ndarray, gold: np.ndarray,
+                    options) -> tuple[np.ndarray, dict]:
+  """`vmsst.mine --index=ivf` on every row, timed by stage: two index builds, 2n
+  queries (re-ranked for SQ8/PQ), margins and one-to-one pairs; F1 against the
+  planted pairs (exact mining at this size is hours).
+
+  Returns the forward neighbours (for recall) and the timings.
+  """
+  from vmsst import mine  # pylint: disable=import-outside-toplevel
+  from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
+  from vmsst.evaluation import bucc  # pylint: disable=import-outside-toplevel
+  k, started, builds, searches, found = FLAGS.k, time.perf_counter(), 0.0, 0.0, []
+  for queries, keys in ((source, target), (target, source)):
+    start = time.perf_counter()
+    index = approximate_neighbors.build_index(keys, options)
+    builds += time.perf_counter() - start
+    start = time.perf_counter()
+    found += approximate_neighbors.knn(queries, keys, k, options, index=index)
+    searches += time.perf_counter() - start
+    del index
+  start = time.perf_counter()
+  pairs, _ = mine.mined_pairs(bucc.Neighbourhoods(*found), threshold=1.0)
+  scoring = time.perf_counter() - start
+  return found[1], {"seconds": time.perf_counter() - started, "build_seconds": builds / 2,
+                    "search_seconds": searches / 2, "scoring_seconds": scoring,
+                    "f1_ivf_vs_gold": _f1(pairs, gold), "end_to_end": True}
 
 
 def _projected(run: dict, big: int, context: dict) -> dict:
@@ -218,7 +257,7 @@ def _projected(run: dict, big: int, context: dict) -> dict:
   scales as n^2.
   """
   from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
-  options = approximate_neighbors.IvfOptions(nprobe=FLAGS.nprobe, pq=FLAGS.pq)
+  options = _ivf_options()
   n = run["n"]
   cost = lambda m: options.cells(m) + FLAGS.nprobe * m / options.cells(m)
   per_query = run["search_seconds"] / run["searched_rows"] * cost(big) / cost(n)
@@ -244,7 +283,8 @@ def _exact_top(queries: np.ndarray, keys: np.ndarray, k: int, block: int = 64) -
 def _ivf_rows(n: int, context: dict) -> list[dict]:
   run = common.run_json([sys.executable, __file__, f"--child=ivf:{n}", f"--dim={FLAGS.dim}",
                          f"--k={FLAGS.k}", f"--slice={FLAGS.slice}", f"--nprobe={FLAGS.nprobe}",
-                         f"--pq={FLAGS.pq}", f"--ivf_slice={FLAGS.ivf_slice}",
+                         f"--pq={FLAGS.pq}", f"--sq8={FLAGS.sq8}",
+                         f"--ivf_slice={FLAGS.ivf_slice}",
                          f"--recall_queries={FLAGS.recall_queries}",
                          f"--f1_size={FLAGS.f1_size}"])
   print(f"  ivf:{n}: {run}", flush=True)

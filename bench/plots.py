@@ -33,12 +33,16 @@ def train_throughput(results, path):
 
 
 def encode_throughput(results, path):
-  rates = results[0]["rates"]
-  fig, ax = plt.subplots(figsize=(7, 4))
+  by_batch = {r["batch_size"]: r["rates"] for r in results if "rates" in r}
+  fig, ax = plt.subplots(figsize=(3 + 2.5 * len(by_batch), 4.5))
   names = {"ours": "ours: Encoder (JAX)", "saved_model": "ours: SavedModel (TF)",
            "peer": "peer: sentence-transformers"}
-  labels = [f"{names[key.split('@')[0]]} {key.split('@')[1]}" for key in rates]
-  _bars(ax, labels, list(rates.values()), "encoding sentences/s", "sentences/s")
+  labels, values = [], []
+  for batch_size, rates in sorted(by_batch.items()):
+    for key, rate in rates.items():
+      labels.append(f"b{batch_size} {names[key.split('@')[0]]} {key.split('@')[1]}")
+      values.append(rate)
+  _bars(ax, labels, values, "encoding sentences/s per batch size", "sentences/s")
   _save(fig, path, results)
 
 

@@ -139,3 +139,54 @@ def test_ivf_mining_rows_report_recall_f1_and_a_projection():
   assert timed["how"] == "projected from 1000 queries" and timed["ours"] > 0
   projected = results["mining/ivf/1e5/time (vs exact), projected from 3e3"]
   assert projected["ours"] > timed["ours"] and projected["peer"] > timed["peer"]
+
+
+def test_ivf_mining_end_to_end_times_every_stage_and_scores_the_planted_pairs():
+  """--ivf_slice >= n: both builds and all 2n queries measured (SQ8), not projected."""
+  done = subprocess.run(
+      [sys.executable, str(BENCH / "mining.py"), "--sizes=", "--slice_sizes=",
+       "--ivf_sizes=4000", "--ivf_slice=4000", "--recall_queries=200", "--f1_size=4000",
+       "--slice=512", "--sq8", "--project_to=0"],
+      capture_output=True, text=True, timeout=600, check=False)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  results = {r["name"]: r for r in map(json.loads, (line for line in done.stdout.splitlines()
+                                                     if line.startswith("{")))}
+  timed = results["mining/ivf/4e3/time (vs exact)"]
+  run = timed["ivf_run"]
+  assert timed["how"] == "end to end" and run["end_to_end"] and run["sq8"]
+  stages = 2 * (run["build_seconds"] + run["search_seconds"]) + run["scoring_seconds"]
+  assert stages <= run["seconds"] <= stages + 1.0
+  # The planted pairs are not all mutual nearest neighbours: exact mining's F1 is the ceiling.
+  assert run["f1_ivf_vs_gold"] == pytest.approx(run["f1_exact_vs_gold"], abs=0.02)
+  assert results["mining/ivf/4e3/recall@4"]["ours"] >= 0.98
+  assert run["index_mb"] == pytest.approx(4000 * 512 / 2**20)
+
+
+@pytest.mark.slow
+def test_encode_rows_per_batch_size_and_the_saved_model_agrees_with_the_checkpoint():
+  """bench/encode_throughput.py --quick at two batch sizes (issue #18 part 4's shapes).
+
+  The agreement rows are a correctness check, not a speed figure: the f32
+  SavedModel must give the checkpoint's embeddings and the bf16 export must
+  stay within cosine 0.999 of them.
+  """
+  done = subprocess.run(
+      [sys.executable, str(BENCH / "encode_throughput.py"), "--quick", "--batch_sizes=1,8",
+       "--matched_precision"], capture_output=True, text=True, timeout=900, check=False)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+  by_name = {r["name"]: r for r in rows}
+  diff = by_name["encode/agreement/saved_model_f32_vs_checkpoint_f32_max_abs_diff"]
+  assert diff["max_abs_diff"] <= 1e-5 and diff["met"]
+  assert by_name["encode/agreement/saved_model_bf16_vs_checkpoint_f32_min_cosine"]["ours"] >= 0.999
+  for batch_size in (1, 8):
+    throughput = by_name[f"encode/b{batch_size}/saved_model_vs_sentence_transformers/"
+                         "float32_vs_float32"] if common.have_sentence_transformers() else None
+    if throughput is not None:
+      assert throughput["target"] == 2.0 and throughput["batch_size"] == batch_size
+      latency = by_name[f"encode/b{batch_size}/latency/saved_model_vs_sentence_transformers/"
+                        "float32_vs_float32"]
+      calls = -(-throughput["sentences"] // batch_size)
+      # Mean ms per call and sentences/s come from the same timing.
+      assert latency["ours"] == pytest.approx(1000 * throughput["sentences"] / throughput["ours"]
+                                              / calls)

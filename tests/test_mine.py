@@ -327,13 +327,13 @@ def _clustered_task(n: int = 3000, d: int = 32, seed: int = 0):
   return source, target[rng.permutation(n)]
 
 
-@pytest.mark.parametrize("pq", [0, 8])
-def test_ivf_mines_the_pairs_exact_mining_finds(pq):
+@pytest.mark.parametrize("pq,sq8", [(0, False), (8, False), (0, True)])
+def test_ivf_mines_the_pairs_exact_mining_finds(pq, sq8):
   source, target = _clustered_task()
   want, want_scores = mine.mine(source, target, threshold=1.0)
   got, got_scores = mine.mine(source, target, threshold=1.0, index="ivf",
                               ivf=approximate_neighbors.IvfOptions(nlist=32, nprobe=8, pq=pq,
-                                                                   train_size=2000))
+                                                                   sq8=sq8, train_size=2000))
   same = {tuple(p) for p in want.tolist()} & {tuple(p) for p in got.tolist()}
   assert len(want) >= 2000  # the 2000 planted translations and a few near the threshold
   assert 2 * len(same) / (len(want) + len(got)) >= 0.99  # F1 of the IVF pairs against exact
@@ -351,6 +351,16 @@ def test_ivf_neighbours_of_a_full_probe_are_the_exact_neighbours():
       source, target, 4, approximate_neighbors.IvfOptions(nlist=8, nprobe=8))
   np.testing.assert_array_equal(got.forward_indices, want.forward_indices)
   np.testing.assert_array_equal(got.backward_indices, want.backward_indices)
+  np.testing.assert_allclose(got.forward_scores, want.forward_scores, atol=1e-5)
+
+
+def test_sq8_keys_rescored_by_exact_cosine_give_the_exact_neighbours_of_a_full_probe():
+  """8-bit codes only choose the RERANK * k candidates; their true cosines rank them."""
+  source, target = _clustered_task(600)
+  want = mine.neighbourhoods(source, target, 4)
+  got = mine.approximate_neighbourhoods(
+      source, target, 4, approximate_neighbors.IvfOptions(nlist=8, nprobe=8, sq8=True))
+  np.testing.assert_array_equal(got.forward_indices, want.forward_indices)
   np.testing.assert_allclose(got.forward_scores, want.forward_scores, atol=1e-5)
 
 
@@ -375,6 +385,7 @@ def test_ivf_streams_memory_mapped_embeddings(tmp_path):
 @pytest.mark.parametrize("options,message", [
     ({"nlist": 5000}, r"--nlist=5000 exceeds the 600 keys; pass --nlist=0"),
     ({"pq": 7}, r"--pq=7 must divide the embedding width 32 \(e\.g\. --pq=32\)"),
+    ({"pq": 8, "sq8": True}, r"--pq=8 and --sq8 are two codes for the keys; pass one"),
     ({"nprobe": 0}, r"--nprobe=0.* must be >= 1"),
 ])
 def test_bad_ivf_options_name_the_flag(options, message):

@@ -56,7 +56,7 @@ FLOPs). 10^6 x 10^6 sentences need a few GiB beyond the embeddings
 
 Corpus scale (10^6 and more per side): --index=ivf searches a faiss
 inverted-file index per side instead (approximate_neighbors.py; --nlist,
---nprobe, --pq, --train_size) and scores the margins on those approximate
+--nprobe, --sq8 or --pq, --train_size) and scores the margins on those approximate
 neighbours, as LASER does. With --*_embeddings holding one row per line (no
 repeated or empty lines) the .npy stays memory-mapped and is streamed in
 blocks, so memory is bounded by the index, not by the sides
@@ -93,7 +93,7 @@ OUTPUT_FORMATS = ("text", "indices")
 INDEXES = ("exact", "ivf")
 STREAM_BLOCK = 65_536  # rows of a memory-mapped .npy checked at a time
 EXACT_FLAGS = ("backend", "query_block", "key_block")
-IVF_FLAGS = ("nlist", "nprobe", "pq", "train_size")
+IVF_FLAGS = ("nlist", "nprobe", "pq", "sq8", "train_size")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,11 +216,17 @@ def mine(source: np.ndarray, target: np.ndarray, *, margin: str = "ratio",
   elif index == "ivf":
     if knn_options:
       raise ValueError(f"{sorted(knn_options)} tune the exact search; drop them with "
-                       "--index=ivf (its options are --nlist, --nprobe, --pq, --train_size).")
+                       "--index=ivf (its options are --nlist, --nprobe, --sq8, --pq, --train_size).")
     hood = approximate_neighbourhoods(source, target, k, ivf or approximate_neighbors.IvfOptions(),
                                       progress)
   else:
     raise ValueError(f"--index={index}; pick one of {INDEXES}.")
+  return mined_pairs(hood, margin=margin, retrieval=retrieval, threshold=threshold)
+
+
+def mined_pairs(hood: bucc.Neighbourhoods, *, margin: str = "ratio", retrieval: str = "max",
+                threshold: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """`mine`'s pairs and scores from neighbourhoods already searched (exact or approximate)."""
   pairs, scores = bucc.candidates(hood, MARGINS[margin], RETRIEVALS[retrieval])
   keep = bucc.one_to_one(pairs, scores)
   pairs, scores = pairs[keep], scores[keep]
@@ -351,7 +357,7 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
   if knn_options.get("index", "exact") != "exact":  # say that the neighbours are approximate
     ivf = knn_options.get("ivf") or approximate_neighbors.IvfOptions()
     above += (f", approximate IVF neighbours ({ivf.cells(len(y))} cells, nprobe {ivf.nprobe}"
-              f"{f', PQ {ivf.pq} bytes' if ivf.pq else ''})")
+              f"{f', PQ {ivf.pq} bytes' if ivf.pq else ''}{', SQ8' if ivf.sq8 else ''})")
   return Summary(source, target, len(pairs),
                  f"{margin} margin, {retrieval} retrieval, k={k}{above}", truncated)
 
@@ -377,6 +383,9 @@ def _define_flags() -> None:
                        "--index=ivf: cells scanned per query.")
   flags.DEFINE_integer("pq", 0, "--index=ivf: bytes per key for product quantization "
                        "(0: exact keys, IVF-Flat); must divide the embedding width.")
+  flags.DEFINE_bool("sq8", False, "--index=ivf: keep one byte per dimension (8-bit scalar "
+                    "quantization; a quarter of the memory and of the bytes each query scans); "
+                    "candidates are re-scored by exact cosine.")
   flags.DEFINE_integer("train_size", approximate_neighbors.IvfOptions.train_size,
                        "--index=ivf: sentences sampled to train the cells.")
   flags.DEFINE_enum("backend", "jax", ["jax", "faiss"], "Exact k-NN search backend.")
@@ -418,7 +427,8 @@ def _search_options() -> dict:
     return {"backend": FLAGS.backend, "query_block": FLAGS.query_block,
             "key_block": FLAGS.key_block}
   return {"index": "ivf", "ivf": approximate_neighbors.IvfOptions(
-      nlist=FLAGS.nlist, nprobe=FLAGS.nprobe, pq=FLAGS.pq, train_size=FLAGS.train_size)}
+      nlist=FLAGS.nlist, nprobe=FLAGS.nprobe, pq=FLAGS.pq, sq8=FLAGS.sq8,
+      train_size=FLAGS.train_size)}
 
 
 if __name__ == "__main__":

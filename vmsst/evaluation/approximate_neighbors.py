@@ -11,11 +11,14 @@ Memory is bounded by the index, never by n x m: the keys are added and the
 queries searched in blocks, so both may be `.npy` files memory-mapped from
 disk (np.load(..., mmap_mode="r")); only one block of each is resident
 beside the index. IVF-Flat keeps the m x d float32 keys (4 GB at 10^6, d =
-512 is 2 GB); `pq` > 0 keeps `pq` bytes per key instead (IVF-PQ, 64 bytes
-per key = 64 MB at 10^6, 6.4 GB at 10^8) and RERANK * k candidates are
-re-scored by their exact cosines from the keys (a gather of rows per query
-from the memory map), of which the k best are kept: the margin sees true
-cosines of approximate neighbours.
+512 is 2 GB); `sq8` keeps one byte per dimension (faiss's 8-bit scalar
+quantizer: 512 MB at 10^6, d = 512), a quarter of the bytes each query
+scans, which is what bounds a scan on a CPU (bench/RESULTS.md: half the
+search time, the same recall); `pq` > 0 keeps `pq` bytes per key (IVF-PQ,
+64 bytes per key = 64 MB at 10^6, 6.4 GB at 10^8). With either code,
+RERANK * k candidates are re-scored by their exact cosines from the keys (a
+gather of rows per query from the memory map), of which the k best are
+kept: the margin sees true cosines of approximate neighbours.
 
 Scaling: faiss runs the search on all CPU cores (OpenMP), not over JAX
 devices; beyond one machine the queries split into independent shards
@@ -35,7 +38,7 @@ import tqdm
 
 from vmsst.evaluation import similarity
 
-RERANK = 4  # IVF-PQ: candidates per neighbour re-scored by exact cosine
+RERANK = 4  # IVF-PQ / SQ8: candidates per neighbour re-scored by exact cosine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +49,7 @@ class IvfOptions:
     nlist: k-means cells; 0 picks 4 * sqrt(m) (faiss's guideline), at most m / 39.
     nprobe: cells scanned per query (recall rises, speed falls with it).
     pq: bytes per key for product quantization; 0 keeps the keys exact (IVF-Flat).
+    sq8: one byte per dimension (8-bit scalar quantization) instead of float32 keys.
     train_size: keys sampled to train the cells (and the PQ codebooks).
     block: rows added or searched per call (bounds the resident copy of a memmap).
     seed: for the training sample and k-means.
@@ -53,6 +57,7 @@ class IvfOptions:
   nlist: int = 0
   nprobe: int = 16
   pq: int = 0
+  sq8: bool = False
   train_size: int = 100_000
   block: int = 65_536
   seed: int = 0
@@ -62,6 +67,8 @@ class IvfOptions:
     if self.nlist < 0 or self.nprobe < 1 or self.train_size < 1 or self.block < 1:
       raise ValueError(f"--nlist={self.nlist} must be >= 0 (0: automatic) and --nprobe="
                        f"{self.nprobe}, --train_size={self.train_size} must be >= 1.")
+    if self.pq and self.sq8:
+      raise ValueError(f"--pq={self.pq} and --sq8 are two codes for the keys; pass one.")
     if self.pq and (self.pq < 0 or dim % self.pq):
       raise ValueError(f"--pq={self.pq} must divide the embedding width {dim} "
                        f"(e.g. --pq={_divisor_near(dim, 64)}); --pq=0 keeps exact keys.")
@@ -89,6 +96,9 @@ def build_index(keys: np.ndarray, options: IvfOptions, progress: str | None = No
   quantizer = faiss.IndexFlatIP(dim)
   if options.pq:
     index = faiss.IndexIVFPQ(quantizer, dim, cells, options.pq, 8, faiss.METRIC_INNER_PRODUCT)
+  elif options.sq8:
+    index = faiss.IndexIVFScalarQuantizer(quantizer, dim, cells, faiss.ScalarQuantizer.QT_8bit,
+                                          faiss.METRIC_INNER_PRODUCT)
   else:
     index = faiss.IndexIVFFlat(quantizer, dim, cells, faiss.METRIC_INNER_PRODUCT)
   index.cp.seed = options.seed
@@ -104,31 +114,35 @@ def build_index(keys: np.ndarray, options: IvfOptions, progress: str | None = No
 
 
 def knn(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions = IvfOptions(),
-        progress: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        progress: str | None = None, index=None) -> tuple[np.ndarray, np.ndarray]:
   """Approximate (float32 [n, k] cosines, int64 [n, k] key rows), as `neighbors.knn` returns.
 
-  `queries` and `keys` may be memory-mapped; neither is copied whole.
+  `queries` and `keys` may be memory-mapped; neither is copied whole. `index`:
+  `build_index(keys, options)` when the caller built it already (a benchmark
+  timing the build apart); built here otherwise.
   """
   if not 1 <= k <= len(keys):
     raise ValueError(f"k={k} needs 1 <= k <= {len(keys)} keys.")
   if queries.shape[1] != keys.shape[1]:
     raise ValueError(f"queries are {queries.shape[1]}-wide but keys {keys.shape[1]}; embed "
                      "both sides with the same encoder.")
-  index = build_index(keys, options, progress)
+  if index is None:
+    index = build_index(keys, options, progress)
   scores = np.empty((len(queries), k), np.float32)
   indices = np.empty((len(queries), k), np.int64)
   for start in tqdm.tqdm(range(0, len(queries), options.block),
                          desc=progress and f"{progress} search", disable=progress is None,
                          leave=False):
     block = similarity.normalize(queries[start:start + options.block])
-    # PQ codes rank coarsely: take RERANK * k candidates and keep the k best by true cosine.
-    block_scores, block_indices = index.search(block, min(RERANK * k, len(keys)) if options.pq
+    # Codes rank coarsely: take RERANK * k candidates and keep the k best by true cosine.
+    coded = bool(options.pq or options.sq8)
+    block_scores, block_indices = index.search(block, min(RERANK * k, len(keys)) if coded
                                                else k)
     if (block_indices < 0).any():
       row = start + int(np.flatnonzero((block_indices < 0).any(axis=1))[0])
       raise ValueError(f"query row {row} found fewer than k={k} neighbours in its "
                        f"{index.nprobe} cells; raise --nprobe or lower --nlist.")
-    if options.pq:  # true cosines of the approximate neighbours
+    if coded:  # true cosines of the approximate neighbours
       block_scores = _exact_cosines(block, block_indices, keys)
     order = np.lexsort((block_indices, -block_scores), axis=1)
     order = order[:, :k]
