@@ -40,6 +40,7 @@ layers, random weights), so its embeddings are not compared, only its speed.
 
 import os
 import pathlib
+import shutil
 import tempfile
 import time
 
@@ -162,6 +163,7 @@ def main(argv) -> None:
   common.emit(results, f"encoding: {len(texts)} NTREX sentences, {FLAGS.layers} layers, "
               f"d={FLAGS.width}, batch sizes {','.join(FLAGS.batch_sizes)}, "
               f"load {common.machine()['load_average']}")
+  shutil.rmtree(work, ignore_errors=True)  # the model, both exports and the vocabulary
 
 
 def agreement(encoders: dict, texts: list[str]) -> list[dict]:

@@ -176,6 +176,7 @@ def _ivf_child(n: int) -> dict:
   k, options = FLAGS.k, _ivf_options()
   source, target, gold = _planted(n, FLAGS.dim)
   result = {"task": "ivf", "n": n, "nlist": options.cells(n), "nprobe": FLAGS.nprobe,
+            "train_keys": options.training_keys(n),
             "pq": FLAGS.pq, "sq8": FLAGS.sq8,
             "data": "clustered, planted pairs (bench/mining.py _planted)"}
   if n <= FLAGS.f1_size:  # both minings end to end: F1 of IVF against exact and gold
@@ -253,7 +254,7 @@ def _projected(run: dict, big: int, context: dict) -> dict:
   ~n / nlist keys, so with nlist = 4 sqrt(n) (approximate_neighbors) a query
   costs ∝ nlist + nprobe * n / nlist; adding a key costs ∝ nlist (its cell).
   The measured per-query search and per-key add times scale by that ratio
-  (k-means training on the fixed sample scales with nlist too). Exact mining
+  (k-means on a sample of 64 keys per cell scales as nlist^2, bounded here by n * nlist). Exact mining
   scales as n^2.
   """
   from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel

@@ -354,6 +354,13 @@ def test_ivf_neighbours_of_a_full_probe_are_the_exact_neighbours():
   np.testing.assert_allclose(got.forward_scores, want.forward_scores, atol=1e-5)
 
 
+def test_the_training_sample_grows_with_the_cells_faiss_asks_39_per_cell():
+  options = approximate_neighbors.IvfOptions()
+  assert options.cells(10**6) == 4000 and options.training_keys(10**6) == 256_000
+  assert options.training_keys(10**5) == 100_000 and options.training_keys(5_000) == 5_000
+  assert approximate_neighbors.IvfOptions(train_size=2000).training_keys(10**6) == 2000
+
+
 def test_sq8_keys_rescored_by_exact_cosine_give_the_exact_neighbours_of_a_full_probe():
   """8-bit codes only choose the RERANK * k candidates; their true cosines rank them."""
   source, target = _clustered_task(600)
@@ -386,7 +393,8 @@ def test_ivf_streams_memory_mapped_embeddings(tmp_path):
     ({"nlist": 5000}, r"--nlist=5000 exceeds the 600 keys; pass --nlist=0"),
     ({"pq": 7}, r"--pq=7 must divide the embedding width 32 \(e\.g\. --pq=32\)"),
     ({"pq": 8, "sq8": True}, r"--pq=8 and --sq8 are two codes for the keys; pass one"),
-    ({"nprobe": 0}, r"--nprobe=0.* must be >= 1"),
+    ({"nprobe": 0}, r"--nprobe=0 must be >= 1"),
+    ({"train_size": -1}, r"--train_size=-1 must be >= 0 \(0: automatic\)"),
 ])
 def test_bad_ivf_options_name_the_flag(options, message):
   source, target = _clustered_task(600)

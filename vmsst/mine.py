@@ -387,7 +387,8 @@ def _define_flags() -> None:
                     "quantization; a quarter of the memory and of the bytes each query scans); "
                     "candidates are re-scored by exact cosine.")
   flags.DEFINE_integer("train_size", approximate_neighbors.IvfOptions.train_size,
-                       "--index=ivf: sentences sampled to train the cells.")
+                       "--index=ivf: sentences sampled to train the cells (0: 64 per cell, "
+                       "at least 100,000).")
   flags.DEFINE_enum("backend", "jax", ["jax", "faiss"], "Exact k-NN search backend.")
   # 1024 x 1024 blocks (4 MiB of cosines) stay in cache: measured faster than 2048 x 8192.
   flags.DEFINE_integer("query_block", 1024, "Queries per search block.")
