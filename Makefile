@@ -11,7 +11,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: train test test-fast bench
+.PHONY: train test test-fast test-core-jax-next bench
 
 $(STAMP): setup.py
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,17 @@ test: $(STAMP)
 # makes a misspelt marker an error instead of a slow test in the fast tier).
 test-fast: $(STAMP)
 	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 --strict-markers -m "not slow" $(ARGS)
+
+# The JAX-only core (no TensorFlow, seqio or gin) on the JAX line accelerator images
+# carry (0.11, whose wheels need Python >= 3.12), in a venv of its own. Not part of
+# `make test`: it needs a Python 3.12 (PYTHON312=...) and about a minute of installs.
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
+CORE_VENV := .venv-jax-next
+CORE_TESTS := tests/test_core_without_tf.py tests/test_xla_cpu.py tests/test_accelerator_bench.py
+test-core-jax-next:
+	test -x $(CORE_VENV)/bin/python || $(PYTHON312) -m venv $(CORE_VENV)
+	$(CORE_VENV)/bin/pip install --quiet "jax[cpu]>=0.11,<0.12" flax optax orbax-checkpoint absl-py pytest
+	PYTHONPATH=. $(CORE_VENV)/bin/python -m pytest -q -p no:cacheprovider $(CORE_TESTS) $(ARGS)
 
 bench: $(STAMP)
 	$(VENV)/bin/pip install --quiet -e ".[bench]"

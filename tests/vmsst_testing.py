@@ -1,14 +1,17 @@
-"""Small real models and batches shared by the model tests (no mocks)."""
+"""Small real models and batches shared by the model tests (no mocks).
+
+Importable with JAX alone (no gin-config, seqio or TensorFlow), so the core's
+tests run where an accelerator image has only JAX: the helpers that build
+gin runs import those inside.
+"""
 
 import pathlib
 
 import flax.linen as nn
-import gin
 import jax
 import numpy as np
 
 from vmsst import models
-from vmsst import vocabulary
 from vmsst.config import NetworkConfig
 from vmsst.languages import LANGUAGES
 
@@ -46,6 +49,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def small_run_bindings(data_dir, vocab_path, model_dir, steps: int, extra=()) -> list[str]:
   """Gin bindings shrinking a gin/runs/*_cpu.gin run to seconds (real data and code)."""
+  from vmsst import vocabulary  # pylint: disable=import-outside-toplevel
   vocab_size = vocabulary.get_vocabulary(str(vocab_path)).vocab_size
   return [
       f"DATA_DIR = '{data_dir}'", f"VOCAB_PATH = '{vocab_path}'", f"VOCAB_SIZE = {vocab_size}",
@@ -58,6 +62,7 @@ def small_run_bindings(data_dir, vocab_path, model_dir, steps: int, extra=()) ->
 def configure_small_run(data_dir, vocab_path, model_dir, steps: int, objective="vmsst",
                         extra=()) -> None:
   """Parses gin/runs/<objective>_cpu.gin with `small_run_bindings`."""
+  import gin  # pylint: disable=import-outside-toplevel
   gin.clear_config()
   gin.add_config_file_search_path(str(ROOT))
   gin.parse_config_files_and_bindings(

@@ -12,6 +12,12 @@ import types
 
 try:
   import gin  # pylint: disable=unused-import
+  if not hasattr(gin, "configurable"):
+    # Not gin-config but the repository's gin/ folder of .gin files, which Python
+    # imports as an empty namespace package when the repository root is on sys.path
+    # and gin-config is not installed (`python -m pytest` from the root on an
+    # accelerator image).
+    raise ImportError("gin resolves to a folder of .gin files, not gin-config")
 except ImportError:
 
   class _Required:
