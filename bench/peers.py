@@ -50,8 +50,9 @@ def bert_config(cfg: NetworkConfig, *, dropout: float = 0.0):
 
 
 def sentence_transformer(cfg: NetworkConfig, spm_path: str | None, *, max_length: int,
-                         dropout: float = 0.0, threads: int | None = None):
-  """A random-weight SentenceTransformer of `cfg`'s encoder shape, mean pooling, CPU.
+                         dropout: float = 0.0, threads: int | None = None,
+                         device: str = "cpu"):
+  """A random-weight SentenceTransformer of `cfg`'s encoder shape, mean pooling.
 
   Args:
     cfg: our network sizes (encoder depth, d, heads, mlp, vocabulary, max length).
@@ -60,6 +61,7 @@ def sentence_transformer(cfg: NetworkConfig, spm_path: str | None, *, max_length
     max_length: the sequence length (tokens, EOS included) both sides use.
     dropout: BERT's dropout (0.1 to match a Contrastive run, 0 for encoding).
     threads: torch intra-op threads (default: all cores, as JAX uses).
+    device: torch device ("cpu", or "cuda" on an accelerator: bench/accelerator.py).
   """
   import torch  # pylint: disable=import-outside-toplevel
   import transformers  # pylint: disable=import-outside-toplevel
@@ -75,7 +77,7 @@ def sentence_transformer(cfg: NetworkConfig, spm_path: str | None, *, max_length
     _placeholder_tokenizer(cfg.vocab_size).save_pretrained(directory)
   transformer = modules.Transformer(directory, max_seq_length=max_length)
   pooling = modules.Pooling(cfg.emb_dim, pooling_mode="mean")
-  return SentenceTransformer(modules=[transformer, pooling], device="cpu")
+  return SentenceTransformer(modules=[transformer, pooling], device=device)
 
 
 def _placeholder_tokenizer(vocab_size: int):

@@ -130,27 +130,31 @@ def ours(name: str, cfg: NetworkConfig, batch: dict[str, np.ndarray], *, steps: 
 
 
 def peer(cfg: NetworkConfig, batch: dict[str, np.ndarray], dropout: float,
-         dtype: str = "float32", *, length: int, steps: int = 1):
-  """A function running FLAGS.steps sentence-transformers MNRL steps; seconds per step.
+         dtype: str = "float32", *, length: int, steps: int = 1, device: str = "cpu"):
+  """A function running `steps` sentence-transformers MNRL steps; seconds per step.
 
   bfloat16 is PyTorch's own mixed precision: the forward under
-  torch.autocast("cpu", bfloat16), float32 parameters and AdamW.
+  torch.autocast(device, bfloat16), float32 parameters and AdamW. `device`:
+  "cpu" here, "cuda" in bench/accelerator.py (timed to a synchronize).
   """
   import contextlib  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
   import peers  # pylint: disable=import-outside-toplevel
   from sentence_transformers.sentence_transformer import losses  # pylint: disable=import-outside-toplevel
-  model = peers.sentence_transformer(cfg, None, max_length=length, dropout=dropout)
+  model = peers.sentence_transformer(cfg, None, max_length=length, dropout=dropout,
+                                     device=device)
   model.train()
   loss_fn = losses.MultipleNegativesRankingLoss(model)
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-  features = [{"input_ids": torch.from_numpy(batch[f"tokens_{s}"]).long(),
-               "attention_mask": torch.from_numpy(batch[f"mask_{s}"]).long()} for s in "ab"]
+  features = [{"input_ids": torch.from_numpy(batch[f"tokens_{s}"]).long().to(device),
+               "attention_mask": torch.from_numpy(batch[f"mask_{s}"]).long().to(device)}
+              for s in "ab"]
+  synchronize = torch.cuda.synchronize if device.startswith("cuda") else lambda: None
 
   def precision():
     if dtype == "float32":
       return contextlib.nullcontext()
-    return torch.autocast("cpu", dtype=torch.bfloat16)
+    return torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
 
   def run() -> float:
     start = time.perf_counter()
@@ -160,6 +164,7 @@ def peer(cfg: NetworkConfig, batch: dict[str, np.ndarray], dropout: float,
         loss = loss_fn(features, None)
       loss.backward()
       optimizer.step()
+    synchronize()
     return (time.perf_counter() - start) / steps
 
   run()  # warm up
