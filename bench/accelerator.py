@@ -23,6 +23,7 @@ pair) at matched bf16; the issue's target is >= 1.5x on an H100.
 """
 
 import json
+import os
 import sys
 import time
 from typing import Sequence
@@ -30,8 +31,7 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
-sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.dirname(
-    __import__("os").path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
@@ -173,7 +173,7 @@ def main(argv: Sequence[str]) -> None:
 def peer_row(cfg: NetworkConfig, batch_size: int, length: int, steps: int, device: str,
              ours_examples_per_s: float | None) -> dict:
   """sentence-transformers' Contrastive step (MNRL, bf16 autocast) on `device`: pairs/s."""
-  sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/, also under runpy
   import train_throughput  # pylint: disable=import-outside-toplevel
   run = train_throughput.peer(cfg, synthetic_batch(batch_size, length, cfg.vocab_size),
                               FLAGS.dropout_rate, "bfloat16", length=length, steps=steps,

@@ -143,14 +143,14 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions = Ivf
     index = build_index(keys, options, progress)
   scores = np.empty((len(queries), k), np.float32)
   indices = np.empty((len(queries), k), np.int64)
+  # Codes rank coarsely: take RERANK * k candidates and keep the k best by true cosine.
+  coded = bool(options.pq or options.sq8)
+  candidates = min(RERANK * k, len(keys)) if coded else k
   for start in tqdm.tqdm(range(0, len(queries), options.block),
                          desc=progress and f"{progress} search", disable=progress is None,
                          leave=False):
     block = similarity.normalize(queries[start:start + options.block])
-    # Codes rank coarsely: take RERANK * k candidates and keep the k best by true cosine.
-    coded = bool(options.pq or options.sq8)
-    block_scores, block_indices = index.search(block, min(RERANK * k, len(keys)) if coded
-                                               else k)
+    block_scores, block_indices = index.search(block, candidates)
     if (block_indices < 0).any():
       row = start + int(np.flatnonzero((block_indices < 0).any(axis=1))[0])
       raise ValueError(f"query row {row} found fewer than k={k} neighbours in its "
