@@ -384,22 +384,8 @@ def test_merge_top_k_breaks_ties_by_the_lower_row():
   np.testing.assert_allclose(merged[0], [[0.9, 0.9, 0.7]])
 
 
-def test_sharded_ivf_bounds_and_summary(tmp_path):
-  with pytest.raises(ValueError, match=r"--shards=200 must be between 1 and 150"):
-    approximate_neighbors.shard_slices(600, 200, 4)
-  source, target = _clustered_task(600)
-  src, trg = _files(tmp_path, "".join(f"s{i}\n" for i in range(600)),
-                    "".join(f"t{i}\n" for i in range(600)))
-  np.save(tmp_path / "src.npy", source)
-  np.save(tmp_path / "trg.npy", target)
-  summary = mine.mine_files(None, src, trg, tmp_path / "ivf.tsv",
-                            src_embeddings=tmp_path / "src.npy",
-                            trg_embeddings=tmp_path / "trg.npy", index="ivf", progress=False,
-                            ivf=approximate_neighbors.IvfOptions(nlist=4, nprobe=4, shards=2))
-  assert "approximate IVF neighbours (2 key shards of 4 cells, nprobe 4)" in str(summary)
-
-
-def _sharded_inputs(tmp_path):
+def _ivf_inputs(tmp_path) -> dict:
+  """600 clustered sentences a side as text files and .npy, for mine_files with an IVF index."""
   source, target = _clustered_task(600)
   src, trg = _files(tmp_path, "".join(f"s{i}\n" for i in range(600)),
                     "".join(f"t{i}\n" for i in range(600)))
@@ -409,9 +395,17 @@ def _sharded_inputs(tmp_path):
               trg_embeddings=tmp_path / "trg.npy", index="ivf", progress=False)
 
 
+def test_sharded_ivf_bounds_and_summary(tmp_path):
+  with pytest.raises(ValueError, match=r"--shards=200 must be between 1 and 150"):
+    approximate_neighbors.shard_slices(600, 200, 4)
+  summary = mine.mine_files(None, output=tmp_path / "ivf.tsv", **_ivf_inputs(tmp_path),
+                            ivf=approximate_neighbors.IvfOptions(nlist=4, nprobe=4, shards=2))
+  assert "approximate IVF neighbours (2 key shards of 4 cells, nprobe 4)" in str(summary)
+
+
 def test_shards_searched_apart_and_merged_mine_what_one_run_mines(tmp_path):
   """Two `--shard=i` runs (one machine each) and a merge write the one-run pairs."""
-  inputs = _sharded_inputs(tmp_path)
+  inputs = _ivf_inputs(tmp_path)
   options = approximate_neighbors.IvfOptions(nlist=4, nprobe=2, shards=2)
   mine.mine_files(None, output=tmp_path / "one.tsv", ivf=options, **inputs)
   output = tmp_path / "out" / "pairs.tsv"
@@ -426,7 +420,7 @@ def test_shards_searched_apart_and_merged_mine_what_one_run_mines(tmp_path):
 
 
 def test_sharded_runs_refuse_missing_or_mismatched_shards(tmp_path):
-  inputs = _sharded_inputs(tmp_path)
+  inputs = _ivf_inputs(tmp_path)
   options = approximate_neighbors.IvfOptions(nlist=4, nprobe=2, shards=2)
   output = tmp_path / "pairs.tsv"
   mine.mine_files(None, output=output, ivf=options, shard=0, **inputs)
@@ -450,7 +444,7 @@ def test_sharded_runs_refuse_missing_or_mismatched_shards(tmp_path):
 
 
 def test_merge_shards_command_needs_no_encoder(tmp_path):
-  inputs = _sharded_inputs(tmp_path)
+  inputs = _ivf_inputs(tmp_path)
   common = ["--index=ivf", "--nlist=4", "--nprobe=4", "--shards=2", f"--src={inputs['src']}",
             f"--trg={inputs['trg']}", f"--output={tmp_path / 'pairs.tsv'}"]
   vectors = [f"--src_embeddings={inputs['src_embeddings']}",
@@ -472,7 +466,7 @@ def test_sampled_recall_counts_the_exact_neighbours_found():
 
 
 def test_an_ivf_mining_run_reports_its_recall_and_the_fix_when_low(tmp_path):
-  inputs = _sharded_inputs(tmp_path)
+  inputs = _ivf_inputs(tmp_path)
   full = mine.mine_files(None, output=tmp_path / "a.tsv", recall_sample=200,
                          ivf=approximate_neighbors.IvfOptions(nlist=8, nprobe=8), **inputs)
   assert ("recall@4 of the IVF neighbours against exact on 200 / 200 sampled sentences: "
@@ -505,20 +499,14 @@ def test_sq8_keys_rescored_by_exact_cosine_give_the_exact_neighbours_of_a_full_p
 
 
 def test_ivf_streams_memory_mapped_embeddings(tmp_path):
-  source, target = _clustered_task(600)
-  src, trg = _files(tmp_path, "".join(f"s{i}\n" for i in range(600)),
-                    "".join(f"t{i}\n" for i in range(600)))
-  np.save(tmp_path / "src.npy", source)
-  np.save(tmp_path / "trg.npy", target)
-  side = mine.read_side(src)
-  assert isinstance(mine.load_embeddings(tmp_path / "src.npy", side), np.memmap)
-  summary = mine.mine_files(None, src, trg, tmp_path / "ivf.tsv",
-                            src_embeddings=tmp_path / "src.npy",
-                            trg_embeddings=tmp_path / "trg.npy", index="ivf", progress=False,
+  inputs = _ivf_inputs(tmp_path)
+  side = mine.read_side(inputs["src"])
+  assert isinstance(mine.load_embeddings(inputs["src_embeddings"], side), np.memmap)
+  summary = mine.mine_files(None, output=tmp_path / "ivf.tsv", **inputs,
                             ivf=approximate_neighbors.IvfOptions(nlist=8, nprobe=8))
   assert "approximate IVF neighbours (8 cells, nprobe 8)" in str(summary)
-  mine.mine_files(None, src, trg, tmp_path / "exact.tsv", src_embeddings=tmp_path / "src.npy",
-                  trg_embeddings=tmp_path / "trg.npy", progress=False)
+  del inputs["index"]
+  mine.mine_files(None, output=tmp_path / "exact.tsv", **inputs)
   _assert_same(_read_output(tmp_path / "ivf.tsv"), _read_output(tmp_path / "exact.tsv"))
 
 
