@@ -218,3 +218,26 @@ def test_encoder_from_saved_model_knows_the_length_and_counts_cut_sentences(
   long = " ".join(["word"] * 4 * metadata["sequence_length"])
   sentences = [*SENTENCES, long]
   assert from_saved.count_truncated(sentences) == from_checkpoint.count_truncated(sentences) >= 1
+
+
+@pytest.mark.parametrize("rows,length,want", [
+    (0, 0, (1, 8)), (1, 3, (1, 8)), (3, 9, (4, 16)), (5, 16, (8, 16)), (33, 17, (40, 32)),
+    (256, 64, (256, 64)), (257, 40, (304, 64))])
+def test_calls_are_padded_to_a_bounded_set_of_shapes(rows, length, want):
+  """Every new (batch, length) costs an XLA compile in the SavedModel: shapes are bucketed."""
+  eos = 1
+  tokens = np.arange(2, 2 + rows * length, dtype=np.int32).reshape(rows, length)
+  padded = export.bucketed(tf.constant(tokens), 64, eos).numpy()
+  assert padded.shape == want
+  np.testing.assert_array_equal(padded[:rows, :length], tokens)
+  assert not padded[:rows, length:].any()  # padding columns are masked out
+  filler = np.zeros((want[0] - rows, want[1]), np.int32)
+  filler[:, 0] = eos  # padding rows are one EOS each, never an all-padding row
+  np.testing.assert_array_equal(padded[rows:], filler)
+
+
+def test_row_buckets_hold_every_power_of_two_and_waste_at_most_a_quarter():
+  sizes = export.row_buckets()
+  assert {1 << i for i in range(21)} <= set(sizes) and len(sizes) == 67
+  for small, large in zip(sizes, sizes[1:]):
+    assert large <= 1.25 * (small + 1) + 8  # the next call size above n = small + 1

@@ -208,6 +208,12 @@ def read_model_json(model_dir: str, dtype: str | None = None
   return model, int(spec["sequence_length"]), os.path.join(model_dir, spec["vocabulary"])
 
 
+# Sentences are padded to the smallest of these that holds the batch's longest
+# (capped at the trained length): one compiled encoder per bucket. The
+# SavedModel's graph pads to the same (export.bucketed).
+LENGTH_BUCKETS = (8, 16, 32, 64, 128, 256, 512)
+
+
 class CheckpointEncoder:
   """μ_sem of a restored model: the `encoders.Encoder` contract for our checkpoints.
 
@@ -219,7 +225,7 @@ class CheckpointEncoder:
   """
 
   def __init__(self, restored: RestoredModel, *, batch_size: int = 64, name: str = "vmsst",
-               length_buckets: Sequence[int] = (8, 16, 32, 64, 128, 256, 512),
+               length_buckets: Sequence[int] = LENGTH_BUCKETS,
                side: str = "a", max_seq_length: int | None = None):
     """`max_seq_length`: pieces per sentence, EOS included (default: the training length).
 
