@@ -106,3 +106,23 @@ def test_directory_older_than_model_json_says_how_to_convert_and_then_restores(t
   assert (old / "model.json").read_text() == (model_dir / "model.json").read_text()
   restored = inference.restore(str(old))
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored.params), params)
+
+
+def test_bfloat16_serving_casts_the_matrices_once_and_embeds_as_the_per_call_cast(trained):
+  """serving_params: matrices stored in bfloat16 give the embeddings of f32 weights cast
+  inside each matmul (the cast is then the identity); vectors stay float32."""
+  model_dir, _ = trained
+  restored = inference.restore(str(model_dir), dtype="bfloat16")
+  cast = inference.serving_params(restored.params, restored.model.network_config.dtype)
+  for before, after in zip(jax.tree.leaves(restored.params), jax.tree.leaves(cast)):
+    assert after.dtype == (jax.numpy.bfloat16 if before.ndim >= 2 else before.dtype)
+  assert inference.serving_params(restored.params, "float32") is restored.params
+  tokens, mask = text_inputs.tokenize_batch(restored.vocabulary, SENTENCES[:4], 32)
+  with jax.set_mesh(restored.mesh):
+    per_call = restored.model.encode(restored.params, tokens, mask)
+    once = restored.model.encode(cast, tokens, mask)
+  np.testing.assert_array_equal(np.asarray(once), np.asarray(per_call))
+  encoder = inference.CheckpointEncoder(restored, batch_size=8)
+  got, want = encoder.encode(SENTENCES[:4]), np.asarray(per_call, np.float32)
+  cosines = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+  assert cosines.min() > 0.999  # bfloat16 sums over another padded length

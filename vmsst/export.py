@@ -109,8 +109,9 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
   restored = inference.restore(model_dir, step=step, dtype=dtype)
   params = traverse_util.flatten_dict(jax.device_get(restored.params), sep=SEPARATOR)
   exported = semantic_params(restored.model, params, restored.sequence_length)
-  module = ServingModule(restored, {k: params[k] for k in exported},
-                         normalize=normalize, platforms=platforms)
+  graph_params = inference.serving_params({k: params[k] for k in exported},
+                                          restored.model.network_config.dtype)
+  module = ServingModule(restored, graph_params, normalize=normalize, platforms=platforms)
   signatures = {"serving_default": module.serve, "score": module.score}
   if "b" in restored.model.sides:
     signatures["serving_b"] = module.serve_b
