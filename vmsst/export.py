@@ -38,7 +38,9 @@ an `XlaCallModule` op) for --platforms. Parameters are `tf.Variable`s, not
 graph constants: both signatures share one copy stored under `variables/`,
 where constants would be copied into each signature's graph and meet the 2 GB
 GraphDef limit at the paper's sizes. Only the parameters μ_sem reads are
-exported there (no decoder, no language encoder).
+exported there (no decoder, no language encoder). A --dtype=bfloat16 export
+stores the weight matrices in bfloat16 (cast once, `inference.serving_params`;
+vectors stay float32); params.npz keeps every parameter as trained.
 
 Files written under --output:
   saved_model.pb, variables/, fingerprint.pb   the SavedModel
