@@ -226,8 +226,7 @@ def bucketed(tokens: tf.Tensor, sequence_length: int, eos_id: int) -> tf.Tensor:
   each (dimensions stay >= 1 for an empty batch); the caller drops them.
   """
   rows, length = tf.shape(tokens)[0], tf.shape(tokens)[1]
-  lengths = tf.constant(sorted({b for b in inference.LENGTH_BUCKETS if b < sequence_length}
-                               | {sequence_length}), tf.int32)
+  lengths = tf.constant(inference.padded_lengths(sequence_length), tf.int32)
   padded_length = tf.gather(lengths, tf.reduce_sum(tf.cast(lengths < length, tf.int32)))
   sizes = tf.constant(row_buckets(), tf.int32)
   smaller = tf.reduce_sum(tf.cast(sizes < rows, tf.int32))

@@ -217,6 +217,11 @@ def read_model_json(model_dir: str, dtype: str | None = None
 LENGTH_BUCKETS = (8, 16, 24, 32, 40, 48, 56, 64, 96, 128, 192, 256, 384, 512)
 
 
+def padded_lengths(max_length: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> list[int]:
+  """The padded lengths a model of `max_length` pieces runs at: `buckets` below it, then it."""
+  return sorted({b for b in buckets if b < max_length} | {max_length})
+
+
 def serving_params(params, dtype):
   """`params` with every matrix (ndim >= 2) cast once to a low-precision `dtype`.
 
@@ -263,8 +268,7 @@ class CheckpointEncoder:
       raise ValueError(f"--max_seq_length={self.max_seq_length}: this model takes 2 to "
                        f"{positions} pieces (NetworkConfig.max_length); it trained on "
                        f"{restored.sequence_length}.")
-    self.buckets = sorted({b for b in length_buckets if b < self.max_seq_length}
-                          | {self.max_seq_length})
+    self.buckets = padded_lengths(self.max_seq_length, length_buckets)
     self._params = serving_params(restored.params, config.dtype)
     params_sharding = jax.tree.map(lambda x: x.sharding, self._params)
     rows = partitioning.batch_sharding(restored.mesh)

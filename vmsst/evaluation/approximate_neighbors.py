@@ -223,9 +223,10 @@ def sampled_recall(queries: np.ndarray, keys: np.ndarray, found: np.ndarray,
   best_rows = np.zeros((len(rows), k), np.int64)
   for start in range(0, len(keys), block):
     scores = picked @ similarity.normalize(np.asarray(keys[start:start + block], np.float32)).T
-    columns = np.arange(scores.shape[1])[None].repeat(len(rows), 0)
     if scores.shape[1] > k:  # the block's k best first: a sort of 2k columns, not of the block
       columns = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    else:
+      columns = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
     best_scores, best_rows = _best_k(
         np.concatenate([best_scores, np.take_along_axis(scores, columns, axis=1)], axis=1),
         np.concatenate([best_rows, columns + start], axis=1), k)
