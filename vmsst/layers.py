@@ -44,7 +44,12 @@ class Projection(nn.Module):
   init_scale: float = 1.0
 
   @nn.compact
-  def __call__(self, x: Array) -> Array:
+  def __call__(self, x: Array, columns: Array | None = None) -> Array:
+    """x · W (+ b); with `columns` (int [K]) only those output columns, [..., K].
+
+    `columns` serves the candidate softmax (losses.softmax_candidates): the
+    logits of K vocabulary rows cost K/V of the full product and its gradient.
+    """
     in_shape = x.shape[x.ndim - self.in_axis_count:]
     init = nn.initializers.variance_scaling(
         self.init_scale, "fan_in", "truncated_normal", in_axis=tuple(range(self.in_axis_count)),
@@ -56,6 +61,11 @@ class Projection(nn.Module):
       bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros,
                                                               self.axes[self.in_axis_count:]),
                         self.features, jnp.float32)
+    if columns is not None:
+      if self.in_axis_count != 1 or len(self.features) != 1:
+        raise ValueError("Projection(columns=...) selects output columns of a 2-D kernel only.")
+      kernel = jnp.take(kernel, columns, axis=1)
+      bias = None if bias is None else jnp.take(bias, columns, axis=0)
     return projection(x.astype(self.cfg.dtype), kernel, self.in_axis_count, bias)
 
 

@@ -58,6 +58,43 @@ def sequence_nll(logits: Array, targets: Array, mask: Array) -> tuple[Array, Arr
   return nll, correct
 
 
+def softmax_candidates(targets: Array, mask: Array, vocab_size: int, num_candidates: int,
+                       rng: Array) -> tuple[Array, Array, Array]:
+  """The vocabulary ids a candidate softmax normalises over, and the targets among them.
+
+  The candidates are every id that is a counted target somewhere in the batch
+  (the mini-batch's target vocabulary, Jean et al. 2015 §3), then ids drawn
+  uniformly without replacement from the rest until there are
+  `num_candidates`. The softmax over them is a biased estimate of the full
+  one: each step's partition function misses the ids no sentence of the batch
+  uses, which are the ones a full softmax pushes down least. It serves CPU
+  runs, where the d × V output product is most of a translation step
+  (docs/cpu_recipe.md §9); the paper's runs keep the full vocabulary.
+
+  Args:
+    targets: int [..., L] token ids; mask: int [..., L], 1 where a target counts.
+    vocab_size: V. num_candidates: K ≤ V.
+    rng: key of the uniform draw.
+  Returns:
+    (candidates int32 [K]; target_index int32 [..., L], each target's column
+     among the candidates (0 where it has none); found bool [..., L], False
+     where a counted target's id did not fit in K: more distinct target ids
+     than K. Callers mask those out of the loss and report the count.)
+  """
+  if not 0 < num_candidates <= vocab_size:
+    raise ValueError(f"num_candidates={num_candidates}: a candidate softmax needs "
+                     f"0 < K <= vocab_size ({vocab_size}).")
+  counted = jnp.where(mask > 0, targets, vocab_size).reshape(-1).astype(jnp.int32)
+  present = jnp.zeros((vocab_size,), jnp.float32).at[counted].set(1.0, mode="drop")
+  # Present ids score in [1, 2), the rest in [0, 1): top-K takes every present id first.
+  priority = present + jax.random.uniform(rng, (vocab_size,))
+  _, candidates = jax.lax.top_k(priority, num_candidates)
+  column = jnp.full((vocab_size,), -1, jnp.int32).at[candidates].set(
+      jnp.arange(num_candidates, dtype=jnp.int32))
+  target_index = column[targets.astype(jnp.int32)]
+  return candidates.astype(jnp.int32), jnp.maximum(target_index, 0), target_index >= 0
+
+
 def same_sequence_matrix(tokens: Array) -> Array:
   """bool [B, B]: True where rows i and j hold identical token sequences.
 

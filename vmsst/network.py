@@ -124,8 +124,13 @@ class VMSSTNetwork(nn.Module):
     return self.language_head(chosen)
 
   def decode(self, targets: Array, target_mask: Array, languages: Array,
-             latent: Array, deterministic: bool = True) -> Array:
-    """Teacher-forced decoder logits, float32 [B, L, V].
+             latent: Array, deterministic: bool = True,
+             candidates: Array | None = None) -> Array:
+    """Teacher-forced decoder logits, float32 [B, L, V] (or [B, L, K]).
+
+    With `candidates` (int32 [K] vocabulary ids, losses.softmax_candidates)
+    the logits are those K columns only: a CPU training speed-up whose
+    softmax is over the candidates (default: the whole vocabulary).
 
     The input is targets shifted right behind a start position: the target
     language's row of `language_embed`, or, when `decoder_language_embedding`
@@ -158,24 +163,27 @@ class VMSSTNetwork(nn.Module):
     for layer in self.decoder_layers:
       x = layer(x, latent, attention_mask, deterministic, bias)
     h = self.decoder_norm(x)
-    return self._output_logits(h, latent)
+    return self._output_logits(h, latent, candidates)
 
-  def _output_logits(self, h: Array, latent: Array) -> Array:
+  def _output_logits(self, h: Array, latent: Array, candidates: Array | None = None) -> Array:
     """concat(h, z) → vocabulary; 3d × V, or 3d × d then d × V when factorized.
 
     With tie_output_embedding the h rows are the embedding table: h Eᵀ plus
-    a projection of z alone.
+    a projection of z alone. `candidates` restricts the vocabulary columns.
     """
     z = jnp.broadcast_to(latent[:, None, :], h.shape[:2] + latent.shape[-1:])
     if self.cfg.tie_output_embedding:
       table = jnp.asarray(self.embed.embedding, h.dtype)
-      logits = jnp.einsum("bld,vd->blv", h, table) + self.output_projection(z.astype(h.dtype))
+      if candidates is not None:
+        table = jnp.take(table, candidates, axis=0)
+      logits = (jnp.einsum("bld,vd->blv", h, table)
+                + self.output_projection(z.astype(h.dtype), candidates))
       return nn.with_logical_constraint(logits.astype(jnp.float32),
                                         ("batch", "length", "vocab"))
     joined = jnp.concatenate([h, z.astype(h.dtype)], axis=-1)
     if self.cfg.factorized_output:
       joined = self.output_bottleneck(joined)
-    logits = self.output_projection(joined)
+    logits = self.output_projection(joined, candidates)
     return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", "length", "vocab"))
 
   def __call__(self, batch: dict[str, Array], deterministic: bool = True) -> Array:

@@ -18,13 +18,34 @@ from vmsst.network import VMSSTNetwork
 
 Array = jax.Array
 
+# fold_in stream of the candidate draw, apart from the decoder's dropout keys.
+CANDIDATE_STREAM = 0x5A
+
 
 def decode_nll(model: models.EmbeddingModel, params, targets: Array, mask: Array,
-               languages: Array, latent: Array, rng: Array | None) -> tuple[Array, Array]:
-  """Per-sentence NLL and correct-token counts of decoding `targets` from `latent`."""
-  logits = model.apply(params, targets, mask, languages, latent, rng is None,
+               languages: Array, latent: Array, rng: Array | None,
+               softmax_candidates: int = 0) -> tuple[Array, Array, dict[str, Array]]:
+  """Per-sentence NLL and correct-token counts of decoding `targets` from `latent`.
+
+  With `softmax_candidates` = K, 0 < K < V, the softmax runs over K
+  vocabulary ids (the batch's targets, then uniform draws;
+  losses.softmax_candidates), so NLLs and accuracies are over those K; K ≥ V
+  is the full softmax (a run file's K then needs no change for a small test
+  vocabulary). The third value holds the
+  candidate metrics: `softmax_candidates_missed`, counted target tokens whose
+  id did not fit in K (left out of the loss; 0 whenever K ≥ the batch's
+  distinct targets), empty with the full softmax.
+  """
+  candidates, labels, loss_mask, extra = None, targets, mask, {}
+  if 0 < softmax_candidates < model.network_config.vocab_size:
+    key = jax.random.PRNGKey(0) if rng is None else jax.random.fold_in(rng, CANDIDATE_STREAM)
+    candidates, labels, found = losses.softmax_candidates(
+        targets, mask, model.network_config.vocab_size, softmax_candidates, key)
+    loss_mask = jnp.where(found, mask, 0)
+    extra = {"softmax_candidates_missed": jnp.sum(mask * ~found).astype(jnp.float32)}
+  logits = model.apply(params, targets, mask, languages, latent, rng is None, candidates,
                        method=VMSSTNetwork.decode, rng=rng)
-  return losses.sequence_nll(logits, targets, mask)
+  return (*losses.sequence_nll(logits, labels, loss_mask), extra)
 
 
 def pair_sum(x: Array) -> Array:
@@ -65,12 +86,23 @@ class BiTranslation(models.EmbeddingModel):
 
   init_paths = staticmethod(models.init_translation_paths)
 
+  def __init__(self, network_config, *, softmax_candidates: int = 0):
+    """Args:
+      network_config: the shared network.
+      softmax_candidates: K > 0 normalises each step's softmax over K
+        vocabulary ids (the batch's targets first; losses.softmax_candidates),
+        a CPU speed-up; 0 (the paper) the whole vocabulary.
+    """
+    super().__init__(network_config)
+    self.softmax_candidates = softmax_candidates
+
   def loss_fn(self, params, batch, dropout_rng, step=0):
     encoder_rng, decoder_rng = jax.random.split(dropout_rng)
     tokens, mask, languages = models.both_sides(batch)
     mu_a, mu_b = models.split_halves(self.semantic(params, tokens, mask, encoder_rng)[0])
     latent = translation_latent(mu_a, mu_b, language_slot=0)
-    nll, correct = decode_nll(self, params, tokens, mask, languages, latent, decoder_rng)
+    nll, correct, extra = decode_nll(self, params, tokens, mask, languages, latent, decoder_rng,
+                                     self.softmax_candidates)
     loss = jnp.mean(pair_sum(nll))
-    metrics = translation_metrics(nll, correct, mask)
+    metrics = translation_metrics(nll, correct, mask) | extra
     return loss, metrics | {"loss": loss}

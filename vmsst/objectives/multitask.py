@@ -30,7 +30,7 @@ class VMSSTContrastive(VMSST):
       similarity: the contrastive term's pair score, "dot" (the paper) or
         "cosine" (losses.pair_scores).
       temperature: τ dividing the scores (the paper: none, i.e. 1.0).
-      **vmsst_kwargs: elbo_weight, kl_anneal_steps, kl_scale of VMSST.
+      **vmsst_kwargs: elbo_weight, kl_anneal_steps, kl_scale, softmax_candidates of VMSST.
     """
     super().__init__(network_config, **vmsst_kwargs)
     losses.check_similarity(similarity, temperature)
