@@ -16,6 +16,7 @@ is declared by the objective that needs it, in its `extra_features`.
 import abc
 from typing import Any, Callable, Mapping
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -98,9 +99,29 @@ class EmbeddingModel(abc.ABC):
     """dtype of every feature of `input_shapes` (the trainer casts host batches to them)."""
     return {**PAIR_DTYPES, **{k: v.dtype for k, v in self.extra_features(1, 1).items()}}
 
+  def extra_modules(self) -> dict[str, tuple[nn.Module, tuple[Any, ...]]]:
+    """Parameters beyond the network, each a flax module: name -> (module, init inputs).
+
+    `get_initial_variables` initialises each into params[name] (a key apart
+    from the network's) and the objective applies it to params[name]: the
+    distillation head, the entity table, the NLI head. None here.
+    """
+    return {}
+
+  def init_network(self, rng: Array, input_shapes: Mapping[str, tuple[int, ...]]) -> Any:
+    """The network's parameters (boxed) through `init_paths`; a two-tower
+    objective returns one such tree per tower."""
+    return self.module.init({"params": rng, "dropout": rng},
+                            dummy_batch(input_shapes, self.feature_dtypes()),
+                            method=type(self).init_paths)["params"]
+
   def get_initial_variables(self, rng: Array,
                             input_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
     """Initial variables (logically partitioned boxes) for a batch of `input_shapes`.
+
+    The network's parameters (`init_network`), then each of `extra_modules`.
+    With extras the key splits in two (network, extras), and several extras
+    split the second again, in declaration order.
 
     Args:
       rng: PRNG key for parameter init.
@@ -108,9 +129,18 @@ class EmbeddingModel(abc.ABC):
     Returns:
       {"params": ...} whose leaves are nn.LogicallyPartitioned boxes.
     """
-    return self.module.init({"params": rng, "dropout": rng},
-                            dummy_batch(input_shapes, self.feature_dtypes()),
-                            method=type(self).init_paths)
+    extras = self.extra_modules()
+    if not extras:
+      return {"params": self.init_network(rng, input_shapes)}
+    network_rng, extras_rng = jax.random.split(rng)
+    params = dict(self.init_network(network_rng, input_shapes))
+    keys = [extras_rng] if len(extras) == 1 else list(jax.random.split(extras_rng, len(extras)))
+    for key, (name, (module, inputs)) in zip(keys, extras.items()):
+      if name in params:
+        raise ValueError(f"extra module {name!r} would replace the network's {name!r} "
+                         "parameters; name it apart.")
+      params[name] = module.init(key, *inputs)["params"]
+    return {"params": params}
 
   def apply(self, params, *args, method: Callable, rng: Array | None = None) -> Any:
     """Runs a network method; dropout is active iff an rng is given."""

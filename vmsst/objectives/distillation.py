@@ -18,7 +18,6 @@ writes its embedding table and semantic encoder to a file that
 `train.init_params` loads (the head keeps its fresh initialisation).
 """
 
-from typing import Mapping
 
 import flax.linen as nn
 from vmsst.optional_gin import gin
@@ -93,15 +92,11 @@ class Distillation(models.EmbeddingModel):
     del length
     return {"teacher": jax.ShapeDtypeStruct((batch_size, self.teacher_dim), jnp.float32)}
 
-  def get_initial_variables(self, rng, input_shapes: Mapping[str, tuple[int, ...]]):
-    """The semantic path's variables, plus `teacher_head` when d ≠ T."""
-    network_rng, head_rng = jax.random.split(rng)
-    variables = super().get_initial_variables(network_rng, input_shapes)
+  def extra_modules(self):
+    """`teacher_head`, the d × T head, when d ≠ T."""
     if self.head is None:
-      return variables
-    dummy = jnp.zeros((1, self.network_config.emb_dim), jnp.float32)
-    head = self.head.init(head_rng, dummy)["params"]
-    return {**variables, "params": {**variables["params"], HEAD: head}}
+      return {}
+    return {HEAD: (self.head, (jnp.zeros((1, self.network_config.emb_dim), jnp.float32),))}
 
   def project(self, params, mu: jax.Array) -> jax.Array:
     """f = μ_sem · W into the teacher's space, float32 [B, T] (identity when d = T)."""

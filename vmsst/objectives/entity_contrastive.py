@@ -36,7 +36,7 @@ import collections
 import functools
 import json
 import pathlib
-from typing import Mapping
+from typing import Callable, Mapping
 
 from absl import logging
 import flax.linen as nn
@@ -68,11 +68,17 @@ class EntityTable(nn.Module):
   num_entities: int
   entity_dim: int
   emb_dim: int
+  # Random table -> initial table (EASE's pretrained entity vectors where known).
+  initial_rows: Callable[[jax.Array], jax.Array] | None = None
+
+  def _initial_table(self, key, shape, dtype):
+    table = nn.initializers.normal(1.0)(key, shape, dtype)
+    return table if self.initial_rows is None else self.initial_rows(table)
 
   @nn.compact
   def __call__(self, ids: jax.Array) -> jax.Array:
     table = self.param("embedding", nn.with_logical_partitioning(
-        nn.initializers.normal(1.0), ("vocab", "embed")),
+        self._initial_table, ("vocab", "embed")),
                        (-(-self.num_entities // ROW_MULTIPLE) * ROW_MULTIPLE, self.entity_dim),
                        jnp.float32)
     projection = self.param("projection", nn.with_logical_partitioning(
@@ -258,7 +264,8 @@ class EntityContrastive(models.EmbeddingModel):
     """Built on first use, so a gin file naming an entity_dir that the pipeline
     has not written yet still parses (the error then names the command)."""
     num_entities = (self._sizes or entity_dir_meta(self.entity_dir))[0]
-    return EntityTable(num_entities, self._entity_dim, self.network_config.emb_dim)
+    return EntityTable(num_entities, self._entity_dim, self.network_config.emb_dim,
+                       initial_rows=self._pretrained_rows if self.entity_vectors else None)
 
   @property
   def num_hard_negatives(self) -> int:
@@ -270,17 +277,12 @@ class EntityContrastive(models.EmbeddingModel):
     return {"entities": jax.ShapeDtypeStruct((batch_size, 1 + self.num_hard_negatives),
                                              jnp.int32)}
 
-  def get_initial_variables(self, rng, input_shapes):
-    """The semantic path's variables plus the entity table and W under `entities`."""
-    network_rng, table_rng = jax.random.split(rng)
-    variables = super().get_initial_variables(network_rng, input_shapes)
-    table = self.table.init(table_rng, jnp.zeros((1,), jnp.int32))["params"]
-    if self.entity_vectors:
-      table["embedding"] = self._pretrained_rows(table["embedding"])
-    return {**variables, "params": {**variables["params"], ENTITIES: table}}
+  def extra_modules(self):
+    """The entity table E and its projection W, under `entities`."""
+    return {ENTITIES: (self.table, (jnp.zeros((1,), jnp.int32),))}
 
-  def _pretrained_rows(self, box):
-    """The boxed table with the rows entity_vectors has; the match is logged."""
+  def _pretrained_rows(self, initial: jax.Array) -> jax.Array:
+    """The random table `initial` with the rows entity_vectors has; the match is logged."""
     from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
     if not self.entity_dir:
       raise ValueError("EntityContrastive.entity_vectors needs entity_dir (its entities.tsv "
@@ -295,9 +297,8 @@ class EntityContrastive(models.EmbeddingModel):
     if not found.any():
       logging.warning("entity table: no row of %s/entities.tsv is in %s; check that both name "
                       "entities the same way.", self.entity_dir, self.entity_vectors)
-    initial, rows = box.unbox(), len(found)
-    return box.replace_boxed(initial.at[:rows].set(
-        jnp.where(found[:, None], matrix, initial[:rows])))
+    rows = len(found)
+    return initial.at[:rows].set(jnp.where(found[:, None], matrix, initial[:rows]))
 
   def entity_vectors_of(self, params, ids: jax.Array) -> jax.Array:
     """W·E[ids], float32 [..., d]."""

@@ -145,17 +145,19 @@ class MomentumContrast(models.EmbeddingModel):
     """"a" for a language of `side_a_languages` ("en", "eng", …), else "b"."""
     return "a" if languages.canonical_language(language) in self.side_a_languages else "b"
 
-  def get_initial_variables(self, rng, input_shapes):
+  def init_network(self, rng, input_shapes):
+    """One network, or with separate towers one per side under `tower_a` / `tower_b`."""
     if not self.separate_towers:
-      params = dict(super().get_initial_variables(rng, input_shapes)["params"])
-    else:
-      rngs = jax.random.split(rng)
-      params = {f"tower_{side}": super(MomentumContrast, self).get_initial_variables(
-          r, input_shapes)["params"] for side, r in zip(SIDES, rngs)}
-    if self.nli_head is not None:
-      d = jnp.zeros((1, self.network_config.emb_dim), jnp.float32)
-      params[NLI_HEAD] = self.nli_head.init(jax.random.fold_in(rng, NLI_STREAM), d, d)["params"]
-    return {"params": params}
+      return super().init_network(rng, input_shapes)
+    return {f"tower_{side}": super(MomentumContrast, self).init_network(r, input_shapes)
+            for side, r in zip(SIDES, jax.random.split(rng))}
+
+  def extra_modules(self):
+    """`nli_head` when the NLI term is on."""
+    if self.nli_head is None:
+      return {}
+    d = jnp.zeros((1, self.network_config.emb_dim), jnp.float32)
+    return {NLI_HEAD: (self.nli_head, (d, d))}
 
   def encoders(self, params):
     """The parameters the momentum encoders follow: everything but the NLI head."""
