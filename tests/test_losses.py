@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from vmsst import losses
+from vmsst_testing import TINY, random_batch
 
 
 def test_gaussian_kl_closed_form():
@@ -121,3 +122,49 @@ def test_info_nce_masks_duplicate_sentences_but_not_the_positive():
   col = -np.mean([s[i, i] - np.log(np.exp(s[:, i]).sum()) for i in range(3)])
   assert float(masked) == pytest.approx(0.5 * (row + col), rel=1e-5)
   assert float(masked) != pytest.approx(float(plain), rel=1e-3)
+
+
+# The candidate softmax (losses.softmax_candidates): which ids it keeps. A CPU
+# speed-up of the translation objectives (docs/cpu_recipe.md §9); every counted
+# target is a candidate or is counted as missed, never mis-scored.
+
+def _candidates(batch, num_candidates, seed=0):
+  tokens = np.concatenate([batch["tokens_a"], batch["tokens_b"]])
+  mask = np.concatenate([batch["mask_a"], batch["mask_b"]])
+  out = losses.softmax_candidates(tokens, mask, TINY.vocab_size, num_candidates,
+                                  jax.random.key(seed))
+  return tokens, mask, *map(np.asarray, out)
+
+
+def test_every_counted_target_is_a_candidate_at_its_column():
+  tokens, mask, candidates, index, found = _candidates(random_batch(), 64)
+  assert len(set(candidates.tolist())) == 64  # distinct ids, drawn without replacement
+  assert found[mask > 0].all()
+  np.testing.assert_array_equal(candidates[index][mask > 0], tokens[mask > 0])
+  # Padding ids are not targets: id 0 is a candidate only if drawn, never forced.
+  distinct = set(tokens[mask > 0].tolist())
+  assert distinct <= set(candidates.tolist()) and len(distinct) < 64
+
+
+def test_the_fill_is_uniform_draws_from_the_other_ids():
+  batch = random_batch()
+  _, mask, first, *_ = _candidates(batch, 100, seed=0)
+  _, _, second, *_ = _candidates(batch, 100, seed=1)
+  assert set(first.tolist()) != set(second.tolist())  # the fill depends on the key
+
+
+def test_targets_beyond_k_are_reported_not_scored():
+  tokens, mask, candidates, index, found = _candidates(random_batch(), 5)
+  distinct = len(set(tokens[mask > 0].tolist()))
+  assert distinct > 5
+  kept = set(candidates.tolist())
+  np.testing.assert_array_equal(found, np.isin(tokens, list(kept)))
+  assert (~found & (mask > 0)).sum() > 0
+
+
+@pytest.mark.parametrize("k", [0, -1, TINY.vocab_size + 1])
+def test_k_outside_the_vocabulary_is_refused(k):
+  batch = random_batch()
+  with pytest.raises(ValueError, match="0 < K <= vocab_size"):
+    losses.softmax_candidates(batch["tokens_a"], batch["mask_a"], TINY.vocab_size, k,
+                              jax.random.key(0))

@@ -172,3 +172,70 @@ def test_score_batch_is_per_pair_cosine():
   b = np.asarray(model.encode(params, batch["tokens_b"], batch["mask_b"]))
   want = [x @ y / np.linalg.norm(x) / np.linalg.norm(y) for x, y in zip(a, b)]
   np.testing.assert_allclose(scores, want, rtol=1e-5)
+
+
+# The candidate softmax: the full softmax restricted to K ids, and the full one at K ≥ V.
+
+def test_restricted_logits_are_the_full_logits_columns():
+  model = BiTranslation(TINY)
+  params = init_params(model)
+  batch = random_batch()
+  latent = np.random.default_rng(0).normal(size=(4, TINY.emb_dim)).astype(np.float32)
+  columns = np.array([7, 3, 250, 1], np.int32)
+  args = (batch["tokens_a"], batch["mask_a"], batch["lang_a"], latent, True)
+  full = VMSSTNetwork(TINY).apply({"params": params}, *args, method=VMSSTNetwork.decode)
+  some = VMSSTNetwork(TINY).apply({"params": params}, *args, columns,
+                                  method=VMSSTNetwork.decode)
+  np.testing.assert_allclose(np.asarray(some), np.asarray(full)[..., columns], rtol=1e-5,
+                             atol=1e-6)
+
+
+def test_all_ids_as_candidates_is_the_full_softmax():
+  """Every id in a permuted order: the same partition function, the same NLL."""
+  model = BiTranslation(TINY)
+  params, batch = init_params(model), random_batch()
+  latent = np.random.default_rng(0).normal(size=(4, TINY.emb_dim)).astype(np.float32)
+  args = (batch["tokens_a"], batch["mask_a"], batch["lang_a"], latent, True)
+  full = VMSSTNetwork(TINY).apply({"params": params}, *args, method=VMSSTNetwork.decode)
+  candidates, index, found = losses.softmax_candidates(
+      batch["tokens_a"], batch["mask_a"], TINY.vocab_size, TINY.vocab_size, jax.random.key(3))
+  restricted = VMSSTNetwork(TINY).apply({"params": params}, *args, candidates,
+                                        method=VMSSTNetwork.decode)
+  assert bool(np.asarray(found).all())
+  expected = losses.sequence_nll(full, batch["tokens_a"], batch["mask_a"])
+  got = losses.sequence_nll(restricted, index, batch["mask_a"])
+  for want, have in zip(expected, got):
+    np.testing.assert_allclose(np.asarray(have), np.asarray(want), rtol=1e-5)
+
+
+@pytest.mark.parametrize("objective", [BiTranslation, VMSST, VMSSTContrastive])
+@pytest.mark.parametrize("k", [TINY.vocab_size, 10 * TINY.vocab_size])
+def test_k_at_or_above_the_vocabulary_is_the_full_softmax(objective, k):
+  """A run file's K needs no change for a small vocabulary: K ≥ V trains the paper's loss."""
+  full, restricted = objective(TINY), objective(TINY, softmax_candidates=k)
+  params, batch = init_params(full), random_batch()
+  loss, metrics = full.loss_fn(params, batch, jax.random.key(0), step=10)
+  same, same_metrics = restricted.loss_fn(params, batch, jax.random.key(0), step=10)
+  assert float(same) == float(loss)
+  assert set(same_metrics) == set(metrics)
+
+
+@pytest.mark.parametrize("objective", [BiTranslation, VMSST, VMSSTContrastive])
+def test_every_translation_objective_reports_missed_targets(objective):
+  model = objective(TINY, softmax_candidates=8)  # fewer than the batch's distinct targets
+  params, batch = init_params(model), random_batch()
+  loss, metrics = model.loss_fn(params, batch, jax.random.key(0), step=10)
+  assert np.isfinite(float(loss))
+  assert float(metrics["softmax_candidates_missed"]) > 0
+
+
+def test_fewer_candidates_lower_the_nll_and_leave_the_encoder_path_alone():
+  """A partition over K < V ids is smaller, so each NLL drops; μ_sem is untouched."""
+  full, restricted = VMSST(TINY), VMSST(TINY, softmax_candidates=120)
+  params, batch = init_params(full), random_batch()
+  _, m_full = full.loss_fn(params, batch, jax.random.key(0), step=10)
+  _, m_k = restricted.loss_fn(params, batch, jax.random.key(0), step=10)
+  assert float(m_k["softmax_candidates_missed"]) == 0.0
+  assert float(m_k["translation_nll"]) < float(m_full["translation_nll"])
+  grads = jax.grad(lambda p: restricted.loss_fn(p, batch, jax.random.key(0), step=10)[0])(params)
+  assert float(np.abs(np.asarray(grads["semantic_head"]["mu"]["kernel"])).sum()) > 0
