@@ -18,7 +18,6 @@ writes its embedding table and semantic encoder to a file that
 `train.init_params` loads (the head keeps its fresh initialisation).
 """
 
-
 import flax.linen as nn
 from vmsst.optional_gin import gin
 import jax
