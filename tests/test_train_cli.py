@@ -34,7 +34,7 @@ def test_bound_macros_that_are_read_parse():
 def test_a_run_file_parses_from_any_directory(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   vmsst.train.parse_gin(["gin/runs/vmsst_cpu.gin"], [])  # no --gin_search_path
-  assert gin.query_parameter("%TRAIN_STEPS") == 800
+  assert gin.query_parameter("%TRAIN_STEPS") == 1600
 
 
 def test_a_missing_gin_file_names_it_and_the_flag_to_pass(tmp_path, monkeypatch):

