@@ -35,6 +35,26 @@ def test_one_row_per_candidate_and_evaluation_with_every_set(tmp_path):
   assert (tmp_path / "out" / "vmsst.png").stat().st_size > 10_000
 
 
+def test_a_recorded_candidate_joins_from_its_csv(tmp_path):
+  _write_run(tmp_path / "a", [(100, 1.5), (200, 3.0)])
+  _write_run(tmp_path / "b", [(100, 2.0)])
+  first = _run(f"--runs=base={tmp_path / 'a'},other={tmp_path / 'b'}", f"--output={tmp_path / 'one'}")
+  assert first.returncode == 0, first.stderr
+  # The run directories are gone; `base` comes back from the CSV beside a new run.
+  _write_run(tmp_path / "c", [(100, 4.0)])
+  done = _run(f"--recorded=base={tmp_path / 'one.csv'}", f"--runs=new={tmp_path / 'c'}",
+              f"--output={tmp_path / 'two'}")
+  assert done.returncode == 0, done.stderr
+  with open(tmp_path / "two.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert [(r["candidate"], r["step"], r["mean"], r["ntrex_val.eng-fra"]) for r in rows] == [
+      ("base", "100", "1.5", "3.0"), ("base", "200", "3.0", "6.0"), ("new", "100", "4.0", "8.0")]
+  missing = _run(f"--recorded=nope={tmp_path / 'one.csv'}", f"--runs=new={tmp_path / 'c'}",
+                 f"--output={tmp_path / 'three'}")
+  assert missing.returncode != 0
+  assert "has no rows for candidate 'nope' (it has: base, other)" in missing.stderr
+
+
 def test_a_run_item_without_its_directory_is_one_clear_error(tmp_path):
   done = _run("--runs=base", f"--output={tmp_path / 'x'}")
   assert done.returncode != 0
