@@ -12,12 +12,12 @@ files themselves (gin/runs/<objective>_cpu.gin, so the recipe found for each
 objective is the one compared), then gives all of them the same budget: the
 preset's own steps and batch (800 x 32: 15 runs and their evaluation in about
 80 core-minutes, measured in the README; the main job's run file trains
-longer, since its ten minutes are one run's). Without a preset, each objective is gin/models/<objective>.gin,
-then --gin_file (the shared body), then gin/runs/compare/<objective>.gin if it
-exists (what it needs beyond the pair data). Either way an ablation variant
-adds its file (`VARIANTS`), then MODEL_DIR = OUTPUT/seed<s>/<objective>,
-TRAIN_STEPS, train.seed = s, train.eval_every (--curve_points evaluations per
-run) and any --gin.X=Y.
+longer, since its ten minutes are one run's). Without a preset, each
+objective is gin/models/<objective>.gin, then --gin_file (the shared body),
+then gin/runs/compare/<objective>.gin if it exists (what it needs beyond the
+pair data). Either way an ablation variant adds its file (`VARIANTS`), then
+MODEL_DIR = OUTPUT/seed<s>/<objective>, TRAIN_STEPS, train.seed = s,
+train.eval_every (--curve_points evaluations per run) and any --gin.X=Y.
 
 A run whose checkpoint already reached the steps is skipped without building
 anything, and an evaluation already done for that step is reused, so a rerun
