@@ -171,12 +171,13 @@ def render(results: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
-def _student_and_teacher(student, teacher, bench: str, evaluate) -> dict:
-  """Both encoders' figures on one benchmark; the teacher's recorded ones if asked."""
+def _student_and_teacher(student, teacher, bench: str, evaluate,
+                         teacher_results: str | None) -> dict:
+  """Both encoders' figures on one benchmark; the teacher's recorded ones if given."""
   runs = {"student": evaluate(student)}
-  if FLAGS.teacher_results:
+  if teacher_results:
     codes = [c for c in runs["student"] if not c.startswith("_")]
-    runs["teacher"] = recorded_teacher(pathlib.Path(FLAGS.teacher_results), bench, codes)
+    runs["teacher"] = recorded_teacher(pathlib.Path(teacher_results), bench, codes)
   else:
     runs["teacher"] = evaluate(teacher)
   return runs
@@ -196,7 +197,7 @@ def main(argv) -> None:
                                   if f.teacher_results else None)}
   tatoeba_dir = data_dir / "tatoeba" / "v1"
   runs = _student_and_teacher(student, teacher, "tatoeba",
-                              lambda enc: tatoeba.evaluate(enc, tatoeba_dir))
+                              lambda enc: tatoeba.evaluate(enc, tatoeba_dir), f.teacher_results)
   codes = [c for c in runs["student"] if not c.startswith("_")]
   results["tatoeba"] = {
       "groups": compare_groups(runs["student"], runs["teacher"],
@@ -205,7 +206,7 @@ def main(argv) -> None:
                            "teacher": runs["teacher"][c]["avg"]} for c in codes}}
   flores_dir = pathlib.Path(f.tasks_dir) / build_flores.TASK_DIR
   runs = _student_and_teacher(student, teacher, "flores_ntrex",
-                              lambda enc: flores.evaluate(enc, flores_dir))
+                              lambda enc: flores.evaluate(enc, flores_dir), f.teacher_results)
   codes = [c for c in runs["student"] if not c.startswith("_")]
   results["flores_ntrex"] = {
       "groups": compare_groups(runs["student"], runs["teacher"],
