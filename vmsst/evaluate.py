@@ -106,6 +106,7 @@ def run_suites(encoder: encoders_lib.Encoder, *, data_dirs: Sequence[str], suite
                       "suites": list(located), "skipped": skipped, "seconds": seconds,
                       "truncated": truncated}
   results["_score"] = score_lib.paper_score(results)
+  results["_five_family_score"] = score_lib.five_family_score(results)
   results = _finite(results)
   (output_dir / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False,
                                                       allow_nan=False))
@@ -188,8 +189,12 @@ def main(argv: Sequence[str]) -> None:
   except (FileNotFoundError, ValueError) as e:  # missing or bad data: the message says the fix
     raise cli.UserError(str(e)) from e
   summary = results["_score"]
-  print(f"Score {summary['score']:.1f} " if summary["score"] is not None else "Score –",
-        {k: round(v, 1) for k, v in summary["components"].items() if v is not None})
+  print(f"Score (the paper's, §6.2) {summary['score']:.1f}" if summary["score"] is not None
+        else "Score –", {k: round(v, 1) for k, v in summary["components"].items()
+                         if v is not None},
+        "absent:", ", ".join(summary["absent"]) or "none",
+        "stand-ins:", ", ".join(summary["stand_ins"]) or "none",
+        "apart:", {k: round(v, 1) for k, v in summary["apart"].items() if v is not None})
   note = report.truncation_note(results["_meta"])
   if note:
     print(note)
