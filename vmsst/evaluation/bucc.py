@@ -451,7 +451,8 @@ def evaluate_pair(encoder: encoders.UniqueSentences, root: pathlib.Path, src: st
   if test is not None and test.gold is not None:
     splits["test"] = test
   evaluated_on = "test" if "test" in splits else "training"
-  hoods = {name: _embed(encoder, split, f"bucc {src}-{trg} {name}", k, knn_options)
+  hoods = {name: _embed(encoder, split, f"bucc {src}-{trg} {name}", k, knn_options,
+                        languages=(src, trg))
            for name, split in splits.items()}
   golds = {name: split.gold_indices() for name, split in splits.items()}
   detail = {}
@@ -474,10 +475,13 @@ def evaluate_pair(encoder: encoders.UniqueSentences, root: pathlib.Path, src: st
 
 
 def _embed(encoder: encoders.UniqueSentences, split: Split, desc: str, k: int,
-           knn_options: Mapping) -> Neighbourhoods:
-  """Embeds both sides of a split and searches their neighbourhoods."""
-  source = encoder.encode(list(split.source.values()), desc=f"{desc} source")
-  target = encoder.encode(list(split.target.values()), desc=f"{desc} target")
+           knn_options: Mapping, languages: tuple[str, str]) -> Neighbourhoods:
+  """Embeds both sides of a split, each by its language's tower, and searches their
+  neighbourhoods."""
+  source = encoder.encode(list(split.source.values()), desc=f"{desc} source",
+                          language=languages[0])
+  target = encoder.encode(list(split.target.values()), desc=f"{desc} target",
+                          language=languages[1])
   return neighbourhoods(source, target, k, **knn_options)
 
 
