@@ -31,7 +31,10 @@ from vmsst.objectives import MomentumContrast
 from vmsst.objectives import momentum_contrast
 from vmsst.objectives import nli_head
 from vmsst.evaluation import encoders
+from vmsst.evaluation import parallel
+from vmsst.evaluation import question_retrieval
 from vmsst.evaluation import similarity
+from vmsst.evaluation import sts
 from vmsst.evaluation import tatoeba
 from vmsst.evaluation.in_training import RetrievalEvaluator
 from vmsst.evaluation.tatoeba import retrieval_accuracy
@@ -315,10 +318,18 @@ def test_checkpoint_encoder_and_export_pick_the_tower_of_the_side(vocab_model):
   assert {n.split("/")[0] for n in exported} == {"tower_a", "tower_b"}
 
 
-def test_outside_training_a_side_b_language_is_embedded_by_tower_b(vocab_model):
+@pytest.fixture(scope="module")
+def two_tower_encoder(vocab_model):
+  """vocab_model's model restored as `evaluate --model_dir` builds it (compiled once here)."""
+  vocab, model, params, _ = vocab_model
+  return inference.CheckpointEncoder(_restored(model, params, vocab), batch_size=4)
+
+
+def test_outside_training_a_side_b_language_is_embedded_by_tower_b(vocab_model,
+                                                                    two_tower_encoder):
   """vmsst.Encoder and the suites' UniqueSentences pick the tower by the sentences' language."""
   vocab, model, params, sentences = vocab_model
-  backend = inference.CheckpointEncoder(_restored(model, params, vocab), batch_size=4)
+  backend = two_tower_encoder
   tower = {side: _embed(model, params, vocab, sentences, side) for side in "ab"}
   assert not np.allclose(tower["a"], tower["b"], atol=1e-3)  # two random towers
   assert [backend.tower_of(c) for c in (None, "en", "eng", "de", "zho", "ang")] == [
@@ -345,9 +356,11 @@ def _tatoeba_average(backend, folder):
   return tatoeba.evaluate(encoders.UniqueSentences(backend, progress=False), folder)["deu"]["avg"]
 
 
-def test_tatoeba_embed_and_mine_put_the_non_english_side_through_tower_b(vocab_model, tmp_path):
+def test_tatoeba_embed_and_mine_put_the_non_english_side_through_tower_b(vocab_model,
+                                                                        two_tower_encoder,
+                                                                        tmp_path):
   vocab, model, params, sentences = vocab_model
-  backend = inference.CheckpointEncoder(_restored(model, params, vocab), batch_size=4)
+  backend = two_tower_encoder
   tower = {side: _embed(model, params, vocab, sentences, side) for side in "ab"}
   # Tatoeba: the same lines on both sides, so a tower shared by both sides finds every one.
   folder = tmp_path / "tatoeba"
@@ -379,6 +392,38 @@ def test_tatoeba_embed_and_mine_put_the_non_english_side_through_tower_b(vocab_m
                        trg_embeddings=str(tmp_path / "a.npy"))
   assert routed != run("a_a.tsv", src_embeddings=str(tmp_path / "a.npy"),
                        trg_embeddings=str(tmp_path / "a.npy"))
+
+
+def test_sts17_question_retrieval_and_parallel_embed_each_side_in_its_language(
+    vocab_model, two_tower_encoder, tmp_path):
+  vocab, model, params, sentences = vocab_model
+  backend = two_tower_encoder
+  unique = lambda: encoders.UniqueSentences(backend, progress=False)
+  tower = {side: _embed(model, params, vocab, sentences, side) for side in "ab"}
+  across = similarity.paired_cosine(tower["b"], tower["a"])  # column 1 (ar) by b, 2 (en) by a
+  # STS17 ar-en: the same sentence in both columns, so only the towers make the cosines differ.
+  (tmp_path / "sts17").mkdir()
+  (tmp_path / "sts17" / "STS.input.track2.ar-en.txt").write_text(
+      "".join(f"{x}\t{x}\n" for x in sentences))
+  (tmp_path / "sts17" / "STS.gs.track2.ar-en.txt").write_text("1\n2\n3\n4\n")
+  track = sts.evaluate_sts17(unique(), tmp_path / "sts17")["tracks"]["track2.ar-en"]
+  assert track["pearson"] == pytest.approx(sts.correlations(across, [1, 2, 3, 4])["pearson"])
+  # parallel --src_language=deu --trg_language=eng.
+  for name in ("src.txt", "trg.txt"):
+    (tmp_path / name).write_text("\n".join(sentences) + "\n")
+  got = parallel.evaluate(unique(), tmp_path / "src.txt", tmp_path / "trg.txt",
+                          languages=("deu", "eng"))
+  assert got["src2trg"]["accuracy"] == pytest.approx(
+      100 * retrieval_accuracy(tower["b"], tower["a"]))
+  # Question retrieval: German queries by tower b against the English KB by tower a.
+  folder = tmp_path / "question_retrieval" / "set"
+  folder.mkdir(parents=True)
+  (folder / "queries.tsv").write_text("".join(f"q{i}\tdeu\t{x}\n" for i, x in enumerate(sentences)))
+  (folder / "kb.tsv").write_text("".join(f"k{i}\t{x}\n" for i, x in enumerate(sentences)))
+  (folder / "gold.tsv").write_text("".join(f"q{i}\tk{i}\n" for i in range(len(sentences))))
+  r_at_1 = question_retrieval.evaluate(unique(), folder.parent)["set"]["r@1"]
+  hits = question_retrieval.nearest_is_gold(tower["b"], tower["a"], [{i} for i in range(4)])
+  assert r_at_1 == pytest.approx(100 * np.mean(hits)) and r_at_1 < 100.0
 
 
 # ---------------------------------------------------------------- the NLI term
