@@ -242,11 +242,13 @@ def serving_params(params, dtype):
 class CheckpointEncoder:
   """μ_sem of a restored model: the `encoders.Encoder` contract for our checkpoints.
 
-  `side` picks the tower of a two-tower model (`model.sides == ("a", "b")`,
-  MomentumContrast with separate towers): "a" (default) for side a's language
-  (English in the paper runs), "b" for the other languages; e.g.
-  `CheckpointEncoder(restored, side=restored.model.side_of_language("zho"))`.
-  One-encoder models ignore it.
+  A two-tower model (`model.sides == ("a", "b")`: MomentumContrast with
+  separate towers) embeds a sentence with the tower of its language, as it
+  trained: `tower_of(language)` is `model.side_of_language` ("a" for side a's
+  languages, English in the paper runs; "b" for the rest), and
+  `encode(sentences, side=...)` runs that tower (`encoders.UniqueSentences`
+  routes by language this way). `side` is the tower of sentences whose
+  language is not given. One-encoder models ignore both.
   """
 
   def __init__(self, restored: RestoredModel, *, batch_size: int = 64, name: str = "vmsst",
@@ -272,16 +274,29 @@ class CheckpointEncoder:
     self._params = serving_params(restored.params, config.dtype)
     params_sharding = jax.tree.map(lambda x: x.sharding, self._params)
     rows = partitioning.batch_sharding(restored.mesh)
-    self._encode = jax.jit(functools.partial(restored.model.encode_side, side=side),
-                           in_shardings=(params_sharding, rows, rows),
-                           out_shardings=partitioning.replicated(restored.mesh))
+    self.side = side
+    self._encode = {s: jax.jit(functools.partial(restored.model.encode_side, side=s),
+                               in_shardings=(params_sharding, rows, rows),
+                               out_shardings=partitioning.replicated(restored.mesh))
+                    for s in restored.model.sides}
 
   @classmethod
   def from_model_dir(cls, model_dir: str, **kwargs) -> "CheckpointEncoder":
     return cls(restore(model_dir), name=os.path.basename(os.path.normpath(model_dir)), **kwargs)
 
-  def encode(self, sentences: Sequence[str]) -> np.ndarray:
-    """float32 [len(sentences), d] embeddings μ_sem (not normalised)."""
+  def tower_of(self, language: str | None) -> str | None:
+    """The tower embedding `language` ("a"/"b"; `self.side` if None); None: one encoder."""
+    if len(self.restored.model.sides) == 1:
+      return None
+    return self.side if language is None else self.restored.model.side_of_language(language)
+
+  def encode(self, sentences: Sequence[str], side: str | None = None) -> np.ndarray:
+    """float32 [len(sentences), d] embeddings μ_sem (not normalised), through the
+    tower of pair side `side` (default `self.side`; one-encoder models have one)."""
+    side = side or self.side
+    if side not in ("a", "b"):
+      raise ValueError(f"side={side!r}: a pair side is 'a' or 'b' (tower_of gives a language's).")
+    encode = self._encode.get(side, self._encode["a"])
     outputs = []
     for start, stop in text_inputs.fixed_size_batches(len(sentences), self.batch_size):
       tokens, mask = text_inputs.tokenize_batch(
@@ -291,7 +306,7 @@ class CheckpointEncoder:
       tokens, mask = (_pad_rows(x[:, :length], rows) for x in (tokens, mask))
       with jax.set_mesh(self.restored.mesh), nn.logical_axis_rules(
           partitioning.LOGICAL_AXIS_RULES):
-        embedded = self._encode(self._params, tokens, mask)
+        embedded = encode(self._params, tokens, mask)
       outputs.append(np.asarray(embedded)[: stop - start])
     if not outputs:
       return np.zeros((0, 0), np.float32)
