@@ -14,8 +14,8 @@ COMMANDS = (
     ("vmsst.export", "export a checkpoint as a SavedModel (text in, embeddings out)"),
     ("vmsst.compare", "train and evaluate several objectives; the paper's Table 1"),
     ("vmsst.mt5_import", "convert an mT5 checkpoint into initial parameters (init_params)"),
-    ("vmsst.compile", "compile a run's train step for a TPU slice here: HBM and FLOPs per chip"),
-    ("vmsst.memory_report", "the same on forced CPU devices (XLA:CPU), remat/scan variants"),
+    ("vmsst.compile", "compile a run for a TPU slice here: HBM, FLOPs per chip"),
+    ("vmsst.memory_report", "the same on forced CPU devices, remat/scan variants"),
     ("vmsst.learning_curves", "plot held-out retrieval against step and wall-clock"),
     ("vmsst.model_json", "write model.json for an older model directory"),
 )
