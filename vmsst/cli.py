@@ -20,12 +20,17 @@ counts, warnings) and drop probing and per-save chatter; `--verbosity` is
 absl's (-1: warnings only, 1: debug, chatter included).
 """
 
+import contextlib
+import difflib
 import functools
 import glob
+import importlib.abc
+import importlib.util
 import logging as python_logging  # record levels (absl's constants differ)
 import os
 import sys
-from typing import Callable, Sequence
+import tempfile
+from typing import Callable, Iterable, Sequence
 
 from absl import app
 from absl import flags
@@ -74,12 +79,35 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
   absl prints "FATAL Flags parsing error: ..." and exits 1 for a missing
   required flag, an unknown flag or a bad value; a command here says
   `error: <what>; see --help` and exits 2 like any other usage error.
+  `--help` (absl prints it and exits 1) exits 0: the user asked for it.
   """
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
     print(f"error: {str(e).rstrip('.')}; see --help.", file=sys.stderr)
     sys.exit(USAGE_EXIT_CODE)
+  except SystemExit as e:  # absl's --help printed the help and exits 1: asked for, so 0
+    if e.code == 1 and any(arg.split("=")[0] in _HELP_FLAGS for arg in argv[1:]):
+      sys.exit(0)
+    raise
+
+
+def did_you_mean(name: str, known: Iterable[str], what: str = "") -> str:
+  """"did you mean X?" for the closest of `known` (difflib), else "" or the list of `what`.
+
+  Args:
+    name: what the user typed.
+    known: the names it could have meant.
+    what: when given and nothing is close, the fallback is "<what>: a, b, c."
+      (or "<what>: none." when `known` is empty).
+  """
+  known = sorted(set(known))
+  close = difflib.get_close_matches(name, known, n=1)
+  if close:
+    return f"did you mean {close[0]}?"
+  if what:
+    return f"{what}: {', '.join(known) or 'none'}."
+  return ""
 
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -198,10 +226,26 @@ def check_output_path(flag: str, path: str, *, directory: bool = False) -> None:
   if not os.path.isdir(parent):
     raise UserError(f"--{flag}={path}: {parent} is a file, so no {kind} can be made under it; "
                     "give a path in a directory.")
-  if not os.access(parent, os.W_OK | os.X_OK) or (
-      os.path.isfile(path) and not os.access(path, os.W_OK)):
-    raise UserError(f"--{flag}={path}: {parent if not os.path.isfile(path) else path} is not "
-                    "writable; give a path you can write.")
+  blocked = path if os.path.isfile(path) else parent
+  if not _writable(blocked):
+    raise UserError(f"--{flag}={path}: {blocked} is not writable; give a path you can write.")
+
+
+def _writable(path: str) -> bool:
+  """Whether this process can write the file `path` or create a file in the directory `path`.
+
+  Tried, not read off the mode bits: root passes `os.access` everywhere, yet
+  cannot write /proc or a read-only mount. An existing file is opened for
+  appending (nothing written); in a directory a temporary file is made and removed.
+  """
+  try:
+    if os.path.isfile(path):
+      with open(path, "ab"):
+        return True
+    with tempfile.TemporaryFile(dir=path):
+      return True
+  except OSError:
+    return False
 
 
 # Device files of the accelerators JAX could use: NVIDIA GPUs, TPU VMs, AMD GPUs.
@@ -214,19 +258,75 @@ def has_accelerator() -> bool:
 
 
 def quiet_startup() -> None:
-  """On a machine with no accelerator, skips the CUDA and TPU probes and their errors.
+  """Start-up chatter off: CUDA/TPU probes without an accelerator, TensorFlow's load lines.
 
-  Call before TensorFlow or JAX is imported (a command's `__main__`). Without
-  an accelerator JAX_PLATFORMS=cpu stops JAX's "Unable to initialize backend
-  'tpu'" probe, and TF_CPP_MIN_LOG_LEVEL=3 TensorFlow's `failed call to
-  cuInit` error (TensorFlow only feeds data here). With one, nothing changes:
-  a GPU or TPU run keeps every backend and every C++ log line. A variable the
-  user set wins. (The oneDNN / cudart lines TensorFlow prints while loading
-  come before any setting applies; they are harmless.)
+  Call before TensorFlow or JAX is imported (a command's `__main__`; the
+  Python API through `vmsst.encoder`). Without an accelerator
+  JAX_PLATFORMS=cpu stops JAX's "Unable to initialize backend 'tpu'" probe
+  and cuInit error, and TF_CPP_MIN_LOG_LEVEL=3 TensorFlow's `failed call to
+  cuInit` (TensorFlow only feeds data here); the lines TensorFlow's C++ prints
+  while it loads (oneDNN, "Could not find cuda drivers", twice: two libraries)
+  come before any setting applies, so its import runs with stderr muted.
+  With an accelerator, or `--verbosity=1`, nothing changes. When stderr is a
+  file, tqdm is off (TQDM_DISABLE): its carriage-return frames would run into
+  the log's lines. A variable the user set wins.
   """
-  if not has_accelerator():
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  if not sys.stderr.isatty():
+    os.environ.setdefault("TQDM_DISABLE", "1")
+  quiet_imports()
+
+
+def quiet_imports() -> None:
+  """quiet_startup's part for any process, the Python API's included (no tqdm change).
+
+  Without an accelerator: JAX on the CPU (unless JAX_PLATFORMS is set),
+  TensorFlow's C++ logging off and its import muted.
+  """
+  if has_accelerator():
+    return
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")  # read when JAX first picks a backend
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  verbose = any(arg in ("--verbosity=1", "-v=1") for arg in sys.argv)
+  if not verbose and "tensorflow" not in sys.modules and not any(
+      isinstance(finder, _MutedImport) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _MutedImport("tensorflow"))
+
+
+@contextlib.contextmanager
+def _stderr_muted():
+  """File descriptor 2 to /dev/null (C++ writes it directly, past sys.stderr)."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  try:
+    with open(os.devnull, "w") as devnull:
+      os.dup2(devnull.fileno(), 2)
+    yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+
+
+class _MutedImport(importlib.abc.MetaPathFinder):
+  """Imports one top-level module with stderr muted; an import error is still raised."""
+
+  def __init__(self, name: str):
+    self.name = name
+
+  def find_spec(self, fullname, path=None, target=None):
+    del path, target
+    if fullname != self.name:
+      return None
+    sys.meta_path.remove(self)
+    spec = importlib.util.find_spec(fullname)
+    if spec is not None and spec.loader is not None:
+      exec_module = spec.loader.exec_module
+
+      def muted(module):
+        with _stderr_muted():
+          exec_module(module)
+
+      spec.loader.exec_module = muted
+    return spec
 
 
 def quiet_logs() -> None:
@@ -236,7 +336,9 @@ def quiet_logs() -> None:
   """
   # TensorFlow's logger also prints through a handler of its own ("INFO:tensorflow:..."):
   # a filter on the logger stops a record before any handler sees it.
-  for target in (logging.get_absl_handler(), python_logging.getLogger("tensorflow")):
+  # The "absl" logger: the Python API, where no absl handler is installed.
+  for target in (logging.get_absl_handler(), python_logging.getLogger("tensorflow"),
+                 python_logging.getLogger("absl")):
     if not any(isinstance(f, _Chatter) for f in target.filters):
       target.addFilter(_Chatter())
 
@@ -249,6 +351,8 @@ class _Chatter:
     without per-item metadata; the restore reads the tree's own metadata);
   - TensorFlow's INFO lines (SavedModel writing in `export`: signature
     renames, sharding callbacks, assets, fingerprint);
+  - faiss's loader INFO lines (which instruction set it loads, including a
+    ModuleNotFoundError for the variants it tries first);
   - seqio's "uncached FunctionDataset ... overfitting" warning: our sources
     are deterministic for a seed and a resumed run skips the stream to its
     step (vmsst/train: train_iterator), so a restart neither reshuffles nor
@@ -259,7 +363,7 @@ class _Chatter:
     if logging.get_verbosity() >= logging.DEBUG:  # --verbosity=1: everything
       return True
     if record.levelno <= python_logging.INFO and any(
-        library in record.pathname for library in ("/orbax/", "/tensorflow/")):
+        library in record.pathname for library in ("/orbax/", "/tensorflow/", "/faiss/")):
       return False
     if "/orbax/" in record.pathname and str(record.msg).startswith("Metadata file does not exist"):
       return False
