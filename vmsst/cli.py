@@ -40,6 +40,9 @@ USAGE_EXIT_CODE = 2
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as shells report Ctrl-C
 
 
+_GIN_CALL_NOTE = "\n  In call to configurable"
+
+
 class UserError(Exception):
   """Bad input a user can fix; the message names the file or flag and the fix."""
 
@@ -59,7 +62,8 @@ def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[s
     try:
       return main(argv)
     except UserError as e:
-      print(f"error: {e}", file=sys.stderr)
+      # gin appends "In call to configurable ..." to what a configurable raises: not the user's.
+      print(f"error: {str(e).split(_GIN_CALL_NOTE)[0]}", file=sys.stderr)
       sys.exit(USAGE_EXIT_CODE)
     except KeyboardInterrupt:
       print("interrupted (Ctrl-C)", file=sys.stderr)
@@ -124,7 +128,11 @@ def flag_values(argv: Sequence[str], name: str) -> list[str]:
   return values
 
 
-def check_gin_files(argv: Sequence[str]) -> None:
+NO_RUN_FILE = ("give --gin_file=gin/runs/<run>.gin (the run files: gin/runs/*_cpu.gin here, "
+               "*_paper.gin on a pod; see --help).")
+
+
+def check_gin_files(argv: Sequence[str], *, required: bool = False) -> None:
   """Each --gin_file exists where parse_gin will look, checked before JAX and TensorFlow load.
 
   parse_gin resolves a run file from the working directory, then
@@ -132,9 +140,13 @@ def check_gin_files(argv: Sequence[str]) -> None:
   of imports before gin's own message, so it is caught here first (includes
   inside the file are still parse_gin's to check).
 
+  Args:
+    required: no --gin_file is an error (train: a run needs its run file).
   Raises:
     UserError: naming the file, where it was looked for and the fix.
   """
+  if required and not flag_values(argv, "gin_file"):
+    raise UserError(NO_RUN_FILE)
   roots = [*(flag_values(argv, "gin_search_path") or ["."]), CHECKOUT]
   for path in flag_values(argv, "gin_file"):
     if "://" in path or os.path.isfile(path):
