@@ -27,6 +27,12 @@ OPUS", not attempted. Languages with several OPUS spellings (zh: zh, zh_cn,
 cmn) are fetched under each (tasks/opus_paper.py, OPUS_CODE_ALIASES).
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import dataclasses
 import gzip
 import json
@@ -42,7 +48,6 @@ from absl import app
 from absl import flags
 import opustools
 
-from vmsst import cli
 from vmsst_tasks import opus_paper
 from vmsst_tasks import opus_sources
 

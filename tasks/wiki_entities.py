@@ -36,6 +36,12 @@ starting with '#' ignored; titles are normalised like link targets):
 Every skip is counted: pages/links/sentences read = kept + skipped per reason.
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import bz2
 import collections
 import dataclasses
@@ -51,7 +57,6 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from vmsst import cli
 
 NAMESPACE_PREFIXES = {"file", "image", "media", "category", "template", "wikipedia", "wp",
                       "help", "portal", "special", "user", "talk", "draft", "module", "wikt",

@@ -7,6 +7,7 @@ import optax
 import pytest
 
 from vmsst_testing import TINY
+from vmsst import cli
 from vmsst import memory_report
 from vmsst import partitioning
 from vmsst import trainer as trainer_lib
@@ -65,5 +66,6 @@ def test_factorized_projection_saves_its_parameter_bytes_per_device():
 def test_mesh_flag_names_both_axes():
   assert memory_report.parse_mesh("data:16,model:4") == (16, 4)
   assert memory_report.parse_mesh("model:2,data:1") == (1, 2)
-  with pytest.raises(ValueError, match="give both axes"):
-    memory_report.parse_mesh("data:8")
+  for wrong in ("data:8", "data2", "data:x,model:1"):
+    with pytest.raises(cli.UserError, match="give both axes"):
+      memory_report.parse_mesh(wrong)

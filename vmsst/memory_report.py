@@ -117,10 +117,12 @@ def markdown_table(rows: dict[str, StepMemory]) -> str:
 
 
 def parse_mesh(text: str) -> tuple[int, int]:
-  """'data:16,model:4' -> (16, 4)."""
-  sizes = dict(part.split(":") for part in text.split(","))
-  if set(sizes) != set(partitioning.MESH_AXES):
-    raise ValueError(f"--mesh={text!r}: give both axes, e.g. --mesh=data:16,model:4.")
+  """'data:16,model:4' -> (16, 4); anything else is a cli.UserError naming the form."""
+  parts = [part.split(":") for part in text.split(",")]
+  sizes = dict(p for p in parts if len(p) == 2)
+  if (len(sizes) != len(parts) or set(sizes) != set(partitioning.MESH_AXES)
+      or not all(v.isdigit() and int(v) > 0 for v in sizes.values())):
+    raise cli.UserError(f"--mesh={text}: give both axes' sizes, e.g. --mesh=data:16,model:4.")
   return int(sizes["data"]), int(sizes["model"])
 
 
@@ -152,6 +154,10 @@ def main(argv: Sequence[str]) -> None:
   del argv
   from vmsst import train  # pylint: disable=g-import-not-at-top (defines --gin_file)
   data, model = parse_mesh(_MESH.value)
+  for variant in _VARIANTS.value:
+    if variant not in VARIANTS:
+      raise cli.UserError(f"--variants: no variant {variant}; "
+                          f"{cli.did_you_mean(variant, VARIANTS, 'the variants')}")
   if _DEVICES.value == "cpu":  # before the first backend use
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", data * model)
