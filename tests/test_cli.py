@@ -41,7 +41,7 @@ def test_ctrl_c_outside_training_is_one_line_and_exit_130(capsys):
 
 
 def test_quiet_startup_picks_the_cpu_only_without_an_accelerator(monkeypatch, tmp_path):
-  for name in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL", "TQDM_DISABLE"):
+  for name in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL"):
     monkeypatch.delenv(name, raising=False)
   (tmp_path / "nvidia0").touch()
   monkeypatch.setattr(cli, "_ACCELERATOR_DEVICES", (str(tmp_path / "nvidia[0-9]*"),))

@@ -73,7 +73,12 @@ def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[s
 
 
 def run(main: Callable[[Sequence[str]], object], argv: Sequence[str] | None = None) -> None:
-  """`app.run` for a command: flag errors and UserErrors both as one `error:` line, exit 2."""
+  """`app.run` for a command: flag errors and UserErrors both as one `error:` line, exit 2.
+
+  A command whose stderr is a file (a log) shows no progress bars (`hide_progress`).
+  """
+  global _BARS_HIDDEN
+  _BARS_HIDDEN = not sys.stderr.isatty()
   app.run(user_errors(main), argv=argv, flags_parser=parse_flags)
 
 
@@ -279,12 +284,9 @@ def quiet_startup() -> None:
   cuInit` (TensorFlow only feeds data here); the lines TensorFlow's C++ prints
   while it loads (oneDNN, "Could not find cuda drivers", twice: two libraries)
   come before any setting applies, so its import runs with stderr muted.
-  With an accelerator, or `--verbosity=1`, nothing changes. When stderr is a
-  file, tqdm is off (TQDM_DISABLE): its carriage-return frames would run into
-  the log's lines. A variable the user set wins.
+  With an accelerator, or `--verbosity=1`, nothing changes. A variable the
+  user set wins.
   """
-  if not sys.stderr.isatty():
-    os.environ.setdefault("TQDM_DISABLE", "1")
   quiet_imports()
 
 
@@ -302,6 +304,19 @@ def quiet_imports() -> None:
   if not verbose and "tensorflow" not in sys.modules and not any(
       isinstance(finder, _MutedImport) for finder in sys.meta_path):
     sys.meta_path.insert(0, _MutedImport("tensorflow"))
+
+
+_BARS_HIDDEN = False  # set by `run`: a command whose stderr is not a terminal
+
+
+def hide_progress(hidden: bool = False) -> bool:
+  """tqdm's `disable=` for a bar: `hidden`, or always in a command whose stderr is a file.
+
+  A log file would otherwise collect a bar's carriage-return frames, run
+  together with the log's lines; metrics and counts are logged anyway. The
+  Python API keeps its bars (show_progress_bar=True) wherever it runs.
+  """
+  return hidden or _BARS_HIDDEN
 
 
 @contextlib.contextmanager

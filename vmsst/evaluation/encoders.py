@@ -18,6 +18,8 @@ from typing import Iterable, Mapping, Protocol, Sequence
 import numpy as np
 import tqdm
 
+from vmsst import cli
+
 # Where `python -m vmsst.export` leaves its metadata and vocabulary (export.EXTRA_DIR,
 # export.METADATA_FILE, inference.VOCABULARY_FILE; a test holds them equal).
 EXPORT_EXTRA_DIR = "assets.extra"
@@ -162,7 +164,7 @@ class UniqueSentences:
     self._asked.update(sentences)
     todo = sorted({s for s in sentences if s not in self._cache}, key=len, reverse=True)
     for batch in tqdm.tqdm(list(_chunks(todo, self.batch_size)), desc=f"{self.name}: {desc}",
-                           unit="batch", disable=not self.progress or not todo, leave=False):
+                           unit="batch", disable=cli.hide_progress(not self.progress or not todo), leave=False):
       for sentence, vector in zip(batch, self.encoder.encode(batch)):
         self._cache[sentence] = vector
     if not sentences:

@@ -298,7 +298,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   learning_rate = _learning_rate_schedule()
   metrics, history = {}, []
   progress = tqdm.tqdm(total=train_steps, initial=start_step, desc="train", unit="step",
-                       disable=jax.process_index() > 0, dynamic_ncols=True)
+                       disable=cli.hide_progress(jax.process_index() > 0),
+                       dynamic_ncols=True)
   started = time.time()
   skipped = consecutive_bad = 0
   with checkpointing.PreemptionWatcher() as preemption:
