@@ -90,7 +90,8 @@ def test_a_missing_or_wrong_path_is_named_before_data_loads(tmp_path, tiny_vocab
 @pytest.mark.parametrize("bindings, env, named", [
     (["VOCAB_SIZE=5000"], {}, ["has 2000 pieces", "NetworkConfig.vocab_size is 5000",
                                "--gin.VOCAB_SIZE=2000"]),
-    (["VOCAB_SIZE=2000", "BATCH_SIZE=33"], {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+    (["VOCAB_SIZE=2000", "BATCH_SIZE=33"],
+     {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
      ["BATCH_SIZE = 33 does not divide over the 2 devices", "--gin.BATCH_SIZE=32 or 34"]),
 ])
 def test_the_vocabulary_and_the_batch_are_checked_before_any_state_or_data(

@@ -52,7 +52,8 @@ UPSTREAM = {
 
 # ------------------------------------------------------------------ parsing
 
-_UNKNOWN_CONFIGURABLE = re.compile(r"No configurable matching (?:reference )?'@?([\w.]+?)(?:\(\))?'")
+_UNKNOWN_CONFIGURABLE = re.compile(
+    r"No configurable matching (?:reference )?'@?([\w.]+?)(?:\(\))?'")
 _UNKNOWN_PARAMETER = re.compile(r"Configurable '([\w.]+)' doesn't have a parameter named '(\w+)'")
 
 
@@ -77,7 +78,8 @@ def parse_errors(error: ValueError, bindings: Sequence[str]) -> cli.UserError:
 
 def configurables() -> list[str]:
   """The names of every registered gin configurable (class and function names)."""
-  return sorted({selector.split(".")[-1] for selector, _ in gin.config._REGISTRY.items()})  # pylint: disable=protected-access
+  registry = gin.config._REGISTRY  # pylint: disable=protected-access  # gin has no public list
+  return sorted({selector.split(".")[-1] for selector, _ in registry.items()})
 
 
 def parameters(selector: str) -> list[str]:
