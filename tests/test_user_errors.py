@@ -302,8 +302,8 @@ def test_wiki_entities_names_a_dump_that_is_none_or_a_bad_output(tmp_path, flags
 
 @pytest.mark.slow  # 8-15 s each: the commands import seqio, JAX and gin before main
 @pytest.mark.parametrize("args, named", [
-    (("vmsst.vocabulary", "--vocab_size=1000", "--sources=multi30k", "--output={tmp}/new/spm"),
-     ["--vocab_size=1000 is below the", "--character_coverage"]),
+    (("vmsst.vocabulary", "--vocab_size=300", "--sources=multi30k", "--output={tmp}/new/spm"),
+     ["--vocab_size=300 is below the", "--character_coverage"]),
     (("vmsst.memory_report", "--gin_file=gin/runs/vmsst_cpu.gin", "--mesh=data2"),
      ["--mesh=data2", "--mesh=data:16,model:4"]),
     (("vmsst.memory_report", "--gin_file=gin/runs/vmsst_cpu.gin", "--variants=nonee"),
