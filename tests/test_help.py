@@ -18,6 +18,8 @@ def _help(*args: str) -> str:
   result = subprocess.run([sys.executable, "-m", *args], cwd=vmsst_testing.ROOT,
                           capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode == 0, result.stderr[-2000:]  # asked for: not absl's exit 1
+  assert not any(line in result.stderr for line in ("oneDNN", "cudart_stub", "InitializeLog")), (
+      result.stderr[-2000:])  # TensorFlow's start-up lines (imported with stderr muted)
   return result.stdout
 
 
