@@ -332,15 +332,17 @@ def check_resume(model_dir: str, model, sequence_length: int, *,
       bindings changed since config.gin without `resume_with_changes`.
   """
   steps = checkpoint_steps(model_dir)
-  spec_path = os.path.join(model_dir, inference.MODEL_FILE)
-  if not steps or not os.path.isfile(spec_path):
+  if not steps:
     return []
-  with open(spec_path, encoding="utf-8") as f:
-    saved = json.load(f)
+  spec_path = os.path.join(model_dir, inference.MODEL_FILE)
+  saved = {}
+  if os.path.isfile(spec_path):  # a directory from before model.json: its config.gin only
+    with open(spec_path, encoding="utf-8") as f:
+      saved = json.load(f)
   now = inference.model_spec(model, sequence_length)
   where = f"MODEL_DIR = {model_dir!r} (step {steps[-1]})"
   fresh = "give a new MODEL_DIR for this run (--gin.MODEL_DIR=\"'runs/<new>'\")"
-  if saved.get("objective") != now["objective"]:
+  if saved and saved.get("objective") != now["objective"]:
     raise cli.UserError(
         f"{where} holds a {saved.get('objective')} model (its model.json) but this run trains "
         f"{now['objective']}; {fresh}, or resume it with the run file that trained it.")
