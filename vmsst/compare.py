@@ -316,4 +316,6 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   _define_flags()
+  cli.show_in_help(names=("gin_file", "gin_bindings", "gin_search_path", "output", "data_dir",
+                          "suite"))  # train's and evaluate's flags its examples use
   cli.run(main, argv=train_lib.rewrite_gin_args(sys.argv))

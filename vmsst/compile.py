@@ -388,7 +388,7 @@ def parse_mesh(text: str) -> tuple[int, int]:
   except ValueError:
     sizes = {}
   if set(sizes) != set(partitioning.MESH_AXES) or min(sizes.values()) < 1:
-    raise cli.UserError(f"--mesh={text!r}: give both axes as positive sizes, e.g. "
+    raise cli.UserError(f"--mesh={text}: give both axes as positive sizes, e.g. "
                         "--mesh=data:16,model:4")
   return sizes["data"], sizes["model"]
 
@@ -475,9 +475,10 @@ def report_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> int:
 def report_host_variants(gin_files: Sequence[str], bindings: Sequence[str]) -> int:
   """--topology=cpu|local: the memory table of each variant (XLA:CPU or this machine)."""
   data, model = parse_mesh(_MESH.value or "data:1,model:1")
-  unknown = [v for v in _VARIANTS.value if v not in VARIANTS]
-  if unknown:
-    raise cli.UserError(f"--variants: unknown {unknown}; pick from {list(VARIANTS)}")
+  for variant in _VARIANTS.value:
+    if variant not in VARIANTS:
+      raise cli.UserError(f"--variants: no variant {variant}; "
+                          f"{cli.did_you_mean(variant, VARIANTS, 'the variants')}")
   if _TOPOLOGY.value == "cpu":  # before the first backend use
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", data * model)

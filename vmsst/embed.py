@@ -161,6 +161,9 @@ def main(argv: Sequence[str]) -> None:
   encoder_flags.check_one()
   cli.check_input_file("input", FLAGS.input, "a UTF-8 text file, one sentence per line")
   cli.check_output_path("output", FLAGS.output)
+  if not FLAGS.output.endswith(".npy"):
+    raise cli.UserError(f"--output={FLAGS.output}: embed writes a NumPy .npy (float32 [lines, "
+                        f"d]); give a name ending in .npy, e.g. {FLAGS.output}.npy.")
   run_file_command(argv, lambda: f"{FLAGS.input}: " + str(embed_file(
       encoder_from_flags, FLAGS.input, FLAGS.output, normalize=FLAGS.normalize,
       language=FLAGS.language)), FLAGS.output)

@@ -24,6 +24,11 @@ tower b; without it, tower a). One-tower models ignore the language.
 import os
 from typing import Sequence
 
+from vmsst import cli
+
+cli.quiet_imports()  # the API as quiet as the commands: CPU JAX without an accelerator
+
+# pylint: disable=wrong-import-position
 import numpy as np
 from absl import logging
 
@@ -46,6 +51,7 @@ class Encoder:
     self.backend = backend
     self.name = backend.name
     self._dimension = dimension
+    self._warned_truncation = False
 
   def __repr__(self) -> str:
     parts = [f"name={self.name!r}", f"backend={type(self.backend).__name__}"]
@@ -75,6 +81,7 @@ class Encoder:
     """
     import jax  # pylint: disable=import-outside-toplevel  # only this path needs JAX
     from vmsst import inference  # pylint: disable=import-outside-toplevel
+    cli.quiet_logs()  # orbax's per-restore lines, as in the commands
     restored = inference.restore(model_dir, step=step, dtype=dtype)
     backend = inference.CheckpointEncoder(
         restored, batch_size=batch_size, name=os.path.basename(os.path.normpath(model_dir)),
@@ -147,11 +154,19 @@ class Encoder:
     return embeddings[0] if single else embeddings
 
   def _warn_truncated(self, sentences: list[str]) -> None:
+    """Once per encoder: how many sentences were cut, and how to change the length."""
+    if self._warned_truncation:
+      return
     cut = self.count_truncated(sorted(set(sentences)))
     if cut:
+      self._warned_truncation = True
+      fix = ("Encoder.from_checkpoint(max_seq_length=) changes the length"
+             if hasattr(self.backend, "restored") else
+             "a SavedModel's length is fixed when exported (export a model trained with a "
+             "longer SEQUENCE_LENGTH, or use Encoder.from_checkpoint(max_seq_length=))")
       logging.warning("%d of %d distinct sentences are longer than %d pieces (EOS included) "
-                      "and were cut; Encoder.from_checkpoint(max_seq_length=) changes the length",
-                      cut, len(set(sentences)), self.max_seq_length)
+                      "and were cut; %s (said once per encoder)",
+                      cut, len(set(sentences)), self.max_seq_length, fix)
 
   def similarity(self, a: Sentences | np.ndarray, b: Sentences | np.ndarray, *,
                  batch_size: int = 64, show_progress_bar: bool = False,

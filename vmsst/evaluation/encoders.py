@@ -28,6 +28,7 @@ from typing import Iterable, Mapping, Protocol, Sequence
 import numpy as np
 import tqdm
 
+from vmsst import cli
 from vmsst import languages as languages_lib
 
 # Where `python -m vmsst.export` leaves its metadata and vocabulary (export.EXTRA_DIR,
@@ -215,7 +216,8 @@ class UniqueSentences:
     cache = self._caches.setdefault(tower, {})
     todo = sorted({s for s in sentences if s not in cache}, key=len, reverse=True)
     for batch in tqdm.tqdm(list(_chunks(todo, self.batch_size)), desc=f"{self.name}: {desc}",
-                           unit="batch", disable=not self.progress or not todo, leave=False):
+                           unit="batch", disable=cli.hide_progress(not self.progress or not todo),
+                           leave=False):
       for sentence, vector in zip(batch, encode_in(self.encoder, batch, language)):
         cache[sentence] = vector
     if not sentences:
