@@ -53,6 +53,7 @@ from vmsst_tasks import preprocessors
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks import triplets as triplets_lib
+from vmsst import cli
 from vmsst import languages
 from vmsst import vocabulary as vocabulary_lib
 
@@ -170,9 +171,38 @@ def report_data_counts(name: str, *, model_dir: str | None = None) -> dict:
   return report
 
 
+def check_training_data(name: str) -> None:
+  """Raises cli.UserError when a task of the mixture (or the task) has no training example.
+
+  One line naming the task, its input, its read/kept/skipped counts and what
+  to change; run at registration and again by `train` before the first batch,
+  so an empty input never reaches JAX (an empty axis deep in the first step).
+  """
+  found = seqio.get_mixture_or_task(name)
+  for task in found.tasks if isinstance(found, seqio.Mixture) else [found]:
+    counts = getattr(task.source, "counts", None)
+    if isinstance(counts, Mapping):
+      counts = counts.get("train")
+    empty = (task.source.num_input_examples("train") == 0
+             or (isinstance(counts, sources.PairCounts) and counts.read and not counts.kept))
+    if empty:
+      raise cli.UserError(empty_input_message(
+          task.name, getattr(task.source, "input_name", "its input"), counts))
+
+
+def empty_input_message(task: str, input_name: str, counts: "sources.PairCounts | None") -> str:
+  """"<task>: no training example in <input> (read=.. kept=0 ...); <fix>"."""
+  seen = counts.report("read") if isinstance(counts, sources.PairCounts) and counts.read else "0 lines"
+  return (f"{task}: no training example in {input_name} ({seen}); check the input, or relax "
+          "the filter that drops them (register_tasks.input_policy = @InputPolicy(), "
+          "InputPolicy.max_chars; the Tatoeba filter: DATA_DIR).")
+
+
 def _in_memory_task(name: str, reader: str, data_dir: str, vocab: seqio.Vocabulary,
                     seed: int, policy: sources.InputPolicy = sources.DEFAULT_POLICY) -> str:
   read = {split: _read_split(reader, data_dir, split, seed, policy) for split in SPLITS}
+  if not read["train"][0]:
+    raise cli.UserError(empty_input_message(name, f"{data_dir}/{reader}", read["train"][1]))
   source = seqio_sources.InMemoryPairSource(
       {split: pairs for split, (pairs, _) in read.items()},
       {split: counts for split, (_, counts) in read.items()})
@@ -199,12 +229,20 @@ def register_opus_tasks(opus_dir: str, vocab: seqio.Vocabulary, exclude: Abstrac
   for corpus in opus_sources.discover_opus(opus_dir):
     by_pair[(corpus.lang_a, corpus.lang_b)].append(corpus)
   if not by_pair:
-    raise ValueError(f"No OPUS files (<corpus>.<l1>-<l2>.<l1>/.<l2> or .tsv) under {opus_dir}.")
+    raise cli.UserError(f"No OPUS files (<corpus>.<l1>-<l2>.<l1>/.<l2> or .tsv) under "
+                        f"{opus_dir}: pass the directory tasks/opus_download.py wrote "
+                        "(register_tasks.opus_dir).")
+  lines = {pair: [opus_sources.check_moses_line_counts(c) for c in corpora]
+           for pair, corpora in by_pair.items()}
+  if not any(map(sum, lines.values())):
+    raise cli.UserError(f"{opus_dir}: no usable OPUS pair ({sum(map(len, by_pair.values()))} "
+                        "files, 0 lines): every file is empty; download the corpora again "
+                        "(python -m vmsst_tasks.opus_download) or fix register_tasks.opus_dir.")
   names, rates = {}, []
   for (lang_a, lang_b), corpora in sorted(by_pair.items()):
-    num_lines = sum(opus_sources.check_moses_line_counts(c) for c in corpora)
+    num_lines = sum(lines[(lang_a, lang_b)])
     name = opus_task_name(lang_a, lang_b)
-    source = seqio_sources.StreamingPairSource(corpora, num_lines=num_lines, name=name,
+    source = seqio_sources.StreamingPairSource(corpora, lines[(lang_a, lang_b)], name=name,
                                                exclude=exclude, policy=policy)
     names[(lang_a, lang_b)] = register_pair_task(name, source, vocab,
                                                  shuffle_buffer_size=OPUS_SHUFFLE_BUFFER)
@@ -282,7 +320,7 @@ def register_paper_mixture(opus_dir: str | pathlib.Path, vocabulary: seqio.Vocab
     task_name = _reusable_task(pair, reuse or {})
     if task_name is None:
       task_name = f"{name}.{pair.key}".replace("-", "_")
-      source = seqio_sources.StreamingPairSource(pair.files, num_lines=pair.lines,
+      source = seqio_sources.StreamingPairSource(pair.files, pair.file_lines,
                                                  name=task_name, exclude=exclude,
                                                  pivot=pair.pivot)
       register_pair_task(task_name, source, vocabulary, shuffle_buffer_size=OPUS_SHUFFLE_BUFFER)

@@ -8,6 +8,7 @@ Each yields the text-pair schema {"text_a", "text_b", "lang_a", "lang_b"}
 (strings, canonical codes) that the registry's preprocessors tokenize.
 """
 
+import functools
 from typing import AbstractSet, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -17,6 +18,7 @@ import tensorflow as tf
 from vmsst_tasks import opus_sources
 from vmsst_tasks import sources
 from vmsst_tasks import wiki_entities
+from vmsst import cli
 
 SPLITS = ("train", "validation")
 TEXT_FEATURES = ("text_a", "text_b", "lang_a", "lang_b")
@@ -52,39 +54,72 @@ class InMemoryPairSource(seqio.FunctionDataSource):
 class StreamingPairSource(seqio.FunctionDataSource):
   """OPUS pairs streamed from files (too big for memory); one split, "train".
 
+  The corpora of a pair are sampled, not read one after the other: each
+  example comes from corpus i with probability lines_i / sum(lines)
+  (tf.data sample_from_datasets, seeded), so every window of the stream has
+  the whole's corpus mix and all corpora end together. Read one after the
+  other, the first 1M examples of en-fr would all be one corpus, and no
+  shuffle buffer could mix them.
+
   Attributes:
-    corpora: the files, read one after the other (in a seeded random order
-      when seqio asks for shuffled files).
+    corpora: the files; `corpus_lines` their line counts (the weights).
     pivot: if set, every pair is flipped so that lang_a is the pivot.
     policy: how bad lines are treated (tasks/sources.py module docstring).
-    counts: PairCounts of the pass in progress (or last finished); each pass
-      over the files (each epoch) starts a new one.
+    counts: PairCounts of the passes in progress (or last finished), summed
+      over the corpora; each corpus starts a new one with each pass over it.
   """
 
-  def __init__(self, corpora: Sequence[opus_sources.OpusFile], *, num_lines: int, name: str,
-               exclude: AbstractSet[str] = frozenset(), pivot: str | None = None,
+  def __init__(self, corpora: Sequence[opus_sources.OpusFile], corpus_lines: Sequence[int], *,
+               name: str, exclude: AbstractSet[str] = frozenset(), pivot: str | None = None,
                policy: sources.InputPolicy = sources.DEFAULT_POLICY):
+    if len(corpora) != len(corpus_lines):
+      raise ValueError(f"{name}: {len(corpora)} corpora but {len(corpus_lines)} line counts")
     self.corpora, self.pivot, self._exclude, self._name = tuple(corpora), pivot, exclude, name
+    self.corpus_lines = tuple(corpus_lines)
     self.policy = policy
-    self.counts = sources.PairCounts()
+    self._counts = [sources.PairCounts() for _ in self.corpora]
+    self.input_name = ", ".join(c.name for c in self.corpora)  # For errors.
     super().__init__(dataset_fn=self._dataset, splits=("train",),
-                     num_input_examples={"train": num_lines})
+                     num_input_examples={"train": sum(self.corpus_lines)})
 
-  def _pairs(self, corpora: Sequence[opus_sources.OpusFile]) -> Iterator[dict[str, str]]:
-    self.counts = sources.PairCounts()
-    for pair in opus_sources.opus_pairs(corpora, counts=self.counts, exclude=self._exclude,
-                                   name=self._name, policy=self.policy):
+  @property
+  def counts(self) -> sources.PairCounts:
+    return sum(self._counts, sources.PairCounts())
+
+  def _pairs(self, index: int) -> Iterator[dict[str, str]]:
+    """One pass over corpus `index` (a generator function: tf.data calls it each epoch)."""
+    self._counts[index] = counts = sources.PairCounts()
+    for pair in opus_sources.opus_pairs([self.corpora[index]], counts=counts,
+                                        exclude=self._exclude,
+                                        name=f"{self._name}[{self.corpora[index].name}]",
+                                        policy=self.policy):
       if self.pivot is not None and pair.lang_b == self.pivot:
         pair = sources.Pair(pair.text_b, pair.text_a, pair.lang_b, pair.lang_a)
       yield pair._asdict()
 
   def _dataset(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
-    del split  # Only "train"; seqio checks the split name.
-    corpora = list(self.corpora)
-    if shuffle_files:
-      np.random.default_rng(seed).shuffle(corpora)
+    del split, shuffle_files  # Only "train" (seqio checks the name); corpora are always sampled.
     spec = {key: tf.TensorSpec([], tf.string) for key in TEXT_FEATURES}
-    return tf.data.Dataset.from_generator(lambda: self._pairs(corpora), output_signature=spec)
+    datasets = [tf.data.Dataset.from_generator(functools.partial(self._pairs, i),
+                                               output_signature=spec)
+                for i in range(len(self.corpora))]
+    return sample_by_lines(datasets, self.corpus_lines, seed)
+
+
+def sample_by_lines(datasets: Sequence[tf.data.Dataset], lines: Sequence[int],
+                    seed: int | None) -> tf.data.Dataset:
+  """Each element drawn from datasets[i] with probability lines[i] / sum(lines), until all end.
+
+  Seeded (seed None: 0, so an unshuffled pass is still one fixed order); an
+  ended dataset drops out and the others keep their relative weights.
+  """
+  if len(datasets) == 1:
+    return datasets[0]
+  total = sum(lines)
+  weights = [n / total if total else 1 / len(lines) for n in lines]
+  return tf.data.Dataset.sample_from_datasets(list(datasets), weights=weights,
+                                              seed=0 if seed is None else seed,
+                                              stop_on_empty_dataset=False)
 
 
 class EntitySentenceSource(seqio.FunctionDataSource):
@@ -102,6 +137,12 @@ class EntitySentenceSource(seqio.FunctionDataSource):
       texts, langs = np.array(texts, dtype=object), np.array(langs, dtype=object)
       self._columns[split] = {"text_a": texts, "text_b": texts, "lang_a": langs,
                               "lang_b": langs, "entities": ids}
+    if not len(self._columns["train"]["entities"]):
+      counts = wiki_entities.load_meta(entity_dir).get("counts", {})
+      raise cli.UserError(
+          f"{name}: {entity_dir} holds no training example (its meta.json counts: {counts}); "
+          "run python -m vmsst_tasks.wiki_entities again with a lower --min_links (or "
+          "--heldout_fraction below 1), or fix register_tasks.entity_dir.")
     super().__init__(dataset_fn=self._dataset, splits=SPLITS,
                      num_input_examples={s: len(c["entities"]) for s, c in self._columns.items()})
 

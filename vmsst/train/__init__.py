@@ -275,6 +275,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   teacher_cache.fill_stage(register_tasks, in_training.as_list(evaluator))
   registry.report_data_counts(mixture_name,  # read = kept + skipped, MODEL_DIR/data_counts.json
                               model_dir=model_dir if jax.process_index() == 0 else None)
+  registry.check_training_data(mixture_name)  # an empty task: one error line, not a JAX traceback
   _copy_vocabulary(model_dir, check_vocabulary(mixture_name, model))
   batches = train_iterator(mixture_name, batch_size=batch_size,
                            sequence_length=sequence_length, seed=seed, start_step=start_step)
@@ -291,7 +292,12 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   skipped = consecutive_bad = 0
   with checkpointing.PreemptionWatcher() as preemption:
     for step in range(start_step + 1, train_steps + 1):
-      state, step_metrics = trainer.step(state, next(batches), rng)
+      batch = next(batches, None)
+      if batch is None:  # a stream that repeats forever ends only if it was empty
+        raise cli.UserError(f"the training stream of {mixture_name} produced no batch at step "
+                            f"{step}: every example was skipped (data_counts.json in "
+                            f"{model_dir} has the counts); check the input or its filters.")
+      state, step_metrics = trainer.step(state, batch, rng)
       consecutive_bad = check_finite(step, step_metrics, consecutive_bad,
                                      max_skips=skip_nonfinite_steps, manager=manager)
       skipped += consecutive_bad > 0
