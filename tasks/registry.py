@@ -21,6 +21,9 @@ Nothing registers on import; call `register_tasks(...)` (or bind it in gin) befo
   vmsst_wiki_entities   with entity_dir: sentences of a Wikipedia dump with their
                         linked entity (tasks/wiki_entities.py output), the
                         sentence on both sides, plus `entities`; train/validation
+  vmsst_tfds.<builder>.<config>
+                        with tfds_translations: a prepared TFDS translation
+                        dataset (tasks/tfds_sources.py), train (/validation)
   vmsst_triplets        with triplets: English (anchor, positive, negative) triplets
                         (tasks/triplets.py; STSb-built or TSV) as a = anchor,
                         b = positive, plus `tokens_negative`; train/validation
@@ -52,6 +55,7 @@ from vmsst_tasks import opus_sources
 from vmsst_tasks import preprocessors
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
+from vmsst_tasks import tfds_sources
 from vmsst_tasks import triplets as triplets_lib
 from vmsst import cli
 from vmsst import languages
@@ -343,6 +347,26 @@ def _reusable_task(pair: opus_paper.PaperPair,
   return task_name if corpora is not None and set(corpora) == set(pair.files) else None
 
 
+def register_tfds_task(spec: tfds_sources.TfdsTranslation, vocab: seqio.Vocabulary, *,
+                       exclude: AbstractSet[str],
+                       policy: sources.InputPolicy = sources.DEFAULT_POLICY) -> str:
+  """A pair task `spec.task_name` over a prepared TFDS translation dataset (read locally).
+
+  Its examples are those of every other pair task, so it mixes with them
+  (list it in a mixture with `_replace_mixture` or gin); `exclude` and
+  `policy` as for the OPUS tasks.
+
+  Raises:
+    cli.UserError: the dataset is not prepared in spec.data_dir, lacks a
+      key, or keeps no training pair.
+  """
+  source = tfds_sources.TfdsPairSource(spec, exclude=exclude, policy=policy)
+  logging.info("%s", source.counts["train"].report(f"{spec.task_name}[train]"))
+  register_pair_task(spec.task_name, source, vocab)
+  check_training_data(spec.task_name)
+  return spec.task_name
+
+
 def register_triplet_task(triplets: str, data_dir: str, vocab: seqio.Vocabulary) -> str:
   """Registers `vmsst_triplets` (replacing it) over `triplets_lib.read_triplet_splits`.
 
@@ -526,7 +550,8 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
                    distillation_max_sources: int | None = None,
                    entity_dir: str | None = None,
                    input_policy: sources.InputPolicy | None = None,
-                   triplets: str | None = None) -> list[str]:
+                   triplets: str | None = None,
+                   tfds_translations: Sequence[tfds_sources.TfdsTranslation] = ()) -> list[str]:
   """Registers (or re-registers) every vmsst task and mixture; returns their names.
 
   Safe to call again with the same or other arguments: each name is removed
@@ -553,6 +578,8 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
     triplets: if given, also registers vmsst_triplets (query-tower tuning):
       "stsb" builds them from data_dir/stsb train/dev, or a directory holding
       train.tsv and validation.tsv (tasks/triplets.py).
+    tfds_translations: TFDS translation datasets prepared in a local data_dir,
+      one pair task each (`register_tfds_task`; names `vmsst_tfds.<builder>.<config>`).
   """
   policy = input_policy or sources.DEFAULT_POLICY
   data_dir = str(pathlib.Path(data_dir))
@@ -579,4 +606,7 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
     names.append(register_entity_task(entity_dir, vocab))
   if triplets is not None:
     names.append(register_triplet_task(triplets, data_dir, vocab))
+  for spec in tfds_translations:
+    names.append(register_tfds_task(spec, vocab, exclude=tatoeba_exclusion(data_dir),
+                                    policy=policy))
   return names
