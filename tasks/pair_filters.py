@@ -24,7 +24,9 @@ import tensorflow as tf
 
 from vmsst_tasks import sources
 
-SKIP_REASONS = ("kept", "invalid_utf8", "empty_side", "overlong", "tatoeba_overlap")
+SKIP_REASONS = ("kept", "invalid_utf8", "no_tab", "extra_tab", "empty_side", "overlong",
+                "tatoeba_overlap")
+SKIP = {reason: i for i, reason in enumerate(SKIP_REASONS)}
 TEXTS = ("text_a", "text_b")
 
 
@@ -50,9 +52,11 @@ def _valid_utf8(text: tf.Tensor) -> tf.Tensor:
 
 def with_skip_reason(dataset: tf.data.Dataset, *, exclude: AbstractSet[str] = frozenset(),
                      policy: sources.InputPolicy = sources.DEFAULT_POLICY) -> tf.data.Dataset:
-  """Strips both sides and adds "skip" (int32, index in SKIP_REASONS) to each pair.
+  """Strips both sides and sets "skip" (int32, index in SKIP_REASONS) of each pair.
 
-  The first reason that applies wins, in the order of SKIP_REASONS.
+  The first reason that applies wins, in the order of SKIP_REASONS; a "skip"
+  the reader already set (no_tab, extra_tab of a TSV line) is kept unless the
+  line is not UTF-8.
   """
   table = _exclusion_table(frozenset(exclude))
 
@@ -68,8 +72,12 @@ def with_skip_reason(dataset: tf.data.Dataset, *, exclude: AbstractSet[str] = fr
       excluded = tf.constant(False)
     else:
       excluded = tf.logical_or(*(table.lookup(out[k]) > 0 for k in TEXTS))
-    skip = tf.case([(tf.logical_not(valid), lambda: 1), (empty, lambda: 2),
-                    (overlong, lambda: 3), (excluded, lambda: 4)], default=lambda: 0)
+    preset = tf.cast(example.get("skip", 0), tf.int32)
+    skip = tf.case([(tf.logical_not(valid), lambda: SKIP["invalid_utf8"]),
+                    (preset > 0, lambda: preset),
+                    (empty, lambda: SKIP["empty_side"]),
+                    (overlong, lambda: SKIP["overlong"]),
+                    (excluded, lambda: SKIP["tatoeba_overlap"])], default=lambda: 0)
     out["skip"] = tf.cast(skip, tf.int32)
     return out
 

@@ -1,6 +1,7 @@
 """The seqio DataSources of the registry's tasks (tasks/registry.py registers them).
 
   InMemoryPairSource    pairs read once (NTREX-128, Multi30k), whole split shuffled
+                        (a global shuffle: `in_memory_dataset`)
   StreamingPairSource   OPUS pairs streamed from files, one "train" split
   EntitySentenceSource  tasks.wiki_entities output: a sentence on both sides + entities
 
@@ -11,11 +12,14 @@ Each yields the text-pair schema {"text_a", "text_b", "lang_a", "lang_b"}
 import functools
 from typing import AbstractSet, Iterator, Mapping, Sequence
 
+from absl import logging
 import numpy as np
 import seqio
 import tensorflow as tf
+from tensorflow.python.data.experimental.ops import global_shuffle_op
 
 from vmsst_tasks import opus_sources
+from vmsst_tasks import pair_filters
 from vmsst_tasks import sources
 from vmsst_tasks import wiki_entities
 from vmsst import cli
@@ -44,15 +48,18 @@ class InMemoryPairSource(seqio.FunctionDataSource):
                      num_input_examples={s: len(p) for s, p in pairs.items()})
 
   def _dataset(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
-    ds = tf.data.Dataset.from_tensor_slices(self._columns[split])
-    if shuffle_files:
-      ds = ds.shuffle(max(self.num_input_examples(split), 1), seed=seed,
-                      reshuffle_each_iteration=True)
-    return ds
+    return in_memory_dataset(self._columns[split], shuffle=shuffle_files, seed=seed)
 
 
 class StreamingPairSource(seqio.FunctionDataSource):
   """OPUS pairs streamed from files (too big for memory); one split, "train".
+
+  Files are read by tf.data (`opus_file_dataset`: TextLineDataset, the
+  bad-input policy as tf ops, pair_filters), so reading runs in parallel
+  over the host's cores and the pipeline's position can be saved with a
+  checkpoint. Under InputPolicy.strict the Python readers of
+  tasks/opus_sources.py run instead (their errors name file and line), in a
+  generator that cannot be saved (a resume then skips batches, logged).
 
   The corpora of a pair are sampled, not read one after the other: each
   example comes from corpus i with probability lines_i / sum(lines)
@@ -65,8 +72,9 @@ class StreamingPairSource(seqio.FunctionDataSource):
     corpora: the files; `corpus_lines` their line counts (the weights).
     pivot: if set, every pair is flipped so that lang_a is the pivot.
     policy: how bad lines are treated (tasks/sources.py module docstring).
-    counts: PairCounts of the passes in progress (or last finished), summed
-      over the corpora; each corpus starts a new one with each pass over it.
+    counts: PairCounts of one pass over all the corpora: read = kept +
+      skipped by reason (tf.data reading: one pass of the same ops, taken on
+      first use; strict: those of the passes in progress or last finished).
   """
 
   def __init__(self, corpora: Sequence[opus_sources.OpusFile], corpus_lines: Sequence[int], *,
@@ -78,16 +86,22 @@ class StreamingPairSource(seqio.FunctionDataSource):
     self.corpus_lines = tuple(corpus_lines)
     self.policy = policy
     self._counts = [sources.PairCounts() for _ in self.corpora]
+    self._counted = False
     self.input_name = ", ".join(c.name for c in self.corpora)  # For errors.
     super().__init__(dataset_fn=self._dataset, splits=("train",),
                      num_input_examples={"train": sum(self.corpus_lines)})
 
   @property
   def counts(self) -> sources.PairCounts:
+    if not self.policy.strict and not self._counted:
+      self._counts = [pair_filters.count_skips(self._checked(c)) for c in self.corpora]
+      self._counted = True
+      for corpus, counts in zip(self.corpora, self._counts):
+        logging.info("%s", counts.report(f"{self._name}[{corpus.name}]"))
     return sum(self._counts, sources.PairCounts())
 
   def _pairs(self, index: int) -> Iterator[dict[str, str]]:
-    """One pass over corpus `index` (a generator function: tf.data calls it each epoch)."""
+    """(strict) One pass over corpus `index`: a generator function, called each epoch."""
     self._counts[index] = counts = sources.PairCounts()
     for pair in opus_sources.opus_pairs([self.corpora[index]], counts=counts,
                                         exclude=self._exclude,
@@ -97,13 +111,52 @@ class StreamingPairSource(seqio.FunctionDataSource):
         pair = sources.Pair(pair.text_b, pair.text_a, pair.lang_b, pair.lang_a)
       yield pair._asdict()
 
+  def _checked(self, corpus: opus_sources.OpusFile) -> tf.data.Dataset:
+    """A corpus's pairs (pivot first) with their skip reason (pair_filters)."""
+    flip = self.pivot is not None and corpus.lang_b == self.pivot
+    return pair_filters.with_skip_reason(opus_file_dataset(corpus, flip=flip),
+                                         exclude=self._exclude, policy=self.policy)
+
   def _dataset(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
     del split, shuffle_files  # Only "train" (seqio checks the name); corpora are always sampled.
-    spec = {key: tf.TensorSpec([], tf.string) for key in TEXT_FEATURES}
-    datasets = [tf.data.Dataset.from_generator(functools.partial(self._pairs, i),
-                                               output_signature=spec)
-                for i in range(len(self.corpora))]
+    if self.policy.strict:
+      spec = {key: tf.TensorSpec([], tf.string) for key in TEXT_FEATURES}
+      datasets = [tf.data.Dataset.from_generator(functools.partial(self._pairs, i),
+                                                 output_signature=spec)
+                  for i in range(len(self.corpora))]
+    else:
+      datasets = [pair_filters.kept_pairs(self._checked(c)) for c in self.corpora]
     return sample_by_lines(datasets, self.corpus_lines, seed)
+
+
+def opus_file_dataset(corpus: opus_sources.OpusFile, *, flip: bool = False) -> tf.data.Dataset:
+  """The raw pairs of one OPUS corpus read by tf.data; `flip` swaps the sides.
+
+  Moses: line i of both files (their line counts were checked equal at
+  registration, opus_sources.check_moses_line_counts). TSV: a line without
+  exactly one tab gets "skip" no_tab / extra_tab (pair_filters).
+    {"text_a": "Hello.", "text_b": "Hallo.", "lang_a": "eng", "lang_b": "deu"[, "skip": 0]}
+  """
+  def lines(path) -> tf.data.Dataset:
+    return tf.data.TextLineDataset(str(path), compression_type=(
+        "GZIP" if str(path).endswith(".gz") else ""), buffer_size=1 << 20)
+
+  codes = {"lang_a": tf.constant(corpus.lang_a), "lang_b": tf.constant(corpus.lang_b)}
+  if len(corpus.paths) == 2:
+    ds = tf.data.Dataset.zip(lines(corpus.paths[0]), lines(corpus.paths[1])).map(
+        lambda a, b: {"text_a": a, "text_b": b, **codes})
+  else:
+    def split_tsv(line):
+      fields = tf.strings.split(line, "\t")
+      padded = tf.concat([fields, ["", ""]], axis=0)
+      skip = tf.where(tf.size(fields) == 1, pair_filters.SKIP["no_tab"],
+                      tf.where(tf.size(fields) > 2, pair_filters.SKIP["extra_tab"], 0))
+      return {"text_a": padded[0], "text_b": padded[1], **codes, "skip": skip}
+    ds = lines(corpus.paths[0]).map(split_tsv, num_parallel_calls=tf.data.AUTOTUNE)
+  if flip:
+    ds = ds.map(lambda ex: {**ex, "text_a": ex["text_b"], "text_b": ex["text_a"],
+                            "lang_a": ex["lang_b"], "lang_b": ex["lang_a"]})
+  return ds
 
 
 def sample_by_lines(datasets: Sequence[tf.data.Dataset], lines: Sequence[int],
@@ -151,7 +204,21 @@ class EntitySentenceSource(seqio.FunctionDataSource):
     if not len(columns["entities"]):
       raise ValueError(f"{self.name}: no {split} examples (raise --heldout_fraction of "
                        "python -m vmsst_tasks.wiki_entities for a validation split).")
-    ds = tf.data.Dataset.from_tensor_slices(columns)
-    if shuffle_files:
-      ds = ds.shuffle(len(columns["entities"]), seed=seed, reshuffle_each_iteration=True)
+    return in_memory_dataset(columns, shuffle=shuffle_files, seed=seed)
+
+
+def in_memory_dataset(columns: Mapping[str, np.ndarray], *, shuffle: bool,
+                      seed: int | None) -> tf.data.Dataset:
+  """The rows of `columns` (equal-length arrays); with `shuffle`, the whole split shuffled.
+
+  A global shuffle (a seeded permutation, a new one each epoch), not a
+  shuffle buffer the size of the split: a saved iterator then holds an
+  index, not the split (vmsst/train/input_pipeline.py saves it with every
+  checkpoint: 1.6 kB instead of 260 MB for NTREX-128 + Multi30k).
+  """
+  ds = tf.data.Dataset.from_tensor_slices(dict(columns))
+  if not shuffle or not len(next(iter(columns.values()))):
     return ds
+  # tf.data's global shuffle (TF >= 2.17); only private in the pinned 2.21.
+  return global_shuffle_op._global_shuffle(ds, seed=seed,  # pylint: disable=protected-access
+                                           reshuffle_each_iteration=True)

@@ -250,9 +250,10 @@ class _Chatter:
   - TensorFlow's INFO lines (SavedModel writing in `export`: signature
     renames, sharding callbacks, assets, fingerprint);
   - seqio's "uncached FunctionDataset ... overfitting" warning: our sources
-    are deterministic for a seed and a resumed run skips the stream to its
-    step (vmsst/train: train_iterator), so a restart neither reshuffles nor
-    repeats data, which is what that warning is about.
+    are deterministic for a seed and a resumed run restores the stream's
+    saved position (vmsst/train/input_pipeline.py), or skips to its step,
+    so a restart neither reshuffles nor repeats data, which is what that
+    warning is about.
   """
 
   def filter(self, record) -> bool:
