@@ -32,7 +32,7 @@ way, by skipping `N` batches, with a log line saying so.
 
 import json
 import os
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import gin
 import jax
@@ -120,7 +120,8 @@ _ANY_HOST_COUNT = ("process_index", "process_count")
 def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, seed: int,
                    start_step: int, host_data: str = "slice", process_index: int | None = None,
                    process_count: int | None = None,
-                   positions: str | None = None) -> HostBatches:
+                   positions: str | None = None, use_cached: bool = False,
+                   cache_dirs: Sequence[str] = ()) -> HostBatches:
   """Host-local numpy batches of `batch_size / process_count` pairs, from `start_step` on.
 
   How the P hosts split the data (`host_data`, gin: train_iterator.host_data):
@@ -144,6 +145,11 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
     process_index, process_count: h and P; default jax.process_index() and
       jax.process_count() (given explicitly to check the split in one process).
     positions: MODEL_DIR/data_position, where `save_position` writes.
+    use_cached: read the mixture's tasks from the cache that
+      `python -m seqio.scripts.cache_tasks_main` wrote (tokens and language
+      ids, preprocessed once: tasks/cache_registration.py) instead of
+      preprocessing on the fly; gin: train_iterator.use_cached = True.
+    cache_dirs: where to look for those caches (seqio.add_global_cache_dirs).
   Returns:
     a HostBatches iterator of {feature: numpy [B/P, ...]} (PairFeatureConverter
     features).
@@ -157,7 +163,9 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
                      f"multiple of {count}.")
   description = {"mixture": mixture_name, "batch_size": batch_size,
                  "sequence_length": sequence_length, "seed": seed, "host_data": host_data,
-                 "process_index": index, "process_count": count}
+                 "use_cached": use_cached, "process_index": index, "process_count": count}
+  if cache_dirs:
+    seqio.add_global_cache_dirs(list(cache_dirs))
 
   def build(skip: int) -> HostBatches:
     shard_info = (seqio.ShardInfo(index=index, num_shards=count)
@@ -167,7 +175,7 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
         task_feature_lengths={"tokens_a": sequence_length, "tokens_b": sequence_length},
         feature_converter=PairFeatureConverter(pack=False),
         dataset_split="train", shuffle=True, num_epochs=None, seed=seed, verbose=False,
-        shard_info=shard_info)
+        shard_info=shard_info, use_cached=use_cached)
     local = batch_size // count
     if host_data == "slice":  # the global batch; this host's rows are cut in HostBatches
       dataset, rows = dataset.batch(batch_size, drop_remainder=True), slice(index * local,

@@ -1,0 +1,170 @@
+r"""Pairs/s one host's input pipeline produces, against its cores, for the paper mixture.
+
+  python bench/input_pipeline.py --data_dir=../shared/data \
+      --output=docs/results/input_pipeline
+
+An OPUS-format directory (Moses files, the layout tasks/opus_download.py
+writes) is built from NTREX-128's real sentences: every paper language NTREX
+has, paired with English in two corpora (Europarl and OpenSubtitles, the
+document's lines split between them) and repeated to --repeat passes, so the
+mixture has ~150 tasks as the paper's does. The training input
+(vmsst/train/input_pipeline.py: `vmsst_opus_paper`, Table 15's rates, files
+read by tf.data, SentencePiece tokenization, the feature converter, batch)
+then runs in a fresh process pinned to 1 and to 2 cores (`taskset`); after a
+warm-up, pairs/s over --batches batches of --batch pairs. Next to it, the
+pairs/s each host must feed each paper run on its slice at the step time
+the TPU compile command gives (docs/results/tpu_compile/step_times.json, the
+lead's; see the README's table for the format), in both host_data modes:
+"slice" (each host tokenizes the global stream: B / step) and "shard_info"
+(its share: B / (hosts x step)).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import common
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+STEP_TIMES = REPO / "docs" / "results" / "tpu_compile" / "step_times.json"
+LENGTH = 64  # base_paper.gin's SEQUENCE_LENGTH
+
+
+def build_opus_dir(data_dir: str, output: pathlib.Path, repeat: int) -> int:
+  """Moses files Europarl/OpenSubtitles.en-<xx> of NTREX lines; returns the pairs written."""
+  from vmsst import languages, text_files  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import opus_paper, sources  # pylint: disable=import-outside-toplevel
+  files = sources.ntrex_files(data_dir)
+  english = text_files.read_lines(files["eng"])
+  written = 0
+  for code in opus_paper.LANGUAGES:
+    try:
+      canonical = languages.canonical_language(code)
+    except ValueError:
+      continue
+    if canonical not in files or canonical == "eng":
+      continue
+    other = text_files.read_lines(files[canonical])
+    half = len(english) // 2
+    for corpus, rows in (("Europarl", slice(0, half)), ("OpenSubtitles", slice(half, None))):
+      for side, lines in (("en", english[rows]), (code, other[rows])):
+        text = "".join(f"{line}\n" for line in lines) * repeat
+        (output / f"{corpus}.en-{code}.{side}").write_text(text, encoding="utf-8")
+      written += len(english[rows]) * repeat
+  return written
+
+
+def measure(args) -> None:
+  """(subprocess, pinned) Prints {"pairs_per_second", "cores"} of the training input."""
+  from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel
+  from vmsst.train import input_pipeline  # pylint: disable=import-outside-toplevel
+  registry.register_tasks(args.data_dir, args.vocab, opus_dir=args.opus_dir)
+  batches = input_pipeline.train_iterator(registry.PAPER_MIXTURE, batch_size=args.batch,
+                                          sequence_length=LENGTH, seed=0, start_step=0)
+  for _ in range(args.warmup):
+    next(batches)
+  started = time.perf_counter()
+  for _ in range(args.batches):
+    next(batches)
+  seconds = time.perf_counter() - started
+  print(json.dumps({"pairs_per_second": args.batch * args.batches / seconds,
+                    "cores": len(os.sched_getaffinity(0)),
+                    "tasks": len(__import__("seqio").get_mixture_or_task(
+                        registry.PAPER_MIXTURE).tasks)}))
+
+
+def _pinned(args, cores: int, opus_dir: str) -> dict:
+  command = ["taskset", "-c", ",".join(str(c) for c in range(cores)), sys.executable, __file__,
+             "--phase=measure", f"--data_dir={args.data_dir}", f"--vocab={args.vocab}",
+             f"--opus_dir={opus_dir}", f"--batch={args.batch}", f"--batches={args.batches}",
+             f"--warmup={args.warmup}"]
+  done = subprocess.run(command, capture_output=True, text=True, check=False,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  if done.returncode:
+    raise RuntimeError(f"{command} exited {done.returncode}:\n{done.stderr[-3000:]}")
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def required_rates() -> list[dict]:
+  """Per paper run: pairs/s a host must feed, from the TPU compile command's step times.
+
+  docs/results/tpu_compile/step_times.json: [{"run": "vmsst_24l_paper", "slice": "v4-64",
+  "hosts": 8, "batch": 2048, "step_seconds": 0.41}, ...] (the lower-bound step time).
+  """
+  if not STEP_TIMES.exists():
+    return []
+  rows = []
+  for run in json.loads(STEP_TIMES.read_text()):
+    rows.append({**run, "slice_mode": run["batch"] / run["step_seconds"],
+                 "shard_info_mode": run["batch"] / run["hosts"] / run["step_seconds"]})
+  return rows
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--data_dir", default=str(REPO.parent / "shared" / "data"))
+  parser.add_argument("--vocab", default=None)
+  parser.add_argument("--opus_dir", default=None)
+  parser.add_argument("--repeat", type=int, default=4)
+  parser.add_argument("--batch", type=int, default=256)
+  parser.add_argument("--batches", type=int, default=60)
+  parser.add_argument("--warmup", type=int, default=10)
+  parser.add_argument("--cores", default="1,2")
+  parser.add_argument("--output", default=str(REPO / "docs" / "results" / "input_pipeline"))
+  parser.add_argument("--phase", default="main", choices=["main", "measure"])
+  args = parser.parse_args()
+  if args.phase == "measure":
+    return measure(args)
+  with tempfile.TemporaryDirectory() as tmp:
+    args.vocab = args.vocab or common.tiny_vocabulary(args.data_dir, tmp)
+    opus_dir = pathlib.Path(tmp, "opus")
+    opus_dir.mkdir()
+    pairs = build_opus_dir(args.data_dir, opus_dir, args.repeat)
+    runs = [_pinned(args, int(c), str(opus_dir)) for c in args.cores.split(",")]
+  slope = ((runs[-1]["pairs_per_second"] - runs[0]["pairs_per_second"])
+           / max(runs[-1]["cores"] - runs[0]["cores"], 1))
+  required = required_rates()
+  results = {**common.machine(), "pairs_on_disk": pairs, "batch": args.batch,
+             "length": LENGTH, "runs": runs, "pairs_per_second_per_core": slope,
+             "required": required}
+  out = pathlib.Path(args.output)
+  out.mkdir(parents=True, exist_ok=True)
+  (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+  lines = ["# One host's input pipeline against its cores (paper mixture, OPUS-format files)", "",
+           f"`vmsst_opus_paper` over {pairs:,} pairs on disk ({runs[0]['tasks']} tasks, NTREX-128 "
+           f"sentences in OPUS Moses files), batch {args.batch}, length {LENGTH}, tiny "
+           "vocabulary; pairs/s after a warm-up, one fresh process pinned with taskset.", "",
+           "| host cores | pairs/s |", "|---:|---:|"]
+  lines += [f"| {r['cores']} | {r['pairs_per_second']:,.0f} |" for r in runs]
+  lines += ["", f"Slope: {slope:,.0f} pairs/s per added core (machine shared: load average "
+            f"{results['load_average']} on {results['cores']} cores, so the 2-core figure is "
+            "a floor).", ""]
+  if required:
+    lines += ["| run | slice | hosts | batch | step (s) | needed per host, slice mode | "
+              "needed per host, shard_info | cores to keep up (shard_info) |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in required:
+      cores = r["shard_info_mode"] / max(runs[0]["pairs_per_second"], 1)
+      lines.append(f"| {r['run']} | {r['slice']} | {r['hosts']} | {r['batch']} | "
+                   f"{r['step_seconds']:.3g} | {r['slice_mode']:,.0f} | "
+                   f"{r['shard_info_mode']:,.0f} | {cores:.1f} |")
+  else:
+    lines += [f"The pairs/s each host must feed needs the TPU compile command's lower-bound "
+              f"step times, not yet here: with {STEP_TIMES.relative_to(REPO)} written "
+              "(format in bench/input_pipeline.py::required_rates), rerun to fill that table: "
+              "needed = batch / step (slice mode) or batch / (hosts x step) (shard_info), "
+              "cores = needed / the 1-core rate above."]
+  command = "python bench/input_pipeline.py " + " ".join(
+      a for a in sys.argv[1:] if not a.startswith(("--vocab", "--opus_dir")))
+  lines += ["", "Command (from the repository root):", "", f"    {command.strip()}", ""]
+  (out / "README.md").write_text("\n".join(lines))
+  print((out / "README.md").read_text())
+
+
+if __name__ == "__main__":
+  main()
