@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import pathlib
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,6 +85,7 @@ def main() -> None:
   parser.add_argument("--data_dir", default=str(REPO.parent / "shared" / "data"))
   parser.add_argument("--vocab", default=None)
   parser.add_argument("--steps", type=int, default=5000)
+  parser.add_argument("--repeats", type=int, default=3, help="fresh processes per case")
   parser.add_argument("--output", default=str(REPO / "docs" / "results" / "resume_time"))
   parser.add_argument("--phase", default="main", choices=["main", "first_batch", "save_at"])
   parser.add_argument("--start_step", type=int, default=0)
@@ -97,16 +99,21 @@ def main() -> None:
     args.vocab = args.vocab or common.tiny_vocabulary(args.data_dir, tmp)
     positions = os.path.join(tmp, "data_position")
     saved = _child(args, "save_at", positions=positions)
-    runs = {"step 0": _child(args, "first_batch", start_step=0),
-            f"restored at {args.steps}": _child(args, "first_batch", start_step=args.steps,
-                                                positions=positions),
-            f"skipped to {args.steps}": _child(args, "first_batch", start_step=args.steps)}
+    cases = {"step 0": {"start_step": 0},
+             f"restored at {args.steps}": {"start_step": args.steps, "positions": positions},
+             f"skipped to {args.steps}": {"start_step": args.steps}}
+    trials = {name: [] for name in cases}
+    for _ in range(args.repeats):  # interleaved: the shared machine's load hits all alike
+      for name, flags in cases.items():
+        trials[name].append(_child(args, "first_batch", **flags))
+    runs = {name: {**t[0], "seconds": statistics.median(r["seconds"] for r in t),
+                   "trials": [r["seconds"] for r in t]} for name, t in trials.items()}
   restored, skipped = runs[f"restored at {args.steps}"], runs[f"skipped to {args.steps}"]
   assert restored["restored"] and not skipped["restored"]
   assert restored["first_tokens"] == skipped["first_tokens"] == saved["next_tokens"]
   step0 = runs["step 0"]["seconds"]
-  rows = [f"| {name} | {r['seconds']:.2f} | {r['seconds'] / step0:.2f} |"
-          for name, r in runs.items()]
+  rows = [f"| {name} | {r['seconds']:.2f} | {r['seconds'] / step0:.2f} | "
+          f"{', '.join(f'{t:.1f}' for t in r['trials'])} |" for name, r in runs.items()]
   results = {**common.machine(), "mixture": MIXTURE, "batch": BATCH, "length": LENGTH,
              "steps": args.steps, "runs": runs, "position": saved,
              "restored_over_step0": restored["seconds"] / step0,
@@ -119,8 +126,9 @@ def main() -> None:
   (out / "README.md").write_text(
       "# Time to the first batch of a resumed run\n\n"
       f"The make-train stream ({MIXTURE}, batch {BATCH}, length {LENGTH}), first batch of a "
-      "fresh process after task registration; the same batch in both resumes (checked).\n\n"
-      "| resume | seconds | / step 0 |\n|---|---:|---:|\n" + "\n".join(rows) + "\n\n"
+      "fresh process after task registration; the same batch in both resumes (checked). "
+      f"Median of {args.repeats} fresh processes per case, run interleaved.\n\n"
+      "| resume | seconds (median) | / step 0 | trials (s) |\n|---|---:|---:|---|\n" + "\n".join(rows) + "\n\n"
       f"The saved position: {saved['position_bytes'] / 1e6:.1f} MB, written in "
       f"{saved['save_seconds']:.2f} s (drawing the {args.steps} batches took "
       f"{saved['draw_seconds']:.0f} s). Machine: {results['cores']} cores, load average "

@@ -24,8 +24,10 @@ def _registered(small_data_dir, tiny_vocab_path):
 
 
 def _iterator(start_step=0, positions=None, index=0, count=1, **kwargs):
+  kwargs.setdefault("host_data", "slice")  # the host-count independent split
+  kwargs.setdefault("seed", SEED)
   return input_pipeline.train_iterator(MIXTURE, batch_size=BATCH, sequence_length=LENGTH,
-                                       seed=SEED, start_step=start_step, positions=positions,
+                                       start_step=start_step, positions=positions,
                                        process_index=index, process_count=count, **kwargs)
 
 
@@ -93,8 +95,7 @@ def test_without_a_saved_position_the_stream_is_skipped_and_the_log_says_so(
   input_pipeline.save_position(str(tmp_path), 2, batches)
   caplog.clear()
   with caplog.at_level(logging.WARNING):
-    other = input_pipeline.train_iterator(MIXTURE, batch_size=BATCH, sequence_length=LENGTH,
-                                          seed=SEED + 1, start_step=2, positions=str(tmp_path))
+    other = _iterator(start_step=2, positions=str(tmp_path), seed=SEED + 1)
   assert other.restored_from is None and "another stream" in caplog.text
 
 

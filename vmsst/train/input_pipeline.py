@@ -16,13 +16,15 @@ run). tf.data's own checkpoint was chosen over an index-based source
 (ArrayRecord/Grain) because every seqio source, mixture rate, shuffle
 buffer and preprocessor keeps working unchanged: the saved state is theirs.
 
-The position is the stream's, not a host's: with host_data="slice" (the
-default) the tf.data pipeline yields the global batch B, identical on every
-host, and each host keeps its rows in Python; that global iterator is what
-is saved (once, by process 0), so a checkpoint of a run on P hosts resumes
-on any P' that divides B at the same data. With host_data="shard_info"
-each host's own pipeline is saved (`host<h>-of-<P>`), resumable on the same
-P only (the global batch depends on P in that mode anyway).
+With host_data="slice" (host-count independence) the position is the
+stream's, not a host's: the tf.data pipeline yields the global batch B,
+identical on every host, and each host keeps its rows in Python; that
+global iterator is what is saved (once, by process 0), so a checkpoint of a
+run on P hosts resumes on any P' that divides B at the same data. With
+host_data="shard_info" (the default: each host reads its own share) each
+host's pipeline is saved (`host<h>-of-<P>`), resumable on the same P only
+(the global batch depends on P in that mode anyway; on another P the
+stream is skipped to the step, logged).
 
 A pipeline that cannot be saved (a Python generator inside: the OPUS
 sources under InputPolicy.strict) and a checkpoint without a saved position
@@ -118,22 +120,28 @@ _ANY_HOST_COUNT = ("process_index", "process_count")
 @gin.configurable(denylist=["mixture_name", "batch_size", "sequence_length", "seed",
                             "start_step", "process_index", "process_count", "positions"])
 def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, seed: int,
-                   start_step: int, host_data: str = "slice", process_index: int | None = None,
+                   start_step: int, host_data: str = "shard_info",
+                   process_index: int | None = None,
                    process_count: int | None = None,
                    positions: str | None = None, use_cached: bool = False,
                    cache_dirs: Sequence[str] = ()) -> HostBatches:
   """Host-local numpy batches of `batch_size / process_count` pairs, from `start_step` on.
 
   How the P hosts split the data (`host_data`, gin: train_iterator.host_data):
-    "slice" (default): every host builds the same deterministic global stream
-      (seqio, shuffled by `seed`) and keeps its rows [h·B/P, (h+1)·B/P) of each
-      global batch B. The union of the host batches is exactly the 1-process
-      batch, so a run's parameters, and its saved data position, do not
-      depend on the host count. Each host reads and tokenizes all the data.
-    "shard_info": seqio.ShardInfo(h, P): each host reads and preprocesses only
-      its 1/P of the examples and shuffles them itself; the global batch then
-      depends on P (same distribution, different pairs), so runs on different
-      host counts diverge, and a saved position resumes on the same P only.
+    "shard_info" (default): seqio.ShardInfo(h, P): each host reads and
+      preprocesses only its 1/P of the examples and shuffles them itself, so
+      the input work per host falls with P (bench/input_pipeline.py); the
+      global batch then depends on P (same distribution, different pairs), so
+      runs on different host counts diverge, and a saved position resumes on
+      the same P only.
+    "slice" (host-count independence): every host builds the same
+      deterministic global stream (seqio, shuffled by `seed`) and keeps its
+      rows [h·B/P, (h+1)·B/P) of each global batch B. The union of the host
+      batches is exactly the 1-process batch, so a run's parameters, and its
+      saved data position, do not depend on the host count (a v4-64 run
+      resumes on a v4-128 at the same data); each host reads and tokenizes
+      all the data, so each must keep up with the global rate.
+  With one host both are the same stream.
   Host h's rows land on its devices because partitioning.make_mesh orders the
   data axis by process (Trainer.global_batch assembles them).
 
