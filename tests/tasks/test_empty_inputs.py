@@ -92,3 +92,17 @@ def test_training_on_an_empty_entity_directory_is_one_error_line(data_dir, tiny_
   line = _error_line(done)
   assert str(entity_dir) in line and "--min_links" in line
   assert "jnp.take" not in done.stderr
+
+
+def test_opus_files_whose_every_pair_is_dropped_stop_training_with_their_counts(
+    tmp_path, tiny_vocab_path):
+  (tmp_path / "Europarl.de-en.de").write_text("ein\n\nzwei\n")
+  (tmp_path / "Europarl.de-en.en").write_text("\n\n\n")  # every English side empty
+  names = registry.register_opus_tasks(str(tmp_path), vocabulary.get_vocabulary(tiny_vocab_path),
+                                       frozenset())
+  with pytest.raises(cli.UserError) as raised:  # what train runs before the first batch
+    registry.check_training_data(registry.OPUS_MIXTURE)
+  message = str(raised.value)
+  assert message.startswith(f"{names[('deu', 'eng')]}: no training example in "
+                            "Europarl.de-en.de+Europarl.de-en.en")
+  assert "read=3 kept=0 skipped=3 (empty_side=3)" in message
