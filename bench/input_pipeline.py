@@ -13,8 +13,8 @@ read by tf.data, SentencePiece tokenization, the feature converter, batch)
 then runs in a fresh process pinned to 1 and to 2 cores (`taskset`); after a
 warm-up, pairs/s over --batches batches of --batch pairs. Next to it, the
 pairs/s each host must feed each paper run on its slice at the step time
-the TPU compile command gives (docs/results/tpu_compile/step_times.json, the
-lead's; see the README's table for the format), in both host_data modes:
+the TPU compile command gives (its records, docs/results/tpu_compile/*.json:
+the lower-bound step time of each run file on its slice), in both host_data modes:
 "slice" (each host tokenizes the global stream: B / step) and "shard_info"
 (its share: B / (hosts x step)).
 """
@@ -31,7 +31,7 @@ import time
 import common
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-STEP_TIMES = REPO / "docs" / "results" / "tpu_compile" / "step_times.json"
+TPU_COMPILE = REPO / "docs" / "results" / "tpu_compile"
 LENGTH = 64  # base_paper.gin's SEQUENCE_LENGTH
 
 
@@ -90,18 +90,27 @@ def _pinned(args, cores: int, opus_dir: str) -> dict:
   return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def required_rates() -> list[dict]:
-  """Per paper run: pairs/s a host must feed, from the TPU compile command's step times.
+# Chips per TPU VM host (v4, v5p, v5e and v6e multi-host slices: 4 per host).
+CHIPS_PER_HOST = 4
 
-  docs/results/tpu_compile/step_times.json: [{"run": "vmsst_24l_paper", "slice": "v4-64",
-  "hosts": 8, "batch": 2048, "step_seconds": 0.41}, ...] (the lower-bound step time).
+
+def required_rates(directory: pathlib.Path) -> list[dict]:
+  """Per paper run: pairs/s a host must feed at the TPU compile command's lower-bound step.
+
+  Reads each `python -m vmsst.compile` record in `directory` (one JSON per run
+  file: "run_file", "slice", "chips", "batch_size", "lower_bound_step_seconds").
   """
-  if not STEP_TIMES.exists():
-    return []
   rows = []
-  for run in json.loads(STEP_TIMES.read_text()):
-    rows.append({**run, "slice_mode": run["batch"] / run["step_seconds"],
-                 "shard_info_mode": run["batch"] / run["hosts"] / run["step_seconds"]})
+  for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+    record = json.loads(path.read_text())
+    step = record.get("lower_bound_step_seconds")
+    if not step:
+      continue
+    hosts = max(record["chips"] // CHIPS_PER_HOST, 1)
+    rows.append({"run": pathlib.Path(record["run_file"]).stem, "slice": record["slice"],
+                 "hosts": hosts, "batch": record["batch_size"], "step_seconds": step,
+                 "slice_mode": record["batch_size"] / step,
+                 "shard_info_mode": record["batch_size"] / hosts / step})
   return rows
 
 
@@ -116,6 +125,8 @@ def main() -> None:
   parser.add_argument("--warmup", type=int, default=10)
   parser.add_argument("--cores", default="1,2")
   parser.add_argument("--output", default=str(REPO / "docs" / "results" / "input_pipeline"))
+  parser.add_argument("--tpu_compile", default=str(TPU_COMPILE),
+                      help="the TPU compile command's records (lower-bound step times)")
   parser.add_argument("--phase", default="main", choices=["main", "measure"])
   args = parser.parse_args()
   if args.phase == "measure":
@@ -128,7 +139,7 @@ def main() -> None:
     runs = [_pinned(args, int(c), str(opus_dir)) for c in args.cores.split(",")]
   slope = ((runs[-1]["pairs_per_second"] - runs[0]["pairs_per_second"])
            / max(runs[-1]["cores"] - runs[0]["cores"], 1))
-  required = required_rates()
+  required = required_rates(pathlib.Path(args.tpu_compile))
   results = {**common.machine(), "pairs_on_disk": pairs, "batch": args.batch,
              "length": LENGTH, "runs": runs, "pairs_per_second_per_core": slope,
              "required": required}
@@ -145,20 +156,23 @@ def main() -> None:
             f"{results['load_average']} on {results['cores']} cores, so the 2-core figure is "
             "a floor).", ""]
   if required:
-    lines += ["| run | slice | hosts | batch | step (s) | needed per host, slice mode | "
-              "needed per host, shard_info | cores to keep up (shard_info) |",
-              "|---|---|---:|---:|---:|---:|---:|---:|"]
+    one_core = max(runs[0]["pairs_per_second"], 1)
+    lines += ["Pairs/s each host must feed at the lower-bound step time of the TPU compile "
+              f"command ({args.tpu_compile}; {CHIPS_PER_HOST} chips per host), and the host "
+              "cores that keep up at the 1-core rate above (linear in cores; TPU v4 hosts "
+              "have 240 vCPUs):", "",
+              "| run | slice | hosts | batch | step (s) | per host, shard_info | cores | "
+              "per host, slice | cores |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in required:
-      cores = r["shard_info_mode"] / max(runs[0]["pairs_per_second"], 1)
       lines.append(f"| {r['run']} | {r['slice']} | {r['hosts']} | {r['batch']} | "
-                   f"{r['step_seconds']:.3g} | {r['slice_mode']:,.0f} | "
-                   f"{r['shard_info_mode']:,.0f} | {cores:.1f} |")
+                   f"{r['step_seconds']:.3g} | {r['shard_info_mode']:,.0f} | "
+                   f"{r['shard_info_mode'] / one_core:.1f} | {r['slice_mode']:,.0f} | "
+                   f"{r['slice_mode'] / one_core:.1f} |")
   else:
-    lines += [f"The pairs/s each host must feed needs the TPU compile command's lower-bound "
-              f"step times, not yet here: with {STEP_TIMES.relative_to(REPO)} written "
-              "(format in bench/input_pipeline.py::required_rates), rerun to fill that table: "
-              "needed = batch / step (slice mode) or batch / (hosts x step) (shard_info), "
-              "cores = needed / the 1-core rate above."]
+    lines += ["The pairs/s each host must feed needs the TPU compile command's records "
+              f"({args.tpu_compile}: none found); rerun with them: needed = batch / step "
+              "(slice mode) or batch / (hosts x step) (shard_info), cores = needed / the 1-core "
+              "rate above."]
   command = "python bench/input_pipeline.py " + " ".join(
       a for a in sys.argv[1:] if not a.startswith(("--vocab", "--opus_dir")))
   lines += ["", "Command (from the repository root):", "", f"    {command.strip()}", ""]

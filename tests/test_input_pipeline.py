@@ -114,3 +114,15 @@ def test_shard_info_positions_are_per_host_and_old_ones_are_dropped(tmp_path):
     _assert_equal(_take(resumed, 2), want[h])
   # On another host count the shards differ: skipped, not restored.
   assert _iterator(4, str(tmp_path), index=0, count=4, host_data="shard_info").restored_from is None
+
+
+def test_a_position_that_does_not_restore_falls_back_to_skipping(uninterrupted, tmp_path, caplog):
+  batches = _iterator()
+  _take(batches, 2)
+  input_pipeline.save_position(str(tmp_path), 2, batches)
+  for path in (tmp_path / "2" / "stream").iterdir():  # e.g. a pipeline changed by a code update
+    path.write_bytes(b"not a checkpoint")
+  with caplog.at_level(logging.WARNING):
+    resumed = _iterator(start_step=2, positions=str(tmp_path))
+  assert resumed.restored_from is None and "does not fit this pipeline" in caplog.text
+  _assert_equal(_take(resumed, 2), uninterrupted[2:4])

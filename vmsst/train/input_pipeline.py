@@ -108,8 +108,11 @@ class HostBatches:
               if k not in _ANY_HOST_COUNT and saved.get(k) != v}
     if differ:
       return f"the saved data position is of another stream {differ} (saved, now)"
-    tf.train.Checkpoint(iterator=self._iterator).read(
-        os.path.join(directory, name, "ckpt")).assert_consumed()
+    try:
+      tf.train.Checkpoint(iterator=self._iterator).read(
+          os.path.join(directory, name, "ckpt")).assert_consumed()
+    except (tf.errors.OpError, AssertionError) as e:  # e.g. a pipeline changed by a code update
+      return f"the saved data position {directory} does not fit this pipeline ({str(e)[:200]})"
     return None
 
 
