@@ -5,6 +5,7 @@ train state (step, parameters, optimizer state) of an interrupted-and-resumed
 run must equal, bit for bit, that of one uninterrupted run of the same steps.
 """
 
+import json
 import os
 import pathlib
 import random
@@ -170,6 +171,9 @@ def test_sigterm_saves_the_current_step_exits_75_and_resumes_identically(
   assert status == 0, resumed_log[-3000:]
   assert f"skipping {saved[-1]} batches through the pipeline" in resumed_log
   _assert_bitwise_equal(_final_state(model_dir), uninterrupted)
+  # The resumed run's data counts are the whole source's, exact: read = kept + skipped.
+  total = json.loads((model_dir / "data_counts.json").read_text())["total"]["train"]
+  assert total["read"] == total["kept"] + total["skipped"] == 174000  # Multi30k: 29,000 x 6
 
 
 def test_ctrl_c_finishes_the_step_saves_it_and_exits_130(data_dir, tiny_vocab_path, tmp_path,
