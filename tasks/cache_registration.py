@@ -1,4 +1,4 @@
-"""Registers the vmsst tasks on import, for seqio's cache job (`--module_import`), from one variable.
+"""Registers the vmsst tasks on import, for seqio's cache job (`--module_import`), from a variable.
 
   VMSST_REGISTER_TASKS='{"data_dir": "../shared/data", "vocabulary_path": "runs/vocab/spm.model",
                          "opus_dir": "/data/opus"}' \\

@@ -196,7 +196,8 @@ def check_training_data(name: str) -> None:
 
 def empty_input_message(task: str, input_name: str, counts: "sources.PairCounts | None") -> str:
   """"<task>: no training example in <input> (read=.. kept=0 ...); <fix>"."""
-  seen = counts.report("read") if isinstance(counts, sources.PairCounts) and counts.read else "0 lines"
+  counted = isinstance(counts, sources.PairCounts) and counts.read
+  seen = counts.report("read") if counted else "0 lines"
   return (f"{task}: no training example in {input_name} ({seen}); check the input, or relax "
           "the filter that drops them (register_tasks.input_policy = @InputPolicy(), "
           "InputPolicy.max_chars; the Tatoeba filter: DATA_DIR).")

@@ -48,7 +48,8 @@ def _cached(small_data_dir, tiny_vocab_path, tmp_path_factory):
        r"--tasks=vmsst_opus\..*,vmsst_opus_paper\..*", f"--output_cache_dir={cache}",
        "--pipeline_options=--runner=DirectRunner", "--min_shards=2"],
       cwd=vmsst_testing.ROOT, capture_output=True, text=True, check=False,
-      env=dict(os.environ, **{cache_registration.ENV: json.dumps(kwargs)}, TF_CPP_MIN_LOG_LEVEL="2"))
+      env=dict(os.environ, **{cache_registration.ENV: json.dumps(kwargs)},
+               TF_CPP_MIN_LOG_LEVEL="2"))
   assert done.returncode == 0, done.stderr[-4000:]
   registry.register_tasks(**kwargs)
   seqio.add_global_cache_dirs([str(cache)])  # what train_iterator.cache_dirs does

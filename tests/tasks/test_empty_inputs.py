@@ -21,7 +21,8 @@ from vmsst import cli
 from vmsst import vocabulary
 
 REPO = vmsst_testing.ROOT
-SAMPLE = REPO.parent / "shared" / "data" / "wiki_entity_sample" / "enwiki-pages-articles-sample.xml.bz2"
+SAMPLE = (REPO.parent / "shared" / "data" / "wiki_entity_sample"
+          / "enwiki-pages-articles-sample.xml.bz2")
 
 
 def _error_line(done: subprocess.CompletedProcess) -> str:
