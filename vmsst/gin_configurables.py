@@ -32,6 +32,6 @@ gin.constant("vmsst.bfloat16", jnp.bfloat16)
 # Modules whose @gin.configurable objects the gin files name: every one
 # outside vmsst.train (tests/test_gin_configurables.py checks the list is
 # complete), so a gin file imports this module and nothing else.
-__all__ = ["registry", "tfds_sources", "checkpointing", "early_stopping", "optimizers", "param_files",
-           "parameter_groups", "partitioning", "teacher_cache", "in_training",
+__all__ = ["registry", "tfds_sources", "checkpointing", "early_stopping", "optimizers",
+           "param_files", "parameter_groups", "partitioning", "teacher_cache", "in_training",
            "NetworkConfig", "MODELS"]

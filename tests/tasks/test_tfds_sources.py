@@ -86,7 +86,8 @@ def test_tfds_task_reads_the_built_dataset_counts_and_mixes(data_dir, tiny_vocab
   # In a mixture with NTREX, through the trainer's feature converter.
   registry._replace_mixture("vmsst_test_tfds_mix", [(spec.task_name, 1.0),
                                                      (registry.NTREX_TASK, 1.0)])
-  ds = seqio.get_dataset("vmsst_test_tfds_mix", task_feature_lengths={"tokens_a": 16, "tokens_b": 16},
+  ds = seqio.get_dataset("vmsst_test_tfds_mix",
+                         task_feature_lengths={"tokens_a": 16, "tokens_b": 16},
                          feature_converter=PairFeatureConverter(pack=False),
                          dataset_split="train", shuffle=True, num_epochs=None, seed=0)
   batch = next(ds.batch(64, drop_remainder=True).as_numpy_iterator())

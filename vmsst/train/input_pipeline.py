@@ -1,4 +1,4 @@
-"""The training loop's input: this host's batches, and the stream position saved with each checkpoint.
+"""The training loop's input: this host's batches, and the stream position saved at checkpoints.
 
   batches = train_iterator("vmsst_ntrex_multi30k", batch_size=B, sequence_length=L, seed=0,
                            start_step=N, positions=MODEL_DIR/data_position)
