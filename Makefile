@@ -3,20 +3,21 @@
 #                prints held-out retrieval accuracy (about ten minutes here).
 #   make test    runs the whole test suite (what .ci/run calls; under 30 min).
 #   make test-fast  skips the tests marked `slow` (training runs, subprocess
-#                resume / preemption, multi-process, bench): the edit loop,
-#                a few minutes (11 min measured under load).
+#                resume / preemption, multi-process, bench) and `tpu` (the TPU
+#                compiler): the edit loop.
+#   make test-tpu   every paper run compiled by the TPU compiler for its slice.
 # Both create or reuse .venv/ and install the project into it from PyPI.
 
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: train test test-fast test-core-jax-next bench
+.PHONY: train test test-fast test-tpu test-core-jax-next bench
 
 $(STAMP): setup.py
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test,cache]'
+	$(VENV)/bin/pip install --quiet -e '.[test,tpu,cache]'
 	# Apache Beam without its declared protobuf < 7 (setup.py's "cache" extra says why).
 	$(VENV)/bin/pip install --quiet --no-deps apache-beam==2.77.0
 	touch $(STAMP)
@@ -27,12 +28,19 @@ train: $(STAMP)
 # Eight forced CPU devices let the sharding tests build a 4 x 2 mesh; -n 2
 # (pytest-xdist) runs on both cores: the subprocess and training tests dominate.
 test: $(STAMP)
-	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 --strict-markers $(ARGS)
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 --strict-markers -m "not tpu_all_runs" $(ARGS)
 
 # The same minus the `slow` marker (registered in tests/conftest.py; --strict-markers
 # makes a misspelt marker an error instead of a slow test in the fast tier).
 test-fast: $(STAMP)
-	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 --strict-markers -m "not slow" $(ARGS)
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 --strict-markers -m "not slow and not tpu" $(ARGS)
+
+# The TPU compiler's tier: every paper run compiled for the slice it names (and the
+# command's own tests), on this machine through libtpu from PyPI (the `tpu` extra).
+# `make test` runs all of it but the paper runs beyond a representative three
+# (`tpu_all_runs`), each a compile of minutes on 2 cores.
+test-tpu: $(STAMP)
+	$(VENV)/bin/python -m pytest tests -q -n 2 --strict-markers -m tpu $(ARGS)
 
 # The JAX-only core (no TensorFlow, seqio or gin) on the JAX line accelerator images
 # carry (0.11, whose wheels need Python >= 3.12), in a venv of its own. Not part of

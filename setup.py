@@ -57,6 +57,11 @@ EXTRAS_REQUIRE = {
     # transformers, built from a config, nothing downloaded). Pure Python; its
     # other requirements (transformers, huggingface-hub, scikit-learn) are above.
     "bench": ["sentence-transformers==6.2.0", "torch==2.13.0", "transformers==5.23.0"],
+    # The TPU compiler, for `python -m vmsst.compile` (a paper run's step compiled for
+    # a pod slice on this machine) and the launcher's preflight; on a TPU VM it is
+    # also the runtime. libtpu is what jax[tpu]==0.10.2 resolves; on a CPU machine
+    # nothing else changes (the commands and tests choose the CPU platform).
+    "tpu": ["jax[tpu]==0.10.2", "libtpu==0.0.42.1"],
 }
 
 setuptools.setup(

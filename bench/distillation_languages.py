@@ -23,6 +23,10 @@ encoding speed of each, side by side in one run on the same sentences.
 Writes OUTPUT/results.json and OUTPUT/report.md.
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
+
 import datetime
 import json
 import os

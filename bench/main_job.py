@@ -12,7 +12,8 @@ went stale. This script is their only source:
 
 `--measure` writes docs/results/main_job/: main_job.json (the record: when,
 commit, command, install / vocabulary+training / evaluation seconds, load,
-held-out retrieval per set at the last step, the Score and its components,
+held-out retrieval per set at the last step, the paper's Score, its components,
+stand-ins and what is reported apart,
 truncation counts), the learning curve and the evaluation report. `--render`
 then replaces the README text between the two `main-job` markers; the tests
 check that the README block is exactly what the record renders, so the
@@ -98,6 +99,7 @@ def collect(model_dir: pathlib.Path) -> dict:
   chance = learning_curves.final_values(curves).get("chance")
   results = json.loads((model_dir / "eval" / "results.json").read_text())
   score = results["_score"]
+  rounded = lambda values: {k: None if v is None else round(v, 1) for k, v in values.items()}
   return {
       "steps": mean["step"][-1],
       "training_seconds": round(mean["seconds"][-1]),
@@ -105,9 +107,11 @@ def collect(model_dir: pathlib.Path) -> dict:
       "retrieval_chance": None if chance is None else round(chance, 2),
       "retrieval_curve": [[s, round(v, 2)] for s, v in zip(mean["step"], mean["value"])],
       "retrieval_by_set": dict(sorted(sets.items())),
+      "score_definition": "paper",  # §6.2; records without it hold the five-family score
       "score": None if score["score"] is None else round(score["score"], 1),
-      "score_components": {k: None if v is None else round(v, 1)
-                           for k, v in score["components"].items()},
+      "score_components": rounded(score["components"]),
+      "score_stand_ins": sorted(score["stand_ins"]),
+      "score_apart": rounded(score["apart"]),
       "evaluation_seconds": round(sum(results["_meta"]["seconds"].values())),
       "truncated": results["_meta"].get("truncated", {}),
   }
@@ -157,8 +161,6 @@ def render(record: dict) -> str:
   total = (record["install_seconds"] or 0) + record["job_seconds"]
   by_set = sorted(record["retrieval_by_set"].items(), key=lambda kv: kv[1])
   lowest, highest = by_set[0], by_set[-1]
-  components = ", ".join(f"{k} {v}" for k, v in record["score_components"].items()
-                         if v is not None)
   cut = {name: c for name, c in record["truncated"].items() if c.get("truncated")}
   cut_text = "; ".join(f"{name} {c['truncated']:,} of {c['sentences']:,}"
                        for name, c in sorted(cut.items())) or "none"
@@ -180,12 +182,29 @@ def render(record: dict) -> str:
       f"- held-out retrieval at step {record['steps']}: **{record['retrieval_mean']}%** "
       f"(chance {record['retrieval_chance']}%); lowest set {lowest[0]} {lowest[1]}%, "
       f"highest {highest[0]} {highest[1]}%; curve: {curve}.",
-      f"- the paper's Score: **{record['score']}** ({components}).",
+      score_line(record),
       f"- sentences cut to the model's length in the evaluation: {cut_text}.",
       "",
       "Record, report and curve: [docs/results/main_job/](docs/results/main_job/main_job.json) "
       "([learning curve](docs/results/main_job/learning_curve.png)).",
   ])
+
+
+def score_line(record: dict) -> str:
+  """The README's Score bullet: the paper's Score, or an older record's five-family score, so named."""
+  present = {k: v for k, v in record["score_components"].items() if v is not None}
+  components = ", ".join(f"{k} {v}" for k, v in present.items())
+  if record.get("score_definition") != "paper":
+    return (f"- the five-family score (Spearman STS and question retrieval averaged in: the "
+            f"definition before the paper's Score, not re-measured): **{record['score']}** "
+            f"({components}).")
+  absent = [k for k, v in record["score_components"].items() if v is None]
+  apart = ", ".join(f"{k} {v}" for k, v in record["score_apart"].items() if v is not None)
+  return (f"- the paper's Score (§6.2): **{record['score']}**, {len(present)} of "
+          f"{len(record['score_components'])} components ({components}; absent: "
+          f"{', '.join(absent) or 'none'}; stand-ins: "
+          f"{', '.join(record['score_stand_ins']) or 'none'}); apart, not in the Score: "
+          f"{apart or 'none'}.")
 
 
 def readme_block(text: str) -> str:

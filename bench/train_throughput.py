@@ -30,6 +30,10 @@ Comparisons (JSON lines, bench/common.py):
   train/vmsst_light_step_vs_contrastive_step     the same with Table 4's cheap settings
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
+
 import dataclasses
 import functools
 import time

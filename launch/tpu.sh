@@ -13,7 +13,15 @@
 # Environment:
 #   TPU_NAME, ZONE      required: the TPU VM and its zone
 #   PROJECT             gcloud project (default: gcloud's configured one)
-#   ACCELERATOR_TYPE    for create (default v4-32: 4 hosts x 4 chips)
+#   ACCELERATOR_TYPE    the slice (default: the run file's target_slice, which
+#                       `python -m vmsst.compile --print_slice` reads)
+#   SKIP_PREFLIGHT=1    skips the preflight: before create or train, the train
+#                       step is compiled here by the TPU compiler for that slice
+#                       (python -m vmsst.compile, needs pip install -e '.[tpu]'),
+#                       so an out-of-memory or sharding error costs minutes on
+#                       this machine, not an hour on the pod
+#   LOCAL_PY            this machine's python for the preflight (default
+#                       .venv/bin/python if present, else python3)
 #   RUNTIME_VERSION     for create (default tpu-ubuntu2204-base)
 #   REPO_DIR            the checkout on every worker, relative to its home
 #                       (default vmsst; install it first, e.g. with
@@ -23,10 +31,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ACCELERATOR_TYPE=${ACCELERATOR_TYPE:-v4-32}
 RUNTIME_VERSION=${RUNTIME_VERSION:-tpu-ubuntu2204-base}
 REPO_DIR=${REPO_DIR:-vmsst}
 PY=${PY:-python3}
+if [[ -z "${LOCAL_PY:-}" ]]; then
+  if [[ -x .venv/bin/python ]]; then LOCAL_PY=.venv/bin/python; else LOCAL_PY=python3; fi
+fi
 
 actions=()
 gin_file=gin/runs/vmsst_6l_paper.gin
@@ -47,6 +57,31 @@ if [[ -z "${TPU_NAME:-}" || -z "${ZONE:-}" ]]; then
 fi
 if [[ ! -f "$gin_file" ]]; then
   echo "error: $gin_file not found (the workers run the same path inside \$HOME/$REPO_DIR)." >&2
+  exit 2
+fi
+
+# The slice: ACCELERATOR_TYPE, else the one the run file names.
+num_slices=1
+if [[ -z "${ACCELERATOR_TYPE:-}" ]]; then
+  read -r ACCELERATOR_TYPE num_slices < <("$LOCAL_PY" -m vmsst.compile --gin_file="$gin_file" \
+      --print_slice ${train_args[@]+"${train_args[@]}"}) || {
+    echo "error: $gin_file names no slice (target_slice.accelerator_type); set ACCELERATOR_TYPE" >&2
+    exit 2; }
+fi
+
+# Preflight: compile the step for the slice here before it is created or used.
+if [[ "${SKIP_PREFLIGHT:-0}" != 1 ]] && [[ " ${actions[*]} " =~ " create " || " ${actions[*]} " =~ " train " ]]; then
+  echo "preflight: compiling $gin_file for $ACCELERATOR_TYPE x $num_slices (SKIP_PREFLIGHT=1 skips)" >&2
+  if ! "$LOCAL_PY" -m vmsst.compile --gin_file="$gin_file" --topology="$ACCELERATOR_TYPE" \
+      --num_slices="$num_slices" ${train_args[@]+"${train_args[@]}"} >&2; then
+    echo "error: preflight failed: the train step does not compile or fit on $ACCELERATOR_TYPE (above); nothing was created" >&2
+    exit 3
+  fi
+fi
+
+if [[ "$num_slices" != 1 && " ${actions[*]} " =~ " create " ]]; then
+  echo "error: the run is written for $num_slices slices of $ACCELERATOR_TYPE; create them as one" \
+       "multislice (gcloud compute tpus queued-resources create --node-count=$num_slices), then train" >&2
   exit 2
 fi
 

@@ -27,6 +27,12 @@ OPUS", not attempted. Languages with several OPUS spellings (zh: zh, zh_cn,
 cmn) are fetched under each (tasks/opus_paper.py, OPUS_CODE_ALIASES).
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import dataclasses
 import gzip
 import json
@@ -38,11 +44,9 @@ import sys
 import zipfile
 from typing import Any, Mapping, Sequence, TextIO
 
-from absl import app
 from absl import flags
 import opustools
 
-from vmsst import cli
 from vmsst_tasks import opus_paper
 from vmsst_tasks import opus_sources
 
@@ -419,14 +423,16 @@ def _define_flags() -> None:
 
 def main(argv: Sequence[str]) -> int:
   if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
   config = flags.FLAGS
+  if not config.dry_run:
+    cli.check_output_path("output", config.output, directory=True)
   try:
     languages = parse_codes(config.languages, opus_paper.LANGUAGES, "language")
     pivots = parse_codes(config.pivots, opus_paper.PIVOTS, "pivot")
     corpora = parse_corpora(config.corpora)
   except ValueError as e:
-    raise app.UsageError(str(e)) from None
+    raise cli.UserError(str(e)) from None
   jobs = plan_jobs(languages, pivots, corpora)
   report = fetch(config.output, jobs, Catalog(ensure_catalog(config.opus_db)),
                  dry_run=config.dry_run, keep_zips=config.keep_zips)

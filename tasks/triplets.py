@@ -40,6 +40,12 @@ PairFeatureConverter: tokens_a = anchor, tokens_b = positive, lang_a = lang_b
 the training length (the converter passes it through at that static width).
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import collections
 import dataclasses
 import functools
@@ -54,7 +60,6 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from vmsst import cli
 from vmsst_tasks import preprocessors
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources

@@ -36,6 +36,12 @@ starting with '#' ignored; titles are normalised like link targets):
 Every skip is counted: pages/links/sentences read = kept + skipped per reason.
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import bz2
 import collections
 import dataclasses
@@ -47,11 +53,9 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Iterator, Mapping, Sequence
 
-from absl import app
 from absl import flags
 import numpy as np
 
-from vmsst import cli
 
 NAMESPACE_PREFIXES = {"file", "image", "media", "category", "template", "wikipedia", "wp",
                       "help", "portal", "special", "user", "talk", "draft", "module", "wikt",
@@ -439,11 +443,21 @@ def _define_flags() -> None:
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
   f = flags.FLAGS
-  print(build(f.dump, f.output, min_links=f.min_links, interlanguage=f.interlanguage,
-              types=f.types, num_hard_negatives=f.num_hard_negatives,
-              heldout_fraction=f.heldout_fraction, seed=f.seed, lang=f.lang))
+  dump = "a MediaWiki XML dump (.xml or .xml.bz2, e.g. enwiki-...-pages-articles.xml.bz2)"
+  cli.check_input_file("dump", f.dump, dump)
+  for flag, what in (("interlanguage", "a title<TAB>id TSV"), ("types", "an entity<TAB>type TSV")):
+    if f[flag].value:
+      cli.check_input_file(flag, f[flag].value, what)
+  cli.check_output_path("output", f.output, directory=True)
+  try:
+    summary = build(f.dump, f.output, min_links=f.min_links, interlanguage=f.interlanguage,
+                    types=f.types, num_hard_negatives=f.num_hard_negatives,
+                    heldout_fraction=f.heldout_fraction, seed=f.seed, lang=f.lang)
+  except (ET.ParseError, EOFError, OSError) as e:  # not XML, or a broken .bz2
+    raise cli.UserError(f"--dump={f.dump} does not read as {dump}: {e}") from e
+  print(summary)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,13 @@ import pathlib
 # Before anything imports jax: eight CPU devices, so sharding tests can build a
 # (data 4 x model 2) mesh on a laptop (`make test` sets the same).
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# With the TPU compiler installed (the `tpu` extra), JAX would probe for TPU chips
+# at start-up and print libtpu's errors: the tests run on the CPU, and compile for
+# TPU slices through compile-only devices (vmsst/tpu_slices.py) without the probe.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+from vmsst import tpu_slices  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+tpu_slices.quiet_libtpu()
 
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vmsst import text_files
@@ -26,6 +33,12 @@ def pytest_configure(config):
   config.addinivalue_line(
       "markers", "slow: training runs, subprocess resume/preemption, multi-process, bench, "
       "anything over ~7 s (deselect with -m 'not slow'; `make test-fast`)")
+  config.addinivalue_line(
+      "markers", "tpu: compiles with the TPU compiler (libtpu, the `tpu` extra) for a TPU "
+      "slice's compile-only devices; skipped with the install command where libtpu is absent")
+  config.addinivalue_line(
+      "markers", "tpu_all_runs: a paper run's compile beyond the representative three that "
+      "`make test` (CI) compiles; `make test-tpu` runs them all")
 
 
 # Fixtures that train, export or checkpoint a model (20-30 s each, once per

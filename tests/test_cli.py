@@ -94,11 +94,21 @@ def test_quiet_logs_is_installed_once():
 # What a CPU-only start printed before the commands were quieted (issue 17 item 8).
 _CHATTER = ("cuInit", "Unable to initialize backend", "checkpoint_manager.py",
             "Metadata file does not exist", "orbax-checkpoint version", "Assets written to",
-            "fingerprint")
+            "fingerprint", "oneDNN", "cudart_stub", "absl::InitializeLog", "faiss",
+            "Loading faiss", "ModuleNotFoundError")
+
+
+def _noise(stderr: str) -> list[str]:
+  return [line for line in stderr.splitlines() if any(noise in line for noise in _CHATTER)]
+
+
+def _clean_env() -> dict[str, str]:
+  """This environment less what quiet_startup sets (the test process may have set them)."""
+  return {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL")}
 
 
 def _command(*args: str, env_extra=()) -> subprocess.CompletedProcess:
-  env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL")}
+  env = _clean_env()
   env.update(env_extra)
   return subprocess.run([sys.executable, "-m", *args], cwd=vmsst_testing.ROOT, env=env,
                         capture_output=True, text=True, timeout=600, check=False)
@@ -114,8 +124,55 @@ def test_commands_are_quiet_by_default_and_verbose_with_verbosity_1(tiny_model, 
                        f"--output={tmp_path / 'export'}")):
     done = _command(*args)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert not [line for line in done.stderr.splitlines()
-                if any(noise in line for noise in _CHATTER)], done.stderr[-3000:]
+    assert not _noise(done.stderr), done.stderr[-3000:]
+    assert "\r" not in done.stderr  # stderr is a pipe here: no progress-bar frames in a log
   assert "2 lines -> float32 [2," in _command(*embed).stdout  # the summary stays
+  lines = [f"Sentence number {i} of the corpus." for i in range(400)]
+  for side in "ab":
+    (tmp_path / f"{side}.txt").write_text("\n".join(lines) + "\n")
+  mine = _command("vmsst.mine", f"--model_dir={model_dir}", f"--src={tmp_path / 'a.txt'}",
+                  f"--trg={tmp_path / 'b.txt'}", f"--output={tmp_path / 'pairs.tsv'}",
+                  "--index=ivf")
+  assert mine.returncode == 0 and not _noise(mine.stderr), mine.stderr[-3000:]
   verbose = _command(*embed, "--verbosity=1")
   assert verbose.returncode == 0 and "checkpoint_manager.py" in verbose.stderr
+
+
+@pytest.mark.slow  # restores a trained model in a fresh Python
+def test_the_python_api_is_as_quiet_as_the_commands_and_warns_truncation_once(tiny_model):
+  model_dir, _ = tiny_model
+  script = (f"import vmsst\ne = vmsst.Encoder.from_checkpoint({str(model_dir)!r})\n"
+            "long = ' '.join(['word'] * 200)\n"
+            "e.encode([long, 'a']); e.encode([long + ' b'])\nprint('encoded')\n")
+  env = _clean_env()
+  done = subprocess.run([sys.executable, "-c", script], cwd=vmsst_testing.ROOT, env=env,
+                        capture_output=True, text=True, timeout=600, check=False)
+  assert done.returncode == 0 and done.stdout == "encoded\n", done.stderr[-3000:]
+  assert not _noise(done.stderr), done.stderr[-3000:]
+  warnings = [line for line in done.stderr.splitlines() if "were cut" in line]
+  assert len(warnings) == 1 and "max_seq_length=" in warnings[0], done.stderr[-3000:]
+
+
+def test_quiet_logs_drops_faiss_loader_lines():
+  chatter = cli._Chatter()  # pylint: disable=protected-access
+  loader = "/venv/site-packages/faiss/loader.py"
+  assert not chatter.filter(_record(loader, logging.INFO, "Loading faiss with AVX512 support."))
+  assert chatter.filter(_record(loader, logging.WARNING, "something a user acts on"))
+
+
+def test_a_command_logging_to_a_file_hides_progress_bars_the_terminal_keeps_them(tmp_path):
+  script = "from vmsst import cli\ncli.run(lambda argv: print(cli.hide_progress()))\n"
+  with open(tmp_path / "log", "w") as log:
+    done = subprocess.run([sys.executable, "-c", script], stderr=log, stdout=subprocess.PIPE,
+                          text=True, timeout=120, check=True)
+  assert done.stdout == "True\n"
+  assert not cli.hide_progress()  # in-process (the Python API): bars as asked
+
+
+def test_tensorflow_imports_muted_under_quiet_startup():
+  script = ("import os\nfrom vmsst import cli\ncli.quiet_startup()\nimport tensorflow\n"
+            "print(tensorflow.constant(2).numpy())\n")
+  env = _clean_env()
+  done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                        timeout=300, check=False)
+  assert (done.returncode, done.stdout, done.stderr) == (0, "2\n", "")

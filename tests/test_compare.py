@@ -61,6 +61,7 @@ def test_two_objectives_two_seeds_table_tests_curves_and_resume(data_dir, tiny_v
 
   table = json.loads((tmp_path / "table1.json").read_text())
   assert table["meta"]["seeds"] == [0, 1] and table["meta"]["steps"] == 4
+  assert table["meta"]["score"] == compare.SCORE_DEFINITION  # the paper's §6.2, so named
   vmsst = table["objectives"]["vmsst"]
   assert vmsst["retrieval"]["n"] == 2 and vmsst["score"]["n"] == 2
   values = vmsst["retrieval"]["values"]

@@ -104,12 +104,18 @@ def test_table_markdown_shows_intervals_and_tests():
   assert "Wilcoxon signed-rank" in text
 
 
-def test_components_table_averages_over_seeds():
+def test_components_table_averages_over_seeds_and_says_what_the_score_lacks():
   one = {"score": 8.0, "components": {"english_sts": 20.0, "xl_sts": None, "tatoeba": 2.0,
-                                      "bucc": 0.0, "question_retrieval": 10.0}}
-  two = {"score": 10.0, "components": dict(one["components"], english_sts=24.0)}
+                                      "bucc": 0.0, "nq": None, "mkqa": None},
+         "absent": ["xl_sts", "nq", "mkqa"], "stand_ins": {"bucc": "a built task"},
+         "apart": {"question_retrieval": 10.0}, "notes": []}
+  two = dict(one, score=10.0, components=dict(one["components"], english_sts=24.0))
   text = cs.components_table({"vmsst": [one, two]})
-  assert "| vmsst | 9.0 | 22.0 | – | 2.0 | 0.0 | 10.0 |" in text
+  assert text.splitlines()[0] == ("| model | Score | Eng. STS | XL STS | Tatoeba | BUCC | NQ | "
+                                  "MKQA | Q. retrieval (stand-in, apart) |")
+  assert "| vmsst | 9.0 | 22.0 | – | 2.0 | 0.0 | – | – | 10.0 |" in text
+  assert "Absent from the Score (no data): XL STS, NQ, MKQA." in text
+  assert "Stand-in for BUCC: a built task." in text
 
 
 def test_runs_without_held_out_retrieval_keep_their_score_only():

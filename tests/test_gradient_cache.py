@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from vmsst_testing import TINY, init_params, random_batch
-from vmsst import memory_report
+from vmsst import compile as compile_lib
 from vmsst import partitioning
 from vmsst.objectives import Contrastive
 
@@ -68,7 +68,7 @@ def test_cached_step_at_batch_256_needs_far_less_temp_memory():
   cfg = dataclasses.replace(TINY, emb_dim=64, head_dim=32, mlp_dim=256, num_encoder_layers=2,
                             max_length=32, dropout_rate=0.1)
   mesh = partitioning.make_mesh(2, 1, devices=jax.devices()[:2])
-  measure = lambda model: memory_report.step_memory(model, optax.adam(1e-3), mesh,
+  measure = lambda model: compile_lib.step_memory(model, optax.adam(1e-3), mesh,
                                                     batch_size=256, sequence_length=32)
   uncached = measure(Contrastive(cfg))
   cached = measure(Contrastive(cfg, gradient_cache_chunk=32))

@@ -17,7 +17,9 @@ from vmsst import __main__ as index
 def _help(*args: str) -> str:
   result = subprocess.run([sys.executable, "-m", *args], cwd=vmsst_testing.ROOT,
                           capture_output=True, text=True, timeout=300, check=False)
-  assert result.returncode in (0, 1), result.stderr[-2000:]  # absl's --help exits 1
+  assert result.returncode == 0, result.stderr[-2000:]  # asked for: not absl's exit 1
+  assert not any(line in result.stderr for line in ("oneDNN", "cudart_stub", "InitializeLog")), (
+      result.stderr[-2000:])  # TensorFlow's start-up lines (imported with stderr muted)
   return result.stdout
 
 
@@ -50,16 +52,61 @@ def test_teacher_cache_help_lists_the_gin_flags_and_an_example():
   assert "--coordinator_address" not in text  # train's other flags are not this command's
 
 
-def test_python_m_vmsst_prints_the_command_index():
+def _command_modules() -> list[str]:
+  """Every module of vmsst/ and tasks/ (as vmsst_tasks) that runs as a command."""
+  found = []
+  for folder, package in (("vmsst", "vmsst"), ("tasks", "vmsst_tasks")):
+    root = vmsst_testing.ROOT / folder
+    for path in root.rglob("*.py"):
+      parts = [package, *path.relative_to(root).with_suffix("").parts]
+      if path.name == "__main__.py" and len(parts) > 2:
+        found.append(".".join(parts[:-1]))
+      elif path.name != "__main__.py" and 'if __name__ == "__main__":' in path.read_text():
+        found.append(".".join(parts))
+  return sorted(found)
+
+
+def test_python_m_vmsst_indexes_every_command_and_every_one_the_readme_uses():
   text = _help("vmsst")
   commands = [line.split()[2] for line in text.splitlines() if line.startswith("  python -m ")]
   assert commands == [name for name, _ in index.COMMANDS]
-  main_modules = sorted(p.stem for p in (vmsst_testing.ROOT / "vmsst").glob("*.py")
-                        if 'if __name__ == "__main__":' in p.read_text()
-                        and p.stem != "__main__")
-  main_packages = [p.parent.name for p in (vmsst_testing.ROOT / "vmsst").glob("*/__main__.py")]
-  assert sorted(c.removeprefix("vmsst.") for c in commands) == sorted(main_modules + main_packages)
+  assert sorted(commands) == _command_modules()
+  readme = (vmsst_testing.ROOT / "README.md").read_text(encoding="utf-8")
+  used = set(re.findall(r"python -m (vmsst[\w.]*)", readme)) - {"vmsst"}
+  assert used <= set(commands), used - set(commands)
   assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_python_m_vmsst_name_runs_the_command_or_names_the_closest():
+  assert "python -m vmsst.embed --" in _help("vmsst", "embed", "--help")
+  done = subprocess.run([sys.executable, "-m", "vmsst", "embd"], cwd=vmsst_testing.ROOT,
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert done.returncode == 2 and "embed" in done.stderr.splitlines()[-1], done.stderr
+  assert done.stdout == ""
+
+
+def _own_flags(command: str) -> list[str]:
+  """The flags a command's own module (package: __init__ and __main__) defines."""
+  module = command.replace("vmsst_tasks.", "tasks.").replace(".", "/")
+  paths = [vmsst_testing.ROOT / f"{module}.py", vmsst_testing.ROOT / module / "__main__.py",
+           vmsst_testing.ROOT / module / "__init__.py"]
+  text = "".join(p.read_text(encoding="utf-8") for p in paths if p.exists())
+  return re.findall(r"DEFINE_\w+\(\s*[\"'](\w+)[\"']", text)
+
+
+@pytest.mark.slow  # a subprocess per command, most of them import TensorFlow or JAX
+@pytest.mark.parametrize("command", [name for name, _ in index.COMMANDS])
+def test_every_help_exits_0_and_shows_the_commands_own_flags(command):
+  text = _help(command, "--help")
+  for flag in _own_flags(command):
+    assert re.search(rf"^\s+--(\[no\])?{flag}:", text, re.M), (flag, text[-3000:])
+
+
+def test_compare_help_shows_the_flags_its_examples_use():
+  text = _help("vmsst.compare", "--help")
+  examples = text.split("flags:")[0]
+  for flag in set(re.findall(r"--(\w+)=", examples)):
+    assert re.search(rf"^\s+--(\[no\])?{flag}:", text, re.M), flag
 
 
 def test_every_command_spells_its_output_flag_output_and_parses_flags_with_absl():

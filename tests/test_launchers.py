@@ -8,8 +8,11 @@ quoting mistake shows up as a wrong argument.
 import os
 import shlex
 import subprocess
+import sys
 
 import pytest
+
+from vmsst import tpu_slices
 
 import vmsst_testing
 
@@ -21,9 +24,14 @@ BINDINGS = ["--gin.MODEL_DIR='gs://bucket/vmsst 6l'", "--gin.OPUS_DIR='/data/opu
 
 
 def dry_run(script: str, args: list[str], **env: str) -> list[list[str]]:
-  """The command lines `script` prints with DRY_RUN=1, each split into words."""
+  """The command lines `script` prints with DRY_RUN=1, each split into words.
+
+  Without the TPU launcher's preflight compile (SKIP_PREFLIGHT=1) unless `env`
+  asks for it: its own tests are in the `tpu` tier below.
+  """
+  env = {"SKIP_PREFLIGHT": "1", **env}
   result = subprocess.run(["bash", f"launch/{script}", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, env=dict(os.environ, DRY_RUN="1", **env),
+                          text=True, timeout=900, env=dict(os.environ, DRY_RUN="1", **env),
                           check=False)
   assert result.returncode == 0, result.stderr
   return [shlex.split(line) for line in result.stdout.splitlines() if line.strip()]
@@ -31,7 +39,8 @@ def dry_run(script: str, args: list[str], **env: str) -> list[list[str]]:
 
 def failure(script: str, args: list[str], **env: str) -> str:
   result = subprocess.run(["bash", f"launch/{script}", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, env=dict(os.environ, DRY_RUN="1", **env),
+                          text=True, timeout=120,
+                          env=dict(os.environ, DRY_RUN="1", SKIP_PREFLIGHT="1", **env),
                           check=False)
   assert result.returncode == 2, result
   return result.stderr
@@ -73,6 +82,38 @@ def test_tpu_defaults_to_train_and_checks_its_settings():
   assert result.returncode == 2 and "set TPU_NAME and ZONE" in result.stderr
   assert "not found" in failure("tpu.sh", ["--gin_file=gin/runs/nope.gin"], TPU_NAME="t", ZONE="z")
   assert "unknown action 'start'" in failure("tpu.sh", ["start"], TPU_NAME="t", ZONE="z")
+
+
+def test_tpu_creates_the_slice_the_run_file_names():
+  for run, accelerator in (("vmsst_24l_paper", "v4-128"), ("query_tower_paper", "v5litepod-1")):
+    (create,) = dry_run("tpu.sh", ["create", f"--gin_file=gin/runs/{run}.gin"],
+                        TPU_NAME="t", ZONE="z")
+    assert option(create, "--accelerator-type") == accelerator
+  assert "names no slice" in failure("tpu.sh", ["create", "--gin_file=gin/runs/vmsst_cpu.gin"],
+                                     TPU_NAME="t", ZONE="z")
+
+
+@pytest.mark.tpu
+@pytest.mark.slow
+def test_tpu_preflight_compiles_for_the_slice_before_creating_it():
+  """A step that fits: the compile's report, then the gcloud lines. One that does not:
+  exit 3 before any gcloud line, so nothing would be created."""
+  if not tpu_slices.has_libtpu():
+    pytest.skip(f"libtpu is not installed: {tpu_slices.INSTALL_COMMAND}")
+  run = ["create", "train", "--gin_file=gin/runs/vmsst_cpu.gin"]
+  env = dict(os.environ, DRY_RUN="1", TPU_NAME="t", ZONE="z", ACCELERATOR_TYPE="v4-8",
+             LOCAL_PY=sys.executable)
+  env.pop("SKIP_PREFLIGHT", None)
+  fits = subprocess.run(["bash", "launch/tpu.sh", *run], cwd=ROOT, capture_output=True,
+                        text=True, timeout=900, env=env, check=False)
+  assert fits.returncode == 0, fits.stderr[-2000:]
+  assert "preflight" in fits.stderr and "HBM" in fits.stderr
+  assert [shlex.split(line)[4] for line in fits.stdout.splitlines()] == ["create", "ssh"]
+  too_big = subprocess.run(["bash", "launch/tpu.sh", *run, "--gin.BATCH_SIZE=262144"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=900,
+                           env=dict(env, ACCELERATOR_TYPE="v5e-1"), check=False)
+  assert too_big.returncode == 3 and "preflight failed" in too_big.stderr
+  assert not too_big.stdout.strip()
 
 
 def test_slurm_script_starts_one_process_per_gpu_on_every_node():

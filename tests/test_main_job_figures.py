@@ -31,7 +31,8 @@ def _trained_and_evaluated(model_dir: pathlib.Path) -> None:
   writer.close()
   (model_dir / "eval").mkdir()
   (model_dir / "eval" / "results.json").write_text(json.dumps({
-      "_score": {"score": 8.46, "components": {"english_sts": 18.54, "bucc": None}},
+      "_score": {"score": 8.46, "components": {"english_sts": 18.54, "bucc": None},
+                 "stand_ins": {"xl_sts": "STSb-multi-mt"}, "apart": {"question_retrieval": 4.04}},
       "_meta": {"seconds": {"stsb": 20.0, "tatoeba": 41.6},
                 "truncated": {"stsb": {"truncated": 3, "sentences": 1200, "max_seq_length": 32},
                               "tatoeba": {"truncated": 0, "sentences": 9, "max_seq_length": 32}}},
@@ -45,6 +46,8 @@ def test_collect_reads_the_last_evaluation_the_score_and_what_was_cut(tmp_path):
   assert got["retrieval_curve"] == [[80, 1.5], [160, 2.25]]
   assert got["retrieval_by_set"] == {"ntrex_val.eng-jpn": 0.75, "ntrex_val.eng-spa": 6.75}
   assert (got["score"], got["score_components"]) == (8.5, {"english_sts": 18.5, "bucc": None})
+  assert (got["score_definition"], got["score_stand_ins"], got["score_apart"]) == (
+      "paper", ["xl_sts"], {"question_retrieval": 4.0})
   assert got["evaluation_seconds"] == 62
 
 
@@ -57,7 +60,8 @@ def test_render_states_when_how_and_under_what_load_and_rewrites_only_the_block(
   assert "Measured 2026-11-25 00:24 UTC on 2 cores" in text
   assert "fresh clone of commit abc1234" in text and "8 min 34 s in all" in text
   assert "**2.25%** (chance 0.45%); lowest set ntrex_val.eng-jpn 0.75%" in text
-  assert "**8.5** (english_sts 18.5)" in text  # a component without data is left out
+  assert ("the paper's Score (§6.2): **8.5**, 1 of 2 components (english_sts 18.5; absent: "
+          "bucc; stand-ins: xl_sts); apart, not in the Score: question_retrieval 4.0") in text
   assert "stsb 3 of 1,200" in text and "tatoeba" not in text.split("cut")[-1]
   readme = tmp_path / "README.md"
   readme.write_text(f"before\n{main_job.BEGIN}\nold figures\n{main_job.END}\nafter\n")
@@ -66,3 +70,12 @@ def test_render_states_when_how_and_under_what_load_and_rewrites_only_the_block(
   readme.write_text("no markers\n")
   with pytest.raises(ValueError, match="lacks the main-job markers"):
     main_job.write_readme(record, readme)
+
+
+def test_a_record_of_the_five_family_score_is_named_so_not_as_the_papers():
+  """Records measured before the paper's Score keep their figure, under its own name."""
+  record = {"score": 11.7, "score_components": {"english_sts": 24.7, "question_retrieval": 17.2}}
+  line = main_job.score_line(record)
+  assert line.startswith("- the five-family score") and "not re-measured" in line
+  assert "**11.7** (english_sts 24.7, question_retrieval 17.2)" in line
+  assert "paper's Score (" not in line

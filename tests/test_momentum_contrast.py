@@ -13,12 +13,15 @@ import numpy as np
 import optax
 import pytest
 
+import vmsst
 import vmsst.train
 import vmsst_testing
 from vmsst_testing import TINY, init_params, random_batch
 from vmsst import checkpointing
+from vmsst import embed
 from vmsst import export
 from vmsst import inference
+from vmsst import mine
 from vmsst import models
 from vmsst import partitioning
 from vmsst import text_inputs
@@ -27,6 +30,12 @@ from vmsst import vocabulary
 from vmsst.objectives import MomentumContrast
 from vmsst.objectives import momentum_contrast
 from vmsst.objectives import nli_head
+from vmsst.evaluation import encoders
+from vmsst.evaluation import parallel
+from vmsst.evaluation import question_retrieval
+from vmsst.evaluation import similarity
+from vmsst.evaluation import sts
+from vmsst.evaluation import tatoeba
 from vmsst.evaluation.in_training import RetrievalEvaluator
 from vmsst.evaluation.tatoeba import retrieval_accuracy
 
@@ -290,11 +299,15 @@ def test_in_training_retrieval_embeds_sources_by_tower_a_and_targets_by_tower_b(
   assert results["same"] < 100.0
 
 
+def _restored(model, params, vocab):
+  mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
+  return inference.RestoredModel(model=model, params=jax.device_put(params), vocabulary=vocab,
+                                 sequence_length=8, step=0, mesh=mesh)
+
+
 def test_checkpoint_encoder_and_export_pick_the_tower_of_the_side(vocab_model):
   vocab, model, params, sentences = vocab_model
-  mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
-  restored = inference.RestoredModel(model=model, params=jax.device_put(params), vocabulary=vocab,
-                                     sequence_length=8, step=0, mesh=mesh)
+  restored = _restored(model, params, vocab)
   for side in "ab":
     encoded = inference.CheckpointEncoder(restored, batch_size=4, side=side).encode(sentences)
     np.testing.assert_allclose(encoded, _embed(model, params, vocab, sentences, side),
@@ -303,6 +316,114 @@ def test_checkpoint_encoder_and_export_pick_the_tower_of_the_side(vocab_model):
   flat = traverse_util.flatten_dict(jax.device_get(params), sep="/")
   exported = export.semantic_params(model, flat, 8)
   assert {n.split("/")[0] for n in exported} == {"tower_a", "tower_b"}
+
+
+@pytest.fixture(scope="module")
+def two_tower_encoder(vocab_model):
+  """vocab_model's model restored as `evaluate --model_dir` builds it (compiled once here)."""
+  vocab, model, params, _ = vocab_model
+  return inference.CheckpointEncoder(_restored(model, params, vocab), batch_size=4)
+
+
+def test_outside_training_a_side_b_language_is_embedded_by_tower_b(vocab_model,
+                                                                    two_tower_encoder):
+  """vmsst.Encoder and the suites' UniqueSentences pick the tower by the sentences' language."""
+  vocab, model, params, sentences = vocab_model
+  backend = two_tower_encoder
+  tower = {side: _embed(model, params, vocab, sentences, side) for side in "ab"}
+  assert not np.allclose(tower["a"], tower["b"], atol=1e-3)  # two random towers
+  assert [backend.tower_of(c) for c in (None, "en", "eng", "de", "zho", "ang")] == [
+      "a", "a", "a", "b", "b", "b"]  # ang (Old English): no language id, not side a's
+  encoder = vmsst.Encoder(backend)
+  for language, side in ((None, "a"), ("en", "a"), ("de", "b"), ("zho", "b")):
+    np.testing.assert_allclose(encoder.encode(sentences, language=language), tower[side],
+                               rtol=1e-5, atol=1e-6, err_msg=str(language))
+  np.testing.assert_allclose(
+      encoder.pairwise_similarity(sentences, sentences, languages=("eng", "deu")),
+      similarity.paired_cosine(tower["a"], tower["b"]), rtol=1e-5, atol=1e-6)
+  # One cache per tower: the same sentences asked in two languages get both towers' vectors.
+  unique = encoders.UniqueSentences(backend, progress=False)
+  np.testing.assert_allclose(unique.encode(sentences, language="eng"), tower["a"], rtol=1e-5,
+                             atol=1e-6)
+  np.testing.assert_allclose(unique.encode(sentences, language="deu"), tower["b"], rtol=1e-5,
+                             atol=1e-6)
+  one_tower = MomentumContrast(model.network_config, queue_size=8)
+  assert inference.CheckpointEncoder(
+      _restored(one_tower, params["tower_a"], vocab)).tower_of("deu") is None
+
+
+def _tatoeba_average(backend, folder):
+  return tatoeba.evaluate(encoders.UniqueSentences(backend, progress=False), folder)["deu"]["avg"]
+
+
+def test_tatoeba_embed_and_mine_put_the_non_english_side_through_tower_b(vocab_model,
+                                                                        two_tower_encoder,
+                                                                        tmp_path):
+  vocab, model, params, sentences = vocab_model
+  backend = two_tower_encoder
+  tower = {side: _embed(model, params, vocab, sentences, side) for side in "ab"}
+  # Tatoeba: the same lines on both sides, so a tower shared by both sides finds every one.
+  folder = tmp_path / "tatoeba"
+  folder.mkdir()
+  for side in ("deu", "eng"):
+    (folder / f"tatoeba.deu-eng.{side}").write_text("\n".join(sentences) + "\n")
+  got = _tatoeba_average(backend, folder)
+  assert got == pytest.approx(50.0 * (retrieval_accuracy(tower["b"], tower["a"]) +
+                                      retrieval_accuracy(tower["a"], tower["b"])))
+  twins = inference.CheckpointEncoder(
+      _restored(model, dict(params, tower_b=params["tower_a"]), vocab), batch_size=4)
+  assert _tatoeba_average(twins, folder) == 100.0 and got < 100.0
+  # embed --language: the file's lines through its language's tower.
+  (tmp_path / "in.txt").write_text("\n".join(sentences) + "\n")
+  get_encoder = lambda: encoders.UniqueSentences(backend, progress=False)
+  for language, side in (("zh", "b"), ("en", "a")):
+    embed.embed_file(get_encoder, tmp_path / "in.txt", tmp_path / f"{language}.npy",
+                     language=language)
+    np.testing.assert_allclose(np.load(tmp_path / f"{language}.npy"), tower[side], rtol=1e-5,
+                               atol=1e-6)
+  # mine --src_language/--trg_language: what mining the two towers' vectors gives.
+  np.save(tmp_path / "a.npy", tower["a"])
+  np.save(tmp_path / "b.npy", tower["b"])
+  run = lambda name, **options: (mine.mine_files(
+      get_encoder, tmp_path / "in.txt", tmp_path / "in.txt", tmp_path / name, k=2,
+      progress=False, **options), (tmp_path / name).read_text())[1]
+  routed = run("routed.tsv", src_language="deu", trg_language="eng")
+  assert routed == run("b_a.tsv", src_embeddings=str(tmp_path / "b.npy"),
+                       trg_embeddings=str(tmp_path / "a.npy"))
+  assert routed != run("a_a.tsv", src_embeddings=str(tmp_path / "a.npy"),
+                       trg_embeddings=str(tmp_path / "a.npy"))
+
+
+def test_sts17_question_retrieval_and_parallel_embed_each_side_in_its_language(
+    vocab_model, two_tower_encoder, tmp_path):
+  vocab, model, params, sentences = vocab_model
+  backend = two_tower_encoder
+  unique = lambda: encoders.UniqueSentences(backend, progress=False)
+  tower = {side: _embed(model, params, vocab, sentences, side) for side in "ab"}
+  across = similarity.paired_cosine(tower["b"], tower["a"])  # column 1 (ar) by b, 2 (en) by a
+  # STS17 ar-en: the same sentence in both columns, so only the towers make the cosines differ.
+  (tmp_path / "sts17").mkdir()
+  (tmp_path / "sts17" / "STS.input.track2.ar-en.txt").write_text(
+      "".join(f"{x}\t{x}\n" for x in sentences))
+  (tmp_path / "sts17" / "STS.gs.track2.ar-en.txt").write_text("1\n2\n3\n4\n")
+  track = sts.evaluate_sts17(unique(), tmp_path / "sts17")["tracks"]["track2.ar-en"]
+  assert track["pearson"] == pytest.approx(sts.correlations(across, [1, 2, 3, 4])["pearson"])
+  # parallel --src_language=deu --trg_language=eng.
+  for name in ("src.txt", "trg.txt"):
+    (tmp_path / name).write_text("\n".join(sentences) + "\n")
+  got = parallel.evaluate(unique(), tmp_path / "src.txt", tmp_path / "trg.txt",
+                          languages=("deu", "eng"))
+  assert got["src2trg"]["accuracy"] == pytest.approx(
+      100 * retrieval_accuracy(tower["b"], tower["a"]))
+  # Question retrieval: German queries by tower b against the English KB by tower a.
+  folder = tmp_path / "question_retrieval" / "set"
+  folder.mkdir(parents=True)
+  (folder / "queries.tsv").write_text("".join(f"q{i}\tdeu\t{x}\n" for i, x in enumerate(sentences)))
+  (folder / "kb.tsv").write_text("".join(f"k{i}\t{x}\n" for i, x in enumerate(sentences)))
+  (folder / "gold.tsv").write_text("".join(f"q{i}\tk{i}\n" for i in range(len(sentences))))
+  r_at_1 = question_retrieval.evaluate(unique(), folder.parent)["set"]["r@1"]
+  hits = question_retrieval.nearest_is_gold(tower["b"], tower["a"], [{i} for i in range(4)])
+  assert r_at_1 == pytest.approx(100 * np.mean(hits)) and r_at_1 < 100.0
 
 
 # ---------------------------------------------------------------- the NLI term
@@ -377,6 +498,8 @@ def test_two_tower_export_serves_each_tower_and_scores_a_against_b(data_dir, tin
   gin.clear_config()
   metadata = export.export(str(tmp_path / "m"), str(tmp_path / "export"))
   assert metadata["sides"] == ["a", "b"] and "serving_b" in metadata["signatures"]
+  assert metadata["side_a_languages"] == list(encoders.DEFAULT_SIDE_A) == ["eng"]
+  assert encoders.EXPORT_SIDE_B == export.SIDE_B_SIGNATURE
   restored = inference.restore(str(tmp_path / "m"))
   english = ["A man rides a bicycle.", "Two dogs play."]
   german = ["Ein Mann fährt Rad.", "Zwei Hunde."]
@@ -392,3 +515,12 @@ def test_two_tower_export_serves_each_tower_and_scores_a_against_b(data_dir, tin
                                       text_b=tf.constant(german))["scores"].numpy()
   np.testing.assert_allclose(scores, np.sum(_normalize(want["a"]) * _normalize(want["b"]), -1),
                              rtol=1e-4, atol=1e-5)
+  # What evaluate, embed and mine read (--saved_model, --model_dir) picks the tower by language.
+  saved = encoders.UniqueSentences(encoders.SavedModelEncoder(str(tmp_path / "export")),
+                                   progress=False)
+  np.testing.assert_allclose(saved.encode(german, language="de"), want["b"], rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(saved.encode(english, language="en"), want["a"], rtol=1e-4,
+                             atol=1e-5)
+  from_dir = vmsst.Encoder.from_checkpoint(str(tmp_path / "m"))
+  np.testing.assert_allclose(from_dir.encode(german, language="deu"), want["b"], rtol=1e-4,
+                             atol=1e-5)

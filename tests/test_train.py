@@ -71,7 +71,8 @@ def four_good_steps(data_dir, tiny_vocab_path, tmp_path_factory):
 def _continue_to_8(four_good_steps, data_dir, tiny_vocab_path, model_dir, extra):
   shutil.copytree(four_good_steps[0], model_dir)
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=8,
-                                    extra=NAN_RUN + [HUGE_LR] + extra)
+                                    extra=NAN_RUN + [HUGE_LR, "train.resume_with_changes = True"]
+                                    + extra)  # the learning rate changes on purpose
 
 
 def _saved_steps(model_dir):

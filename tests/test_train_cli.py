@@ -4,6 +4,7 @@ import gin
 import pytest
 
 import vmsst.train
+from vmsst.train import preflight
 import vmsst_testing
 from vmsst import cli
 
@@ -57,4 +58,4 @@ def test_a_missing_data_dir_names_the_macro_and_the_working_directory(tmp_path, 
   vmsst.train.parse_gin(["gin/runs/vmsst_cpu.gin"], [])
   with pytest.raises(cli.UserError, match=r"^DATA_DIR = '../shared/data' is not a directory "
                      r"\(relative paths are taken from the working directory, "):
-    vmsst.train.check_data_paths()
+    preflight.check_paths()

@@ -58,6 +58,7 @@ def _bad_paths(tmp) -> None:
   (tmp / "a_file").write_text("")
   (tmp / "full").mkdir()
   (tmp / "full" / "x").write_text("")
+  (tmp / "nul.txt").write_bytes(b"\0" * 16)
 
 
 LINES = "give a UTF-8 text file, one sentence per line."
@@ -76,6 +77,22 @@ LINES = "give a UTF-8 text file, one sentence per line."
     (("vmsst.mine", "--encoder=usem3", "--src={tmp}/a.txt", "--trg={tmp}/b.txt", "--k=1",
       "--output={tmp}"),
      "--output={tmp} is a directory; give a file name in it, e.g. {tmp}/out."),
+    (("vmsst.embed", "--encoder=usem3", "--input={tmp}/a.txt", "--output={tmp}/o.txt"),
+     "--output={tmp}/o.txt: embed writes a NumPy .npy (float32 [lines, d]); give a name ending "
+     "in .npy, e.g. {tmp}/o.txt.npy."),
+    (("vmsst.embed", "--encoder=usem3", "--input={tmp}/nul.txt", "--output={tmp}/o.npy"),
+     "{tmp}/nul.txt:1: a NUL byte; this is a binary file, not text: give a UTF-8 text file, one "
+     "sentence per line."),
+    (("vmsst.embed", "--encoder=usem3", "--input={tmp}/a.txt", "--output={tmp}/o.npy",
+      "--batch_size=0"), None),
+    # /proc: unwritable even for root, whom the mode bits would let through
+    (("vmsst.embed", "--encoder=usem3", "--input={tmp}/a.txt", "--output=/proc/o.npy"),
+     "--output=/proc/o.npy: /proc is not writable; give a path you can write."),
+    (("vmsst.score", "--encoder=usem3", "--input={tmp}/pairs.tsv", "--output=/proc/s.txt"),
+     "--output=/proc/s.txt: /proc is not writable; give a path you can write."),
+    (("vmsst.mine", "--encoder=usem3", "--src={tmp}/a.txt", "--trg={tmp}/b.txt", "--k=1",
+      "--output=/proc/pairs.tsv"),
+     "--output=/proc/pairs.tsv: /proc is not writable; give a path you can write."),
     (("vmsst.mine", "--encoder=usem3", "--src={tmp}/a.txt", "--trg={tmp}/b.txt", "--k=1",
       "--trg_embeddings={tmp}/b.npy", "--output={tmp}/pairs.out"),
      "--trg_embeddings={tmp}/b.npy does not exist; give the float [lines, d] .npy of --trg "
@@ -84,10 +101,14 @@ LINES = "give a UTF-8 text file, one sentence per line."
 def test_bad_paths_are_one_error_line_before_any_encoder_loads(tmp_path, args, message):
   _bad_paths(tmp_path)
   done = _run(*(a.format(tmp=tmp_path) for a in args))
-  assert (done.returncode, done.stderr.splitlines()[-1:]) == (
-      2, ["error: " + message.format(tmp=tmp_path)]), done.stderr[-2000:]
+  if message is None:  # absl's bound: the flag is named
+    flag = args[-1].split("=")[0]
+    assert done.returncode == 2 and done.stderr.splitlines()[-1].startswith(f"error: flag {flag}")
+  else:
+    assert (done.returncode, done.stderr.splitlines()[-1:]) == (
+        2, ["error: " + message.format(tmp=tmp_path)]), done.stderr[-2000:]
   assert "Traceback" not in done.stderr
-  assert not (tmp_path / "o.npy").exists()
+  assert not (tmp_path / "o.npy").exists() and not (tmp_path / "o.txt").exists()
 
 
 @pytest.mark.parametrize("args, message", [  # each under 4 s: export fails before its imports
@@ -132,6 +153,12 @@ def test_export_and_evaluate_check_flags_before_the_model_loads(tmp_path, args, 
     (("vmsst.learning_curves", "--model_dir={tmp}/run"),
      "no TensorBoard events in {tmp}/run/tensorboard: train the run first (python -m "
      "vmsst.compare resumes it)."),
+    (("vmsst.learning_curves", "--model_dir={tmp}/nowhere"),
+     "--model_dir={tmp}/nowhere is not a directory; give a MODEL_DIR written by `python -m "
+     "vmsst.train`."),
+    (("vmsst.learning_curves", "--model_dir={tmp}/run",
+      "--output=/proc/curve.png"),
+     "--output=/proc/curve.png: /proc is not writable; give a path you can write."),
     (("vmsst.model_json", "--model_dir={tmp}/run"),
      "{tmp}/run/config.gin not found: --model_dir must be a directory written by "
      "`python -m vmsst.train`."),
@@ -254,3 +281,37 @@ def test_a_bad_path_is_reported_before_tensorflow_or_jax_is_imported(tmp_path, a
               if line.startswith("import time:")}
   assert "vmsst.cli" in imported  # -X importtime did list the imports
   assert not {"tensorflow", "jax", "seqio"} & imported
+
+
+@pytest.mark.parametrize("flags, named", [
+    (("--dump={tmp}/nowhere.xml.bz2", "--output={tmp}/out"),
+     "--dump={tmp}/nowhere.xml.bz2 does not exist"),
+    (("--dump={tmp}/a.txt", "--output={tmp}/out"),
+     "--dump={tmp}/a.txt does not read as a MediaWiki"),
+    (("--dump={tmp}/a.txt.bz2", "--output={tmp}/out"), "--dump={tmp}/a.txt.bz2 does not read as"),
+    (("--dump={tmp}/a.txt", "--output={tmp}/a_file"), "--output={tmp}/a_file is a file"),
+])
+def test_wiki_entities_names_a_dump_that_is_none_or_a_bad_output(tmp_path, flags, named):
+  _bad_paths(tmp_path)
+  (tmp_path / "a.txt.bz2").write_text("not bz2")
+  done = _run("vmsst_tasks.wiki_entities", *(a.format(tmp=tmp_path) for a in flags))
+  assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+  assert done.stderr.splitlines()[-1].startswith("error: " + named.format(tmp=tmp_path))
+  assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # 8-15 s each: the commands import seqio, JAX and gin before main
+@pytest.mark.parametrize("args, named", [
+    (("vmsst.vocabulary", "--vocab_size=300", "--sources=multi30k", "--output={tmp}/new/spm"),
+     ["--vocab_size=300 is below the", "--character_coverage"]),
+    (("vmsst.memory_report", "--gin_file=gin/runs/vmsst_cpu.gin", "--mesh=data2"),
+     ["--mesh=data2", "--mesh=data:16,model:4"]),
+    (("vmsst.memory_report", "--gin_file=gin/runs/vmsst_cpu.gin", "--variants=nonee"),
+     ["--variants", "did you mean none?"]),
+])
+def test_vocabulary_and_memory_report_name_the_flag_to_change(tmp_path, args, named):
+  done = _run(*(a.format(tmp=tmp_path) for a in args))
+  assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+  for text in named:
+    assert text in done.stderr.splitlines()[-1], done.stderr[-2000:]
+  assert not (tmp_path / "new").exists()  # no empty directory left behind

@@ -20,12 +20,17 @@ counts, warnings) and drop probing and per-save chatter; `--verbosity` is
 absl's (-1: warnings only, 1: debug, chatter included).
 """
 
+import contextlib
+import difflib
 import functools
 import glob
+import importlib.abc
+import importlib.util
 import logging as python_logging  # record levels (absl's constants differ)
 import os
 import sys
-from typing import Callable, Sequence
+import tempfile
+from typing import Callable, Iterable, Sequence
 
 from absl import app
 from absl import flags
@@ -33,6 +38,9 @@ from absl import logging
 
 USAGE_EXIT_CODE = 2
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as shells report Ctrl-C
+
+
+_GIN_CALL_NOTE = "\n  In call to configurable"
 
 
 class UserError(Exception):
@@ -54,7 +62,8 @@ def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[s
     try:
       return main(argv)
     except UserError as e:
-      print(f"error: {e}", file=sys.stderr)
+      # gin appends "In call to configurable ..." to what a configurable raises: not the user's.
+      print(f"error: {str(e).split(_GIN_CALL_NOTE)[0]}", file=sys.stderr)
       sys.exit(USAGE_EXIT_CODE)
     except KeyboardInterrupt:
       print("interrupted (Ctrl-C)", file=sys.stderr)
@@ -64,7 +73,12 @@ def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[s
 
 
 def run(main: Callable[[Sequence[str]], object], argv: Sequence[str] | None = None) -> None:
-  """`app.run` for a command: flag errors and UserErrors both as one `error:` line, exit 2."""
+  """`app.run` for a command: flag errors and UserErrors both as one `error:` line, exit 2.
+
+  A command whose stderr is a file (a log) shows no progress bars (`hide_progress`).
+  """
+  global _BARS_HIDDEN
+  _BARS_HIDDEN = not sys.stderr.isatty()
   app.run(user_errors(main), argv=argv, flags_parser=parse_flags)
 
 
@@ -74,12 +88,35 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
   absl prints "FATAL Flags parsing error: ..." and exits 1 for a missing
   required flag, an unknown flag or a bad value; a command here says
   `error: <what>; see --help` and exits 2 like any other usage error.
+  `--help` (absl prints it and exits 1) exits 0: the user asked for it.
   """
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
     print(f"error: {str(e).rstrip('.')}; see --help.", file=sys.stderr)
     sys.exit(USAGE_EXIT_CODE)
+  except SystemExit as e:  # absl's --help printed the help and exits 1: asked for, so 0
+    if e.code == 1 and any(arg.split("=")[0] in _HELP_FLAGS for arg in argv[1:]):
+      sys.exit(0)
+    raise
+
+
+def did_you_mean(name: str, known: Iterable[str], what: str = "") -> str:
+  """"did you mean X?" for the closest of `known` (difflib), else "" or the list of `what`.
+
+  Args:
+    name: what the user typed.
+    known: the names it could have meant.
+    what: when given and nothing is close, the fallback is "<what>: a, b, c."
+      (or "<what>: none." when `known` is empty).
+  """
+  known = sorted(set(known))
+  close = difflib.get_close_matches(name, known, n=1)
+  if close:
+    return f"did you mean {close[0]}?"
+  if what:
+    return f"{what}: {', '.join(known) or 'none'}."
+  return ""
 
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,7 +133,11 @@ def flag_values(argv: Sequence[str], name: str) -> list[str]:
   return values
 
 
-def check_gin_files(argv: Sequence[str]) -> None:
+NO_RUN_FILE = ("give --gin_file=gin/runs/<run>.gin (the run files: gin/runs/*_cpu.gin here, "
+               "*_paper.gin on a pod; see --help).")
+
+
+def check_gin_files(argv: Sequence[str], *, required: bool = False) -> None:
   """Each --gin_file exists where parse_gin will look, checked before JAX and TensorFlow load.
 
   parse_gin resolves a run file from the working directory, then
@@ -104,9 +145,13 @@ def check_gin_files(argv: Sequence[str]) -> None:
   of imports before gin's own message, so it is caught here first (includes
   inside the file are still parse_gin's to check).
 
+  Args:
+    required: no --gin_file is an error (train: a run needs its run file).
   Raises:
     UserError: naming the file, where it was looked for and the fix.
   """
+  if required and not flag_values(argv, "gin_file"):
+    raise UserError(NO_RUN_FILE)
   roots = [*(flag_values(argv, "gin_search_path") or ["."]), CHECKOUT]
   for path in flag_values(argv, "gin_file"):
     if "://" in path or os.path.isfile(path):
@@ -198,10 +243,26 @@ def check_output_path(flag: str, path: str, *, directory: bool = False) -> None:
   if not os.path.isdir(parent):
     raise UserError(f"--{flag}={path}: {parent} is a file, so no {kind} can be made under it; "
                     "give a path in a directory.")
-  if not os.access(parent, os.W_OK | os.X_OK) or (
-      os.path.isfile(path) and not os.access(path, os.W_OK)):
-    raise UserError(f"--{flag}={path}: {parent if not os.path.isfile(path) else path} is not "
-                    "writable; give a path you can write.")
+  blocked = path if os.path.isfile(path) else parent
+  if not _writable(blocked):
+    raise UserError(f"--{flag}={path}: {blocked} is not writable; give a path you can write.")
+
+
+def _writable(path: str) -> bool:
+  """Whether this process can write the file `path` or create a file in the directory `path`.
+
+  Tried, not read off the mode bits: root passes `os.access` everywhere, yet
+  cannot write /proc or a read-only mount. An existing file is opened for
+  appending (nothing written); in a directory a temporary file is made and removed.
+  """
+  try:
+    if os.path.isfile(path):
+      with open(path, "ab"):
+        return True
+    with tempfile.TemporaryFile(dir=path):
+      return True
+  except OSError:
+    return False
 
 
 # Device files of the accelerators JAX could use: NVIDIA GPUs, TPU VMs, AMD GPUs.
@@ -214,19 +275,85 @@ def has_accelerator() -> bool:
 
 
 def quiet_startup() -> None:
-  """On a machine with no accelerator, skips the CUDA and TPU probes and their errors.
+  """Start-up chatter off: CUDA/TPU probes without an accelerator, TensorFlow's load lines.
 
-  Call before TensorFlow or JAX is imported (a command's `__main__`). Without
-  an accelerator JAX_PLATFORMS=cpu stops JAX's "Unable to initialize backend
-  'tpu'" probe, and TF_CPP_MIN_LOG_LEVEL=3 TensorFlow's `failed call to
-  cuInit` error (TensorFlow only feeds data here). With one, nothing changes:
-  a GPU or TPU run keeps every backend and every C++ log line. A variable the
-  user set wins. (The oneDNN / cudart lines TensorFlow prints while loading
-  come before any setting applies; they are harmless.)
+  Call before TensorFlow or JAX is imported (a command's `__main__`; the
+  Python API through `vmsst.encoder`). Without an accelerator
+  JAX_PLATFORMS=cpu stops JAX's "Unable to initialize backend 'tpu'" probe
+  and cuInit error, and TF_CPP_MIN_LOG_LEVEL=3 TensorFlow's `failed call to
+  cuInit` (TensorFlow only feeds data here); the lines TensorFlow's C++ prints
+  while it loads (oneDNN, "Could not find cuda drivers", twice: two libraries)
+  come before any setting applies, so its import runs with stderr muted.
+  With an accelerator, or `--verbosity=1`, nothing changes. A variable the
+  user set wins.
   """
-  if not has_accelerator():
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  quiet_imports()
+
+
+def quiet_imports() -> None:
+  """quiet_startup's part for any process, the Python API's included (no tqdm change).
+
+  Without an accelerator: JAX on the CPU (unless JAX_PLATFORMS is set),
+  TensorFlow's C++ logging off and its import muted.
+  """
+  if has_accelerator():
+    return
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")  # read when JAX first picks a backend
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  verbose = any(arg in ("--verbosity=1", "-v=1") for arg in sys.argv)
+  if not verbose and "tensorflow" not in sys.modules and not any(
+      isinstance(finder, _MutedImport) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _MutedImport("tensorflow"))
+
+
+_BARS_HIDDEN = False  # set by `run`: a command whose stderr is not a terminal
+
+
+def hide_progress(hidden: bool = False) -> bool:
+  """tqdm's `disable=` for a bar: `hidden`, or always in a command whose stderr is a file.
+
+  A log file would otherwise collect a bar's carriage-return frames, run
+  together with the log's lines; metrics and counts are logged anyway. The
+  Python API keeps its bars (show_progress_bar=True) wherever it runs.
+  """
+  return hidden or _BARS_HIDDEN
+
+
+@contextlib.contextmanager
+def _stderr_muted():
+  """File descriptor 2 to /dev/null (C++ writes it directly, past sys.stderr)."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  try:
+    with open(os.devnull, "w") as devnull:
+      os.dup2(devnull.fileno(), 2)
+    yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+
+
+class _MutedImport(importlib.abc.MetaPathFinder):
+  """Imports one top-level module with stderr muted; an import error is still raised."""
+
+  def __init__(self, name: str):
+    self.name = name
+
+  def find_spec(self, fullname, path=None, target=None):
+    del path, target
+    if fullname != self.name:
+      return None
+    sys.meta_path.remove(self)
+    spec = importlib.util.find_spec(fullname)
+    if spec is not None and spec.loader is not None:
+      exec_module = spec.loader.exec_module
+
+      def muted(module):
+        with _stderr_muted():
+          exec_module(module)
+
+      spec.loader.exec_module = muted
+    return spec
 
 
 def quiet_logs() -> None:
@@ -236,7 +363,9 @@ def quiet_logs() -> None:
   """
   # TensorFlow's logger also prints through a handler of its own ("INFO:tensorflow:..."):
   # a filter on the logger stops a record before any handler sees it.
-  for target in (logging.get_absl_handler(), python_logging.getLogger("tensorflow")):
+  # The "absl" logger: the Python API, where no absl handler is installed.
+  for target in (logging.get_absl_handler(), python_logging.getLogger("tensorflow"),
+                 python_logging.getLogger("absl")):
     if not any(isinstance(f, _Chatter) for f in target.filters):
       target.addFilter(_Chatter())
 
@@ -249,6 +378,8 @@ class _Chatter:
     without per-item metadata; the restore reads the tree's own metadata);
   - TensorFlow's INFO lines (SavedModel writing in `export`: signature
     renames, sharding callbacks, assets, fingerprint);
+  - faiss's loader INFO lines (which instruction set it loads, including a
+    ModuleNotFoundError for the variants it tries first);
   - seqio's "uncached FunctionDataset ... overfitting" warning: our sources
     are deterministic for a seed and a resumed run restores the stream's
     saved position (vmsst/train/input_pipeline.py), or skips to its step,
@@ -260,7 +391,7 @@ class _Chatter:
     if logging.get_verbosity() >= logging.DEBUG:  # --verbosity=1: everything
       return True
     if record.levelno <= python_logging.INFO and any(
-        library in record.pathname for library in ("/orbax/", "/tensorflow/")):
+        library in record.pathname for library in ("/orbax/", "/tensorflow/", "/faiss/")):
       return False
     if "/orbax/" in record.pathname and str(record.msg).startswith("Metadata file does not exist"):
       return False

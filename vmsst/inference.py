@@ -80,7 +80,7 @@ def restore(model_dir: str, *, step: int | None = None,
   if dtype is not None and dtype not in PRECISIONS:
     raise ValueError(f"dtype={dtype!r}: choose one of {PRECISIONS} (or None for the "
                      f"precision {model_dir} trained with).")
-  model, sequence_length, vocab_path = read_model_json(model_dir, dtype)
+  model, sequence_length, vocab_path = read_model_json(model_dir, dtype, step)
   vocab = vocabulary_lib.get_vocabulary(vocab_path)
   mesh = mesh or partitioning.make_mesh()
   manager = ocp.CheckpointManager(os.path.join(os.path.abspath(model_dir), "checkpoints"))
@@ -131,7 +131,8 @@ def _legacy_language_table(params: dict[str, Any], vocab: seqio.SentencePieceVoc
 
 
 def write_model_json(model_dir: str, model: models.EmbeddingModel, sequence_length: int,
-                     vocabulary: str = VOCABULARY_FILE) -> None:
+                     vocabulary: str = VOCABULARY_FILE,
+                     step_ranges: Sequence[dict[str, Any]] | None = None) -> None:
   """MODEL_DIR/model.json: what `restore` rebuilds the model from, as plain data.
 
   vocabulary is relative to model_dir (or absolute, for directories trained
@@ -140,17 +141,30 @@ def write_model_json(model_dir: str, model: models.EmbeddingModel, sequence_leng
   objective_args are the constructor's keyword arguments the model keeps as
   attributes (or gin bound) and JSON can hold; the others (data paths read at
   training time, NLI examples) do not change the parameter tree.
+
+  step_ranges: only for a run resumed with changed settings
+  (`train --resume_with_changes`): [{"first_step", "last_step" (null: the
+  latest), "sequence_length", "config" (that range's config.gin)}]; the
+  top-level sequence_length is the latest range's.
   """
+  spec = model_spec(model, sequence_length, vocabulary)
+  if step_ranges:
+    spec["step_ranges"] = list(step_ranges)
+  os.makedirs(model_dir, exist_ok=True)
+  with open(os.path.join(model_dir, MODEL_FILE), "w", encoding="utf-8") as f:
+    json.dump(spec, f, indent=2, sort_keys=True)
+
+
+def model_spec(model: models.EmbeddingModel, sequence_length: int,
+               vocabulary: str = VOCABULARY_FILE) -> dict[str, Any]:
+  """model.json's fields for `model` (see write_model_json)."""
   names = [k for k, cls in MODELS.items() if type(model) is cls]  # pylint: disable=unidiomatic-typecheck
   if not names:
     raise ValueError(f"{type(model).__name__} is not in vmsst.objectives.MODELS: add it there "
                      "so its model directories restore.")
   network = {k: _json_value(v) for k, v in dataclasses.asdict(model.network_config).items()}
-  spec = {"objective": names[0], "objective_args": _objective_args(model), "network": network,
+  return {"objective": names[0], "objective_args": _objective_args(model), "network": network,
           "sequence_length": int(sequence_length), "vocabulary": vocabulary}
-  os.makedirs(model_dir, exist_ok=True)
-  with open(os.path.join(model_dir, MODEL_FILE), "w", encoding="utf-8") as f:
-    json.dump(spec, f, indent=2, sort_keys=True)
 
 
 def _json_value(value: Any) -> Any:
@@ -180,9 +194,13 @@ def _objective_args(model: models.EmbeddingModel) -> dict[str, Any]:
   return args
 
 
-def read_model_json(model_dir: str, dtype: str | None = None
+def read_model_json(model_dir: str, dtype: str | None = None, step: int | None = None
                     ) -> tuple[models.EmbeddingModel, int, str]:
-  """(model, sequence length, vocabulary path) from MODEL_DIR/model.json."""
+  """(model, sequence length, vocabulary path) from MODEL_DIR/model.json.
+
+  The sequence length is the one `step` was trained at (model.json's
+  `step_ranges`, written by a resume with changed settings); the latest's by default.
+  """
   path = os.path.join(model_dir, MODEL_FILE)
   if not os.path.exists(path):
     if os.path.exists(os.path.join(model_dir, CONFIG_FILE)):
@@ -205,7 +223,11 @@ def read_model_json(model_dir: str, dtype: str | None = None
   args = {k: tuple(v) if isinstance(defaults[k].default, tuple) else v
           for k, v in spec["objective_args"].items() if k in defaults}
   model = cls(NetworkConfig(**network), **args)
-  return model, int(spec["sequence_length"]), os.path.join(model_dir, spec["vocabulary"])
+  length = spec["sequence_length"]
+  for part in spec.get("step_ranges") or () if step is not None else ():
+    if part["first_step"] <= step and (part["last_step"] is None or step <= part["last_step"]):
+      length = part["sequence_length"] or length
+  return model, int(length), os.path.join(model_dir, spec["vocabulary"])
 
 
 # Sentences are padded to the smallest of these that holds the batch's longest
@@ -242,11 +264,13 @@ def serving_params(params, dtype):
 class CheckpointEncoder:
   """μ_sem of a restored model: the `encoders.Encoder` contract for our checkpoints.
 
-  `side` picks the tower of a two-tower model (`model.sides == ("a", "b")`,
-  MomentumContrast with separate towers): "a" (default) for side a's language
-  (English in the paper runs), "b" for the other languages; e.g.
-  `CheckpointEncoder(restored, side=restored.model.side_of_language("zho"))`.
-  One-encoder models ignore it.
+  A two-tower model (`model.sides == ("a", "b")`: MomentumContrast with
+  separate towers) embeds a sentence with the tower of its language, as it
+  trained: `tower_of(language)` is `model.side_of_language` ("a" for side a's
+  languages, English in the paper runs; "b" for the rest), and
+  `encode(sentences, side=...)` runs that tower (`encoders.UniqueSentences`
+  routes by language this way). `side` is the tower of sentences whose
+  language is not given. One-encoder models ignore both.
   """
 
   def __init__(self, restored: RestoredModel, *, batch_size: int = 64, name: str = "vmsst",
@@ -272,16 +296,29 @@ class CheckpointEncoder:
     self._params = serving_params(restored.params, config.dtype)
     params_sharding = jax.tree.map(lambda x: x.sharding, self._params)
     rows = partitioning.batch_sharding(restored.mesh)
-    self._encode = jax.jit(functools.partial(restored.model.encode_side, side=side),
-                           in_shardings=(params_sharding, rows, rows),
-                           out_shardings=partitioning.replicated(restored.mesh))
+    self.side = side
+    self._encode = {s: jax.jit(functools.partial(restored.model.encode_side, side=s),
+                               in_shardings=(params_sharding, rows, rows),
+                               out_shardings=partitioning.replicated(restored.mesh))
+                    for s in restored.model.sides}
 
   @classmethod
   def from_model_dir(cls, model_dir: str, **kwargs) -> "CheckpointEncoder":
     return cls(restore(model_dir), name=os.path.basename(os.path.normpath(model_dir)), **kwargs)
 
-  def encode(self, sentences: Sequence[str]) -> np.ndarray:
-    """float32 [len(sentences), d] embeddings μ_sem (not normalised)."""
+  def tower_of(self, language: str | None) -> str | None:
+    """The tower embedding `language` ("a"/"b"; `self.side` if None); None: one encoder."""
+    if len(self.restored.model.sides) == 1:
+      return None
+    return self.side if language is None else self.restored.model.side_of_language(language)
+
+  def encode(self, sentences: Sequence[str], side: str | None = None) -> np.ndarray:
+    """float32 [len(sentences), d] embeddings μ_sem (not normalised), through the
+    tower of pair side `side` (default `self.side`; one-encoder models have one)."""
+    side = side or self.side
+    if side not in ("a", "b"):
+      raise ValueError(f"side={side!r}: a pair side is 'a' or 'b' (tower_of gives a language's).")
+    encode = self._encode.get(side, self._encode["a"])
     outputs = []
     for start, stop in text_inputs.fixed_size_batches(len(sentences), self.batch_size):
       tokens, mask = text_inputs.tokenize_batch(
@@ -291,7 +328,7 @@ class CheckpointEncoder:
       tokens, mask = (_pad_rows(x[:, :length], rows) for x in (tokens, mask))
       with jax.set_mesh(self.restored.mesh), nn.logical_axis_rules(
           partitioning.LOGICAL_AXIS_RULES):
-        embedded = self._encode(self._params, tokens, mask)
+        embedded = encode(self._params, tokens, mask)
       outputs.append(np.asarray(embedded)[: stop - start])
     if not outputs:
       return np.zeros((0, 0), np.float32)

@@ -138,6 +138,24 @@ def canonical_language(code: str) -> str:
       "network's language table).")
 
 
+ENGLISH = "eng"  # the pivot of the retrieval benchmarks, and side a of the paper runs
+
+
+def pair_side(language: str, side_a_languages) -> str:
+  """The pair side ("a" or "b") whose tower embeds `language` in a two-tower model.
+
+  "a" for a language of `side_a_languages` (canonical codes, English in the
+  paper runs), "b" for any other, including codes with no language id
+  (Tatoeba's `ang`): the rule MomentumContrast trains by and every consumer
+  outside training (evaluation, embed, mine, the SavedModel) picks towers by.
+  """
+  try:
+    code = canonical_language(language)
+  except ValueError:  # no id here, so not among side a's (canonical) languages
+    return "b"
+  return "a" if code in side_a_languages else "b"
+
+
 LANGUAGE_INDEX: dict[str, int] = {code: index for index, code in enumerate(LANGUAGES)}
 
 

@@ -112,6 +112,10 @@ def main(argv):
   del argv
   model_dir = pathlib.Path(flags.FLAGS.model_dir)
   output = pathlib.Path(flags.FLAGS.output or model_dir / "eval" / "learning_curve.png")
+  if not model_dir.is_dir():
+    raise cli.UserError(f"--model_dir={model_dir} is not a directory; give a MODEL_DIR written "
+                        "by `python -m vmsst.train`.")
+  cli.check_output_path("output", str(output))
   try:
     curve = read_curve(model_dir)
   except FileNotFoundError as e:  # the message names the folder and the fix

@@ -12,6 +12,11 @@ vmsst/evaluation/bucc.py.)
   python -m vmsst.mine --src=news.de --trg=news.en --src_embeddings=news.de.npy \
       --trg_embeddings=news.en.npy --output=pairs.tsv
 
+--src_language / --trg_language name each side's language: a model with a
+tower per language side (dual momentum contrast) embeds each side with its
+language's tower, as it trained (e.g. --src_language=de --trg_language=en);
+without them, tower a. One-tower models ignore them.
+
 Scores follow Artetxe & Schwenk (2019), "Margin-based parallel corpus mining
 with multilingual sentence embeddings" (formulas in evaluation/bucc.py),
 with avg(x, y) the mean cosine of x's and y's k nearest neighbours:
@@ -269,13 +274,14 @@ def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int, *, progress: 
 
 
 def _encode_side(encoder: encoders_lib.UniqueSentences, side: Side, name: str,
-                 other_width: int | None) -> np.ndarray:
-  """The side's embeddings; against the other side's width, one sentence is embedded first."""
+                 other_width: int | None, language: str | None) -> np.ndarray:
+  """The side's embeddings, by its language's tower (a two-tower model's); against the
+  other side's width, one sentence is embedded first."""
   if other_width is not None:
-    probe = encoder.encode(side.sentences[:1], desc=f"{name} width")
+    probe = encoder.encode(side.sentences[:1], desc=f"{name} width", language=language)
     widths = (probe.shape[1], other_width) if name == "src" else (other_width, probe.shape[1])
     _check_widths(*widths)
-  return encoder.encode(side.sentences, desc=f"{name} {side.path.name}")
+  return encoder.encode(side.sentences, desc=f"{name} {side.path.name}", language=language)
 
 
 def _check_widths(source_width: int, target_width: int) -> None:
@@ -319,7 +325,8 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
                retrieval: str = "max", k: int = 4, threshold: float | None = None,
                progress: bool = True, output_format: str = "text",
                shard: int | None = None, merge_shards: bool = False,
-               recall_sample: int = 1000, **knn_options) -> Summary:
+               recall_sample: int = 1000, src_language: str | None = None,
+               trg_language: str | None = None, **knn_options) -> Summary:
   """Reads both sides, embeds (or loads) them, mines, writes `score<TAB>src<TAB>trg` lines.
 
   Over machines (index="ivf" with `ivf.shards` = S > 1): each of S runs with
@@ -343,6 +350,8 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
     merge_shards: mine from the S saved shards instead of searching.
     recall_sample: with index="ivf", sentences per side whose exact
       neighbours measure the search's recall@k (in the summary); 0 skips it.
+    src_language, trg_language: each side's language, which picks a two-tower
+      model's tower for it (`encoders.tower_of`; None: tower a).
 
   Returns:
     The summary to print.
@@ -380,9 +389,11 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
       raise ValueError(f"no --{name}_embeddings and no encoder to embed {side.path}.")
     encoder = get_encoder()
     if x is None:
-      x = _encode_side(encoder, source, "src", None if y is None else y.shape[1])
+      x = _encode_side(encoder, source, "src", None if y is None else y.shape[1],
+                       src_language)
     if y is None:
-      y = _encode_side(encoder, target, "trg", x.shape[1] if src_embeddings else None)
+      y = _encode_side(encoder, target, "trg", x.shape[1] if src_embeddings else None,
+                       trg_language)
     truncated = embed.truncation_note(encoder, (source.sentences if not src_embeddings else [])
                                       + (target.sentences if not trg_embeddings else []))
   if shard is not None:
@@ -469,6 +480,9 @@ def _define_flags() -> None:
   flags.DEFINE_integer("k", 4, "Neighbours per sentence for the margin and the candidates.")
   flags.DEFINE_float("threshold", None, "Keep pairs scoring >= this (default: all).")
   flags.DEFINE_enum("retrieval", "max", list(RETRIEVALS), "How candidates are retrieved.")
+  flags.DEFINE_string("src_language", None, "Language of --src (e.g. de): a two-tower model "
+                      "embeds it with that language's tower (default: tower a, English's).")
+  flags.DEFINE_string("trg_language", None, "Language of --trg, as --src_language.")
   flags.DEFINE_string("src_embeddings", None, "float [lines, d] .npy of --src (vmsst.embed).")
   flags.DEFINE_string("trg_embeddings", None, "float [lines, d] .npy of --trg (vmsst.embed).")
   flags.DEFINE_enum("index", "exact", list(INDEXES),
@@ -521,7 +535,8 @@ def main(argv: Sequence[str]) -> None:
       src_embeddings=FLAGS.src_embeddings, trg_embeddings=FLAGS.trg_embeddings,
       margin=FLAGS.margin, retrieval=FLAGS.retrieval, k=FLAGS.k, threshold=FLAGS.threshold,
       output_format=FLAGS.output_format, shard=FLAGS.shard, merge_shards=FLAGS.merge_shards,
-      recall_sample=FLAGS.recall_sample, **search), FLAGS.output)
+      recall_sample=FLAGS.recall_sample, src_language=FLAGS.src_language,
+      trg_language=FLAGS.trg_language, **search), FLAGS.output)
 
 
 def _search_options() -> dict:

@@ -24,7 +24,8 @@ def read_lines(path: str | pathlib.Path) -> list[str]:
 
   Raises:
     ValueError: naming file and 1-based line of the first byte that is not
-      UTF-8, and the fix (one bad line would shift every later one, so no skip).
+      UTF-8, or of a NUL byte (a binary file), and the fix (one bad line would
+      shift every later one, so no skip).
   """
   opener = gzip.open if str(path).endswith(".gz") else open
   with opener(path, "rb") as f:
@@ -35,6 +36,10 @@ def read_lines(path: str | pathlib.Path) -> list[str]:
     line = data[:e.start].count(b"\n") + 1
     raise ValueError(f"{path}:{line}: byte {data[e.start]:#04x} is not UTF-8; "
                      f"{FIX_ENCODING}.") from None
+  if "\0" in text:  # valid UTF-8, yet no sentence: a binary file given as text
+    line = text[:text.index("\0")].count("\n") + 1
+    raise ValueError(f"{path}:{line}: a NUL byte; this is a binary file, not text: give a UTF-8 "
+                     "text file, one sentence per line.")
   lines = text.split("\n")
   if lines and lines[-1] == "":
     lines.pop()

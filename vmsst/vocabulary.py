@@ -63,6 +63,8 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
 # pylint: disable=wrong-import-position
 import pathlib
 import random
+import re
+import shutil
 import sys
 import time
 from typing import Iterable, Iterator, Sequence
@@ -199,6 +201,31 @@ def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[s
     print(f"{counts.report(name)}; {len(seen) - before} new distinct sentences")
 
 
+def _first_missing(path: pathlib.Path) -> pathlib.Path | None:
+  """The top-most of `path` and its parents that does not exist yet (None: it exists)."""
+  missing = None
+  while not path.exists():
+    missing, path = path, path.parent
+  return missing
+
+
+_TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+def _trainer_hint(error: RuntimeError) -> str:
+  """SentencePiece's refusal as the flag to change: --vocab_size or --character_coverage."""
+  f = flags.FLAGS
+  if m := _TOO_SMALL.search(str(error)):
+    needed = int(m.group(2))
+    return (f"--vocab_size={f.vocab_size} is below the {needed} pieces this corpus needs for "
+            f"its characters at --character_coverage={f.character_coverage}; give "
+            f"--vocab_size={-(-needed // 1000) * 1000} or more, or lower --character_coverage "
+            "(e.g. 0.995: rarer characters are spelled in bytes).")
+  message = str(error).strip().splitlines()[-1]
+  return (f"SentencePiece cannot train --vocab_size={f.vocab_size} on this corpus: "
+          f"{message.split('] ')[-1]}")
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
@@ -211,9 +238,15 @@ def main(argv: Sequence[str]) -> None:
     raise cli.UserError(str(e)) from e
   random.Random(0).shuffle(sentences)  # Interleave sources before sampling.
   print(f"{len(sentences)} distinct sentences; training vocab_size={f.vocab_size} ...")
-  model = train_vocabulary(sentences, f.output, f.vocab_size,
-                           character_coverage=f.character_coverage,
-                           input_sentence_size=f.input_sentence_size)
+  made = _first_missing(pathlib.Path(f.output).absolute().parent)
+  try:
+    model = train_vocabulary(sentences, f.output, f.vocab_size,
+                             character_coverage=f.character_coverage,
+                             input_sentence_size=f.input_sentence_size)
+  except RuntimeError as e:  # SentencePiece refuses the settings for this corpus
+    if made is not None and not any(p.is_file() for p in made.rglob("*")):
+      shutil.rmtree(made, ignore_errors=True)
+    raise cli.UserError(_trainer_hint(e)) from e
   vocab = get_vocabulary(model)
   print(f"wrote {model}: {vocab.vocab_size} pieces, {time.time() - start:.0f} s")
   sys.stdout.flush()

@@ -258,7 +258,8 @@ def _toy_task(root: pathlib.Path, with_test_gold: bool) -> encoders.UniqueSenten
 def test_evaluate_schema_and_table(tmp_path):
   encoder = _toy_task(tmp_path / "bucc2018", with_test_gold=True)
   results = bucc.evaluate(encoder, tmp_path, k=2)
-  assert set(results) == {"de-en", "_mean"}
+  assert set(results) == {"de-en", "_mean", "_built"}
+  assert results["_built"] is False  # no builder's README: BUCC 2018's layout, not a stand-in
   pair = results["de-en"]
   assert pair["evaluated_on"] == "test" and "note" not in pair
   assert pair["sizes"] == {"training": {"source": 10, "target": 10, "gold": 4},
@@ -349,6 +350,7 @@ def test_built_task_is_a_sound_mining_task(built, data_dir, language):
     assert not any(to_en[x] & sides["target"] for x in sides["source"] - gold_x)
     assert not any(to_xx[e] & sides["source"] for e in sides["target"] - gold_e)
   assert (root / "README.md").exists() and (root / "LICENSE.stsb-multi-mt").exists()
+  assert bucc.is_built(root)  # so the paper's Score names its BUCC a stand-in
 
 
 def test_build_is_deterministic_for_a_seed(built, data_dir, tmp_path):

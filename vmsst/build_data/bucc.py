@@ -239,7 +239,7 @@ def _write_notes(root: pathlib.Path, data_dir: pathlib.Path, counts: dict,
   if licence.exists():
     shutil.copyfile(licence, root / "LICENSE.stsb-multi-mt")
   text = (f"# BUCC-2018-format mining task built from stsb-multi-mt\n\n"
-          f"Not BUCC 2018 data: built by `python -m vmsst.build_data.bucc` "
+          f"{bucc.BUILT_NOTE}: built by `python -m vmsst.build_data.bucc` "
           f"(see that module's docstring for every step) from {data_dir / STSB_DIR} "
           "(PhilipMay/stsb-multi-mt: the STS Benchmark with DeepL translations; licence in "
           "LICENSE.stsb-multi-mt). Gold pairs are real translation rows hidden among "

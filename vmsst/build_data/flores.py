@@ -22,6 +22,12 @@ A line that is not valid UTF-8 in any language drops that line from every
 file (the files must stay aligned); the count is printed and in README.md.
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import json
 import pathlib
 import shutil
@@ -29,7 +35,6 @@ from typing import Sequence
 
 from absl import flags
 
-from vmsst import cli
 from vmsst_tasks import sources
 
 TASK_DIR = "flores"

@@ -47,6 +47,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import tqdm
 
+from vmsst import cli
 from vmsst.evaluation import similarity
 
 TRAIN_PER_CELL = 64  # k-means sample per cell (faiss asks for 39 to 256)
@@ -140,7 +141,7 @@ def build_index(keys: np.ndarray, options: IvfOptions, progress: str | None = No
   index.train(similarity.normalize(keys[sample]))
   index.quantizer_trains_alone = 0
   for start in tqdm.tqdm(range(0, num_keys, options.block), desc=progress and f"{progress} add",
-                         disable=progress is None, leave=False):
+                         disable=cli.hide_progress(progress is None), leave=False):
     index.add(similarity.normalize(keys[start:start + options.block]))
   index.nprobe = min(options.nprobe, cells)
   return index
@@ -291,7 +292,7 @@ def _search(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions,
   coded = bool(options.pq or options.sq8)
   candidates = min(RERANK * k, len(keys)) if coded else k
   for start in tqdm.tqdm(range(0, len(queries), options.block),
-                         desc=progress and f"{progress} search", disable=progress is None,
+                         desc=progress and f"{progress} search", disable=cli.hide_progress(progress is None),
                          leave=False):
     block = similarity.normalize(queries[start:start + options.block])
     block_scores, block_indices = index.search(block, candidates)

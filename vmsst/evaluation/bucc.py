@@ -393,7 +393,8 @@ def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
 
   Returns:
     {"<src>-<trg>": pair results (see `evaluate_pair`), ...,
-     "_mean": {"cosine_f1", "margin_f1", "index"}: F1 averaged over the pairs}.
+     "_mean": {"cosine_f1", "margin_f1", "index"}: F1 averaged over the pairs,
+     "_built": whether the task is vmsst/build_data/bucc.py's (`is_built`)}.
   """
   if index not in ("exact", "ivf"):
     raise ValueError(f"index={index!r}; pick exact or ivf.")
@@ -416,7 +417,18 @@ def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
   results["_mean"] = {
       f"{h}_f1": float(np.mean([results[n][h]["f1"] for n in pairs or found])) for h in HEADLINE}
   results["_mean"]["index"] = index
+  results["_built"] = is_built(root)
   return results
+
+
+# The first words of the README.md vmsst/build_data/bucc.py writes next to its task.
+BUILT_NOTE = "Not BUCC 2018 data"
+
+
+def is_built(root: pathlib.Path) -> bool:
+  """Whether `root` is vmsst/build_data/bucc.py's stand-in task, not BUCC 2018 (its README says)."""
+  readme = pathlib.Path(root) / "README.md"
+  return readme.is_file() and BUILT_NOTE in readme.read_text(encoding="utf-8")
 
 
 def evaluate_pair(encoder: encoders.UniqueSentences, root: pathlib.Path, src: str, trg: str,
@@ -439,7 +451,8 @@ def evaluate_pair(encoder: encoders.UniqueSentences, root: pathlib.Path, src: st
   if test is not None and test.gold is not None:
     splits["test"] = test
   evaluated_on = "test" if "test" in splits else "training"
-  hoods = {name: _embed(encoder, split, f"bucc {src}-{trg} {name}", k, knn_options)
+  hoods = {name: _embed(encoder, split, f"bucc {src}-{trg} {name}", k, knn_options,
+                        languages=(src, trg))
            for name, split in splits.items()}
   golds = {name: split.gold_indices() for name, split in splits.items()}
   detail = {}
@@ -462,10 +475,13 @@ def evaluate_pair(encoder: encoders.UniqueSentences, root: pathlib.Path, src: st
 
 
 def _embed(encoder: encoders.UniqueSentences, split: Split, desc: str, k: int,
-           knn_options: Mapping) -> Neighbourhoods:
-  """Embeds both sides of a split and searches their neighbourhoods."""
-  source = encoder.encode(list(split.source.values()), desc=f"{desc} source")
-  target = encoder.encode(list(split.target.values()), desc=f"{desc} target")
+           knn_options: Mapping, languages: tuple[str, str]) -> Neighbourhoods:
+  """Embeds both sides of a split, each by its language's tower, and searches their
+  neighbourhoods."""
+  source = encoder.encode(list(split.source.values()), desc=f"{desc} source",
+                          language=languages[0])
+  target = encoder.encode(list(split.target.values()), desc=f"{desc} target",
+                          language=languages[1])
   return neighbourhoods(source, target, k, **knn_options)
 
 

@@ -8,6 +8,16 @@ in length-sorted batches so padding stays small; it also remembers which
 sentences were asked for, so a summary can say how many an encoder that knows
 its length (`count_truncated`, `max_seq_length`: our checkpoints and exports)
 cut short (`Truncation`).
+
+Two-tower encoders (dual momentum contrast with a tower per language side:
+our checkpoints and their SavedModels) embed a sentence with the tower of
+its language, as the model trained: they have `tower_of(language)` ("a" or
+"b", by `languages.pair_side`) and `encode(sentences, side=...)`.
+`UniqueSentences.encode(..., language=code)` routes through `tower_of` and
+caches each tower's vectors apart; one-tower encoders ignore the language.
+A suite passes the language it knows (Tatoeba's, BUCC's and STS17's sides,
+STSb-multi-mt's, question retrieval's queries, FLORES' files); sentences
+without one go through the encoder's default tower (a: English).
 """
 
 import dataclasses
@@ -18,10 +28,16 @@ from typing import Iterable, Mapping, Protocol, Sequence
 import numpy as np
 import tqdm
 
+from vmsst import cli
+from vmsst import languages as languages_lib
+
 # Where `python -m vmsst.export` leaves its metadata and vocabulary (export.EXTRA_DIR,
 # export.METADATA_FILE, inference.VOCABULARY_FILE; a test holds them equal).
 EXPORT_EXTRA_DIR = "assets.extra"
 EXPORT_METADATA, EXPORT_VOCABULARY = "vmsst_export.json", "spm.model"
+# A two-tower export's signature of tower b (export.SIDE_B_SIGNATURE), and side a's
+# languages when its metadata predates `side_a_languages` (MomentumContrast's default).
+EXPORT_SIDE_B, DEFAULT_SIDE_A = "serving_b", ("eng",)
 
 
 class Encoder(Protocol):
@@ -31,6 +47,18 @@ class Encoder(Protocol):
 
   def encode(self, sentences: Sequence[str]) -> np.ndarray:
     """float32 [len(sentences), d]; row i embeds sentences[i]."""
+
+
+def tower_of(encoder: Encoder, language: str | None) -> str | None:
+  """The tower ("a"/"b") a two-tower `encoder` embeds `language` with; None: it has one."""
+  pick = getattr(encoder, "tower_of", None)
+  return None if pick is None else pick(language)
+
+
+def encode_in(encoder: Encoder, sentences: Sequence[str], language: str | None) -> np.ndarray:
+  """`encoder.encode(sentences)` through the tower of `language` (`tower_of`)."""
+  tower = tower_of(encoder, language)
+  return encoder.encode(sentences) if tower is None else encoder.encode(sentences, side=tower)
 
 
 class PrecomputedEncoder:
@@ -79,6 +107,9 @@ class SavedModelEncoder:
   The contract `python -m vmsst.export` writes: input a 1-D tf.string tensor
   named `text`, output `{"embeddings": float32 [n, d]}`; tokenization is
   inside the graph, so any SavedModel keeping this contract evaluates alike.
+  An export of a two-tower model also has `serving_b` (tower b) and names
+  side a's languages in its metadata; then `tower_of(language)` picks the
+  signature, as `inference.CheckpointEncoder` picks the tower.
   """
 
   def __init__(self, path: str, name: str | None = None):
@@ -90,9 +121,19 @@ class SavedModelEncoder:
       raise ValueError(f"{path} has no serving_default signature; export it with "
                        "`python -m vmsst.export` (strings in, {'embeddings': ...} out).")
     self._loaded = loaded  # keeps the signature's variables alive
-    self._serve = loaded.signatures["serving_default"]
+    self._serve = {"a": loaded.signatures["serving_default"]}
+    if EXPORT_SIDE_B in loaded.signatures:
+      self._serve["b"] = loaded.signatures[EXPORT_SIDE_B]
     self.name = name or path.rstrip("/").split("/")[-1]
-    self.max_seq_length, self._pieces = _export_length(path)
+    metadata, self._pieces = _export_metadata(path)
+    self.max_seq_length = metadata.get("sequence_length")
+    self._side_a = frozenset(metadata.get("side_a_languages", DEFAULT_SIDE_A))
+
+  def tower_of(self, language: str | None) -> str | None:
+    """"a"/"b" for a two-tower export (language None: "a"); None for one tower."""
+    if len(self._serve) == 1:
+      return None
+    return "a" if language is None else languages_lib.pair_side(language, self._side_a)
 
   def count_truncated(self, sentences: Sequence[str]) -> int | None:
     """Sentences longer than max_seq_length - 1 pieces plus EOS (None: not our export)."""
@@ -100,32 +141,38 @@ class SavedModelEncoder:
       return None
     return sum(len(self._pieces.encode(s)) > self.max_seq_length - 1 for s in sentences)
 
-  def encode(self, sentences: Sequence[str]) -> np.ndarray:
-    outputs = self._serve(text=self._tf.constant(list(sentences), self._tf.string))
+  def encode(self, sentences: Sequence[str], side: str = "a") -> np.ndarray:
+    """float32 [n, d]; `side` "b" through tower b's signature (two-tower exports only)."""
+    if side not in self._serve:
+      raise ValueError(f"{self.name} has no tower {side!r}: its signatures serve "
+                       f"{sorted(self._serve)}.")
+    outputs = self._serve[side](text=self._tf.constant(list(sentences), self._tf.string))
     if "embeddings" not in outputs:
-      raise ValueError(f"serving_default of {self.name} returns {sorted(outputs)}, "
+      raise ValueError(f"the side-{side} signature of {self.name} returns {sorted(outputs)}, "
                        "not 'embeddings'.")
     return outputs["embeddings"].numpy().astype(np.float32)
 
 
-def _export_length(path: str) -> tuple[int | None, object | None]:
-  """(sequence length, SentencePiece processor) from what `python -m vmsst.export` wrote.
+def _export_metadata(path: str) -> tuple[dict, object | None]:
+  """(metadata, SentencePiece processor) from what `python -m vmsst.export` wrote.
 
   Why: the graph cuts long sentences silently; knowing the length the
   export was traced with lets Encoder.max_seq_length and the truncation counts
-  work for SavedModels as they do for checkpoints. (None, None) for a
-  SavedModel written by something else.
+  work for SavedModels as they do for checkpoints; a two-tower export's
+  metadata names side a's languages. ({}, None) for a SavedModel written by
+  something else.
   """
   extra = os.path.join(path, EXPORT_EXTRA_DIR)
   metadata, vocabulary = (os.path.join(extra, n) for n in (EXPORT_METADATA, EXPORT_VOCABULARY))
   if not os.path.exists(metadata):
-    return None, None
+    return {}, None
   with open(metadata, encoding="utf-8") as f:
-    length = int(json.load(f)["sequence_length"])
+    values = json.load(f)
+  values["sequence_length"] = int(values["sequence_length"])
   if not os.path.exists(vocabulary):
-    return length, None
+    return values, None
   import sentencepiece  # pylint: disable=import-outside-toplevel
-  return length, sentencepiece.SentencePieceProcessor(model_file=vocabulary)
+  return values, sentencepiece.SentencePieceProcessor(model_file=vocabulary)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,20 +201,28 @@ class UniqueSentences:
     self.name = encoder.name
     self.batch_size = batch_size
     self.progress = progress
-    self._cache: dict[str, np.ndarray] = {}
+    self._caches: dict[str | None, dict[str, np.ndarray]] = {}  # tower -> sentence -> vector
     self._asked: set[str] = set()  # since the last take_asked(), cached or not
 
-  def encode(self, sentences: Sequence[str], desc: str = "encoding") -> np.ndarray:
-    """float32 [len(sentences), d]; results are cached for the encoder's lifetime."""
+  def encode(self, sentences: Sequence[str], desc: str = "encoding",
+             language: str | None = None) -> np.ndarray:
+    """float32 [len(sentences), d]; results are cached for the encoder's lifetime.
+
+    `language`: the sentences' language code, which picks a two-tower
+    encoder's tower (`tower_of`); one-tower encoders ignore it.
+    """
     self._asked.update(sentences)
-    todo = sorted({s for s in sentences if s not in self._cache}, key=len, reverse=True)
+    tower = tower_of(self.encoder, language)
+    cache = self._caches.setdefault(tower, {})
+    todo = sorted({s for s in sentences if s not in cache}, key=len, reverse=True)
     for batch in tqdm.tqdm(list(_chunks(todo, self.batch_size)), desc=f"{self.name}: {desc}",
-                           unit="batch", disable=not self.progress or not todo, leave=False):
-      for sentence, vector in zip(batch, self.encoder.encode(batch)):
-        self._cache[sentence] = vector
+                           unit="batch", disable=cli.hide_progress(not self.progress or not todo),
+                           leave=False):
+      for sentence, vector in zip(batch, encode_in(self.encoder, batch, language)):
+        cache[sentence] = vector
     if not sentences:
       return np.zeros((0, 0), np.float32)
-    return np.stack([self._cache[s] for s in sentences]).astype(np.float32)
+    return np.stack([cache[s] for s in sentences]).astype(np.float32)
 
   def take_asked(self) -> set[str]:
     """The distinct sentences asked for since the last call (e.g. by one suite), then forgets them.

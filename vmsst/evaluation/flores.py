@@ -132,12 +132,14 @@ def evaluate(encoder: encoders.UniqueSentences, folder: pathlib.Path, *,
   directory, split = split_folder(folder, split)
   texts = read_split(directory, split)
   pivot = english_code(list(texts), directory)
-  english = encoder.encode(texts.pop(pivot), desc=f"flores {pivot}")
+  english = encoder.encode(texts.pop(pivot), desc=f"flores {pivot}",
+                           language=languages_lib.ENGLISH)
   logging.info("flores %s: %d languages against %s, %d lines each, from %s", split, len(texts),
                pivot, len(english), directory)
   results = {}
   for code, lines in texts.items():
-    errors = parallel.xsim_errors(encoder.encode(lines, desc=f"flores {code}"), english, k=k)
+    embedded = encoder.encode(lines, desc=f"flores {code}", language=canonical(code) or code)
+    errors = parallel.xsim_errors(embedded, english, k=k)
     results[code] = {"language": canonical(code),
                      "xx2en": errors["forward"], "en2xx": errors["backward"],
                      "xx2en_margin": errors["forward_margin"],

@@ -85,16 +85,20 @@ def read_aligned(src: str | pathlib.Path, trg: str | pathlib.Path) -> tuple[list
 
 
 def evaluate(encoder: encoders.UniqueSentences, src: str | pathlib.Path,
-             trg: str | pathlib.Path, *, k: int = MARGIN_K) -> dict:
+             trg: str | pathlib.Path, *, k: int = MARGIN_K,
+             languages: tuple[str | None, str | None] = (None, None)) -> dict:
   """Retrieval accuracy and xsim ×100 between two aligned files, both directions.
+
+  `languages` (of src, of trg) pick a two-tower encoder's tower for each file
+  (`encoders.tower_of`; None: tower a).
 
   Returns:
     {"src", "trg": the paths, "n": lines, "k": margin neighbourhood,
      "src2trg": {"accuracy", "xsim", "xsim_margin"}, "trg2src": {...}}.
   """
   source, target = read_aligned(src, trg)
-  errors = xsim_errors(encoder.encode(source, desc="parallel src"),
-                       encoder.encode(target, desc="parallel trg"), k=k)
+  errors = xsim_errors(encoder.encode(source, desc="parallel src", language=languages[0]),
+                       encoder.encode(target, desc="parallel trg", language=languages[1]), k=k)
   results = {"src": str(src), "trg": str(trg), "n": len(source), "k": errors["k"]}
   for name, retrieval in (("src2trg", "forward"), ("trg2src", "backward")):
     results[name] = {"accuracy": 100 - errors[retrieval], "xsim": errors[retrieval],

@@ -42,6 +42,12 @@ better and worse pairs are reported per check and overall (the paper's
 "+/−" cells).
 """
 
+from vmsst import cli  # pylint: disable=g-bad-import-order
+
+if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import json
 import math
 import pathlib
@@ -51,7 +57,6 @@ import numpy as np
 from absl import flags
 from scipy import stats
 
-from vmsst import cli
 from vmsst.evaluation import encoders
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import similarity

@@ -29,6 +29,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from vmsst import languages as languages_lib
 from vmsst.evaluation import encoders
 from vmsst.evaluation import neighbors
 from vmsst import text_files
@@ -127,6 +128,21 @@ def find_sets(folder: str | pathlib.Path) -> dict[str, pathlib.Path]:
 # ---------------------------------------------------------------- benchmark
 
 
+def embed_queries(encoder: encoders.UniqueSentences, queries: Sequence[str],
+                  query_languages: Sequence[str], desc: str) -> np.ndarray:
+  """float32 [n, d]: each query embedded in its language (a two-tower encoder's tower)."""
+  rows = collections.defaultdict(list)
+  for i, language in enumerate(query_languages):
+    rows[language].append(i)
+  out = None
+  for language, indices in rows.items():
+    vectors = encoder.encode([queries[i] for i in indices], desc=f"{desc} {language} queries",
+                             language=language)
+    out = np.zeros((len(queries), vectors.shape[1]), np.float32) if out is None else out
+    out[indices] = vectors
+  return out
+
+
 def evaluate_set(encoder: encoders.UniqueSentences, data: RetrievalSet, *,
                  languages: Sequence[str] | None = None, desc: str = "questions",
                  **blocks) -> dict:
@@ -135,8 +151,9 @@ def evaluate_set(encoder: encoders.UniqueSentences, data: RetrievalSet, *,
   if not chosen:
     raise ValueError(f"{desc}: no queries in languages {list(languages)}; the set has "
                      f"{sorted(set(data.languages))}.")
-  kb = encoder.encode(data.kb, desc=f"{desc} KB")
-  queries = encoder.encode([data.queries[i] for i in chosen], desc=f"{desc} queries")
+  kb = encoder.encode(data.kb, desc=f"{desc} KB", language=languages_lib.ENGLISH)
+  queries = embed_queries(encoder, [data.queries[i] for i in chosen],
+                          [data.languages[i] for i in chosen], desc)
   hits = nearest_is_gold(queries, kb, [data.gold[i] for i in chosen], **blocks)
   by_language = collections.defaultdict(list)
   for i, hit in zip(chosen, hits):

@@ -1,7 +1,8 @@
 """results.json -> report.md and plots, for one encoder or a comparison.
 
-The Score table follows the layout of the VMSST paper's Table 1 (Score, then
-the task families); each suite then contributes its own table.
+The Score table follows the layout of the VMSST paper's Table 1 (the paper's
+Score, §6.2, then its six components and, apart, the question-retrieval
+stand-in; `paper_score.py`); each suite then contributes its own table.
 """
 
 import pathlib
@@ -13,45 +14,31 @@ from vmsst.evaluation import plots
 from vmsst.evaluation import paper_score as score_lib
 from vmsst.evaluation import suites as suites_lib
 
-_COLUMN_TITLES = {
-    "english_sts": "Eng. STS", "xl_sts": "XL STS", "tatoeba": "Tatoeba", "bucc": "BUCC",
-    "question_retrieval": "Q. retrieval",
-}
-
 
 def _cell(value: float | None) -> str:
   return "–" if value is None else f"{value:.1f}"
 
 
 def score_table(rows: Mapping[str, dict]) -> str:
-  """Markdown Table 1: one row per encoder (name -> results.json dict)."""
-  header = "| model | Score | " + " | ".join(_COLUMN_TITLES.values()) + " |"
-  lines = [header, "|---|" + "---:|" * (1 + len(_COLUMN_TITLES))]
-  notes = set()
-  for name, results in rows.items():
-    summary = score_lib.paper_score(results)
-    notes.update(summary["notes"])
-    cells = [_cell(summary["components"][k]) for k in _COLUMN_TITLES]
-    lines.append(f"| {name} | **{_cell(summary['score'])}** | " + " | ".join(cells) + " |")
-  text = "\n".join(lines)
-  absent = {k for r in rows.values() for k in score_lib.paper_score(r)["absent"]}
-  if absent:
-    text += ("\n\nAbsent from the Score (no data evaluated): "
-             + ", ".join(_COLUMN_TITLES[k] for k in score_lib.COMPONENTS if k in absent) + ".")
-  if notes:
-    text += "\n\n" + "\n".join(f"Note: {n}." for n in sorted(notes))
-  return text
+  """Markdown Table 1 (the paper's Score, §6.2): one row per encoder (name -> results.json dict)."""
+  lines = ["| model | " + " | ".join(score_lib.HEADER) + " |",
+           "|---|" + "---:|" * len(score_lib.HEADER)]
+  summaries = [score_lib.paper_score(results) for results in rows.values()]
+  for name, summary in zip(rows, summaries):
+    cells = [_cell(v) for v in score_lib.row(summary)]
+    lines.append(f"| {name} | **{cells[0]}** | " + " | ".join(cells[1:]) + " |")
+  notes = score_lib.notes_markdown(summaries)
+  return "\n".join(lines) + ("\n\n" + notes if notes else "")
 
 
 def score_plot(rows: Mapping[str, dict], path: pathlib.Path) -> None:
   """Grouped bars: each encoder's Score and components (PNG)."""
-  labels = ["Score"] + list(_COLUMN_TITLES.values())
+  labels = score_lib.HEADER
   width = 0.8 / max(1, len(rows))
   fig = plots.figure((1.3 * len(labels) + 1, 3.4))
   ax = fig.add_subplot()
   for i, (name, results) in enumerate(rows.items()):
-    summary = score_lib.paper_score(results)
-    values = [summary["score"]] + [summary["components"][k] for k in _COLUMN_TITLES]
+    values = score_lib.row(score_lib.paper_score(results))
     ax.bar(np.arange(len(labels)) + i * width, [v or 0.0 for v in values], width, label=name)
   ax.set_xticks(np.arange(len(labels)) + width * (len(rows) - 1) / 2, labels)
   ax.set_ylabel("×100")
@@ -85,7 +72,10 @@ def render(results: dict, plot_files: Mapping[str, str]) -> str:
   note = truncation_note(meta)
   if note:
     sections.append(note)
-  sections += ["", "## Score (Table 1 layout)", "", score_table({meta["encoder"]: results})]
+  five = score_lib.five_family_score(results)["score"]
+  sections += ["", "## Score (Table 1 layout)", "", score_table({meta["encoder"]: results}), "",
+               f"Five-family score (Spearman STS, with Q. retrieval; this codebase's earlier "
+               f"summary, not the paper's): {_cell(five)}."]
   for name in meta["suites"]:
     suite = suites_lib.SUITES[name]
     sections += ["", f"## {suite.title}", "", suite.table(results[name])]

@@ -54,17 +54,28 @@ Path = sts_files.Path
 # ---------------------------------------------------------------- scoring
 
 
-def embed_pairs(encoder: encoders.UniqueSentences, pairs: ScoredPairs,
-                desc: str) -> tuple[np.ndarray, np.ndarray]:
-  """float32 [n, d] embeddings of sentences1 and of sentences2, in one encoder call."""
-  both = encoder.encode(pairs.sentences1 + pairs.sentences2, desc=desc)
+Languages = tuple[str | None, str | None]
+
+
+def embed_pairs(encoder: encoders.UniqueSentences, pairs: ScoredPairs, desc: str,
+                languages: Languages = (None, None)) -> tuple[np.ndarray, np.ndarray]:
+  """float32 [n, d] embeddings of sentences1 and of sentences2.
+
+  `languages` (of sentences1, of sentences2) pick a two-tower encoder's
+  towers; one encoder call when they agree.
+  """
+  if languages[0] != languages[1]:
+    return tuple(encoder.encode(s, desc=f"{desc} {i}", language=language) for i, s, language
+                 in ((1, pairs.sentences1, languages[0]), (2, pairs.sentences2, languages[1])))
+  both = encoder.encode(pairs.sentences1 + pairs.sentences2, desc=desc, language=languages[0])
   n = len(pairs.sentences1)
   return both[:n], both[n:]
 
 
-def cosines(encoder: encoders.UniqueSentences, pairs: ScoredPairs, desc: str) -> np.ndarray:
+def cosines(encoder: encoders.UniqueSentences, pairs: ScoredPairs, desc: str,
+            languages: Languages = (None, None)) -> np.ndarray:
   """float32 [n]: each pair's cosine similarity, the model's similarity score."""
-  return similarity.paired_cosine(*embed_pairs(encoder, pairs, desc))
+  return similarity.paired_cosine(*embed_pairs(encoder, pairs, desc, languages))
 
 
 def correlations(cosine: np.ndarray, gold: np.ndarray, what: str = "pairs") -> dict:
@@ -201,7 +212,8 @@ def evaluate_stsb_multi_mt(encoder: encoders.UniqueSentences, folder: Path, *,
   for language in languages:
     pairs = sts_files.read_stsb_multi_mt(folder, language, split)
     sts_files.check_aligned(english, pairs, f"stsb-{language}-{split}")
-    embedded[language] = embed_pairs(encoder, pairs, f"STSb-MT {language} {split}")
+    embedded[language] = embed_pairs(encoder, pairs, f"STSb-MT {language} {split}",
+                                     (language, language))
   results = {}
   for lang1 in languages:
     for lang2 in languages:
@@ -236,7 +248,8 @@ def evaluate_sts17(encoder: encoders.UniqueSentences, folder: Path) -> dict:
   for name, (pairs, ignored) in sets.items():
     lang1, lang2 = languages[name]
     tracks[name] = {"lang1": lang1, "lang2": lang2, "unscored": pairs.unscored,
-                    **correlations(cosines(encoder, pairs, f"STS17 {name}"), pairs.gold, name)}
+                    **correlations(cosines(encoder, pairs, f"STS17 {name}", (lang1, lang2)),
+                                   pairs.gold, name)}
     if ignored:
       tracks[name]["ignored_input_lines"] = ignored
   return {"kind": "sts17", "encoder": encoder.name, "folder": str(folder), "tracks": tracks,

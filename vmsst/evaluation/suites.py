@@ -32,6 +32,8 @@ class SuiteOptions:
   flores_split: str | None = None  # devtest or dev
   src: str | None = None  # the two line-aligned files of `parallel`
   trg: str | None = None
+  src_language: str | None = None  # their languages: a two-tower model's tower for each
+  trg_language: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +114,8 @@ SUITES: dict[str, Suite] = {
         "set in that format with `python -m vmsst.build_data.clustering --data_dir=... "
         "--output=DIR` and add DIR to --data_dir"),
     "parallel": Suite(
-        None, lambda enc, folder, o: parallel.evaluate(enc, o.src, o.trg),
+        None, lambda enc, folder, o: parallel.evaluate(
+            enc, o.src, o.trg, languages=(o.src_language, o.trg_language)),
         parallel.table, "Retrieval between two aligned files (accuracy, xsim)",
         "name two line-aligned files with --src=a.txt --trg=b.txt"),
 }

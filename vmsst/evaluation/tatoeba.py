@@ -84,8 +84,9 @@ def evaluate(encoder, folder: pathlib.Path, *, languages: Sequence[str] | None =
   results = {}
   for code in codes:
     source, english = read_pairs(folder, code)
-    src = encoder.encode(source, desc=f"tatoeba {code}")
-    eng = encoder.encode(english, desc=f"tatoeba {code}-eng")
+    # A two-tower encoder embeds each side with its language's tower (encoders.tower_of).
+    src = encoder.encode(source, desc=f"tatoeba {code}", language=code)
+    eng = encoder.encode(english, desc=f"tatoeba {code}-eng", language=languages_lib.ENGLISH)
     xx2en, en2xx = 100 * retrieval_accuracy(src, eng), 100 * retrieval_accuracy(eng, src)
     results[code] = {"xx2en": xx2en, "en2xx": en2xx, "avg": (xx2en + en2xx) / 2,
                      "n": len(source)}

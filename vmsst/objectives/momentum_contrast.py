@@ -142,8 +142,8 @@ class MomentumContrast(models.EmbeddingModel):
     return SIDES if self.separate_towers else SIDES[:1]
 
   def side_of_language(self, language: str) -> str:
-    """"a" for a language of `side_a_languages` ("en", "eng", …), else "b"."""
-    return "a" if languages.canonical_language(language) in self.side_a_languages else "b"
+    """"a" for a language of `side_a_languages` ("en", "eng", …), else "b" (`languages.pair_side`)."""
+    return languages.pair_side(language, self.side_a_languages)
 
   def init_network(self, rng, input_shapes):
     """One network, or with separate towers one per side under `tower_a` / `tower_b`."""

@@ -47,6 +47,7 @@ import numpy as np
 import tqdm
 from absl import logging
 
+from vmsst import cli
 from vmsst import encoder_flags
 from vmsst.evaluation import encoders as encoders_lib
 
@@ -216,7 +217,8 @@ class TeacherCache:
                    len(distinct) - len(todo))
       batches = [todo[i:i + self.batch_size] for i in range(0, len(todo), self.batch_size)]
       vectors = [np.asarray(self.teacher.encode(b), np.float32)
-                 for b in tqdm.tqdm(batches, desc=f"{self.teacher.name}: {desc}", unit="batch")]
+                 for b in tqdm.tqdm(batches, desc=f"{self.teacher.name}: {desc}", unit="batch",
+                                  disable=cli.hide_progress())]
       self._append(todo, np.concatenate(vectors))
     report = FillReport(len(distinct), len(distinct) - len(todo), len(todo), time.time() - started)
     logging.info("teacher cache %s: %s", self.directory, report)

@@ -27,6 +27,7 @@ import gin
 from absl import flags
 
 from vmsst import teacher_cache
+from vmsst.train import preflight
 from vmsst import train  # the gin flags, parse_gin and train's configurables
 from vmsst.evaluation import in_training
 
@@ -53,10 +54,10 @@ def fill_run(gin_files: Sequence[str], bindings: Sequence[str],
 
   Raises:
     cli.UserError: the run reads no teacher cache (not a distillation run),
-      or what train.parse_gin / check_data_paths reject.
+      or what train.parse_gin / preflight.check_paths reject.
   """
   train.parse_gin(gin_files, bindings, search_paths)
-  train.check_data_paths()
+  preflight.check_paths()
   evaluators = in_training.as_list(_bound("train.evaluator"))
   if (_bound("register_tasks.teacher_cache") is None
       and not any(getattr(e, "teacher_cache", None) is not None for e in evaluators)):

@@ -18,14 +18,14 @@ from vmsst import cli  # first: `python -m vmsst.train` imports this package bef
 
 cli.quiet_startup()  # before TensorFlow and JAX load
 if sys.argv[:1] == ["-m"]:  # `python -m vmsst.train` runs this before __main__.py: the run
-  cli.check_early(lambda: cli.check_gin_files(sys.argv))  # file exists, before seconds of imports
+  cli.check_early(lambda: cli.check_gin_files(sys.argv, required=True))  # before seconds of imports
 
 # pylint: disable=wrong-import-position
-import difflib
 import logging as python_logging  # gin logs through the root logger
 import os
 import pathlib
 import re
+import shutil
 import signal
 import time
 from typing import Any, Sequence
@@ -51,6 +51,7 @@ from vmsst import teacher_cache
 from vmsst import trainer as trainer_lib
 from vmsst import gin_configurables  # pylint: disable=unused-import
 from vmsst.evaluation import in_training
+from vmsst.train import preflight
 from vmsst.train.input_pipeline import POSITIONS_DIR, save_position, train_iterator
 
 FLAGS = flags.FLAGS
@@ -66,24 +67,23 @@ flags.DEFINE_string("coordinator_address", None,
 flags.DEFINE_integer("num_processes", None, "Processes in the job (implies --distributed).")
 flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes) "
                      "(implies --distributed).")
+flags.DEFINE_bool("resume_with_changes", False,
+                  "Resume MODEL_DIR although settings changed since its config.gin (they are "
+                  "listed otherwise, and the run refused); the earlier config.gin is kept as "
+                  "config-<step>.gin and model.json records each step range.")
 
 
 def check_vocabulary(mixture_name: str,
                      model: models.EmbeddingModel) -> seqio.SentencePieceVocabulary:
-  """The mixture's vocabulary; NetworkConfig.vocab_size must be its size.
+  """The mixture's vocabulary; NetworkConfig.vocab_size must fit it (preflight.vocabulary_fits).
 
-  Or its size rounded up to a multiple of 128, as T5 pads its tables (mT5's
-  spiece.model has 250,100 pieces, its embedding 250,112 rows); the padding
-  rows are never an input and only ever a wrong output.
+  preflight.check_start checks VOCAB_PATH before any data; this checks what
+  the mixture actually reads (a run may name its vocabulary otherwise).
   """
   vocab = seqio.get_mixture_or_task(mixture_name).output_features["tokens_a"].vocabulary
-  padded = -(-vocab.vocab_size // 128) * 128
-  if model.network_config.vocab_size not in (vocab.vocab_size, padded):
-    raise ValueError(
-        f"the vocabulary of {mixture_name} has {vocab.vocab_size} pieces but "
-        f"NetworkConfig.vocab_size is {model.network_config.vocab_size} (not it, nor "
-        f"{padded}, it rounded up to 128); set VOCAB_SIZE in "
-        "the gin run file to the SentencePiece model's size (or retrain the vocabulary).")
+  if not preflight.vocabulary_fits(vocab.vocab_size, model.network_config.vocab_size):
+    raise cli.UserError(preflight.vocabulary_hint(f"of {mixture_name}", vocab.vocab_size,
+                                                  model.network_config.vocab_size))
   return vocab
 
 
@@ -139,7 +139,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
           evaluator: in_training.Evaluator | Sequence[in_training.Evaluator] | None = None,
           seed: int = 0, log_every: int = 50, eval_every: int = 0,
           init_params: str | None = None, skip_nonfinite_steps: int = 0,
-          early_stopping: early_stopping_lib.EarlyStopping | None = None) -> dict[str, Any]:
+          early_stopping: early_stopping_lib.EarlyStopping | None = None,
+          resume_with_changes: bool = False) -> dict[str, Any]:
   """Trains `model` on `mixture_name` for `train_steps`; resumes from model_dir.
 
   Args:
@@ -173,10 +174,13 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     early_stopping: stops before `train_steps` once the evaluator's watched
       metrics stop falling for `patience` evaluations (vmsst/early_stopping.py);
       needs `evaluator` and `eval_every` (the epoch).
+    resume_with_changes: resume model_dir although bindings changed since its
+      config.gin (preflight.check_resume; `--resume_with_changes`).
   Returns:
     {"start_step", "step", "final_metrics", "loss_history" [(step, loss)],
      "retrieval", "params", "skipped_steps"} for callers and tests.
   Raises:
+    cli.UserError: a mistake found before any state or data (preflight.check_start).
     checkpointing.Preempted: SIGTERM or Ctrl-C arrived; the current step
       was saved (a SystemExit with status checkpointing.PREEMPTED_EXIT_CODE,
       or INTERRUPTED_EXIT_CODE after Ctrl-C).
@@ -188,6 +192,10 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   # Stage 1: mesh.
   mesh = partitioning.make_mesh()
   logging.info("mesh %s over %d processes", dict(mesh.shape), jax.process_count())
+  changes = preflight.check_start(model=model, model_dir=model_dir, batch_size=batch_size,
+                                  sequence_length=sequence_length, mesh=mesh,
+                                  process_count=jax.process_count(),
+                                  resume_with_changes=resume_with_changes)
 
   # Stage 2: model state (initialised in its shards or restored).
   input_shapes = model.input_shapes(batch_size, sequence_length)
@@ -208,9 +216,13 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     return _nothing_to_do(start_step, start_step, state)
   if start_step >= train_steps:
     return _nothing_to_do(start_step, train_steps, state)
-  _write_operative_config(model_dir)
   if jax.process_index() == 0:
-    inference.write_model_json(model_dir, model, sequence_length)
+    if changes:
+      logging.warning("resuming at step %d with changed settings: %s", start_step,
+                      "; ".join(changes))
+    ranges = preflight.step_ranges(model_dir, start_step, sequence_length, changed=bool(changes))
+    _write_operative_config(model_dir)
+    inference.write_model_json(model_dir, model, sequence_length, step_ranges=ranges)
 
   # Stage 3: teacher vectors, then data, positioned at the restored step.
   # Registration and the evaluators only read a distillation teacher's
@@ -234,7 +246,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   learning_rate = _learning_rate_schedule()
   metrics, history = {}, []
   progress = tqdm.tqdm(total=train_steps, initial=start_step, desc="train", unit="step",
-                       disable=jax.process_index() > 0, dynamic_ncols=True)
+                       disable=cli.hide_progress(jax.process_index() > 0),
+                       dynamic_ncols=True)
   started = time.time()
   skipped = consecutive_bad = 0
   with checkpointing.PreemptionWatcher() as preemption:
@@ -339,10 +352,9 @@ def _copy_vocabulary(model_dir: str, vocab: seqio.SentencePieceVocabulary) -> No
 
 
 def _write_operative_config(model_dir: str) -> None:
-  if jax.process_index() == 0:
-    os.makedirs(model_dir, exist_ok=True)
-    with open(os.path.join(model_dir, "config.gin"), "w") as f:
-      f.write(gin.config_str())
+  os.makedirs(model_dir, exist_ok=True)
+  with open(os.path.join(model_dir, inference.CONFIG_FILE), "w") as f:
+    f.write(gin.config_str())
 
 
 def rewrite_gin_args(argv: Sequence[str]) -> list[str]:
@@ -363,26 +375,35 @@ def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
 
   Raises:
     cli.UserError: a gin file or include is not found, a binding does not
-      parse (an unquoted string), or a binding sets a macro that nothing
-      reads (a typo).
+      parse (an unquoted string, a word for a number), names a configurable
+      or parameter that does not exist (with the closest), gives a value of
+      another type than the run file's, or sets a macro that nothing reads
+      (a typo); the files are no run file (preflight).
   """
   roots = [*search_paths, *_repository_roots(gin_files)]
   for path in roots:
     gin.add_config_file_search_path(path)
   misses = _GinMisses()
   python_logging.getLogger().addFilter(misses)
+  before = {}
   try:
-    gin.parse_config_files_and_bindings(gin_files, bindings, finalize_config=False)
+    gin.parse_config_files_and_bindings(gin_files, [], finalize_config=False)
+    before = preflight.file_values(bindings)  # the run file's values, to type-check the flags'
+    gin.parse_config(bindings)
   except OSError as e:  # gin's own message is empty
     raise cli.UserError(
         f"gin file {misses.missing(roots[-1])!r} not found (in {list(gin_files)} or their "
         f"includes); searched the working directory and {roots}; pass "
         "--gin_search_path=<the directory holding gin/>") from e
   except SyntaxError as e:
-    raise cli.UserError(_binding_syntax_hint(e, bindings)) from e
+    raise cli.UserError(_binding_syntax_hint(e, bindings, before)) from e
+  except ValueError as e:  # an unknown configurable or parameter
+    raise preflight.parse_errors(e, bindings) from e
   finally:
     python_logging.getLogger().removeFilter(misses)
+  preflight.check_run_file(gin_files)
   check_macros_are_read(bindings)
+  preflight.check_types(bindings, before)
 
 
 class _GinMisses:
@@ -422,38 +443,15 @@ def _repository_roots(gin_files: Sequence[str]) -> list[str]:
   return list(dict.fromkeys(roots))
 
 
-def _binding_syntax_hint(error: SyntaxError, bindings: Sequence[str]) -> str:
-  """One line for a binding gin cannot parse; shows the quoting of a string value."""
+def _binding_syntax_hint(error: SyntaxError, bindings: Sequence[str],
+                         before: dict[str, Any]) -> str:
+  """One line for a binding gin cannot parse: quotes for a string, a number for a number."""
   where = getattr(error, "location", None)
   text = (where.line_content if where else None) or error.text or ""
   name, _, value = text.partition("=")
   if not value.strip() or text.strip() not in [b.strip() for b in bindings]:
     return f"gin cannot parse {text.strip()!r}: {error.msg}"
-  name, value = name.strip(), value.strip()
-  return (f"--gin.{name}={value}: gin values are Python literals, so a string needs quotes "
-          f"inside the shell's: --gin.{name}=\"'{value}'\"")
-
-
-def check_data_paths() -> None:
-  """DATA_DIR and VOCAB_PATH, where the run reads them, exist; else one line naming the macro.
-
-  Relative paths in a run file (DATA_DIR = '../shared/data', VOCAB_PATH =
-  'runs/vocab/spm.model', MODEL_DIR) are relative to the working directory,
-  as every path on a command line is; from another directory, pass them.
-  """
-  for macro, exists, what in (("DATA_DIR", os.path.isdir, "directory"),
-                              ("VOCAB_PATH", os.path.isfile, "file")):
-    try:
-      path = gin.query_parameter(f"%{macro}")
-    except ValueError:  # the run does not use it
-      continue
-    if isinstance(path, str) and not exists(path):
-      fix = ("train one with `python -m vmsst.vocabulary` (see README)"
-             if macro == "VOCAB_PATH" else "point it at the shared corpora")
-      raise cli.UserError(
-          f"{macro} = {path!r} is not a {what} (relative paths are taken from the working "
-          f"directory, {os.getcwd()}); run from the repository root, {fix}, or pass "
-          f"--gin.{macro}=\"'/absolute/path'\"")
+  return preflight.syntax_hint(name.strip(), value.strip(), before)
 
 
 _MACRO_BINDING = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
@@ -480,9 +478,8 @@ def check_macros_are_read(bindings: Sequence[str]) -> None:
           if ref.scoped_selector.endswith("/gin.macro")}
   for name in bound:
     if name not in read:
-      close = difflib.get_close_matches(name, sorted(read), n=1)
-      hint = f"did you mean {close[0]}?" if close else f"macros read: {', '.join(sorted(read))}."
-      raise cli.UserError(f"{name} is bound but never read; {hint}")
+      raise cli.UserError(f"{name} is bound but never read; "
+                          f"{cli.did_you_mean(name, read, 'macros read')}")
 
 
 def initialize_distributed(*, coordinator_address: str | None = None,
@@ -506,6 +503,13 @@ def initialize_distributed(*, coordinator_address: str | None = None,
                jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
+def _remove_if_unused(model_dir: str, fresh: bool) -> None:
+  """A run that failed before its first checkpoint leaves no MODEL_DIR it created."""
+  if (fresh and jax.process_index() == 0 and "://" not in model_dir
+      and not preflight.checkpoint_steps(model_dir)):
+    shutil.rmtree(model_dir, ignore_errors=True)
+
+
 def main(argv: Sequence[str]) -> None:
   del argv
   checkpointing.quiet_orbax_logs()
@@ -514,8 +518,18 @@ def main(argv: Sequence[str]) -> None:
     initialize_distributed(coordinator_address=FLAGS.coordinator_address,
                            num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
   parse_gin(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_path)
-  check_data_paths()
-  result = train()
+  preflight.check_paths()
+  model_dir = gin.query_parameter("train.model_dir")
+  model_dir = model_dir if isinstance(model_dir, str) else gin.query_parameter("%MODEL_DIR")
+  fresh = not os.path.exists(model_dir)
+  try:
+    result = train(resume_with_changes=FLAGS.resume_with_changes)
+  except (checkpointing.IncompatibleCheckpointError, checkpointing.NoUsableCheckpointError) as e:
+    _remove_if_unused(model_dir, fresh)
+    raise cli.UserError(str(e)) from e
+  except BaseException:
+    _remove_if_unused(model_dir, fresh)
+    raise
   if jax.process_index() == 0 and result["retrieval"]:
     print("Held-out retrieval accuracy (%, mean of both directions):")
     for name, value in sorted(result["retrieval"].items()):

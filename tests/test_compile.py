@@ -1,0 +1,206 @@
+"""vmsst.compile: the train step compiled for a mesh, its memory per device and FLOPs.
+
+On forced CPU devices (XLA:CPU, the remat / scan variants) and, in the `tpu`
+tier, by the TPU compiler for a slice's compile-only chips (libtpu from PyPI).
+"""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import jax
+import optax
+import pytest
+
+import vmsst_testing
+from vmsst_testing import TINY
+from vmsst import cli
+from vmsst import compile as compile_lib
+from vmsst import tpu_slices
+from vmsst import partitioning
+from vmsst import trainer as trainer_lib
+from vmsst.objectives import VMSST
+
+# Small but layer-dominated: 4-layer stacks over 32 tokens, a small vocabulary,
+# so the kept activations (not the logits) decide the temp memory.
+SMALL = dataclasses.replace(TINY, vocab_size=256, emb_dim=64, num_heads=2, head_dim=32,
+                            mlp_dim=256, num_encoder_layers=4, num_language_encoder_layers=4,
+                            num_decoder_layers=4, max_length=32)
+
+
+def _mesh(data, model):
+  return partitioning.make_mesh(data, model, devices=jax.devices()[:data * model])
+
+
+def _measure(cfg):
+  return compile_lib.step_memory(VMSST(cfg), optax.adam(1e-3), _mesh(2, 1), batch_size=32,
+                                   sequence_length=32)
+
+
+@pytest.mark.slow
+def test_remat_reduces_temp_memory_and_not_the_state():
+  """Measured on scanned layers, where the backward loop recomputes one layer per step.
+
+  (On this 4-layer config XLA:CPU reports identical temp bytes for unscanned
+  `none` and `remat`: its schedule recomputes unscanned layers early. At 24
+  layers unscanned remat does save: 66.8 -> 40.3 GiB, see the report.)
+  """
+  scanned = dataclasses.replace(SMALL, scan_layers=True)
+  plain = _measure(scanned)
+  remat = _measure(dataclasses.replace(scanned, remat="full"))
+  print(f"temp bytes per device: scan {plain.temp}, scan + remat {remat.temp}")
+  assert remat.temp < 0.7 * plain.temp
+  assert (remat.params, remat.optimizer_state) == (plain.params, plain.optimizer_state)
+  assert plain.peak == plain.arguments + plain.outputs - plain.aliased + plain.temp
+  table = compile_lib.markdown_table({"scan": plain, "scan_remat": remat})
+  assert table.splitlines()[2].startswith("| scan | ")
+
+
+def test_factorized_projection_saves_its_parameter_bytes_per_device():
+  """On data 2 × model 2 the vocabulary axis is split in two, the bottleneck replicated.
+
+  Unfactorized: a 3d × V kernel, V/2 columns per device. Factorized: d × V
+  (V/2 per device) plus a replicated 3d × d bottleneck. Saved float32 bytes
+  per device: 4 (3dV/2 − dV/2 − 3d²) = 4 (dV − 3d²).
+  """
+  d, v = SMALL.emb_dim, SMALL.vocab_size
+  state_bytes = lambda cfg: compile_lib.bytes_per_device(trainer_lib.Trainer(
+      VMSST(cfg), optax.sgd(0.1), _mesh(2, 2), VMSST(cfg).input_shapes(4, 8)).abstract_state.params)
+  full = state_bytes(SMALL)
+  factorized = state_bytes(dataclasses.replace(SMALL, factorized_output=True))
+  assert full - factorized == 4 * (d * v - 3 * d * d)
+
+
+def test_mesh_flag_names_both_axes():
+  assert compile_lib.parse_mesh("data:16,model:4") == (16, 4)
+  assert compile_lib.parse_mesh("model:2,data:1") == (1, 2)
+  with pytest.raises(cli.UserError, match="--mesh"):
+    compile_lib.parse_mesh("data:8")
+  with pytest.raises(cli.UserError, match="--mesh"):
+    compile_lib.parse_mesh("data2")
+
+
+def test_max_batch_search_finds_the_largest_fitting_multiple_of_the_data_axis():
+  """The search alone, over a compile stand-in that fits up to a known batch."""
+  mesh = _mesh(4, 1)
+  for limit, start in ((100, 32), (100, 400), (4, 64), (3, 8), (4096, 4)):
+    fit = lambda run, mesh, batch, limit=limit: compile_lib.Compiled(
+        memory=compile_lib.StepMemory(0, 0, 0, 0, 0, 0, 0, 0.0) if batch <= limit else None,
+        oom_message=None if batch <= limit else "RESOURCE_EXHAUSTED")
+    found, tried = compile_lib.find_max_batch(None, mesh, start, compile_fn=fit)
+    assert found == limit // 4 * 4, (limit, start)
+    assert len(tried) <= 2 * (max(start, limit) // 4).bit_length() + 2  # logarithmic
+
+
+# --- The TPU compiler (the `tpu` tier) ---------------------------------------
+
+def needs_libtpu():
+  if not tpu_slices.has_libtpu():
+    pytest.skip(f"libtpu is not installed: {tpu_slices.INSTALL_COMMAND}")
+
+
+def compile_command(*args: str) -> subprocess.CompletedProcess:
+  """`python -m vmsst.compile ARGS` as a user runs it."""
+  return subprocess.run([sys.executable, "-m", "vmsst.compile", *args], cwd=vmsst_testing.ROOT,
+                        capture_output=True, text=True, timeout=900, check=False)
+
+
+def tiny_run(bindings=()) -> compile_lib.Run:
+  return compile_lib.load_run(["gin/runs/contrastive_cpu.gin"], list(bindings))
+
+
+@pytest.mark.tpu
+def test_a_run_compiles_for_a_v4_slice_with_memory_and_flops_per_chip(tmp_path):
+  """The command on v4-8 (4 chips, one host): exit 0, every per-chip figure, and the
+  model's FLOP count agreeing with the compiler's where that one is complete."""
+  needs_libtpu()
+  out = tmp_path / "report.json"
+  done = compile_command("--gin_file=gin/runs/vmsst_cpu.gin", "--topology=v4-8",
+                         f"--output={out}")
+  assert done.returncode == 0, done.stderr[-2000:]
+  report = json.loads(out.read_text())
+  memory = report["memory_per_chip"]
+  assert (report["slice"], report["chips"], report["mesh"]) == ("v4-8", 4, {"data": 4, "model": 1})
+  assert report["fits"] and report["hbm_bytes_per_chip"] == 32 * 2**30
+  assert 0 < memory["params"] <= memory["arguments"]
+  assert report["peak_bytes_per_chip"] == (memory["arguments"] + memory["outputs"]
+                                           - memory["aliased"] + memory["temp"])
+  assert report["compiler_flops_complete"]
+  assert report["model_flops_per_chip"] == pytest.approx(report["compiler_flops_per_chip"],
+                                                         rel=0.05)
+  assert report["lower_bound_step_seconds"] == pytest.approx(
+      report["model_flops_per_chip"] / 275e12)
+  for words in ("lower bound", "estimate", "HBM", "FLOPs per step"):
+    assert words in done.stdout
+
+
+@pytest.mark.tpu
+def test_multi_host_v5e_and_multi_slice_v4_meshes_span_every_chip():
+  """v5e-16 is 4 hosts of 4 chips; two v4-8 slices over DCN are 8 chips, 2 slices."""
+  needs_libtpu()
+  run = tiny_run()
+  for target, chips, hosts, slices in ((tpu_slices.parse("v5e-16"), 16, 4, 1),
+                                       (tpu_slices.parse("v4-8", num_slices=2), 8, 2, 2)):
+    devices = target.devices()
+    assert len(devices) == chips == target.chips
+    assert len({d.process_index for d in devices}) == hosts
+    assert len({getattr(d, "slice_index", 0) for d in devices}) == slices
+    mesh = compile_lib.target_mesh(devices)
+    assert dict(mesh.shape) == {"data": chips, "model": 1}
+    compiled = compile_lib.compile_step(run, mesh, run.batch_size)
+    assert compiled.fits and compiled.memory.peak < target.hbm_bytes
+
+
+@pytest.mark.tpu
+def test_under_scan_the_compilers_flops_are_incomplete_and_the_models_are_not():
+  """XLA counts a while loop's body once: the scanned step's own count is one layer's,
+  so the report's FLOPs come from the unrolled step, equal with or without scan."""
+  needs_libtpu()
+  mesh = compile_lib.target_mesh(tpu_slices.parse("v4-8").devices())
+  layers = ["NetworkConfig.num_encoder_layers = 4"]
+  scanned = compile_lib.compile_step(tiny_run(layers + compile_lib.VARIANTS["scan"]), mesh, 32)
+  unrolled = compile_lib.compile_step(tiny_run(layers + compile_lib.VARIANTS["none"]), mesh, 32)
+  assert unrolled.flops_complete and not scanned.flops_complete
+  assert scanned.compiler_flops < 0.6 * unrolled.compiler_flops
+  model = compile_lib.model_flops(tiny_run(layers + compile_lib.MODEL_FLOPS_BINDINGS), 32) / 4
+  # At this size the compiler's own additions (collectives, layout) are ~10%;
+  # at the paper's sizes the two agree within 1-2% (docs/results/tpu_compile/).
+  assert model == pytest.approx(unrolled.compiler_flops, rel=0.15)
+
+
+@pytest.mark.tpu
+def test_a_step_that_does_not_fit_exits_3_with_the_compilers_message():
+  needs_libtpu()
+  done = compile_command("--gin_file=gin/runs/vmsst_cpu.gin", "--topology=v5e-1",
+                         "--batch_size=262144")
+  assert done.returncode == compile_lib.DOES_NOT_FIT_EXIT_CODE, done.stderr[-2000:]
+  assert "memory" in done.stdout.lower() and "v5e-1" in done.stderr
+
+
+@pytest.mark.tpu
+def test_mistakes_are_one_error_line_naming_the_flag():
+  needs_libtpu()
+  for args, flag in ((["--topology=v4-6"], "--topology"), (["--topology=v9-8"], "--topology"),
+                     (["--topology=v4-8", "--batch_size=30"], "--batch_size"),
+                     (["--topology=v4-8", "--mesh=data:2,model:2"], "--mesh")):
+    done = compile_command("--gin_file=gin/runs/vmsst_cpu.gin", *args)
+    assert done.returncode == 2, (args, done.stderr[-1000:])
+    error = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and flag in error[0], (args, error)
+  done = compile_command("--gin_file=gin/runs/vmsst_cpu.gin")
+  assert done.returncode == 2 and "target_slice" in done.stderr
+
+
+@pytest.mark.tpu
+@pytest.mark.tpu_all_runs
+@pytest.mark.slow
+def test_find_max_batch_stops_where_the_compiler_runs_out_of_memory():
+  """A tiny network with mT5's 250k-piece vocabulary on one v5e chip (16 GiB): the
+  logits decide, and the largest batch fits while one more row does not."""
+  needs_libtpu()
+  run = tiny_run(["VOCAB_SIZE = 250112"])
+  mesh = compile_lib.target_mesh(tpu_slices.parse("v5e-1").devices())
+  found, tried = compile_lib.find_max_batch(run, mesh, 32)
+  assert found > 0 and tried[found].fits and not tried[found + 1].fits
+  assert tried[found].memory.peak <= 16 * 2**30
