@@ -19,7 +19,6 @@ the lower-bound step time of each run file on its slice), in both host_data mode
 (its share: B / (hosts x step)).
 """
 
-import argparse
 import json
 import os
 import pathlib
@@ -28,11 +27,41 @@ import sys
 import tempfile
 import time
 
+from absl import app
+from absl import flags
+
 import common
+
+FLAGS = flags.FLAGS
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TPU_COMPILE = REPO / "docs" / "results" / "tpu_compile"
 LENGTH = 64  # base_paper.gin's SEQUENCE_LENGTH
+
+flags.DEFINE_string("data_dir", str(REPO.parent / "shared" / "data"),
+                    "data_dir")
+flags.DEFINE_string("vocab", None,
+                    "vocab")
+flags.DEFINE_string("opus_dir", None,
+                    "opus_dir")
+flags.DEFINE_integer("repeat", 4,
+                    "repeat")
+flags.DEFINE_integer("batch", 256,
+                    "batch")
+flags.DEFINE_integer("batches", 60,
+                    "batches")
+flags.DEFINE_integer("warmup", 10,
+                    "warmup")
+flags.DEFINE_string("cores",
+                    "1,2",
+                    "cores")
+flags.DEFINE_string("output", str(REPO / "docs" / "results" / "input_pipeline"),
+                    "output")
+flags.DEFINE_string("tpu_compile", str(TPU_COMPILE),
+                    "tpu_compile")
+flags.DEFINE_string("phase",
+                    "main",
+                    "phase")
 
 
 def build_opus_dir(data_dir: str, output: pathlib.Path, repeat: int) -> int:
@@ -121,21 +150,9 @@ def required_rates(directory: pathlib.Path) -> list[dict]:
   return rows
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--data_dir", default=str(REPO.parent / "shared" / "data"))
-  parser.add_argument("--vocab", default=None)
-  parser.add_argument("--opus_dir", default=None)
-  parser.add_argument("--repeat", type=int, default=4)
-  parser.add_argument("--batch", type=int, default=256)
-  parser.add_argument("--batches", type=int, default=60)
-  parser.add_argument("--warmup", type=int, default=10)
-  parser.add_argument("--cores", default="1,2")
-  parser.add_argument("--output", default=str(REPO / "docs" / "results" / "input_pipeline"))
-  parser.add_argument("--tpu_compile", default=str(TPU_COMPILE),
-                      help="the TPU compile command's records (lower-bound step times)")
-  parser.add_argument("--phase", default="main", choices=["main", "measure"])
-  args = parser.parse_args()
+def main(argv) -> None:
+  del argv
+  args = FLAGS
   if args.phase == "measure":
     return measure(args)
   with tempfile.TemporaryDirectory() as tmp:
@@ -191,4 +208,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)

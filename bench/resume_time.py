@@ -14,7 +14,6 @@ registration excluded, the same in all three):
 Writes results.json and README.md (the table and this command) to --output.
 """
 
-import argparse
 import json
 import os
 import pathlib
@@ -24,10 +23,33 @@ import sys
 import tempfile
 import time
 
+from absl import app
+from absl import flags
+
 import common
+
+FLAGS = flags.FLAGS
 
 MIXTURE, BATCH, LENGTH, SEED = "vmsst_ntrex_multi30k", 32, 32, 0
 REPO = pathlib.Path(__file__).resolve().parents[1]
+
+flags.DEFINE_string("data_dir", str(REPO.parent / "shared" / "data"),
+                    "data_dir")
+flags.DEFINE_string("vocab", None,
+                    "vocab")
+flags.DEFINE_integer("steps", 5000,
+                    "steps")
+flags.DEFINE_integer("repeats", 3,
+                    "repeats")
+flags.DEFINE_string("output", str(REPO / "docs" / "results" / "resume_time"),
+                    "output")
+flags.DEFINE_string("phase",
+                    "main",
+                    "phase")
+flags.DEFINE_integer("start_step", 0,
+                    "start_step")
+flags.DEFINE_string("positions", None,
+                    "positions")
 
 
 def _register(data_dir: str, vocab: str) -> None:
@@ -80,17 +102,9 @@ def _child(args, phase: str, **flags) -> dict:
   return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--data_dir", default=str(REPO.parent / "shared" / "data"))
-  parser.add_argument("--vocab", default=None)
-  parser.add_argument("--steps", type=int, default=5000)
-  parser.add_argument("--repeats", type=int, default=3, help="fresh processes per case")
-  parser.add_argument("--output", default=str(REPO / "docs" / "results" / "resume_time"))
-  parser.add_argument("--phase", default="main", choices=["main", "first_batch", "save_at"])
-  parser.add_argument("--start_step", type=int, default=0)
-  parser.add_argument("--positions", default=None)
-  args = parser.parse_args()
+def main(argv) -> None:
+  del argv
+  args = FLAGS
   if args.phase == "first_batch":
     return first_batch(args)
   if args.phase == "save_at":
@@ -139,4 +153,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  app.run(main)
