@@ -17,7 +17,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): setup.py
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test,tpu]'
+	$(VENV)/bin/pip install --quiet -e '.[test,tpu,cache]'
+	# Apache Beam without its declared protobuf < 7 (setup.py's "cache" extra says why).
+	$(VENV)/bin/pip install --quiet --no-deps apache-beam==2.77.0
 	touch $(STAMP)
 
 train: $(STAMP)

@@ -37,6 +37,22 @@ EXTRAS_REQUIRE = {
     # sentence-transformers: tests/test_bench.py runs the benchmarks' peer too.
     "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers==5.23.0",
              "sentence-transformers==6.2.0"],
+    # seqio's preprocessing cache (python -m seqio.scripts.cache_tasks_main: Apache
+    # Beam, the DirectRunner here, Dataflow or Flink on a cluster): Beam's own
+    # requirements. Beam itself conflicts with the pinned stack: apache-beam
+    # 2.77.0 (the latest) declares protobuf < 7, and sentencepiece 0.2.3's
+    # generated code needs the protobuf 7.36 runtime (with protobuf 6.33,
+    # `import seqio` fails). Its DirectRunner runs with protobuf 7.36
+    # (tests/tasks/test_cache_registration.py), so it is installed after these,
+    # without its declared requirements:
+    #   pip install -e '.[cache]' && pip install --no-deps apache-beam==2.77.0
+    # (`make .venv/.installed` does both).
+    "cache": ["cryptography==50.0.2", "fastavro==1.13.1", "fasteners==0.20", "httplib2==0.32.1",
+              "jsonpickle==4.1.4", "objsize==0.7.1", "pillow==12.3.0", "pymongo==4.20.1",
+              "proto-plus==1.29.0", "python-dateutil==2.9.0.post0", "pytz==2026.6",
+              "sortedcontainers==2.4.0", "zstandard==0.25.0", "PyYAML==6.0.4",
+              "beartype==0.22.9", "pyarrow==25.0.1",
+              "google-crc32c==1.9.0"],  # TFRecord checksums (apache-beam[tfrecord])
     # bench/: the peer the benchmarks measure against (PyTorch CPU sentence-
     # transformers, built from a config, nothing downloaded). Pure Python; its
     # other requirements (transformers, huggingface-hub, scikit-learn) are above.

@@ -12,7 +12,9 @@ Where each value comes from (read before trusting a number here):
   `PAIR_COUNTS` (every row but `en`) sets the paper mixture's rates: a
   language's share of the mixture is its share of Table 15, split over its
   English and Spanish pivot pairs in proportion to the pairs on disk (the
-  table gives only their sum). Within a pair, corpora mix as their files do.
+  table gives only their sum). Within a pair, corpora are sampled in
+  proportion to their lines (seqio_sources.StreamingPairSource), so every
+  window of the stream has the pair's corpus mix.
 * Languages: `LANGUAGES` is Table 15's 92 codes other than English (Aymara
   among them with 0 pairs, as the paper says; Spanish as a language of the
   English pivot). Table 15 lists Pashto (ps, 32 pairs: OPUS has only Tatoeba
@@ -156,6 +158,7 @@ class PaperPair:
   files: tuple[opus_sources.OpusFile, ...]
   corpora: tuple[str, ...]
   lines: int
+  file_lines: tuple[int, ...] = ()  # Lines of each of `files` (their sum is `lines`).
 
   @property
   def key(self) -> str:
@@ -246,10 +249,12 @@ def scan_opus_dir(opus_dir: str | pathlib.Path, *, languages: Sequence[str] = LA
         f"No OPUS training files of the paper in {opus_dir} (expected Moses files "
         f"<corpus>.<l1>-<l2>.<l1>/.<l2> for corpora {list(corpora)}). Download them with: "
         + DOWNLOAD_COMMAND.format(opus_dir=opus_dir))
-  pairs = [PaperPair(p, lang, wanted[lang], tuple(files),
-                     tuple(sorted({corpus_of(f) for f in files})),
-                     sum(_file_lines(f, manifest, opus_dir) for f in files))
-           for (p, lang), files in sorted(grouped.items())]
+  pairs = []
+  for (p, lang), files in sorted(grouped.items()):
+    file_lines = tuple(_file_lines(f, manifest, opus_dir) for f in files)
+    pairs.append(PaperPair(p, lang, wanted[lang], tuple(files),
+                           tuple(sorted({corpus_of(f) for f in files})), sum(file_lines),
+                           file_lines))
   have = {wanted[p.language] for p in pairs} | {wanted.get(p.pivot) for p in pairs}
   return OpusInventory(
       opus_dir=opus_dir, pairs=pairs, num_languages=len(languages),

@@ -93,7 +93,11 @@ def language_ids(dataset: tf.data.Dataset) -> tf.data.Dataset:
 
 
 # The Task pipeline after the raw {"text_a", "text_b", "lang_a", "lang_b"} source.
+# Everything before the placeholder is what `python -m seqio.scripts.cache_tasks_main`
+# writes to a task's cache (tokens and language ids); trimming to the run's
+# sequence length happens after it, so one cache serves every length.
 PAIR_PREPROCESSORS = (rekey_pair, tokenize_pair, language_ids,
+                      seqio.CacheDatasetPlaceholder(),
                       seqio.preprocessors.append_eos_after_trim)
 
 

@@ -21,6 +21,9 @@ Nothing registers on import; call `register_tasks(...)` (or bind it in gin) befo
   vmsst_wiki_entities   with entity_dir: sentences of a Wikipedia dump with their
                         linked entity (tasks/wiki_entities.py output), the
                         sentence on both sides, plus `entities`; train/validation
+  vmsst_tfds.<builder>.<config>
+                        with tfds_translations: a prepared TFDS translation
+                        dataset (tasks/tfds_sources.py), train (/validation)
   vmsst_triplets        with triplets: English (anchor, positive, negative) triplets
                         (tasks/triplets.py; STSb-built or TSV) as a = anchor,
                         b = positive, plus `tokens_negative`; train/validation
@@ -52,7 +55,9 @@ from vmsst_tasks import opus_sources
 from vmsst_tasks import preprocessors
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
+from vmsst_tasks import tfds_sources
 from vmsst_tasks import triplets as triplets_lib
+from vmsst import cli
 from vmsst import languages
 from vmsst import vocabulary as vocabulary_lib
 
@@ -170,9 +175,39 @@ def report_data_counts(name: str, *, model_dir: str | None = None) -> dict:
   return report
 
 
+def check_training_data(name: str) -> None:
+  """Raises cli.UserError when a task of the mixture (or the task) has no training example.
+
+  One line naming the task, its input, its read/kept/skipped counts and what
+  to change; run at registration and again by `train` before the first batch,
+  so an empty input never reaches JAX (an empty axis deep in the first step).
+  """
+  found = seqio.get_mixture_or_task(name)
+  for task in found.tasks if isinstance(found, seqio.Mixture) else [found]:
+    counts = getattr(task.source, "counts", None)
+    if isinstance(counts, Mapping):
+      counts = counts.get("train")
+    empty = (task.source.num_input_examples("train") == 0
+             or (isinstance(counts, sources.PairCounts) and counts.read and not counts.kept))
+    if empty:
+      raise cli.UserError(empty_input_message(
+          task.name, getattr(task.source, "input_name", "its input"), counts))
+
+
+def empty_input_message(task: str, input_name: str, counts: "sources.PairCounts | None") -> str:
+  """"<task>: no training example in <input> (read=.. kept=0 ...); <fix>"."""
+  counted = isinstance(counts, sources.PairCounts) and counts.read
+  seen = counts.report("read") if counted else "0 lines"
+  return (f"{task}: no training example in {input_name} ({seen}); check the input, or relax "
+          "the filter that drops them (register_tasks.input_policy = @InputPolicy(), "
+          "InputPolicy.max_chars; the Tatoeba filter: DATA_DIR).")
+
+
 def _in_memory_task(name: str, reader: str, data_dir: str, vocab: seqio.Vocabulary,
                     seed: int, policy: sources.InputPolicy = sources.DEFAULT_POLICY) -> str:
   read = {split: _read_split(reader, data_dir, split, seed, policy) for split in SPLITS}
+  if not read["train"][0]:
+    raise cli.UserError(empty_input_message(name, f"{data_dir}/{reader}", read["train"][1]))
   source = seqio_sources.InMemoryPairSource(
       {split: pairs for split, (pairs, _) in read.items()},
       {split: counts for split, (_, counts) in read.items()})
@@ -199,12 +234,20 @@ def register_opus_tasks(opus_dir: str, vocab: seqio.Vocabulary, exclude: Abstrac
   for corpus in opus_sources.discover_opus(opus_dir):
     by_pair[(corpus.lang_a, corpus.lang_b)].append(corpus)
   if not by_pair:
-    raise ValueError(f"No OPUS files (<corpus>.<l1>-<l2>.<l1>/.<l2> or .tsv) under {opus_dir}.")
+    raise cli.UserError(f"No OPUS files (<corpus>.<l1>-<l2>.<l1>/.<l2> or .tsv) under "
+                        f"{opus_dir}: pass the directory tasks/opus_download.py wrote "
+                        "(register_tasks.opus_dir).")
+  lines = {pair: [opus_sources.check_moses_line_counts(c) for c in corpora]
+           for pair, corpora in by_pair.items()}
+  if not any(map(sum, lines.values())):
+    raise cli.UserError(f"{opus_dir}: no usable OPUS pair ({sum(map(len, by_pair.values()))} "
+                        "files, 0 lines): every file is empty; download the corpora again "
+                        "(python -m vmsst_tasks.opus_download) or fix register_tasks.opus_dir.")
   names, rates = {}, []
   for (lang_a, lang_b), corpora in sorted(by_pair.items()):
-    num_lines = sum(opus_sources.check_moses_line_counts(c) for c in corpora)
+    num_lines = sum(lines[(lang_a, lang_b)])
     name = opus_task_name(lang_a, lang_b)
-    source = seqio_sources.StreamingPairSource(corpora, num_lines=num_lines, name=name,
+    source = seqio_sources.StreamingPairSource(corpora, lines[(lang_a, lang_b)], name=name,
                                                exclude=exclude, policy=policy)
     names[(lang_a, lang_b)] = register_pair_task(name, source, vocab,
                                                  shuffle_buffer_size=OPUS_SHUFFLE_BUFFER)
@@ -282,7 +325,7 @@ def register_paper_mixture(opus_dir: str | pathlib.Path, vocabulary: seqio.Vocab
     task_name = _reusable_task(pair, reuse or {})
     if task_name is None:
       task_name = f"{name}.{pair.key}".replace("-", "_")
-      source = seqio_sources.StreamingPairSource(pair.files, num_lines=pair.lines,
+      source = seqio_sources.StreamingPairSource(pair.files, pair.file_lines,
                                                  name=task_name, exclude=exclude,
                                                  pivot=pair.pivot)
       register_pair_task(task_name, source, vocabulary, shuffle_buffer_size=OPUS_SHUFFLE_BUFFER)
@@ -303,6 +346,26 @@ def _reusable_task(pair: opus_paper.PaperPair,
     return None
   corpora = getattr(seqio.get_mixture_or_task(task_name).source, "corpora", None)
   return task_name if corpora is not None and set(corpora) == set(pair.files) else None
+
+
+def register_tfds_task(spec: tfds_sources.TfdsTranslation, vocab: seqio.Vocabulary, *,
+                       exclude: AbstractSet[str],
+                       policy: sources.InputPolicy = sources.DEFAULT_POLICY) -> str:
+  """A pair task `spec.task_name` over a prepared TFDS translation dataset (read locally).
+
+  Its examples are those of every other pair task, so it mixes with them
+  (list it in a mixture with `_replace_mixture` or gin); `exclude` and
+  `policy` as for the OPUS tasks.
+
+  Raises:
+    cli.UserError: the dataset is not prepared in spec.data_dir, lacks a
+      key, or keeps no training pair.
+  """
+  source = tfds_sources.TfdsPairSource(spec, exclude=exclude, policy=policy)
+  logging.info("%s", source.counts["train"].report(f"{spec.task_name}[train]"))
+  register_pair_task(spec.task_name, source, vocab)
+  check_training_data(spec.task_name)
+  return spec.task_name
 
 
 def register_triplet_task(triplets: str, data_dir: str, vocab: seqio.Vocabulary) -> str:
@@ -488,7 +551,8 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
                    distillation_max_sources: int | None = None,
                    entity_dir: str | None = None,
                    input_policy: sources.InputPolicy | None = None,
-                   triplets: str | None = None) -> list[str]:
+                   triplets: str | None = None,
+                   tfds_translations: Sequence[tfds_sources.TfdsTranslation] = ()) -> list[str]:
   """Registers (or re-registers) every vmsst task and mixture; returns their names.
 
   Safe to call again with the same or other arguments: each name is removed
@@ -515,6 +579,8 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
     triplets: if given, also registers vmsst_triplets (query-tower tuning):
       "stsb" builds them from data_dir/stsb train/dev, or a directory holding
       train.tsv and validation.tsv (tasks/triplets.py).
+    tfds_translations: TFDS translation datasets prepared in a local data_dir,
+      one pair task each (`register_tfds_task`; names `vmsst_tfds.<builder>.<config>`).
   """
   policy = input_policy or sources.DEFAULT_POLICY
   data_dir = str(pathlib.Path(data_dir))
@@ -541,4 +607,7 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
     names.append(register_entity_task(entity_dir, vocab))
   if triplets is not None:
     names.append(register_triplet_task(triplets, data_dir, vocab))
+  for spec in tfds_translations:
+    names.append(register_tfds_task(spec, vocab, exclude=tatoeba_exclusion(data_dir),
+                                    policy=policy))
   return names

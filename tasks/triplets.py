@@ -61,6 +61,7 @@ import seqio
 import tensorflow as tf
 
 from vmsst_tasks import preprocessors
+from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
 from vmsst import sts_files
 from vmsst import text_files
@@ -172,10 +173,7 @@ class TripletSource(seqio.FunctionDataSource):
                      num_input_examples={s: len(r) for s, r in triplets.items()})
 
   def _dataset(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
-    ds = tf.data.Dataset.from_tensor_slices(self._columns[split])
-    if shuffle_files:
-      ds = ds.shuffle(self.num_input_examples(split), seed=seed, reshuffle_each_iteration=True)
-    return ds
+    return seqio_sources.in_memory_dataset(self._columns[split], shuffle=shuffle_files, seed=seed)
 
 
 rekey_triplet = functools.partial(

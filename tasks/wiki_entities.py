@@ -343,6 +343,21 @@ def extract(dump: str, *, min_links: int = PAPER_MIN_LINKS, interlanguage: str |
   return examples, [(k, linked[k], type_of[k] or "") for k in vocab], counts
 
 
+def check_not_empty(dump: str, num_examples: int, counts: Counts, min_links: int | None) -> None:
+  """Raises cli.UserError (one line: the input, its counts, the flag) when nothing was kept.
+
+  An empty directory would only fail later, deep in training (an empty
+  entity table); this stops at the step that produced it.
+  """
+  if num_examples:
+    return
+  links, sentences = counts.as_dict()["links"], counts.as_dict()["sentences"]
+  raise cli.UserError(
+      f"{dump}: 0 examples (pages {sum(counts.pages.values())}, links {links}, sentences "
+      f"{sentences}): no entity is linked more than --min_links={min_links} times; lower "
+      "--min_links (the shipped sample needs --min_links=0) or give a bigger dump.")
+
+
 def write(output: str, examples, entities, counts: Counts, num_hard_negatives: int, *,
           entity_keys: str = KEYS_TITLE, min_links: int | None = None) -> None:
   """OUTPUT/examples.jsonl, entities.tsv and meta.json (see the module docstring)."""
@@ -402,6 +417,7 @@ def build(dump: str, output: str, *, min_links: int = PAPER_MIN_LINKS,
       dump, min_links=min_links, interlanguage=interlanguage, types=types,
       num_hard_negatives=num_hard_negatives, heldout_fraction=heldout_fraction, seed=seed,
       lang=lang)
+  check_not_empty(dump, len(examples), counts, min_links)
   write(output, examples, entities, counts, num_hard_negatives if types else 0,
         entity_keys=KEYS_ID if interlanguage else KEYS_TITLE, min_links=min_links)
   lines = [f"{len(examples)} examples, {len(entities)} entities -> {output}"]

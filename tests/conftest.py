@@ -1,5 +1,6 @@
 """Session fixtures shared by the data and model tests: the real data and a tiny vocabulary."""
 
+import gzip
 import os
 import pathlib
 
@@ -99,3 +100,34 @@ def tiny_model(data_dir, tiny_vocab_path, tmp_path_factory):
   result = vmsst.train.train()
   gin.clear_config()
   return model_dir, jax.device_get(result["params"])
+
+
+def _head_gz(src: pathlib.Path, dst: pathlib.Path, lines: int) -> None:
+  with gzip.open(src, "rt", encoding="utf-8") as f_in, gzip.open(dst, "wt",
+                                                                 encoding="utf-8") as f_out:
+    for i, line in enumerate(f_in):
+      if i == lines:
+        break
+      f_out.write(line)
+
+
+@pytest.fixture(scope="session")
+def small_data_dir(data_dir, tmp_path_factory) -> pathlib.Path:
+  """The first lines of the real NTREX-128 and Multi30k files (tatoeba linked).
+
+  Keeps every language and the file layout; only shortens the files so that
+  each training process reads and shuffles its data in seconds.
+  """
+  root = tmp_path_factory.mktemp("small_data")
+  (root / "tatoeba").symlink_to(data_dir / "tatoeba")
+  (root / "multi30k").mkdir()
+  for path in (data_dir / "multi30k").glob("*.gz"):
+    _head_gz(path, root / "multi30k" / path.name, 100)
+  (root / "ntrex128").mkdir()
+  for path in (data_dir / "ntrex128").iterdir():
+    if path.name.endswith(".txt.gz"):
+      _head_gz(path, root / "ntrex128" / path.name, 16)
+    elif path.name == "DOCUMENT_IDS.tsv":
+      head = path.read_text(encoding="utf-8").splitlines(keepends=True)[:16]
+      (root / "ntrex128" / path.name).write_text("".join(head), encoding="utf-8")
+  return root

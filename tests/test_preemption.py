@@ -5,10 +5,12 @@ train state (step, parameters, optimizer state) of an interrupted-and-resumed
 run must equal, bit for bit, that of one uninterrupted run of the same steps.
 """
 
+import json
 import os
 import pathlib
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -126,10 +128,16 @@ def test_sigkill_at_a_random_step_then_restart_equals_an_uninterrupted_run(
   # Whatever was complete survives; a save cut short is only a temporary dir.
   complete = checkpointing.make_manager(str(model_dir)).all_steps()
   assert complete and max(complete) <= reached and STEPS not in complete, (complete, reached)
+  # The data position is written right after its checkpoint; a kill between the two
+  # leaves the checkpoint alone, which resumes by skipping (the other branch).
+  saved_position = bool(list((model_dir / "data_position" / str(max(complete))).glob(
+      "*.position.json")))
   status = _run(command, tmp_path / "resumed.txt", run_env)
   resumed_log = (tmp_path / "resumed.txt").read_text()
   assert status == 0, resumed_log[-3000:]
   assert f"Restoring checkpoint at step {max(complete)} " in resumed_log
+  restored = f"data position of step {max(complete)} restored" in resumed_log
+  assert restored == saved_position, resumed_log[-3000:]
   first_step = min(int(s) for s in STEP_LINE.findall(resumed_log))
   assert first_step == max(complete) + 1
   assert not [p for p in os.listdir(model_dir / "checkpoints") if "tmp" in p]
@@ -155,9 +163,17 @@ def test_sigterm_saves_the_current_step_exits_75_and_resumes_identically(
   assert saved[:-1] == [1] and 1 < reached <= saved[-1] < STEPS, (saved, reached)
   assert f"preempted (SIGTERM): saved step {saved[-1]} in {model_dir / 'checkpoints'}" in text
   assert max(int(s) for s in STEP_LINE.findall(text)) == saved[-1]  # no step after the save
+  assert list((model_dir / "data_position" / str(saved[-1])).glob("*.position.json"))
+  # A checkpoint written before data positions were saved resumes the old way, by skipping.
+  shutil.rmtree(model_dir / "data_position")
   status = _run(command, tmp_path / "resumed.txt", run_env)
-  assert status == 0, (tmp_path / "resumed.txt").read_text()[-3000:]
+  resumed_log = (tmp_path / "resumed.txt").read_text()
+  assert status == 0, resumed_log[-3000:]
+  assert f"skipping {saved[-1]} batches through the pipeline" in resumed_log
   _assert_bitwise_equal(_final_state(model_dir), uninterrupted)
+  # The resumed run's data counts are the whole source's, exact: read = kept + skipped.
+  total = json.loads((model_dir / "data_counts.json").read_text())["total"]["train"]
+  assert total["read"] == total["kept"] + total["skipped"] == 174000  # Multi30k: 29,000 x 6
 
 
 def test_ctrl_c_finishes_the_step_saves_it_and_exits_130(data_dir, tiny_vocab_path, tmp_path,

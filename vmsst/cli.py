@@ -381,9 +381,10 @@ class _Chatter:
   - faiss's loader INFO lines (which instruction set it loads, including a
     ModuleNotFoundError for the variants it tries first);
   - seqio's "uncached FunctionDataset ... overfitting" warning: our sources
-    are deterministic for a seed and a resumed run skips the stream to its
-    step (vmsst/train: train_iterator), so a restart neither reshuffles nor
-    repeats data, which is what that warning is about.
+    are deterministic for a seed and a resumed run restores the stream's
+    saved position (vmsst/train/input_pipeline.py), or skips to its step,
+    so a restart neither reshuffles nor repeats data, which is what that
+    warning is about.
   """
 
   def filter(self, record) -> bool:

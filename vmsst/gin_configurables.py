@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from vmsst_tasks import heldout
 from vmsst_tasks import registry
+from vmsst_tasks import tfds_sources
 from vmsst import checkpointing
 from vmsst import early_stopping
 from vmsst import optimizers
@@ -32,6 +33,7 @@ gin.constant("vmsst.bfloat16", jnp.bfloat16)
 # Modules whose @gin.configurable objects the gin files name: every one
 # outside vmsst.train (tests/test_gin_configurables.py checks the list is
 # complete), so a gin file imports this module and nothing else.
-__all__ = ["registry", "checkpointing", "early_stopping", "optimizers", "param_files",
-           "parameter_groups", "partitioning", "teacher_cache", "tpu_slices", "in_training",
+__all__ = ["registry", "tfds_sources", "checkpointing", "early_stopping", "optimizers",
+           "param_files", "parameter_groups", "partitioning", "teacher_cache", "tpu_slices",
+           "in_training",
            "NetworkConfig", "MODELS"]

@@ -65,6 +65,8 @@ def test_language_ids_rejects_non_canonical_codes():
 def test_full_pipeline_trims_then_appends_eos(vocab, features):
   ds = dataset(RAW)
   for step in preprocessors.PAIR_PREPROCESSORS:  # As seqio.Task runs them.
+    if isinstance(step, seqio.CacheDatasetPlaceholder):  # where a cache is read instead
+      continue
     ds = seqio.add_kwargs_to_transform(step, sequence_length={"tokens_a": 3, "tokens_b": 64},
                                        output_features=features)(ds)
   (out,) = as_list(ds)

@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vmsst import cli
 from vmsst import losses
 from vmsst import models
 
@@ -131,6 +132,11 @@ def entity_dir_meta(entity_dir: str) -> tuple[int, int]:
     raise FileNotFoundError(f"{path} not found: run python -m vmsst_tasks.wiki_entities "
                             f"--dump=... --output={entity_dir} first.")
   meta = json.loads(path.read_text())
+  if not meta["num_entities"]:  # an empty table fails deep in JAX (jnp.take of an empty axis)
+    raise cli.UserError(
+        f"{entity_dir} holds no entity and no example (its meta.json counts: "
+        f"{meta.get('counts')}); run python -m vmsst_tasks.wiki_entities again with a lower "
+        "--min_links, or fix ENTITY_DIR.")
   return int(meta["num_entities"]), int(meta["num_hard_negatives"])
 
 

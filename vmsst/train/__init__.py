@@ -50,9 +50,9 @@ from vmsst import partitioning
 from vmsst import teacher_cache
 from vmsst import trainer as trainer_lib
 from vmsst import gin_configurables  # pylint: disable=unused-import
-from vmsst.feature_converters import PairFeatureConverter
 from vmsst.evaluation import in_training
 from vmsst.train import preflight
+from vmsst.train.input_pipeline import POSITIONS_DIR, save_position, train_iterator
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("gin_file", [], "Gin files, applied in order.")
@@ -71,61 +71,6 @@ flags.DEFINE_bool("resume_with_changes", False,
                   "Resume MODEL_DIR although settings changed since its config.gin (they are "
                   "listed otherwise, and the run refused); the earlier config.gin is kept as "
                   "config-<step>.gin and model.json records each step range.")
-
-
-HOST_DATA_MODES = ("slice", "shard_info")
-
-
-@gin.configurable(denylist=["mixture_name", "batch_size", "sequence_length", "seed",
-                            "start_step", "process_index", "process_count"])
-def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, seed: int,
-                   start_step: int, host_data: str = "slice", process_index: int | None = None,
-                   process_count: int | None = None):
-  """Host-local numpy batches of `batch_size / process_count` pairs, from `start_step` on.
-
-  How the P hosts split the data (`host_data`, gin: train_iterator.host_data):
-    "slice" (default): every host builds the same deterministic global stream
-      (seqio, shuffled by `seed`) and keeps its rows [h·B/P, (h+1)·B/P) of each
-      global batch B: the stream is cut into blocks of B/P pairs and host h
-      takes blocks h, h+P, h+2P, ... (tf.data `shard` by position). The union
-      of the host batches is exactly the 1-process batch, so a run's
-      parameters do not depend on the host count. Each host reads and
-      tokenizes all of the data (cheap next to a train step).
-    "shard_info": seqio.ShardInfo(h, P): each host reads and preprocesses only
-      its 1/P of the examples and shuffles them itself; the global batch then
-      depends on P (same distribution, different pairs), so runs on different
-      host counts diverge.
-  Host h's rows land on its devices because partitioning.make_mesh orders the
-  data axis by process (Trainer.global_batch assembles them).
-
-  The pipeline is deterministic for a seed, so skipping `start_step` batches
-  resumes the stream where the checkpoint left it.
-
-  Args:
-    batch_size: the global batch B; must divide over the P hosts.
-    process_index, process_count: h and P; default jax.process_index() and
-      jax.process_count() (given explicitly to check the split in one process).
-  Returns:
-    an iterator of {feature: numpy [B/P, ...]} (PairFeatureConverter features).
-  """
-  index = jax.process_index() if process_index is None else process_index
-  count = jax.process_count() if process_count is None else process_count
-  if host_data not in HOST_DATA_MODES:
-    raise ValueError(f"train_iterator.host_data = {host_data!r}; pick one of {HOST_DATA_MODES}")
-  if batch_size % count:
-    raise ValueError(f"BATCH_SIZE {batch_size} does not divide over {count} hosts; set it to a "
-                     f"multiple of {count}.")
-  shard_info = seqio.ShardInfo(index=index, num_shards=count) if host_data == "shard_info" else None
-  dataset = seqio.get_dataset(
-      mixture_name,
-      task_feature_lengths={"tokens_a": sequence_length, "tokens_b": sequence_length},
-      feature_converter=PairFeatureConverter(pack=False),
-      dataset_split="train", shuffle=True, num_epochs=None, seed=seed, verbose=False,
-      shard_info=shard_info)
-  dataset = dataset.batch(batch_size // count, drop_remainder=True)
-  if host_data == "slice" and count > 1:
-    dataset = dataset.shard(count, index)
-  return dataset.skip(start_step).prefetch(2).as_numpy_iterator()
 
 
 def check_vocabulary(mixture_name: str,
@@ -287,9 +232,12 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   teacher_cache.fill_stage(register_tasks, in_training.as_list(evaluator))
   registry.report_data_counts(mixture_name,  # read = kept + skipped, MODEL_DIR/data_counts.json
                               model_dir=model_dir if jax.process_index() == 0 else None)
+  registry.check_training_data(mixture_name)  # an empty task: one error line, not a JAX traceback
   _copy_vocabulary(model_dir, check_vocabulary(mixture_name, model))
+  positions = os.path.join(model_dir, POSITIONS_DIR)  # the stream's position at each checkpoint
   batches = train_iterator(mixture_name, batch_size=batch_size,
-                           sequence_length=sequence_length, seed=seed, start_step=start_step)
+                           sequence_length=sequence_length, seed=seed, start_step=start_step,
+                           positions=positions)
 
   # Stage 4: the loop.
   writer = metric_writers.create_default_writer(
@@ -304,7 +252,12 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   skipped = consecutive_bad = 0
   with checkpointing.PreemptionWatcher() as preemption:
     for step in range(start_step + 1, train_steps + 1):
-      state, step_metrics = trainer.step(state, next(batches), rng)
+      batch = next(batches, None)
+      if batch is None:  # a stream that repeats forever ends only if it was empty
+        raise cli.UserError(f"the training stream of {mixture_name} produced no batch at step "
+                            f"{step}: every example was skipped (data_counts.json in "
+                            f"{model_dir} has the counts); check the input or its filters.")
+      state, step_metrics = trainer.step(state, batch, rng)
       consecutive_bad = check_finite(step, step_metrics, consecutive_bad,
                                      max_skips=skip_nonfinite_steps, manager=manager)
       skipped += consecutive_bad > 0
@@ -323,7 +276,10 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
       progress.update(1)
       if saving:
         checkpointing.save(manager, step, state, force=True)
+        save_position(positions, step, batches, keep=manager.all_steps())
       if step < train_steps and preemption.reached(step, manager):
+        if not saving:
+          save_position(positions, step, batches, keep=manager.all_steps())
         _save_and_exit(manager, step, state, saved=saving, writer=writer, progress=progress,
                        signum=preemption.signum)
       if eval_every and step % eval_every == 0 and step != train_steps:

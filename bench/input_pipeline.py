@@ -1,0 +1,211 @@
+r"""Pairs/s one host's input pipeline produces, against its cores, for the paper mixture.
+
+  python bench/input_pipeline.py --data_dir=../shared/data \
+      --output=docs/results/input_pipeline
+
+An OPUS-format directory (Moses files, the layout tasks/opus_download.py
+writes) is built from NTREX-128's real sentences: every paper language NTREX
+has, paired with English in two corpora (Europarl and OpenSubtitles, the
+document's lines split between them) and repeated to --repeat passes, so the
+mixture has ~150 tasks as the paper's does. The training input
+(vmsst/train/input_pipeline.py: `vmsst_opus_paper`, Table 15's rates, files
+read by tf.data, SentencePiece tokenization, the feature converter, batch)
+then runs in a fresh process pinned to 1 and to 2 cores (`taskset`); after a
+warm-up, pairs/s over --batches batches of --batch pairs. Next to it, the
+pairs/s each host must feed each paper run on its slice at the step time
+the TPU compile command gives (its records, docs/results/tpu_compile/*.json:
+the lower-bound step time of each run file on its slice), in both host_data modes:
+"slice" (each host tokenizes the global stream: B / step) and "shard_info"
+(its share: B / (hosts x step)).
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+
+import common
+
+FLAGS = flags.FLAGS
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TPU_COMPILE = REPO / "docs" / "results" / "tpu_compile"
+LENGTH = 64  # base_paper.gin's SEQUENCE_LENGTH
+
+flags.DEFINE_string("data_dir", str(REPO.parent / "shared" / "data"),
+                    "data_dir")
+flags.DEFINE_string("vocab", None,
+                    "vocab")
+flags.DEFINE_string("opus_dir", None,
+                    "opus_dir")
+flags.DEFINE_integer("repeat", 4,
+                    "repeat")
+flags.DEFINE_integer("batch", 256,
+                    "batch")
+flags.DEFINE_integer("batches", 60,
+                    "batches")
+flags.DEFINE_integer("warmup", 10,
+                    "warmup")
+flags.DEFINE_string("cores",
+                    "1,2",
+                    "cores")
+flags.DEFINE_string("output", str(REPO / "docs" / "results" / "input_pipeline"),
+                    "output")
+flags.DEFINE_string("tpu_compile", str(TPU_COMPILE),
+                    "tpu_compile")
+flags.DEFINE_string("phase",
+                    "main",
+                    "phase")
+
+
+def build_opus_dir(data_dir: str, output: pathlib.Path, repeat: int) -> int:
+  """Moses files Europarl/OpenSubtitles.en-<xx> of NTREX lines; returns the pairs written."""
+  from vmsst import languages, text_files  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import opus_paper, sources  # pylint: disable=import-outside-toplevel
+  files = sources.ntrex_files(data_dir)
+  english = text_files.read_lines(files["eng"])
+  written = 0
+  for code in opus_paper.LANGUAGES:
+    try:
+      canonical = languages.canonical_language(code)
+    except ValueError:
+      continue
+    if canonical not in files or canonical == "eng":
+      continue
+    other = text_files.read_lines(files[canonical])
+    half = len(english) // 2
+    for corpus, rows in (("Europarl", slice(0, half)), ("OpenSubtitles", slice(half, None))):
+      for side, lines in (("en", english[rows]), (code, other[rows])):
+        text = "".join(f"{line}\n" for line in lines) * repeat
+        (output / f"{corpus}.en-{code}.{side}").write_text(text, encoding="utf-8")
+      written += len(english[rows]) * repeat
+  return written
+
+
+def measure(args) -> None:
+  """(subprocess, pinned) Prints {"pairs_per_second", "cores"} of the training input."""
+  from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel
+  from vmsst.train import input_pipeline  # pylint: disable=import-outside-toplevel
+  from vmsst import vocabulary  # pylint: disable=import-outside-toplevel
+  vocab = vocabulary.get_vocabulary(args.vocab)  # only the OPUS tasks (register_tasks' steps)
+  exclude = registry.tatoeba_exclusion(args.data_dir)
+  reuse = registry.register_opus_tasks(args.opus_dir, vocab, exclude)
+  registry.register_paper_mixture(args.opus_dir, vocab, exclude=exclude, reuse=reuse)
+  batches = input_pipeline.train_iterator(registry.PAPER_MIXTURE, batch_size=args.batch,
+                                          sequence_length=LENGTH, seed=0, start_step=0)
+  for _ in range(args.warmup):
+    next(batches)
+  started, cpu_started = time.perf_counter(), time.process_time()
+  for _ in range(args.batches):
+    next(batches)
+  seconds = time.perf_counter() - started
+  cpu_seconds = time.process_time() - cpu_started  # all threads: robust to a shared machine
+  print(json.dumps({"pairs_per_second": args.batch * args.batches / seconds,
+                    "pairs_per_cpu_second": args.batch * args.batches / cpu_seconds,
+                    "cores_used": cpu_seconds / seconds,
+                    "cores": len(os.sched_getaffinity(0)),
+                    "tasks": len(__import__("seqio").get_mixture_or_task(
+                        registry.PAPER_MIXTURE).tasks)}))
+
+
+def _pinned(args, cores: int, opus_dir: str) -> dict:
+  command = ["taskset", "-c", ",".join(str(c) for c in range(cores)), sys.executable, __file__,
+             "--phase=measure", f"--data_dir={args.data_dir}", f"--vocab={args.vocab}",
+             f"--opus_dir={opus_dir}", f"--batch={args.batch}", f"--batches={args.batches}",
+             f"--warmup={args.warmup}"]
+  done = subprocess.run(command, capture_output=True, text=True, check=False,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  if done.returncode:
+    raise RuntimeError(f"{command} exited {done.returncode}:\n{done.stderr[-3000:]}")
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# Chips per TPU VM host (v4, v5p, v5e and v6e multi-host slices: 4 per host).
+CHIPS_PER_HOST = 4
+
+
+def required_rates(directory: pathlib.Path) -> list[dict]:
+  """Per paper run: pairs/s a host must feed at the TPU compile command's lower-bound step.
+
+  Reads each `python -m vmsst.compile` record in `directory` (one JSON per run
+  file: "run_file", "slice", "chips", "batch_size", "lower_bound_step_seconds").
+  """
+  rows = []
+  for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+    record = json.loads(path.read_text())
+    step = record.get("lower_bound_step_seconds")
+    if not step:
+      continue
+    hosts = max(record["chips"] // CHIPS_PER_HOST, 1)
+    rows.append({"run": pathlib.Path(record["run_file"]).stem, "slice": record["slice"],
+                 "hosts": hosts, "batch": record["batch_size"], "step_seconds": step,
+                 "slice_mode": record["batch_size"] / step,
+                 "shard_info_mode": record["batch_size"] / hosts / step})
+  return rows
+
+
+def main(argv) -> None:
+  del argv
+  args = FLAGS
+  if args.phase == "measure":
+    return measure(args)
+  with tempfile.TemporaryDirectory() as tmp:
+    args.vocab = args.vocab or common.tiny_vocabulary(args.data_dir, tmp)
+    opus_dir = pathlib.Path(tmp, "opus")
+    opus_dir.mkdir()
+    pairs = build_opus_dir(args.data_dir, opus_dir, args.repeat)
+    runs = [_pinned(args, int(c), str(opus_dir)) for c in args.cores.split(",")]
+  slope = ((runs[-1]["pairs_per_second"] - runs[0]["pairs_per_second"])
+           / max(runs[-1]["cores"] - runs[0]["cores"], 1))
+  required = required_rates(pathlib.Path(args.tpu_compile))
+  results = {**common.machine(), "pairs_on_disk": pairs, "batch": args.batch,
+             "length": LENGTH, "runs": runs, "pairs_per_second_per_core": slope,
+             "required": required}
+  out = pathlib.Path(args.output)
+  out.mkdir(parents=True, exist_ok=True)
+  (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+  lines = ["# One host's input pipeline against its cores (paper mixture, OPUS-format files)", "",
+           f"`vmsst_opus_paper` over {pairs:,} pairs on disk ({runs[0]['tasks']} tasks, NTREX-128 "
+           f"sentences in OPUS Moses files), batch {args.batch}, length {LENGTH}, tiny "
+           "vocabulary; pairs/s after a warm-up, one fresh process pinned with taskset.", "",
+           "| host cores | pairs/s (wall clock) | cores busy | pairs per CPU-second |",
+           "|---:|---:|---:|---:|"]
+  lines += [f"| {r['cores']} | {r['pairs_per_second']:,.0f} | {r['cores_used']:.2f} | "
+            f"{r['pairs_per_cpu_second']:,.0f} |" for r in runs]
+  lines += ["", f"Slope: {slope:,.0f} pairs/s per added core, wall clock (machine shared: "
+            f"load average {results['load_average']} on {results['cores']} cores, so wall-clock "
+            "rates are floors; pairs per CPU-second, all the process's threads, is what one "
+            "core does, and the cores-to-keep-up figures below use it).", ""]
+  if required:
+    one_core = max(runs[0]["pairs_per_cpu_second"], 1)
+    lines += ["Pairs/s each host must feed at the lower-bound step time of the TPU compile "
+              f"command ({args.tpu_compile}; {CHIPS_PER_HOST} chips per host), and the host "
+              "cores that keep up at the pairs per CPU-second above (if the pipeline scales with "
+              "cores; TPU v4 hosts have 240 vCPUs):", "",
+              "| run | slice | hosts | batch | step (s) | per host, shard_info | cores | "
+              "per host, slice | cores |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in required:
+      lines.append(f"| {r['run']} | {r['slice']} | {r['hosts']} | {r['batch']} | "
+                   f"{r['step_seconds']:.3g} | {r['shard_info_mode']:,.0f} | "
+                   f"{r['shard_info_mode'] / one_core:.1f} | {r['slice_mode']:,.0f} | "
+                   f"{r['slice_mode'] / one_core:.1f} |")
+  else:
+    lines += ["The pairs/s each host must feed needs the TPU compile command's records "
+              f"({args.tpu_compile}: none found); rerun with them: needed = batch / step "
+              "(slice mode) or batch / (hosts x step) (shard_info), cores = needed / the 1-core "
+              "rate above."]
+  command = "python bench/input_pipeline.py " + " ".join(
+      a for a in sys.argv[1:] if not a.startswith(("--vocab", "--opus_dir")))
+  lines += ["", "Command (from the repository root):", "", f"    {command.strip()}", ""]
+  (out / "README.md").write_text("\n".join(lines))
+  print((out / "README.md").read_text())
+
+
+if __name__ == "__main__":
+  app.run(main)
