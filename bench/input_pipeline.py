@@ -38,30 +38,32 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 TPU_COMPILE = REPO / "docs" / "results" / "tpu_compile"
 LENGTH = 64  # base_paper.gin's SEQUENCE_LENGTH
 
-flags.DEFINE_string("data_dir", str(REPO.parent / "shared" / "data"),
-                    "data_dir")
-flags.DEFINE_string("vocab", None,
-                    "vocab")
-flags.DEFINE_string("opus_dir", None,
-                    "opus_dir")
-flags.DEFINE_integer("repeat", 4,
-                    "repeat")
-flags.DEFINE_integer("batch", 256,
-                    "batch")
-flags.DEFINE_integer("batches", 60,
-                    "batches")
-flags.DEFINE_integer("warmup", 10,
-                    "warmup")
-flags.DEFINE_string("cores",
-                    "1,2",
-                    "cores")
-flags.DEFINE_string("output", str(REPO / "docs" / "results" / "input_pipeline"),
-                    "output")
-flags.DEFINE_string("tpu_compile", str(TPU_COMPILE),
-                    "tpu_compile")
-flags.DEFINE_string("phase",
-                    "main",
-                    "phase")
+def _define_flags() -> None:
+  """Under __main__ only: bench scripts are imported side by side by the tests."""
+  flags.DEFINE_string("data_dir", str(REPO.parent / "shared" / "data"),
+                      "data_dir")
+  flags.DEFINE_string("vocab", None,
+                      "vocab")
+  flags.DEFINE_string("opus_dir", None,
+                      "opus_dir")
+  flags.DEFINE_integer("repeat", 4,
+                      "repeat")
+  flags.DEFINE_integer("batch", 256,
+                      "batch")
+  flags.DEFINE_integer("batches", 60,
+                      "batches")
+  flags.DEFINE_integer("warmup", 10,
+                      "warmup")
+  flags.DEFINE_string("cores",
+                      "1,2",
+                      "cores")
+  flags.DEFINE_string("output", str(REPO / "docs" / "results" / "input_pipeline"),
+                      "output")
+  flags.DEFINE_string("tpu_compile", str(TPU_COMPILE),
+                      "tpu_compile")
+  flags.DEFINE_string("phase",
+                      "main",
+                      "phase")
 
 
 def build_opus_dir(data_dir: str, output: pathlib.Path, repeat: int) -> int:
@@ -208,4 +210,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

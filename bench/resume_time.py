@@ -33,23 +33,25 @@ FLAGS = flags.FLAGS
 MIXTURE, BATCH, LENGTH, SEED = "vmsst_ntrex_multi30k", 32, 32, 0
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
-flags.DEFINE_string("data_dir", str(REPO.parent / "shared" / "data"),
-                    "data_dir")
-flags.DEFINE_string("vocab", None,
-                    "vocab")
-flags.DEFINE_integer("steps", 5000,
-                    "steps")
-flags.DEFINE_integer("repeats", 3,
-                    "repeats")
-flags.DEFINE_string("output", str(REPO / "docs" / "results" / "resume_time"),
-                    "output")
-flags.DEFINE_string("phase",
-                    "main",
-                    "phase")
-flags.DEFINE_integer("start_step", 0,
-                    "start_step")
-flags.DEFINE_string("positions", None,
-                    "positions")
+def _define_flags() -> None:
+  """Under __main__ only: bench scripts are imported side by side by the tests."""
+  flags.DEFINE_string("data_dir", str(REPO.parent / "shared" / "data"),
+                      "data_dir")
+  flags.DEFINE_string("vocab", None,
+                      "vocab")
+  flags.DEFINE_integer("steps", 5000,
+                      "steps")
+  flags.DEFINE_integer("repeats", 3,
+                      "repeats")
+  flags.DEFINE_string("output", str(REPO / "docs" / "results" / "resume_time"),
+                      "output")
+  flags.DEFINE_string("phase",
+                      "main",
+                      "phase")
+  flags.DEFINE_integer("start_step", 0,
+                      "start_step")
+  flags.DEFINE_string("positions", None,
+                      "positions")
 
 
 def _register(data_dir: str, vocab: str) -> None:
@@ -153,4 +155,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)
