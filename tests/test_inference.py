@@ -58,9 +58,9 @@ def test_one_sentence_computes_one_row_and_the_same_embedding_as_in_a_full_batch
   encoder = inference.CheckpointEncoder(inference.restore(str(model_dir), mesh=one_device),
                                         batch_size=8)
   in_batch = encoder.encode(SENTENCES[:8])
-  rows_seen, compiled = [], encoder._encode
-  encoder._encode = lambda params, tokens, mask: (rows_seen.append(len(tokens)),
-                                                  compiled(params, tokens, mask))[1]
+  rows_seen, compiled = [], encoder._encode["a"]  # one compiled encoder per tower
+  encoder._encode["a"] = lambda params, tokens, mask: (rows_seen.append(len(tokens)),
+                                                       compiled(params, tokens, mask))[1]
   alone = np.concatenate([encoder.encode([s]) for s in SENTENCES[:8]]
                          + [encoder.encode(SENTENCES[:3])])
   assert rows_seen == [1] * 8 + [4]
