@@ -41,29 +41,29 @@ LENGTH = 64  # base_paper.gin's SEQUENCE_LENGTH
 def _define_flags() -> None:
   """Under __main__ only: bench scripts are imported side by side by the tests."""
   flags.DEFINE_string("data_dir", str(REPO.parent / "shared" / "data"),
-                      "data_dir")
+                      "../shared/data (NTREX lines the OPUS-format directory is made of).")
   flags.DEFINE_string("vocab", None,
-                      "vocab")
+                      "SentencePiece model (default: one trained here).")
   flags.DEFINE_string("opus_dir", None,
-                      "opus_dir")
+                      "An OPUS-format directory to read (default: one built from NTREX).")
   flags.DEFINE_integer("repeat", 4,
-                      "repeat")
+                      "Copies of the NTREX lines per corpus file.")
   flags.DEFINE_integer("batch", 256,
-                      "batch")
+                      "Pairs per batch.")
   flags.DEFINE_integer("batches", 60,
-                      "batches")
+                      "Batches timed per measurement.")
   flags.DEFINE_integer("warmup", 10,
-                      "warmup")
+                      "Batches read before timing.")
   flags.DEFINE_string("cores",
                       "1,2",
-                      "cores")
+                      "Comma-separated core counts to measure.")
   flags.DEFINE_string("output", str(REPO / "docs" / "results" / "input_pipeline"),
-                      "output")
+                      "Directory of the results.")
   flags.DEFINE_string("tpu_compile", str(TPU_COMPILE),
-                      "tpu_compile")
+                      "docs/results/tpu_compile: each paper run's lower-bound step time.")
   flags.DEFINE_string("phase",
                       "main",
-                      "phase")
+                      "main, or a subprocess's phase (internal).")
 
 
 def build_opus_dir(data_dir: str, output: pathlib.Path, repeat: int) -> int:

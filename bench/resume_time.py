@@ -36,22 +36,22 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 def _define_flags() -> None:
   """Under __main__ only: bench scripts are imported side by side by the tests."""
   flags.DEFINE_string("data_dir", str(REPO.parent / "shared" / "data"),
-                      "data_dir")
+                      "../shared/data.")
   flags.DEFINE_string("vocab", None,
-                      "vocab")
+                      "SentencePiece model (default: one trained here).")
   flags.DEFINE_integer("steps", 5000,
-                      "steps")
+                      "The large step N resumed at.")
   flags.DEFINE_integer("repeats", 3,
-                      "repeats")
+                      "Fresh processes per measurement (the median is kept).")
   flags.DEFINE_string("output", str(REPO / "docs" / "results" / "resume_time"),
-                      "output")
+                      "Directory of the results.")
   flags.DEFINE_string("phase",
                       "main",
-                      "phase")
+                      "main, or a subprocess's phase (internal).")
   flags.DEFINE_integer("start_step", 0,
-                      "start_step")
+                      "Step a subprocess resumes at (internal).")
   flags.DEFINE_string("positions", None,
-                      "positions")
+                      "Saved data positions' directory (internal).")
 
 
 def _register(data_dir: str, vocab: str) -> None:
