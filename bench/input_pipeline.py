@@ -158,6 +158,12 @@ def required_rates(directory: pathlib.Path) -> list[dict]:
   return rows
 
 
+def _shown(path: str) -> str:
+  """`path` relative to the repository when inside it (the README is read there)."""
+  resolved = pathlib.Path(path).resolve()
+  return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else path
+
+
 def main(argv) -> None:
   del argv
   args = FLAGS
@@ -198,7 +204,7 @@ def main(argv) -> None:
   if required:
     one_core = max(runs[0]["pairs_per_cpu_second"], 1)
     lines += ["Pairs/s each host must feed at the lower-bound step time of the TPU compile "
-              f"command ({args.tpu_compile}; {CHIPS_PER_HOST} chips per host), and the host "
+              f"command ({_shown(args.tpu_compile)}; {CHIPS_PER_HOST} chips per host), and the host "
               "cores that keep up at the pairs per CPU-second above (if the pipeline scales with "
               "cores; TPU v4 hosts have 240 vCPUs):", "",
               "| run | slice | hosts | batch | step (s) | per host, shard_info | cores | "
