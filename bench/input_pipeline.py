@@ -63,6 +63,9 @@ def _define_flags() -> None:
                       "Directory of the results.")
   flags.DEFINE_string("tpu_compile", str(TPU_COMPILE),
                       "docs/results/tpu_compile: each paper run's lower-bound step time.")
+  flags.DEFINE_bool("recorded", False,
+                    "Keep the measured rates (results.json in --output) and re-read only the "
+                    "step times of --tpu_compile (after a run's compile record changed).")
   flags.DEFINE_string("phase",
                       "main",
                       "main, or a subprocess's phase (internal).")
@@ -158,6 +161,19 @@ def required_rates(directory: pathlib.Path) -> list[dict]:
   return rows
 
 
+def _measured(args) -> dict:
+  """Pairs/s at each core count, over an OPUS-format directory built from NTREX."""
+  with tempfile.TemporaryDirectory() as tmp:
+    args.vocab = args.vocab or common.tiny_vocabulary(args.data_dir, tmp)
+    opus_dir = pathlib.Path(tmp, "opus")
+    opus_dir.mkdir()
+    pairs = build_opus_dir(args.data_dir, opus_dir, args.repeat)
+    runs = [_pinned(args, int(c), str(opus_dir)) for c in args.cores.split(",")]
+  slope = ((runs[-1]["pairs_per_second"] - runs[0]["pairs_per_second"])
+           / max(runs[-1]["cores"] - runs[0]["cores"], 1))
+  return {"pairs_on_disk": pairs, "runs": runs, "pairs_per_second_per_core": slope}
+
+
 def _shown(path: str) -> str:
   """`path` relative to the repository when inside it (the README is read there)."""
   resolved = pathlib.Path(path).resolve()
@@ -170,29 +186,26 @@ def main(argv) -> None:
   if args.phase == "measure":
     return measure(args)
   from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel
-  with tempfile.TemporaryDirectory() as tmp:
-    args.vocab = args.vocab or common.tiny_vocabulary(args.data_dir, tmp)
-    opus_dir = pathlib.Path(tmp, "opus")
-    opus_dir.mkdir()
-    pairs = build_opus_dir(args.data_dir, opus_dir, args.repeat)
-    runs = [_pinned(args, int(c), str(opus_dir)) for c in args.cores.split(",")]
-  slope = ((runs[-1]["pairs_per_second"] - runs[0]["pairs_per_second"])
-           / max(runs[-1]["cores"] - runs[0]["cores"], 1))
-  required = required_rates(pathlib.Path(args.tpu_compile))
-  results = {**common.machine(), "pairs_on_disk": pairs, "batch": args.batch,
-             "length": LENGTH, "runs": runs, "pairs_per_second_per_core": slope,
-             "required": required}
   out = pathlib.Path(args.output)
+  if args.recorded:  # the pipeline unchanged, the step times moved: re-read, not re-measured
+    results = json.loads((out / "results.json").read_text())
+  else:
+    results = {**common.machine(), **_measured(args), "batch": args.batch, "length": LENGTH,
+               "warmup": args.warmup, "batches": args.batches,
+               "command": "python bench/input_pipeline.py " + " ".join(
+                   a for a in sys.argv[1:] if not a.startswith(("--vocab", "--opus_dir")))}
+  runs, pairs, slope = results["runs"], results["pairs_on_disk"], results["pairs_per_second_per_core"]
+  required = results["required"] = required_rates(pathlib.Path(args.tpu_compile))
   out.mkdir(parents=True, exist_ok=True)
   (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
   lines = ["# One host's input pipeline against its cores (paper mixture, OPUS-format files)", "",
            f"`vmsst_opus_paper` over {pairs:,} pairs on disk ({runs[0]['tasks']} tasks, NTREX-128 "
-           f"sentences in OPUS Moses files), batch {args.batch}, length {LENGTH}, tiny "
+           f"sentences in OPUS Moses files), batch {results['batch']}, length {LENGTH}, tiny "
            "vocabulary; one fresh process pinned with taskset. The first batch waits for the "
            "shuffle buffers of the tasks it draws from to fill (seqio fills a task's "
            f"{registry.OPUS_SHUFFLE_BUFFER:,}-example buffer on its first draw); the steady "
-           f"state is timed over "
-           f"{args.batches} batches after {args.warmup} more.", "",
+           f"state is timed over {results['batches']} batches after {results['warmup']} more.",
+           "",
            "| host cores | first batch (s) | steady pairs/s (wall clock) | cores busy | "
            "steady pairs per CPU-second |", "|---:|---:|---:|---:|---:|"]
   lines += [f"| {r['cores']} | {r['first_batch_seconds']:,.0f} | {r['pairs_per_second']:,.0f} | "
@@ -219,9 +232,9 @@ def main(argv) -> None:
               f"({args.tpu_compile}: none found); rerun with them: needed = batch / step "
               "(slice mode) or batch / (hosts x step) (shard_info), cores = needed / the 1-core "
               "rate above."]
-  command = "python bench/input_pipeline.py " + " ".join(
-      a for a in sys.argv[1:] if not a.startswith(("--vocab", "--opus_dir")))
-  lines += ["", "Command (from the repository root):", "", f"    {command.strip()}", ""]
+  lines += ["", "Command (from the repository root):", "", f"    {results['command'].strip()}", "",
+            "The step times re-read from the TPU compile records, the rates kept: "
+            "`python bench/input_pipeline.py --recorded`.", ""]
   (out / "README.md").write_text("\n".join(lines))
   print((out / "README.md").read_text())
 
