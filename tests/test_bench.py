@@ -225,3 +225,16 @@ def test_encode_rows_per_batch_size_and_the_saved_model_agrees_with_the_checkpoi
       # Mean ms per call and sentences/s come from the same timing.
       assert latency["ours"] == pytest.approx(1000 * throughput["sentences"] / throughput["ours"]
                                               / calls)
+
+
+def test_input_pipeline_rates_each_host_must_feed_follow_the_compile_records(tmp_path):
+  """bench/input_pipeline.py: batch / step per host (slice mode) and over the hosts (shard_info)."""
+  import input_pipeline  # pylint: disable=import-outside-toplevel
+  record = {"run_file": "gin/runs/vmsst_6l_paper.gin", "slice": "v4-64", "chips": 32,
+            "batch_size": 2048, "lower_bound_step_seconds": 0.2}
+  (tmp_path / "vmsst_6l_paper.json").write_text(json.dumps(record))
+  (tmp_path / "no_step.json").write_text(json.dumps({**record, "lower_bound_step_seconds": None}))
+  [row] = input_pipeline.required_rates(tmp_path)
+  assert row["run"] == "vmsst_6l_paper" and row["hosts"] == 8
+  assert row["slice_mode"] == pytest.approx(10240) and row["shard_info_mode"] == pytest.approx(1280)
+  assert not input_pipeline.required_rates(tmp_path / "absent")
