@@ -101,6 +101,16 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
     raise
 
 
+def check_no_arguments(argv: Sequence[str]) -> None:
+  """Every input of a command is a flag: a stray word (a flag without --) is an error.
+
+  Raises:
+    UserError: naming the arguments.
+  """
+  if len(argv) > 1:
+    raise UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
+
+
 def did_you_mean(name: str, known: Iterable[str], what: str = "") -> str:
   """"did you mean X?" for the closest of `known` (difflib), else "" or the list of `what`.
 

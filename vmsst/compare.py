@@ -300,8 +300,7 @@ def _resolve_flags() -> dict:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
+  cli.check_no_arguments(argv)
   arguments = _resolve_flags()
   if not arguments["output"]:
     raise cli.UserError("--output is required (or a --preset, which names one).")

@@ -371,8 +371,7 @@ def _define_flags() -> None:
 
 
 def main(argv) -> None:
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
+  cli.check_no_arguments(argv)
   from vmsst import train  # pylint: disable=import-outside-toplevel
   f = flags.FLAGS
   if not f.gin_file:

@@ -15,24 +15,9 @@ with splits `sample`, `training` and `test`. BUCC 2018 itself is not
 shipped here; vmsst/build_data/bucc.py writes a task in this layout from real
 translations.
 
-Mining follows Artetxe & Schwenk (2019), "Margin-based parallel corpus mining
-with multilingual sentence embeddings". With NN_k(x) the k targets nearest to
-source x by cosine and NN_k(y) the k sources nearest to target y,
-
-    avg(x, y)      = sum_{z in NN_k(x)} cos(x, z) / 2k + sum_{z in NN_k(y)} cos(y, z) / 2k
-    ratio(x, y)    = cos(x, y) / avg(x, y)
-    distance(x, y) = cos(x, y) - avg(x, y)
-
-Candidates are then retrieved `forward` (each source keeps its best-scoring
-target among its k nearest), `backward` (each target its best source among
-its k nearest), `max`: the union of forward and backward candidates, sorted
-by score descending (forward before backward, then by index, on equal
-scores) and kept greedily while neither the source nor the target has been
-used (`one_to_one`), so the result is one-to-one; or `intersect` (mining
-only, not a BUCC detail column): the forward candidates that are also
-backward candidates, i.e. mutual best matches, one-to-one by construction.
-All neighbour searches go through vmsst/mining, so memory stays bounded
-on 10^6-sentence sides.
+Mining is vmsst/mining (Artetxe & Schwenk's margin scores, `forward`,
+`backward`, `max` retrieval; its docstring has the formulas), so memory stays
+bounded on 10^6-sentence sides.
 
 A threshold on the score is chosen to maximize F1 against the `training`
 gold and applied to `test`, as in the shared task. The headline figures are
