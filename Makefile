@@ -3,8 +3,8 @@
 #                prints held-out retrieval accuracy (about ten minutes here).
 #   make test    runs the whole test suite (what .ci/run calls; under 30 min).
 #   make test-fast  the `unit` tier only (pure, seconds each; no training run, no
-#                subprocess, no TPU compile): the edit loop, under 2 minutes here
-#                (docs/results/tests/). Tiers: tests/conftest.py, TIERS.
+#                subprocess, no TPU compile): the edit loop; its time here is in
+#                docs/results/tests/. Tiers: tests/conftest.py, TIERS.
 #   make test-tpu   every paper run compiled by the TPU compiler for its slice.
 # Both create or reuse .venv/ and install the project into it from PyPI.
 
