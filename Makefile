@@ -2,9 +2,9 @@
 #   make train   trains the default CPU VMSST on NTREX-128 + Multi30k and
 #                prints held-out retrieval accuracy (about ten minutes here).
 #   make test    runs the whole test suite (what .ci/run calls; under 30 min).
-#   make test-fast  skips the tests marked `slow` (training runs, subprocess
-#                resume / preemption, multi-process, bench) and `tpu` (the TPU
-#                compiler): the edit loop.
+#   make test-fast  the `unit` tier only (pure, seconds each; no training run, no
+#                subprocess, no TPU compile): the edit loop; its time here is in
+#                docs/results/tests/. Tiers: tests/conftest.py, TIERS.
 #   make test-tpu   every paper run compiled by the TPU compiler for its slice.
 # Both create or reuse .venv/ and install the project into it from PyPI.
 
@@ -12,7 +12,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: train test test-fast test-tpu test-core-jax-next bench
+.PHONY: train test test-fast test-integration test-bench test-tpu test-core-jax-next bench
 
 $(STAMP): setup.py
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -30,10 +30,19 @@ train: $(STAMP)
 test: $(STAMP)
 	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 --strict-markers -m "not tpu_all_runs" $(ARGS)
 
-# The same minus the `slow` marker (registered in tests/conftest.py; --strict-markers
-# makes a misspelt marker an error instead of a slow test in the fast tier).
+# The unit tier (tests/conftest.py assigns it to every test in no other tier, and
+# fails a unit test that starts a process; --strict-markers makes a misspelt
+# marker an error). Benchmark-harness tests are in tests/bench/.
 test-fast: $(STAMP)
-	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 --strict-markers -m "not slow and not tpu" $(ARGS)
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 --strict-markers -m unit $(ARGS)
+
+# The integration tier: training runs, commands run as subprocesses, several processes.
+test-integration: $(STAMP)
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q -n 2 --strict-markers -m "integration and not tpu" $(ARGS)
+
+# The benchmark harness's own tests (bench/*.py), apart from the library's.
+test-bench: $(STAMP)
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests/bench -q -n 2 --strict-markers $(ARGS)
 
 # The TPU compiler's tier: every paper run compiled for the slice it names (and the
 # command's own tests), on this machine through libtpu from PyPI (the `tpu` extra).
@@ -47,7 +56,7 @@ test-tpu: $(STAMP)
 # `make test`: it needs a Python 3.12 (PYTHON312=...) and about a minute of installs.
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 CORE_VENV := .venv-jax-next
-CORE_TESTS := tests/test_core_without_tf.py tests/test_xla_cpu.py tests/test_accelerator_bench.py
+CORE_TESTS := tests/test_core_without_tf.py tests/test_xla_cpu.py tests/bench/test_accelerator_bench.py
 test-core-jax-next:
 	test -x $(CORE_VENV)/bin/python || $(PYTHON312) -m venv $(CORE_VENV)
 	$(CORE_VENV)/bin/pip install --quiet "jax[cpu]>=0.11,<0.12" flax optax orbax-checkpoint absl-py pytest

@@ -34,7 +34,7 @@ INSTALL_REQUIRES = [
 EXTRAS_REQUIRE = {
     # torch + transformers build a tiny random mT5 offline, the reference the
     # converter is tested against (torch 2.13.0+cpu comes from the local wheels).
-    # sentence-transformers: tests/test_bench.py runs the benchmarks' peer too.
+    # sentence-transformers: tests/bench/test_bench.py runs the benchmarks' peer too.
     "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers==5.23.0",
              "sentence-transformers==6.2.0"],
     # seqio's preprocessing cache (python -m seqio.scripts.cache_tasks_main: Apache

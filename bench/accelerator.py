@@ -11,7 +11,7 @@ compiled step's estimate that vmsst.memory_report prints).
 
 Needs only JAX, flax, optax and orbax: no TensorFlow, seqio or gin (an
 accelerator image, issue 18). `--quick` shrinks everything to run on CPU in
-seconds (tests/test_accelerator_bench.py). Where torch and sentence-transformers
+seconds (tests/bench/test_accelerator_bench.py). Where torch and sentence-transformers
 import, the peer runs on the same device (CUDA if torch sees one, else CPU):
 the same encoder shape as BERT layers, MultipleNegativesRankingLoss, AdamW,
 bf16 autocast with f32 parameters (bench/train_throughput.py's peer), and a

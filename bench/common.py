@@ -85,7 +85,7 @@ def interleaved(fns: dict[str, Callable[[], float]], rounds: int,
   so the ratio stays fair on a shared machine even when absolute rates move.
   `settle_seconds` of sleep before each measurement let the previous one's
   thread pool go idle: PyTorch's OpenMP workers keep spinning after a step,
-  and a JAX step started right after one ran up to 1.5x slower (RESULTS.md).
+  and a JAX step started right after one ran up to 1.5x slower (docs/results/benchmarks/README.md).
   """
   samples = {name: [] for name in fns}
   for _ in range(rounds):
@@ -103,7 +103,7 @@ class TimerProcess:
   after 10 s of idling (cpu6 bf16 Contrastive: 4.8-6.0 s alone, 6.7-8.3 s
   after the peer, one process); with the peer in its own process the
   slowdown stayed (about 8 s per step), so its cause is outside the process
-  (RESULTS.md). `interleaved` still alternates the sides in time. Calling the
+  (docs/results/benchmarks/README.md). `interleaved` still alternates the sides in time. Calling the
   object times one run over there and returns its seconds.
   """
 

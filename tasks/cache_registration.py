@@ -13,7 +13,7 @@ before it looks a task up, and vmsst registers nothing on import elsewhere
 The variable holds `registry.register_tasks`' keyword arguments as JSON;
 each worker needs it too (Dataflow: set it in the worker image). Training
 then reads the cache with `train_iterator.use_cached = True` and
-`train_iterator.cache_dirs = ['CACHE']` (vmsst/train/input_pipeline.py).
+`train_iterator.cache_dirs = ['CACHE']` (tasks/input_pipeline.py).
 """
 
 import json

@@ -422,8 +422,7 @@ def _define_flags() -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
+  cli.check_no_arguments(argv)
   config = flags.FLAGS
   if not config.dry_run:
     cli.check_output_path("output", config.output, directory=True)

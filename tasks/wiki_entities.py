@@ -442,8 +442,7 @@ def _define_flags() -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
+  cli.check_no_arguments(argv)
   f = flags.FLAGS
   dump = "a MediaWiki XML dump (.xml or .xml.bz2, e.g. enwiki-...-pages-articles.xml.bz2)"
   cli.check_input_file("dump", f.dump, dump)

@@ -1,8 +1,11 @@
-"""Session fixtures shared by the data and model tests: the real data and a tiny vocabulary."""
+"""The test tiers (unit, integration, tpu, slow) and the session fixtures shared by the data
+and model tests: the real data and a tiny vocabulary."""
 
 import gzip
+import inspect
 import os
 import pathlib
+import subprocess
 
 # Before anything imports jax: eight CPU devices, so sharding tests can build a
 # (data 4 x model 2) mesh on a laptop (`make test` sets the same).
@@ -23,36 +26,98 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 
 
-def pytest_configure(config):
-  """Registers the `slow` tier: `make test-fast` runs `-m "not slow"` for the edit loop.
+TIERS = {
+    "unit": "pure and quick (seconds): no training run, no subprocess; `make test-fast` runs "
+            "only these. Assigned to every test that is in no other tier",
+    "integration": "trains a model, or runs a command or several processes (a subprocess); "
+                   "assigned from the test's fixtures and code, or marked",
+    "tpu": "compiles with the TPU compiler (libtpu, the `tpu` extra) for a TPU slice's "
+           "compile-only devices; skipped with the install command where libtpu is absent",
+    "slow": "over ~7 s on 2 cores (training runs, subprocess resume/preemption, "
+            "multi-process, bench): out of `make test-fast`, in `make test`",
+}
 
-  Slow means a training run, a subprocess that trains or resumes, several
-  processes, a benchmark, or anything else over about 7 s on 2 cores; `make
-  test` (what CI runs) still runs every test.
+
+def pytest_configure(config):
+  """Registers the tiers (`--strict-markers` makes a misspelt one an error).
+
+  `make test-fast` runs `-m unit`; `make test` (what CI runs) every tier but the
+  paper runs' compiles beyond a representative three (`tpu_all_runs`); `make
+  test-tpu` the `tpu` tier. `python -m pytest tests --collect-only -q -m unit`
+  lists what the edit loop runs.
   """
-  config.addinivalue_line(
-      "markers", "slow: training runs, subprocess resume/preemption, multi-process, bench, "
-      "anything over ~7 s (deselect with -m 'not slow'; `make test-fast`)")
-  config.addinivalue_line(
-      "markers", "tpu: compiles with the TPU compiler (libtpu, the `tpu` extra) for a TPU "
-      "slice's compile-only devices; skipped with the install command where libtpu is absent")
+  for name, meaning in TIERS.items():
+    config.addinivalue_line("markers", f"{name}: {meaning}")
   config.addinivalue_line(
       "markers", "tpu_all_runs: a paper run's compile beyond the representative three that "
       "`make test` (CI) compiles; `make test-tpu` runs them all")
 
 
 # Fixtures that train, export or checkpoint a model (20-30 s each, once per
-# xdist worker): every test that needs one is in the slow tier, so the edit
-# loop pays for none of them (`make test` still runs them all).
+# xdist worker): every test that needs one is an integration test in the slow
+# tier, so the edit loop pays for none of them (`make test` still runs them all).
 SLOW_FIXTURES = frozenset({"tiny_model", "model_and_export", "two_states",
                            "separate_towers_run"})
+# What in a test's code (or in a function of its module that it calls) starts another process.
+STARTS_A_PROCESS = ("subprocess.", "sys.executable", "multiprocessing.")
+# What in it trains a model (the whole loop, `vmsst.train.train`).
+TRAINS = ("train.train(",)
+
+
+def _code(function) -> str:
+  try:
+    return inspect.getsource(function)
+  except (OSError, TypeError):
+    return ""
+
+
+def starts_a_process(function, signs=STARTS_A_PROCESS + TRAINS) -> bool:
+  """Whether a test function, or a function of its module it calls by name, starts a process
+  or trains (any of `signs` in its code)."""
+  code = _code(function)
+  if any(sign in code for sign in signs):
+    return True
+  module = inspect.getmodule(function)
+  for name, helper in (vars(module).items() if module else ()):
+    if (inspect.isfunction(helper) and helper is not function
+        and helper.__module__ == module.__name__ and f"{name}(" in code
+        and any(sign in _code(helper) for sign in signs)):
+      return True
+  return False
+
+
+def tiers_of(item) -> set[str]:
+  """The tiers a collected test is in, from its markers, fixtures and code."""
+  marked = {mark.name for mark in item.iter_markers()} & {*TIERS, "tpu_all_runs"}
+  tiers = (marked - {"tpu_all_runs"}) | ({"tpu"} if "tpu_all_runs" in marked else set())
+  if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+    tiers |= {"integration", "slow"}
+  if "tpu" not in tiers and starts_a_process(getattr(item, "function", None)):
+    tiers.add("integration")
+  return tiers or {"unit"}
 
 
 def pytest_collection_modifyitems(items):
-  """Marks `slow` every test whose fixtures include one of SLOW_FIXTURES."""
+  """Adds each test's tiers as markers, so `-m unit` / `-m integration` select them."""
   for item in items:
-    if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
-      item.add_marker(pytest.mark.slow)
+    for tier in sorted(tiers_of(item) - {mark.name for mark in item.iter_markers()}):
+      item.add_marker(getattr(pytest.mark, tier))
+
+
+class _NoProcessInUnitTests:
+  """subprocess.Popen while a unit test runs: the test belongs to the integration tier."""
+
+  def __init__(self, *args, **kwargs):
+    del args, kwargs
+    raise AssertionError("a unit test started a process: mark it @pytest.mark.integration "
+                         "(tests/conftest.py, TIERS)")
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request, monkeypatch):
+  """Keeps the unit tier honest: a subprocess there fails the test, naming the marker."""
+  if request.node.get_closest_marker("unit") is not None:
+    monkeypatch.setattr(subprocess, "Popen", _NoProcessInUnitTests)
 
 
 @pytest.fixture(scope="session")

@@ -175,16 +175,14 @@ def test_all_names_every_method_with_its_files():
         assert (vmsst_testing.ROOT / path).is_file(), (objective, path)
 
 
-@pytest.mark.parametrize("flag, message", [
-    ("--objectives=vmsst,nope", "error: --objectives: gin/models/nope.gin does not exist"),
-    ("--seeds=0,one", "error: --seeds takes integers (e.g. --seeds=0,1,2), got ['0', 'one']."),
+@pytest.mark.parametrize("flag, named", [
+    ("--objectives=vmsst,nope", ("--objectives", "gin/models/nope.gin")),
+    ("--seeds=0,one", ("--seeds", "one")),
 ])
-def test_bad_flags_fail_in_one_line_before_training(flag, message, tmp_path):
+def test_bad_flags_fail_in_one_line_before_training(flag, named, tmp_path):
   done = subprocess.run([sys.executable, "-m", "vmsst.compare", "--preset=cpu", flag,
                          f"--output={tmp_path}"], cwd=vmsst_testing.ROOT, capture_output=True,
                         text=True, timeout=300, check=False)
-  assert done.returncode == 2, done.stderr[-2000:]
-  errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-  assert len(errors) == 1 and errors[0].startswith(message), done.stderr[-2000:]
-  assert "Traceback" not in done.stderr
+  vmsst_testing.assert_user_error(done, *named)
+  assert len([line for line in done.stderr.splitlines() if line.startswith("error:")]) == 1
   assert not any(tmp_path.iterdir())  # nothing trained

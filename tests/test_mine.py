@@ -12,8 +12,9 @@ import jax
 import numpy as np
 import pytest
 
+from vmsst import mining
 from vmsst import mine
-from vmsst.evaluation import approximate_neighbors
+from vmsst.mining import approximate
 from vmsst.evaluation import bucc
 from vmsst.evaluation import encoders
 
@@ -184,9 +185,9 @@ def test_eight_devices_one_device_and_faiss_mine_the_same_pairs(random_task):
   src, trg, table = random_task
   x = np.array([table[s] for s in _distinct(src)])
   y = np.array([table[s] for s in _distinct(trg)])
-  runs = [mine.mine(x, y, key_block=8, devices=jax.devices()),
-          mine.mine(x, y, key_block=8, devices=jax.devices()[:1]),
-          mine.mine(x, y, backend="faiss")]
+  runs = [mining.mine(x, y, key_block=8, devices=jax.devices()),
+          mining.mine(x, y, key_block=8, devices=jax.devices()[:1]),
+          mining.mine(x, y, backend="faiss")]
   for pairs, scores in runs[1:]:
     np.testing.assert_array_equal(pairs, runs[0][0])
     np.testing.assert_allclose(scores, runs[0][1], atol=1e-6)
@@ -245,9 +246,9 @@ def test_sides_of_different_widths_are_an_error(tmp_path):
 
 def test_unknown_margin_or_retrieval():
   with pytest.raises(ValueError, match="margin must be one of"):
-    mine.mine(np.eye(2), np.eye(2), margin="csls", k=1)
+    mining.mine(np.eye(2), np.eye(2), margin="csls", k=1)
   with pytest.raises(ValueError, match="retrieval must be one of"):
-    mine.mine(np.eye(2), np.eye(2), retrieval="union", k=1)
+    mining.mine(np.eye(2), np.eye(2), retrieval="union", k=1)
 
 
 # --------------------------------------------------------------------- one real encoder
@@ -332,9 +333,9 @@ def _clustered_task(n: int = 3000, d: int = 32, seed: int = 0):
 @pytest.mark.parametrize("pq,sq8", [(0, False), (8, False), (0, True)])
 def test_ivf_mines_the_pairs_exact_mining_finds(pq, sq8):
   source, target = _clustered_task()
-  want, want_scores = mine.mine(source, target, threshold=1.0)
-  got, got_scores = mine.mine(source, target, threshold=1.0, index="ivf",
-                              ivf=approximate_neighbors.IvfOptions(nlist=32, nprobe=8, pq=pq,
+  want, want_scores = mining.mine(source, target, threshold=1.0)
+  got, got_scores = mining.mine(source, target, threshold=1.0, index="ivf",
+                              ivf=approximate.IvfOptions(nlist=32, nprobe=8, pq=pq,
                                                                    sq8=sq8, train_size=2000))
   same = {tuple(p) for p in want.tolist()} & {tuple(p) for p in got.tolist()}
   assert len(want) >= 2000  # the 2000 planted translations and a few near the threshold
@@ -348,9 +349,9 @@ def test_ivf_mines_the_pairs_exact_mining_finds(pq, sq8):
 
 def test_ivf_neighbours_of_a_full_probe_are_the_exact_neighbours():
   source, target = _clustered_task(600)
-  want = mine.neighbourhoods(source, target, 4)
-  got = bucc.neighbourhoods(source, target, 4,
-                            ivf=approximate_neighbors.IvfOptions(nlist=8, nprobe=8))
+  want = mining.neighbourhoods(source, target, 4)
+  got = mining.neighbourhoods(source, target, 4,
+                            ivf=approximate.IvfOptions(nlist=8, nprobe=8))
   np.testing.assert_array_equal(got.forward_indices, want.forward_indices)
   np.testing.assert_array_equal(got.backward_indices, want.backward_indices)
   np.testing.assert_allclose(got.forward_scores, want.forward_scores, atol=1e-5)
@@ -359,27 +360,27 @@ def test_ivf_neighbours_of_a_full_probe_are_the_exact_neighbours():
 def test_key_shards_of_a_full_probe_give_the_exact_neighbours():
   """Each shard's index answers for its slice; the merged lists are one exact search's."""
   source, target = _clustered_task(600)
-  want = mine.neighbourhoods(source, target, 4)
-  options = approximate_neighbors.IvfOptions(nlist=4, nprobe=4, shards=3)
-  got = bucc.neighbourhoods(source, target, 4, ivf=options)
+  want = mining.neighbourhoods(source, target, 4)
+  options = approximate.IvfOptions(nlist=4, nprobe=4, shards=3)
+  got = mining.neighbourhoods(source, target, 4, ivf=options)
   np.testing.assert_array_equal(got.forward_indices, want.forward_indices)
   np.testing.assert_array_equal(got.backward_indices, want.backward_indices)
   np.testing.assert_allclose(got.backward_scores, want.backward_scores, atol=1e-5)
   # Each shard's rows are global rows inside its slice; the merge is the k best of them.
-  slices = approximate_neighbors.shard_slices(600, 3, 4)
+  slices = approximate.shard_slices(600, 3, 4)
   assert [(s.start, s.stop) for s in slices] == [(0, 200), (200, 400), (400, 600)]
-  parts = [approximate_neighbors.shard_knn(source, target, 4, options, shard)
+  parts = [approximate.shard_knn(source, target, 4, options, shard)
            for shard in range(3)]
   for part, rows in zip(parts, slices):
     assert ((part[1] >= rows.start) & (part[1] < rows.stop)).all()
-  merged = approximate_neighbors.merge_top_k(parts, 4)
+  merged = approximate.merge_top_k(parts, 4)
   np.testing.assert_array_equal(merged[1], want.forward_indices)
 
 
 def test_merge_top_k_breaks_ties_by_the_lower_row():
   scores = [np.array([[0.9, 0.5]], np.float32), np.array([[0.9, 0.7]], np.float32)]
   rows = [np.array([[7, 1]]), np.array([[3, 9]])]
-  merged = approximate_neighbors.merge_top_k(list(zip(scores, rows)), 3)
+  merged = approximate.merge_top_k(list(zip(scores, rows)), 3)
   np.testing.assert_array_equal(merged[1], [[3, 7, 9]])
   np.testing.assert_allclose(merged[0], [[0.9, 0.9, 0.7]])
 
@@ -397,16 +398,16 @@ def _ivf_inputs(tmp_path) -> dict:
 
 def test_sharded_ivf_bounds_and_summary(tmp_path):
   with pytest.raises(ValueError, match=r"--shards=200 must be between 1 and 150"):
-    approximate_neighbors.shard_slices(600, 200, 4)
+    approximate.shard_slices(600, 200, 4)
   summary = mine.mine_files(None, output=tmp_path / "ivf.tsv", **_ivf_inputs(tmp_path),
-                            ivf=approximate_neighbors.IvfOptions(nlist=4, nprobe=4, shards=2))
+                            ivf=approximate.IvfOptions(nlist=4, nprobe=4, shards=2))
   assert "approximate IVF neighbours (2 key shards of 4 cells, nprobe 4)" in str(summary)
 
 
 def test_shards_searched_apart_and_merged_mine_what_one_run_mines(tmp_path):
   """Two `--shard=i` runs (one machine each) and a merge write the one-run pairs."""
   inputs = _ivf_inputs(tmp_path)
-  options = approximate_neighbors.IvfOptions(nlist=4, nprobe=2, shards=2)
+  options = approximate.IvfOptions(nlist=4, nprobe=2, shards=2)
   mine.mine_files(None, output=tmp_path / "one.tsv", ivf=options, **inputs)
   output = tmp_path / "out" / "pairs.tsv"
   for shard in (1, 0):
@@ -421,7 +422,7 @@ def test_shards_searched_apart_and_merged_mine_what_one_run_mines(tmp_path):
 
 def test_sharded_runs_refuse_missing_or_mismatched_shards(tmp_path):
   inputs = _ivf_inputs(tmp_path)
-  options = approximate_neighbors.IvfOptions(nlist=4, nprobe=2, shards=2)
+  options = approximate.IvfOptions(nlist=4, nprobe=2, shards=2)
   output = tmp_path / "pairs.tsv"
   mine.mine_files(None, output=output, ivf=options, shard=0, **inputs)
   with pytest.raises(ValueError, match=r"1 of 2 shard files are missing .*shard-00001-of-00002"):
@@ -457,43 +458,43 @@ def test_merge_shards_command_needs_no_encoder(tmp_path):
 
 def test_sampled_recall_counts_the_exact_neighbours_found():
   source, target = _clustered_task(600)
-  exact = mine.neighbourhoods(source, target, 4)
-  assert approximate_neighbors.sampled_recall(source, target, exact.forward_indices,
+  exact = mining.neighbourhoods(source, target, 4)
+  assert approximate.sampled_recall(source, target, exact.forward_indices,
                                               block=64) == 1.0
   half = exact.forward_indices.copy()
   half[:, 2:] = 10**6  # rows no key has: two of the four neighbours missed
-  assert approximate_neighbors.sampled_recall(source, target, half, sample=100) == 0.5
+  assert approximate.sampled_recall(source, target, half, sample=100) == 0.5
 
 
 def test_an_ivf_mining_run_reports_its_recall_and_the_fix_when_low(tmp_path):
   inputs = _ivf_inputs(tmp_path)
   full = mine.mine_files(None, output=tmp_path / "a.tsv", recall_sample=200,
-                         ivf=approximate_neighbors.IvfOptions(nlist=8, nprobe=8), **inputs)
+                         ivf=approximate.IvfOptions(nlist=8, nprobe=8), **inputs)
   assert ("recall@4 of the IVF neighbours against exact on 200 / 200 sampled sentences: "
           "1.000 (src->trg) / 1.000 (trg->src)") in str(full)
   assert "raise --nprobe" not in str(full)
   # 8 cells, one probed: some neighbours sit in other cells (recall 0.979 / 0.964 measured).
   coarse = mine.mine_files(None, output=tmp_path / "b.tsv",
-                           ivf=approximate_neighbors.IvfOptions(nlist=8, nprobe=1), **inputs)
+                           ivf=approximate.IvfOptions(nlist=8, nprobe=1), **inputs)
   assert "below 0.98: raise --nprobe" in str(coarse)
   skipped = mine.mine_files(None, output=tmp_path / "c.tsv", recall_sample=0,
-                            ivf=approximate_neighbors.IvfOptions(nlist=8, nprobe=8), **inputs)
+                            ivf=approximate.IvfOptions(nlist=8, nprobe=8), **inputs)
   assert "recall" not in str(skipped)
 
 
 def test_the_training_sample_grows_with_the_cells_faiss_asks_39_per_cell():
-  options = approximate_neighbors.IvfOptions()
+  options = approximate.IvfOptions()
   assert options.cells(10**6) == 4000 and options.training_keys(10**6) == 256_000
   assert options.training_keys(10**5) == 100_000 and options.training_keys(5_000) == 5_000
-  assert approximate_neighbors.IvfOptions(train_size=2000).training_keys(10**6) == 2000
+  assert approximate.IvfOptions(train_size=2000).training_keys(10**6) == 2000
 
 
 def test_sq8_keys_rescored_by_exact_cosine_give_the_exact_neighbours_of_a_full_probe():
   """8-bit codes only choose the RERANK * k candidates; their true cosines rank them."""
   source, target = _clustered_task(600)
-  want = mine.neighbourhoods(source, target, 4)
-  got = bucc.neighbourhoods(source, target, 4,
-                            ivf=approximate_neighbors.IvfOptions(nlist=8, nprobe=8, sq8=True))
+  want = mining.neighbourhoods(source, target, 4)
+  got = mining.neighbourhoods(source, target, 4,
+                            ivf=approximate.IvfOptions(nlist=8, nprobe=8, sq8=True))
   np.testing.assert_array_equal(got.forward_indices, want.forward_indices)
   np.testing.assert_allclose(got.forward_scores, want.forward_scores, atol=1e-5)
 
@@ -503,7 +504,7 @@ def test_ivf_streams_memory_mapped_embeddings(tmp_path):
   side = mine.read_side(inputs["src"])
   assert isinstance(mine.load_embeddings(inputs["src_embeddings"], side), np.memmap)
   summary = mine.mine_files(None, output=tmp_path / "ivf.tsv", **inputs,
-                            ivf=approximate_neighbors.IvfOptions(nlist=8, nprobe=8))
+                            ivf=approximate.IvfOptions(nlist=8, nprobe=8))
   assert "approximate IVF neighbours (8 cells, nprobe 8)" in str(summary)
   del inputs["index"]
   mine.mine_files(None, output=tmp_path / "exact.tsv", **inputs)
@@ -521,7 +522,7 @@ def test_ivf_streams_memory_mapped_embeddings(tmp_path):
 def test_bad_ivf_options_name_the_flag(options, message):
   source, target = _clustered_task(600)
   with pytest.raises(ValueError, match=message):
-    mine.mine(source, target, index="ivf", ivf=approximate_neighbors.IvfOptions(**options))
+    mining.mine(source, target, index="ivf", ivf=approximate.IvfOptions(**options))
 
 
 @pytest.mark.parametrize("flags,message", [

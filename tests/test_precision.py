@@ -137,7 +137,7 @@ def test_bias_gradient_is_a_plain_column_sum(dtype):
 
 def test_bfloat16_projection_runs_every_product_row_major_in_bfloat16():
   """XLA:CPU's fast bf16 kernels take [M, K] x [K, N] only; a transposed operand
-  makes XLA convert both sides to f32 (bench/RESULTS.md). Forward and both
+  makes XLA convert both sides to f32 (docs/results/benchmarks/README.md). Forward and both
   gradient products must reach the dot in that form."""
   x = jnp.ones((64, 32, 128), jnp.bfloat16)
   kernel = jnp.ones((128, 256), jnp.float32)

@@ -89,3 +89,20 @@ def legacy_vocabulary(path: str, output: str) -> str:
   with open(output, "wb") as f:
     f.write(proto.SerializeToString())
   return output
+
+
+def assert_user_error(done, *named: str, status: int = 2) -> str:
+  """A user's mistake as commands report it: exit `status`, no traceback, and a last stderr
+  line `error: …` that names each of `named` (the flag, file or value at fault).
+
+  The wording around them is the command's to change; what the user must find in the line
+  (what is wrong, by name) and how the process ends are the behaviour. Returns the line.
+  """
+  assert done.returncode == status, (done.returncode, done.stderr[-2000:])
+  assert "Traceback" not in done.stderr, done.stderr[-2000:]
+  lines = done.stderr.splitlines()
+  last = lines[-1] if lines else ""
+  assert last.startswith("error: "), done.stderr[-2000:]
+  for name in named:
+    assert name in last, (name, last)
+  return last

@@ -26,7 +26,7 @@ import sys
 import threading
 from typing import Any
 
-from vmsst.optional_gin import gin
+from vmsst.gin_utils import gin
 import jax
 import orbax.checkpoint as ocp
 from absl import logging

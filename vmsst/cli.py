@@ -101,6 +101,16 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
     raise
 
 
+def check_no_arguments(argv: Sequence[str]) -> None:
+  """Every input of a command is a flag: a stray word (a flag without --) is an error.
+
+  Raises:
+    UserError: naming the arguments.
+  """
+  if len(argv) > 1:
+    raise UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
+
+
 def did_you_mean(name: str, known: Iterable[str], what: str = "") -> str:
   """"did you mean X?" for the closest of `known` (difflib), else "" or the list of `what`.
 
@@ -382,7 +392,7 @@ class _Chatter:
     ModuleNotFoundError for the variants it tries first);
   - seqio's "uncached FunctionDataset ... overfitting" warning: our sources
     are deterministic for a seed and a resumed run restores the stream's
-    saved position (vmsst/train/input_pipeline.py), or skips to its step,
+    saved position (tasks/input_pipeline.py), or skips to its step,
     so a restart neither reshuffles nor repeats data, which is what that
     warning is about.
   """

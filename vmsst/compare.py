@@ -28,6 +28,7 @@ run's evaluation in OUTPUT/seed<s>/<objective>/eval/.
 """
 
 from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst import gin_utils  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -137,7 +138,7 @@ def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, mode
   seeded = [] if seed is None else [f"train.seed = {seed}"]
   with gin.unlock_config():
     gin.clear_config()
-    train_lib.parse_gin(files,
+    gin_utils.parse_gin(files,
                         [f"MODEL_DIR = '{model_dir}'", f"TRAIN_STEPS = {steps}",
                          f"compared_model_dir.output = '{os.path.dirname(model_dir)}'",
                          *seeded, *bindings],
@@ -299,8 +300,7 @@ def _resolve_flags() -> dict:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
+  cli.check_no_arguments(argv)
   arguments = _resolve_flags()
   if not arguments["output"]:
     raise cli.UserError("--output is required (or a --preset, which names one).")
@@ -318,4 +318,4 @@ if __name__ == "__main__":
   _define_flags()
   cli.show_in_help(names=("gin_file", "gin_bindings", "gin_search_path", "output", "data_dir",
                           "suite"))  # train's and evaluate's flags its examples use
-  cli.run(main, argv=train_lib.rewrite_gin_args(sys.argv))
+  cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))

@@ -35,6 +35,7 @@ out-of-memory message is printed, as the pod would fail); 2 a usage error.
 """
 
 from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst import gin_utils  # pylint: disable=g-bad-import-order
 from vmsst import tpu_slices  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before JAX and libtpu load
@@ -226,7 +227,7 @@ def load_run(gin_files: Sequence[str], bindings: Sequence[str]) -> Run:
   """
   from vmsst import train  # pylint: disable=g-import-not-at-top (registers train's configurables)
   gin.clear_config()
-  train.parse_gin(gin_files, bindings)
+  gin_utils.parse_gin(gin_files, bindings)
   try:
     model, optimizer = _bound("train.model"), _bound("train.optimizer")
   except Exception as e:  # gin re-raises the configurable's own error with its context
@@ -427,7 +428,7 @@ def run_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> tpu_slices.S
 def load_gin_only(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
   from vmsst import train  # pylint: disable=g-import-not-at-top
   gin.clear_config()
-  train.parse_gin(gin_files, bindings)
+  gin_utils.parse_gin(gin_files, bindings)
 
 
 def tpu_devices(target: tpu_slices.Slice) -> list:
@@ -526,4 +527,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   from vmsst import train as _train  # pylint: disable=g-import-not-at-top
-  cli.run(main, argv=_train.rewrite_gin_args(sys.argv))
+  cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))

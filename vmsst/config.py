@@ -12,7 +12,7 @@ run from an mT5 checkpoint; their defaults keep the original architecture.
 import dataclasses
 from typing import Any
 
-from vmsst.optional_gin import gin
+from vmsst.gin_utils import gin
 import jax.numpy as jnp
 
 from vmsst import languages

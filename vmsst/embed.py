@@ -148,8 +148,7 @@ def run_file_command(argv: Sequence[str], work: Callable[[], object], done: str)
     cli.UserError: naming the file or flag and the fix (missing or empty
       input, bad lines, a model or SavedModel directory that is not one).
   """
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
+  cli.check_no_arguments(argv)
   try:
     summary = work()
   except (FileNotFoundError, ValueError) as e:

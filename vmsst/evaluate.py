@@ -171,8 +171,7 @@ def training_languages(codes: Sequence[str] | None) -> list[str] | None:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
+  cli.check_no_arguments(argv)
   f = flags.FLAGS
   if not f.output:
     raise cli.UserError("--output is required: the directory for results.json, report.md and "

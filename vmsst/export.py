@@ -347,8 +347,7 @@ def write_params(model: models.EmbeddingModel, params: dict[str, np.ndarray],
 # ------------------------------------------------------------------- command
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
+  cli.check_no_arguments(argv)
   f = flags.FLAGS
   export_flags.check()  # again: a directory may have changed during the imports
   start = time.time()

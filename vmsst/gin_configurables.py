@@ -10,6 +10,7 @@ import gin
 import jax.numpy as jnp
 
 from vmsst_tasks import heldout
+from vmsst_tasks import input_pipeline
 from vmsst_tasks import registry
 from vmsst_tasks import tfds_sources
 from vmsst import checkpointing
@@ -33,7 +34,8 @@ gin.constant("vmsst.bfloat16", jnp.bfloat16)
 # Modules whose @gin.configurable objects the gin files name: every one
 # outside vmsst.train (tests/test_gin_configurables.py checks the list is
 # complete), so a gin file imports this module and nothing else.
-__all__ = ["registry", "tfds_sources", "checkpointing", "early_stopping", "optimizers",
+__all__ = ["input_pipeline", "registry", "tfds_sources", "checkpointing", "early_stopping",
+           "optimizers",
            "param_files", "parameter_groups", "partitioning", "teacher_cache", "tpu_slices",
            "in_training",
            "NetworkConfig", "MODELS"]

@@ -235,7 +235,7 @@ def read_model_json(model_dir: str, dtype: str | None = None, step: int | None =
 # SavedModel's graph pads to the same (export.bucketed). Steps of 8 up to 64
 # (the CPU runs' length) rather than powers of two: one sentence at a time ran
 # 8.1 instead of 10.0 ms per sentence in the SavedModel (real NTREX sentences,
-# 6 layers, d = 512; bench/RESULTS.md) for 8 compiled lengths instead of 4.
+# 6 layers, d = 512; docs/results/benchmarks/README.md) for 8 compiled lengths instead of 4.
 LENGTH_BUCKETS = (8, 16, 24, 32, 40, 48, 56, 64, 96, 128, 192, 256, 384, 512)
 
 

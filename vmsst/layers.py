@@ -80,7 +80,7 @@ def row_dropout_keys(keys: Array):
   which sentences share its batch (what gradient caching needs, see
   objectives/contrastive.py), while the network still runs batched: running
   each sentence alone under vmap turns every weight gradient into a batch of
-  per-sentence products (10x slower in bf16 on CPU, bench/RESULTS.md).
+  per-sentence products (10x slower in bf16 on CPU, docs/results/benchmarks/README.md).
   """
   token = _ROW_KEYS.set(keys)
   try:

@@ -13,6 +13,7 @@ buffer assignment is XLA:CPU's; what a TPU chip holds comes from
 import sys
 
 from vmsst import cli
+from vmsst import gin_utils  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # before TensorFlow and JAX load
   cli.quiet_startup()
@@ -39,4 +40,4 @@ def compile_argv(argv: list[str]) -> list[str]:
 if __name__ == "__main__":
   from vmsst import compile as _compile  # pylint: disable=g-import-not-at-top
   from vmsst import train as _train  # pylint: disable=g-import-not-at-top
-  cli.run(_compile.main, argv=_train.rewrite_gin_args(cli.user_errors(compile_argv)(sys.argv)))
+  cli.run(_compile.main, argv=gin_utils.rewrite_gin_args(cli.user_errors(compile_argv)(sys.argv)))

@@ -1,7 +1,8 @@
 r"""The `python -m vmsst.mine` command: mines translation pairs from two monolingual files.
 
-(The margin scores and the BUCC-task evaluation it shares live in
-vmsst/evaluation/bucc.py.)
+A thin command over vmsst/mining/ (neighbour search, margin scores,
+candidates, one-to-one pairs), which the BUCC evaluation shares; this module
+reads the two files and their embeddings and writes the pairs.
 
   python -m vmsst.mine --encoder=usem3 --src=news.de --trg=news.en --output=pairs.tsv \
       [--margin=ratio] [--k=4] [--retrieval=max] [--threshold=1.06]
@@ -18,7 +19,7 @@ language's tower, as it trained (e.g. --src_language=de --trg_language=en);
 without them, tower a. One-tower models ignore them.
 
 Scores follow Artetxe & Schwenk (2019), "Margin-based parallel corpus mining
-with multilingual sentence embeddings" (formulas in evaluation/bucc.py),
+with multilingual sentence embeddings" (formulas in vmsst/mining/__init__.py),
 with avg(x, y) the mean cosine of x's and y's k nearest neighbours:
 
   --margin=ratio      cos(x, y) / avg(x, y)   (their best; scores around 1)
@@ -34,7 +35,7 @@ Output lines are `score<TAB>src<TAB>trg` (with --output_format=indices
 `score<TAB>src_line<TAB>trg_line`, 0-based line numbers of each sentence's
 first occurrence in its file), by score descending, and no source
 or target sentence appears twice: candidates are kept greedily by score
-while both their sentences are unused (bucc.one_to_one; this only changes
+while both their sentences are unused (mining.one_to_one; this only changes
 fwd, bwd and max). --threshold T then keeps scores >= T; as the greedy pass
 visits candidates by score, thresholding first would keep the same pairs.
 
@@ -51,21 +52,21 @@ sentence is an error (it would split the output's columns).
 i embeds line i, as `python -m vmsst.embed` writes them; a side without one is
 embedded with the encoder flags (as in `python -m vmsst.embed`).
 
-The search is exact and blockwise (neighbors.knn_both): each block of the
+The search is exact and blockwise (mining/neighbors.py, knn_both): each block of the
 cosine matrix is computed once and reduced along rows (source -> target)
 and columns (target -> source); memory is O((n + m) * (d + k) +
 query_block * key_block), the targets split over all local devices;
 --backend=faiss uses faiss.IndexFlatIP instead (two searches, twice the
 FLOPs). 10^6 x 10^6 sentences need a few GiB beyond the embeddings
-(bench/RESULTS.md).
+(docs/results/benchmarks/README.md).
 
 Corpus scale (10^6 and more per side): --index=ivf searches a faiss
-inverted-file index per side instead (approximate_neighbors.py; --nlist,
+inverted-file index per side instead (mining/approximate.py; --nlist,
 --nprobe, --sq8 or --pq, --train_size) and scores the margins on those approximate
 neighbours, as LASER does. With --*_embeddings holding one row per line (no
 repeated or empty lines) the .npy stays memory-mapped and is streamed in
 blocks, so memory is bounded by the index, not by the sides
-(bench/RESULTS.md gives time, memory and recall against exact).
+(docs/results/benchmarks/README.md gives time, memory and recall against exact).
 
 When one index does not fit in memory, --shards=S splits the keys into S
 slices indexed and searched in turn (memory: one slice's index). Over S
@@ -93,19 +94,15 @@ from absl import flags
 
 from vmsst import embed
 from vmsst import encoder_flags
-from vmsst.evaluation import approximate_neighbors
 from vmsst.evaluation import encoders as encoders_lib
-from vmsst.evaluation import bucc
-from vmsst.evaluation import neighbors
+from vmsst.mining import approximate
+from vmsst import mining
 from vmsst import text_files
 
 FLAGS = flags.FLAGS
 
-# Command-line names -> evaluation/bucc.py's names.
-MARGINS = {"ratio": "ratio", "distance": "distance", "absolute": "cosine"}
-RETRIEVALS = {"max": "max", "fwd": "forward", "bwd": "backward", "intersect": "intersect"}
+MARGINS, RETRIEVALS, INDEXES = mining.MARGINS, mining.RETRIEVALS, mining.INDEXES
 OUTPUT_FORMATS = ("text", "indices")
-INDEXES = ("exact", "ivf")
 STREAM_BLOCK = 65_536  # rows of a memory-mapped .npy checked at a time
 LOW_RECALL = 0.98  # an IVF recall@k below this is reported with the fix
 EXACT_FLAGS = ("backend", "query_block", "key_block")
@@ -199,80 +196,6 @@ def load_embeddings(path: str | pathlib.Path, side: Side) -> np.ndarray:
   return embeddings if embeddings is not None else np.asarray(matrix[side.rows], np.float32)
 
 
-def mine(source: np.ndarray, target: np.ndarray, *, margin: str = "ratio",
-         retrieval: str = "max", k: int = 4, threshold: float | None = None,
-         progress: bool = False, index: str = "exact",
-         ivf: approximate_neighbors.IvfOptions | None = None,
-         **knn_options) -> tuple[np.ndarray, np.ndarray]:
-  """Mined pairs of rows, each row used at most once, best first.
-
-  Args:
-    source: float [n, d] embeddings of distinct source sentences.
-    target: float [m, d] embeddings of distinct target sentences.
-    margin: "ratio", "distance" or "absolute" (see the module docstring).
-    retrieval: "max", "fwd", "bwd" or "intersect".
-    k: neighbours per side for the margin and the candidates; <= min(n, m).
-    threshold: keep scores >= threshold; None keeps every pair.
-    progress: show a progress bar per search direction.
-    index: "exact" (blockwise, `neighbourhoods`) or "ivf" (approximate,
-      `approximate_neighbors.knn` per direction, margins on those neighbours).
-    ivf: the IVF geometry for index="ivf" (default IvfOptions()).
-    **knn_options: query_block, key_block, backend, devices for the exact search.
-
-  Returns:
-    (pairs int64 [p, 2] of (source row, target row), scores float64 [p]),
-    by score descending (ties as in the module docstring).
-  """
-  _check_scoring(margin, retrieval)
-  _check_k(k, len(source), len(target))
-  hood = search(source, target, k, progress=progress, index=index, ivf=ivf, **knn_options)
-  return mined_pairs(hood, margin=margin, retrieval=retrieval, threshold=threshold)
-
-
-def search(source: np.ndarray, target: np.ndarray, k: int, *, progress: bool = False,
-           index: str = "exact", ivf: approximate_neighbors.IvfOptions | None = None,
-           **knn_options) -> bucc.Neighbourhoods:
-  """Both directions' k nearest neighbours by `mine`'s index, ivf and knn_options."""
-  if index == "exact":
-    return neighbourhoods(source, target, k, progress=progress, **knn_options)
-  if index == "ivf":
-    if knn_options:
-      raise ValueError(f"{sorted(knn_options)} tune the exact search; drop them with "
-                       "--index=ivf (its options are --nlist, --nprobe, --sq8, --pq, "
-                       "--train_size, --shards).")
-    return bucc.neighbourhoods(source, target, k, progress=progress,
-                               ivf=ivf or approximate_neighbors.IvfOptions())
-  raise ValueError(f"--index={index}; pick one of {INDEXES}.")
-
-
-def mined_pairs(hood: bucc.Neighbourhoods, *, margin: str = "ratio", retrieval: str = "max",
-                threshold: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-  """`mine`'s pairs and scores from neighbourhoods already searched (exact or approximate)."""
-  pairs, scores = bucc.candidates(hood, MARGINS[margin], RETRIEVALS[retrieval])
-  keep = bucc.one_to_one(pairs, scores)
-  pairs, scores = pairs[keep], scores[keep]
-  if threshold is not None:
-    above = scores >= threshold
-    pairs, scores = pairs[above], scores[above]
-  return pairs, scores
-
-
-def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int, *, progress: bool = False,
-                   backend: str = "jax", **knn_options) -> bucc.Neighbourhoods:
-  """Both directions' k nearest neighbours: one pass of block products (jax) or two searches.
-
-  The jax backend reduces each block of the cosine matrix along rows and
-  columns at once (`neighbors.knn_both`), half the FLOPs of searching each
-  direction; faiss searches twice, as LASER does. Same answer, same ties.
-  """
-  if backend != "jax":
-    return bucc.neighbourhoods(source, target, k, progress=progress, backend=backend,
-                               **knn_options)
-  return bucc.Neighbourhoods(*neighbors.knn_both(
-      source, target, k, progress="k-NN both directions" if progress else None,
-      **knn_options))
-
-
 def _encode_side(encoder: encoders_lib.UniqueSentences, side: Side, name: str,
                  other_width: int | None, language: str | None) -> np.ndarray:
   """The side's embeddings, by its language's tower (a two-tower model's); against the
@@ -288,20 +211,6 @@ def _check_widths(source_width: int, target_width: int) -> None:
   if source_width != target_width:
     raise ValueError(f"source embeddings are {source_width}-wide but target ones "
                      f"{target_width}; embed both sides with the same encoder.")
-
-
-def _check_scoring(margin: str, retrieval: str) -> None:
-  if margin not in MARGINS:
-    raise ValueError(f"margin must be one of {list(MARGINS)}, got {margin!r}.")
-  if retrieval not in RETRIEVALS:
-    raise ValueError(f"retrieval must be one of {list(RETRIEVALS)}, got {retrieval!r}.")
-
-
-def _check_k(k: int, num_sources: int, num_targets: int) -> None:
-  if not 1 <= k <= min(num_sources, num_targets):
-    raise ValueError(f"--k={k} needs at least k distinct sentences on each side, and there "
-                     f"are {num_sources} source and {num_targets} target sentences; pass "
-                     f"1 <= --k <= {min(num_sources, num_targets)}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -331,7 +240,7 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
 
   Over machines (index="ivf" with `ivf.shards` = S > 1): each of S runs with
   `shard` = i searches key slice i of both sides and saves its neighbour
-  lists beside `output` (`approximate_neighbors.save_shard`; no pairs yet);
+  lists beside `output` (`approximate.save_shard`; no pairs yet);
   one run with `merge_shards` merges the S files and mines from them, without
   embeddings.
 
@@ -361,20 +270,21 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
     if not side.sentences:
       raise ValueError(f"{side.path} has no sentences to mine ({side.num_lines} lines, none "
                        "with text); give a file with one sentence per line.")
-  _check_k(k, len(source.sentences), len(target.sentences))
-  _check_scoring(margin, retrieval)
+  mining.check_k(k, len(source.sentences), len(target.sentences))
+  mining.check_scoring(margin, retrieval)
   if output_format not in OUTPUT_FORMATS:
     raise ValueError(f"--output_format={output_format}; pick one of {OUTPUT_FORMATS}.")
-  ivf = knn_options.get("ivf") or approximate_neighbors.IvfOptions()
+  ivf = knn_options.get("ivf") or approximate.IvfOptions()
   if shard is not None or merge_shards:
     _check_sharding(shard, merge_shards, knn_options, src_embeddings, trg_embeddings)
     meta = {"k": k, "num_sources": len(source.sentences), "num_targets": len(target.sentences),
             **{f: getattr(ivf, f) for f in ("shards", "nlist", "nprobe", "pq", "sq8",
                                            "train_size", "seed")}}
   if merge_shards:
-    forward, backward = approximate_neighbors.load_shards(output, meta, k)
-    hood = bucc.Neighbourhoods(*forward, *backward)
-    pairs, scores = mined_pairs(hood, margin=margin, retrieval=retrieval, threshold=threshold)
+    forward, backward = approximate.load_shards(output, meta, k)
+    hood = mining.Neighbourhoods(*forward, *backward)
+    pairs, scores = mining.mined_pairs(hood, margin=margin, retrieval=retrieval,
+                                       threshold=threshold)
     return _write_pairs(source, target, output, pairs, scores, output_format, "", _options_note(
         margin, retrieval, k, threshold, ivf, len(target.sentences), merged=True))
   # Every given .npy is read and checked before anything is embedded.
@@ -397,16 +307,17 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
     truncated = embed.truncation_note(encoder, (source.sentences if not src_embeddings else [])
                                       + (target.sentences if not trg_embeddings else []))
   if shard is not None:
-    path = approximate_neighbors.shard_file(output, shard, ivf.shards)
+    path = approximate.shard_file(output, shard, ivf.shards)
     forward, backward = (
-        approximate_neighbors.shard_knn(queries, keys, k, ivf, shard, name if progress else None)
+        approximate.shard_knn(queries, keys, k, ivf, shard, name if progress else None)
         for queries, keys, name in ((x, y, "src->trg"), (y, x, "trg->src")))
-    approximate_neighbors.save_shard(path, forward, backward, {**meta, "shard": shard})
+    approximate.save_shard(path, forward, backward, {**meta, "shard": shard})
     return Summary(source, target, 0, f"shard {shard} of {ivf.shards}: neighbour lists of both "
                    f"directions written to {path}; mine with --merge_shards once all "
                    f"{ivf.shards} are written", truncated)
-  hood = search(x, y, k, progress=progress, **knn_options)
-  pairs, scores = mined_pairs(hood, margin=margin, retrieval=retrieval, threshold=threshold)
+  hood = mining.neighbourhoods(x, y, k, progress=progress, **knn_options)
+  pairs, scores = mining.mined_pairs(hood, margin=margin, retrieval=retrieval,
+                                     threshold=threshold)
   note = _options_note(margin, retrieval, k, threshold,
                        ivf if knn_options.get("index", "exact") != "exact" else None, len(y))
   if knn_options.get("index", "exact") != "exact" and recall_sample:
@@ -414,10 +325,10 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
   return _write_pairs(source, target, output, pairs, scores, output_format, truncated, note)
 
 
-def _recall_note(x: np.ndarray, y: np.ndarray, hood: bucc.Neighbourhoods, sample: int) -> str:
+def _recall_note(x: np.ndarray, y: np.ndarray, hood: mining.Neighbourhoods, sample: int) -> str:
   """recall@k of both directions' IVF neighbours on a sample, with the fix when it is low."""
-  recalls = (approximate_neighbors.sampled_recall(x, y, hood.forward_indices, sample),
-             approximate_neighbors.sampled_recall(y, x, hood.backward_indices, sample))
+  recalls = (approximate.sampled_recall(x, y, hood.forward_indices, sample),
+             approximate.sampled_recall(y, x, hood.backward_indices, sample))
   k = hood.forward_indices.shape[1]
   note = (f"; recall@{k} of the IVF neighbours against exact on {min(sample, len(x))} / "
           f"{min(sample, len(y))} sampled sentences: {recalls[0]:.3f} (src->trg) / "
@@ -445,7 +356,7 @@ def _check_sharding(shard: int | None, merge_shards: bool, knn_options: Mapping,
 
 
 def _options_note(margin: str, retrieval: str, k: int, threshold: float | None,
-                  ivf: approximate_neighbors.IvfOptions | None, num_keys: int,
+                  ivf: approximate.IvfOptions | None, num_keys: int,
                   merged: bool = False) -> str:
   """The summary's account of how the pairs were mined (approximate search named as such)."""
   above = "" if threshold is None else f", score >= {threshold:g}"
@@ -489,14 +400,14 @@ def _define_flags() -> None:
                     "exact: blockwise search (--backend); ivf: faiss inverted file, approximate "
                     "(corpus scale, margins on the approximate k-NN as LASER does).")
   flags.DEFINE_integer("nlist", 0, "--index=ivf: k-means cells (0: 4 * sqrt(sentences)).")
-  flags.DEFINE_integer("nprobe", approximate_neighbors.IvfOptions.nprobe,
+  flags.DEFINE_integer("nprobe", approximate.IvfOptions.nprobe,
                        "--index=ivf: cells scanned per query.")
   flags.DEFINE_integer("pq", 0, "--index=ivf: bytes per key for product quantization "
                        "(0: exact keys, IVF-Flat); must divide the embedding width.")
   flags.DEFINE_bool("sq8", False, "--index=ivf: keep one byte per dimension (8-bit scalar "
                     "quantization; a quarter of the memory and of the bytes each query scans); "
                     "candidates are re-scored by exact cosine.")
-  flags.DEFINE_integer("train_size", approximate_neighbors.IvfOptions.train_size,
+  flags.DEFINE_integer("train_size", approximate.IvfOptions.train_size,
                        "--index=ivf: sentences sampled to train the cells (0: 64 per cell, "
                        "at least 100,000).")
   flags.DEFINE_integer("shards", 1, "--index=ivf: key slices indexed and searched one after "
@@ -540,7 +451,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def _search_options() -> dict:
-  """mine()'s search keywords from the flags; a flag of the other --index is an error."""
+  """mining.mine()'s search keywords from the flags; a flag of the other --index is an error."""
   other = IVF_FLAGS if FLAGS.index == "exact" else EXACT_FLAGS
   given = [f"--{name}" for name in other if FLAGS[name].present]
   if given:
@@ -549,7 +460,7 @@ def _search_options() -> dict:
   if FLAGS.index == "exact":
     return {"backend": FLAGS.backend, "query_block": FLAGS.query_block,
             "key_block": FLAGS.key_block}
-  return {"index": "ivf", "ivf": approximate_neighbors.IvfOptions(
+  return {"index": "ivf", "ivf": approximate.IvfOptions(
       nlist=FLAGS.nlist, nprobe=FLAGS.nprobe, pq=FLAGS.pq, sq8=FLAGS.sq8,
       train_size=FLAGS.train_size, shards=FLAGS.shards)}
 

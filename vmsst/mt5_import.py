@@ -56,6 +56,7 @@ initialisation).
 """
 
 from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst import gin_utils  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -370,8 +371,7 @@ def _define_flags() -> None:
 
 
 def main(argv) -> None:
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
+  cli.check_no_arguments(argv)
   from vmsst import train  # pylint: disable=import-outside-toplevel
   f = flags.FLAGS
   if not f.gin_file:
@@ -381,7 +381,7 @@ def main(argv) -> None:
     raise cli.UserError(f"--hf_dir={f.hf_dir} has no config.json; give a Hugging Face T5/mT5 "
                         "directory (save_pretrained(..., safe_serialization=True) writes one).")
   cli.check_output_path("output", f.output)
-  train.parse_gin(f.gin_file, f.gin_bindings, f.gin_search_path)
+  gin_utils.parse_gin(f.gin_file, f.gin_bindings, f.gin_search_path)
   model = gin.query_parameter("train.model").scoped_configurable_fn()
   try:
     checkpoint = Checkpoint(f.hf_dir)
@@ -396,4 +396,4 @@ def main(argv) -> None:
 if __name__ == "__main__":
   _define_flags()
   from vmsst import train as _train  # pylint: disable=g-import-not-at-top
-  cli.run(main, argv=_train.rewrite_gin_args(sys.argv))
+  cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))

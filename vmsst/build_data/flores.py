@@ -35,6 +35,7 @@ from typing import Sequence
 
 from absl import flags
 
+from vmsst import build_data
 from vmsst_tasks import sources
 
 TASK_DIR = "flores"
@@ -86,22 +87,16 @@ def _define_flags() -> None:
   flags.DEFINE_string("output", None, "Where flores/devtest/ is written.", required=True)
 
 
+def _has_ntrex_documents(data_dir: str) -> None:
+  if not pathlib.Path(data_dir, sources.NTREX_DIR, "DOCUMENT_IDS.tsv").is_file():
+    raise cli.UserError(f"--data_dir={data_dir} has no {sources.NTREX_DIR}/DOCUMENT_IDS.tsv; "
+                        "give the root of the shared corpora (../shared/data from the "
+                        "repository, see its README.md).")
+
+
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
-  config = flags.FLAGS
-  cli.check_data_dir("data_dir", config.data_dir)
-  if not pathlib.Path(config.data_dir, sources.NTREX_DIR, "DOCUMENT_IDS.tsv").is_file():
-    raise cli.UserError(f"--data_dir={config.data_dir} has no {sources.NTREX_DIR}/"
-                        "DOCUMENT_IDS.tsv; give the root of the shared corpora (../shared/data "
-                        "from the repository, see its README.md).")
-  cli.check_output_path("output", config.output, directory=True)
-  try:
-    counts = build(config.data_dir, config.output)
-  except (FileNotFoundError, ValueError) as e:  # the message names the file and the fix
-    raise cli.UserError(str(e)) from e
-  print(json.dumps(counts))
-  print(f"Wrote {pathlib.Path(config.output) / TASK_DIR / SPLIT}")
+  build_data.run(argv, lambda config: build(config.data_dir, config.output),
+                 check_data=_has_ntrex_documents, written=f"{TASK_DIR}/{SPLIT}", indent=None)
 
 
 if __name__ == "__main__":

@@ -28,12 +28,12 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
 
 # pylint: disable=wrong-import-position
 import collections
-import json
 import pathlib
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from absl import flags
 
+from vmsst import build_data
 from vmsst import sts_files
 from vmsst import text_files
 from vmsst.evaluation.question_retrieval import FOLDER, GOLD, KB, QUERIES
@@ -203,18 +203,9 @@ def _define_flags() -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise cli.UserError(f"unexpected arguments {argv[1:]}; every input is a flag (see --help).")
-  config = flags.FLAGS
-  cli.check_data_dir("data_dir", config.data_dir)
-  cli.check_output_path("output", config.output, directory=True)
-  try:
-    summary = build_question_retrieval(
-        config.data_dir, config.output, languages=config.languages, min_score=config.min_score,
-        kb_splits=config.kb_splits, sts16=config.sts16)
-  except (FileNotFoundError, ValueError) as e:  # the message names the file and the fix
-    raise cli.UserError(str(e)) from e
-  print(json.dumps(summary, indent=2))
+  build_data.run(argv, lambda config: build_question_retrieval(
+      config.data_dir, config.output, languages=config.languages, min_score=config.min_score,
+      kb_splits=config.kb_splits, sts16=config.sts16))
 
 
 if __name__ == "__main__":

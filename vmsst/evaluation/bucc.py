@@ -1,7 +1,7 @@
 """BUCC 2018 parallel-sentence mining: read the task, mine pairs, score F1.
 
-A library (the margin scores, candidates and one-to-one selection are also
-what the `python -m vmsst.mine` command, vmsst/mine.py, runs on two files).
+Mining itself (neighbour search, margin scores, candidates, one-to-one
+selection) is vmsst/mining/, which `python -m vmsst.mine` runs on two files.
 
 The task (Zweigenbaum et al., 2018): two large monolingual sets, a few
 percent of whose sentences are translations of each other; find those pairs.
@@ -15,24 +15,9 @@ with splits `sample`, `training` and `test`. BUCC 2018 itself is not
 shipped here; vmsst/build_data/bucc.py writes a task in this layout from real
 translations.
 
-Mining follows Artetxe & Schwenk (2019), "Margin-based parallel corpus mining
-with multilingual sentence embeddings". With NN_k(x) the k targets nearest to
-source x by cosine and NN_k(y) the k sources nearest to target y,
-
-    avg(x, y)      = sum_{z in NN_k(x)} cos(x, z) / 2k + sum_{z in NN_k(y)} cos(y, z) / 2k
-    ratio(x, y)    = cos(x, y) / avg(x, y)
-    distance(x, y) = cos(x, y) - avg(x, y)
-
-Candidates are then retrieved `forward` (each source keeps its best-scoring
-target among its k nearest), `backward` (each target its best source among
-its k nearest), `max`: the union of forward and backward candidates, sorted
-by score descending (forward before backward, then by index, on equal
-scores) and kept greedily while neither the source nor the target has been
-used (`one_to_one`), so the result is one-to-one; or `intersect` (mining
-only, not a BUCC detail column): the forward candidates that are also
-backward candidates, i.e. mutual best matches, one-to-one by construction.
-All neighbour searches go through `neighbors.knn`, so memory stays bounded
-on 10^6-sentence sides.
+Mining is vmsst/mining (Artetxe & Schwenk's margin scores, `forward`,
+`backward`, `max` retrieval; its docstring has the formulas), so memory stays
+bounded on 10^6-sentence sides.
 
 A threshold on the score is chosen to maximize F1 against the `training`
 gold and applied to `test`, as in the shared task. The headline figures are
@@ -48,15 +33,14 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from vmsst.evaluation import approximate_neighbors
 from vmsst.evaluation import encoders
-from vmsst.evaluation import neighbors
+from vmsst.mining import approximate
+from vmsst import mining
 from vmsst import text_files
 
 SPLITS = ("sample", "training", "test")
-SCORINGS = ("cosine", "ratio", "distance")
+SCORINGS = mining.SCORINGS
 RETRIEVALS = ("forward", "backward", "max")  # the BUCC detail columns
-ALL_RETRIEVALS = RETRIEVALS + ("intersect",)  # what `candidates` accepts
 HEADLINE = {"cosine": "cosine/max", "margin": "ratio/max"}
 _NO_TEST_GOLD = ("no test gold: figures are on the training split with the threshold tuned "
                  "on it (optimistic)")
@@ -183,139 +167,6 @@ def resolve_root(folder: str | pathlib.Path) -> pathlib.Path:
   return folder
 
 
-# -------------------------------------------------------------------------- mining
-
-
-@dataclasses.dataclass(frozen=True)
-class Neighbourhoods:
-  """k nearest neighbours in both directions, all mining needs (O((n + m) k) memory).
-
-  Attributes:
-    forward_scores: float32 [n, k] cosines of each source's k nearest targets, descending.
-    forward_indices: int64 [n, k] those targets' rows.
-    backward_scores: float32 [m, k] cosines of each target's k nearest sources, descending.
-    backward_indices: int64 [m, k] those sources' rows.
-  """
-  forward_scores: np.ndarray
-  forward_indices: np.ndarray
-  backward_scores: np.ndarray
-  backward_indices: np.ndarray
-
-
-def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int = 4, *,
-                   progress: bool = False, ivf: approximate_neighbors.IvfOptions | None = None,
-                   **knn_options) -> Neighbourhoods:
-  """Searches float [n, d] sources against float [m, d] targets and back.
-
-  Exact (neighbors.knn, whose keywords knn_options are) unless `ivf` is given:
-  then one faiss IVF index per side answers approximately, as LASER mines at
-  scale (approximate_neighbors.knn). `progress` shows a bar per direction.
-  """
-  if ivf is not None:
-    if knn_options:
-      raise ValueError(f"{sorted(knn_options)} tune the exact search; the IVF search takes "
-                       "only its IvfOptions.")
-    return Neighbourhoods(
-        *approximate_neighbors.knn(source, target, k, ivf, "src->trg" if progress else None),
-        *approximate_neighbors.knn(target, source, k, ivf, "trg->src" if progress else None))
-  forward = neighbors.knn(source, target, k, progress="k-NN source->target" if progress else None,
-                          **knn_options)
-  backward = neighbors.knn(target, source, k, progress="k-NN target->source" if progress else None,
-                           **knn_options)
-  return Neighbourhoods(*forward, *backward)
-
-
-def _score(cosines: np.ndarray, sources: np.ndarray, targets: np.ndarray,
-           hood: Neighbourhoods, scoring: str) -> np.ndarray:
-  """float64 scores of candidate pairs (any matching shapes) given their cosines.
-
-  The ratio assumes positive neighbourhood means, as the cosines of a useful
-  encoder's nearest neighbours are; the distance margin has no such caveat.
-  """
-  cosines = cosines.astype(np.float64)
-  if scoring == "cosine":
-    return cosines
-  average = (hood.forward_scores.mean(axis=1, dtype=np.float64)[sources]
-             + hood.backward_scores.mean(axis=1, dtype=np.float64)[targets]) / 2
-  if scoring == "ratio":
-    return cosines / average
-  if scoring == "distance":
-    return cosines - average
-  raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}.")
-
-
-def _best_per_row(hood: Neighbourhoods, backward: bool,
-                  scoring: str) -> tuple[np.ndarray, np.ndarray]:
-  """Each source's (or target's) best-scoring candidate: (int64 [r, 2] pairs, float64 [r])."""
-  cosines = hood.backward_scores if backward else hood.forward_scores
-  others = hood.backward_indices if backward else hood.forward_indices
-  rows = np.broadcast_to(np.arange(len(others))[:, None], others.shape)
-  sources, targets = (others, rows) if backward else (rows, others)
-  scores = _score(cosines, sources, targets, hood, scoring)
-  best = np.argmax(scores, axis=1)  # equal scores: the nearer neighbour by cosine
-  take = lambda a: np.take_along_axis(a, best[:, None], axis=1)[:, 0]
-  pairs = np.stack([take(sources), take(targets)], axis=1).astype(np.int64)
-  return pairs, take(scores)
-
-
-def candidates(hood: Neighbourhoods, scoring: str = "ratio",
-               retrieval: str = "max") -> tuple[np.ndarray, np.ndarray]:
-  """Mined candidate pairs before any threshold.
-
-  Args:
-    hood: neighbourhoods of the two sides.
-    scoring: "cosine", "ratio" or "distance" (see the module docstring).
-    retrieval: "forward", "backward", "max" or "intersect" (see the module
-      docstring).
-
-  Returns:
-    (pairs int64 [p, 2] of (source row, target row), scores float64 [p]):
-    by source row for forward and intersect, by target row for backward,
-    by score descending for max. Only max and intersect are one-to-one.
-  """
-  if retrieval not in ALL_RETRIEVALS:
-    raise ValueError(f"retrieval must be one of {ALL_RETRIEVALS}, got {retrieval!r}.")
-  if retrieval in ("forward", "backward"):
-    return _best_per_row(hood, retrieval == "backward", scoring)
-  forward, backward = _best_per_row(hood, False, scoring), _best_per_row(hood, True, scoring)
-  if retrieval == "intersect":
-    # backward[0] row j is target j's best (source, j); mutual if it names the same source.
-    mutual = backward[0][forward[0][:, 1], 0] == forward[0][:, 0]
-    return forward[0][mutual], forward[1][mutual]
-  pairs = np.concatenate([forward[0], backward[0]])
-  scores = np.concatenate([forward[1], backward[1]])
-  keep = one_to_one(pairs, scores)
-  return pairs[keep], scores[keep]
-
-
-def one_to_one(pairs: np.ndarray, scores: np.ndarray) -> np.ndarray:
-  """Greedy one-to-one selection: which candidates to keep so no row is used twice.
-
-  Candidates are visited by score descending (equal scores in their given
-  order) and kept while neither their source nor their target row has been
-  kept. Example: pairs [[0, 0], [1, 0], [1, 1]], scores [0.5, 0.9, 0.7] ->
-  [1] ((1, 0) takes source 1 and target 0; both others reuse one of them).
-
-  Args:
-    pairs: int [p, 2] of (source row, target row).
-    scores: float [p].
-
-  Returns:
-    int64 [q] positions into `pairs`, in visiting order (score descending).
-  """
-  order = np.argsort(-np.asarray(scores, np.float64), kind="stable")
-  pairs = np.asarray(pairs).reshape(-1, 2)[order]
-  keep, used_sources, used_targets = [], set(), set()
-  # Plain ints: a Python loop over numpy scalars is several times slower at 10^6 candidates.
-  for position, source, target in zip(order.tolist(), pairs[:, 0].tolist(),
-                                      pairs[:, 1].tolist()):
-    if source not in used_sources and target not in used_targets:
-      keep.append(position)
-      used_sources.add(source)
-      used_targets.add(target)
-  return np.asarray(keep, np.int64)
-
-
 # ------------------------------------------------------------------ scoring against gold
 
 
@@ -387,7 +238,7 @@ def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
       all pairs found when None.
     k: neighbours per side for the margin and the candidates (4 in the paper).
     index: "exact", or "ivf" for approximate neighbours from one faiss IVF
-      index per side (approximate_neighbors.IvfOptions()'s geometry unless an
+      index per side (approximate.IvfOptions()'s geometry unless an
       `ivf=` option gives one): the F1 a corpus-scale mining run would get.
     **knn_options: query_block, key_block, backend for neighbors.knn; or ivf.
 
@@ -399,7 +250,7 @@ def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
   if index not in ("exact", "ivf"):
     raise ValueError(f"index={index!r}; pick exact or ivf.")
   if index == "ivf":
-    knn_options.setdefault("ivf", approximate_neighbors.IvfOptions())
+    knn_options.setdefault("ivf", approximate.IvfOptions())
   if isinstance(pairs, str):
     pairs = pairs.split(",")
   root = resolve_root(folder)
@@ -457,7 +308,7 @@ def evaluate_pair(encoder: encoders.UniqueSentences, root: pathlib.Path, src: st
   golds = {name: split.gold_indices() for name, split in splits.items()}
   detail = {}
   for scoring, retrieval in itertools.product(SCORINGS, RETRIEVALS):
-    mined = {name: candidates(hood, scoring, retrieval) for name, hood in hoods.items()}
+    mined = {name: mining.candidates(hood, scoring, retrieval) for name, hood in hoods.items()}
     correct = {name: is_gold(mined[name][0], golds[name]) for name in splits}
     threshold, training_f1 = best_threshold(mined["training"][1], correct["training"],
                                             len(golds["training"]))
@@ -475,14 +326,14 @@ def evaluate_pair(encoder: encoders.UniqueSentences, root: pathlib.Path, src: st
 
 
 def _embed(encoder: encoders.UniqueSentences, split: Split, desc: str, k: int,
-           knn_options: Mapping, languages: tuple[str, str]) -> Neighbourhoods:
+           knn_options: Mapping, languages: tuple[str, str]) -> mining.Neighbourhoods:
   """Embeds both sides of a split, each by its language's tower, and searches their
   neighbourhoods."""
   source = encoder.encode(list(split.source.values()), desc=f"{desc} source",
                           language=languages[0])
   target = encoder.encode(list(split.target.values()), desc=f"{desc} target",
                           language=languages[1])
-  return neighbourhoods(source, target, k, **knn_options)
+  return mining.neighbourhoods(source, target, k, **knn_options)
 
 
 def table(results: Mapping) -> str:

@@ -14,9 +14,9 @@ lower index). Two scorings, as LASER offers:
     100 - xsim, reported as well because it is what Tatoeba tables show.
   * margin: the k = 4 nearest by cosine are rescored by the ratio margin
     cos(x, y) / avg(x, y) of Artetxe & Schwenk (2019) and the best is kept,
-    i.e. `bucc.candidates(..., "ratio", "forward")` (k is capped at the
+    i.e. `mining.candidates(..., "ratio", "forward")` (k is capped at the
     number of lines, as LASER's min(k, n)).
-Both go through `bucc.neighbourhoods`, so neighbour search is
+Both go through `vmsst.mining.neighbourhoods`, so neighbour search is
 `neighbors.knn`'s bounded-memory one.
 """
 
@@ -26,8 +26,8 @@ from typing import Mapping
 import numpy as np
 from absl import logging
 
+from vmsst import mining
 from vmsst.evaluation import encoders
-from vmsst.evaluation import bucc
 from vmsst import text_files
 
 MARGIN_K = 4  # LASER xsim's neighbourhood size for the margin.
@@ -50,12 +50,12 @@ def xsim_errors(source: np.ndarray, target: np.ndarray, *, k: int = MARGIN_K) ->
     raise ValueError(f"xsim needs two equally long non-empty sides, got {len(source)} and "
                      f"{len(target)} rows.")
   k = min(k, len(source))
-  hood = bucc.neighbourhoods(source, target, k)
+  hood = mining.neighbourhoods(source, target, k)
   errors = {"k": k}
   for suffix, scoring in _SCORINGS.items():
     for retrieval in ("forward", "backward"):
       # One candidate per query row, as (source row, target row): right iff they are equal.
-      pairs, _ = bucc.candidates(hood, scoring, retrieval)
+      pairs, _ = mining.candidates(hood, scoring, retrieval)
       errors[retrieval + suffix] = 100 * float(np.mean(pairs[:, 0] != pairs[:, 1]))
   return errors
 

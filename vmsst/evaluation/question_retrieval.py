@@ -31,7 +31,7 @@ import numpy as np
 
 from vmsst import languages as languages_lib
 from vmsst.evaluation import encoders
-from vmsst.evaluation import neighbors
+from vmsst.mining import neighbors
 from vmsst import text_files
 
 FOLDER = "question_retrieval"

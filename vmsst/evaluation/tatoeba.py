@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from vmsst import languages as languages_lib
-from vmsst.evaluation import neighbors
+from vmsst.mining import neighbors
 from vmsst.evaluation import plots
 from vmsst import text_files
 

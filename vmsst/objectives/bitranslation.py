@@ -8,7 +8,7 @@ The translation terms (`translation_latent`, `decode_nll`, `pair_sum`,
 whose loss carries the same bitranslation term.
 """
 
-from vmsst.optional_gin import gin
+from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 

@@ -20,7 +20,7 @@ Dropout draws one key per sentence (split from the step's key) in both
 modes, so a sentence sees the same mask whichever chunk encodes it.
 """
 
-from vmsst.optional_gin import gin
+from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 

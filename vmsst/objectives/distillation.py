@@ -19,7 +19,7 @@ writes its embedding table and semantic encoder to a file that
 """
 
 import flax.linen as nn
-from vmsst.optional_gin import gin
+from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 

@@ -40,7 +40,7 @@ from typing import Callable, Mapping
 
 from absl import logging
 import flax.linen as nn
-from vmsst.optional_gin import gin
+from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 import numpy as np

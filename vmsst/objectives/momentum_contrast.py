@@ -43,7 +43,7 @@ masking (Contrastive) does not reach the queue.
 """
 
 import flax.linen as nn
-from vmsst.optional_gin import gin
+from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 

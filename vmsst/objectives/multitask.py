@@ -8,7 +8,7 @@ temperature, by default). The two losses share one forward pass of the
 semantic encoder.
 """
 
-from vmsst.optional_gin import gin
+from vmsst.gin_utils import gin
 import jax.numpy as jnp
 
 from vmsst import losses

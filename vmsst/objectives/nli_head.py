@@ -31,7 +31,7 @@ import pathlib
 from typing import NamedTuple
 
 import flax.linen as nn
-from vmsst.optional_gin import gin
+from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -12,7 +12,7 @@ to `kl_scale` over `kl_anneal_steps`. The bracket is the negative ELBO. The
 four decodes (two translations, two reconstructions) run as one decoder call.
 """
 
-from vmsst.optional_gin import gin
+from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 

@@ -16,6 +16,7 @@ the training job, e.g. onto a machine that has the teacher).
 """
 
 from vmsst import cli
+from vmsst import gin_utils  # pylint: disable=g-bad-import-order
 
 cli.quiet_startup()  # before TensorFlow and JAX load
 
@@ -28,7 +29,7 @@ from absl import flags
 
 from vmsst import teacher_cache
 from vmsst.train import preflight
-from vmsst import train  # the gin flags, parse_gin and train's configurables
+from vmsst import train  # the gin flags and train's configurables
 from vmsst.evaluation import in_training
 
 
@@ -54,9 +55,9 @@ def fill_run(gin_files: Sequence[str], bindings: Sequence[str],
 
   Raises:
     cli.UserError: the run reads no teacher cache (not a distillation run),
-      or what train.parse_gin / preflight.check_paths reject.
+      or what gin_utils.parse_gin / preflight.check_paths reject.
   """
-  train.parse_gin(gin_files, bindings, search_paths)
+  gin_utils.parse_gin(gin_files, bindings, search_paths)
   preflight.check_paths()
   evaluators = in_training.as_list(_bound("train.evaluator"))
   if (_bound("register_tasks.teacher_cache") is None
@@ -80,4 +81,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
   cli.show_in_help(names=("gin_file", "gin_bindings", "gin_search_path"))
-  cli.run(main, argv=train.rewrite_gin_args(sys.argv))
+  cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))

@@ -21,10 +21,7 @@ if sys.argv[:1] == ["-m"]:  # `python -m vmsst.train` runs this before __main__.
   cli.check_early(lambda: cli.check_gin_files(sys.argv, required=True))  # before seconds of imports
 
 # pylint: disable=wrong-import-position
-import logging as python_logging  # gin logs through the root logger
 import os
-import pathlib
-import re
 import shutil
 import signal
 import time
@@ -50,9 +47,10 @@ from vmsst import partitioning
 from vmsst import teacher_cache
 from vmsst import trainer as trainer_lib
 from vmsst import gin_configurables  # pylint: disable=unused-import
+from vmsst import gin_utils
 from vmsst.evaluation import in_training
 from vmsst.train import preflight
-from vmsst.train.input_pipeline import POSITIONS_DIR, save_position, train_iterator
+from vmsst_tasks.input_pipeline import POSITIONS_DIR, save_position, train_iterator
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("gin_file", [], "Gin files, applied in order.")
@@ -221,7 +219,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
       logging.warning("resuming at step %d with changed settings: %s", start_step,
                       "; ".join(changes))
     ranges = preflight.step_ranges(model_dir, start_step, sequence_length, changed=bool(changes))
-    _write_operative_config(model_dir)
+    gin_utils.write_operative_config(model_dir, inference.CONFIG_FILE)
     inference.write_model_json(model_dir, model, sequence_length, step_ranges=ranges)
 
   # Stage 3: teacher vectors, then data, positioned at the restored step.
@@ -351,137 +349,6 @@ def _copy_vocabulary(model_dir: str, vocab: seqio.SentencePieceVocabulary) -> No
                      os.path.join(model_dir, inference.VOCABULARY_FILE), overwrite=True)
 
 
-def _write_operative_config(model_dir: str) -> None:
-  os.makedirs(model_dir, exist_ok=True)
-  with open(os.path.join(model_dir, inference.CONFIG_FILE), "w") as f:
-    f.write(gin.config_str())
-
-
-def rewrite_gin_args(argv: Sequence[str]) -> list[str]:
-  """`--gin.X=Y` -> `--gin_bindings=X = Y` (t5x's command-line convention)."""
-  pattern = re.compile(r"^--gin\.([^=]+)=(.*)$", re.S)
-  return [f"--gin_bindings={m.group(1)} = {m.group(2)}" if (m := pattern.match(a)) else a
-          for a in argv]
-
-
-def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
-              search_paths: Sequence[str] = (".",)) -> None:
-  """Parses gin files and bindings; REQUIRED macros left unset fail here.
-
-  Files and their `include 'gin/...'` lines resolve from the working
-  directory, then `search_paths`, then the root of the repository holding
-  each gin file (the directory above its `gin/`), then this checkout's root:
-  a run works from any directory.
-
-  Raises:
-    cli.UserError: a gin file or include is not found, a binding does not
-      parse (an unquoted string, a word for a number), names a configurable
-      or parameter that does not exist (with the closest), gives a value of
-      another type than the run file's, or sets a macro that nothing reads
-      (a typo); the files are no run file (preflight).
-  """
-  roots = [*search_paths, *_repository_roots(gin_files)]
-  for path in roots:
-    gin.add_config_file_search_path(path)
-  misses = _GinMisses()
-  python_logging.getLogger().addFilter(misses)
-  before = {}
-  try:
-    gin.parse_config_files_and_bindings(gin_files, [], finalize_config=False)
-    before = preflight.file_values(bindings)  # the run file's values, to type-check the flags'
-    gin.parse_config(bindings)
-  except OSError as e:  # gin's own message is empty
-    raise cli.UserError(
-        f"gin file {misses.missing(roots[-1])!r} not found (in {list(gin_files)} or their "
-        f"includes); searched the working directory and {roots}; pass "
-        "--gin_search_path=<the directory holding gin/>") from e
-  except SyntaxError as e:
-    raise cli.UserError(_binding_syntax_hint(e, bindings, before)) from e
-  except ValueError as e:  # an unknown configurable or parameter
-    raise preflight.parse_errors(e, bindings) from e
-  finally:
-    python_logging.getLogger().removeFilter(misses)
-  preflight.check_run_file(gin_files)
-  check_macros_are_read(bindings)
-  preflight.check_types(bindings, before)
-
-
-class _GinMisses:
-  """Root-logger filter: keeps gin's 'Path not found' errors from the console.
-
-  gin tries each search path in turn and logs an error for every miss, even
-  when a later path has the file; a real miss becomes one cli.UserError.
-  """
-
-  def __init__(self):
-    self.paths = []
-
-  def filter(self, record) -> bool:
-    message = record.getMessage()
-    if message.startswith("Path not found: "):
-      self.paths.append(message.removeprefix("Path not found: "))
-      return False
-    return True
-
-  def missing(self, last_root: str) -> str:
-    """The file of the last miss, as written in the include (its last search path removed)."""
-    if not self.paths:
-      return "(gin did not say which)"
-    return self.paths[-1].removeprefix(os.path.join(last_root, ""))
-
-
-def _repository_roots(gin_files: Sequence[str]) -> list[str]:
-  """The directory above `gin/` for each gin file under one, then this checkout's root."""
-  roots = []
-  for path in gin_files:
-    if os.path.isfile(path):
-      parents = pathlib.Path(path).resolve().parents
-      roots += [str(p.parent) for p in parents if p.name == "gin"][:1]
-  checkout = pathlib.Path(__file__).resolve().parents[2]
-  if (checkout / "gin").is_dir():
-    roots.append(str(checkout))
-  return list(dict.fromkeys(roots))
-
-
-def _binding_syntax_hint(error: SyntaxError, bindings: Sequence[str],
-                         before: dict[str, Any]) -> str:
-  """One line for a binding gin cannot parse: quotes for a string, a number for a number."""
-  where = getattr(error, "location", None)
-  text = (where.line_content if where else None) or error.text or ""
-  name, _, value = text.partition("=")
-  if not value.strip() or text.strip() not in [b.strip() for b in bindings]:
-    return f"gin cannot parse {text.strip()!r}: {error.msg}"
-  return preflight.syntax_hint(name.strip(), value.strip(), before)
-
-
-_MACRO_BINDING = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
-
-
-def check_macros_are_read(bindings: Sequence[str]) -> None:
-  """Fails when a binding sets a macro that no parsed configuration reads.
-
-  gin accepts `TRAIN_STEP = 3` as a new macro, so a typo would silently
-  train with the file's TRAIN_STEPS; this runs before any training and
-  before config.gin is written. Only command-line bindings are checked:
-  a gin file may define macros for the files that include it.
-
-  Raises:
-    cli.UserError: naming the macro and the closest one that is read.
-  """
-  bound = [m.group(1) for b in bindings if (m := _MACRO_BINDING.match(b))]
-  if not bound:
-    return
-  # gin has no public view of its parsed bindings; _CONFIG maps
-  # (scope, selector) -> {arg: value} with macros under selector "gin.macro".
-  config = gin.config._CONFIG  # pylint: disable=protected-access
-  read = {ref.scoped_selector.rsplit("/", 1)[0] for ref in gin.config.iterate_references(config)
-          if ref.scoped_selector.endswith("/gin.macro")}
-  for name in bound:
-    if name not in read:
-      raise cli.UserError(f"{name} is bound but never read; "
-                          f"{cli.did_you_mean(name, read, 'macros read')}")
-
-
 def initialize_distributed(*, coordinator_address: str | None = None,
                            num_processes: int | None = None,
                            process_id: int | None = None) -> None:
@@ -517,7 +384,7 @@ def main(argv: Sequence[str]) -> None:
   if FLAGS.distributed or any(v is not None for v in explicit):
     initialize_distributed(coordinator_address=FLAGS.coordinator_address,
                            num_processes=FLAGS.num_processes, process_id=FLAGS.process_id)
-  parse_gin(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_path)
+  gin_utils.parse_gin(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_path)
   preflight.check_paths()
   model_dir = gin.query_parameter("train.model_dir")
   model_dir = model_dir if isinstance(model_dir, str) else gin.query_parameter("%MODEL_DIR")

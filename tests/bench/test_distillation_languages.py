@@ -8,7 +8,7 @@ import pytest
 
 from vmsst.evaluation import flores
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
     "distillation_languages", ROOT / "bench" / "distillation_languages.py")
 report = importlib.util.module_from_spec(_spec)

@@ -1,22 +1,21 @@
-"""bench/main_job.py: the README's main-job figures come from one recorded run, rendered."""
+"""bench/main_job.py: the main job's figures come from one recorded run, rendered."""
 
 import importlib.util
 import json
 import pathlib
 
-import pytest
 from clu import metric_writers
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("main_job", ROOT / "bench" / "main_job.py")
 main_job = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(main_job)
 
 
-def test_the_readme_block_is_exactly_what_the_committed_record_renders():
+def test_the_results_page_is_exactly_what_the_committed_record_renders():
   """Editing the figures by hand, or the record without --render, fails here."""
   record = json.loads((main_job.RECORD_DIR / "main_job.json").read_text())
-  assert main_job.readme_block(main_job.README.read_text()) == main_job.render(record)
+  assert (main_job.RECORD_DIR / main_job.PAGE).read_text() == main_job.page(record)
   assert (main_job.RECORD_DIR / "learning_curve.png").stat().st_size > 0
 
 
@@ -51,31 +50,28 @@ def test_collect_reads_the_last_evaluation_the_score_and_what_was_cut(tmp_path):
   assert got["evaluation_seconds"] == 62
 
 
-def test_render_states_when_how_and_under_what_load_and_rewrites_only_the_block(tmp_path):
+def test_render_gives_the_records_figures_and_write_page_writes_only_its_folder(tmp_path):
   _trained_and_evaluated(tmp_path)
   record = {"date_utc": "2026-11-25 00:24", "commit": "abc1234", "fresh_clone": True, "cores": 2,
             "command": "make train", "install_seconds": 83.0, "job_seconds": 431.0,
             "load_average": {"mean": 2.2, "max": 3.7}, **main_job.collect(tmp_path)}
   text = main_job.render(record)
-  assert "Measured 2026-11-25 00:24 UTC on 2 cores" in text
-  assert "fresh clone of commit abc1234" in text and "8 min 34 s in all" in text
-  assert "**2.25%** (chance 0.45%); lowest set ntrex_val.eng-jpn 0.75%" in text
-  assert ("the paper's Score (§6.2): **8.5**, 1 of 2 components (english_sts 18.5; absent: "
-          "bucc; stand-ins: xl_sts); apart, not in the Score: question_retrieval 4.0") in text
-  assert "stsb 3 of 1,200" in text and "tatoeba" not in text.split("cut")[-1]
-  readme = tmp_path / "README.md"
-  readme.write_text(f"before\n{main_job.BEGIN}\nold figures\n{main_job.END}\nafter\n")
-  main_job.write_readme(record, readme)
-  assert readme.read_text() == f"before\n{main_job.BEGIN}\n{text}\n{main_job.END}\nafter\n"
-  readme.write_text("no markers\n")
-  with pytest.raises(ValueError, match="lacks the main-job markers"):
-    main_job.write_readme(record, readme)
+  for figure in ("2026-11-25 00:24", "abc1234", "8 min 34 s", "2.25%", "0.45%",
+                 "ntrex_val.eng-jpn 0.75%", "**8.5**", "english_sts 18.5", "bucc",
+                 "question_retrieval 4.0", "stsb 3 of 1,200"):
+    assert figure in text, figure
+  assert "tatoeba" not in text.split("cut")[-1]  # nothing of it was cut
+  folder = tmp_path / "record"
+  folder.mkdir()
+  path = main_job.write_page(record, folder)
+  assert path == folder / "README.md" and path.read_text() == main_job.page(record)
+  assert [p.name for p in folder.iterdir()] == ["README.md"]
 
 
 def test_a_record_of_the_five_family_score_is_named_so_not_as_the_papers():
   """Records measured before the paper's Score keep their figure, under its own name."""
   record = {"score": 11.7, "score_components": {"english_sts": 24.7, "question_retrieval": 17.2}}
   line = main_job.score_line(record)
-  assert line.startswith("- the five-family score") and "not re-measured" in line
-  assert "**11.7** (english_sts 24.7, question_retrieval 17.2)" in line
-  assert "paper's Score (" not in line
+  assert "five-family" in line and "**11.7**" in line
+  assert "english_sts 24.7" in line and "question_retrieval 17.2" in line
+  assert "§6.2" not in line

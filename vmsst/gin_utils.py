@@ -1,0 +1,338 @@
+"""Everything vmsst does with gin, in one place (t5x keeps it in `gin_utils.py`).
+
+- `gin`: gin-config where it is installed, else a stand-in whose decorators are
+  no-ops. The core (network, objectives, optimizers, partitioning, trainer,
+  checkpointing) marks what entrypoints may bind with `@gin.configurable` and
+  `gin.REQUIRED` but must import and train where gin is absent (accelerator
+  images): there nothing is bound, `configurable` returns its argument and
+  `REQUIRED` is a sentinel that fails loudly if an argument is left out.
+- The command line: `rewrite_gin_args` (`--gin.X=Y`, t5x's convention) and
+  `parse_gin`, which parses run files and bindings and turns every mistake into
+  one cli.UserError (a file not found, an unquoted string, an unknown
+  configurable or parameter with "did you mean", a macro nothing reads, a value
+  of another type than the run file's, files that bind no run).
+- `write_operative_config` (MODEL_DIR/config.gin) and `config_bindings`, which
+  reads one back (a resume compares them).
+
+What objects are bindable is vmsst/gin_configurables.py, the gin files' one import.
+"""
+
+import glob
+import inspect
+import logging as python_logging  # gin logs through the root logger
+import os
+import pathlib
+import re
+import types
+from typing import Any, Sequence
+
+from vmsst import cli
+
+try:
+  import gin  # pylint: disable=unused-import
+  if not hasattr(gin, "configurable"):
+    # Not gin-config but the repository's gin/ folder of .gin files, which Python
+    # imports as an empty namespace package when the repository root is on sys.path
+    # and gin-config is not installed (`python -m pytest` from the root on an
+    # accelerator image).
+    raise ImportError("gin resolves to a folder of .gin files, not gin-config")
+except ImportError:
+
+  class _Required:
+    """Stands for gin.REQUIRED: an argument that must be passed explicitly without gin."""
+
+    def __repr__(self):
+      return "REQUIRED (pass this argument explicitly: gin-config is not installed)"
+
+  def _configurable(name_or_fn=None, **_):
+    """`gin.configurable` with nothing to bind: the object itself."""
+    if callable(name_or_fn):
+      return name_or_fn
+    return lambda fn: fn
+
+  gin = types.SimpleNamespace(configurable=_configurable, REQUIRED=_Required())
+
+
+def write_operative_config(model_dir: str, name: str = "config.gin") -> None:
+  """Writes the operative config (every binding a run used) into MODEL_DIR, as t5x does."""
+  os.makedirs(model_dir, exist_ok=True)
+  with open(os.path.join(model_dir, name), "w", encoding="utf-8") as f:
+    f.write(gin.config_str())
+
+
+def rewrite_gin_args(argv: Sequence[str]) -> list[str]:
+  """`--gin.X=Y` -> `--gin_bindings=X = Y` (t5x's command-line convention)."""
+  pattern = re.compile(r"^--gin\.([^=]+)=(.*)$", re.S)
+  return [f"--gin_bindings={m.group(1)} = {m.group(2)}" if (m := pattern.match(a)) else a
+          for a in argv]
+
+
+def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
+              search_paths: Sequence[str] = (".",)) -> None:
+  """Parses gin files and bindings; REQUIRED macros left unset fail here.
+
+  Files and their `include 'gin/...'` lines resolve from the working
+  directory, then `search_paths`, then the root of the repository holding
+  each gin file (the directory above its `gin/`), then this checkout's root:
+  a run works from any directory.
+
+  Raises:
+    cli.UserError: a gin file or include is not found, a binding does not
+      parse (an unquoted string, a word for a number), names a configurable
+      or parameter that does not exist (with the closest), gives a value of
+      another type than the run file's, or sets a macro that nothing reads
+      (a typo); the files are no run file (preflight).
+  """
+  roots = [*search_paths, *_repository_roots(gin_files)]
+  for path in roots:
+    gin.add_config_file_search_path(path)
+  misses = _GinMisses()
+  python_logging.getLogger().addFilter(misses)
+  before = {}
+  try:
+    gin.parse_config_files_and_bindings(gin_files, [], finalize_config=False)
+    before = file_values(bindings)  # the run file's values, to type-check the flags'
+    gin.parse_config(bindings)
+  except OSError as e:  # gin's own message is empty
+    raise cli.UserError(
+        f"gin file {misses.missing(roots[-1])!r} not found (in {list(gin_files)} or their "
+        f"includes); searched the working directory and {roots}; pass "
+        "--gin_search_path=<the directory holding gin/>") from e
+  except SyntaxError as e:
+    raise cli.UserError(_binding_syntax_hint(e, bindings, before)) from e
+  except ValueError as e:  # an unknown configurable or parameter
+    raise parse_errors(e, bindings) from e
+  finally:
+    python_logging.getLogger().removeFilter(misses)
+  check_run_file(gin_files)
+  check_macros_are_read(bindings)
+  check_types(bindings, before)
+
+
+class _GinMisses:
+  """Root-logger filter: keeps gin's 'Path not found' errors from the console.
+
+  gin tries each search path in turn and logs an error for every miss, even
+  when a later path has the file; a real miss becomes one cli.UserError.
+  """
+
+  def __init__(self):
+    self.paths = []
+
+  def filter(self, record) -> bool:
+    message = record.getMessage()
+    if message.startswith("Path not found: "):
+      self.paths.append(message.removeprefix("Path not found: "))
+      return False
+    return True
+
+  def missing(self, last_root: str) -> str:
+    """The file of the last miss, as written in the include (its last search path removed)."""
+    if not self.paths:
+      return "(gin did not say which)"
+    return self.paths[-1].removeprefix(os.path.join(last_root, ""))
+
+
+def _repository_roots(gin_files: Sequence[str]) -> list[str]:
+  """The directory above `gin/` for each gin file under one, then this checkout's root."""
+  roots = []
+  for path in gin_files:
+    if os.path.isfile(path):
+      parents = pathlib.Path(path).resolve().parents
+      roots += [str(p.parent) for p in parents if p.name == "gin"][:1]
+  checkout = pathlib.Path(__file__).resolve().parents[1]
+  if (checkout / "gin").is_dir():
+    roots.append(str(checkout))
+  return list(dict.fromkeys(roots))
+
+
+def _binding_syntax_hint(error: SyntaxError, bindings: Sequence[str],
+                         before: dict[str, Any]) -> str:
+  """One line for a binding gin cannot parse: quotes for a string, a number for a number."""
+  where = getattr(error, "location", None)
+  text = (where.line_content if where else None) or error.text or ""
+  name, _, value = text.partition("=")
+  if not value.strip() or text.strip() not in [b.strip() for b in bindings]:
+    return f"gin cannot parse {text.strip()!r}: {error.msg}"
+  return syntax_hint(name.strip(), value.strip(), before)
+
+
+_MACRO_BINDING = re.compile(r"^\s*([A-Za-z_]\w*)\s*=")
+
+
+def check_macros_are_read(bindings: Sequence[str]) -> None:
+  """Fails when a binding sets a macro that no parsed configuration reads.
+
+  gin accepts `TRAIN_STEP = 3` as a new macro, so a typo would silently
+  train with the file's TRAIN_STEPS; this runs before any training and
+  before config.gin is written. Only command-line bindings are checked:
+  a gin file may define macros for the files that include it.
+
+  Raises:
+    cli.UserError: naming the macro and the closest one that is read.
+  """
+  bound = [m.group(1) for b in bindings if (m := _MACRO_BINDING.match(b))]
+  if not bound:
+    return
+  # gin has no public view of its parsed bindings; _CONFIG maps
+  # (scope, selector) -> {arg: value} with macros under selector "gin.macro".
+  config = gin.config._CONFIG  # pylint: disable=protected-access
+  read = {ref.scoped_selector.rsplit("/", 1)[0] for ref in gin.config.iterate_references(config)
+          if ref.scoped_selector.endswith("/gin.macro")}
+  for name in bound:
+    if name not in read:
+      raise cli.UserError(f"{name} is bound but never read; "
+                          f"{cli.did_you_mean(name, read, 'macros read')}")
+
+
+_UNKNOWN_CONFIGURABLE = re.compile(
+    r"No configurable matching (?:reference )?'@?([\w.]+?)(?:\(\))?'")
+_UNKNOWN_PARAMETER = re.compile(r"Configurable '([\w.]+)' doesn't have a parameter named '(\w+)'")
+
+
+def parse_errors(error: ValueError, bindings: Sequence[str]) -> cli.UserError:
+  """gin's ValueError while parsing as one line, with "did you mean" for a misspelt name."""
+  first = str(error).strip().splitlines()[0]
+  names = [n for m in (_UNKNOWN_PARAMETER.search(first), _UNKNOWN_CONFIGURABLE.search(first))
+           if m for n in m.groups()]
+  where = next((b for b in bindings if names and all(n in b for n in names)), None)
+  shown = f"--gin.{where.replace(' ', '')}: " if where else ""
+  if m := _UNKNOWN_PARAMETER.search(first):
+    selector, name = m.groups()
+    hint = cli.did_you_mean(name, parameters(selector), f"{selector} takes")
+    return cli.UserError(f"{shown}{selector} has no parameter {name}; {hint}")
+  if m := _UNKNOWN_CONFIGURABLE.search(first):
+    name = m.group(1)
+    hint = cli.did_you_mean(name.split(".")[-1], configurables()) or (
+        "see vmsst/gin_configurables.py for what can be bound")
+    return cli.UserError(f"{shown}nothing configurable is named {name}; {hint}")
+  return cli.UserError(f"{shown}gin: {first}")
+
+
+def configurables() -> list[str]:
+  """The names of every registered gin configurable (class and function names)."""
+  registry = gin.config._REGISTRY  # pylint: disable=protected-access  # gin has no public list
+  return sorted({selector.split(".")[-1] for selector, _ in registry.items()})
+
+
+def parameters(selector: str) -> list[str]:
+  """The parameters gin may bind on `selector` (a class's constructor's, a function's)."""
+  found = gin.config._REGISTRY.get_match(selector)  # pylint: disable=protected-access
+  if found is None:
+    return []
+  fn = found.wrapped.__init__ if inspect.isclass(found.wrapped) else found.wrapped
+  names = [n for n in inspect.signature(fn).parameters if n not in ("self", "args", "kwargs")]
+  return [n for n in names if not found.denylist or n not in found.denylist]
+
+
+def file_values(bindings: Sequence[str]) -> dict[str, Any]:
+  """The values the parsed files give the names the command-line bindings set (plain literals)."""
+  values = {}
+  for binding in bindings:
+    name = binding.partition("=")[0].strip()
+    try:
+      value = gin.query_parameter(name if "." in name or "/" in name else f"%{name}")
+    except (ValueError, KeyError):
+      continue
+    if isinstance(value, (bool, int, float, str)):
+      values[name] = value
+  return values
+
+
+def _kind(value: Any) -> str:
+  if isinstance(value, bool):
+    return "True or False"
+  if isinstance(value, int):
+    return "an integer"
+  if isinstance(value, float):
+    return "a number"
+  return "a string"
+
+
+def _fits(before: Any, after: Any) -> bool:
+  if isinstance(before, bool) or isinstance(after, bool):
+    return isinstance(before, bool) == isinstance(after, bool)
+  if isinstance(before, int):
+    return isinstance(after, int)
+  if isinstance(before, float):
+    return isinstance(after, (int, float))
+  return isinstance(after, str) or after is None
+
+
+def _example(before: Any, text: str) -> str:
+  """How to write `text` as a value of `before`'s type on the command line."""
+  if isinstance(before, str):
+    return f"\"'{text}'\""
+  return text if re.fullmatch(r"[-+.\deE_]+|True|False", text) else repr(before)
+
+
+def syntax_hint(name: str, value: str, before: dict[str, Any]) -> str:
+  """A binding gin cannot parse: a number for a number, quotes for a string."""
+  if name in before and not isinstance(before[name], str):
+    return (f"--gin.{name}={value}: {name} takes {_kind(before[name])} (the run file gives "
+            f"{before[name]!r}), e.g. --gin.{name}={before[name]!r}")
+  return (f"--gin.{name}={value}: gin values are Python literals, so a string needs quotes "
+          f"inside the shell's: --gin.{name}=\"'{value}'\"")
+
+
+def check_types(bindings: Sequence[str], before: dict[str, Any]) -> None:
+  """Each command-line value has the type of the value the run file gave it.
+
+  `--gin.TRAIN_STEPS="'30'"` would otherwise train until a comparison of an
+  int with a str fails, seconds into the run.
+
+  Raises:
+    cli.UserError: naming the binding, the type it takes and a value of that type.
+  """
+  for name, was in before.items():
+    now = gin.query_parameter(name if "." in name or "/" in name else f"%{name}")
+    if not _fits(was, now):
+      text = now if isinstance(now, str) else repr(now)
+      raise cli.UserError(
+          f"--gin.{name}={now!r}: {name} takes {_kind(was)} (the run file gives {was!r}); "
+          f"give --gin.{name}={_example(was, text)}")
+
+
+TRAIN_REQUIRED = ("model", "model_dir", "mixture_name", "train_steps", "batch_size",
+                  "sequence_length", "optimizer")
+
+
+def check_run_file(gin_files: Sequence[str]) -> None:
+  """The parsed files bind what `train` requires; a model or size file alone binds none of it.
+
+  Raises:
+    cli.UserError: no --gin_file, a file that is no run file (naming the run
+      file of the same name when gin/runs has one), or the unbound parameters.
+  """
+  if not gin_files:
+    raise cli.UserError(cli.NO_RUN_FILE)
+  missing = []
+  for name in TRAIN_REQUIRED:
+    try:
+      gin.query_parameter(f"train.{name}")
+    except ValueError:
+      missing.append(name)
+  if {"model_dir", "mixture_name", "train_steps"} <= set(missing):
+    stem = os.path.splitext(os.path.basename(gin_files[-1]))[0]
+    runs = sorted(glob.glob(os.path.join(cli.CHECKOUT, "gin", "runs", f"{stem}_*.gin")),
+                  key=lambda p: (not p.endswith("_cpu.gin"), p))
+    example = f", e.g. --gin_file={os.path.relpath(runs[0], cli.CHECKOUT)}" if runs else ""
+    raise cli.UserError(
+        f"--gin_file={gin_files[-1]} is not a run file: it binds nothing of train (a model or "
+        f"size file, which run files include); give a run file from gin/runs{example}.")
+  if missing:
+    raise cli.UserError(
+        f"{', '.join('train.' + m for m in missing)} not bound by {list(gin_files)}; bind them in "
+        "the run file or with --gin.train.<name>=VALUE (gin/runs/base_cpu.gin binds them all).")
+
+
+def config_bindings(text: str) -> dict[str, str]:
+  """{"scope/selector.arg" or "MACRO": the value as gin writes it} of a config string."""
+  from gin import config_parser  # pylint: disable=import-outside-toplevel
+  parser = config_parser.ConfigParser(text, gin.config.ParserDelegate(skip_unknown=True))
+  found = {}
+  for statement in parser:
+    if isinstance(statement, config_parser.BindingStatement):
+      key = "/".join(filter(None, [statement.scope, statement.selector]))
+      found[f"{key}.{statement.arg_name}" if statement.arg_name else key] = repr(statement.value)
+  return found
