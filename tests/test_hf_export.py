@@ -1,0 +1,147 @@
+"""The sentence-transformers export embeds like `vmsst.Encoder`, in stock PyTorch.
+
+A tiny trained model of each architecture (the original one as XLM-RoBERTa-XL,
+the T5-switched one as MT5EncoderModel) is exported; a fresh process with
+HF_HUB_OFFLINE, CPU torch and no vmsst, JAX or flax importable loads it with
+`SentenceTransformer(OUT)` and `AutoModel.from_pretrained(OUT)` (no
+trust_remote_code) and embeds 1,000 NTREX sentences of 125 languages, many cut
+at the model's length. Every sentence must have cosine >= 0.9999 with
+`Encoder.encode` and the same token ids as training's truncation.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import gin
+import numpy as np
+import pytest
+
+import vmsst
+from vmsst import hf_export
+from vmsst import inference
+from vmsst import text_files
+from vmsst import text_inputs
+from vmsst.config import NetworkConfig
+
+T5_SWITCHES = ["NetworkConfig.relative_attention = True", "NetworkConfig.rms_norm = True",
+               "NetworkConfig.gated_mlp = True", "NetworkConfig.projection_bias = False",
+               "NetworkConfig.scale_attention_logits = False"]
+
+# Runs in a fresh interpreter: torch, transformers, sentence-transformers; vmsst,
+# JAX and flax blocked, so the export cannot lean on them.
+_TORCH_ONLY = r"""
+import json, sys
+BLOCKED = ("jax", "jaxlib", "flax", "vmsst", "tensorflow")
+sys.modules.update(dict.fromkeys(BLOCKED))
+import numpy as np
+import torch
+import transformers
+from sentence_transformers import SentenceTransformer
+export, sentences_file, output = sys.argv[1:]
+sentences = json.load(open(sentences_file, encoding="utf-8"))
+model = SentenceTransformer(export, device="cpu")
+embeddings = model.encode(sentences, batch_size=64, convert_to_numpy=True)
+tokenizer = model.tokenizer
+ids = tokenizer(sentences, truncation=True, max_length=model.max_seq_length)["input_ids"]
+auto = transformers.AutoModel.from_pretrained(export)
+leaked = sorted(k for k, m in sys.modules.items() if m and k.split(".")[0] in BLOCKED)
+assert not leaked, leaked
+json.dump({"ids": ids, "auto_class": type(auto).__name__,
+           "max_seq_length": model.max_seq_length}, open(output + ".json", "w"))
+np.save(output + ".npy", embeddings)
+"""
+
+
+def ntrex_sample(data_dir: pathlib.Path, per_language: int = 8) -> list[str]:
+  """1,000 NTREX sentences: `per_language` of each language, past the first documents."""
+  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
+  sentences = []
+  for _, path in sorted(sources.ntrex_files(data_dir).items()):
+    sentences += text_files.read_lines(path)[300:300 + per_language]
+  return sentences[:1000]
+
+
+def train_tiny(data_dir, vocab_path, model_dir, objective: str, extra=()) -> pathlib.Path:
+  import vmsst.train  # pylint: disable=import-outside-toplevel
+  import vmsst_testing  # pylint: disable=import-outside-toplevel
+  vmsst_testing.configure_small_run(data_dir, vocab_path, model_dir, steps=3,
+                                    objective=objective,
+                                    extra=["train.evaluator = None", *extra])
+  vmsst.train.train()
+  gin.clear_config()
+  return model_dir
+
+
+@pytest.fixture(scope="module")
+def t5_model(data_dir, tiny_vocab_path, tmp_path_factory):
+  """A 3-step Contrastive run with every T5 switch on (an MT5EncoderModel export)."""
+  return train_tiny(data_dir, tiny_vocab_path, tmp_path_factory.mktemp("t5") / "run",
+                    "contrastive", T5_SWITCHES)
+
+
+@pytest.fixture(scope="module")
+def sentences(data_dir):
+  return ntrex_sample(data_dir)
+
+
+def load_in_torch(export_dir: pathlib.Path, sentences: list[str], work: pathlib.Path):
+  """(embeddings, token ids, AutoModel class, max_seq_length) from a fresh PyTorch process."""
+  (work / "sentences.json").write_text(json.dumps(sentences), encoding="utf-8")
+  env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+         "CUDA_VISIBLE_DEVICES": ""}
+  run = subprocess.run([sys.executable, "-c", _TORCH_ONLY, str(export_dir),
+                        str(work / "sentences.json"), str(work / "out")], cwd=work, env=env,
+                       capture_output=True, text=True, timeout=600, check=False)
+  assert run.returncode == 0, run.stderr[-3000:]
+  info = json.loads((work / "out.json").read_text(encoding="utf-8"))
+  return np.load(work / "out.npy"), info
+
+
+def assert_same_embeddings(model_dir, export_dir, sentences, work, architecture):
+  """Per-sentence cosine >= 0.9999 with Encoder.encode, and identical truncated ids."""
+  embeddings, info = load_in_torch(export_dir, sentences, work)
+  assert info["auto_class"] == architecture
+  reference = vmsst.Encoder.from_checkpoint(str(model_dir), dtype="float32").encode(sentences)
+  cosine = np.sum(embeddings * reference, -1) / (
+      np.linalg.norm(embeddings, axis=-1) * np.linalg.norm(reference, axis=-1))
+  print(f"{architecture}: min cosine {cosine.min():.7f} over {len(sentences)} sentences")
+  assert cosine.min() >= 0.9999, np.argsort(cosine)[:5]
+  restored = inference.restore(str(model_dir))
+  length = restored.sequence_length
+  assert info["max_seq_length"] == length
+  tokens, mask = text_inputs.tokenize_batch(restored.vocabulary, sentences, length)
+  expected = [list(row[:n]) for row, n in zip(tokens, mask.sum(1))]
+  assert info["ids"] == expected
+  cut = text_inputs.count_truncated(restored.vocabulary, sentences, length)
+  assert cut > 50, cut  # the test covers truncation: many sentences exceed the length
+  return cosine
+
+
+def test_original_architecture_exports_as_xlm_roberta_xl(tiny_model, sentences, tmp_path):
+  model_dir = tiny_model[0]
+  metadata = hf_export.export(str(model_dir), str(tmp_path / "export"))
+  assert metadata["architecture"] == "xlm-roberta-xl"
+  assert not list((tmp_path / "export").rglob("*.bin"))  # safetensors only
+  assert_same_embeddings(model_dir, tmp_path / "export", sentences, tmp_path,
+                         "XLMRobertaXLModel")
+  card = (tmp_path / "export" / "README.md").read_text(encoding="utf-8")
+  assert "VMSST" in card or "vmsst" in card
+  assert f"{metadata['step']} steps" in card
+
+
+def test_t5_switched_network_exports_as_mt5_encoder(t5_model, sentences, tmp_path):
+  metadata = hf_export.export(str(t5_model), str(tmp_path / "export"))
+  assert metadata["architecture"] == "mt5"
+  assert_same_embeddings(t5_model, tmp_path / "export", sentences, tmp_path, "MT5EncoderModel")
+
+
+def test_a_network_no_stock_architecture_computes_is_refused_naming_the_publishable_size():
+  with pytest.raises(hf_export.Unsupported, match="mt5_base.gin"):
+    hf_export.architecture(NetworkConfig(rms_norm=True))
+  with pytest.raises(hf_export.Unsupported, match="projection_bias"):
+    hf_export.architecture(NetworkConfig(relative_attention=True, rms_norm=True,
+                                         gated_mlp=True, scale_attention_logits=False))
+  assert hf_export.architecture(NetworkConfig()) == "xlm-roberta-xl"
