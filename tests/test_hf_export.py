@@ -87,6 +87,19 @@ def sentences(data_dir):
   return ntrex_sample(data_dir)
 
 
+@pytest.fixture(scope="module")
+def original_export(tiny_model, tmp_path_factory):
+  """(model_dir, export dir, metadata) of the tiny VMSST run (original architecture)."""
+  output = tmp_path_factory.mktemp("original_export") / "st"
+  return tiny_model[0], output, hf_export.export(str(tiny_model[0]), str(output))
+
+
+@pytest.fixture(scope="module")
+def t5_export(t5_model, tmp_path_factory):
+  output = tmp_path_factory.mktemp("t5_export") / "st"
+  return t5_model, output, hf_export.export(str(t5_model), str(output))
+
+
 def load_in_torch(export_dir: pathlib.Path, sentences: list[str], work: pathlib.Path):
   """(embeddings, token ids, AutoModel class, max_seq_length) from a fresh PyTorch process."""
   (work / "sentences.json").write_text(json.dumps(sentences), encoding="utf-8")
@@ -120,22 +133,41 @@ def assert_same_embeddings(model_dir, export_dir, sentences, work, architecture)
   return cosine
 
 
-def test_original_architecture_exports_as_xlm_roberta_xl(tiny_model, sentences, tmp_path):
-  model_dir = tiny_model[0]
-  metadata = hf_export.export(str(model_dir), str(tmp_path / "export"))
+def test_original_architecture_exports_as_xlm_roberta_xl(original_export, sentences, tmp_path):
+  model_dir, export_dir, metadata = original_export
   assert metadata["architecture"] == "xlm-roberta-xl"
-  assert not list((tmp_path / "export").rglob("*.bin"))  # safetensors only
-  assert_same_embeddings(model_dir, tmp_path / "export", sentences, tmp_path,
-                         "XLMRobertaXLModel")
-  card = (tmp_path / "export" / "README.md").read_text(encoding="utf-8")
-  assert "VMSST" in card or "vmsst" in card
-  assert f"{metadata['step']} steps" in card
+  assert not list(export_dir.rglob("*.bin"))  # safetensors only
+  assert_same_embeddings(model_dir, export_dir, sentences, tmp_path, "XLMRobertaXLModel")
+  card = (export_dir / "README.md").read_text(encoding="utf-8")
+  assert f"objective **VMSST**, {metadata['step']} steps" in card
+  assert "CC BY-SA 4.0" in card  # NTREX's license, read from its SOURCE.md
 
 
-def test_t5_switched_network_exports_as_mt5_encoder(t5_model, sentences, tmp_path):
-  metadata = hf_export.export(str(t5_model), str(tmp_path / "export"))
+def test_t5_switched_network_exports_as_mt5_encoder(t5_export, sentences, tmp_path):
+  model_dir, export_dir, metadata = t5_export
   assert metadata["architecture"] == "mt5"
-  assert_same_embeddings(t5_model, tmp_path / "export", sentences, tmp_path, "MT5EncoderModel")
+  assert_same_embeddings(model_dir, export_dir, sentences, tmp_path, "MT5EncoderModel")
+
+
+@pytest.mark.parametrize("which", ["original_export", "t5_export"])
+def test_an_export_is_init_params_giving_back_the_trained_encoder(which, request):
+  """`train.init_params = OUT`: the semantic path comes back exactly (fine-tuning here)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import vmsst_testing  # pylint: disable=import-outside-toplevel
+  from vmsst import param_files  # pylint: disable=import-outside-toplevel
+  model_dir, export_dir, _ = request.getfixturevalue(which)
+  restored = inference.restore(str(model_dir))
+  fresh = vmsst_testing.init_params(restored.model, seed=7)
+  loaded = param_files.flatten(hf_export.load_params(str(export_dir), fresh))
+  trained = param_files.flatten(jax.device_get(restored.params))
+  semantic = [k for k in trained if k.startswith(("semantic_", "token_embed/"))]
+  assert "semantic_head/mu/kernel" in semantic
+  for name in semantic:
+    if name.startswith("semantic_head/logvar"):
+      continue  # not exported: μ_sem never reads it
+    np.testing.assert_array_equal(np.asarray(loaded[name]), trained[name], err_msg=name)
+  untouched = param_files.flatten(fresh)["semantic_head/logvar/kernel"]
+  np.testing.assert_array_equal(np.asarray(loaded["semantic_head/logvar/kernel"]), untouched)
 
 
 def test_a_network_no_stock_architecture_computes_is_refused_naming_the_publishable_size():
@@ -145,3 +177,40 @@ def test_a_network_no_stock_architecture_computes_is_refused_naming_the_publisha
     hf_export.architecture(NetworkConfig(relative_attention=True, rms_norm=True,
                                          gated_mlp=True, scale_attention_logits=False))
   assert hf_export.architecture(NetworkConfig()) == "xlm-roberta-xl"
+
+
+@pytest.fixture(scope="module")
+def two_tower_export(data_dir, tiny_vocab_path, tmp_path_factory):
+  """A 3-step dual momentum contrast run with a tower per side, exported."""
+  model_dir = train_tiny(data_dir, tiny_vocab_path, tmp_path_factory.mktemp("moco") / "run",
+                         "momentum_contrast", ["MomentumContrast.separate_towers = True"])
+  output = tmp_path_factory.mktemp("moco_export") / "st"
+  return model_dir, output, hf_export.export(str(model_dir), str(output))
+
+
+def test_momentum_contrast_exports_each_tower_for_its_languages(two_tower_export, data_dir,
+                                                                tmp_path):
+  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
+  model_dir, export_dir, metadata = two_tower_export
+  assert sorted(metadata["towers"]) == [".", hf_export.TOWER_B_DIR]
+  encoder = vmsst.Encoder.from_checkpoint(str(model_dir), dtype="float32")
+  files = sources.ntrex_files(data_dir)
+  for subdir, language in (("", "eng"), (hf_export.TOWER_B_DIR, "deu")):
+    texts = text_files.read_lines(files[language])[:100]
+    work = tmp_path / (subdir or "root")
+    work.mkdir()
+    embeddings, _ = load_in_torch(export_dir / subdir, texts, work)
+    reference = encoder.encode(texts, language=language)
+    cosine = np.sum(embeddings * reference, -1) / (
+        np.linalg.norm(embeddings, axis=-1) * np.linalg.norm(reference, axis=-1))
+    assert cosine.min() >= 0.9999, (language, cosine.min())
+
+
+def test_a_distillation_student_exports_its_teacher_head_after_mu():
+  import vmsst_testing  # pylint: disable=import-outside-toplevel
+  from vmsst.objectives import distillation  # pylint: disable=import-outside-toplevel
+  model = distillation.Distillation(vmsst_testing.TINY, teacher_dim=48)
+  params = vmsst_testing.init_params(model)
+  (mu, mu_bias), (head, head_bias) = hf_export.heads(model, params, "a")
+  assert mu.shape == (32, 32) and mu_bias.shape == (32,)
+  assert head.shape == (48, 32) and head_bias is None

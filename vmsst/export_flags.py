@@ -15,7 +15,8 @@ from vmsst import encoder_flags
 
 FLAGS = flags.FLAGS
 DTYPES = ("bfloat16", "float32")  # inference.PRECISIONS (a test holds them equal)
-FORMATS = ("savedmodel", "sentence-transformers", "huggingface")  # hf_export.FORMATS after the first
+# savedmodel, then hf_export.FORMATS
+FORMATS = ("savedmodel", "sentence-transformers", "huggingface")
 
 
 def define() -> None:

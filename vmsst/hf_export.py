@@ -59,7 +59,8 @@ import numpy as np
 from flax import traverse_util
 
 from vmsst import inference
-from vmsst import mt5_import
+from vmsst import param_files
+from vmsst import t5_names
 from vmsst.config import NetworkConfig
 
 FORMATS = ("sentence-transformers", "huggingface")
@@ -128,7 +129,7 @@ def mt5_tensors(cfg: NetworkConfig, flat: Mapping[str, np.ndarray]) -> dict[str,
   for name, value in flat.items():
     if not name.startswith(("semantic_encoder/", "token_embed/")):
       continue
-    source = mt5_import.hf_source(name)
+    source = t5_names.hf_source(name)
     if source is None:
       raise Unsupported(f"{name} has no MT5EncoderModel counterpart")
     out[source] = _torch_linear(name, value) if name.endswith("/kernel") else value
@@ -263,7 +264,10 @@ def _write_json(path: str, value: Any) -> None:
 
 # ---------------------------------------------------------------- heads
 
-def heads(model, params: Mapping[str, Any], side: str) -> list[tuple[np.ndarray, np.ndarray | None]]:
+Projection = tuple[np.ndarray, np.ndarray | None]  # torch weight [out, in], bias
+
+
+def heads(model, params: Mapping[str, Any], side: str) -> list[Projection]:
   """(torch weight [out, in], bias or None) of each projection after mean pooling.
 
   μ_sem's `semantic_head/mu`, then a distillation student's teacher head.
@@ -278,12 +282,13 @@ def heads(model, params: Mapping[str, Any], side: str) -> list[tuple[np.ndarray,
 
 
 def write_sentence_transformer(output: str, dimension: int,
-                               projections: list[tuple[np.ndarray, np.ndarray | None]],
+                               projections: list[Projection],
                                max_seq_length: int) -> None:
   """The sentence-transformers modules around the transformer written at `output`."""
-  import torch  # pylint: disable=import-outside-toplevel
-  from sentence_transformers import SentenceTransformer  # pylint: disable=import-outside-toplevel
-  from sentence_transformers.sentence_transformer import modules  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel  # torch only when exporting
+  import torch
+  from sentence_transformers import SentenceTransformer
+  from sentence_transformers.sentence_transformer import modules
   layers = [modules.Transformer(output, max_seq_length=max_seq_length),
             modules.Pooling(dimension, pooling_mode="mean")]
   for weight, bias in projections:
@@ -355,3 +360,70 @@ def _tower_role(model, subdir: str) -> str:
   if type(model).__name__ == "QueryTower":
     return "the tuned query tower"
   return "every language"
+
+
+# ------------------------------------------------- back: an export -> our names
+
+def load_params(path: str, params: Any) -> Any:
+  """`train(init_params=path)`: an export (`export_params`), else `param_files.load_params`."""
+  if not (os.path.isdir(path) and is_export(path)):
+    return param_files.load_params(path, params)
+  flat = param_files.flatten(params)
+  arrays = export_params(path, {k: tuple(v.shape) for k, v in flat.items()})
+  return param_files.load_arrays(path, arrays, params)
+
+
+def is_export(path: str) -> bool:
+  """A directory this module wrote (or any with a transformers config.json)."""
+  return os.path.isfile(os.path.join(path, "config.json"))
+
+
+def export_params(export_dir: str, shapes: Mapping[str, tuple[int, ...]]
+                  ) -> dict[str, np.ndarray]:
+  """Our parameters (by "/"-joined name, of `shapes`) held by an export, for init_params.
+
+  The encoder's tensors go back through the same name maps (mT5's copied to
+  every encoder stack, as `mt5_import` does; XLM-RoBERTa-XL's to the
+  semantic encoder), the sentence-transformers Dense modules back to
+  `semantic_head/mu` and a distillation student's `teacher_head`. Names the
+  model lacks are skipped; the fit of the rest is checked by the caller.
+  """
+  with open(os.path.join(export_dir, "config.json"), encoding="utf-8") as f:
+    model_type = json.load(f).get("model_type")
+  if model_type not in ("mt5", "xlm-roberta-xl"):
+    raise ValueError(f"{export_dir}/config.json has model_type {model_type!r}; init_params "
+                     "reads exports of python -m vmsst.export --format=sentence-transformers "
+                     "(mt5 or xlm-roberta-xl).")
+  checkpoint = t5_names.Checkpoint(export_dir)
+  out = {}
+  for name, shape in shapes.items():
+    source = (t5_names.hf_source(name) if model_type == "mt5" else xlmr_name(name))
+    if source is None or source.startswith("decoder") or source not in checkpoint.names:
+      continue
+    out[name] = t5_names.to_ours(name, checkpoint.tensor(source), shape)
+  if model_type == "xlm-roberta-xl" and "semantic_positions/positions" in shapes:
+    rows = shapes["semantic_positions/positions"][0]
+    table = checkpoint.tensor("embeddings.position_embeddings.weight")[1:]
+    out[f"semantic_positions/positions[:{min(rows, len(table))}]"] = table[:rows]
+  targets = ("semantic_head/mu", "teacher_head")
+  for target, (weight, bias) in zip(targets, _dense_modules(export_dir)):
+    if f"{target}/kernel" in shapes:
+      out[f"{target}/kernel"] = weight.T
+      if bias is not None and f"{target}/bias" in shapes:
+        out[f"{target}/bias"] = bias
+  return out
+
+
+def _dense_modules(export_dir: str) -> list[Projection]:
+  """(weight [out, in], bias) of each sentence-transformers Dense module, in order."""
+  from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+  path = os.path.join(export_dir, "modules.json")
+  if not os.path.exists(path):
+    return []
+  with open(path, encoding="utf-8") as f:
+    dense = [m["path"] for m in json.load(f) if m["type"].endswith(".Dense")]
+  out = []
+  for folder in dense:
+    tensors = load_file(os.path.join(export_dir, folder, "model.safetensors"))
+    out.append((tensors["linear.weight"], tensors.get("linear.bias")))
+  return out
