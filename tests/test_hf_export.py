@@ -46,10 +46,12 @@ model = SentenceTransformer(export, device="cpu")
 embeddings = model.encode(sentences, batch_size=64, convert_to_numpy=True)
 tokenizer = model.tokenizer
 ids = tokenizer(sentences, truncation=True, max_length=model.max_seq_length)["input_ids"]
-auto = transformers.AutoModel.from_pretrained(export)
+auto, loading = transformers.AutoModel.from_pretrained(export, output_loading_info=True)
 leaked = sorted(k for k, m in sys.modules.items() if m and k.split(".")[0] in BLOCKED)
 assert not leaked, leaked
 json.dump({"ids": ids, "auto_class": type(auto).__name__,
+           "missing": sorted(loading["missing_keys"]),
+           "unexpected": sorted(loading["unexpected_keys"]),
            "max_seq_length": model.max_seq_length}, open(output + ".json", "w"))
 np.save(output + ".npy", embeddings)
 """
@@ -114,9 +116,11 @@ def load_in_torch(export_dir: pathlib.Path, sentences: list[str], work: pathlib.
 
 
 def assert_same_embeddings(model_dir, export_dir, sentences, work, architecture):
-  """Per-sentence cosine >= 0.9999 with Encoder.encode, and identical truncated ids."""
+  """Per-sentence cosine >= 0.9999 with Encoder.encode, and identical truncated ids;
+  `architecture` is the class AutoModel loads."""
   embeddings, info = load_in_torch(export_dir, sentences, work)
   assert info["auto_class"] == architecture
+  assert not info["missing"] and not info["unexpected"], info  # every weight, nothing fresh
   reference = vmsst.Encoder.from_checkpoint(str(model_dir), dtype="float32").encode(sentences)
   cosine = np.sum(embeddings * reference, -1) / (
       np.linalg.norm(embeddings, axis=-1) * np.linalg.norm(reference, axis=-1))
@@ -146,7 +150,8 @@ def test_original_architecture_exports_as_xlm_roberta_xl(original_export, senten
 def test_t5_switched_network_exports_as_mt5_encoder(t5_export, sentences, tmp_path):
   model_dir, export_dir, metadata = t5_export
   assert metadata["architecture"] == "mt5"
-  assert_same_embeddings(model_dir, export_dir, sentences, tmp_path, "MT5EncoderModel")
+  # AutoModel gives MT5Model (its decoder has no layers); sentence-transformers MT5EncoderModel.
+  assert_same_embeddings(model_dir, export_dir, sentences, tmp_path, "MT5Model")
 
 
 @pytest.mark.parametrize("which", ["original_export", "t5_export"])
@@ -214,3 +219,15 @@ def test_a_distillation_student_exports_its_teacher_head_after_mu():
   (mu, mu_bias), (head, head_bias) = hf_export.heads(model, params, "a")
   assert mu.shape == (32, 32) and mu_bias.shape == (32,)
   assert head.shape == (48, 32) and head_bias is None
+
+
+def test_huggingface_format_is_the_transformer_alone(original_export, tmp_path):
+  import transformers  # pylint: disable=import-outside-toplevel
+  model_dir, _, _ = original_export
+  metadata = hf_export.export(str(model_dir), str(tmp_path / "hf"), fmt="huggingface")
+  assert metadata["format"] == "huggingface"
+  assert not (tmp_path / "hf" / "modules.json").exists()
+  model, loading = transformers.AutoModel.from_pretrained(str(tmp_path / "hf"),
+                                                          output_loading_info=True)
+  assert type(model).__name__ == "XLMRobertaXLModel"
+  assert not loading["missing_keys"] and not loading["unexpected_keys"]

@@ -12,8 +12,10 @@ compute the same function, chosen by the network's switches (`architecture`):
 
   T5 switches (relative_attention, rms_norm, gated_mlp, no projection
   biases, unscaled logits; gin/models/sizes/mt5_*.gin)
-      -> MT5EncoderModel (model_type "mt5"). The documented choice for models
-      meant to be published: mT5's encoder is what that ecosystem knows.
+      -> MT5EncoderModel (model_type "mt5"; sentence-transformers loads that
+      class, AutoModel an MT5Model whose decoder has no layers: use its
+      `.encoder`). The documented choice for models meant to be published:
+      mT5's encoder is what that ecosystem knows.
   the original architecture (pre-LayerNorm, learned absolute positions,
   tanh-GELU MLP with biases, attention without biases, scaled logits, a
   final LayerNorm, no embedding LayerNorm or scaling)
@@ -34,6 +36,11 @@ exact for our models: their Unigram import drops byte fallback, their
 Precompiled normaliser drops some combining marks (Yoruba) and decomposes
 U+1026 (Myanmar), and NFKC reorders Arabic marks that nmt_nfkc keeps.
 Truncation keeps max_seq_length - 1 pieces and the EOS, as `text_inputs`.
+sentence-transformers reads it through AutoProcessor; AutoTokenizer does too
+for an mT5 export, but on an "xlm-roberta-xl" directory it insists on a
+tokenizers-library tokenizer.json (not shipped: inexact), so plain
+transformers users of that architecture load `AutoProcessor` or
+`SpeechT5Tokenizer` (`write_tokenizer`).
 
 sentence-transformers modules: the transformer at the root, mean pooling over
 every real token (EOS included, `layers.masked_mean`), then the μ_sem
@@ -134,7 +141,10 @@ def mt5_tensors(cfg: NetworkConfig, flat: Mapping[str, np.ndarray]) -> dict[str,
       raise Unsupported(f"{name} has no MT5EncoderModel counterpart")
     out[source] = _torch_linear(name, value) if name.endswith("/kernel") else value
   out["encoder.embed_tokens.weight"] = out["shared.weight"]
-  del cfg
+  # AutoModel builds "mt5" as MT5Model: with num_decoder_layers 0 its decoder is the
+  # tied embedding and a final norm, written here so nothing loads freshly initialised.
+  out["decoder.embed_tokens.weight"] = out["shared.weight"]
+  out["decoder.final_layer_norm.weight"] = np.ones(cfg.emb_dim, np.float32)
   return out
 
 
@@ -338,7 +348,9 @@ def export(model_dir: str, output: str, *, fmt: str = "sentence-transformers",
     projections = heads(tower.model, params, side)
     if fmt == "sentence-transformers":
       write_sentence_transformer(target, cfg.emb_dim, projections, length)
-      write_tokenizer(target, restored.vocabulary.sp_model, length)  # as written, not re-saved
+      # Its save re-wrote the transformer through the class it loaded: back to ours
+      # (MT5Model's decoder norm, the tokenizer config AutoProcessor reads).
+      write_transformer(target, cfg, flat, restored.vocabulary.sp_model, length)
     metadata["architecture"] = arch
     metadata["dimension"] = int(projections[-1][0].shape[0])
     metadata["towers"][subdir or "."] = _tower_role(restored.model, subdir)

@@ -66,6 +66,25 @@ def heldout(model_dir: str) -> dict[str, float]:
     return {}
 
 
+def _transformers_note(metadata: Mapping[str, Any]) -> list[str]:
+  """How plain transformers reads this directory (and, without sentence-transformers'
+  modules, how to get the embedding)."""
+  lines = []
+  if metadata["architecture"] == "mt5":
+    lines.append("`AutoModel.from_pretrained` loads an `MT5Model` whose decoder has no layers "
+                 "(use `.encoder`), or load `MT5EncoderModel`; `AutoTokenizer` loads the "
+                 "SentencePiece tokenizer.")
+  else:
+    lines.append("`AutoModel.from_pretrained` loads an `XLMRobertaXLModel`; load the "
+                 "SentencePiece tokenizer with `AutoProcessor.from_pretrained` (as "
+                 "sentence-transformers does) or `SpeechT5Tokenizer`.")
+  if metadata["format"] == "huggingface":
+    lines.append("This directory holds the transformer alone: the sentence embedding is the "
+                 "mean of `last_hidden_state` over the real tokens (EOS included) times the "
+                 "μ_sem projection, which `--format=sentence-transformers` adds as modules.")
+  return lines + [""]
+
+
 def render(model_dir: str, metadata: Mapping[str, Any]) -> str:
   """The card's markdown."""
   with open(os.path.join(model_dir, inference.MODEL_FILE), encoding="utf-8") as f:
@@ -82,6 +101,7 @@ def render(model_dir: str, metadata: Mapping[str, Any]) -> str:
       f"(no custom code), mean pooling and the μ_sem projection "
       f"({metadata['dimension']} dimensions). Sentences longer than "
       f"{metadata['max_seq_length']} pieces (the EOS included) are cut, as in training.", "",
+      *_transformers_note(metadata),
       "```python", "from sentence_transformers import SentenceTransformer",
       "model = SentenceTransformer(\"PATH\")",
       "vectors = model.encode([\"Ein Mann fährt Fahrrad.\", \"A man rides a bike.\"])", "```", "",
