@@ -231,3 +231,36 @@ def test_huggingface_format_is_the_transformer_alone(original_export, tmp_path):
                                                           output_loading_info=True)
   assert type(model).__name__ == "XLMRobertaXLModel"
   assert not loading["missing_keys"] and not loading["unexpected_keys"]
+
+
+def test_query_tower_exports_the_tuned_tower_and_the_frozen_document_tower(
+    data_dir, tiny_vocab_path, tiny_model, sentences, tmp_path):
+  init_dir = tiny_model[0]
+  model_dir = train_tiny(data_dir, tiny_vocab_path, tmp_path / "query_tower", "query_tower",
+                         [f"INIT_MODEL_DIR = '{init_dir}'"])
+  metadata = hf_export.export(str(model_dir), str(tmp_path / "st"))
+  assert sorted(metadata["towers"]) == [".", hf_export.DOCUMENT_TOWER_DIR]
+  texts = sentences[::10]
+  # The document tower is the starting model, frozen; the root is the tuned query tower.
+  for subdir, reference_dir in (("", model_dir), (hf_export.DOCUMENT_TOWER_DIR, init_dir)):
+    work = tmp_path / (subdir or "root")
+    work.mkdir()
+    embeddings, _ = load_in_torch(tmp_path / "st" / subdir, texts, work)
+    reference = vmsst.Encoder.from_checkpoint(str(reference_dir), dtype="float32").encode(texts)
+    cosine = np.sum(embeddings * reference, -1) / (
+        np.linalg.norm(embeddings, axis=-1) * np.linalg.norm(reference, axis=-1))
+    assert cosine.min() >= 0.9999, (subdir, cosine.min())
+
+
+def test_a_published_export_fine_tunes_here(t5_export, data_dir, tiny_vocab_path, tmp_path):
+  """`train.init_params = OUT` (an export, no checkpoint): the run starts from its encoder."""
+  import vmsst.train  # pylint: disable=import-outside-toplevel
+  import vmsst_testing  # pylint: disable=import-outside-toplevel
+  _, export_dir, _ = t5_export
+  vmsst_testing.configure_small_run(
+      data_dir, tiny_vocab_path, tmp_path / "tuned", steps=2, objective="contrastive",
+      extra=["train.evaluator = None", f"train.init_params = '{export_dir}'", *T5_SWITCHES])
+  result = vmsst.train.train()
+  gin.clear_config()
+  assert len(result["loss_history"]) >= 1
+  assert all(np.isfinite(loss) for _, loss in result["loss_history"])

@@ -358,7 +358,9 @@ def export(model_dir: str, output: str, *, fmt: str = "sentence-transformers",
   with open(os.path.join(output, "README.md"), "w", encoding="utf-8") as f:
     f.write(model_card.render(model_dir, metadata))
   _write_json(os.path.join(output, METADATA_FILE), metadata)
-  shutil.copy(os.path.join(model_dir, inference.MODEL_FILE), output)
+  for name in (inference.MODEL_FILE, inference.CONFIG_FILE):
+    if os.path.exists(os.path.join(model_dir, name)):
+      shutil.copy(os.path.join(model_dir, name), output)
   return metadata
 
 

@@ -38,7 +38,8 @@ def training_data(model_dir: str) -> tuple[str, dict[str, str]]:
   with open(path, encoding="utf-8") as f:
     bindings = _bindings(f.read())
   task = next((v.strip("'\"") for k, v in bindings.items()
-               if k.endswith(("mixture_or_task_name", "MIXTURE_OR_TASK", "TASK"))), "unknown")
+               if k.endswith(("mixture_name", "mixture_or_task_name", "MIXTURE_OR_TASK",
+                              "TASK"))), "unknown")
   data_dir = bindings.get("DATA_DIR", "").strip("'\"")
   licenses = {}
   for folder, words in DATA_OF_TASK.items():
@@ -96,7 +97,8 @@ def render(model_dir: str, metadata: Mapping[str, Any]) -> str:
       "---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity",
       "tags: [sentence-transformers, feature-extraction, sentence-similarity, vmsst]", "---",
       "", f"# {os.path.basename(os.path.normpath(model_dir))}", "",
-      f"A multilingual sentence embedder trained with vmsst: objective **{spec['objective']}**, "
+      "A multilingual sentence embedder trained with vmsst: "
+      f"objective **{metadata['objective']}**, "
       f"{metadata['step']} steps, exported as a stock `{metadata['architecture']}` encoder "
       f"(no custom code), mean pooling and the μ_sem projection "
       f"({metadata['dimension']} dimensions). Sentences longer than "
@@ -113,9 +115,9 @@ def render(model_dir: str, metadata: Mapping[str, Any]) -> str:
             f"- network: d={network['emb_dim']}, {network['num_encoder_layers']} encoder "
             f"layers, {network['num_heads']} heads, vocabulary {network['vocab_size']}",
             f"- data (task or mixture): `{task}`",
-            "- command: `python -m vmsst.train --gin_file=config.gin --gin.MODEL_DIR=DIR` with "
-            "the run's operative config (`config.gin` in the model directory; "
-            "`model.json` is copied here)", "", "## Held-out evaluation (from the run)", ""]
+            "- command: `python -m vmsst.train --gin_file=config.gin --gin.MODEL_DIR=DIR`, "
+            "config.gin being the run's operative config (copied here with model.json)", "",
+            "## Held-out evaluation (from the run)", ""]
   if figures:
     lines += ["| set | retrieval accuracy |", "|---|---|"]
     lines += [f"| {name} | {value:.4g} |" for name, value in sorted(figures.items())]
