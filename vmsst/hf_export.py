@@ -296,7 +296,9 @@ def write_sentence_transformer(output: str, dimension: int,
                                max_seq_length: int) -> None:
   """The sentence-transformers modules around the transformer written at `output`."""
   # pylint: disable=import-outside-toplevel  # torch only when exporting
+  import logging
   import torch
+  logging.getLogger("sentence_transformers").setLevel(logging.WARNING)  # "Saving model to"
   from sentence_transformers import SentenceTransformer
   from sentence_transformers.sentence_transformer import modules
   layers = [modules.Transformer(output, max_seq_length=max_seq_length),

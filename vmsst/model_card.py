@@ -60,6 +60,8 @@ def _license(source_md: str) -> str:
 
 def heldout(model_dir: str) -> dict[str, float]:
   """Held-out retrieval at the last evaluation, by set (empty if none was logged)."""
+  import logging  # pylint: disable=import-outside-toplevel
+  logging.getLogger("tensorboard").setLevel(logging.WARNING)  # its reader narrates each file
   try:
     from vmsst import learning_curves  # pylint: disable=import-outside-toplevel
     return learning_curves.final_values(learning_curves.read_curves(model_dir))
