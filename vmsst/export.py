@@ -2,6 +2,11 @@ r"""Exports a trained model as a TensorFlow SavedModel (strings in, embeddings o
 
   python -m vmsst.export --model_dir=runs/vmsst_cpu --output=runs/vmsst_cpu/export \
       [--step=N] [--normalize] [--platforms=cpu] [--dtype=bfloat16]
+  python -m vmsst.export --format=sentence-transformers --model_dir=DIR --output=OUT
+
+--format=sentence-transformers (or huggingface) writes a directory that
+SentenceTransformer(OUT) and transformers' AutoModel load with no custom
+code: vmsst/hf_export.py. The rest of this docstring is the SavedModel.
 
 The SavedModel contract (what `evaluation.encoders.SavedModelEncoder` reads):
 
@@ -351,6 +356,16 @@ def main(argv: Sequence[str]) -> None:
   f = flags.FLAGS
   export_flags.check()  # again: a directory may have changed during the imports
   start = time.time()
+  if f.format != "savedmodel":
+    from vmsst import hf_export  # pylint: disable=import-outside-toplevel
+    try:
+      metadata = hf_export.export(f.model_dir, f.output, fmt=f.format, step=f.step)
+    except hf_export.Unsupported as e:
+      raise cli.UserError(f"--format={f.format}: {e}") from e
+    print(f"wrote {f.output}: {metadata['architecture']}, step {metadata['step']}, "
+          f"d={metadata['dimension']}, towers {sorted(metadata['towers'])}, "
+          f"{time.time() - start:.0f} s")
+    return
   metadata = export(f.model_dir, f.output, step=f.step, normalize=f.normalize,
                     platforms=f.platforms, dtype=f.dtype)
   print(f"wrote {f.output}: step {metadata['step']}, d={metadata['dimension']}, "

@@ -15,11 +15,17 @@ from vmsst import encoder_flags
 
 FLAGS = flags.FLAGS
 DTYPES = ("bfloat16", "float32")  # inference.PRECISIONS (a test holds them equal)
+# savedmodel, then hf_export.FORMATS
+FORMATS = ("savedmodel", "sentence-transformers", "huggingface")
 
 
 def define() -> None:
   """Only when run as a command: importers (tests, other entrypoints) own their flags."""
   flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.")
+  flags.DEFINE_enum("format", "savedmodel", list(FORMATS), "savedmodel: TensorFlow "
+                    "SavedModel; sentence-transformers: SentenceTransformer(OUT) and "
+                    "transformers AutoModel, no custom code; huggingface: the AutoModel part "
+                    "only (vmsst/hf_export.py).")
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
   flags.DEFINE_string("output", None, "New directory for the SavedModel and params.")
   flags.DEFINE_bool("normalize", False, "L2-normalise the exported embeddings.")
@@ -47,6 +53,10 @@ def check() -> None:
   if "://" not in output and os.path.isdir(output) and os.listdir(output):
     raise cli.UserError(f"--output={output} exists and is not empty; pick a new directory or "
                         "delete it first.")
+  if FLAGS.format != "savedmodel" and (FLAGS.normalize or FLAGS.dtype
+                                       or FLAGS.platforms != ["cpu"]):
+    raise cli.UserError(f"--normalize, --dtype and --platforms shape the SavedModel only; drop "
+                        f"them with --format={FLAGS.format} (its weights are float32).")
   checkpoints = os.path.join(model_dir, "checkpoints")
   if step is not None and "://" not in model_dir:
     steps = sorted(int(n) for n in os.listdir(checkpoints) if n.isdigit())

@@ -131,6 +131,24 @@ def load_params(path: str, params: Params) -> Params:
   return unflatten(flat)
 
 
+def load_arrays(source: str, arrays: Mapping[str, np.ndarray], params: Params) -> Params:
+  """`params` with the named host `arrays` (keys as in a parameter file) put in place."""
+  flat = flatten(params)
+  raise_unfit(source, fit_problems({k: np.shape(v) for k, v in arrays.items()},
+                                   {k: v.shape for k, v in flat.items()}))
+  for key, value in arrays.items():
+    name, rows = split_rows(key)
+    target = flat[name]
+    placed = jax.make_array_from_callback(
+        np.shape(value), target.sharding,
+        lambda index, v=value, t=target: np.asarray(v[index], t.dtype))
+    flat[name] = placed if rows is None else _set_rows(target, placed)
+  logging.info("loaded %d tensors (%d of %d parameters) from %s", len(arrays),
+               sum(np.size(v) for v in arrays.values()), sum(x.size for x in flat.values()),
+               source)
+  return unflatten(flat)
+
+
 def _set_rows(target: jax.Array, rows: jax.Array) -> jax.Array:
   return jax.jit(lambda a, b: a.at[:b.shape[0]].set(b), out_shardings=target.sharding,
                  donate_argnums=0)(target, rows)

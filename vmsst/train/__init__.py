@@ -40,6 +40,7 @@ from clu import metric_writers
 from vmsst_tasks import registry
 from vmsst import checkpointing
 from vmsst import early_stopping as early_stopping_lib
+from vmsst import hf_export
 from vmsst import inference
 from vmsst import models
 from vmsst import param_files
@@ -205,7 +206,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     state = trainer.initialize(jax.random.key(seed))
     if init_params:
       logging.info("starting from the parameters in %s", init_params)
-      state = trainer.with_params(state, param_files.load_params(init_params, state.params),
+      state = trainer.with_params(state, hf_export.load_params(init_params, state.params),
                                   jax.random.key(seed))
   elif init_params:
     logging.info("init_params %s ignored: resuming from the checkpoint", init_params)

@@ -97,7 +97,8 @@ def check_paths() -> None:
   except ValueError:
     init = None
   if _local(init) and init != _macro("INIT_MODEL_DIR") and not os.path.exists(init):
-    raise cli.UserError(f"train.init_params = {init!r} does not exist; give a model directory "
+    raise cli.UserError(f"train.init_params = {init!r} does not exist; give a model directory, "
+                        "an export of `python -m vmsst.export --format=sentence-transformers`, "
                         "or a file written by `python -m vmsst.mt5_import`.")
 
 

@@ -1,0 +1,132 @@
+"""The README.md (model card) of a transformers / sentence-transformers export.
+
+Everything in it is read from the run's directory, so the card cannot drift
+from the run: the objective, step and network from model.json, the data from
+config.gin (its DATA_DIR and the task or mixture it trained on), the
+held-out retrieval the training loop logged (TensorBoard events under
+MODEL_DIR/tensorboard), and each data set's license line from its SOURCE.md
+next to the data.
+"""
+
+import json
+import os
+import re
+from typing import Any, Mapping
+
+from vmsst import inference
+
+# Data folder -> the words of a task or mixture name that read it (tasks/registry.py names).
+DATA_OF_TASK = {"ntrex128": ("ntrex",), "multi30k": ("multi30k",), "stsb": ("stsb",),
+                "stsb-multi-mt": ("stsb",), "wiki_entity_sample": ("entit",),
+                "xnli_de": ("nli",)}
+
+
+def _bindings(config: str) -> dict[str, str]:
+  """`NAME = value` lines of a gin config (macros and bindings), last one wins."""
+  out = {}
+  for line in config.splitlines():
+    if m := re.match(r"^([A-Za-z_][\w.]*)\s*=\s*(.+)$", line.strip()):
+      out[m.group(1)] = m.group(2).strip()
+  return out
+
+
+def training_data(model_dir: str) -> tuple[str, dict[str, str]]:
+  """(the task or mixture trained on, {data folder: its SOURCE.md license line})."""
+  path = os.path.join(model_dir, inference.CONFIG_FILE)
+  if not os.path.exists(path):
+    return "unknown (no config.gin in the model directory)", {}
+  with open(path, encoding="utf-8") as f:
+    bindings = _bindings(f.read())
+  task = next((v.strip("'\"") for k, v in bindings.items()
+               if k.endswith(("mixture_name", "mixture_or_task_name", "MIXTURE_OR_TASK",
+                              "TASK"))), "unknown")
+  data_dir = bindings.get("DATA_DIR", "").strip("'\"")
+  licenses = {}
+  for folder, words in DATA_OF_TASK.items():
+    if any(w in task.lower() for w in words) or (folder == "ntrex128" and "mixture" in task):
+      licenses[folder] = _license(os.path.join(data_dir, folder, "SOURCE.md"))
+  return task, licenses
+
+
+def _license(source_md: str) -> str:
+  if not os.path.exists(source_md):
+    return f"see {source_md} (not found when exporting)"
+  with open(source_md, encoding="utf-8") as f:
+    for line in f:
+      if "License:" in line:
+        return line.split("License:**", 1)[-1].strip()
+  return f"no license line in {source_md}"
+
+
+def heldout(model_dir: str) -> dict[str, float]:
+  """Held-out retrieval at the last evaluation, by set (empty if none was logged)."""
+  import logging  # pylint: disable=import-outside-toplevel
+  logging.getLogger("tensorboard").setLevel(logging.WARNING)  # its reader narrates each file
+  try:
+    from vmsst import learning_curves  # pylint: disable=import-outside-toplevel
+    return learning_curves.final_values(learning_curves.read_curves(model_dir))
+  except (FileNotFoundError, ImportError):
+    return {}
+
+
+def _transformers_note(metadata: Mapping[str, Any]) -> list[str]:
+  """How plain transformers reads this directory (and, without sentence-transformers'
+  modules, how to get the embedding)."""
+  lines = []
+  if metadata["architecture"] == "mt5":
+    lines.append("`AutoModel.from_pretrained` loads an `MT5Model` whose decoder has no layers "
+                 "(use `.encoder`), or load `MT5EncoderModel`; `AutoTokenizer` loads the "
+                 "SentencePiece tokenizer.")
+  else:
+    lines.append("`AutoModel.from_pretrained` loads an `XLMRobertaXLModel`; load the "
+                 "SentencePiece tokenizer with `AutoProcessor.from_pretrained` (as "
+                 "sentence-transformers does) or `SpeechT5Tokenizer`.")
+  if metadata["format"] == "huggingface":
+    lines.append("This directory holds the transformer alone: the sentence embedding is the "
+                 "mean of `last_hidden_state` over the real tokens (EOS included) times the "
+                 "μ_sem projection, which `--format=sentence-transformers` adds as modules.")
+  return lines + [""]
+
+
+def render(model_dir: str, metadata: Mapping[str, Any]) -> str:
+  """The card's markdown."""
+  with open(os.path.join(model_dir, inference.MODEL_FILE), encoding="utf-8") as f:
+    spec = json.load(f)
+  task, licenses = training_data(model_dir)
+  figures = heldout(model_dir)
+  network = spec["network"]
+  lines = [
+      "---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity",
+      "tags: [sentence-transformers, feature-extraction, sentence-similarity, vmsst]", "---",
+      "", f"# {os.path.basename(os.path.normpath(model_dir))}", "",
+      "A multilingual sentence embedder trained with vmsst: "
+      f"objective **{metadata['objective']}**, "
+      f"{metadata['step']} steps, exported as a stock `{metadata['architecture']}` encoder "
+      f"(no custom code), mean pooling and the μ_sem projection "
+      f"({metadata['dimension']} dimensions). Sentences longer than "
+      f"{metadata['max_seq_length']} pieces (the EOS included) are cut, as in training.", "",
+      *_transformers_note(metadata),
+      "```python", "from sentence_transformers import SentenceTransformer",
+      "model = SentenceTransformer(\"PATH\")",
+      "vectors = model.encode([\"Ein Mann fährt Fahrrad.\", \"A man rides a bike.\"])", "```", "",
+      "## Towers", ""]
+  lines += [f"- `{path}`: {role}" for path, role in metadata["towers"].items()]
+  lines += ["", "## Training", "",
+            f"- objective: {spec['objective']} {json.dumps(spec.get('objective_args', {}))}",
+            f"- steps: {metadata['step']}; sequence length {spec['sequence_length']}",
+            f"- network: d={network['emb_dim']}, {network['num_encoder_layers']} encoder "
+            f"layers, {network['num_heads']} heads, vocabulary {network['vocab_size']}",
+            f"- data (task or mixture): `{task}`",
+            "- command: `python -m vmsst.train --gin_file=config.gin --gin.MODEL_DIR=DIR`, "
+            "config.gin being the run's operative config (copied here with model.json)", "",
+            "## Held-out evaluation (from the run)", ""]
+  if figures:
+    lines += ["| set | retrieval accuracy |", "|---|---|"]
+    lines += [f"| {name} | {value:.4g} |" for name, value in sorted(figures.items())]
+  else:
+    lines.append("The run logged no held-out evaluation (train.evaluator was off).")
+  lines += ["", "## Data licenses", ""]
+  lines += [f"- {folder}: {text}" for folder, text in sorted(licenses.items())] or [
+      "- not recorded: see the SOURCE.md of each data set the run read"]
+  lines.append("")
+  return "\n".join(lines)
