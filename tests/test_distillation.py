@@ -71,6 +71,7 @@ def test_loss_projects_both_sides_with_the_head_onto_the_source_teacher():
                              source, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_no_head_when_the_student_has_the_teacher_width():
   model = MODELS["distillation"](vmsst_testing.TINY, teacher_dim=vmsst_testing.TINY.emb_dim)
   params = vmsst_testing.init_params(model)

@@ -45,6 +45,7 @@ def _no_same_sentence(batch):
 # ----------------------------------------------------------------------- loss
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_entity_contrast_2x2_with_a_hard_negative_block_by_hand():
   tau = 0.5
   s = jnp.array([[1.0, 0.0], [0.0, 2.0]])
@@ -80,6 +81,7 @@ def test_hard_negative_weight_raises_only_each_rows_own_hard_negatives():
   assert float(loss) > float(unweighted) + 0.1  # the bonus makes each own negative harder
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_without_hard_negatives_it_is_in_batch_cross_entropy():
   s = jnp.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
   e = jnp.array([[[2.0, 0.0]], [[1.0, 1.0]], [[0.0, 3.0]]])
@@ -90,6 +92,7 @@ def test_without_hard_negatives_it_is_in_batch_cross_entropy():
   np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_duplicate_entities_same_sentences_padding_and_hard_negative_clashes_are_masked():
   tau = 0.5
   s = jnp.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, -1.0]])

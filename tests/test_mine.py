@@ -330,6 +330,7 @@ def _clustered_task(n: int = 3000, d: int = 32, seed: int = 0):
   return source, target[rng.permutation(n)]
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 @pytest.mark.parametrize("pq,sq8", [(0, False), (8, False), (0, True)])
 def test_ivf_mines_the_pairs_exact_mining_finds(pq, sq8):
   source, target = _clustered_task()

@@ -53,6 +53,7 @@ def _plain(model, seed=0):
                                               models.batch_shapes(2, 8))["params"])
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_extra_modules_are_initialised_beside_the_network_with_keys_of_their_own():
   params = _plain(_WithExtras(vmsst_testing.TINY))
   network = _plain(MODELS["vmsst"](vmsst_testing.TINY))  # the same init_paths

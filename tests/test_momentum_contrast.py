@@ -70,6 +70,7 @@ def _trainer(model, batch_size=4, mesh=None, optimizer=None):
                              models.batch_shapes(batch_size, 12))
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_queue_info_nce_by_hand_and_against_numpy():
   # logits [1, 0, -1] at τ = 1: loss = log(e + 1 + 1/e) − 1; the positive wins.
   loss, accuracy = momentum_contrast.queue_info_nce(
@@ -282,6 +283,7 @@ def _embed(model, params, vocab, sentences, side):
   return np.asarray(model.encode(params, tokens, mask, side=side))
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_in_training_retrieval_embeds_sources_by_tower_a_and_targets_by_tower_b(vocab_model):
   vocab, model, params, sentences = vocab_model
   evaluator = RetrievalEvaluator({"same": (sentences, sentences)}, vocab, sequence_length=8,
@@ -305,6 +307,7 @@ def _restored(model, params, vocab):
                                  sequence_length=8, step=0, mesh=mesh)
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_checkpoint_encoder_and_export_pick_the_tower_of_the_side(vocab_model):
   vocab, model, params, sentences = vocab_model
   restored = _restored(model, params, vocab)
@@ -453,6 +456,7 @@ def test_nli_reader_maps_labels_counts_skips_and_names_a_missing_directory(tmp_p
     MomentumContrast(TINY, nli_weight=0.1)
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_nli_term_is_alpha_times_the_cross_entropy_of_the_head_by_hand(tmp_path, tiny_vocab_path):
   vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
   examples = nli_head.nli_examples(path=str(_write_nli(tmp_path / "nli")), vocabulary=vocab,

@@ -109,6 +109,7 @@ def test_semantic_encoder_token_states_equal_the_mt5_encoder(hf):
     _assert_close(aux["token_states"], theirs.numpy(), batch["mask_a"])
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_shallower_language_encoder_equals_the_first_mt5_layers(hf):
   torch_model, dirs, _ = hf
   model, params, _ = _converted(dirs["untied"], num_language_encoder_layers=1,

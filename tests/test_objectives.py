@@ -45,6 +45,7 @@ def _without_posterior_noise(params):
   return jax.tree_util.tree_map_with_path(fix, params)
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_vmsst_loss_is_hand_computed_translation_plus_lambda_negative_elbo():
   """loss = T + λ (R + w(step) K), each term computed here from the network alone.
 
@@ -229,6 +230,7 @@ def test_every_translation_objective_reports_missed_targets(objective):
   assert float(metrics["softmax_candidates_missed"]) > 0
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_fewer_candidates_lower_the_nll_and_leave_the_encoder_path_alone():
   """A partition over K < V ids is smaller, so each NLL drops; μ_sem is untouched."""
   full, restricted = VMSST(TINY), VMSST(TINY, softmax_candidates=120)

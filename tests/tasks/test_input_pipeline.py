@@ -49,6 +49,7 @@ def _uninterrupted():
   return _take(_iterator(), 9)
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_a_restored_position_continues_with_the_uninterrupted_batches(uninterrupted, tmp_path):
   batches = _iterator()
   _take(batches, 5)
@@ -82,6 +83,7 @@ def test_two_hosts_resume_a_one_host_position_and_one_host_a_two_host_position(
   _assert_equal(_take(resumed, 3), uninterrupted[4:7])
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_without_a_saved_position_the_stream_is_skipped_and_the_log_says_so(
     uninterrupted, tmp_path, caplog):
   """A checkpoint from before positions were saved (or of another stream) resumes the old way."""
@@ -99,6 +101,7 @@ def test_without_a_saved_position_the_stream_is_skipped_and_the_log_says_so(
   assert other.restored_from is None and "another stream" in caplog.text
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_shard_info_positions_are_per_host_and_old_ones_are_dropped(tmp_path):
   hosts = [_iterator(index=h, count=2, host_data="shard_info") for h in range(2)]
   want = []
@@ -116,6 +119,7 @@ def test_shard_info_positions_are_per_host_and_old_ones_are_dropped(tmp_path):
   assert _iterator(4, str(tmp_path), index=0, count=4, host_data="shard_info").restored_from is None
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_a_position_that_does_not_restore_falls_back_to_skipping(uninterrupted, tmp_path, caplog):
   batches = _iterator()
   _take(batches, 2)

@@ -211,6 +211,7 @@ def vocabulary(tmp_path_factory) -> seqio.SentencePieceVocabulary:
   return seqio.SentencePieceVocabulary(f"{prefix}.model")
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_register_paper_mixture_end_to_end(opus_dir, vocabulary, caplog):
   with caplog.at_level(logging.WARNING):
     name = registry.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(),
@@ -353,6 +354,7 @@ def test_register_tasks_builds_the_paper_mixture_for_the_feature_converter(
   np.testing.assert_array_equal(batch["mask_a"], (batch["tokens_a"] != 0).astype(np.int32))
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 @pytest.mark.parametrize("order", [("en", "de"), ("de", "en")], ids=["reused", "own_task"])
 def test_register_tasks_drops_tatoeba_test_sentences_from_the_paper_mixture(
     data_dir, tiny_vocab_path, tmp_path, order):

@@ -106,6 +106,7 @@ def write_opus(directory, tatoeba_sentence):
   (directory / "Tatoeba.en-zh_cn.tsv").write_text("hello\t你好\nbroken line\nbye\t再见\n")
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_opus_tasks_and_the_paper_mixture_call(data_dir, tiny_vocab_path, tmp_path, monkeypatch):
   tatoeba = (data_dir / "tatoeba/v1/tatoeba.deu-eng.deu").read_text().splitlines()[0]
   write_opus(tmp_path / "opus", tatoeba)

@@ -30,6 +30,7 @@ def _corpora_of(source, num: int, seed: int) -> list[str]:
   return [ex["text_a"].decode().split()[0] for ex in ds.take(num).as_numpy_iterator()]
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 @pytest.mark.parametrize("seed", [0, 7])
 def test_first_examples_have_the_corpus_mix_of_the_line_counts(french, seed):
   num = 2000
@@ -44,6 +45,7 @@ def test_first_examples_have_the_corpus_mix_of_the_line_counts(french, seed):
   assert abs(window["OpenSubtitles"] / num - 0.6) < 4 * math.sqrt(0.24 / num), window
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_a_pass_reads_every_line_once_and_counts_it(french):
   texts = [ex["text_a"] for ex in french.get_dataset(split="train", shuffle=True, seed=3)
            .as_numpy_iterator()]
@@ -52,6 +54,7 @@ def test_a_pass_reads_every_line_once_and_counts_it(french):
   assert french.num_input_examples("train") == sum(LINES.values())
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_the_sampled_order_is_fixed_by_the_seed(french):
   assert _corpora_of(french, 300, 1) == _corpora_of(french, 300, 1)
   assert _corpora_of(french, 300, 1) != _corpora_of(french, 300, 2)
