@@ -81,6 +81,7 @@ def test_no_head_when_the_student_has_the_teacher_width():
   np.testing.assert_allclose(model.encode(params, batch["tokens_a"], batch["mask_a"]), mu)
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_missing_teacher_feature_is_a_clear_error():
   model = MODELS["distillation"](vmsst_testing.TINY, teacher_dim=3)
   params = vmsst_testing.init_params(model)

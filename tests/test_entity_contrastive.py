@@ -171,6 +171,7 @@ def test_loss_is_self_contrast_at_tau_plus_lambda_times_entity_term_at_its_own_t
   np.testing.assert_allclose(float(shared["self_contrast_loss"]), self_loss, rtol=1e-4)
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_needs_dropout_and_the_entities_feature():
   with pytest.raises(ValueError, match="dropout_rate > 0"):
     MODELS["entity_contrastive"](vmsst_testing.TINY, num_entities=4)

@@ -26,6 +26,9 @@ from vmsst import text_files
 from vmsst import text_inputs
 from vmsst.config import NetworkConfig
 
+# Every test exports a model trained by a module fixture, most load it in a fresh process.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
 T5_SWITCHES = ["NetworkConfig.relative_attention = True", "NetworkConfig.rms_norm = True",
                "NetworkConfig.gated_mlp = True", "NetworkConfig.projection_bias = False",
                "NetworkConfig.scale_attention_logits = False"]

@@ -82,6 +82,7 @@ def test_vmsst_loss_is_hand_computed_translation_plus_lambda_negative_elbo():
     assert float(m[key]) == pytest.approx(value, rel=1e-5), key
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_semantic_side_alternation_selects_which_sentence_feeds_z_sem():
   model = VMSST(TINY)
   params = init_params(model)

@@ -143,6 +143,7 @@ def _distill_names():
   return {registry.DISTILL_NTREX_TASK, registry.DISTILL_MULTI30K_TASK, registry.DISTILL_MIXTURE}
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_registration_with_an_empty_cache_names_the_fill_command_and_registers_nothing(
     data_dir, tiny_vocab_path, tmp_path):
   for name in _distill_names():
