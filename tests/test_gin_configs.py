@@ -80,6 +80,8 @@ def _check_vmsst_paper_run(name: str, model):
   assert _value("inverse_sqrt_schedule.warmup_steps") == 4000
   assert _value("inverse_sqrt_schedule.peak_learning_rate") == 1e-3
   assert gin.query_parameter("train.optimizer").configurable.name == "adafactor"
+  # T5X's Adafactor (the authors', footnote 1): steps scaled by each tensor's RMS.
+  assert _value("adafactor.multiply_by_parameter_scale") is True
   assert cfg.emb_dim == 1024 and _value("train.mixture_name") == "vmsst_opus_paper"
   dropout, weight, elbo_weight = VMSST_PAPER[name]
   assert cfg.dropout_rate == dropout

@@ -225,14 +225,22 @@ def test_remat_keeps_parameters_loss_and_gradients():
     dataclasses.replace(MEMORY_CFG, remat="everything")
 
 
+# T5.1.1's switches (gin/models/sizes/mt5_large.gin), the architecture of every
+# VMSST paper run; the random 24-layer runs scan it (gin/models/memory/scan.gin).
+T5_1_1 = dict(relative_attention=True, rms_norm=True, gated_mlp=True, projection_bias=False,
+              scale_attention_logits=False, tie_output_embedding=False)
+
+
 @pytest.mark.slow
-def test_scan_layers_is_the_same_network_on_stacked_parameters():
+@pytest.mark.parametrize("architecture", [{}, T5_1_1], ids=["original", "t5_1_1"])
+def test_scan_layers_is_the_same_network_on_stacked_parameters(architecture):
   """Scanned layers split the dropout key per layer, so compare without dropout.
 
   The unscanned parameters stacked by layer_stacks.stack_layer_params give the
-  scanned network the same loss and the stacked gradients.
+  scanned network the same loss and the stacked gradients (under T5.1.1's
+  switches too: each stack's one relative position bias is shared by the scan).
   """
-  cfg = dataclasses.replace(MEMORY_CFG, dropout_rate=0.0)
+  cfg = dataclasses.replace(MEMORY_CFG, dropout_rate=0.0, **architecture)
   batch, rng = random_batch(), jax.random.key(3)
   plain = VMSST(cfg)
   params = init_params(plain)
@@ -242,7 +250,8 @@ def test_scan_layers_is_the_same_network_on_stacked_parameters():
     scanned_init = init_params(model)
     stacked = layer_stacks.stack_layer_params(params)
     assert jax.tree.structure(scanned_init) == jax.tree.structure(stacked)
-    assert stacked["semantic_encoder"]["layers"]["mlp"]["wi"]["kernel"].shape == (
+    wi = "wi_0" if cfg.gated_mlp else "wi"
+    assert stacked["semantic_encoder"]["layers"]["mlp"][wi]["kernel"].shape == (
         2, cfg.emb_dim, cfg.mlp_dim)
     assert "decoder_layer_0" not in scanned_init and "decoder" in scanned_init
     count = lambda tree: sum(x.size for x in jax.tree.leaves(tree))

@@ -67,8 +67,25 @@ def test_adamw_weight_decay_is_decoupled_and_scaled_by_the_learning_rate():
 def test_adafactor_first_step_is_the_learning_rate_times_the_gradient_sign():
   """Step 1: second moment = g² (decay 1 − 1^−0.8 = 0), no momentum, RMS 1 < threshold."""
   params, grads = jnp.zeros(3), jnp.array([0.5, -2.0, 8.0])
-  update = _first_update(optimizers.adafactor(learning_rate=0.01), params, grads)
+  update = _first_update(optimizers.adafactor(learning_rate=0.01,
+                                              multiply_by_parameter_scale=False), params, grads)
   np.testing.assert_allclose(update, [-0.01, 0.01, -0.01], rtol=1e-4)
+
+
+def test_adafactor_parameter_scale_multiplies_the_step_by_each_tensors_rms():
+  """multiply_by_parameter_scale (Shazeer & Stern 2018 Alg. 4; optax's and T5X's default):
+  the step is lr · max(RMS(p), 1e-3) per tensor, so a matrix of RMS 0.02 moves 50x
+  less than without it, and a zero tensor still moves lr · 1e-3.
+  """
+  grads = {"w": jnp.array([0.5, -2.0, 8.0, 1.0]), "zero": jnp.array([1.0, -1.0])}
+  params = {"w": jnp.array([0.02, -0.02, 0.02, -0.02]), "zero": jnp.zeros(2)}
+  scaled = optimizers.adafactor(learning_rate=0.01, multiply_by_parameter_scale=True)
+  unscaled = optimizers.adafactor(learning_rate=0.01, multiply_by_parameter_scale=False)
+  for optimizer, w_step, zero_step in ((scaled, 0.01 * 0.02, 0.01 * 1e-3),
+                                       (unscaled, 0.01, 0.01)):
+    updates, _ = optimizer.update(grads, optimizer.init(params), params)
+    np.testing.assert_allclose(updates["w"], -w_step * np.sign(grads["w"]), rtol=1e-4)
+    np.testing.assert_allclose(updates["zero"], [-zero_step, zero_step], rtol=1e-4)
 
 
 def test_compensated_adds_one_state_per_parameter_after_the_optimizer():
