@@ -22,6 +22,7 @@ the lower-bound step time of each run file on its slice), in both host_data mode
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -174,6 +175,13 @@ def _measured(args) -> dict:
   return {"pairs_on_disk": pairs, "runs": runs, "pairs_per_second_per_core": slope}
 
 
+def _stale_runs(directory: pathlib.Path) -> set[str]:
+  """The runs the compile results page marks stale (recorded before a change to them)."""
+  page = directory / "README.md"
+  text = page.read_text() if page.is_file() else ""
+  return set(re.findall(r"`(\w+)\.gin` \(stale", text))
+
+
 def _shown(path: str) -> str:
   """`path` relative to the repository when inside it (the README is read there)."""
   resolved = pathlib.Path(path).resolve()
@@ -222,11 +230,16 @@ def main(argv) -> None:
               "cores; TPU v4 hosts have 240 vCPUs):", "",
               "| run | slice | hosts | batch | step (s) | per host, shard_info | cores | "
               "per host, slice | cores |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    stale = _stale_runs(pathlib.Path(args.tpu_compile))
     for r in required:
-      lines.append(f"| {r['run']} | {r['slice']} | {r['hosts']} | {r['batch']} | "
+      run = f"{r['run']} (stale†)" if r["run"] in stale else r["run"]
+      lines.append(f"| {run} | {r['slice']} | {r['hosts']} | {r['batch']} | "
                    f"{r['step_seconds']:.3g} | {r['shard_info_mode']:,.0f} | "
                    f"{r['shard_info_mode'] / one_core:.1f} | {r['slice_mode']:,.0f} | "
                    f"{r['slice_mode'] / one_core:.1f} |")
+    if stale:
+      lines += ["", "† The compile record predates a change to the run (its page, "
+                f"{_shown(args.tpu_compile)}/README.md, says which and how to recompile)."]
   else:
     lines += ["The pairs/s each host must feed needs the TPU compile command's records "
               f"({args.tpu_compile}: none found); rerun with them: needed = batch / step "
