@@ -171,20 +171,25 @@ class Embed(nn.Module):
   """Token embedding table shared by every encoder and the decoder input."""
 
   cfg: NetworkConfig
+  # The table's logical axes; a subclass names its own rows (`_rows`).
+  axes = ("vocab", "embed")
+
+  def _rows(self) -> int:
+    return self.cfg.vocab_size
 
   def setup(self):
     self.embedding = self.param(
         "embedding",
-        nn.with_logical_partitioning(_EMBED_INIT, ("vocab", "embed")),
-        (self.cfg.vocab_size, self.cfg.emb_dim),
+        nn.with_logical_partitioning(_EMBED_INIT, self.axes),
+        (self._rows(), self.cfg.emb_dim),
     )
 
   def __call__(self, ids: Array) -> Array:
-    """int32 [..., L] -> cfg.dtype [..., L, d] (T5-style unit-variance table)."""
+    """int32 [...] row ids -> cfg.dtype [..., d] (T5-style unit-variance table)."""
     return jnp.take(jnp.asarray(self.embedding, self.cfg.dtype), ids, axis=0)
 
 
-class LanguageEmbed(nn.Module):
+class LanguageEmbed(Embed):
   """The language table: one row per language id (index in vmsst.languages.LANGUAGES).
 
   Kept apart from the token table so that language ids need no pieces in the
@@ -192,18 +197,10 @@ class LanguageEmbed(nn.Module):
   rows feed the language encoder's input and the decoder's first position.
   """
 
-  cfg: NetworkConfig
+  axes = ("languages", "embed")
 
-  def setup(self):
-    self.embedding = self.param(
-        "embedding",
-        nn.with_logical_partitioning(_EMBED_INIT, ("languages", "embed")),
-        (self.cfg.num_languages, self.cfg.emb_dim),
-    )
-
-  def __call__(self, languages: Array) -> Array:
-    """int32 [...] language ids -> cfg.dtype [..., d]."""
-    return jnp.take(jnp.asarray(self.embedding, self.cfg.dtype), languages, axis=0)
+  def _rows(self) -> int:
+    return self.cfg.num_languages
 
 
 class PositionEmbed(nn.Module):
