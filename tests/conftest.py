@@ -60,8 +60,8 @@ SLOW_FIXTURES = frozenset({"tiny_model", "model_and_export", "two_states",
                            "separate_towers_run"})
 # What in a test's code (or in a function of its module that it calls) starts another process.
 STARTS_A_PROCESS = ("subprocess.", "sys.executable", "multiprocessing.")
-# What in it trains a model (the whole loop, `vmsst.train.train`).
-TRAINS = ("train.train(",)
+# What in it trains a model (the whole loop, `vmsst.train.loop.train`).
+TRAINS = ("loop.train(",)
 
 
 def _code(function) -> str:
@@ -157,12 +157,12 @@ def tiny_model(data_dir, tiny_vocab_path, tmp_path_factory):
   """
   import gin  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  import vmsst.train  # pylint: disable=g-import-not-at-top
+  import vmsst.train.loop  # pylint: disable=g-import-not-at-top
   import vmsst_testing  # pylint: disable=g-import-not-at-top
   model_dir = tmp_path_factory.mktemp("tiny_model") / "vmsst"
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=4,
                                     extra=["train.evaluator = None"])
-  result = vmsst.train.train()
+  result = vmsst.train.loop.train()
   gin.clear_config()
   return model_dir, jax.device_get(result["params"])
 

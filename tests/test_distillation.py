@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import vmsst.train
+import vmsst.train.loop
 import vmsst_testing
 from vmsst import cli
 from vmsst import models
@@ -169,11 +169,11 @@ def test_short_distillation_run_lowers_held_out_mse(data_dir, tiny_vocab_path, t
            "inverse_sqrt_schedule.warmup_steps = 10"]
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "kd", steps=1,
                                     objective="distillation", extra=extra)
-  before = vmsst.train.train()
+  before = vmsst.train.loop.train()
   filled = json.loads((tmp_path / "cache" / tc.MANIFEST).read_text())
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "kd", steps=150,
                                     objective="distillation", extra=extra)
-  after = vmsst.train.train()
+  after = vmsst.train.loop.train()
   assert json.loads((tmp_path / "cache" / tc.MANIFEST).read_text()) == filled  # nothing new
   assert after["start_step"] == 1 and after["step"] == 150
   # The head starts at zero, so training starts at the zero-vector MSE and

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-import vmsst.train
+import vmsst.train.loop
 import vmsst_testing
 from vmsst import early_stopping as es
 from vmsst import inference
@@ -77,13 +77,13 @@ def test_train_stops_after_idle_evaluations_and_keeps_the_best(data_dir, tiny_vo
            "EarlyStopping.directory = %MODEL_DIR", "retrieval_sets.max_pairs = 16"]
   model_dir = tmp_path / "stopped"
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=20, extra=extra)
-  result = vmsst.train.train()
+  result = vmsst.train.loop.train()
   assert result["step"] == 3
   assert json.loads((model_dir / es.STATE_FILE).read_text())["best_step"] == 1
   one_step = tmp_path / "one_step"
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, one_step, steps=1,
                                     extra=["train.evaluator = None"])
-  vmsst.train.train()
+  vmsst.train.loop.train()
   gin.clear_config()
   stopped = inference.restore(str(model_dir))
   assert stopped.step == 3
@@ -92,4 +92,4 @@ def test_train_stops_after_idle_evaluations_and_keeps_the_best(data_dir, tiny_vo
   assert all(np.array_equal(got[k], want[k]) for k in want)
   # A rerun finds the run stopped and trains nothing.
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=20, extra=extra)
-  assert vmsst.train.train()["step"] == 3
+  assert vmsst.train.loop.train()["step"] == 3

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-import vmsst.train
+import vmsst.train.loop
 import vmsst_testing
 from vmsst import losses
 from vmsst import models
@@ -314,7 +314,7 @@ def test_short_run_on_the_wikipedia_sample_learns_sentence_to_entity_retrieval(
   for steps in (1, 150):
     vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "ease", steps=steps,
                                       objective="entity_contrastive", extra=extra)
-    run = vmsst.train.train()
+    run = vmsst.train.loop.train()
     model = ec.EntityContrastive(NetworkConfig())  # the run's, from the parsed gin
     vocab = vocabulary_lib.get_vocabulary(tiny_vocab_path)
     results.append({split: ec.entity_retrieval(model, run["params"], texts, ids[:, 0],

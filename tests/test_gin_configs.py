@@ -6,7 +6,7 @@ import gin
 import jax
 import pytest
 
-import vmsst.train  # pylint: disable=unused-import (registers train and its configurables)
+import vmsst.train.loop  # pylint: disable=unused-import (registers train and its configurables)
 from vmsst import models
 from vmsst.objectives import MODELS, Contrastive, VMSST, VMSSTContrastive
 
@@ -103,7 +103,7 @@ def test_every_objective_has_its_paper_runs_at_6_and_24_layers():
 def test_paper_runs_fail_without_their_required_macros():
   _parse([ROOT / "gin/runs/vmsst_6l_paper.gin"])
   with pytest.raises(Exception, match="MODEL_DIR"):
-    vmsst.train.train()
+    vmsst.train.loop.train()
 
 
 @pytest.mark.parametrize("ablation", ABLATIONS, ids=lambda p: p.name)

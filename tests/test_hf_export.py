@@ -70,12 +70,12 @@ def ntrex_sample(data_dir: pathlib.Path, per_language: int = 8) -> list[str]:
 
 
 def train_tiny(data_dir, vocab_path, model_dir, objective: str, extra=()) -> pathlib.Path:
-  import vmsst.train  # pylint: disable=import-outside-toplevel
+  import vmsst.train.loop  # pylint: disable=import-outside-toplevel
   import vmsst_testing  # pylint: disable=import-outside-toplevel
   vmsst_testing.configure_small_run(data_dir, vocab_path, model_dir, steps=3,
                                     objective=objective,
                                     extra=["train.evaluator = None", *extra])
-  vmsst.train.train()
+  vmsst.train.loop.train()
   gin.clear_config()
   return model_dir
 
@@ -257,13 +257,13 @@ def test_query_tower_exports_the_tuned_tower_and_the_frozen_document_tower(
 
 def test_a_published_export_fine_tunes_here(t5_export, data_dir, tiny_vocab_path, tmp_path):
   """`train.init_params = OUT` (an export, no checkpoint): the run starts from its encoder."""
-  import vmsst.train  # pylint: disable=import-outside-toplevel
+  import vmsst.train.loop  # pylint: disable=import-outside-toplevel
   import vmsst_testing  # pylint: disable=import-outside-toplevel
   _, export_dir, _ = t5_export
   vmsst_testing.configure_small_run(
       data_dir, tiny_vocab_path, tmp_path / "tuned", steps=2, objective="contrastive",
       extra=["train.evaluator = None", f"train.init_params = '{export_dir}'", *T5_SWITCHES])
-  result = vmsst.train.train()
+  result = vmsst.train.loop.train()
   gin.clear_config()
   assert len(result["loss_history"]) >= 1
   assert all(np.isfinite(loss) for _, loss in result["loss_history"])

@@ -14,7 +14,7 @@ import optax
 import pytest
 
 import vmsst
-import vmsst.train
+import vmsst.train.loop
 import vmsst_testing
 from vmsst_testing import TINY, init_params, random_batch
 from vmsst import checkpointing
@@ -235,7 +235,7 @@ def test_short_run_on_real_data_learns_its_queue_contrast(data_dir, tiny_vocab_p
       extra=["train.evaluator = None", "train.mixture_name = 'vmsst_multi30k'",
              "MomentumContrast.queue_size = 256", "MomentumContrast.momentum = 0.9",
              "train.log_every = 10"])
-  result = vmsst.train.train()
+  result = vmsst.train.loop.train()
   full = [loss for step, loss in result["loss_history"] if step > 256 // 32]
   assert result["step"] == 60
   assert np.mean(full[-2:]) < 0.6 * full[0], result["loss_history"]
@@ -290,14 +290,14 @@ def test_in_training_retrieval_embeds_sources_by_tower_a_and_targets_by_tower_b(
                                  batch_size=4)
   trainer = _trainer(model)
   writer = metric_writers.LoggingWriter()
-  results = vmsst.train.evaluate(evaluator, trainer, params, 0, writer)
+  results = vmsst.train.loop.evaluate(evaluator, trainer, params, 0, writer)
   src, trg = (_embed(model, params, vocab, sentences, side) for side in ("a", "b"))
   forward, backward = retrieval_accuracy(src, trg), retrieval_accuracy(trg, src)
   assert results["same"] == pytest.approx(50.0 * (forward + backward))
   # Both towers are used: with tower b made a copy of tower a, each sentence
   # finds itself (100%); the random tower b of `params` does not (it is not trained).
   twins = dict(params, tower_b=params["tower_a"])
-  assert vmsst.train.evaluate(evaluator, trainer, twins, 0, writer)["same"] == 100.0
+  assert vmsst.train.loop.evaluate(evaluator, trainer, twins, 0, writer)["same"] == 100.0
   assert results["same"] < 100.0
 
 
@@ -498,7 +498,7 @@ def test_two_tower_export_serves_each_tower_and_scores_a_against_b(data_dir, tin
       data_dir, tiny_vocab_path, tmp_path / "m", steps=2, objective="momentum_contrast",
       extra=["train.evaluator = None", "train.mixture_name = 'vmsst_multi30k'",
              "MomentumContrast.queue_size = 64", "MomentumContrast.separate_towers = True"])
-  vmsst.train.train()
+  vmsst.train.loop.train()
   gin.clear_config()
   metadata = export.export(str(tmp_path / "m"), str(tmp_path / "export"))
   assert metadata["sides"] == ["a", "b"] and "serving_b" in metadata["signatures"]

@@ -27,9 +27,10 @@ import pytest
 from flax import traverse_util
 import seqio
 
-import vmsst.train
 import vmsst_testing
 from vmsst_tasks import registry
+from vmsst_tasks.input_pipeline import train_iterator
+from vmsst.train import distributed
 from vmsst import inference
 
 # Training runs and subprocesses: the slow tier (`make test-fast` skips them).
@@ -55,9 +56,8 @@ def test_host_slices_are_blocks_of_the_one_process_batch(small_data_dir, tiny_vo
   common = dict(batch_size=GLOBAL_BATCH, sequence_length=16, seed=3)
 
   def batches(index, count, start_step=0, n=3):
-    it = vmsst.train.train_iterator("vmsst_ntrex_multi30k", start_step=start_step,
-                                    host_data="slice", process_index=index,
-                                    process_count=count, **common)
+    it = train_iterator("vmsst_ntrex_multi30k", start_step=start_step, host_data="slice",
+                        process_index=index, process_count=count, **common)
     return [next(it) for _ in range(n)]
 
   one = batches(0, 1)
@@ -74,17 +74,16 @@ def test_host_slices_are_blocks_of_the_one_process_batch(small_data_dir, tiny_vo
   assert not np.array_equal(one[0]["tokens_a"], one[1]["tokens_a"])
   # host_data="shard_info": the same batch shape per host, but each host draws
   # from its own 1/P of the examples, so the global batch is another one.
-  shards = [next(vmsst.train.train_iterator(
+  shards = [next(train_iterator(
       "vmsst_ntrex_multi30k", start_step=0, host_data="shard_info", process_index=i,
       process_count=2, **common)) for i in range(2)]
   assert shards[0]["tokens_a"].shape == (GLOBAL_BATCH // 2, 16)
   assert not np.array_equal(np.concatenate([s["tokens_a"] for s in shards]), one[0]["tokens_a"])
   with pytest.raises(ValueError, match="does not divide over 3 hosts"):
-    vmsst.train.train_iterator("vmsst_ntrex_multi30k", start_step=0, host_data="slice",
-                               process_index=0, process_count=3, **common)
+    train_iterator("vmsst_ntrex_multi30k", start_step=0, host_data="slice", process_index=0,
+                   process_count=3, **common)
   with pytest.raises(ValueError, match="host_data"):
-    vmsst.train.train_iterator("vmsst_ntrex_multi30k", start_step=0, host_data="rows",
-                               **common)
+    train_iterator("vmsst_ntrex_multi30k", start_step=0, host_data="rows", **common)
 
 
 def _free_port() -> int:
@@ -183,4 +182,4 @@ def test_two_processes_save_restore_and_match_one_process(small_data_dir, tiny_v
 
 def test_partial_coordinator_flags_are_refused_before_joining():
   with pytest.raises(ValueError, match="give all of --coordinator_address"):
-    vmsst.train.initialize_distributed(coordinator_address="localhost:1234", num_processes=2)
+    distributed.initialize_distributed(coordinator_address="localhost:1234", num_processes=2)

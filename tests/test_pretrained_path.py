@@ -20,7 +20,7 @@ import torch
 import transformers
 from safetensors.numpy import load_file
 
-import vmsst.train
+import vmsst.train.loop
 import vmsst_testing
 from vmsst import export
 from vmsst import inference
@@ -71,7 +71,7 @@ def test_mt5_vocabulary_import_train_export_embed(data_dir, tiny_vocab_path, ran
         checkpoint, gin.query_parameter("train.model").scoped_configurable_fn())
     assert "language_embed/embedding" in report.fresh
     param_files.save_params(init_file, converted)
-    result = vmsst.train.train()
+    result = vmsst.train.loop.train()
   finally:
     gin.clear_config()
 

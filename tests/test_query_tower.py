@@ -10,7 +10,7 @@ import optax
 import pytest
 import seqio
 
-import vmsst.train
+import vmsst.train.loop
 import vmsst_testing
 from vmsst_testing import TINY, init_params, random_batch
 from vmsst_tasks import registry
@@ -201,7 +201,7 @@ def test_cpu_tuning_from_a_checkpoint_lowers_heldout_triplet_error(data_dir, tin
   vmsst_testing.configure_small_run(
       data_dir, tiny_vocab_path, model_dir, steps=120, objective="query_tower",
       extra=[f"INIT_MODEL_DIR = '{init_dir}'", "train.evaluator = None"])
-  result = vmsst.train.train()
+  result = vmsst.train.loop.train()
   losses = [loss for _, loss in result["loss_history"]]
   assert np.mean(losses[-3:]) < np.mean(losses[:3]), losses
   heldout = triplets_lib.stsb_triplets(data_dir / "stsb", "test")[0]

@@ -3,7 +3,7 @@
 import gin
 import pytest
 
-import vmsst.train
+import vmsst.train.loop
 from vmsst.train import preflight
 import vmsst_testing
 from vmsst import cli

@@ -52,7 +52,8 @@ from vmsst import encoder_flags
 from vmsst import evaluate
 from vmsst import inference
 from vmsst import learning_curves
-from vmsst import train as train_lib
+from vmsst.train import flags as _train_flags  # pylint: disable=unused-import  # --gin_file
+from vmsst.train import loop as train_loop
 from vmsst.evaluation import paper_score as score_lib
 from vmsst.evaluation import suites as suites_lib
 
@@ -143,7 +144,7 @@ def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, mode
                          f"compared_model_dir.output = '{os.path.dirname(model_dir)}'",
                          *seeded, *bindings],
                         search_paths)
-    train_lib.train()
+    train_loop.train()
   return True
 
 

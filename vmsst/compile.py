@@ -225,7 +225,8 @@ def load_run(gin_files: Sequence[str], bindings: Sequence[str]) -> Run:
     cli.UserError: the files do not name a train run, or building the model
       needs a macro left unbound.
   """
-  from vmsst import train  # pylint: disable=g-import-not-at-top (registers train's configurables)
+  # pylint: disable-next=g-import-not-at-top,unused-import
+  from vmsst.train import loop  # registers train, the configurable run files bind
   gin.clear_config()
   gin_utils.parse_gin(gin_files, bindings)
   try:
@@ -426,7 +427,8 @@ def run_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> tpu_slices.S
 
 
 def load_gin_only(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
-  from vmsst import train  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top,unused-import
+  from vmsst.train import loop  # registers train, the configurable run files bind
   gin.clear_config()
   gin_utils.parse_gin(gin_files, bindings)
 
@@ -507,8 +509,8 @@ def report_host_variants(gin_files: Sequence[str], bindings: Sequence[str]) -> i
 
 def main(argv: Sequence[str]) -> None:
   del argv
-  from vmsst import train  # pylint: disable=g-import-not-at-top (defines --gin_file)
-  gin_files, bindings = train.FLAGS.gin_file, train.FLAGS.gin_bindings
+  from vmsst.train import flags as train_flags  # pylint: disable=g-import-not-at-top
+  gin_files, bindings = train_flags.GIN_FILE.value, train_flags.GIN_BINDINGS.value
   if not gin_files:
     raise cli.UserError("give the run to compile: --gin_file=gin/runs/<run>.gin")
   if _OUTPUT.value:  # before minutes of compiling
@@ -526,5 +528,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  from vmsst import train as _train  # pylint: disable=g-import-not-at-top
+  from vmsst.train import flags as _train_flags  # pylint: disable=g-import-not-at-top (--gin_file)
   cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))

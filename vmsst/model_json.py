@@ -21,7 +21,8 @@ import gin
 from absl import flags
 
 from vmsst import inference
-from vmsst import train  # pylint: disable=unused-import  # the gin names config.gin uses
+# pylint: disable-next=unused-import
+from vmsst.train import loop  # registers train, the configurable config.gin binds
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "A directory written by "
                                  "`python -m vmsst.train` that has config.gin.")

@@ -254,7 +254,8 @@ def _drop_reason(name: str, ours: Mapping[str, Any]) -> str:
 
 
 def _define_flags() -> None:
-  from vmsst import train  # pylint: disable=import-outside-toplevel,unused-import  # --gin_file
+  # pylint: disable-next=import-outside-toplevel,unused-import
+  from vmsst.train import flags as _train_flags  # --gin_file, --gin_bindings, --gin_search_path
   flags.DEFINE_string("hf_dir", None, "Hugging Face T5/mT5 directory (config.json, "
                       "model.safetensors).", required=True)
   flags.DEFINE_string("output", None, "Where the converted parameters (.safetensors) go.",
@@ -263,7 +264,8 @@ def _define_flags() -> None:
 
 def main(argv) -> None:
   cli.check_no_arguments(argv)
-  from vmsst import train  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel,unused-import
+  from vmsst.train import loop  # registers train, the configurable the run file binds
   f = flags.FLAGS
   if not f.gin_file:
     raise cli.UserError("give --gin_file=gin/runs/<run>.gin: the run whose model the "
@@ -286,5 +288,4 @@ def main(argv) -> None:
 
 if __name__ == "__main__":
   _define_flags()
-  from vmsst import train as _train  # pylint: disable=g-import-not-at-top
   cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))

@@ -45,7 +45,7 @@ def make_mesh(data_parallelism: int = -1, model_parallelism: int = 1,
     devices: defaults to every process's devices, ordered by process: the
       data axis then runs over process 0's devices, then process 1's, ..., so
       host h's local batch rows are the h-th block of the global batch (see
-      vmsst.train.train_iterator).
+      vmsst_tasks.input_pipeline.train_iterator).
   Uses jax.sharding.Mesh directly, whose axes are Auto (jax.make_mesh would
   default to Explicit axes, which the logical-constraint flow does not use).
   """

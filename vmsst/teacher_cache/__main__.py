@@ -28,8 +28,9 @@ import gin
 from absl import flags
 
 from vmsst import teacher_cache
+from vmsst.train import flags as _train_flags  # pylint: disable=unused-import  # --gin_file
+from vmsst.train import loop  # pylint: disable=unused-import  # registers train
 from vmsst.train import preflight
-from vmsst import train  # the gin flags and train's configurables
 from vmsst.evaluation import in_training
 
 

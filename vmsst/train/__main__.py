@@ -8,15 +8,69 @@ A run file (gin/runs/*.gin) names the objective, sizes, data and MODEL_DIR;
 `--gin.X=Y` overrides any macro or parameter (strings in inner quotes).
 Rerunning the command resumes from MODEL_DIR's latest checkpoint; Ctrl-C
 saves the current step and exits 130, SIGTERM exits 75. See
-vmsst/train/__init__.py.
+vmsst/train/loop.py.
 """
 
 import sys
 
 from vmsst import cli
-from vmsst import gin_utils  # pylint: disable=g-bad-import-order
-from vmsst import train
+from vmsst.train import flags as train_flags
+
+if __name__ == "__main__":  # the command: before seconds of TensorFlow and JAX imports
+  cli.quiet_startup()
+  cli.check_early(lambda: cli.check_gin_files(sys.argv, required=True))
+
+# pylint: disable=wrong-import-position
+import os
+import shutil
+from typing import Sequence
+
+import gin
+import jax
+
+from vmsst import checkpointing
+from vmsst import gin_utils
+from vmsst.train import distributed
+from vmsst.train import loop
+from vmsst.train import preflight
+
+
+def main(argv: Sequence[str]) -> None:
+  """Joins the job if asked, parses the run, trains; a mistake is one `error:` line."""
+  del argv
+  checkpointing.quiet_orbax_logs()
+  peers = {"coordinator_address": train_flags.COORDINATOR_ADDRESS.value,
+           "num_processes": train_flags.NUM_PROCESSES.value,
+           "process_id": train_flags.PROCESS_ID.value}
+  if train_flags.DISTRIBUTED.value or any(v is not None for v in peers.values()):
+    distributed.initialize_distributed(**peers)
+  gin_utils.parse_gin(train_flags.GIN_FILE.value, train_flags.GIN_BINDINGS.value,
+                      train_flags.GIN_SEARCH_PATH.value)
+  preflight.check_paths()
+  model_dir = gin.query_parameter("train.model_dir")
+  model_dir = model_dir if isinstance(model_dir, str) else gin.query_parameter("%MODEL_DIR")
+  fresh = not os.path.exists(model_dir)
+  try:
+    result = loop.train(resume_with_changes=train_flags.RESUME_WITH_CHANGES.value)
+  except (checkpointing.IncompatibleCheckpointError, checkpointing.NoUsableCheckpointError) as e:
+    _remove_if_unused(model_dir, fresh)
+    raise cli.UserError(str(e)) from e
+  except BaseException:
+    _remove_if_unused(model_dir, fresh)
+    raise
+  if jax.process_index() == 0 and result["retrieval"]:
+    print("Held-out retrieval accuracy (%, mean of both directions):")
+    for name, value in sorted(result["retrieval"].items()):
+      print(f"  {name:40s} {value:6.2f}")
+
+
+def _remove_if_unused(model_dir: str, fresh: bool) -> None:
+  """A run that failed before its first checkpoint leaves no MODEL_DIR it created."""
+  if (fresh and jax.process_index() == 0 and "://" not in model_dir
+      and not preflight.checkpoint_steps(model_dir)):
+    shutil.rmtree(model_dir, ignore_errors=True)
+
 
 if __name__ == "__main__":
-  cli.show_in_help(train)
-  cli.run(train.main, argv=gin_utils.rewrite_gin_args(sys.argv))
+  cli.show_in_help(train_flags)
+  cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))

@@ -1,0 +1,34 @@
+"""`python -m vmsst.train`'s flags, and those of every command that takes a run file.
+
+vmsst.compile, vmsst.memory_report, vmsst.mt5_import, vmsst.teacher_cache and
+vmsst.compare read a run the way training does (`--gin_file`, `--gin_bindings`
+or `--gin.X=Y`, `--gin_search_path`), so they import this module for those
+flags. It imports absl alone: a command defines its flags, and checks them
+(`cli.check_early`), before the loop's seconds of TensorFlow and JAX imports.
+"""
+
+from absl import flags
+
+GIN_FILE = flags.DEFINE_multi_string("gin_file", [], "Gin files, applied in order.")
+GIN_BINDINGS = flags.DEFINE_multi_string("gin_bindings", [],
+                                         "Gin bindings (also via --gin.X=Y).")
+GIN_SEARCH_PATH = flags.DEFINE_multi_string("gin_search_path", ["."],
+                                            "Directories gin includes resolve from.")
+DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False,
+    "Call jax.distributed.initialize() first (multi-host pods; run the same "
+    "command on every host). Alone, JAX detects the peers on TPU pods and "
+    "under SLURM; elsewhere give the three flags below.")
+COORDINATOR_ADDRESS = flags.DEFINE_string(
+    "coordinator_address", None,
+    "host:port of process 0's coordination service (implies --distributed).")
+NUM_PROCESSES = flags.DEFINE_integer("num_processes", None,
+                                     "Processes in the job (implies --distributed).")
+PROCESS_ID = flags.DEFINE_integer("process_id", None,
+                                  "This process's index in [0, num_processes) "
+                                  "(implies --distributed).")
+RESUME_WITH_CHANGES = flags.DEFINE_bool(
+    "resume_with_changes", False,
+    "Resume MODEL_DIR although settings changed since its config.gin (they are "
+    "listed otherwise, and the run refused); the earlier config.gin is kept as "
+    "config-<step>.gin and model.json records each step range.")

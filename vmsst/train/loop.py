@@ -1,0 +1,375 @@
+r"""The one training loop: mesh → model state → teacher vectors → data → loop (log, save, eval).
+
+`train` is gin-configurable (`train.model = @VMSST()`, `train.mixture_name`, ...):
+objectives plug in through gin and nothing here knows which one runs. It
+writes the operative gin config to MODEL_DIR/config.gin, whose bindings name
+this configurable `train` (a resume, `vmsst.model_json` and `vmsst.compare`
+read them back: importing this module registers it).
+
+The command around it is `python -m vmsst.train` (vmsst/train/__main__.py:
+flags in flags.py, joining a multi-host job in distributed.py, gin parsing
+in vmsst/gin_utils.py); the host data iterator is vmsst_tasks.input_pipeline.
+"""
+
+from vmsst import cli
+
+cli.quiet_imports()  # before TensorFlow and JAX load, for the Python API too
+
+# pylint: disable=wrong-import-position
+import os
+import signal
+import time
+from typing import Any, Iterator, Sequence
+
+import gin
+import jax
+import optax
+import seqio
+import tensorflow as tf
+import tqdm
+from absl import logging
+from clu import metric_writers
+
+from vmsst_tasks import registry
+from vmsst import checkpointing
+from vmsst import early_stopping as early_stopping_lib
+from vmsst import hf_export
+from vmsst import inference
+from vmsst import models
+from vmsst import partitioning
+from vmsst import teacher_cache
+from vmsst import trainer as trainer_lib
+from vmsst import gin_configurables  # pylint: disable=unused-import
+from vmsst import gin_utils
+from vmsst.evaluation import in_training
+from vmsst.train import preflight
+from vmsst_tasks.input_pipeline import POSITIONS_DIR, save_position, train_iterator
+
+
+def check_vocabulary(mixture_name: str,
+                     model: models.EmbeddingModel) -> seqio.SentencePieceVocabulary:
+  """The mixture's vocabulary; NetworkConfig.vocab_size must fit it (preflight.vocabulary_fits).
+
+  preflight.check_start checks VOCAB_PATH before any data; this checks what
+  the mixture actually reads (a run may name its vocabulary otherwise).
+  """
+  vocab = seqio.get_mixture_or_task(mixture_name).output_features["tokens_a"].vocabulary
+  if not preflight.vocabulary_fits(vocab.vocab_size, model.network_config.vocab_size):
+    raise cli.UserError(preflight.vocabulary_hint(f"of {mixture_name}", vocab.vocab_size,
+                                                  model.network_config.vocab_size))
+  return vocab
+
+
+def check_finite(step: int, step_metrics: dict[str, Any], consecutive: int, *,
+                 max_skips: int, manager) -> int:
+  """Counts a NaN/Inf step; stops after more than `max_skips` in a row.
+
+  Runs after every step (one scalar fetched from the device), so a bad state
+  is never checkpointed: without skipping (`max_skips` 0) the first bad step
+  raises; with skipping the jitted step has already discarded the update.
+
+  Args:
+    step_metrics: the step's device metrics; `nonfinite` is 1.0 for a bad step.
+    consecutive: bad steps in a row before this one.
+  Returns:
+    bad steps in a row including this one (0 after a good step).
+  """
+  if not float(step_metrics["nonfinite"]):
+    return 0
+  values = {k: float(v) for k, v in jax.device_get(step_metrics).items()
+            if k in ("loss", "grad_norm", "update_norm")}
+  if consecutive + 1 > max_skips:
+    manager.wait_until_finished()  # an asynchronous save of a good step still commits
+    raise FloatingPointError(
+        f"non-finite {values} at step {step} ({consecutive + 1} bad steps in a row, "
+        f"train.skip_nonfinite_steps = {max_skips}); stopped, the last good checkpoint "
+        f"(step {manager.latest_step()}) is kept in {manager.directory}. Lower the learning "
+        "rate or check the data, then resume (or raise train.skip_nonfinite_steps).")
+  logging.warning("step %d: non-finite %s; update skipped (%d in a row, at most %d)",
+                  step, values, consecutive + 1, max_skips)
+  return consecutive + 1
+
+
+def evaluate(evaluator: in_training.Evaluator | Sequence[in_training.Evaluator] | None,
+             trainer: trainer_lib.Trainer, params, step: int, writer) -> dict[str, float]:
+  """Every evaluator's metrics of `params`, logged under retrieval/ (in_training.merge)."""
+  results = in_training.merge(  # side: RetrievalEvaluator's targets go through a side-b tower
+      evaluator, lambda tokens, mask, side="a": trainer.encode(params, tokens, mask, side))
+  if not results:
+    return {}
+  writer.write_scalars(step, {f"retrieval/{k}": v for k, v in results.items()})
+  logging.info("step %d held-out retrieval accuracy: %s", step,
+               {k: round(v, 2) for k, v in results.items()})
+  return results
+
+
+@gin.configurable
+def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.REQUIRED,
+          mixture_name: str = gin.REQUIRED, train_steps: int = gin.REQUIRED,
+          batch_size: int = gin.REQUIRED, sequence_length: int = gin.REQUIRED,
+          optimizer: optax.GradientTransformation = gin.REQUIRED,
+          register_tasks=None,
+          evaluator: in_training.Evaluator | Sequence[in_training.Evaluator] | None = None,
+          seed: int = 0, log_every: int = 50, eval_every: int = 0,
+          init_params: str | None = None, skip_nonfinite_steps: int = 0,
+          early_stopping: early_stopping_lib.EarlyStopping | None = None,
+          resume_with_changes: bool = False) -> dict[str, Any]:
+  """Trains `model` on `mixture_name` for `train_steps`; resumes from model_dir.
+
+  Args:
+    model: an EmbeddingModel (objective) instance.
+    model_dir: checkpoints, TensorBoard events and config.gin go here.
+    mixture_name: seqio task or mixture with PairFeatureConverter features.
+    train_steps: total optimizer steps (a resumed run stops at the same total).
+    batch_size: global number of translation pairs per step.
+    sequence_length: tokens per sentence, EOS included.
+    optimizer: optax transformation (gin: @adafactor()).
+    register_tasks: callable that registers the seqio tasks (gin-bound); run
+      by the teacher stage (vmsst.teacher_cache.fill_stage), which fills the
+      teacher cache first when a distillation run's cache lacks vectors.
+    evaluator: an `in_training.Evaluator` (or a list: the first keeps its
+      metric names, the others' are prefixed by their class) run every
+      `eval_every` steps and at the end.
+    seed: initialisation, data order, dropout and ELBO noise.
+    log_every: steps between metric writes.
+    eval_every: steps between evaluations (0: only at the end).
+    init_params: a file written by `python -m vmsst.mt5_import` for this
+      model (an mT5 checkpoint converted): its tensors replace `seed`'s
+      initialisation, the rest keeps it. Read only while model_dir has no
+      checkpoint, so a restarted run resumes from its own; a name or shape
+      that does not fit the model is an error listing every misfit.
+    skip_nonfinite_steps: 0 stops at the first NaN/Inf loss, gradient or
+      update (keeping the last good checkpoint); n > 0 discards such a step's
+      update inside the jitted step (the batch is skipped, the step counter
+      still advances so the data position stays that of the step) and stops
+      only after more than n bad steps in a row. Skips are logged and counted
+      (`skipped_steps`).
+    early_stopping: stops before `train_steps` once the evaluator's watched
+      metrics stop falling for `patience` evaluations (vmsst/early_stopping.py);
+      needs `evaluator` and `eval_every` (the epoch).
+    resume_with_changes: resume model_dir although bindings changed since its
+      config.gin (preflight.check_resume; `--resume_with_changes`).
+  Returns:
+    {"start_step", "step", "final_metrics", "loss_history" [(step, loss)],
+     "retrieval", "params", "skipped_steps"} for callers and tests.
+  Raises:
+    cli.UserError: a mistake found before any state or data (preflight.check_start).
+    checkpointing.Preempted: SIGTERM or Ctrl-C arrived; the current step
+      was saved (a SystemExit with status checkpointing.PREEMPTED_EXIT_CODE,
+      or INTERRUPTED_EXIT_CODE after Ctrl-C).
+    checkpointing.IncompatibleCheckpointError: model_dir holds another
+      configuration's checkpoint.
+    checkpointing.NoUsableCheckpointError: no checkpoint in model_dir restores.
+    FloatingPointError: non-finite steps beyond `skip_nonfinite_steps`.
+  """
+  # Stage 1: mesh.
+  mesh = partitioning.make_mesh()
+  logging.info("mesh %s over %d processes", dict(mesh.shape), jax.process_count())
+  changes = preflight.check_start(model=model, model_dir=model_dir, batch_size=batch_size,
+                                  sequence_length=sequence_length, mesh=mesh,
+                                  process_count=jax.process_count(),
+                                  resume_with_changes=resume_with_changes)
+
+  # Stage 2: model state (initialised in its shards or restored).
+  trainer = trainer_lib.Trainer(model, optimizer, mesh,
+                                model.input_shapes(batch_size, sequence_length),
+                                skip_nonfinite=skip_nonfinite_steps > 0)
+  manager = checkpointing.make_manager(model_dir)
+  state = _restore_or_initialize(trainer, manager, seed=seed, init_params=init_params)
+  start_step = int(state.step)
+  if early_stopping is not None and early_stopping.resume(evaluator, eval_every):
+    return _nothing_to_do(start_step, start_step, state)
+  if start_step >= train_steps:
+    return _nothing_to_do(start_step, train_steps, state)
+  _describe_run(model_dir, model, sequence_length, start_step=start_step, changes=changes)
+
+  # Stage 3: teacher vectors, then data, positioned at the restored step.
+  _prepare_data(register_tasks, evaluator, mixture_name, model, model_dir)
+  positions = os.path.join(model_dir, POSITIONS_DIR)  # the stream's position at each checkpoint
+  batches = train_iterator(mixture_name, batch_size=batch_size,
+                           sequence_length=sequence_length, seed=seed, start_step=start_step,
+                           positions=positions)
+
+  # Stage 4: the loop.
+  writer = metric_writers.create_default_writer(
+      os.path.join(model_dir, "tensorboard"), just_logging=jax.process_index() > 0)
+  rng = jax.random.key(seed + 1)
+  learning_rate = _learning_rate_schedule()
+  metrics, history = {}, []
+  progress = tqdm.tqdm(total=train_steps, initial=start_step, desc="train", unit="step",
+                       disable=cli.hide_progress(jax.process_index() > 0),
+                       dynamic_ncols=True)
+  started = time.time()
+  skipped = consecutive_bad = 0
+  with checkpointing.PreemptionWatcher() as preemption:
+    for step in range(start_step + 1, train_steps + 1):
+      batch = _next_batch(batches, step, mixture_name, model_dir)
+      state, step_metrics = trainer.step(state, batch, rng)
+      consecutive_bad = check_finite(step, step_metrics, consecutive_bad,
+                                     max_skips=skip_nonfinite_steps, manager=manager)
+      skipped += consecutive_bad > 0
+      saving = step == train_steps or manager.should_save(step)
+      if step % log_every == 0 or saving:
+        metrics = _logged_metrics(step, step_metrics, skipped=skipped,
+                                  examples=batch_size * (step - start_step),
+                                  seconds=time.time() - started, learning_rate=learning_rate)
+        writer.write_scalars(step, metrics)
+        history.append((step, metrics["loss"]))
+      # Every step: check_finite has already waited for this step's metrics.
+      progress.set_postfix(loss=f"{float(step_metrics['loss']):.3f}", refresh=False)
+      progress.update(1)
+      if saving:
+        checkpointing.save(manager, step, state, force=True)
+        save_position(positions, step, batches, keep=manager.all_steps())
+      if step < train_steps and preemption.reached(step, manager):
+        if not saving:
+          save_position(positions, step, batches, keep=manager.all_steps())
+        _save_and_exit(manager, step, state, saved=saving, writer=writer, progress=progress,
+                       signum=preemption.signum)
+      if eval_every and step % eval_every == 0 and step != train_steps:
+        results = evaluate(evaluator, trainer, state.params, step, writer)
+        if early_stopping is not None and early_stopping.observe(step, results, state.params):
+          state = early_stopping.save_final(manager, step, state)
+          break
+
+  # Stage 5: the last evaluation, everything on disk.
+  progress.close()
+  retrieval = evaluate(evaluator, trainer, state.params, int(state.step), writer)
+  manager.wait_until_finished()
+  writer.flush()
+  if skipped:
+    logging.warning("%d of %d steps had a non-finite loss/gradient and were skipped",
+                    skipped, train_steps - start_step)
+  return {"start_step": start_step, "step": int(state.step), "final_metrics": metrics,
+          "loss_history": history, "retrieval": retrieval, "params": state.params,
+          "skipped_steps": skipped}
+
+
+def _restore_or_initialize(trainer: trainer_lib.Trainer, manager, *, seed: int,
+                           init_params: str | None) -> trainer_lib.TrainState:
+  """MODEL_DIR's latest checkpoint, else `seed`'s state (with `init_params`' tensors).
+
+  init_params is read only while there is no checkpoint, so a restarted run
+  resumes from its own parameters rather than going back to the file's.
+  """
+  state = checkpointing.restore_latest(manager, trainer.abstract_state)
+  if state is not None:
+    if init_params:
+      logging.info("init_params %s ignored: resuming from the checkpoint", init_params)
+    return state
+  state = trainer.initialize(jax.random.key(seed))
+  if init_params:
+    logging.info("starting from the parameters in %s", init_params)
+    state = trainer.with_params(state, hf_export.load_params(init_params, state.params),
+                                jax.random.key(seed))
+  return state
+
+
+def _describe_run(model_dir: str, model: models.EmbeddingModel, sequence_length: int, *,
+                  start_step: int, changes: Sequence[str]) -> None:
+  """MODEL_DIR/config.gin and model.json (process 0): the directory alone restores the model.
+
+  Written once training goes ahead (not by a rerun with nothing to do);
+  model.json's step ranges record a resume with changed settings.
+  """
+  if jax.process_index() != 0:
+    return
+  if changes:
+    logging.warning("resuming at step %d with changed settings: %s", start_step,
+                    "; ".join(changes))
+  ranges = preflight.step_ranges(model_dir, start_step, sequence_length, changed=bool(changes))
+  gin_utils.write_operative_config(model_dir, inference.CONFIG_FILE)
+  inference.write_model_json(model_dir, model, sequence_length, step_ranges=ranges)
+
+
+def _prepare_data(register_tasks, evaluator, mixture_name: str,
+                  model: models.EmbeddingModel, model_dir: str) -> None:
+  """Teacher vectors, then the registered tasks checked, counted and their vocabulary copied.
+
+  Registration and the evaluators only read a distillation teacher's
+  vectors; those its cache lacks are encoded here first, once, logged as
+  "filling the teacher cache ...: N sentences ... to encode" (the same step
+  as `python -m vmsst.teacher_cache`; a filled cache never loads the teacher).
+  """
+  teacher_cache.fill_stage(register_tasks, in_training.as_list(evaluator))
+  registry.report_data_counts(mixture_name,  # read = kept + skipped, MODEL_DIR/data_counts.json
+                              model_dir=model_dir if jax.process_index() == 0 else None)
+  registry.check_training_data(mixture_name)  # an empty task: one error line, not a JAX traceback
+  _copy_vocabulary(model_dir, check_vocabulary(mixture_name, model))
+
+
+def _next_batch(batches: Iterator[Any], step: int, mixture_name: str, model_dir: str) -> Any:
+  """The step's batch; a stream that repeats forever ends only if it was empty."""
+  batch = next(batches, None)
+  if batch is None:
+    raise cli.UserError(f"the training stream of {mixture_name} produced no batch at step "
+                        f"{step}: every example was skipped (data_counts.json in "
+                        f"{model_dir} has the counts); check the input or its filters.")
+  return batch
+
+
+def _logged_metrics(step: int, step_metrics: dict[str, Any], *, skipped: int, examples: int,
+                    seconds: float, learning_rate) -> dict[str, float]:
+  """What TensorBoard gets at a logged step: the step's metrics and the run's rates.
+
+  `learning_rate` (None when the run's optimizer names none) is that of this
+  step's update; optax counts updates from 0.
+  """
+  metrics = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
+  metrics["skipped_steps"] = skipped
+  metrics["examples_per_second"] = examples / seconds
+  if learning_rate is not None:
+    metrics["learning_rate"] = float(learning_rate(step - 1))
+  return metrics
+
+
+def _learning_rate_schedule():
+  """The optimizer's learning rate as a function of the step, from gin (None: not found).
+
+  For TensorBoard only: reads `<optimizer>.learning_rate` of the bound
+  `train.optimizer` (a schedule such as @inverse_sqrt_schedule() or a float);
+  schedules are pure, so a second instance gives the optimizer's values.
+  """
+  try:
+    optimizer = gin.query_parameter("train.optimizer")
+    value = gin.query_parameter(f"{optimizer.selector}.learning_rate")
+  except (ValueError, AttributeError):
+    return None
+  if isinstance(value, (int, float)):
+    return lambda step: value
+  if isinstance(value, gin.config.ConfigurableReference) and value.evaluate:
+    return value.scoped_configurable_fn()
+  return None
+
+
+def _nothing_to_do(step: int, train_steps: int, state) -> dict[str, Any]:
+  """A rerun asking for no more steps than the checkpoint holds: leaves MODEL_DIR as it was.
+
+  Rewriting config.gin with the smaller TRAIN_STEPS would make the directory
+  misdescribe its model, so neither it nor anything else is written.
+  """
+  logging.warning("already at step %d ≥ TRAIN_STEPS (%d), nothing to do; raise TRAIN_STEPS "
+                  "to train on", step, train_steps)
+  return {"start_step": step, "step": step, "final_metrics": {}, "loss_history": [],
+          "retrieval": {}, "params": state.params, "skipped_steps": 0}
+
+
+def _save_and_exit(manager, step: int, state, *, saved: bool, writer, progress,
+                   signum: int | None) -> None:
+  """After SIGTERM or Ctrl-C: the current step on disk (waited for), then Preempted."""
+  if not saved:
+    checkpointing.save(manager, step, state, force=True)
+  manager.wait_until_finished()
+  writer.flush()
+  progress.close()
+  preempted = checkpointing.Preempted(step, os.fspath(manager.directory),
+                                      signum or signal.SIGTERM)  # None: JAX's multi-host service
+  logging.warning("%s", preempted)
+  raise preempted
+
+
+def _copy_vocabulary(model_dir: str, vocab: seqio.SentencePieceVocabulary) -> None:
+  """MODEL_DIR/spm.model: the directory alone restores, evaluates and exports."""
+  if jax.process_index() == 0:
+    tf.io.gfile.copy(vocab.sentencepiece_model_file,
+                     os.path.join(model_dir, inference.VOCABULARY_FILE), overwrite=True)
