@@ -98,15 +98,14 @@ def build_opus_dir(data_dir: str, output: pathlib.Path, repeat: int) -> int:
 
 def measure(args) -> None:
   """(subprocess, pinned) Prints {"pairs_per_second", "cores"} of the training input."""
-  from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel
   from vmsst_tasks import input_pipeline  # pylint: disable=import-outside-toplevel
-  from vmsst import vocabulary  # pylint: disable=import-outside-toplevel
-  vocab = vocabulary.get_vocabulary(args.vocab)  # only the OPUS tasks (register_tasks' steps)
-  exclude = registry.tatoeba_exclusion(args.data_dir)
-  reuse = registry.register_opus_tasks(args.opus_dir, vocab, exclude)
-  registry.register_paper_mixture(args.opus_dir, vocab, exclude=exclude, reuse=reuse)
+  from vmsst_tasks.registry import common  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.registry import opus  # pylint: disable=import-outside-toplevel
+  # Only the OPUS family: the paper mixture's tasks.
+  opus.opus_tasks(common.RegistrationInputs.read(args.data_dir, args.vocab),
+                  opus_dir=args.opus_dir)
   started = time.perf_counter()
-  batches = input_pipeline.train_iterator(registry.PAPER_MIXTURE, batch_size=args.batch,
+  batches = input_pipeline.train_iterator(opus.PAPER_MIXTURE, batch_size=args.batch,
                                           sequence_length=LENGTH, seed=0, start_step=0)
   next(batches)
   first_batch = time.perf_counter() - started
@@ -123,7 +122,7 @@ def measure(args) -> None:
                     "cores_used": cpu_seconds / seconds,
                     "cores": len(os.sched_getaffinity(0)),
                     "tasks": len(__import__("seqio").get_mixture_or_task(
-                        registry.PAPER_MIXTURE).tasks)}))
+                        opus.PAPER_MIXTURE).tasks)}))
 
 
 def _pinned(args, cores: int, opus_dir: str) -> dict:
@@ -193,7 +192,7 @@ def main(argv) -> None:
   args = FLAGS
   if args.phase == "measure":
     return measure(args)
-  from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.registry import opus  # pylint: disable=import-outside-toplevel
   out = pathlib.Path(args.output)
   if args.recorded:  # the pipeline unchanged, the step times moved: re-read, not re-measured
     results = json.loads((out / "results.json").read_text())
@@ -211,7 +210,7 @@ def main(argv) -> None:
            f"sentences in OPUS Moses files), batch {results['batch']}, length {LENGTH}, tiny "
            "vocabulary; one fresh process pinned with taskset. The first batch waits for the "
            "shuffle buffers of the tasks it draws from to fill (seqio fills a task's "
-           f"{registry.OPUS_SHUFFLE_BUFFER:,}-example buffer on its first draw); the steady "
+           f"{opus.OPUS_SHUFFLE_BUFFER:,}-example buffer on its first draw); the steady "
            f"state is timed over {results['batches']} batches after {results['warmup']} more.",
            "",
            "| host cores | first batch (s) | steady pairs/s (wall clock) | cores busy | "

@@ -56,7 +56,8 @@ def _define_flags() -> None:
 
 def _register(data_dir: str, vocab: str) -> None:
   from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel
-  registry.register_tasks(data_dir, vocab)
+  from vmsst_tasks.registry import pairs  # pylint: disable=import-outside-toplevel
+  registry.register_families([pairs.pair_tasks], data_dir=data_dir, vocabulary_path=vocab)
 
 
 def _iterator(start_step: int, positions: str | None):

@@ -9,8 +9,9 @@
 seqio's job (Apache Beam: the DirectRunner here, Dataflow or Flink on a
 cluster) imports `--module_import` in the launcher and in every worker
 before it looks a task up, and vmsst registers nothing on import elsewhere
-(tasks/registry.py): this module is that one import, and does nothing else.
-The variable holds `registry.register_tasks`' keyword arguments as JSON;
+(tasks/registry/): this module is that one import, and does nothing else.
+The variable holds `registry.register_tasks`' keyword arguments as JSON (the
+one-call form over the task families: opus_dir selects the OPUS family, ...);
 each worker needs it too (Dataflow: set it in the worker image). Training
 then reads the cache with `train_iterator.use_cached = True` and
 `train_iterator.cache_dirs = ['CACHE']` (tasks/input_pipeline.py).

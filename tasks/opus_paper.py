@@ -43,9 +43,9 @@ optional `manifest.json` with each file's bytes and lines.
 
 This module is data only (constants, rates, the inventory of a directory; no
 seqio, so `python -m vmsst_tasks.opus_download` does not load TensorFlow). The
-mixture itself is registered by the one registry,
-`tasks.registry.register_paper_mixture` (its docstring says how it reuses the
-registry's `vmsst_opus.*` tasks).
+mixture itself is registered by the registry's OPUS family,
+`tasks/registry/opus.py::register_paper_mixture` (its docstring says how it reuses
+the family's `vmsst_opus.*` tasks).
 """
 
 import collections

@@ -125,7 +125,7 @@ def teacher_embeddings(dataset: tf.data.Dataset, *, sentences: Sequence[str],
   """Maps `lookup_teacher` with a table of `sentences` -> rows of `vectors` [N, T].
 
   Bind the arguments with functools.partial when registering the task (see
-  tasks/registry.py); like `language_ids`, the table is built here because a
+  tasks/registry/distillation.py); like `language_ids`, the table is built here because a
   tf.lookup table cannot be created inside a tf.data map. `vectors` is
   captured as one constant, so the feature has the static width T the
   feature converter needs.

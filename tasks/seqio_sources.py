@@ -1,4 +1,4 @@
-"""The seqio DataSources of the registry's tasks (tasks/registry.py registers them).
+"""The seqio DataSources of the registry's tasks (tasks/registry/ registers them).
 
   InMemoryPairSource    pairs read once (NTREX-128, Multi30k), whole split shuffled
                         (a global shuffle: `in_memory_dataset`)
@@ -195,7 +195,7 @@ class EntitySentenceSource(seqio.FunctionDataSource):
       raise cli.UserError(
           f"{name}: {entity_dir} holds no training example (its meta.json counts: {counts}); "
           "run python -m vmsst_tasks.wiki_entities again with a lower --min_links (or "
-          "--heldout_fraction below 1), or fix register_tasks.entity_dir.")
+          "--heldout_fraction below 1), or fix entity_tasks.entity_dir.")
     super().__init__(dataset_fn=self._dataset, splits=SPLITS,
                      num_input_examples={s: len(c["entities"]) for s, c in self._columns.items()})
 

@@ -5,8 +5,8 @@ fills a `PairCounts`: read = kept + sum(skipped), with one counter per skip
 reason, so no line is ever dropped silently. When a pass over the files ends,
 `read_pairs` logs a one-line report (and the first few skips of each reason
 with file:line). These readers are plain Python (no TensorFlow):
-tasks/registry.py turns them into seqio data sources and reports the totals of
-a mixture (`registry.report_data_counts`, also MODEL_DIR/data_counts.json).
+tasks/registry/ turns them into seqio data sources and reports the totals of
+a mixture (`data_counts.report_data_counts`, also MODEL_DIR/data_counts.json).
 
 Bad input policy (`InputPolicy`; rows marked * become errors with strict=True):
 
@@ -82,7 +82,7 @@ _NOT_STRICT = "or bind InputPolicy.strict = False to skip and count such lines"
 class InputPolicy:
   """How readers treat bad lines: the table in the module docstring.
 
-  Gin: `register_tasks.input_policy = @InputPolicy()` with
+  Gin: `register_families.input_policy = @InputPolicy()` with
   `InputPolicy.strict = True` (frozen, so it can key a cache).
 
   Attributes:

@@ -1,7 +1,7 @@
 """Pairs of any TFDS translation dataset, read from a local data_dir (never downloaded here).
 
   TfdsTranslation("wmt14_translate/de-en", "de", "en", data_dir="/data/tfds")
-    -> task vmsst_tfds.wmt14_translate.de_en (tasks/registry.py::register_tfds_task)
+    -> task vmsst_tfds.wmt14_translate.de_en (tasks/registry/tfds.py::tfds_tasks)
     {"de": "Hallo.", "en": "Hello."} -> {"text_a": "Hallo.", "text_b": "Hello.",
                                          "lang_a": "deu", "lang_b": "eng"}
 
@@ -36,7 +36,8 @@ SPLIT_NAMES = {"train": ("train",), "validation": ("validation", "dev", "test")}
 class TfdsTranslation:
   """One TFDS translation dataset as a vmsst pair task.
 
-  Gin: `register_tasks.tfds_translations = [@de_en/TfdsTranslation()]` with
+  Gin: `tfds_tasks.translations = [@de_en/TfdsTranslation()]` (and @tfds_tasks
+  in register_families.families) with
   `de_en/TfdsTranslation.name = 'wmt14_translate/de-en'`, `.lang_a_key = 'de'`,
   `.lang_b_key = 'en'`, `.data_dir = '/data/tfds'`.
 

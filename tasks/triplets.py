@@ -34,7 +34,7 @@ TSV files are read with vmsst.text_files.read_tsv (as pair_ranking does): a line
 without exactly three non-empty TAB-separated fields is an error naming file
 and line; blank lines are skipped and counted.
 
-The seqio task `vmsst_triplets` (tasks.registry.register_triplet_task) feeds
+The seqio task `vmsst_triplets` (tasks/registry/triplets.py, triplet_tasks) feeds
 PairFeatureConverter: tokens_a = anchor, tokens_b = positive, lang_a = lang_b
 = eng, plus `tokens_negative`, tokenized, EOS-terminated and 0-padded here to
 the training length (the converter passes it through at that static width).
@@ -230,7 +230,7 @@ def read_triplet_splits(triplets: str, data_dir: str
   for split in ("train", "validation"):
     path = pathlib.Path(triplets) / f"{split}.tsv"
     if not path.is_file():
-      raise FileNotFoundError(f"{path} not found: register_tasks.triplets is 'stsb' or a "
+      raise FileNotFoundError(f"{path} not found: triplet_tasks.triplets is 'stsb' or a "
                               "directory with train.tsv and validation.tsv (anchor<TAB>"
                               "positive<TAB>negative; python -m vmsst_tasks.triplets writes them).")
     rows, blank = read_tsv(path)
@@ -240,7 +240,7 @@ def read_triplet_splits(triplets: str, data_dir: str
   return splits
 
 
-# The task's preprocessors (tasks.registry.register_triplet_task registers it).
+# The task's preprocessors (tasks/registry/triplets.py registers it).
 PREPROCESSORS = (rekey_triplet, preprocessors.tokenize_pair, tokenize_negative,
                  preprocessors.language_ids, seqio.preprocessors.append_eos_after_trim)
 

@@ -165,7 +165,7 @@ def test_short_distillation_run_lowers_held_out_mse(data_dir, tiny_vocab_path, t
   # 800 sentences, once (the resumed run encodes none).
   extra = [f"TeacherCache.directory = '{tmp_path / 'cache'}'",
            "train.mixture_name = 'vmsst_distill_multi30k'",
-           "register_tasks.distillation_max_sources = 300", "retrieval_sets.max_pairs = 64",
+           "distillation_tasks.max_sources = 300", "retrieval_sets.max_pairs = 64",
            "inverse_sqrt_schedule.warmup_steps = 10"]
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "kd", steps=1,
                                     objective="distillation", extra=extra)
@@ -223,11 +223,11 @@ def test_student_starts_from_one_of_our_checkpoints(tiny_model, tmp_path):
 def test_a_distillation_source_without_pairs_is_a_clear_error(data_dir, tiny_vocab_path, source,
                                                               message):
   """Before: an unknown or absent source language gave empty tasks and a silent no-op run."""
-  from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel
-  vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
+  from vmsst_tasks.registry import common  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.registry import distillation as family  # pylint: disable=import-outside-toplevel
+  inputs = common.RegistrationInputs(str(data_dir), vocabulary.get_vocabulary(str(tiny_vocab_path)))
   with pytest.raises(ValueError, match=message):
-    registry.register_distillation_tasks(str(data_dir), vocab, teacher_cache=None, seed=0,
-                                         source_language=source, max_sources=10)
+    family.distillation_tasks(inputs, teacher_cache=None, source_language=source, max_sources=10)
 
 
 def test_warmup_linear_schedule_by_hand():

@@ -56,6 +56,23 @@ def test_run_file_parses_and_builds_its_model(run):
     _check_vmsst_paper_run(run.stem, model)
 
 
+
+# The task family (tasks/registry/) that registers each mixture a run trains.
+FAMILY_OF_MIXTURE = {"vmsst_ntrex_multi30k": "pair_tasks", "vmsst_opus": "opus_tasks",
+                     "vmsst_opus_paper": "opus_tasks",
+                     "vmsst_distill_ntrex_multi30k": "distillation_tasks",
+                     "vmsst_wiki_entities": "entity_tasks", "vmsst_triplets": "triplet_tasks"}
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_run_file_registers_its_mixture_by_families_pairs_first(run):
+  """Every run registers the pair tasks (the held-out sets' corpora), then its mixture's family."""
+  _parse([run], REQUIRED)
+  assert gin.query_parameter("train.register_tasks").selector == "register_families"
+  families = [f.selector for f in gin.query_parameter("register_families.families")]
+  assert families[0] == "pair_tasks" and len(set(families)) == len(families)
+  assert FAMILY_OF_MIXTURE[gin.query_parameter("train.mixture_name")] in families
+
 # §6.4 of the VMSST paper, per objective and setting: (dropout, λ, ELBO weight).
 # λ: VMSST's ELBO weight, VMSST-Contrastive's weight on the VMSST loss (whose
 # own ELBO weight, not restated by the paper, is VMSST's for that setting).

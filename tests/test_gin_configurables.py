@@ -49,7 +49,9 @@ def test_importing_gin_configurables_alone_registers_every_configurable():
                           text=True, timeout=300, check=True)
   registered = set(json.loads(result.stdout.strip().splitlines()[-1]))
   decorated = decorated_configurables()
-  assert {"vmsst.teacher_cache.TeacherCache", "vmsst_tasks.registry.register_tasks"} <= decorated
+  assert {"vmsst.teacher_cache.TeacherCache", "vmsst_tasks.registry.register_tasks",
+          "vmsst_tasks.registry.register_families",
+          "vmsst_tasks.registry.opus.opus_tasks"} <= decorated
   assert not decorated - registered, "not imported by vmsst/gin_configurables.py"
 
 

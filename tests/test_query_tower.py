@@ -13,7 +13,8 @@ import seqio
 import vmsst.train.loop
 import vmsst_testing
 from vmsst_testing import TINY, init_params, random_batch
-from vmsst_tasks import registry
+from vmsst_tasks.registry import common
+from vmsst_tasks.registry import triplets as triplet_family
 from vmsst_tasks import triplets as triplets_lib
 from vmsst import inference
 from vmsst import param_files
@@ -163,8 +164,9 @@ def test_stsb_builder_on_the_real_train_split(data_dir):
 
 
 def test_triplet_task_pads_the_negative_to_the_training_length(data_dir, tiny_vocab_path):
-  vocab = registry.vocabulary_lib.get_vocabulary(tiny_vocab_path)
-  registry.register_triplet_task("stsb", str(data_dir), vocab)
+  inputs = common.RegistrationInputs.read(str(data_dir), tiny_vocab_path)
+  triplet_family.triplet_tasks(inputs, triplets="stsb")
+  vocab = inputs.vocabulary
   ds = seqio.get_dataset(triplets_lib.TASK, task_feature_lengths={"tokens_a": 10, "tokens_b": 10},
                          feature_converter=PairFeatureConverter(pack=False),
                          dataset_split="validation", shuffle=False)

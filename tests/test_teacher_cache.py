@@ -103,10 +103,10 @@ class _Registration:
     self.directory, self.sentences, self.calls = directory, sentences, 0
 
   def __call__(self):
-    from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel
+    from vmsst_tasks.registry import distillation  # pylint: disable=import-outside-toplevel
     self.calls += 1
     cache = teacher_cache.TeacherCache(self.directory, CountingTeacher())
-    registry.check_teacher_vectors(cache, self.sentences)
+    distillation.check_teacher_vectors(cache, self.sentences)
     cache.lookup(self.sentences)
     return ["vmsst_distill_x"]
 
@@ -173,15 +173,15 @@ def test_command_fills_what_the_run_reads_and_train_would_encode_nothing(
     data_dir, tiny_vocab_path, tmp_path, _clean_gin):
   from vmsst.teacher_cache import __main__ as command  # pylint: disable=import-outside-toplevel
   from vmsst_tasks import heldout  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.registry import distillation  # pylint: disable=import-outside-toplevel
   cache_dir = tmp_path / "cache"
   bindings = vmsst_testing.small_run_bindings(data_dir, tiny_vocab_path, tmp_path / "run", 1, [
       f"TEACHER_CACHE_DIR = '{cache_dir}'", "TeacherCache.teacher = @CharacterTeacher()",
-      "register_tasks.distillation_max_sources = 3", "retrieval_sets.max_pairs = 4"])
+      "distillation_tasks.max_sources = 3", "retrieval_sets.max_pairs = 4"])
   run = [str(vmsst_testing.ROOT / "gin/runs/distillation_cpu.gin")]
   CharacterTeacher.encoded = 0
   reports = command.fill_run(run, bindings)
-  sources = registry.distillation_sources(str(data_dir), max_sources=3)
+  sources = distillation.distillation_sources(str(data_dir), max_sources=3)
   held_out = {s for src, _ in heldout.retrieval_sets(str(data_dir), max_pairs=4).values()
               for s in src}
   want = set(sources) | held_out

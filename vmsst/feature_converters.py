@@ -1,6 +1,6 @@
 """The seqio FeatureConverter that turns pair-task examples into model batches.
 
-Task features (tasks/registry.py):
+Task features (tasks/registry/):
   tokens_a, tokens_b  int32 [<=L]  sentence ids ending in EOS (1)
   lang_a, lang_b      int32 []     language id (index in vmsst.languages.LANGUAGES)
 Model features (one example; `.batch(B)` adds the leading B):

@@ -12,6 +12,12 @@ import jax.numpy as jnp
 from vmsst_tasks import heldout
 from vmsst_tasks import input_pipeline
 from vmsst_tasks import registry
+from vmsst_tasks.registry import distillation
+from vmsst_tasks.registry import entities
+from vmsst_tasks.registry import opus
+from vmsst_tasks.registry import pairs
+from vmsst_tasks.registry import tfds
+from vmsst_tasks.registry import triplets
 from vmsst_tasks import tfds_sources
 from vmsst import checkpointing
 from vmsst import early_stopping
@@ -34,7 +40,8 @@ gin.constant("vmsst.bfloat16", jnp.bfloat16)
 # Modules whose @gin.configurable objects the gin files name: every one
 # outside vmsst.train (tests/test_gin_configurables.py checks the list is
 # complete), so a gin file imports this module and nothing else.
-__all__ = ["input_pipeline", "registry", "tfds_sources", "checkpointing", "early_stopping",
+__all__ = ["input_pipeline", "registry", "pairs", "opus", "distillation", "entities", "triplets",
+           "tfds", "tfds_sources", "checkpointing", "early_stopping",
            "optimizers",
            "param_files", "parameter_groups", "partitioning", "teacher_cache", "tpu_slices",
            "in_training",

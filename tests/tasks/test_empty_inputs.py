@@ -13,7 +13,10 @@ import pytest
 import seqio
 
 import vmsst_testing
-from vmsst_tasks import registry
+from vmsst_tasks.registry import common
+from vmsst_tasks.registry import data_counts
+from vmsst_tasks.registry import entities
+from vmsst_tasks.registry import opus
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks import wiki_entities as we
@@ -48,7 +51,7 @@ def test_wiki_entities_command_with_the_readme_threshold_on_the_sample_stops(tmp
 def test_entity_directory_without_training_examples_is_refused_at_registration(tmp_path):
   we.write(str(tmp_path), [], [], we.Counts(), 0, min_links=10)  # what the old command wrote
   with pytest.raises(cli.UserError, match=r"no training example.*--min_links"):
-    seqio_sources.EntitySentenceSource(str(tmp_path), name=registry.ENTITY_TASK)
+    seqio_sources.EntitySentenceSource(str(tmp_path), name=entities.ENTITY_TASK)
 
 
 def test_opus_directory_of_empty_files_is_refused(tmp_path, tiny_vocab_path):
@@ -57,9 +60,9 @@ def test_opus_directory_of_empty_files_is_refused(tmp_path, tiny_vocab_path):
   (tmp_path / "no_opus_files").mkdir()
   vocab = vocabulary.get_vocabulary(tiny_vocab_path)
   with pytest.raises(cli.UserError, match=r"no usable OPUS pair \(1 files, 0 lines\)"):
-    registry.register_opus_tasks(str(tmp_path), vocab, frozenset())
+    opus.register_opus_tasks(str(tmp_path), vocab, frozenset())
   with pytest.raises(cli.UserError, match="No OPUS files"):
-    registry.register_opus_tasks(str(tmp_path / "no_opus_files"), vocab, frozenset())
+    opus.register_opus_tasks(str(tmp_path / "no_opus_files"), vocab, frozenset())
 
 
 def test_a_filter_that_drops_every_pair_names_the_task_counts_and_the_flag(tiny_vocab_path):
@@ -67,12 +70,12 @@ def test_a_filter_that_drops_every_pair_names_the_task_counts_and_the_flag(tiny_
   counts.skipped["overlong"] = 3
   source = seqio_sources.InMemoryPairSource({"train": [], "validation": []},
                                             {"train": counts, "validation": sources.PairCounts()})
-  registry.register_pair_task("vmsst_test_empty", source,
+  common.register_pair_task("vmsst_test_empty", source,
                               vocabulary.get_vocabulary(tiny_vocab_path))
   seqio.MixtureRegistry.remove("vmsst_test_empty_mix")
   seqio.MixtureRegistry.add("vmsst_test_empty_mix", [("vmsst_test_empty", 1.0)])
   with pytest.raises(cli.UserError) as raised:
-    registry.check_training_data("vmsst_test_empty_mix")
+    data_counts.check_training_data("vmsst_test_empty_mix")
   message = str(raised.value)
   assert message.startswith("vmsst_test_empty: no training example")
   assert "read=3 kept=0 skipped=3 (overlong=3)" in message and "InputPolicy.max_chars" in message
@@ -99,10 +102,10 @@ def test_opus_files_whose_every_pair_is_dropped_stop_training_with_their_counts(
     tmp_path, tiny_vocab_path):
   (tmp_path / "Europarl.de-en.de").write_text("ein\n\nzwei\n")
   (tmp_path / "Europarl.de-en.en").write_text("\n\n\n")  # every English side empty
-  names = registry.register_opus_tasks(str(tmp_path), vocabulary.get_vocabulary(tiny_vocab_path),
+  names = opus.register_opus_tasks(str(tmp_path), vocabulary.get_vocabulary(tiny_vocab_path),
                                        frozenset())
   with pytest.raises(cli.UserError) as raised:  # what train runs before the first batch
-    registry.check_training_data(registry.OPUS_MIXTURE)
+    data_counts.check_training_data(opus.OPUS_MIXTURE)
   message = str(raised.value)
   assert message.startswith(f"{names[('deu', 'eng')]}: no training example in "
                             "Europarl.de-en.de+Europarl.de-en.en")

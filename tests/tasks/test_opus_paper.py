@@ -15,6 +15,7 @@ import tensorflow as tf
 from vmsst_tasks import opus_download
 from vmsst_tasks import opus_paper
 from vmsst_tasks import registry
+from vmsst_tasks.registry import opus
 from vmsst_tasks import seqio_sources
 from vmsst import languages as vmsst_languages
 from vmsst import vocabulary as vocabulary_lib
@@ -214,7 +215,7 @@ def vocabulary(tmp_path_factory) -> seqio.SentencePieceVocabulary:
 @pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_register_paper_mixture_end_to_end(opus_dir, vocabulary, caplog):
   with caplog.at_level(logging.WARNING):
-    name = registry.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(),
+    name = opus.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(),
                                              name="test_opus_paper_e2e")
   assert name == "test_opus_paper_e2e"
   assert "88 of 92 languages missing" in caplog.text and "['UN', 'GlobalVoices', 'Tanzil']" in caplog.text
@@ -250,7 +251,7 @@ def test_register_paper_mixture_end_to_end(opus_dir, vocabulary, caplog):
 
 def test_register_drops_excluded_sentences(opus_dir, vocabulary):
   excluded = {f"the house {i}" for i in range(30)} | {"猫 0"}
-  name = registry.register_paper_mixture(opus_dir, vocabulary, name="test_opus_paper_excl",
+  name = opus.register_paper_mixture(opus_dir, vocabulary, name="test_opus_paper_excl",
                                            exclude=frozenset(excluded))
   task = seqio.get_mixture_or_task(f"{name}.eng_deu")
   examples = list(task.get_dataset(sequence_length=None, split="train", shuffle=False).as_numpy_iterator())
@@ -260,10 +261,10 @@ def test_register_drops_excluded_sentences(opus_dir, vocabulary):
 
 def test_register_again_replaces_the_tasks(opus_dir, vocabulary):
   name = "test_opus_paper_again"
-  registry.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(), name=name)
+  opus.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(), name=name)
   for path in opus_dir.glob("OpenSubtitles.es-fr.*"):
     path.unlink()
-  registry.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(), name=name,
+  opus.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(), name=name,
                                     temperature=2.0, language_counts={})  # {}: lines on disk.
   tasks = [t for t in seqio.TaskRegistry.names() if t.startswith(f"{name}.")]
   assert sorted(tasks) == [f"{name}.eng_deu", f"{name}.eng_zho_CN"]
@@ -274,7 +275,7 @@ def test_register_again_replaces_the_tasks(opus_dir, vocabulary):
 
 def test_register_splits_a_table_15_count_over_both_pivots(opus_dir, vocabulary):
   write_moses(opus_dir, "Tanzil", "es", "de", [f"{i}" for i in range(20)], [f"{i}" for i in range(20)])
-  name = registry.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(),
+  name = opus.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(),
                                            name="test_opus_paper_pivots")
   mixture = seqio.get_mixture_or_task(name)
   rates = {t.name.split(".")[1]: mixture.get_rate(t) for t in mixture.tasks}
@@ -286,7 +287,7 @@ def test_register_splits_a_table_15_count_over_both_pivots(opus_dir, vocabulary)
 
 
 def test_register_with_language_counts(opus_dir, vocabulary):
-  name = registry.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(),
+  name = opus.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(),
                                            name="test_opus_paper_counts",
                                            language_counts={"de": 2, "zh": 1, "fr": 1})
   mixture = seqio.get_mixture_or_task(name)
@@ -295,16 +296,16 @@ def test_register_with_language_counts(opus_dir, vocabulary):
 
 
 def test_register_only_selected_languages(opus_dir, vocabulary):
-  name = registry.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(),
+  name = opus.register_paper_mixture(opus_dir, vocabulary, exclude=frozenset(),
                                            name="test_opus_paper_de", languages=["de"], pivots=["en"])
   assert [t.name for t in seqio.get_mixture_or_task(name).tasks] == ["test_opus_paper_de.eng_deu"]
 
 
 def test_exclude_is_required(opus_dir, vocabulary):
   with pytest.raises(TypeError, match="exclude"):
-    registry.register_paper_mixture(opus_dir, vocabulary)  # pylint: disable=missing-kwoa
+    opus.register_paper_mixture(opus_dir, vocabulary)  # pylint: disable=missing-kwoa
   with pytest.raises(TypeError, match="frozenset"):
-    registry.register_paper_mixture(opus_dir, vocabulary, exclude=None)
+    opus.register_paper_mixture(opus_dir, vocabulary, exclude=None)
 
 
 # ------------------------------------- through tasks.registry.register_tasks

@@ -6,7 +6,7 @@ import seqio
 import tensorflow as tf
 
 from vmsst_tasks import preprocessors
-from vmsst_tasks import registry
+from vmsst_tasks.registry import common
 from vmsst import languages
 from vmsst import vocabulary
 
@@ -18,7 +18,7 @@ def vocab(tiny_vocab_path):
 
 @pytest.fixture(scope="module")
 def features(vocab):
-  return registry.output_features(vocab)
+  return common.output_features(vocab)
 
 
 def dataset(*examples):

@@ -1,12 +1,20 @@
-"""Tests of tasks/registry.py: registration and the trainer's get_dataset -> batch flow."""
+"""Tests of tasks/registry/: the families, the one-call form old config.gin files name,
+and the trainer's get_dataset -> batch flow."""
 
+
+import functools
 
 import gin
 import numpy as np
 import pytest
 import seqio
 
+import vmsst_testing
 from vmsst_tasks import registry
+from vmsst_tasks.registry import common
+from vmsst_tasks.registry import opus
+from vmsst_tasks.registry import pairs
+from vmsst import cli
 from vmsst import languages
 from vmsst import vocabulary
 from vmsst.feature_converters import PairFeatureConverter
@@ -19,7 +27,8 @@ DTYPES = {"tokens_a": np.int32, "tokens_b": np.int32, "mask_a": np.int32, "mask_
 
 @pytest.fixture(scope="module")
 def registered(data_dir, tiny_vocab_path):
-  return registry.register_tasks(str(data_dir), tiny_vocab_path)
+  return registry.register_families([pairs.pair_tasks], data_dir=str(data_dir),
+                                    vocabulary_path=tiny_vocab_path)
 
 
 def trainer_batches(name, split="train", num=3, seed=0, shard_info=None):
@@ -44,7 +53,8 @@ def test_register_tasks_names_and_counts(registered):
 
 
 def test_register_again_is_idempotent(registered, data_dir, tiny_vocab_path):
-  assert registry.register_tasks(str(data_dir), tiny_vocab_path) == registered
+  assert registry.register_families([pairs.pair_tasks], data_dir=str(data_dir),
+                                    vocabulary_path=tiny_vocab_path) == registered
   assert seqio.get_mixture_or_task("vmsst_ntrex128").num_input_examples("train") == 224191
 
 
@@ -86,14 +96,53 @@ def test_sharded_validation_flow(registered):
   assert batch["tokens_a"].shape == (BATCH, 24)
 
 
-def test_register_tasks_is_gin_configurable(data_dir, tiny_vocab_path):
-  with gin.unlock_config():
-    gin.bind_parameter("register_tasks.data_dir", str(data_dir))
-    gin.bind_parameter("register_tasks.vocabulary_path", tiny_vocab_path)
+def test_families_are_selected_in_gin(registered, data_dir, tiny_vocab_path):
+  gin.parse_config([f"register_families.data_dir = '{data_dir}'",
+                    f"register_families.vocabulary_path = '{tiny_vocab_path}'",
+                    "register_families.families = [@pair_tasks]", "pair_tasks.ntrex_seed = 0"])
   try:
-    assert "vmsst_ntrex_multi30k" in registry.register_tasks()
+    assert registry.register_families() == registered
   finally:
     gin.clear_config()
+
+
+def test_an_old_config_gin_binding_registers_the_same_tasks(registered, data_dir,
+                                                            tiny_vocab_path):
+  """What config.gin files written before the families bind: register_tasks.<arg>."""
+  gin.parse_config([f"register_tasks.data_dir = '{data_dir}'",
+                    f"register_tasks.vocabulary_path = '{tiny_vocab_path}'",
+                    "register_tasks.ntrex_seed = 0"])
+  try:
+    assert registry.register_tasks() == registered
+  finally:
+    gin.clear_config()
+
+
+def test_an_old_style_override_beside_the_families_is_an_error_not_ignored(data_dir,
+                                                                           tiny_vocab_path):
+  gin.parse_config(["register_tasks.opus_dir = '/data/mine'"])  # --gin.register_tasks.opus_dir=
+  try:
+    with pytest.raises(cli.UserError, match=r"register_tasks\.opus_dir .* bind "
+                       r"opus_tasks\.opus_dir and list @opus_tasks in register_families\.families"):
+      registry.register_families([pairs.pair_tasks], data_dir=str(data_dir),
+                                 vocabulary_path=tiny_vocab_path)
+  finally:
+    gin.clear_config()
+
+
+def test_legacy_bindings_are_the_families_form_of_an_old_config():
+  old = {"train.register_tasks": "@register_tasks", "register_tasks.data_dir": "%DATA_DIR",
+         "register_tasks.vocabulary_path": "%VOCAB_PATH", "register_tasks.opus_dir": "%OPUS_DIR",
+         "register_tasks.ntrex_seed": "3", "register_tasks.triplets": "'stsb'",
+         "train.batch_size": "%BATCH_SIZE"}
+  assert registry.legacy_bindings(old) == {
+      "train.register_tasks": "@register_families", "register_families.data_dir": "%DATA_DIR",
+      "register_families.vocabulary_path": "%VOCAB_PATH", "opus_tasks.opus_dir": "%OPUS_DIR",
+      "pair_tasks.ntrex_seed": "3", "triplet_tasks.triplets": "'stsb'",
+      "register_families.families": "[@pair_tasks, @opus_tasks, @triplet_tasks]",
+      "train.batch_size": "%BATCH_SIZE"}
+  new = {"train.register_tasks": "@register_families", "opus_tasks.opus_dir": "%OPUS_DIR"}
+  assert registry.legacy_bindings(new) == new  # already the families' form: unchanged
 
 
 # ------------------------------------------------------------------------ OPUS
@@ -116,12 +165,12 @@ def test_opus_tasks_and_the_paper_mixture_call(data_dir, tiny_vocab_path, tmp_pa
     calls.append((opus_dir, vocab, exclude, reuse))
     return "fake_paper"
 
-  monkeypatch.setattr(registry, "register_paper_mixture", fake_register)
+  monkeypatch.setattr(opus, "register_paper_mixture", fake_register)
   names = registry.register_tasks(str(data_dir), tiny_vocab_path, opus_dir=str(tmp_path / "opus"))
   assert names[3:] == ["vmsst_opus.deu.eng", "vmsst_opus.eng.zho_CN", "vmsst_opus", "fake_paper"]
   ((opus_dir, vocab, exclude, reuse),) = calls
   assert opus_dir == str(tmp_path / "opus")
-  assert exclude is registry.tatoeba_exclusion(str(data_dir)) and tatoeba in exclude
+  assert exclude is common.tatoeba_exclusion(str(data_dir)) and tatoeba in exclude
   assert reuse == {("deu", "eng"): "vmsst_opus.deu.eng", ("eng", "zho-CN"): "vmsst_opus.eng.zho_CN"}
   opus_task = seqio.get_mixture_or_task("vmsst_opus.deu.eng")
   assert vocab is opus_task.output_features["tokens_a"].vocabulary  # One vocabulary object.
@@ -139,11 +188,13 @@ def test_opus_tasks_and_the_paper_mixture_call(data_dir, tiny_vocab_path, tmp_pa
 
 def test_paper_mixture_is_registered_by_the_registry_itself(data_dir, tiny_vocab_path,
                                                              tmp_path):
-  """No importlib hook: with opus_dir, register_tasks registers vmsst_opus_paper directly."""
+  """No importlib hook: the OPUS family registers vmsst_opus_paper directly."""
   write_opus(tmp_path / "opus", "x")
-  names = registry.register_tasks(str(data_dir), tiny_vocab_path, opus_dir=str(tmp_path / "opus"))
-  assert names[-1] == registry.PAPER_MIXTURE == "vmsst_opus_paper"
-  mixture = seqio.get_mixture_or_task(registry.PAPER_MIXTURE)
+  family = functools.partial(opus.opus_tasks, opus_dir=str(tmp_path / "opus"))
+  names = registry.register_families([pairs.pair_tasks, family], data_dir=str(data_dir),
+                                     vocabulary_path=tiny_vocab_path)
+  assert names[-1] == opus.PAPER_MIXTURE == "vmsst_opus_paper"
+  mixture = seqio.get_mixture_or_task(opus.PAPER_MIXTURE)
   # Europarl.de-en has English as its second code: a task of the mixture's own, pivot first;
   # Tatoeba.en-zh_cn is exactly the registry's vmsst_opus.eng.zho_CN, reused.
   assert sorted(t.name for t in mixture.tasks) == ["vmsst_opus.eng.zho_CN",
@@ -154,4 +205,68 @@ def test_opus_misaligned_files_fail_at_registration(data_dir, tiny_vocab_path, t
   (tmp_path / "toy.de-en.de").write_text("a\nb\n")
   (tmp_path / "toy.de-en.en").write_text("a\n")
   with pytest.raises(ValueError, match=r"toy\.de-en\.de has 2 lines but .*toy\.de-en\.en has 1"):
-    registry.register_tasks(str(data_dir), tiny_vocab_path, opus_dir=str(tmp_path))
+    opus.opus_tasks(common.RegistrationInputs.read(str(data_dir), tiny_vocab_path),
+                    opus_dir=str(tmp_path))
+
+
+# ------------------------------------------------------------- the run files
+
+RUNS = sorted(p for p in (vmsst_testing.ROOT / "gin/runs").glob("*_cpu*.gin")
+              if not p.name.startswith("base_"))
+PAIR_NAMES = ["vmsst_ntrex128", "vmsst_multi30k", "vmsst_ntrex_multi30k"]
+# What the CPU runs registered with the one-call register_tasks, by the mixture
+# they train: the pair tasks always, then those of the one extra argument.
+REGISTERED_BEFORE = {
+    "vmsst_ntrex_multi30k": PAIR_NAMES,
+    "vmsst_distill_ntrex_multi30k": [*PAIR_NAMES, "vmsst_distill_ntrex128",
+                                     "vmsst_distill_multi30k", "vmsst_distill_ntrex_multi30k"],
+    "vmsst_wiki_entities": [*PAIR_NAMES, "vmsst_wiki_entities"],
+    "vmsst_triplets": [*PAIR_NAMES, "vmsst_triplets"],
+}
+
+
+class _LengthTeacher:
+  """A teacher that embeds a sentence as its length: fills a cache in no time."""
+
+  name = "length"
+
+  def encode(self, sentences):
+    return np.array([[len(s)] for s in sentences], np.float32)
+
+
+gin.external_configurable(_LengthTeacher, module="tests.tasks.test_registry")
+
+
+@pytest.fixture(scope="module")
+def run_inputs(small_data_dir, data_dir, tmp_path_factory):
+  """(data dir: the small NTREX / Multi30k with STSb beside, an entity directory)."""
+  from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
+  root = tmp_path_factory.mktemp("run_data")
+  for child in [*small_data_dir.iterdir(), data_dir / "stsb"]:
+    (root / child.name).symlink_to(child)
+  entity_dir = root.parent / "entities"
+  dump = next((data_dir / "wiki_entity_sample").glob("*.xml.bz2"))
+  wiki_entities.build(str(dump), str(entity_dir), heldout_fraction=0.5, min_links=0)
+  return root, entity_dir
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_every_cpu_run_file_registers_the_tasks_it_registered_before(run, run_inputs,
+                                                                     tiny_vocab_path, tmp_path):
+  import vmsst.train  # pylint: disable=import-outside-toplevel,unused-import  # train's gin names
+  from vmsst import teacher_cache  # pylint: disable=import-outside-toplevel
+  data, entity_dir = run_inputs
+  gin.clear_config()
+  gin.add_config_file_search_path(str(vmsst_testing.ROOT))
+  try:
+    gin.parse_config_files_and_bindings([str(run)], vmsst_testing.small_run_bindings(
+        data, tiny_vocab_path, tmp_path / "run", 1, [
+            f"ENTITY_DIR = '{entity_dir}'", f"TEACHER_CACHE_DIR = '{tmp_path / 'cache'}'",
+            "TeacherCache.teacher = @_LengthTeacher()", "distillation_tasks.max_sources = 3"]),
+        finalize_config=False)
+    register = gin.query_parameter("train.register_tasks").scoped_configurable_fn
+    mixture = gin.query_parameter("train.mixture_name")
+    names, _ = teacher_cache.fill_stage(register)  # distillation: fills the cache, registers
+  finally:
+    gin.clear_config()
+  assert names == REGISTERED_BEFORE[mixture]

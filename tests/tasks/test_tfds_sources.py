@@ -17,6 +17,9 @@ import tensorflow_datasets as tfds
 import vmsst_testing
 from vmsst_tasks import pair_filters
 from vmsst_tasks import registry
+from vmsst_tasks.registry import common
+from vmsst_tasks.registry import data_counts
+from vmsst_tasks.registry import pairs as pair_family
 from vmsst_tasks import sources
 from vmsst_tasks import tfds_sources
 from vmsst import cli
@@ -84,8 +87,8 @@ def test_tfds_task_reads_the_built_dataset_counts_and_mixes(data_dir, tiny_vocab
   assert {t["lang_a"] for t in texts} == {b"deu"} and {t["lang_b"] for t in texts} == {b"eng"}
 
   # In a mixture with NTREX, through the trainer's feature converter.
-  registry._replace_mixture("vmsst_test_tfds_mix", [(spec.task_name, 1.0),
-                                                     (registry.NTREX_TASK, 1.0)])
+  common.replace_mixture("vmsst_test_tfds_mix", [(spec.task_name, 1.0),
+                                                     (pair_family.NTREX_TASK, 1.0)])
   ds = seqio.get_dataset("vmsst_test_tfds_mix",
                          task_feature_lengths={"tokens_a": 16, "tokens_b": 16},
                          feature_converter=PairFeatureConverter(pack=False),
@@ -94,7 +97,7 @@ def test_tfds_task_reads_the_built_dataset_counts_and_mixes(data_dir, tiny_vocab
   pairs = set(zip(batch["lang_a"].tolist(), batch["lang_b"].tolist()))
   assert (languages.language_index("deu"), languages.language_index("eng")) in pairs
   assert len(pairs) > 1  # NTREX's pairs too
-  registry.report_data_counts(spec.task_name)  # counts reach the report, exact
+  data_counts.report_data_counts(spec.task_name)  # counts reach the report, exact
 
 
 @pytest.mark.slow

@@ -200,7 +200,7 @@ class QueryTowerValidation:
                sequence_length: int, margin: float = 0.1, similarity: str = "cosine",
                batch_size: int = 64, max_triplets: int | None = None):
     """Args:
-      triplets: the validation split of `register_tasks.triplets` ("stsb" or a
+      triplets: the validation split of `triplet_tasks.triplets` ("stsb" or a
         directory with validation.tsv; tasks/triplets.py).
       data_dir: root of the shared data (for "stsb").
       vocabulary: the training vocabulary.

@@ -2,7 +2,7 @@
 
 Distillation (vmsst/objectives/distillation.py) regresses the student onto a
 teacher's embedding of each source sentence. The teacher never runs in the
-train step, nor while tasks are registered: registration (tasks/registry.py)
+train step, nor while tasks are registered: registration (tasks/registry/distillation.py)
 and the held-out MSE (DistillationEvaluator) only read the vectors. They are
 encoded by one explicit step, `fill_stage`: ahead of time with
 
@@ -273,7 +273,7 @@ def fill_stage(register_tasks: Callable[[], Sequence[str]] | None,
 
   What a run reads from a teacher cache comes from two places:
   registration, which only reads it and, when the distillation tasks' source
-  sentences are not all there, raises `registry.MissingTeacherVectors`
+  sentences are not all there, raises `distillation.MissingTeacherVectors`
   (naming them) before registering anything; and every evaluator holding a
   `teacher_cache`, whose `teacher_sentences` it looks up while training
   (DistillationEvaluator). Their sentences are gathered per cache directory
@@ -289,7 +289,7 @@ def fill_stage(register_tasks: Callable[[], Sequence[str]] | None,
   Returns:
     (the registered task and mixture names, {cache directory: its FillReport}).
   """
-  from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel  # TensorFlow: after the command's quiet_startup
+  from vmsst_tasks.registry import distillation  # pylint: disable=import-outside-toplevel  # TensorFlow: after the command's quiet_startup
   needs: dict[pathlib.Path, tuple[TeacherCache, set[str]]] = {}
 
   def need(cache: TeacherCache, sentences: Iterable[str]) -> None:
@@ -303,7 +303,7 @@ def fill_stage(register_tasks: Callable[[], Sequence[str]] | None,
   if register_tasks is not None:
     try:
       names = list(register_tasks())
-    except registry.MissingTeacherVectors as missing:
+    except distillation.MissingTeacherVectors as missing:
       need(missing.teacher_cache, missing.sentences)
       lacking = True
   reports = {str(cache.directory): cache.fill(sorted(sentences), desc="sentences of the run")

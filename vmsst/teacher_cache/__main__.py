@@ -61,10 +61,11 @@ def fill_run(gin_files: Sequence[str], bindings: Sequence[str],
   gin_utils.parse_gin(gin_files, bindings, search_paths)
   preflight.check_paths()
   evaluators = in_training.as_list(_bound("train.evaluator"))
-  if (_bound("register_tasks.teacher_cache") is None
+  if (_bound("distillation_tasks.teacher_cache") is None
+      and _bound("register_tasks.teacher_cache") is None  # a config.gin written before families
       and not any(getattr(e, "teacher_cache", None) is not None for e in evaluators)):
     raise cli.UserError(
-        f"{' '.join(gin_files)} reads no teacher cache (neither register_tasks.teacher_cache "
+        f"{' '.join(gin_files)} reads no teacher cache (neither distillation_tasks.teacher_cache "
         "nor an evaluator with a teacher_cache is bound): nothing to fill; is it a "
         "distillation run?")
   _, reports = teacher_cache.fill_stage(_bound("train.register_tasks"), evaluators)

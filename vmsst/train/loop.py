@@ -30,7 +30,7 @@ import tqdm
 from absl import logging
 from clu import metric_writers
 
-from vmsst_tasks import registry
+from vmsst_tasks.registry import data_counts
 from vmsst import checkpointing
 from vmsst import early_stopping as early_stopping_lib
 from vmsst import hf_export
@@ -292,9 +292,9 @@ def _prepare_data(register_tasks, evaluator, mixture_name: str,
   as `python -m vmsst.teacher_cache`; a filled cache never loads the teacher).
   """
   teacher_cache.fill_stage(register_tasks, in_training.as_list(evaluator))
-  registry.report_data_counts(mixture_name,  # read = kept + skipped, MODEL_DIR/data_counts.json
-                              model_dir=model_dir if jax.process_index() == 0 else None)
-  registry.check_training_data(mixture_name)  # an empty task: one error line, not a JAX traceback
+  data_counts.report_data_counts(mixture_name,  # read = kept + skipped, MODEL_DIR/data_counts.json
+                                 model_dir=model_dir if jax.process_index() == 0 else None)
+  data_counts.check_training_data(mixture_name)  # an empty task: one error line, not a JAX traceback
   _copy_vocabulary(model_dir, check_vocabulary(mixture_name, model))
 
 

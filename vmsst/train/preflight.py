@@ -6,7 +6,8 @@ errors, a run file that binds `train`, command-line values of the run file's typ
   check_paths       DATA_DIR, VOCAB_PATH, MODEL_DIR (writable, a directory),
                     the upstream directories a run starts from
                     (INIT_MODEL_DIR / train.init_params, ENTITY_DIR)
-  check_start       inside `train`, with the model built: the vocabulary's
+  check_start       inside `train`, with the model built: register_tasks.<arg>
+                    overrides a families run would ignore, the vocabulary's
                     size against the model's, the batch over the devices and
                     hosts, and what MODEL_DIR already holds (`check_resume`)
 
@@ -47,11 +48,16 @@ UPSTREAM = {
 
 # ------------------------------------------------------------------ paths
 
-def _macro(name: str) -> Any:
+def _bound(name: str) -> Any:
+  """A binding or `%MACRO` as gin holds it (`@f`: a ConfigurableReference), None when unbound."""
   try:
-    return gin.query_parameter(f"%{name}")
+    return gin.query_parameter(name)
   except ValueError:
     return None
+
+
+def _macro(name: str) -> Any:
+  return _bound(f"%{name}")
 
 
 def _local(path: Any) -> bool:
@@ -144,9 +150,13 @@ def check_start(*, model, model_dir: str, batch_size: int, sequence_length: int,
     `resume_with_changes`; empty for a fresh or unchanged run).
 
   Raises:
-    cli.UserError: a vocabulary of another size, a batch that does not divide
+    cli.UserError: a register_tasks.<arg> binding the run's register_families
+      would ignore, a vocabulary of another size, a batch that does not divide
       over the devices or hosts, or a MODEL_DIR holding another run.
   """
+  if getattr(_bound("train.register_tasks"), "selector", None) == "register_families":
+    from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel  # TensorFlow: train has it
+    registry.check_no_legacy_bindings()
   vocab_path = _macro("VOCAB_PATH")
   if _local(vocab_path) and os.path.isfile(vocab_path):
     import sentencepiece  # pylint: disable=import-outside-toplevel
@@ -225,7 +235,12 @@ def changed_bindings(config_path: str) -> list[str]:
     return []
   with open(config_path, encoding="utf-8") as f:
     before = gin_utils.config_bindings(f.read())
-  now = gin_utils.config_bindings(gin.config_str())
+  # A config.gin (or run file) written before the task families binds
+  # register_tasks.<arg>; both sides compared in the families' form differ
+  # only where the settings do.
+  from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel  # TensorFlow: only on resume
+  before = registry.legacy_bindings(before)
+  now = registry.legacy_bindings(gin_utils.config_bindings(gin.config_str()))
   return [f"{key}: {before.get(key, '(unset)')} -> {now.get(key, '(unset)')}"
           for key in sorted(before.keys() | now.keys())
           if before.get(key) != now.get(key) and key not in RESUMABLE]

@@ -1,0 +1,108 @@
+"""What every task family's registration shares: features, inputs, the Tatoeba filter.
+
+One family module per kind of data (pairs.py, opus.py, distillation.py,
+entities.py, triplets.py, tfds.py) registers its tasks through these, so all
+of them tokenize with one vocabulary, drop the same Tatoeba test sentences and
+treat bad lines under one `sources.InputPolicy`, and therefore mix.
+"""
+
+import dataclasses
+import functools
+import pathlib
+from typing import Sequence
+
+import seqio
+import tensorflow as tf
+
+from vmsst_tasks import preprocessors
+from vmsst_tasks import seqio_sources
+from vmsst_tasks import sources
+from vmsst import vocabulary as vocabulary_lib
+
+SPLITS = seqio_sources.SPLITS
+
+
+def output_features(vocab: seqio.Vocabulary) -> dict[str, seqio.Feature]:
+  """Token features with the vocabulary; language ids as rank-0 int32 without one."""
+  token = seqio.Feature(vocabulary=vocab, add_eos=True, dtype=tf.int32, rank=1)
+  language = seqio.ContinuousFeature(dtype=tf.int32, rank=0)  # PassThroughVocabulary, no EOS.
+  return {"tokens_a": token, "tokens_b": token, "lang_a": language, "lang_b": language}
+
+
+@functools.lru_cache(maxsize=2)
+def tatoeba_exclusion(data_dir: str) -> frozenset[str]:
+  """The Tatoeba test sentences training text is filtered against (read once)."""
+  return sources.tatoeba_test_sentences(data_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class RegistrationInputs:
+  """What every family needs, built once per registration by `registry.register_families`.
+
+  Attributes:
+    data_dir: root of the shared corpora (ntrex128/, multi30k/, tatoeba/, stsb/).
+    vocabulary: the SentencePiece vocabulary of every task's tokens.
+    policy: how malformed or overlong lines are treated (tasks/sources.py).
+  """
+  data_dir: str
+  vocabulary: seqio.Vocabulary
+  policy: sources.InputPolicy = sources.DEFAULT_POLICY
+
+  @classmethod
+  def read(cls, data_dir: str, vocabulary_path: str,
+           policy: sources.InputPolicy | None = None) -> "RegistrationInputs":
+    """From the run file's paths (the data_dir normalised: it keys read caches)."""
+    return cls(str(pathlib.Path(data_dir)), vocabulary_lib.get_vocabulary(vocabulary_path),
+               policy or sources.DEFAULT_POLICY)
+
+  @property
+  def exclude(self) -> frozenset[str]:
+    """The Tatoeba test sentences no task trains on (App. B of the VMSST paper)."""
+    return tatoeba_exclusion(self.data_dir)
+
+
+@functools.lru_cache(maxsize=8)
+def read_split(reader: str, data_dir: str, split: str, seed: int,
+               policy: sources.InputPolicy = sources.DEFAULT_POLICY,
+               ) -> tuple[tuple[sources.Pair, ...], sources.PairCounts]:
+  """NTREX-128 or Multi30k pairs of one split, read once per process (registration repeats)."""
+  counts = sources.PairCounts()
+  exclude = tatoeba_exclusion(data_dir)
+  if reader == "ntrex128":
+    pairs = sources.ntrex_pairs(data_dir, split, seed=seed, counts=counts, exclude=exclude,
+                                policy=policy)
+  else:
+    pairs = sources.multi30k_pairs(data_dir, split, counts=counts, exclude=exclude,
+                                   policy=policy)
+  return tuple(pairs), counts
+
+
+def register_pair_task(name: str, source: seqio.DataSource, vocabulary: seqio.Vocabulary, *,
+                       shuffle_buffer_size: int | None = seqio.SHUFFLE_BUFFER_SIZE) -> str:
+  """Registers (replacing any same-named) task over a text-pair source.
+
+  The source must yield {"text_a", "text_b", "lang_a", "lang_b"} strings with
+  canonical codes; the task gets the vmsst output features and preprocessors,
+  so it mixes with every other vmsst task and feeds PairFeatureConverter.
+  """
+  seqio.TaskRegistry.remove(name)
+  seqio.TaskRegistry.add(name, source=source, output_features=output_features(vocabulary),
+                         preprocessors=list(preprocessors.PAIR_PREPROCESSORS),
+                         shuffle_buffer_size=shuffle_buffer_size)
+  return name
+
+
+def register_task(name: str, source: seqio.DataSource, features: dict[str, seqio.Feature],
+                  task_preprocessors: Sequence) -> str:
+  """Registers (replacing any same-named) task with features beyond the pair ones."""
+  seqio.TaskRegistry.remove(name)
+  seqio.TaskRegistry.add(name, source=source, output_features=features,
+                         preprocessors=list(task_preprocessors))
+  return name
+
+
+def replace_mixture(name: str, tasks: Sequence[tuple[str, float]]) -> str:
+  """Registers (replacing any same-named) mixture of (task, rate)."""
+  seqio.MixtureRegistry.remove(name)
+  seqio.MixtureRegistry.add(name, list(tasks))
+  return name
