@@ -34,7 +34,7 @@ def decorated_configurables() -> set[str]:
   found = set()
   for path in sorted([*(ROOT / "vmsst").rglob("*.py"), *(ROOT / "tasks").rglob("*.py")]):
     if (ROOT / "vmsst" / "train") in path.parents:
-      continue  # train's own configurables: entrypoints import vmsst.train itself
+      continue  # train's own configurables: entrypoints import vmsst.train.loop itself
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
       if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and any(
           _is_configurable(d) for d in node.decorator_list):

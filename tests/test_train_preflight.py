@@ -147,7 +147,7 @@ def test_a_resume_names_another_objective_and_refuses_changed_settings_unless_as
 def test_a_config_gin_written_before_the_task_families_resumes_without_changes(tmp_path):
   """Old directories' config.gin bind register_tasks.<arg>; a resume reads them as the families."""
   import gin  # pylint: disable=import-outside-toplevel
-  import vmsst.train  # pylint: disable=import-outside-toplevel,unused-import  # train's gin names
+  import vmsst.train.loop  # pylint: disable=import-outside-toplevel,unused-import  # train's gin names
   from vmsst.train import preflight  # pylint: disable=import-outside-toplevel
   gin.clear_config()
   gin.add_config_file_search_path(str(vmsst_testing.ROOT))

@@ -253,7 +253,7 @@ def run_inputs(small_data_dir, data_dir, tmp_path_factory):
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
 def test_every_cpu_run_file_registers_the_tasks_it_registered_before(run, run_inputs,
                                                                      tiny_vocab_path, tmp_path):
-  import vmsst.train  # pylint: disable=import-outside-toplevel,unused-import  # train's gin names
+  import vmsst.train.loop  # pylint: disable=import-outside-toplevel,unused-import  # train's gin names
   from vmsst import teacher_cache  # pylint: disable=import-outside-toplevel
   data, entity_dir = run_inputs
   gin.clear_config()
