@@ -30,7 +30,7 @@ import seqio
 import vmsst.train
 import vmsst_testing
 from vmsst_tasks import registry
-from vmsst import inference
+from vmsst.encoding import restore
 
 # Training runs and subprocesses: the slow tier (`make test-fast` skips them).
 pytestmark = pytest.mark.slow
@@ -168,8 +168,8 @@ def test_two_processes_save_restore_and_match_one_process(small_data_dir, tiny_v
     assert re.search(r"\[3\] .*loss=", log) and re.search(r"\[4\] .*loss=", log), log[-3000:]
     assert not re.search(r"\[[12]\] .*loss=", log), log[-3000:]
 
-  one = inference.restore(str(one_dir))
-  two = inference.restore(str(two_dir))
+  one = restore.restore(str(one_dir))
+  two = restore.restore(str(two_dir))
   one_leaves = traverse_util.flatten_dict(jax.device_get(one.params), sep="/")
   two_leaves = traverse_util.flatten_dict(jax.device_get(two.params), sep="/")
   assert one_leaves.keys() == two_leaves.keys() and len(one_leaves) > 10
@@ -177,7 +177,7 @@ def test_two_processes_save_restore_and_match_one_process(small_data_dir, tiny_v
     np.testing.assert_array_equal(two_leaves[name], value, err_msg=name)
   # Steps 3-4 moved the parameters (the equality is not that of two copies of step 2).
   halfway = traverse_util.flatten_dict(
-      jax.device_get(inference.restore(str(two_dir), step=2).params), sep="/")
+      jax.device_get(restore.restore(str(two_dir), step=2).params), sep="/")
   assert any(not np.array_equal(value, halfway[name]) for name, value in one_leaves.items())
 
 

@@ -41,7 +41,7 @@ from vmsst_tasks import registry
 from vmsst import checkpointing
 from vmsst import early_stopping as early_stopping_lib
 from vmsst import hf_export
-from vmsst import inference
+from vmsst.encoding import restore
 from vmsst import models
 from vmsst import param_files
 from vmsst import partitioning
@@ -220,8 +220,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
       logging.warning("resuming at step %d with changed settings: %s", start_step,
                       "; ".join(changes))
     ranges = preflight.step_ranges(model_dir, start_step, sequence_length, changed=bool(changes))
-    gin_utils.write_operative_config(model_dir, inference.CONFIG_FILE)
-    inference.write_model_json(model_dir, model, sequence_length, step_ranges=ranges)
+    gin_utils.write_operative_config(model_dir, restore.CONFIG_FILE)
+    restore.write_model_json(model_dir, model, sequence_length, step_ranges=ranges)
 
   # Stage 3: teacher vectors, then data, positioned at the restored step.
   # Registration and the evaluators only read a distillation teacher's
@@ -347,7 +347,7 @@ def _copy_vocabulary(model_dir: str, vocab: seqio.SentencePieceVocabulary) -> No
   """MODEL_DIR/spm.model: the directory alone restores, evaluates and exports."""
   if jax.process_index() == 0:
     tf.io.gfile.copy(vocab.sentencepiece_model_file,
-                     os.path.join(model_dir, inference.VOCABULARY_FILE), overwrite=True)
+                     os.path.join(model_dir, restore.VOCABULARY_FILE), overwrite=True)
 
 
 def initialize_distributed(*, coordinator_address: str | None = None,
