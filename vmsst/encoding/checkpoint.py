@@ -4,8 +4,7 @@ Sentences are tokenized exactly like training inputs (`encoding.tokens`) and
 embedded in length buckets: each batch is cut to the smallest bucket that
 holds its longest sentence, so short sentences do not pay for padding to the
 training length (one compiled encoder per bucket), and padded in rows only to
-the next power of two (`_row_bucket`). The SavedModel export pads to the same
-buckets (`export.bucketed`), so both compute alike.
+the next power of two (`_row_bucket`).
 """
 
 import functools
