@@ -42,12 +42,6 @@ from vmsst import text_files
 FLAGS = flags.FLAGS
 
 
-def encoder_from_flags(*, progress: bool = True) -> protocol.UniqueSentences:
-  """The encoder the flags name, deduplicating and batching longest-first."""
-  return protocol.UniqueSentences(encoder_flags.from_flags(), batch_size=FLAGS.batch_size,
-                                      progress=progress)
-
-
 def open_output(path: str | pathlib.Path):
   """A UTF-8 text file for writing, "\\n" line ends, parent directories created."""
   path = pathlib.Path(path)
@@ -156,7 +150,7 @@ def main(argv: Sequence[str]) -> None:
     raise cli.UserError(f"--output={FLAGS.output}: embed writes a NumPy .npy (float32 [lines, "
                         f"d]); give a name ending in .npy, e.g. {FLAGS.output}.npy.")
   run_file_command(argv, lambda: f"{FLAGS.input}: " + str(embed_file(
-      encoder_from_flags, FLAGS.input, FLAGS.output, normalize=FLAGS.normalize,
+      encoder_flags.unique_from_flags, FLAGS.input, FLAGS.output, normalize=FLAGS.normalize,
       language=FLAGS.language)), FLAGS.output)
 
 

@@ -441,7 +441,7 @@ def main(argv: Sequence[str]) -> None:
   cli.check_output_path("output", FLAGS.output)
   search = _search_options()
   embed.run_file_command(argv, lambda: mine_files(
-      None if precomputed or FLAGS.merge_shards else embed.encoder_from_flags, FLAGS.src,
+      None if precomputed or FLAGS.merge_shards else encoder_flags.unique_from_flags, FLAGS.src,
       FLAGS.trg, FLAGS.output,
       src_embeddings=FLAGS.src_embeddings, trg_embeddings=FLAGS.trg_embeddings,
       margin=FLAGS.margin, retrieval=FLAGS.retrieval, k=FLAGS.k, threshold=FLAGS.threshold,

@@ -113,7 +113,7 @@ def main(argv: Sequence[str]) -> None:
   cli.check_input_file("input", FLAGS.input, "a UTF-8 file of `sentence_a<TAB>sentence_b` lines")
   cli.check_output_path("output", FLAGS.output)
   embed.run_file_command(argv, lambda: f"{FLAGS.input}: " + str(score_file(
-      embed.encoder_from_flags, FLAGS.input, FLAGS.output)), FLAGS.output)
+      encoder_flags.unique_from_flags, FLAGS.input, FLAGS.output)), FLAGS.output)
 
 
 if __name__ == "__main__":

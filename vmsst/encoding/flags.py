@@ -113,3 +113,9 @@ def from_flags() -> protocol.Encoder:
   return make_encoder(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
                       encoder=FLAGS.encoder, batch_size=FLAGS.batch_size,
                       max_seq_length=FLAGS.max_seq_length)
+
+
+def unique_from_flags() -> protocol.UniqueSentences:
+  """The encoder the parsed flags name, each distinct sentence once, longest first, in
+  --batch_size calls: what embed, score and mine encode with."""
+  return protocol.UniqueSentences(from_flags(), batch_size=FLAGS.batch_size)
