@@ -22,8 +22,8 @@ import vmsst
 from vmsst import export
 from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
-from vmsst.encoding import tokens as tokens_lib
 from vmsst.encoding import saved_model as saved_model_lib
+from vmsst.encoding import tokens as tokens_lib
 from vmsst.evaluation import similarity
 
 SENTENCES = [
@@ -211,7 +211,8 @@ def test_importing_the_module_defines_no_flags():
 def test_encoder_from_saved_model_knows_the_length_and_counts_cut_sentences(
     restored, exported):
   saved_model, metadata, _ = exported
-  assert (saved_model_lib.EXPORT_EXTRA_DIR, saved_model_lib.EXPORT_METADATA, saved_model_lib.EXPORT_VOCABULARY) == (
+  assert (saved_model_lib.EXPORT_EXTRA_DIR, saved_model_lib.EXPORT_METADATA,
+          saved_model_lib.EXPORT_VOCABULARY) == (
       export.EXTRA_DIR, export.METADATA_FILE, restore.VOCABULARY_FILE)
   from_saved = vmsst.Encoder.from_saved_model(str(saved_model))
   from_checkpoint = checkpoint.CheckpointEncoder(restored, batch_size=8)

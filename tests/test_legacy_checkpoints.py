@@ -58,7 +58,7 @@ def test_legacy_directory_embeds_with_its_own_vocabulary_and_parameters(legacy_d
   restored = restore.restore(str(legacy))
   embeddings = checkpoint.CheckpointEncoder(restored, batch_size=8).encode(SENTENCES)
   tokens, mask = tokens_lib.tokenize_batch(restored.vocabulary, SENTENCES,
-                                            restored.sequence_length)
+                                           restored.sequence_length)
   np.testing.assert_allclose(embeddings, restored.model.encode(old, tokens, mask), atol=1e-5)
 
 

@@ -306,7 +306,7 @@ def test_in_training_retrieval_embeds_sources_by_tower_a_and_targets_by_tower_b(
 def _restored(model, params, vocab):
   mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
   return restore.RestoredModel(model=model, params=jax.device_put(params), vocabulary=vocab,
-                                 sequence_length=8, step=0, mesh=mesh)
+                               sequence_length=8, step=0, mesh=mesh)
 
 
 @pytest.mark.slow  # over ~7 s (docs/results/tests/)

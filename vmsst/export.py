@@ -127,7 +127,7 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
   params = traverse_util.flatten_dict(jax.device_get(restored.params), sep=SEPARATOR)
   exported = semantic_params(restored.model, params, restored.sequence_length)
   graph_params = checkpoint.serving_params({k: params[k] for k in exported},
-                                          restored.model.network_config.dtype)
+                                           restored.model.network_config.dtype)
   module = ServingModule(restored, graph_params, normalize=normalize, platforms=platforms)
   signatures = {"serving_default": module.serve, "score": module.score}
   if "b" in restored.model.sides:

@@ -1,6 +1,6 @@
 """Writes model.json into a model directory trained before it existed.
 
-`restore.restore` builds the model from MODEL_DIR/model.json alone (no
+`encoding.restore.restore` builds the model from MODEL_DIR/model.json alone (no
 gin). Older directories have only config.gin; this command reads it once,
 with the training entrypoint's gin names, and writes the model.json that the
 run would write today. It is the one place outside training that parses a

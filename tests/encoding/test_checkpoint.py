@@ -44,7 +44,7 @@ def test_one_sentence_computes_one_row_and_the_same_embedding_as_in_a_full_batch
   model_dir, _ = trained
   one_device = partitioning.make_mesh(devices=jax.devices()[:1])
   encoder = checkpoint.CheckpointEncoder(restore.restore(str(model_dir), mesh=one_device),
-                                        batch_size=8)
+                                         batch_size=8)
   in_batch = encoder.encode(SENTENCES[:8])
   rows_seen, compiled = [], encoder._encode["a"]  # one compiled encoder per tower
   encoder._encode["a"] = lambda params, tokens, mask: (rows_seen.append(len(tokens)),

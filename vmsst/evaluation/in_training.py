@@ -218,8 +218,9 @@ class QueryTowerValidation:
     self.anchors = [a for a, _, _ in rows]
     self.vocabulary, self.sequence_length, self.batch_size = vocabulary, sequence_length, batch_size
     self.margin, self.similarity = margin, similarity
-    documents = checkpoint_lib.CheckpointEncoder(restore.restore(documents_model_dir),
-                                            batch_size=batch_size, max_seq_length=sequence_length)
+    documents = checkpoint_lib.CheckpointEncoder(
+        restore.restore(documents_model_dir), batch_size=batch_size,
+        max_seq_length=sequence_length)
     self.positives = documents.encode([p for _, p, _ in rows])
     self.negatives = documents.encode([n for _, _, n in rows])
 
@@ -227,8 +228,8 @@ class QueryTowerValidation:
     """{"loss", "errors" (by the training similarity), "error_rate" ×100, "cosine_errors",
     "euclidean_errors", "n"} of the query tower `embed_fn` (tokens, mask, side) -> [B, d]."""
     anchors = tokens_lib.embed_sentences(lambda tokens, mask: embed_fn(tokens, mask, side="a"),
-                                          self.vocabulary, self.anchors,
-                                          self.sequence_length, self.batch_size)
+                                         self.vocabulary, self.anchors,
+                                         self.sequence_length, self.batch_size)
     loss, _ = query_tower.triplet_margin_loss(anchors, self.positives, self.negatives,
                                               margin=self.margin, similarity=self.similarity)
     counts = pair_ranking.triplet_errors(anchors, self.positives, self.negatives)

@@ -327,7 +327,7 @@ def main(argv: Sequence[str]) -> None:
   original = checkpoint.CheckpointEncoder.from_model_dir(FLAGS.before)
   tuned = checkpoint.CheckpointEncoder.from_model_dir(FLAGS.after)
   documents = checkpoint.CheckpointEncoder(restore.restore_document_tower(FLAGS.after),
-                                          name="document_tower")
+                                           name="document_tower")
   triplets = pair_ranking.read_triplets(FLAGS.triplets)[0] if FLAGS.triplets else None
   results = evaluate(original, tuned, FLAGS.data_dir, documents=documents, triplets=triplets,
                      sts_languages=FLAGS.sts_languages,

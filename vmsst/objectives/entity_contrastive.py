@@ -345,7 +345,7 @@ def entity_retrieval(model: EntityContrastive, params, texts: list[str], entitie
   from vmsst.encoding import tokens as tokens_lib  # pylint: disable=import-outside-toplevel
   encode = jax.jit(lambda tokens, mask: model.encode(params, tokens, mask))
   sentences = tokens_lib.embed_sentences(encode, vocabulary, list(texts), sequence_length,
-                                          batch_size)
+                                         batch_size)
   table = np.asarray(model.entity_vectors_of(params, jnp.arange(model.table.num_entities)))
   sim = (np.asarray(losses.l2_normalize(jnp.asarray(sentences)))
          @ np.asarray(losses.l2_normalize(jnp.asarray(table))).T)
