@@ -40,10 +40,11 @@ from absl import flags
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
-from vmsst import encoder_flags
+from vmsst.encoding import flags as encoder_flags
 from vmsst import languages as languages_lib
 from vmsst.build_data import flores as build_flores
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
+from vmsst.encoding import usem3 as usem3_lib
 from vmsst.evaluation import flores
 from vmsst.evaluation import tatoeba
 
@@ -69,7 +70,7 @@ COVERED_GAP = 10.0  # issue #15 part 3: covered languages within 10 points of th
 
 
 def teacher_languages() -> list[str]:
-  return [c for c in (*encoders.Usem3Encoder.LANGUAGES, *COVERED_VARIANTS) if c != "eng"]
+  return [c for c in (*usem3_lib.Usem3Encoder.LANGUAGES, *COVERED_VARIANTS) if c != "eng"]
 
 
 def compare_groups(student: dict, teacher: dict, groups: dict[str, list[str]], key: str,
@@ -193,8 +194,8 @@ def main(argv) -> None:
   data_dir = pathlib.Path(f.data_dir)
   if not (pathlib.Path(f.tasks_dir) / build_flores.TASK_DIR).is_dir():
     build_flores.build(data_dir, f.tasks_dir)
-  student = encoders.UniqueSentences(encoder_flags.make_encoder(model_dir=f.student))
-  teacher = encoders.UniqueSentences(encoders.Usem3Encoder())
+  student = protocol.UniqueSentences(encoder_flags.make_encoder(model_dir=f.student))
+  teacher = protocol.UniqueSentences(usem3_lib.Usem3Encoder())
   results = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
              "command": " ".join(["python", *sys.argv]), "student": f.student,
              "teacher_measured": (teacher_provenance(pathlib.Path(f.teacher_results))

@@ -113,7 +113,7 @@ def network_config(vocab_size: int):
 
 
 def model_dir(directory: str, cfg, spm_path: str) -> str:
-  """A directory `vmsst.inference.restore` reads: config.gin, spm.model, a step-0 checkpoint.
+  """A directory `vmsst.encoding.restore` reads: config.gin, spm.model, a step-0 checkpoint.
 
   A Contrastive model (μ_sem is the mean-pooled semantic encoder, as for
   every objective) with random parameters.
@@ -122,14 +122,14 @@ def model_dir(directory: str, cfg, spm_path: str) -> str:
   import jax  # pylint: disable=import-outside-toplevel
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
-  from vmsst import inference  # pylint: disable=import-outside-toplevel
+  from vmsst.encoding import restore  # pylint: disable=import-outside-toplevel
   from vmsst import models  # pylint: disable=import-outside-toplevel
   from vmsst.objectives import Contrastive  # pylint: disable=import-outside-toplevel
   path = os.path.join(directory, "model")
   os.makedirs(path)
   shutil.copy(spm_path, os.path.join(path, "spm.model"))
   model = Contrastive(cfg)
-  inference.write_model_json(path, model, FLAGS.length)
+  restore.write_model_json(path, model, FLAGS.length)
   params = nn.unbox(model.get_initial_variables(
       jax.random.key(0), models.batch_shapes(1, FLAGS.length))["params"])
   manager = ocp.CheckpointManager(os.path.join(path, "checkpoints"))

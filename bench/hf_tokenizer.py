@@ -6,7 +6,7 @@ r"""How exactly each transformers tokenizer reproduces our SentencePiece ids, on
 The export (vmsst/hf_export.py) ships the run's SentencePiece model read by
 transformers' SpeechT5Tokenizer, which calls the SentencePiece library. This
 counts, over every NTREX-128 line (all languages), the sentences whose ids
-(EOS appended, no truncation) differ from training's (`text_inputs`), for
+(EOS appended, no truncation) differ from training's (`encoding.tokens`), for
 that tokenizer and for the two tokenizers-library (Rust) alternatives: the
 Unigram model with byte fallback behind spm's own Precompiled normaliser (what
 transformers' converters build), and behind NFKC. The vocabulary is the test

@@ -390,9 +390,10 @@ def _bucc_rows(folder: str, context: dict) -> list[dict]:
   """
   from vmsst import mining  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import bucc  # pylint: disable=import-outside-toplevel
-  from vmsst.evaluation import encoders  # pylint: disable=import-outside-toplevel
+  from vmsst.encoding import protocol  # pylint: disable=import-outside-toplevel
+  from vmsst.encoding import usem3  # pylint: disable=import-outside-toplevel
   options = _ivf_options()
-  encoder = encoders.UniqueSentences(encoders.Usem3Encoder(), progress=False)
+  encoder = protocol.UniqueSentences(usem3.Usem3Encoder(), progress=False)
   exact = bucc.evaluate(encoder, folder, k=FLAGS.k)
   ivf_run = bucc.evaluate(encoder, folder, k=FLAGS.k, index="ivf", ivf=options)
   root, rows = bucc.resolve_root(folder), []

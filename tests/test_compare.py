@@ -12,7 +12,7 @@ from scipy import stats
 
 import vmsst_testing
 from vmsst import compare
-from vmsst import inference
+from vmsst.encoding import restore
 from vmsst import learning_curves
 from vmsst.evaluation import suites
 
@@ -158,8 +158,8 @@ def test_query_tower_tunes_the_comparisons_own_contrastive_checkpoint(data_dir, 
     run("query_tower", 1)
   run("contrastive", 2)
   run("query_tower", 1)
-  tuned = inference.restore(str(tmp_path / "query_tower")).params
-  start = inference.restore(str(tmp_path / "contrastive")).params
+  tuned = restore.restore(str(tmp_path / "query_tower")).params
+  start = restore.restore(str(tmp_path / "contrastive")).params
   # Embeddings are frozen in query-tower tuning: copied from the contrastive run, not re-initialised.
   np.testing.assert_array_equal(tuned["token_embed"]["embedding"],
                                 start["token_embed"]["embedding"])

@@ -198,13 +198,13 @@ def multi30k_mse(results):
 
 @pytest.mark.slow
 def test_student_starts_from_one_of_our_checkpoints(tiny_model, tmp_path):
-  from vmsst import inference  # pylint: disable=import-outside-toplevel
+  from vmsst.encoding import restore  # pylint: disable=import-outside-toplevel
   from vmsst import param_files  # pylint: disable=import-outside-toplevel
   model_dir, trained = tiny_model
-  config = inference.restore(str(model_dir)).model.network_config
+  config = restore.restore(str(model_dir)).model.network_config
   student = MODELS["distillation"](config, teacher_dim=512)
   path = str(tmp_path / "student.safetensors")
-  names = inference.student_params_file(str(model_dir), path, model=student)
+  names = restore.student_params_file(str(model_dir), path, model=student)
   fresh = vmsst_testing.init_params(student)
   # Everything but the head comes from the VMSST checkpoint; its decoder is left out.
   assert set(names) == {k for k in param_files.flatten(fresh) if not k.startswith(distillation.HEAD)}

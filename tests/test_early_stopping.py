@@ -10,7 +10,7 @@ import pytest
 import vmsst.train.loop
 import vmsst_testing
 from vmsst import early_stopping as es
-from vmsst import inference
+from vmsst.encoding import restore
 from vmsst import param_files
 
 
@@ -85,9 +85,9 @@ def test_train_stops_after_idle_evaluations_and_keeps_the_best(data_dir, tiny_vo
                                     extra=["train.evaluator = None"])
   vmsst.train.loop.train()
   gin.clear_config()
-  stopped = inference.restore(str(model_dir))
+  stopped = restore.restore(str(model_dir))
   assert stopped.step == 3
-  want = param_files.flatten(jax.device_get(inference.restore(str(one_step)).params))
+  want = param_files.flatten(jax.device_get(restore.restore(str(one_step)).params))
   got = param_files.flatten(jax.device_get(stopped.params))
   assert all(np.array_equal(got[k], want[k]) for k in want)
   # A rerun finds the run stopped and trains nothing.

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from vmsst import embed
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
+from vmsst.encoding import usem3
 
 import vmsst_testing
 
@@ -18,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 TABLE = {"a": (3.0, 4.0), "b": (0.0, 2.0), "": (1.0, 0.0), "zero": (0.0, 0.0)}
 
 
-class _Counting(encoders.PrecomputedEncoder):
+class _Counting(protocol.PrecomputedEncoder):
   """Records every batch it is asked to encode."""
 
   def __init__(self, table):
@@ -38,7 +39,7 @@ def _write(path: pathlib.Path, text: str | bytes) -> pathlib.Path:
 def test_rows_follow_input_lines_with_empty_and_repeated_lines(tmp_path):
   raw = _Counting(TABLE)
   source = _write(tmp_path / "in.txt", "a\n\nb\na\n \n")
-  summary = embed.embed_file(lambda: encoders.UniqueSentences(raw, progress=False), source,
+  summary = embed.embed_file(lambda: protocol.UniqueSentences(raw, progress=False), source,
                              tmp_path / "sub" / "out")  # no .npy suffix: written as named
   got = np.load(tmp_path / "sub" / "out")
   assert got.dtype == np.float32 and got.shape == (5, 2)
@@ -51,7 +52,7 @@ def test_rows_follow_input_lines_with_empty_and_repeated_lines(tmp_path):
 
 def test_normalize_gives_unit_rows_and_keeps_zero_rows_zero(tmp_path):
   source = _write(tmp_path / "in.txt", "a\nb\nzero\n")
-  embed.embed_file(lambda: encoders.UniqueSentences(encoders.PrecomputedEncoder(TABLE),
+  embed.embed_file(lambda: protocol.UniqueSentences(protocol.PrecomputedEncoder(TABLE),
                                                     progress=False),
                    source, tmp_path / "out.npy", normalize=True)
   np.testing.assert_allclose(np.load(tmp_path / "out.npy"), [[0.6, 0.8], [0, 1], [0, 0]])
@@ -61,7 +62,7 @@ def test_line_breaks_other_than_newline_stay_inside_the_sentence(tmp_path):
   source = _write(tmp_path / "in.txt", "a\u2028b\r\nb\n")  # U+2028 kept, CRLF removed
   table = {"a\u2028b": (1.0, 1.0), "b": (0.0, 2.0)}
   encoder = _Counting(table)
-  embed.embed_file(lambda: encoders.UniqueSentences(encoder, progress=False), source,
+  embed.embed_file(lambda: protocol.UniqueSentences(encoder, progress=False), source,
                    tmp_path / "out.npy")
   seen = sorted(s for call in encoder.calls for s in call)
   assert seen == ["a\u2028b", "b"] and np.load(tmp_path / "out.npy").shape == (2, 2)
@@ -92,7 +93,7 @@ def test_usem3_command_line(data_dir, tmp_path):
   assert done.returncode == 0, done.stderr
   assert "6 lines -> float32 [6, 512] (5 distinct encoded; 1 empty line(s)" in done.stdout
   got = np.load(tmp_path / "de.npy")
-  want = encoders.Usem3Encoder().encode(lines)
+  want = usem3.Usem3Encoder().encode(lines)
   np.testing.assert_allclose(got, want, atol=1e-5)
   np.testing.assert_array_equal(got[5], got[0])
 
@@ -129,7 +130,7 @@ def test_an_empty_input_is_one_error_line_exit_2(tmp_path):
 
 
 def test_the_summary_counts_sentences_cut_to_the_models_length(tmp_path):
-  class Words(encoders.PrecomputedEncoder):
+  class Words(protocol.PrecomputedEncoder):
     max_seq_length = 3
 
     def count_truncated(self, sentences):
@@ -137,7 +138,7 @@ def test_the_summary_counts_sentences_cut_to_the_models_length(tmp_path):
 
   table = {"a b c": (1.0, 0.0), "a b": (0.0, 1.0), "x y z w": (1.0, 1.0)}
   source = _write(tmp_path / "in.txt", "a b c\na b\nx y z w\na b c\n")
-  summary = embed.embed_file(lambda: encoders.UniqueSentences(Words(table), progress=False),
+  summary = embed.embed_file(lambda: protocol.UniqueSentences(Words(table), progress=False),
                              source, tmp_path / "o.npy")
   assert str(summary).endswith("; 2 of 3 distinct sentences cut to 3 pieces, EOS included "
                                "(--max_seq_length))")

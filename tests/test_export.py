@@ -20,9 +20,10 @@ from flax import traverse_util
 
 import vmsst
 from vmsst import export
-from vmsst import inference
-from vmsst import text_inputs
-from vmsst.evaluation import encoders
+from vmsst.encoding import checkpoint
+from vmsst.encoding import restore
+from vmsst.encoding import saved_model as saved_model_lib
+from vmsst.encoding import tokens as tokens_lib
 from vmsst.evaluation import similarity
 
 SENTENCES = [
@@ -81,13 +82,13 @@ def exported(model_dir):
 
 @pytest.fixture(scope="module")
 def restored(model_dir):
-  return inference.restore(str(model_dir))
+  return restore.restore(str(model_dir))
 
 
 @pytest.fixture(scope="module")
 def jax_embeddings(restored):
   """The reference: CheckpointEncoder's μ_sem, float32 [len(SENTENCES), d]."""
-  return inference.CheckpointEncoder(restored, batch_size=8).encode(SENTENCES)
+  return checkpoint.CheckpointEncoder(restored, batch_size=8).encode(SENTENCES)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +109,7 @@ def test_graph_tokenizer_equals_seqio_with_training_truncation(restored):
   length = restored.sequence_length
   graph = export.tokenize(tokenizer, tf.constant(SENTENCES), length,
                           restored.vocabulary.eos_id).numpy()
-  expected, _ = text_inputs.tokenize_batch(restored.vocabulary, SENTENCES, length)
+  expected, _ = tokens_lib.tokenize_batch(restored.vocabulary, SENTENCES, length)
   assert graph.shape == (len(SENTENCES), length)  # the long rows fill the trained length
   np.testing.assert_array_equal(graph, expected)
   assert list(graph[6, :2]) == [restored.vocabulary.eos_id, 0]  # "" is just EOS
@@ -128,7 +129,7 @@ def test_saved_model_embeds_like_the_checkpoint_in_tensorflow_alone(
 def test_the_evaluation_suite_reads_the_saved_model(exported, jax_embeddings):
   # `python -m vmsst.evaluate --saved_model=DIR` goes through this class.
   saved_model, _, _ = exported
-  embeddings = encoders.SavedModelEncoder(str(saved_model)).encode(SENTENCES)
+  embeddings = saved_model_lib.SavedModelEncoder(str(saved_model)).encode(SENTENCES)
   np.testing.assert_allclose(embeddings, jax_embeddings, atol=1e-4)
 
 
@@ -189,7 +190,7 @@ def test_bfloat16_export_embeds_close_to_the_float32_checkpoint(model_dir, jax_e
                                                                  tmp_path):
   metadata = export.export(str(model_dir), str(tmp_path / "bf16"), dtype="bfloat16")
   assert metadata["dtype"] == "bfloat16"
-  embeddings = encoders.SavedModelEncoder(str(tmp_path / "bf16")).encode(SENTENCES)
+  embeddings = saved_model_lib.SavedModelEncoder(str(tmp_path / "bf16")).encode(SENTENCES)
   assert embeddings.dtype == np.float32
   cosine = np.sum(similarity.normalize(embeddings) * similarity.normalize(jax_embeddings), -1)
   assert cosine.min() > 0.99, cosine
@@ -210,10 +211,11 @@ def test_importing_the_module_defines_no_flags():
 def test_encoder_from_saved_model_knows_the_length_and_counts_cut_sentences(
     restored, exported):
   saved_model, metadata, _ = exported
-  assert (encoders.EXPORT_EXTRA_DIR, encoders.EXPORT_METADATA, encoders.EXPORT_VOCABULARY) == (
-      export.EXTRA_DIR, export.METADATA_FILE, inference.VOCABULARY_FILE)
+  assert (saved_model_lib.EXPORT_EXTRA_DIR, saved_model_lib.EXPORT_METADATA,
+          saved_model_lib.EXPORT_VOCABULARY) == (
+      export.EXTRA_DIR, export.METADATA_FILE, restore.VOCABULARY_FILE)
   from_saved = vmsst.Encoder.from_saved_model(str(saved_model))
-  from_checkpoint = inference.CheckpointEncoder(restored, batch_size=8)
+  from_checkpoint = checkpoint.CheckpointEncoder(restored, batch_size=8)
   assert from_saved.max_seq_length == metadata["sequence_length"] == from_checkpoint.max_seq_length
   long = " ".join(["word"] * 4 * metadata["sequence_length"])
   sentences = [*SENTENCES, long]

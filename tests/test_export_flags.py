@@ -5,11 +5,11 @@ import sys
 
 import vmsst_testing
 from vmsst import export_flags
-from vmsst import inference
+from vmsst.encoding import restore
 
 
 def test_dtypes_are_the_inference_precisions():
-  assert export_flags.DTYPES == inference.PRECISIONS
+  assert export_flags.DTYPES == restore.PRECISIONS
 
 
 def _imported(stderr: str) -> set[str]:

@@ -21,9 +21,9 @@ import pytest
 
 import vmsst
 from vmsst import hf_export
-from vmsst import inference
+from vmsst.encoding import restore
 from vmsst import text_files
-from vmsst import text_inputs
+from vmsst.encoding import tokens as tokens_lib
 from vmsst.config import NetworkConfig
 
 # Every test exports a model trained by a module fixture, most load it in a fresh process.
@@ -129,13 +129,13 @@ def assert_same_embeddings(model_dir, export_dir, sentences, work, architecture)
       np.linalg.norm(embeddings, axis=-1) * np.linalg.norm(reference, axis=-1))
   print(f"{architecture}: min cosine {cosine.min():.7f} over {len(sentences)} sentences")
   assert cosine.min() >= 0.9999, np.argsort(cosine)[:5]
-  restored = inference.restore(str(model_dir))
+  restored = restore.restore(str(model_dir))
   length = restored.sequence_length
   assert info["max_seq_length"] == length
-  tokens, mask = text_inputs.tokenize_batch(restored.vocabulary, sentences, length)
+  tokens, mask = tokens_lib.tokenize_batch(restored.vocabulary, sentences, length)
   expected = [list(row[:n]) for row, n in zip(tokens, mask.sum(1))]
   assert info["ids"] == expected
-  cut = text_inputs.count_truncated(restored.vocabulary, sentences, length)
+  cut = tokens_lib.count_truncated(restored.vocabulary, sentences, length)
   assert cut > 50, cut  # the test covers truncation: many sentences exceed the length
   return cosine
 
@@ -164,7 +164,7 @@ def test_an_export_is_init_params_giving_back_the_trained_encoder(which, request
   import vmsst_testing  # pylint: disable=import-outside-toplevel
   from vmsst import param_files  # pylint: disable=import-outside-toplevel
   model_dir, export_dir, _ = request.getfixturevalue(which)
-  restored = inference.restore(str(model_dir))
+  restored = restore.restore(str(model_dir))
   fresh = vmsst_testing.init_params(restored.model, seed=7)
   loaded = param_files.flatten(hf_export.load_params(str(export_dir), fresh))
   trained = param_files.flatten(jax.device_get(restored.params))

@@ -37,3 +37,19 @@ def test_no_cycle_through_the_installed_name_of_tasks(tmp_path):
                          capture_output=True, text=True, check=False)
   edges = lambda out: int(out.split(" modules, ")[1].split(" imports")[0])
   assert edges(result.stdout) > edges(plain.stdout)  # the vmsst <-> vmsst_tasks imports counted
+
+
+# Model-layer homes the shared tool's list predates (it still names their old module,
+# vmsst.inference): the data side must not import them either.
+MODEL_LAYER_SINCE = ("vmsst.encoding", "vmsst.mining")
+
+
+def test_the_data_side_imports_no_encoding_or_mining():
+  import ast  # pylint: disable=import-outside-toplevel
+  found = []
+  for path in sorted((ROOT / "tasks").rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+      names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+               else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+      found += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.startswith(MODEL_LAYER_SINCE)]
+  assert not found, found

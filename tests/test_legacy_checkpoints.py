@@ -15,10 +15,11 @@ import pytest
 
 import vmsst_testing
 from vmsst import checkpointing
-from vmsst import inference
+from vmsst.encoding import checkpoint
+from vmsst.encoding import restore
 from vmsst import languages
 from vmsst import param_files
-from vmsst import text_inputs
+from vmsst.encoding import tokens as tokens_lib
 from vmsst import vocabulary
 
 SENTENCES = ["A man rides a bicycle.", "Ein Mann fährt Fahrrad.", ""]
@@ -42,7 +43,7 @@ def legacy_dir(tiny_model, tmp_path_factory):
 
 def test_restore_rebuilds_the_language_table_from_the_token_rows(legacy_dir):
   legacy, old, _ = legacy_dir
-  restored = inference.restore(str(legacy))
+  restored = restore.restore(str(legacy))
   params = jax.device_get(restored.params)
   jax.tree.map(np.testing.assert_array_equal,
                {k: v for k, v in params.items() if k != "language_embed"}, old)
@@ -54,10 +55,10 @@ def test_restore_rebuilds_the_language_table_from_the_token_rows(legacy_dir):
 
 def test_legacy_directory_embeds_with_its_own_vocabulary_and_parameters(legacy_dir):
   legacy, old, _ = legacy_dir
-  restored = inference.restore(str(legacy))
-  embeddings = inference.CheckpointEncoder(restored, batch_size=8).encode(SENTENCES)
-  tokens, mask = text_inputs.tokenize_batch(restored.vocabulary, SENTENCES,
-                                            restored.sequence_length)
+  restored = restore.restore(str(legacy))
+  embeddings = checkpoint.CheckpointEncoder(restored, batch_size=8).encode(SENTENCES)
+  tokens, mask = tokens_lib.tokenize_batch(restored.vocabulary, SENTENCES,
+                                           restored.sequence_length)
   np.testing.assert_allclose(embeddings, restored.model.encode(old, tokens, mask), atol=1e-5)
 
 

@@ -16,7 +16,7 @@ from vmsst import mining
 from vmsst import mine
 from vmsst.mining import approximate
 from vmsst.evaluation import bucc
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COMBINATIONS = list(itertools.product(mine.MARGINS, mine.RETRIEVALS))
@@ -76,7 +76,7 @@ def _assert_same(got, want):
 
 
 def _encoder(table):
-  return lambda: encoders.UniqueSentences(encoders.PrecomputedEncoder(table), progress=False)
+  return lambda: protocol.UniqueSentences(protocol.PrecomputedEncoder(table), progress=False)
 
 
 # ------------------------------------------------------------------- random sentences
@@ -287,11 +287,11 @@ def test_a_precomputed_side_of_another_width_fails_before_the_other_side_is_embe
   np.save(tmp_path / "trg.npy", np.ones((1, 3)))
   table = {"a": (1.0, 0.0), "b": (0.0, 1.0), "c": (1.0, 1.0)}
   calls = []
-  raw = encoders.PrecomputedEncoder(table)
+  raw = protocol.PrecomputedEncoder(table)
   encode = raw.encode
   raw.encode = lambda sentences: calls.append(list(sentences)) or encode(sentences)
   with pytest.raises(ValueError, match="source embeddings are 2-wide but target ones 3"):
-    mine.mine_files(lambda: encoders.UniqueSentences(raw, progress=False), src, trg,
+    mine.mine_files(lambda: protocol.UniqueSentences(raw, progress=False), src, trg,
                     tmp_path / "out.tsv", k=1, trg_embeddings=tmp_path / "trg.npy")
   assert calls == [["a"]]  # one sentence to learn the width, not the whole side
 

@@ -20,17 +20,19 @@ from vmsst_testing import TINY, init_params, random_batch
 from vmsst import checkpointing
 from vmsst import embed
 from vmsst import export
-from vmsst import inference
+from vmsst.encoding import checkpoint
+from vmsst.encoding import restore
 from vmsst import mine
 from vmsst import models
 from vmsst import partitioning
-from vmsst import text_inputs
+from vmsst.encoding import tokens as tokens_lib
 from vmsst import trainer as trainer_lib
 from vmsst import vocabulary
 from vmsst.objectives import MomentumContrast
 from vmsst.objectives import momentum_contrast
 from vmsst.objectives import nli_head
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
+from vmsst.encoding import saved_model
 from vmsst.evaluation import parallel
 from vmsst.evaluation import question_retrieval
 from vmsst.evaluation import similarity
@@ -279,7 +281,7 @@ def vocab_model(tiny_vocab_path):
 
 
 def _embed(model, params, vocab, sentences, side):
-  tokens, mask = text_inputs.tokenize_batch(vocab, sentences, 8)
+  tokens, mask = tokens_lib.tokenize_batch(vocab, sentences, 8)
   return np.asarray(model.encode(params, tokens, mask, side=side))
 
 
@@ -303,8 +305,8 @@ def test_in_training_retrieval_embeds_sources_by_tower_a_and_targets_by_tower_b(
 
 def _restored(model, params, vocab):
   mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
-  return inference.RestoredModel(model=model, params=jax.device_put(params), vocabulary=vocab,
-                                 sequence_length=8, step=0, mesh=mesh)
+  return restore.RestoredModel(model=model, params=jax.device_put(params), vocabulary=vocab,
+                               sequence_length=8, step=0, mesh=mesh)
 
 
 @pytest.mark.slow  # over ~7 s (docs/results/tests/)
@@ -312,7 +314,7 @@ def test_checkpoint_encoder_and_export_pick_the_tower_of_the_side(vocab_model):
   vocab, model, params, sentences = vocab_model
   restored = _restored(model, params, vocab)
   for side in "ab":
-    encoded = inference.CheckpointEncoder(restored, batch_size=4, side=side).encode(sentences)
+    encoded = checkpoint.CheckpointEncoder(restored, batch_size=4, side=side).encode(sentences)
     np.testing.assert_allclose(encoded, _embed(model, params, vocab, sentences, side),
                                rtol=1e-5, atol=1e-6)
   # Export traces both sides: the SavedModel holds both towers' parameters.
@@ -325,7 +327,7 @@ def test_checkpoint_encoder_and_export_pick_the_tower_of_the_side(vocab_model):
 def two_tower_encoder(vocab_model):
   """vocab_model's model restored as `evaluate --model_dir` builds it (compiled once here)."""
   vocab, model, params, _ = vocab_model
-  return inference.CheckpointEncoder(_restored(model, params, vocab), batch_size=4)
+  return checkpoint.CheckpointEncoder(_restored(model, params, vocab), batch_size=4)
 
 
 def test_outside_training_a_side_b_language_is_embedded_by_tower_b(vocab_model,
@@ -345,18 +347,18 @@ def test_outside_training_a_side_b_language_is_embedded_by_tower_b(vocab_model,
       encoder.pairwise_similarity(sentences, sentences, languages=("eng", "deu")),
       similarity.paired_cosine(tower["a"], tower["b"]), rtol=1e-5, atol=1e-6)
   # One cache per tower: the same sentences asked in two languages get both towers' vectors.
-  unique = encoders.UniqueSentences(backend, progress=False)
+  unique = protocol.UniqueSentences(backend, progress=False)
   np.testing.assert_allclose(unique.encode(sentences, language="eng"), tower["a"], rtol=1e-5,
                              atol=1e-6)
   np.testing.assert_allclose(unique.encode(sentences, language="deu"), tower["b"], rtol=1e-5,
                              atol=1e-6)
   one_tower = MomentumContrast(model.network_config, queue_size=8)
-  assert inference.CheckpointEncoder(
+  assert checkpoint.CheckpointEncoder(
       _restored(one_tower, params["tower_a"], vocab)).tower_of("deu") is None
 
 
 def _tatoeba_average(backend, folder):
-  return tatoeba.evaluate(encoders.UniqueSentences(backend, progress=False), folder)["deu"]["avg"]
+  return tatoeba.evaluate(protocol.UniqueSentences(backend, progress=False), folder)["deu"]["avg"]
 
 
 def test_tatoeba_embed_and_mine_put_the_non_english_side_through_tower_b(vocab_model,
@@ -373,12 +375,12 @@ def test_tatoeba_embed_and_mine_put_the_non_english_side_through_tower_b(vocab_m
   got = _tatoeba_average(backend, folder)
   assert got == pytest.approx(50.0 * (retrieval_accuracy(tower["b"], tower["a"]) +
                                       retrieval_accuracy(tower["a"], tower["b"])))
-  twins = inference.CheckpointEncoder(
+  twins = checkpoint.CheckpointEncoder(
       _restored(model, dict(params, tower_b=params["tower_a"]), vocab), batch_size=4)
   assert _tatoeba_average(twins, folder) == 100.0 and got < 100.0
   # embed --language: the file's lines through its language's tower.
   (tmp_path / "in.txt").write_text("\n".join(sentences) + "\n")
-  get_encoder = lambda: encoders.UniqueSentences(backend, progress=False)
+  get_encoder = lambda: protocol.UniqueSentences(backend, progress=False)
   for language, side in (("zh", "b"), ("en", "a")):
     embed.embed_file(get_encoder, tmp_path / "in.txt", tmp_path / f"{language}.npy",
                      language=language)
@@ -401,7 +403,7 @@ def test_sts17_question_retrieval_and_parallel_embed_each_side_in_its_language(
     vocab_model, two_tower_encoder, tmp_path):
   vocab, model, params, sentences = vocab_model
   backend = two_tower_encoder
-  unique = lambda: encoders.UniqueSentences(backend, progress=False)
+  unique = lambda: protocol.UniqueSentences(backend, progress=False)
   tower = {side: _embed(model, params, vocab, sentences, side) for side in "ab"}
   across = similarity.paired_cosine(tower["b"], tower["a"])  # column 1 (ar) by b, 2 (en) by a
   # STS17 ar-en: the same sentence in both columns, so only the towers make the cosines differ.
@@ -502,12 +504,12 @@ def test_two_tower_export_serves_each_tower_and_scores_a_against_b(data_dir, tin
   gin.clear_config()
   metadata = export.export(str(tmp_path / "m"), str(tmp_path / "export"))
   assert metadata["sides"] == ["a", "b"] and "serving_b" in metadata["signatures"]
-  assert metadata["side_a_languages"] == list(encoders.DEFAULT_SIDE_A) == ["eng"]
-  assert encoders.EXPORT_SIDE_B == export.SIDE_B_SIGNATURE
-  restored = inference.restore(str(tmp_path / "m"))
+  assert metadata["side_a_languages"] == list(saved_model.DEFAULT_SIDE_A) == ["eng"]
+  assert saved_model.EXPORT_SIDE_B == export.SIDE_B_SIGNATURE
+  restored = restore.restore(str(tmp_path / "m"))
   english = ["A man rides a bicycle.", "Two dogs play."]
   german = ["Ein Mann fährt Rad.", "Zwei Hunde."]
-  encoder = lambda side: inference.CheckpointEncoder(restored, batch_size=2, side=side)
+  encoder = lambda side: checkpoint.CheckpointEncoder(restored, batch_size=2, side=side)
   want = {"a": encoder("a").encode(english), "b": encoder("b").encode(german)}
   assert not np.allclose(want["a"], encoder("b").encode(english), atol=1e-3)  # towers differ
   loaded = tf.saved_model.load(str(tmp_path / "export"))
@@ -520,7 +522,7 @@ def test_two_tower_export_serves_each_tower_and_scores_a_against_b(data_dir, tin
   np.testing.assert_allclose(scores, np.sum(_normalize(want["a"]) * _normalize(want["b"]), -1),
                              rtol=1e-4, atol=1e-5)
   # What evaluate, embed and mine read (--saved_model, --model_dir) picks the tower by language.
-  saved = encoders.UniqueSentences(encoders.SavedModelEncoder(str(tmp_path / "export")),
+  saved = protocol.UniqueSentences(saved_model.SavedModelEncoder(str(tmp_path / "export")),
                                    progress=False)
   np.testing.assert_allclose(saved.encode(german, language="de"), want["b"], rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(saved.encode(english, language="en"), want["a"], rtol=1e-4,

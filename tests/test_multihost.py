@@ -31,7 +31,7 @@ import vmsst_testing
 from vmsst_tasks import registry
 from vmsst_tasks.input_pipeline import train_iterator
 from vmsst.train import distributed
-from vmsst import inference
+from vmsst.encoding import restore
 
 # Training runs and subprocesses: the slow tier (`make test-fast` skips them).
 pytestmark = pytest.mark.slow
@@ -167,8 +167,8 @@ def test_two_processes_save_restore_and_match_one_process(small_data_dir, tiny_v
     assert re.search(r"\[3\] .*loss=", log) and re.search(r"\[4\] .*loss=", log), log[-3000:]
     assert not re.search(r"\[[12]\] .*loss=", log), log[-3000:]
 
-  one = inference.restore(str(one_dir))
-  two = inference.restore(str(two_dir))
+  one = restore.restore(str(one_dir))
+  two = restore.restore(str(two_dir))
   one_leaves = traverse_util.flatten_dict(jax.device_get(one.params), sep="/")
   two_leaves = traverse_util.flatten_dict(jax.device_get(two.params), sep="/")
   assert one_leaves.keys() == two_leaves.keys() and len(one_leaves) > 10
@@ -176,7 +176,7 @@ def test_two_processes_save_restore_and_match_one_process(small_data_dir, tiny_v
     np.testing.assert_array_equal(two_leaves[name], value, err_msg=name)
   # Steps 3-4 moved the parameters (the equality is not that of two copies of step 2).
   halfway = traverse_util.flatten_dict(
-      jax.device_get(inference.restore(str(two_dir), step=2).params), sep="/")
+      jax.device_get(restore.restore(str(two_dir), step=2).params), sep="/")
   assert any(not np.array_equal(value, halfway[name]) for name, value in one_leaves.items())
 
 

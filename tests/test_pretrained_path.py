@@ -23,7 +23,7 @@ from safetensors.numpy import load_file
 import vmsst.train.loop
 import vmsst_testing
 from vmsst import export
-from vmsst import inference
+from vmsst.encoding import checkpoint as checkpoint_lib
 from vmsst import mt5_import
 from vmsst import param_files
 from vmsst import vocabulary
@@ -87,7 +87,7 @@ def test_mt5_vocabulary_import_train_export_embed(data_dir, tiny_vocab_path, ran
   export.export(str(model_dir), str(saved_model))
   serve = tf.saved_model.load(str(saved_model)).signatures["serving_default"]
   exported = serve(text=tf.constant(SENTENCES))["embeddings"].numpy()
-  checkpoint_embeddings = inference.CheckpointEncoder.from_model_dir(
+  checkpoint_embeddings = checkpoint_lib.CheckpointEncoder.from_model_dir(
       str(model_dir), batch_size=8).encode(SENTENCES)
   assert exported.shape == (len(SENTENCES), 32) and np.isfinite(exported).all()
   np.testing.assert_allclose(exported, checkpoint_embeddings, atol=1e-4)

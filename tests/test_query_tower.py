@@ -16,12 +16,13 @@ from vmsst_testing import TINY, init_params, random_batch
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import triplets as triplet_family
 from vmsst_tasks import triplets as triplets_lib
-from vmsst import inference
+from vmsst.encoding import checkpoint
+from vmsst.encoding import restore
 from vmsst import param_files
 from vmsst import parameter_groups
 from vmsst import partitioning
 from vmsst import trainer as trainer_lib
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.evaluation import in_training
 from vmsst.evaluation import preservation
 from vmsst.feature_converters import PairFeatureConverter
@@ -181,7 +182,7 @@ def test_triplet_task_pads_the_negative_to_the_training_length(data_dir, tiny_vo
 @pytest.mark.slow
 def test_init_params_accepts_a_trained_model_directory(tiny_model):
   model_dir, trained = tiny_model
-  config = inference.restore(str(model_dir)).model.network_config
+  config = restore.restore(str(model_dir)).model.network_config
   gin.clear_config()
   model = QueryTower(config)
   fresh = init_params(model, length=8)
@@ -210,19 +211,19 @@ def test_cpu_tuning_from_a_checkpoint_lowers_heldout_triplet_error(data_dir, tin
   gin.clear_config()
   # The frozen document tower saved in the tuned run's checkpoint is bit-identical to the
   # starting model, and differs from the tuned query tower.
-  document_tower = inference.restore_document_tower(str(model_dir))
-  started = param_files.flatten(jax.device_get(inference.restore(str(init_dir)).params))
+  document_tower = restore.restore_document_tower(str(model_dir))
+  started = param_files.flatten(jax.device_get(restore.restore(str(init_dir)).params))
   frozen = param_files.flatten(jax.device_get(document_tower.params))
-  tuned_params = param_files.flatten(jax.device_get(inference.restore(str(model_dir)).params))
+  tuned_params = param_files.flatten(jax.device_get(restore.restore(str(model_dir)).params))
   assert all(np.array_equal(frozen[k], started[k]) for k in frozen)
   assert not np.array_equal(frozen["semantic_head/mu/kernel"],
                             tuned_params["semantic_head/mu/kernel"])
   with pytest.raises(ValueError, match="not QueryTower"):
-    inference.restore_document_tower(str(init_dir))
-  wrap = lambda encoder: encoders.UniqueSentences(encoder, progress=False)
-  original = wrap(inference.CheckpointEncoder.from_model_dir(str(init_dir)))
-  tuned = wrap(inference.CheckpointEncoder.from_model_dir(str(model_dir)))
-  documents = wrap(inference.CheckpointEncoder(document_tower, name="document_tower"))
+    restore.restore_document_tower(str(init_dir))
+  wrap = lambda encoder: protocol.UniqueSentences(encoder, progress=False)
+  original = wrap(checkpoint.CheckpointEncoder.from_model_dir(str(init_dir)))
+  tuned = wrap(checkpoint.CheckpointEncoder.from_model_dir(str(model_dir)))
+  documents = wrap(checkpoint.CheckpointEncoder(document_tower, name="document_tower"))
   counts = preservation.triplet_evaluation(preservation.Towers(original, original),
                                            preservation.Towers(tuned, documents), heldout,
                                            margin=0.3)
@@ -256,7 +257,7 @@ def test_validation_scores_query_anchors_against_the_frozen_documents(data_dir, 
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import pair_ranking  # pylint: disable=import-outside-toplevel
   init_dir, _ = tiny_model
-  restored = inference.restore(str(init_dir))
+  restored = restore.restore(str(init_dir))
   validation = in_training.QueryTowerValidation(
       triplets="stsb", data_dir=str(data_dir), vocabulary=restored.vocabulary,
       documents_model_dir=str(init_dir), sequence_length=restored.sequence_length,
@@ -268,7 +269,7 @@ def test_validation_scores_query_anchors_against_the_frozen_documents(data_dir, 
 
   result = validation.run(embed)
   rows = triplets_lib.stsb_triplets(data_dir / "stsb", "dev")[0][:24]
-  encoder = inference.CheckpointEncoder(restored, batch_size=8)
+  encoder = checkpoint.CheckpointEncoder(restored, batch_size=8)
   anchors, positives, negatives = (encoder.encode([r[i] for r in rows]) for i in range(3))
   want, _ = query_tower.triplet_margin_loss(anchors, positives, negatives, margin=0.1,
                                             similarity="cosine")

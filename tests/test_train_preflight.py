@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import vmsst_testing
-from vmsst import inference
+from vmsst.encoding import restore
 
 RUN = "--gin_file=gin/runs/vmsst_cpu.gin"
 
@@ -139,9 +139,9 @@ def test_a_resume_names_another_objective_and_refuses_changed_settings_unless_as
   assert spec["step_ranges"] == [
       {"first_step": 1, "last_step": 2, "sequence_length": 32, "config": "config-2.gin"},
       {"first_step": 3, "last_step": None, "sequence_length": 16, "config": "config.gin"}]
-  assert inference.read_model_json(str(model_dir), step=2)[1] == 32
-  assert inference.read_model_json(str(model_dir), step=4)[1] == 16
-  assert inference.read_model_json(str(model_dir))[1] == 16
+  assert restore.read_model_json(str(model_dir), step=2)[1] == 32
+  assert restore.read_model_json(str(model_dir), step=4)[1] == 16
+  assert restore.read_model_json(str(model_dir))[1] == 16
 
 
 def test_a_config_gin_written_before_the_task_families_resumes_without_changes(tmp_path):

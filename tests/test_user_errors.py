@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import vmsst_testing
-from vmsst import encoder_flags
+from vmsst.encoding import flags as encoder_flags
 from vmsst import cli
 
 

@@ -1,6 +1,6 @@
 """vmsst: multilingual sentence embeddings (VMSST and baselines) in JAX/Flax.
 
-`vmsst.Encoder` (vmsst/encoder.py) embeds sentences with a trained or
+`vmsst.Encoder` (vmsst/encoding/api.py) embeds sentences with a trained or
 exported model. It is imported on first use, so `import vmsst` stays cheap
 and pulls in neither JAX nor TensorFlow.
 """
@@ -9,8 +9,8 @@ __all__ = ["Encoder"]
 
 
 def __getattr__(name: str):
-  """Lazy attributes (PEP 562): `vmsst.Encoder` imports vmsst.encoder when first read."""
+  """Lazy attributes (PEP 562): `vmsst.Encoder` imports vmsst.encoding.api when first read."""
   if name == "Encoder":
-    from vmsst.encoder import Encoder  # pylint: disable=import-outside-toplevel
+    from vmsst.encoding.api import Encoder  # pylint: disable=import-outside-toplevel
     return Encoder
   raise AttributeError(f"module 'vmsst' has no attribute {name!r}")

@@ -215,7 +215,7 @@ def check_compatible(saved: Any, abstract_state: Any, directory: str, step: int)
 LEGACY_LANGUAGE_HINT = (
     "This checkpoint predates the language table params/language_embed: language ids "
     "were <2xxx> pieces of its spm.model, embedded by the token table (vmsst/network.py). "
-    "Embedding, export and evaluation still read it (vmsst.inference.restore rebuilds the "
+    "Embedding, export and evaluation still read it (vmsst.encoding.restore rebuilds the "
     "table); to train on, start a fresh MODEL_DIR with "
     "--gin.train.init_params=\"'{directory}'\" (every other parameter is loaded; the "
     "language table starts fresh).")

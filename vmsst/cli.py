@@ -288,7 +288,7 @@ def quiet_startup() -> None:
   """Start-up chatter off: CUDA/TPU probes without an accelerator, TensorFlow's load lines.
 
   Call before TensorFlow or JAX is imported (a command's `__main__`; the
-  Python API through `vmsst.encoder`). Without an accelerator
+  Python API through `vmsst.encoding.api`). Without an accelerator
   JAX_PLATFORMS=cpu stops JAX's "Unable to initialize backend 'tpu'" probe
   and cuInit error, and TF_CPP_MIN_LOG_LEVEL=3 TensorFlow's `failed call to
   cuInit` (TensorFlow only feeds data here); the lines TensorFlow's C++ prints

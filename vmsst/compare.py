@@ -48,9 +48,9 @@ from absl import flags
 
 from vmsst import checkpointing
 from vmsst import comparison_stats
-from vmsst import encoder_flags
+from vmsst.encoding import flags as encoder_flags
 from vmsst import evaluate
-from vmsst import inference
+from vmsst.encoding import checkpoint
 from vmsst import learning_curves
 from vmsst.train import flags as _train_flags  # pylint: disable=unused-import  # --gin_file
 from vmsst.train import loop as train_loop
@@ -186,7 +186,7 @@ def compare(*, objectives: Sequence[str], gin_file: Sequence[str], steps: int, o
       step = checkpointing.make_manager(model_dir).latest_step()
       runs.setdefault(objective, {})[seed] = evaluate_once(
           pathlib.Path(model_dir) / "eval",
-          lambda d=model_dir: inference.CheckpointEncoder.from_model_dir(d), {"step": step},
+          lambda d=model_dir: checkpoint.CheckpointEncoder.from_model_dir(d), {"step": step},
           **evaluation)
       curves.setdefault(objective, {})[seed] = learning_curves.read_curves(model_dir)
   reference_results = None

@@ -18,7 +18,7 @@ tower per language side (dual momentum contrast) embeds them with that
 language's tower, as it trained; without it, tower a (English's).
 
 The readers and output writers here are shared by `python -m vmsst.score`
-and `python -m vmsst.mine`; the encoder flags live in `encoder_flags.py`.
+and `python -m vmsst.mine`; the encoder flags live in `encoding/flags.py`.
 """
 
 from vmsst import cli  # pylint: disable=g-bad-import-order
@@ -34,18 +34,12 @@ from typing import Callable, Sequence
 import numpy as np
 from absl import flags
 
-from vmsst import encoder_flags
-from vmsst.evaluation import encoders as encoders_lib
+from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import protocol
 from vmsst.evaluation import similarity
 from vmsst import text_files
 
 FLAGS = flags.FLAGS
-
-
-def encoder_from_flags(*, progress: bool = True) -> encoders_lib.UniqueSentences:
-  """The encoder the flags name, deduplicating and batching longest-first."""
-  return encoders_lib.UniqueSentences(encoder_flags.from_flags(), batch_size=FLAGS.batch_size,
-                                      progress=progress)
 
 
 def open_output(path: str | pathlib.Path):
@@ -76,7 +70,7 @@ class Summary:
             f"encoded; {self.empty} empty line(s) embedded as empty strings{self.truncated})")
 
 
-def truncation_note(encoder: encoders_lib.UniqueSentences, sentences: Sequence[str]) -> str:
+def truncation_note(encoder: protocol.UniqueSentences, sentences: Sequence[str]) -> str:
   """"; N of M distinct sentences cut to L pieces (...)" for a summary, or "".
 
   Only encoders that know their length say it (`count_truncated`,
@@ -87,16 +81,7 @@ def truncation_note(encoder: encoders_lib.UniqueSentences, sentences: Sequence[s
   return "" if truncation is None else f"; {truncation}"
 
 
-def embed_sentences(encoder: encoders_lib.UniqueSentences, sentences: Sequence[str], *,
-                    normalize: bool = False, desc: str = "embedding",
-                    language: str | None = None) -> np.ndarray:
-  """float32 [len(sentences), d], row i embedding sentences[i] (unit rows if `normalize`),
-  through the tower of `language` for a two-tower model (`encoders.tower_of`)."""
-  embeddings = encoder.encode(list(sentences), desc=desc, language=language)
-  return similarity.normalize(embeddings) if normalize else embeddings.astype(np.float32)
-
-
-def embed_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
+def embed_file(get_encoder: Callable[[], protocol.UniqueSentences],
                input_path: str | pathlib.Path, output_path: str | pathlib.Path, *,
                normalize: bool = False, language: str | None = None) -> Summary:
   """Embeds every line of `input_path` and saves float32 [lines, d] to `output_path`.
@@ -119,8 +104,9 @@ def embed_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
   if not sentences:
     raise ValueError(f"{input_path} has no lines; give a file with one sentence per line.")
   encoder = get_encoder()
-  embeddings = embed_sentences(encoder, sentences, normalize=normalize,
-                               desc=pathlib.Path(input_path).name, language=language)
+  embeddings = encoder.encode(sentences, desc=pathlib.Path(input_path).name, language=language)
+  if normalize:
+    embeddings = similarity.normalize(embeddings)
   output_path = pathlib.Path(output_path)
   output_path.parent.mkdir(parents=True, exist_ok=True)
   with open(output_path, "wb") as f:
@@ -164,7 +150,7 @@ def main(argv: Sequence[str]) -> None:
     raise cli.UserError(f"--output={FLAGS.output}: embed writes a NumPy .npy (float32 [lines, "
                         f"d]); give a name ending in .npy, e.g. {FLAGS.output}.npy.")
   run_file_command(argv, lambda: f"{FLAGS.input}: " + str(embed_file(
-      encoder_from_flags, FLAGS.input, FLAGS.output, normalize=FLAGS.normalize,
+      encoder_flags.unique_from_flags, FLAGS.input, FLAGS.output, normalize=FLAGS.normalize,
       language=FLAGS.language)), FLAGS.output)
 
 

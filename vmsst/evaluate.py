@@ -40,9 +40,9 @@ import numpy as np
 from absl import flags
 from absl import logging
 
-from vmsst import encoder_flags
+from vmsst.encoding import flags as encoder_flags
 from vmsst import languages
-from vmsst.evaluation import encoders as encoders_lib
+from vmsst.encoding import protocol
 from vmsst.evaluation import parallel
 from vmsst.evaluation import report
 from vmsst.evaluation import paper_score as score_lib
@@ -84,14 +84,14 @@ def options_from_flags(default_training_languages=None) -> suites_lib.SuiteOptio
       trg_language=f.trg_language)
 
 
-def run_suites(encoder: encoders_lib.Encoder, *, data_dirs: Sequence[str], suite: str,
+def run_suites(encoder: protocol.Encoder, *, data_dirs: Sequence[str], suite: str,
                output: str, options: suites_lib.SuiteOptions | None = None,
                batch_size: int = 256) -> dict:
   """Runs the suites, writes results.json, report.md and plots; returns the results."""
   options = options or suites_lib.SuiteOptions()
   roots = [pathlib.Path(d) for d in data_dirs]
   located, skipped = locate_suites(data_dirs, suite, options)
-  unique = encoders_lib.UniqueSentences(encoder, batch_size=batch_size)
+  unique = protocol.UniqueSentences(encoder, batch_size=batch_size)
   output_dir = pathlib.Path(output)
   output_dir.mkdir(parents=True, exist_ok=True)
   results, plots, seconds, truncated = {}, {}, {}, {}

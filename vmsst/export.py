@@ -8,7 +8,7 @@ r"""Exports a trained model as a TensorFlow SavedModel (strings in, embeddings o
 SentenceTransformer(OUT) and transformers' AutoModel load with no custom
 code: vmsst/hf_export.py. The rest of this docstring is the SavedModel.
 
-The SavedModel contract (what `evaluation.encoders.SavedModelEncoder` reads):
+The SavedModel contract (what `encoding.saved_model.SavedModelEncoder` reads):
 
   serving_default(text: tf.string [batch]) -> {"embeddings": float32 [batch, d]}
   score(text_a: tf.string [batch], text_b: tf.string [batch])
@@ -28,14 +28,14 @@ The tower is chosen by the sentence's language, as the model trained (one
 tower per language side, the paper's setup): a caller sends side a's
 languages, listed in the metadata's `side_a_languages`, to serving_default
 and every other language to serving_b (`languages.pair_side` is the rule).
-`evaluation.encoders.SavedModelEncoder` does so for `python -m
+`encoding.saved_model.SavedModelEncoder` does so for `python -m
 vmsst.evaluate`, `embed --language` and `mine --src_language/--trg_language`.
 
 `embeddings` is μ_sem, L2-normalised only when exported with --normalize (the
 choice is in the metadata file; cosine scores are the same either way). The
 SentencePiece tokenizer is inside the graph (`tensorflow_text`), with the
 training truncation: at most sequence_length - 1 pieces, then EOS, zero
-padding, no language symbol (`text_inputs.tokenize_batch`). The batch size is
+padding, no language symbol (`encoding.tokens.tokenize_batch`). The batch size is
 polymorphic; the length axis is too, up to the trained sequence length, so a
 batch of short sentences is not padded to the full length. Inside the graph
 a batch is padded to one of a few bucketed shapes (`bucketed`), so XLA
@@ -51,7 +51,7 @@ graph constants: both signatures share one copy stored under `variables/`,
 where constants would be copied into each signature's graph and meet the 2 GB
 GraphDef limit at the paper's sizes. Only the parameters μ_sem reads are
 exported there (no decoder, no language encoder). A --dtype=bfloat16 export
-stores the weight matrices in bfloat16 (cast once, `inference.serving_params`;
+stores the weight matrices in bfloat16 (cast once, `checkpoint.serving_params`;
 vectors stay float32); params.npz keeps every parameter as trained.
 
 Files written under --output:
@@ -89,7 +89,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from jax.experimental import jax2tf
 
-from vmsst import inference
+from vmsst.encoding import checkpoint
+from vmsst.encoding import restore
 from vmsst import losses
 from vmsst import models
 
@@ -99,7 +100,7 @@ PARAMS_FILE = "params.npz"
 PARAMS_INDEX_FILE = "params_index.json"
 SEPARATOR = "/"
 FORMAT_VERSION = 1
-SIDE_B_SIGNATURE = "serving_b"  # a two-tower model's tower b (evaluation.encoders.EXPORT_SIDE_B)
+SIDE_B_SIGNATURE = "serving_b"  # a two-tower model's tower b (saved_model.EXPORT_SIDE_B)
 
 
 def export(model_dir: str, output_dir: str, *, step: int | None = None,
@@ -115,18 +116,18 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
     platforms: jax2tf native-serialization targets ("cpu", "cuda", "tpu").
     dtype: the graph's activation/matmul precision, "bfloat16" or "float32"
       (default: the one the run trained with); parameters and embeddings
-      stay float32 either way (see `inference.restore`).
+      stay float32 either way (see `restore.restore`).
   Returns:
     The metadata written to assets.extra/vmsst_export.json.
   """
   if os.path.isdir(output_dir) and os.listdir(output_dir):
     raise FileExistsError(f"--output={output_dir} exists and is not empty; pick a new "
                           "directory or delete it first.")
-  restored = inference.restore(model_dir, step=step, dtype=dtype)
+  restored = restore.restore(model_dir, step=step, dtype=dtype)
   params = traverse_util.flatten_dict(jax.device_get(restored.params), sep=SEPARATOR)
   exported = semantic_params(restored.model, params, restored.sequence_length)
-  graph_params = inference.serving_params({k: params[k] for k in exported},
-                                          restored.model.network_config.dtype)
+  graph_params = checkpoint.serving_params({k: params[k] for k in exported},
+                                           restored.model.network_config.dtype)
   module = ServingModule(restored, graph_params, normalize=normalize, platforms=platforms)
   signatures = {"serving_default": module.serve, "score": module.score}
   if "b" in restored.model.sides:
@@ -169,10 +170,10 @@ def _write_extras(extra_dir: str, model_dir: str, sp_model: bytes, metadata: dic
   spm.model the tokenizer.
   """
   os.makedirs(extra_dir, exist_ok=True)
-  shutil.copy(os.path.join(model_dir, inference.MODEL_FILE), extra_dir)
-  if os.path.exists(os.path.join(model_dir, inference.CONFIG_FILE)):
-    shutil.copy(os.path.join(model_dir, inference.CONFIG_FILE), extra_dir)
-  with open(os.path.join(extra_dir, inference.VOCABULARY_FILE), "wb") as f:
+  shutil.copy(os.path.join(model_dir, restore.MODEL_FILE), extra_dir)
+  if os.path.exists(os.path.join(model_dir, restore.CONFIG_FILE)):
+    shutil.copy(os.path.join(model_dir, restore.CONFIG_FILE), extra_dir)
+  with open(os.path.join(extra_dir, restore.VOCABULARY_FILE), "wb") as f:
     f.write(sp_model)
   with open(os.path.join(extra_dir, METADATA_FILE), "w", encoding="utf-8") as f:
     json.dump(metadata, f, indent=1)
@@ -207,7 +208,7 @@ def semantic_params(model: models.EmbeddingModel, params: dict[str, np.ndarray],
 
 def tokenize(tokenizer: tf_text.SentencepieceTokenizer, text: tf.Tensor,
              sequence_length: int, eos_id: int) -> tf.Tensor:
-  """The graph twin of `text_inputs.tokenize_batch`: int32 [n, l], l <= sequence_length.
+  """The graph twin of `tokens.tokenize_batch`: int32 [n, l], l <= sequence_length.
 
   Pieces are cut to sequence_length - 1 so EOS always fits; rows are 0-padded
   to the longest row of the batch (the model masks padding, so the embedding
@@ -236,13 +237,13 @@ def bucketed(tokens: tf.Tensor, sequence_length: int, eos_id: int) -> tf.Tensor:
   every concrete (batch, length) it meets: about 0.45 s per shape at the CPU
   benchmark's size, so a server fed batches of every size and length would
   keep compiling (measured: 0.31-0.49 s for each first call, 7-15 ms after).
-  Lengths are padded to the next of inference.LENGTH_BUCKETS (the trained
+  Lengths are padded to the next of checkpoint.LENGTH_BUCKETS (the trained
   length at most) and rows to the next of `row_buckets()` (n beyond its
   last stays n). Padded columns are masked, and padded rows hold one EOS
   each (dimensions stay >= 1 for an empty batch); the caller drops them.
   """
   rows, length = tf.shape(tokens)[0], tf.shape(tokens)[1]
-  lengths = tf.constant(inference.padded_lengths(sequence_length), tf.int32)
+  lengths = tf.constant(checkpoint.padded_lengths(sequence_length), tf.int32)
   padded_length = tf.gather(lengths, tf.reduce_sum(tf.cast(lengths < length, tf.int32)))
   sizes = tf.constant(row_buckets(), tf.int32)
   smaller = tf.reduce_sum(tf.cast(sizes < rows, tf.int32))
@@ -262,7 +263,7 @@ class ServingModule(tf.Module):
     params: flat name -> tf.Variable (non-trainable), μ_sem's parameters.
   """
 
-  def __init__(self, restored: inference.RestoredModel, params: dict[str, np.ndarray], *,
+  def __init__(self, restored: restore.RestoredModel, params: dict[str, np.ndarray], *,
                normalize: bool, platforms: Sequence[str]):
     super().__init__(name="vmsst")
     self._length = restored.sequence_length

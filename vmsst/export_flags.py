@@ -11,10 +11,10 @@ import os
 from absl import flags
 
 from vmsst import cli
-from vmsst import encoder_flags
+from vmsst.encoding import flags as encoder_flags
 
 FLAGS = flags.FLAGS
-DTYPES = ("bfloat16", "float32")  # inference.PRECISIONS (a test holds them equal)
+DTYPES = ("bfloat16", "float32")  # encoding.restore.PRECISIONS (a test holds them equal)
 # savedmodel, then hf_export.FORMATS
 FORMATS = ("savedmodel", "sentence-transformers", "huggingface")
 

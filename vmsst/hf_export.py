@@ -35,7 +35,7 @@ text is text, as in training). The tokenizers-library conversions are not
 exact for our models: their Unigram import drops byte fallback, their
 Precompiled normaliser drops some combining marks (Yoruba) and decomposes
 U+1026 (Myanmar), and NFKC reorders Arabic marks that nmt_nfkc keeps.
-Truncation keeps max_seq_length - 1 pieces and the EOS, as `text_inputs`.
+Truncation keeps max_seq_length - 1 pieces and the EOS, as `encoding.tokens`.
 sentence-transformers reads it through AutoProcessor; AutoTokenizer does too
 for an mT5 export, but on an "xlm-roberta-xl" directory it insists on a
 tokenizers-library tokenizer.json (not shipped: inexact), so plain
@@ -65,7 +65,7 @@ from typing import Any, Mapping
 import numpy as np
 from flax import traverse_util
 
-from vmsst import inference
+from vmsst.encoding import restore
 from vmsst import param_files
 from vmsst import t5_names
 from vmsst.config import NetworkConfig
@@ -314,15 +314,15 @@ def write_sentence_transformer(output: str, dimension: int,
 
 # ---------------------------------------------------------------- export
 
-def towers(restored: inference.RestoredModel, model_dir: str
-           ) -> list[tuple[str, str, inference.RestoredModel]]:
+def towers(restored: restore.RestoredModel, model_dir: str
+           ) -> list[tuple[str, str, restore.RestoredModel]]:
   """(subdirectory, side, restored) of every tower the export writes."""
   model = restored.model
   out = [("", "a", restored)]
   if "b" in model.sides:
     out.append((TOWER_B_DIR, "b", restored))
   if type(model).__name__ == "QueryTower":
-    out.append((DOCUMENT_TOWER_DIR, "a", inference.restore_document_tower(model_dir)))
+    out.append((DOCUMENT_TOWER_DIR, "a", restore.restore_document_tower(model_dir)))
   return out
 
 
@@ -335,7 +335,7 @@ def export(model_dir: str, output: str, *, fmt: str = "sentence-transformers",
     raise FileExistsError(f"--output={output} exists and is not empty; pick a new "
                           "directory or delete it first.")
   import jax  # pylint: disable=import-outside-toplevel
-  restored = inference.restore(model_dir, step=step, dtype="float32")
+  restored = restore.restore(model_dir, step=step, dtype="float32")
   cfg, length = restored.model.network_config, restored.sequence_length
   architecture(cfg)  # before anything is written
   metadata = {"format": fmt, "model_dir": os.path.abspath(model_dir),
@@ -360,7 +360,7 @@ def export(model_dir: str, output: str, *, fmt: str = "sentence-transformers",
   with open(os.path.join(output, "README.md"), "w", encoding="utf-8") as f:
     f.write(model_card.render(model_dir, metadata))
   _write_json(os.path.join(output, METADATA_FILE), metadata)
-  for name in (inference.MODEL_FILE, inference.CONFIG_FILE):
+  for name in (restore.MODEL_FILE, restore.CONFIG_FILE):
     if os.path.exists(os.path.join(model_dir, name)):
       shutil.copy(os.path.join(model_dir, name), output)
   return metadata

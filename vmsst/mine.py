@@ -93,8 +93,8 @@ import numpy as np
 from absl import flags
 
 from vmsst import embed
-from vmsst import encoder_flags
-from vmsst.evaluation import encoders as encoders_lib
+from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import protocol
 from vmsst.mining import approximate
 from vmsst import mining
 from vmsst import text_files
@@ -196,7 +196,7 @@ def load_embeddings(path: str | pathlib.Path, side: Side) -> np.ndarray:
   return embeddings if embeddings is not None else np.asarray(matrix[side.rows], np.float32)
 
 
-def _encode_side(encoder: encoders_lib.UniqueSentences, side: Side, name: str,
+def _encode_side(encoder: protocol.UniqueSentences, side: Side, name: str,
                  other_width: int | None, language: str | None) -> np.ndarray:
   """The side's embeddings, by its language's tower (a two-tower model's); against the
   other side's width, one sentence is embedded first."""
@@ -227,7 +227,7 @@ class Summary:
             f"{self.written} pairs written ({self.options}{self.truncated})")
 
 
-def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
+def mine_files(get_encoder: Callable[[], protocol.UniqueSentences] | None,
                src: str | pathlib.Path, trg: str | pathlib.Path,
                output: str | pathlib.Path, *, src_embeddings: str | None = None,
                trg_embeddings: str | None = None, margin: str = "ratio",
@@ -260,7 +260,7 @@ def mine_files(get_encoder: Callable[[], encoders_lib.UniqueSentences] | None,
     recall_sample: with index="ivf", sentences per side whose exact
       neighbours measure the search's recall@k (in the summary); 0 skips it.
     src_language, trg_language: each side's language, which picks a two-tower
-      model's tower for it (`encoders.tower_of`; None: tower a).
+      model's tower for it (`protocol.tower_of`; None: tower a).
 
   Returns:
     The summary to print.
@@ -441,7 +441,7 @@ def main(argv: Sequence[str]) -> None:
   cli.check_output_path("output", FLAGS.output)
   search = _search_options()
   embed.run_file_command(argv, lambda: mine_files(
-      None if precomputed or FLAGS.merge_shards else embed.encoder_from_flags, FLAGS.src,
+      None if precomputed or FLAGS.merge_shards else encoder_flags.unique_from_flags, FLAGS.src,
       FLAGS.trg, FLAGS.output,
       src_embeddings=FLAGS.src_embeddings, trg_embeddings=FLAGS.trg_embeddings,
       margin=FLAGS.margin, retrieval=FLAGS.retrieval, k=FLAGS.k, threshold=FLAGS.threshold,

@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, Mapping
 
-from vmsst import inference
+from vmsst.encoding import restore
 
 # Data folder -> the words of a task or mixture name that read it (tasks/registry/ names).
 DATA_OF_TASK = {"ntrex128": ("ntrex",), "multi30k": ("multi30k",), "stsb": ("stsb",),
@@ -32,7 +32,7 @@ def _bindings(config: str) -> dict[str, str]:
 
 def training_data(model_dir: str) -> tuple[str, dict[str, str]]:
   """(the task or mixture trained on, {data folder: its SOURCE.md license line})."""
-  path = os.path.join(model_dir, inference.CONFIG_FILE)
+  path = os.path.join(model_dir, restore.CONFIG_FILE)
   if not os.path.exists(path):
     return "unknown (no config.gin in the model directory)", {}
   with open(path, encoding="utf-8") as f:
@@ -90,7 +90,7 @@ def _transformers_note(metadata: Mapping[str, Any]) -> list[str]:
 
 def render(model_dir: str, metadata: Mapping[str, Any]) -> str:
   """The card's markdown."""
-  with open(os.path.join(model_dir, inference.MODEL_FILE), encoding="utf-8") as f:
+  with open(os.path.join(model_dir, restore.MODEL_FILE), encoding="utf-8") as f:
     spec = json.load(f)
   task, licenses = training_data(model_dir)
   figures = heldout(model_dir)

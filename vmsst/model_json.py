@@ -1,6 +1,6 @@
 """Writes model.json into a model directory trained before it existed.
 
-`inference.restore` builds the model from MODEL_DIR/model.json alone (no
+`encoding.restore.restore` builds the model from MODEL_DIR/model.json alone (no
 gin). Older directories have only config.gin; this command reads it once,
 with the training entrypoint's gin names, and writes the model.json that the
 run would write today. It is the one place outside training that parses a
@@ -20,7 +20,7 @@ import os
 import gin
 from absl import flags
 
-from vmsst import inference
+from vmsst.encoding import restore
 # pylint: disable-next=unused-import
 from vmsst.train import loop  # registers train, the configurable config.gin binds
 
@@ -33,7 +33,7 @@ def convert(model_dir: str) -> str:
 
   An entrypoint: it replaces the process's gin config with the run's.
   """
-  config_path = os.path.join(model_dir, inference.CONFIG_FILE)
+  config_path = os.path.join(model_dir, restore.CONFIG_FILE)
   if not os.path.exists(config_path):
     raise FileNotFoundError(f"{config_path} not found: --model_dir must be a directory "
                             "written by `python -m vmsst.train`.")
@@ -42,11 +42,11 @@ def convert(model_dir: str) -> str:
     gin.parse_config_file(config_path)
   model = gin.query_parameter("train.model").scoped_configurable_fn()
   sequence_length = int(_value(gin.query_parameter("train.sequence_length")))
-  vocabulary = inference.VOCABULARY_FILE
+  vocabulary = restore.VOCABULARY_FILE
   if not os.path.exists(os.path.join(model_dir, vocabulary)):  # before spm.model was copied
     vocabulary = os.path.abspath(_value(gin.query_parameter("get_vocabulary.path")))
-  inference.write_model_json(model_dir, model, sequence_length, vocabulary)
-  return os.path.join(model_dir, inference.MODEL_FILE)
+  restore.write_model_json(model_dir, model, sequence_length, vocabulary)
+  return os.path.join(model_dir, restore.MODEL_FILE)
 
 
 def _value(binding):

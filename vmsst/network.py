@@ -15,7 +15,7 @@ input (the paper's "input embedding to indicate the language", §7.2). Any
 SentencePiece model therefore works unchanged, mT5's included (§5 uses the mT5
 vocabulary for every model). Checkpoints written before this embedded
 `<2xxx>` vocabulary pieces through the token table and have no
-`language_embed`: `vmsst.inference.restore` rebuilds it from those rows;
+`language_embed`: `vmsst.encoding.restore` rebuilds it from those rows;
 resuming training in such a MODEL_DIR is refused (vmsst.checkpointing).
 
 Positions are learned absolute tables per stack, or (NetworkConfig.

@@ -26,8 +26,8 @@ import numpy as np
 from absl import flags
 
 from vmsst import embed
-from vmsst import encoder_flags
-from vmsst.evaluation import encoders as encoders_lib
+from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import protocol
 from vmsst.evaluation import similarity
 from vmsst import text_files
 
@@ -64,7 +64,7 @@ def read_pairs(path: str | pathlib.Path) -> tuple[list[str], list[str]]:
   return first, second
 
 
-def score_pairs(encoder: encoders_lib.UniqueSentences, first: Sequence[str],
+def score_pairs(encoder: protocol.UniqueSentences, first: Sequence[str],
                 second: Sequence[str]) -> np.ndarray:
   """float32 [n]: cosine of first[i] and second[i]; a sentence on both sides is encoded once."""
   if len(first) != len(second):
@@ -75,7 +75,7 @@ def score_pairs(encoder: encoders_lib.UniqueSentences, first: Sequence[str],
   return similarity.paired_cosine(embeddings[:len(first)], embeddings[len(first):])
 
 
-def score_file(get_encoder: Callable[[], encoders_lib.UniqueSentences],
+def score_file(get_encoder: Callable[[], protocol.UniqueSentences],
                input_path: str | pathlib.Path, output_path: str | pathlib.Path) -> Summary:
   """Scores every pair of `input_path`, writing one "%.6f" cosine per line to `output_path`.
 
@@ -113,7 +113,7 @@ def main(argv: Sequence[str]) -> None:
   cli.check_input_file("input", FLAGS.input, "a UTF-8 file of `sentence_a<TAB>sentence_b` lines")
   cli.check_output_path("output", FLAGS.output)
   embed.run_file_command(argv, lambda: f"{FLAGS.input}: " + str(score_file(
-      embed.encoder_from_flags, FLAGS.input, FLAGS.output)), FLAGS.output)
+      encoder_flags.unique_from_flags, FLAGS.input, FLAGS.output)), FLAGS.output)
 
 
 if __name__ == "__main__":

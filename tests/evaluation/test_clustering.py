@@ -7,11 +7,11 @@ import pytest
 
 from vmsst.build_data import clustering as build_clustering
 from vmsst.evaluation import clustering
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 
 
 def _encoder(table):
-  return encoders.UniqueSentences(encoders.PrecomputedEncoder(table), progress=False)
+  return protocol.UniqueSentences(protocol.PrecomputedEncoder(table), progress=False)
 
 
 def _write(folder, lang, sentences, categories):

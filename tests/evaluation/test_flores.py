@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from vmsst_tasks import sources
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.evaluation import flores
 from vmsst import text_files
 
@@ -29,15 +29,15 @@ def _write(folder, split, texts):
     (folder / f"{code}.{split}").write_text("".join(s + "\n" for s in lines), encoding="utf-8")
 
 
-def _one_hot(texts) -> encoders.UniqueSentences:
+def _one_hot(texts) -> protocol.UniqueSentences:
   """Every sentence on NTREX line i embeds as e_i: the identity on the line index."""
   table = {}
   for lines in texts.values():
     for i, sentence in enumerate(lines):
       assert table.setdefault(sentence, i) == i, f"{sentence!r} is on two NTREX lines"
   size = max(table.values()) + 1
-  return encoders.UniqueSentences(
-      encoders.PrecomputedEncoder({s: np.eye(size)[i] for s, i in table.items()}),
+  return protocol.UniqueSentences(
+      protocol.PrecomputedEncoder({s: np.eye(size)[i] for s, i in table.items()}),
       progress=False)
 
 

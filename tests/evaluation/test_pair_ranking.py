@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.evaluation import pair_ranking
 
 
 def _encoder(table):
-  return encoders.UniqueSentences(encoders.PrecomputedEncoder(table), progress=False)
+  return protocol.UniqueSentences(protocol.PrecomputedEncoder(table), progress=False)
 
 
 def test_triplet_errors_hand_case():

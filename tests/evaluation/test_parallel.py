@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.evaluation import parallel
 
 
@@ -44,7 +44,7 @@ def _write(path, lines):
 
 def _encoder():
   table = {f"x{i}": SOURCE[i] for i in range(3)} | {f"y{i}": TARGET[i] for i in range(3)}
-  return encoders.UniqueSentences(encoders.PrecomputedEncoder(table), progress=False)
+  return protocol.UniqueSentences(protocol.PrecomputedEncoder(table), progress=False)
 
 
 def test_two_files_both_ways(tmp_path):

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.evaluation import preservation as pv
 
 
@@ -73,7 +73,7 @@ def test_rows_and_counts_from_suite_results():
 
 
 def _wrap(table, name):
-  return encoders.UniqueSentences(encoders.PrecomputedEncoder(table, name), progress=False)
+  return protocol.UniqueSentences(protocol.PrecomputedEncoder(table, name), progress=False)
 
 
 def test_triplet_evaluation_uses_the_document_tower_for_documents():
@@ -126,13 +126,13 @@ def test_evaluate_embeds_queries_by_the_tuned_tower_and_documents_by_the_frozen_
                      "d1": [1.0, 0.0], "d2": [0.0, 1.0], "e1": [1.0, 0.0], "e2": [0.0, 1.0]}
   queries_table = {**{f"q{i}": [1.0, 0.0] for i in range(5)}, "P1": [1.0, 0.0],
                    "d1": [1.0, 0.0], "d2": [0.0, 1.0], "e1": [1.0, 0.0], "e2": [0.0, 1.0]}
-  original = encoders.PrecomputedEncoder({**documents_table, **queries_table}, "original")
+  original = protocol.PrecomputedEncoder({**documents_table, **queries_table}, "original")
   # Tuned query tower: P1 turned away from E1, the deu queries swapped. It has no vector
   # for a document (r_i, hypotheses) and the document tower none for a query (q_i, P1):
   # embedding a side with the wrong tower is a KeyError.
-  tuned = encoders.PrecomputedEncoder({**queries_table, "P1": [0.0, 1.0],
+  tuned = protocol.PrecomputedEncoder({**queries_table, "P1": [0.0, 1.0],
                                        "d1": [0.0, 1.0], "d2": [1.0, 0.0]}, "tuned")
-  documents = encoders.PrecomputedEncoder(
+  documents = protocol.PrecomputedEncoder(
       {**{k: v for k, v in documents_table.items() if k[0] in "rENC"}, "E1": [0.6, 0.8],
        "d1": [1.0, 0.0], "d2": [0.0, 1.0], "e1": [1.0, 0.0], "e2": [0.0, 1.0]}, "documents")
   results = pv.evaluate(original, tuned, _data_root(tmp_path), documents=documents,

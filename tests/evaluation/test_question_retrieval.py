@@ -3,13 +3,14 @@
 import numpy as np
 import pytest
 
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
+from vmsst.encoding import usem3
 from vmsst.build_data import question_retrieval as build_qr
 from vmsst.evaluation import question_retrieval as qr
 
 
 def _encoder(table):
-  return encoders.UniqueSentences(encoders.PrecomputedEncoder(table), progress=False)
+  return protocol.UniqueSentences(protocol.PrecomputedEncoder(table), progress=False)
 
 
 def _write_set(folder, queries, kb, gold):
@@ -138,6 +139,6 @@ def test_usem3_retrieves_paraphrases_far_above_chance(data_dir, tmp_path):
   summary = build_qr.build_question_retrieval(data_dir, tmp_path, languages=("de",),
                                         kb_splits=("test",), sts16=False)
   assert summary["sets"]["stsb_multi_mt"]["kb"] == 2244  # Chance R@1 is 1/2244 = 0.04.
-  encoder = encoders.UniqueSentences(encoders.Usem3Encoder(), progress=False)
+  encoder = protocol.UniqueSentences(usem3.Usem3Encoder(), progress=False)
   results = qr.evaluate(encoder, tmp_path)
   assert results["stsb_multi_mt"]["languages"]["de"]["r@1"] > 75, results

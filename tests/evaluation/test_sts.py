@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.evaluation import sts
 from vmsst import sts_files
 
@@ -30,7 +30,7 @@ HAND_SPEARMAN = 100 * 3.75 / 4.5  # 83.33
 
 
 def _encoder(table=None):
-  return encoders.UniqueSentences(encoders.PrecomputedEncoder(table or VECTORS), progress=False)
+  return protocol.UniqueSentences(protocol.PrecomputedEncoder(table or VECTORS), progress=False)
 
 
 def _write_semeval(folder, name, inputs, gold):

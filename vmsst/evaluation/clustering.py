@@ -35,7 +35,7 @@ import numpy as np
 import scipy.optimize
 from sklearn import cluster as sk_cluster
 
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.evaluation import similarity
 from vmsst import text_files
 
@@ -130,7 +130,7 @@ def read_language(folder: pathlib.Path, lang: str) -> tuple[list[str], list[str]
 # ---------------------------------------------------------------- benchmark
 
 
-def evaluate_language(encoder: encoders.UniqueSentences, sentences: Sequence[str],
+def evaluate_language(encoder: protocol.UniqueSentences, sentences: Sequence[str],
                       categories: Sequence[str], *, seeds: Sequence[int] = SEEDS,
                       n_init: int = N_INIT, desc: str = "clustering") -> dict:
   """{"accuracy", "runs", "n", "k"} for one language; accuracy is the mean over seeds."""
@@ -144,7 +144,7 @@ def evaluate_language(encoder: encoders.UniqueSentences, sentences: Sequence[str
           "n": len(sentences), "k": k}
 
 
-def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
+def evaluate(encoder: protocol.UniqueSentences, folder: str | pathlib.Path, *,
              languages: Sequence[str] | None = None, seeds: Sequence[int] = SEEDS,
              n_init: int = N_INIT) -> dict:
   """Clustering accuracy ×100 per language of a MewsC-16-format folder.

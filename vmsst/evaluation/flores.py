@@ -34,7 +34,7 @@ from absl import logging
 
 from vmsst_tasks import sources
 from vmsst import languages as languages_lib
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.evaluation import parallel
 from vmsst import text_files
 
@@ -107,13 +107,13 @@ def english_code(codes: Sequence[str], folder: pathlib.Path) -> str:
   return english[0]
 
 
-def evaluate(encoder: encoders.UniqueSentences, folder: pathlib.Path, *,
+def evaluate(encoder: protocol.UniqueSentences, folder: pathlib.Path, *,
              split: str | None = None, training_languages: Sequence[str] | None = None,
              k: int = parallel.MARGIN_K) -> dict:
   """xsim error ×100 of every language to and from English, and the averages.
 
   Args:
-    encoder: `encoders.UniqueSentences`.
+    encoder: `protocol.UniqueSentences`.
     folder: a FLORES folder (see `split_folder`).
     split: "devtest" or "dev" (default: devtest if present).
     training_languages: codes the model was trained on (any spelling

@@ -3,9 +3,9 @@
 An `Evaluator` is given the model being trained as an `embed_fn` (tokens,
 mask, side) -> float [B, d] and returns flat {metric: float}; `train` logs
 them to TensorBoard under `retrieval/` and hands them to early stopping. The
-benchmark suite (the rest of this package) scores finished models through an
-`encoders.Encoder` instead; both reach embeddings through
-`text_inputs.embed_sentences` and score retrieval with
+benchmark suite (the rest of this package) scores finished models through a
+`protocol.Encoder` instead; both reach embeddings through
+`encoding.tokens.embed_sentences` and score retrieval with
 `tatoeba.retrieval_accuracy`, so in-training and final numbers agree.
 
 Sources are pair side a (English in tasks.heldout's sets), targets side b, so
@@ -20,8 +20,9 @@ import numpy as np
 import seqio
 from absl import logging
 
-from vmsst import inference
-from vmsst import text_inputs
+from vmsst.encoding import checkpoint as checkpoint_lib
+from vmsst.encoding import restore
+from vmsst.encoding import tokens as tokens_lib
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import tatoeba
 from vmsst.objectives import query_tower
@@ -84,12 +85,12 @@ class _AlignedSets:
 
   def count_truncated(self) -> dict[str, int]:
     """name -> sentences of the set (both sides) longer than sequence_length - 1 pieces."""
-    return {name: text_inputs.count_truncated(self.vocabulary, (*src, *trg), self.sequence_length)
+    return {name: tokens_lib.count_truncated(self.vocabulary, (*src, *trg), self.sequence_length)
             for name, (src, trg) in self.sets.items()}
 
   def embed(self, embed_fn: EmbedFn, sentences: Sequence[str], side: str) -> np.ndarray:
     """float32 [n, d] of `sentences` through the tower of `side`."""
-    return text_inputs.embed_sentences(
+    return tokens_lib.embed_sentences(
         lambda tokens, mask: embed_fn(tokens, mask, side=side), self.vocabulary,
         list(sentences), self.sequence_length, self.batch_size)
 
@@ -217,17 +218,18 @@ class QueryTowerValidation:
     self.anchors = [a for a, _, _ in rows]
     self.vocabulary, self.sequence_length, self.batch_size = vocabulary, sequence_length, batch_size
     self.margin, self.similarity = margin, similarity
-    documents = inference.CheckpointEncoder(inference.restore(documents_model_dir),
-                                            batch_size=batch_size, max_seq_length=sequence_length)
+    documents = checkpoint_lib.CheckpointEncoder(
+        restore.restore(documents_model_dir), batch_size=batch_size,
+        max_seq_length=sequence_length)
     self.positives = documents.encode([p for _, p, _ in rows])
     self.negatives = documents.encode([n for _, _, n in rows])
 
   def run(self, embed_fn: EmbedFn) -> dict[str, float]:
     """{"loss", "errors" (by the training similarity), "error_rate" ×100, "cosine_errors",
     "euclidean_errors", "n"} of the query tower `embed_fn` (tokens, mask, side) -> [B, d]."""
-    anchors = text_inputs.embed_sentences(lambda tokens, mask: embed_fn(tokens, mask, side="a"),
-                                          self.vocabulary, self.anchors,
-                                          self.sequence_length, self.batch_size)
+    anchors = tokens_lib.embed_sentences(lambda tokens, mask: embed_fn(tokens, mask, side="a"),
+                                         self.vocabulary, self.anchors,
+                                         self.sequence_length, self.batch_size)
     loss, _ = query_tower.triplet_margin_loss(anchors, self.positives, self.negatives,
                                               margin=self.margin, similarity=self.similarity)
     counts = pair_ranking.triplet_errors(anchors, self.positives, self.negatives)

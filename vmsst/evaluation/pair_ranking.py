@@ -42,7 +42,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.evaluation import similarity
 from vmsst import text_files
 
@@ -187,9 +187,9 @@ def language_pairs(rows: Mapping[str, Sequence[NliRow]],
 # ---------------------------------------------------------------- benchmark
 
 
-def evaluate_nli(encoder: encoders.UniqueSentences, premise_rows: Sequence[NliRow],
+def evaluate_nli(encoder: protocol.UniqueSentences, premise_rows: Sequence[NliRow],
                  hypothesis_rows: Sequence[NliRow], *,
-                 documents: encoders.UniqueSentences | None = None, desc: str = "xnli") -> dict:
+                 documents: protocol.UniqueSentences | None = None, desc: str = "xnli") -> dict:
   """nli_errors of aligned rows: premises from one file (queries), hypotheses from another."""
   documents = documents or encoder
   premise_vectors = encoder.encode([r.premise for r in premise_rows], desc=f"{desc} premises")
@@ -199,9 +199,9 @@ def evaluate_nli(encoder: encoders.UniqueSentences, premise_rows: Sequence[NliRo
           **nli_errors(premise_vectors, hypothesis_vectors, [r.label for r in premise_rows])}
 
 
-def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
+def evaluate(encoder: protocol.UniqueSentences, folder: str | pathlib.Path, *,
              split: str = "test", cross_lingual: bool = True,
-             documents: encoders.UniqueSentences | None = None) -> dict:
+             documents: protocol.UniqueSentences | None = None) -> dict:
   """Triplet and XNLI error rates ×100 of every file found under a data root.
 
   Args:

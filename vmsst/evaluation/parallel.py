@@ -27,7 +27,7 @@ import numpy as np
 from absl import logging
 
 from vmsst import mining
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst import text_files
 
 MARGIN_K = 4  # LASER xsim's neighbourhood size for the margin.
@@ -84,13 +84,13 @@ def read_aligned(src: str | pathlib.Path, trg: str | pathlib.Path) -> tuple[list
   return source, target
 
 
-def evaluate(encoder: encoders.UniqueSentences, src: str | pathlib.Path,
+def evaluate(encoder: protocol.UniqueSentences, src: str | pathlib.Path,
              trg: str | pathlib.Path, *, k: int = MARGIN_K,
              languages: tuple[str | None, str | None] = (None, None)) -> dict:
   """Retrieval accuracy and xsim ×100 between two aligned files, both directions.
 
   `languages` (of src, of trg) pick a two-tower encoder's tower for each file
-  (`encoders.tower_of`; None: tower a).
+  (`protocol.tower_of`; None: tower a).
 
   Returns:
     {"src", "trg": the paths, "n": lines, "k": margin neighbourhood,

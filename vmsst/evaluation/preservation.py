@@ -9,7 +9,7 @@ first sentence, a Tatoeba query) by the query tower, the document side
 (positive, negative, hypothesis, second sentence, Tatoeba candidates) by the
 document tower. Before tuning both towers are the original model; after it,
 the query tower is the tuned one and the document tower the frozen copy
-saved in the tuned run's checkpoint (`inference.restore_document_tower`),
+saved in the tuned run's checkpoint (`encoding.restore.restore_document_tower`),
 never the tuned tower.
 
 Triplets. N_e counts the held-out triplets the original model ranks wrongly
@@ -57,7 +57,7 @@ import numpy as np
 from absl import flags
 from scipy import stats
 
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import similarity
 from vmsst.evaluation import sts
@@ -70,8 +70,8 @@ SPEARMAN_VARIANCE = 1.06
 
 class Towers(NamedTuple):
   """The two sides of a dual encoder as deployed."""
-  queries: encoders.UniqueSentences
-  documents: encoders.UniqueSentences
+  queries: protocol.UniqueSentences
+  documents: protocol.UniqueSentences
 
 
 def improvement(errors_before: int, errors_after: int) -> float | None:
@@ -245,8 +245,8 @@ def tatoeba_retrieval(towers: Towers, folder: pathlib.Path, *,
   return results
 
 
-def evaluate(original: encoders.Encoder, tuned: encoders.Encoder, data_dir: str | pathlib.Path,
-             *, documents: encoders.Encoder | None = None,
+def evaluate(original: protocol.Encoder, tuned: protocol.Encoder, data_dir: str | pathlib.Path,
+             *, documents: protocol.Encoder | None = None,
              triplets: Sequence[tuple[str, str, str]] | None = None,
              sts_languages: Sequence[str] | None = None,
              tatoeba_languages: Sequence[str] | None = None, margin: float = 0.1,
@@ -263,7 +263,7 @@ def evaluate(original: encoders.Encoder, tuned: encoders.Encoder, data_dir: str 
      count_verdicts(rows), "skipped": [folder names not found]}.
   """
   data_dir = pathlib.Path(data_dir)
-  wrap = lambda e: encoders.UniqueSentences(e, progress=progress)
+  wrap = lambda e: protocol.UniqueSentences(e, progress=progress)
   original_towers = wrap(original)
   before = Towers(original_towers, original_towers)
   after = Towers(wrap(tuned), original_towers if documents is None else wrap(documents))
@@ -321,12 +321,13 @@ FLAGS = flags.FLAGS
 
 def main(argv: Sequence[str]) -> None:
   del argv
-  from vmsst import inference  # pylint: disable=import-outside-toplevel
+  from vmsst.encoding import checkpoint  # pylint: disable=import-outside-toplevel
+  from vmsst.encoding import restore  # pylint: disable=import-outside-toplevel
   from vmsst.objectives import query_tower  # pylint: disable=import-outside-toplevel
-  original = inference.CheckpointEncoder.from_model_dir(FLAGS.before)
-  tuned = inference.CheckpointEncoder.from_model_dir(FLAGS.after)
-  documents = inference.CheckpointEncoder(inference.restore_document_tower(FLAGS.after),
-                                          name="document_tower")
+  original = checkpoint.CheckpointEncoder.from_model_dir(FLAGS.before)
+  tuned = checkpoint.CheckpointEncoder.from_model_dir(FLAGS.after)
+  documents = checkpoint.CheckpointEncoder(restore.restore_document_tower(FLAGS.after),
+                                           name="document_tower")
   triplets = pair_ranking.read_triplets(FLAGS.triplets)[0] if FLAGS.triplets else None
   results = evaluate(original, tuned, FLAGS.data_dir, documents=documents, triplets=triplets,
                      sts_languages=FLAGS.sts_languages,

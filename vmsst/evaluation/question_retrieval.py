@@ -30,7 +30,7 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from vmsst import languages as languages_lib
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.mining import neighbors
 from vmsst import text_files
 
@@ -128,7 +128,7 @@ def find_sets(folder: str | pathlib.Path) -> dict[str, pathlib.Path]:
 # ---------------------------------------------------------------- benchmark
 
 
-def embed_queries(encoder: encoders.UniqueSentences, queries: Sequence[str],
+def embed_queries(encoder: protocol.UniqueSentences, queries: Sequence[str],
                   query_languages: Sequence[str], desc: str) -> np.ndarray:
   """float32 [n, d]: each query embedded in its language (a two-tower encoder's tower)."""
   rows = collections.defaultdict(list)
@@ -143,7 +143,7 @@ def embed_queries(encoder: encoders.UniqueSentences, queries: Sequence[str],
   return out
 
 
-def evaluate_set(encoder: encoders.UniqueSentences, data: RetrievalSet, *,
+def evaluate_set(encoder: protocol.UniqueSentences, data: RetrievalSet, *,
                  languages: Sequence[str] | None = None, desc: str = "questions",
                  **blocks) -> dict:
   """R@1 ×100 of one set, per query language, over `languages` (default all)."""
@@ -165,7 +165,7 @@ def evaluate_set(encoder: encoders.UniqueSentences, data: RetrievalSet, *,
           "kb": len(data.kb), "languages": per_language, "skipped": data.skipped}
 
 
-def evaluate(encoder: encoders.UniqueSentences, folder: str | pathlib.Path, *,
+def evaluate(encoder: protocol.UniqueSentences, folder: str | pathlib.Path, *,
              sets: Sequence[str] | None = None, languages: Sequence[str] | None = None,
              query_block: int = 2048, key_block: int = 8192) -> dict:
   """Question-retrieval R@1 ×100 of every set under `folder`.

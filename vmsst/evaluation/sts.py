@@ -32,7 +32,7 @@ import numpy as np
 from absl import logging
 from scipy import stats
 
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
 from vmsst.evaluation import similarity
 from vmsst import sts_files
 from vmsst import text_files
@@ -57,7 +57,7 @@ Path = sts_files.Path
 Languages = tuple[str | None, str | None]
 
 
-def embed_pairs(encoder: encoders.UniqueSentences, pairs: ScoredPairs, desc: str,
+def embed_pairs(encoder: protocol.UniqueSentences, pairs: ScoredPairs, desc: str,
                 languages: Languages = (None, None)) -> tuple[np.ndarray, np.ndarray]:
   """float32 [n, d] embeddings of sentences1 and of sentences2.
 
@@ -72,7 +72,7 @@ def embed_pairs(encoder: encoders.UniqueSentences, pairs: ScoredPairs, desc: str
   return both[:n], both[n:]
 
 
-def cosines(encoder: encoders.UniqueSentences, pairs: ScoredPairs, desc: str,
+def cosines(encoder: protocol.UniqueSentences, pairs: ScoredPairs, desc: str,
             languages: Languages = (None, None)) -> np.ndarray:
   """float32 [n]: each pair's cosine similarity, the model's similarity score."""
   return similarity.paired_cosine(*embed_pairs(encoder, pairs, desc, languages))
@@ -122,7 +122,7 @@ def language_averages(entries: Mapping[str, Mapping]) -> dict:
 # ---------------------------------------------------------------- tasks
 
 
-def evaluate_english_sts(encoder: encoders.UniqueSentences, folder: Path, *,
+def evaluate_english_sts(encoder: protocol.UniqueSentences, folder: Path, *,
                          years: Sequence[str] = ENGLISH_STS_YEARS) -> dict:
   """SemEval STS 2012–2016 (English), under both reporting conventions.
 
@@ -165,7 +165,7 @@ def evaluate_english_sts(encoder: encoders.UniqueSentences, folder: Path, *,
           "years": results, "averages": averages}
 
 
-def evaluate_stsb(encoder: encoders.UniqueSentences, folder: Path, *,
+def evaluate_stsb(encoder: protocol.UniqueSentences, folder: Path, *,
                   splits: Sequence[str] = ("dev", "test")) -> dict:
   """STS Benchmark: {"kind", "encoder", "folder", <split>: {"pearson", "spearman", "n"}}."""
   results = {"kind": "stsb", "encoder": encoder.name, "folder": str(folder)}
@@ -175,14 +175,14 @@ def evaluate_stsb(encoder: encoders.UniqueSentences, folder: Path, *,
   return results
 
 
-def stsb_scores(encoder: encoders.UniqueSentences, folder: Path,
+def stsb_scores(encoder: protocol.UniqueSentences, folder: Path,
                 split: str = "test") -> tuple[np.ndarray, np.ndarray]:
   """(cosine float32 [n], gold float64 [n]) of an STSb split, e.g. for `scatter`."""
   pairs = sts_files.read_stsb(folder, split)
   return cosines(encoder, pairs, f"STSb {split}"), pairs.gold
 
 
-def evaluate_stsb_multi_mt(encoder: encoders.UniqueSentences, folder: Path, *,
+def evaluate_stsb_multi_mt(encoder: protocol.UniqueSentences, folder: Path, *,
                            languages: Sequence[str] | None = None, split: str = "test") -> dict:
   """STSb Multi MT on every ordered language pairing, with the VMSST Table 1 averages.
 
@@ -225,7 +225,7 @@ def evaluate_stsb_multi_mt(encoder: encoders.UniqueSentences, folder: Path, *,
           "averages": language_averages(results)}
 
 
-def evaluate_sts17(encoder: encoders.UniqueSentences, folder: Path) -> dict:
+def evaluate_sts17(encoder: protocol.UniqueSentences, folder: Path) -> dict:
   """SemEval 2017 STS tracks, languages read from each file name, with Table 1 averages.
 
   Args:
@@ -309,7 +309,7 @@ TASKS: dict[str, Callable[..., dict]] = {
 }
 
 
-def evaluate(encoder: encoders.UniqueSentences, folder: Path, *, task: str, **options) -> dict:
+def evaluate(encoder: protocol.UniqueSentences, folder: Path, *, task: str, **options) -> dict:
   """The benchmark contract: runs TASKS[task](encoder, folder, **options)."""
   if task not in TASKS:
     raise ValueError(f"unknown STS task {task!r}; choose one of {sorted(TASKS)}.")

@@ -62,7 +62,7 @@ def evaluate(encoder, folder: pathlib.Path, *, languages: Sequence[str] | None =
   """Per-language xx2en / en2xx / avg accuracy ×100 and the averages.
 
   Args:
-    encoder: `encoders.UniqueSentences`.
+    encoder: `protocol.UniqueSentences`.
     folder: the `tatoeba/v1` directory.
     languages: codes to evaluate (default: every language present).
     training_languages: codes the model was trained on; adds `_seen` and
@@ -84,7 +84,7 @@ def evaluate(encoder, folder: pathlib.Path, *, languages: Sequence[str] | None =
   results = {}
   for code in codes:
     source, english = read_pairs(folder, code)
-    # A two-tower encoder embeds each side with its language's tower (encoders.tower_of).
+    # A two-tower encoder embeds each side with its language's tower (protocol.tower_of).
     src = encoder.encode(source, desc=f"tatoeba {code}", language=code)
     eng = encoder.encode(english, desc=f"tatoeba {code}-eng", language=languages_lib.ENGLISH)
     xx2en, en2xx = 100 * retrieval_accuracy(src, eng), 100 * retrieval_accuracy(eng, src)

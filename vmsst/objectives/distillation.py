@@ -13,7 +13,7 @@ teacher's T, a learned linear head W [d, T] (parameters `teacher_head`)
 maps μ_sem into the teacher's space; `encode` returns f(x), so held-out MSE,
 `python -m vmsst.evaluate` and export all see the distilled embedding.
 
-Starting the student from one of our checkpoints: `inference.student_params_file`
+Starting the student from one of our checkpoints: `encoding.restore.student_params_file`
 writes its embedding table and semantic encoder to a file that
 `train.init_params` loads (the head keeps its fresh initialisation).
 """

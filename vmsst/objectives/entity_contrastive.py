@@ -342,10 +342,10 @@ def entity_retrieval(model: EntityContrastive, params, texts: list[str], entitie
   Returns:
     {"accuracy", "mrr", "chance" (100 / N), "sentences"}.
   """
-  from vmsst import text_inputs  # pylint: disable=import-outside-toplevel
+  from vmsst.encoding import tokens as tokens_lib  # pylint: disable=import-outside-toplevel
   encode = jax.jit(lambda tokens, mask: model.encode(params, tokens, mask))
-  sentences = text_inputs.embed_sentences(encode, vocabulary, list(texts), sequence_length,
-                                          batch_size)
+  sentences = tokens_lib.embed_sentences(encode, vocabulary, list(texts), sequence_length,
+                                         batch_size)
   table = np.asarray(model.entity_vectors_of(params, jnp.arange(model.table.num_entities)))
   sim = (np.asarray(losses.l2_normalize(jnp.asarray(sentences)))
          @ np.asarray(losses.l2_normalize(jnp.asarray(table))).T)

@@ -12,7 +12,7 @@ MLP with 256 hidden units and a 3-way classification head" is read as two
 hidden layers of 256 then the 3-way output layer.
 
 Data: a directory of training files, read once on the host and tokenized
-like every training input (`text_inputs`):
+like every training input (`encoding.tokens`):
   *.tsv    premise<TAB>hypothesis<TAB>label (the XNLI / SuperGLEBer layout)
   *.jsonl  SNLI / MNLI: {"sentence1", "sentence2", "gold_label", ...}
 label in {entailment, neutral, contradiction}; lines without a gold label
@@ -93,13 +93,13 @@ def nli_examples(*, path: str = gin.REQUIRED, vocabulary: "seqio.Vocabulary" = g
                  sequence_length: int = gin.REQUIRED) -> NliExamples:
   """Reads and tokenizes an NLI directory (`read_nli`) with the training truncation.
 
-  text_inputs (seqio) is imported here, not at the top, so the objective
+  encoding.tokens (seqio) is imported here, not at the top, so the objective
   itself imports where seqio is absent (issue 18: a TensorFlow-free core).
   """
-  from vmsst import text_inputs  # pylint: disable=import-outside-toplevel
+  from vmsst.encoding import tokens  # pylint: disable=import-outside-toplevel
   premises, hypotheses, labels, skipped = read_nli(path)
-  premise, _ = text_inputs.tokenize_batch(vocabulary, premises, sequence_length)
-  hypothesis, _ = text_inputs.tokenize_batch(vocabulary, hypotheses, sequence_length)
+  premise, _ = tokens.tokenize_batch(vocabulary, premises, sequence_length)
+  hypothesis, _ = tokens.tokenize_batch(vocabulary, hypotheses, sequence_length)
   logging.info("NLI data %s: %d pairs (per label %s), %d lines skipped", path, len(labels),
                np.bincount(labels, minlength=3).tolist(), skipped)
   return NliExamples(np.asarray(premise, np.int32), np.asarray(hypothesis, np.int32), labels)

@@ -28,7 +28,7 @@ too: `@frozen_groups()` (vmsst/parameter_groups.py).
 
 `encode` is the query tower (what `vmsst.evaluate` and export see);
 `encode_documents(model_state, ...)` the frozen tower, and
-`inference.restore_document_tower(model_dir)` restores it from a tuned run's
+`encoding.restore.restore_document_tower(model_dir)` restores it from a tuned run's
 checkpoint (vmsst/evaluation/preservation.py embeds documents with it, as
 the dual encoder is deployed).
 

@@ -48,8 +48,10 @@ import tqdm
 from absl import logging
 
 from vmsst import cli
-from vmsst import encoder_flags
-from vmsst.evaluation import encoders as encoders_lib
+from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import protocol
+from vmsst.encoding import saved_model as saved_model_lib
+from vmsst.encoding import usem3 as usem3_lib
 
 FORMAT = 1
 KEY_BYTES = 16
@@ -93,19 +95,19 @@ class Teacher:
       self.name = f"saved_model:{os.path.abspath(saved_model)}"
     else:
       self.name = "usem3"
-    self._encoder: encoders_lib.Encoder | None = None
+    self._encoder: protocol.Encoder | None = None
 
-  def build(self) -> encoders_lib.Encoder:
+  def build(self) -> protocol.Encoder:
     if self._encoder is None:
       logging.info("loading the teacher %s", self.name)
       if self.model_dir:
-        from vmsst import inference  # pylint: disable=import-outside-toplevel
-        self._encoder = inference.CheckpointEncoder.from_model_dir(
+        from vmsst.encoding import checkpoint  # pylint: disable=import-outside-toplevel
+        self._encoder = checkpoint.CheckpointEncoder.from_model_dir(
             self.model_dir, batch_size=self.batch_size)
       elif self.saved_model:
-        self._encoder = encoders_lib.SavedModelEncoder(self.saved_model)
+        self._encoder = saved_model_lib.SavedModelEncoder(self.saved_model)
       else:
-        self._encoder = encoders_lib.Usem3Encoder()
+        self._encoder = usem3_lib.Usem3Encoder()
     return self._encoder
 
   def encode(self, sentences: Sequence[str]) -> np.ndarray:
@@ -141,7 +143,7 @@ class TeacherCache:
     dim: embedding width, None until the first vector is stored.
   """
 
-  def __init__(self, directory: str, teacher: encoders_lib.Encoder, *, batch_size: int = 256):
+  def __init__(self, directory: str, teacher: protocol.Encoder, *, batch_size: int = 256):
     self.directory = pathlib.Path(directory)
     self.teacher = teacher
     self.batch_size = batch_size

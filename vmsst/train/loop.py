@@ -34,7 +34,7 @@ from vmsst_tasks.registry import data_counts
 from vmsst import checkpointing
 from vmsst import early_stopping as early_stopping_lib
 from vmsst import hf_export
-from vmsst import inference
+from vmsst.encoding import restore
 from vmsst import models
 from vmsst import partitioning
 from vmsst import teacher_cache
@@ -278,8 +278,8 @@ def _describe_run(model_dir: str, model: models.EmbeddingModel, sequence_length:
     logging.warning("resuming at step %d with changed settings: %s", start_step,
                     "; ".join(changes))
   ranges = preflight.step_ranges(model_dir, start_step, sequence_length, changed=bool(changes))
-  gin_utils.write_operative_config(model_dir, inference.CONFIG_FILE)
-  inference.write_model_json(model_dir, model, sequence_length, step_ranges=ranges)
+  gin_utils.write_operative_config(model_dir, restore.CONFIG_FILE)
+  restore.write_model_json(model_dir, model, sequence_length, step_ranges=ranges)
 
 
 def _prepare_data(register_tasks, evaluator, mixture_name: str,
@@ -372,4 +372,4 @@ def _copy_vocabulary(model_dir: str, vocab: seqio.SentencePieceVocabulary) -> No
   """MODEL_DIR/spm.model: the directory alone restores, evaluates and exports."""
   if jax.process_index() == 0:
     tf.io.gfile.copy(vocab.sentencepiece_model_file,
-                     os.path.join(model_dir, inference.VOCABULARY_FILE), overwrite=True)
+                     os.path.join(model_dir, restore.VOCABULARY_FILE), overwrite=True)

@@ -15,7 +15,7 @@ A resume checks what it resumes: model.json's objective and network must be
 this run's, and bindings that changed since config.gin are listed and
 refused unless `--resume_with_changes`; then the earlier config.gin is kept
 as config-<step>.gin and model.json records each step range's length
-(`step_ranges`, read by vmsst.inference.read_model_json).
+(`step_ranges`, read by vmsst.encoding.restore.read_model_json).
 """
 
 import glob
@@ -28,7 +28,7 @@ import gin
 
 from vmsst import cli
 from vmsst import gin_utils
-from vmsst import inference
+from vmsst.encoding import restore
 
 # Settings a resume may change without --resume_with_changes: how long to train
 # (raising TRAIN_STEPS is how a run is continued), where MODEL_DIR is spelled,
@@ -39,7 +39,7 @@ RESUMABLE = ("TRAIN_STEPS", "train.train_steps", "MODEL_DIR", "train.model_dir",
 # The upstream directories a run file may start from: macro -> (what must be in it,
 # the command that writes it when no run file of gin/runs trains into that path).
 UPSTREAM = {
-    "INIT_MODEL_DIR": (inference.MODEL_FILE, "python -m vmsst.train --gin_file=<the run "
+    "INIT_MODEL_DIR": (restore.MODEL_FILE, "python -m vmsst.train --gin_file=<the run "
                        "that trains it>"),
     "ENTITY_DIR": ("meta.json", "python -m vmsst_tasks.wiki_entities --dump=<a MediaWiki "
                    "dump> --output={path}"),
@@ -197,12 +197,12 @@ def check_resume(model_dir: str, model, sequence_length: int, *,
   steps = checkpoint_steps(model_dir)
   if not steps:
     return []
-  spec_path = os.path.join(model_dir, inference.MODEL_FILE)
+  spec_path = os.path.join(model_dir, restore.MODEL_FILE)
   saved = {}
   if os.path.isfile(spec_path):  # a directory from before model.json: its config.gin only
     with open(spec_path, encoding="utf-8") as f:
       saved = json.load(f)
-  now = inference.model_spec(model, sequence_length)
+  now = restore.model_spec(model, sequence_length)
   where = f"MODEL_DIR = {model_dir!r} (step {steps[-1]})"
   fresh = "give a new MODEL_DIR for this run (--gin.MODEL_DIR=\"'runs/<new>'\")"
   if saved and saved.get("objective") != now["objective"]:
@@ -215,7 +215,7 @@ def check_resume(model_dir: str, model, sequence_length: int, *,
   if differ:
     raise cli.UserError(f"{where} holds another network, NetworkConfig {'; '.join(differ)}; "
                         f"{fresh}, or restore those settings.")
-  changes = changed_bindings(os.path.join(model_dir, inference.CONFIG_FILE))
+  changes = changed_bindings(os.path.join(model_dir, restore.CONFIG_FILE))
   if changes and not resume_with_changes:
     raise cli.UserError(
         f"{where} was trained with other settings: {'; '.join(changes)}. Resuming would train "
@@ -255,7 +255,7 @@ def step_ranges(model_dir: str, step: int, sequence_length: int, *,
   is {"first_step", "last_step" (null: still training), "sequence_length",
   "config"}; model.json's top-level fields stay the latest range's.
   """
-  spec_path = os.path.join(model_dir, inference.MODEL_FILE)
+  spec_path = os.path.join(model_dir, restore.MODEL_FILE)
   saved = {}
   if os.path.isfile(spec_path):
     with open(spec_path, encoding="utf-8") as f:
@@ -264,12 +264,12 @@ def step_ranges(model_dir: str, step: int, sequence_length: int, *,
   if not changed or not step:
     return ranges
   kept = f"config-{step}.gin"
-  config = os.path.join(model_dir, inference.CONFIG_FILE)
+  config = os.path.join(model_dir, restore.CONFIG_FILE)
   if os.path.isfile(config):
     os.replace(config, os.path.join(model_dir, kept))
   ranges = ranges or [{"first_step": 1, "last_step": None,
                        "sequence_length": saved.get("sequence_length")}]
   ranges[-1].update(last_step=step, config=kept)
   ranges.append({"first_step": step + 1, "last_step": None,
-                 "sequence_length": int(sequence_length), "config": inference.CONFIG_FILE})
+                 "sequence_length": int(sequence_length), "config": restore.CONFIG_FILE})
   return ranges

@@ -11,7 +11,9 @@ import os
 from absl import flags
 
 from vmsst import cli
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
+from vmsst.encoding import saved_model as saved_model_lib
+from vmsst.encoding import usem3
 
 FLAGS = flags.FLAGS
 _CHOICES = ("model_dir", "saved_model", "encoder")
@@ -87,7 +89,7 @@ def check_paths(*, model_dir: str | None = None, saved_model: str | None = None)
 
 def make_encoder(*, model_dir: str | None = None, saved_model: str | None = None,
                  encoder: str | None = None, batch_size: int = 256,
-                 max_seq_length: int | None = None) -> encoders.Encoder:
+                 max_seq_length: int | None = None) -> protocol.Encoder:
   """The one encoder named (JAX is imported only for --model_dir)."""
   one_choice(model_dir=model_dir, saved_model=saved_model, encoder=encoder)
   check_paths(model_dir=model_dir, saved_model=saved_model)
@@ -95,19 +97,25 @@ def make_encoder(*, model_dir: str | None = None, saved_model: str | None = None
     raise cli.UserError("--max_seq_length applies to --model_dir only (a SavedModel keeps its "
                         "export's length); drop it.")
   if model_dir:
-    from vmsst import inference  # pylint: disable=import-outside-toplevel
+    from vmsst.encoding import checkpoint  # pylint: disable=import-outside-toplevel
     try:
-      return inference.CheckpointEncoder.from_model_dir(model_dir, batch_size=batch_size,
-                                                        max_seq_length=max_seq_length)
+      return checkpoint.CheckpointEncoder.from_model_dir(model_dir, batch_size=batch_size,
+                                                         max_seq_length=max_seq_length)
     except ValueError as e:  # a length the model's positions do not cover
       raise cli.UserError(str(e)) from e
   if saved_model:
-    return encoders.SavedModelEncoder(saved_model)
-  return encoders.Usem3Encoder()
+    return saved_model_lib.SavedModelEncoder(saved_model)
+  return usem3.Usem3Encoder()
 
 
-def from_flags() -> encoders.Encoder:
+def from_flags() -> protocol.Encoder:
   """The encoder the parsed flags name."""
   return make_encoder(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
                       encoder=FLAGS.encoder, batch_size=FLAGS.batch_size,
                       max_seq_length=FLAGS.max_seq_length)
+
+
+def unique_from_flags() -> protocol.UniqueSentences:
+  """The encoder the parsed flags name, each distinct sentence once, longest first, in
+  --batch_size calls: what embed, score and mine encode with."""
+  return protocol.UniqueSentences(from_flags(), batch_size=FLAGS.batch_size)

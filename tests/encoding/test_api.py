@@ -11,8 +11,8 @@ import vmsst
 import vmsst.train.loop
 import vmsst_testing
 from vmsst import export
-from vmsst.encoder import Encoder
-from vmsst.evaluation import encoders
+from vmsst.encoding.api import Encoder
+from vmsst.encoding import protocol
 
 SENTENCES = ["A man rides a bicycle.", "", "Ein Mann fährt Fahrrad auf einer sehr langen "
              "Straße neben einem roten Bus.", "Hallo.", "Мужчина едет на велосипеде.",
@@ -68,7 +68,7 @@ def test_show_progress_bar_writes_a_bar_only_when_asked(capsys):
 
 def test_pairwise_similarity_is_the_cosine_of_each_pair_by_hand():
   table = {"x": [1, 0], "y": [0, 3], "u": [1, 1], "v": [0, -2], "w": [-4, 4]}
-  encoder = Encoder(encoders.PrecomputedEncoder(table))
+  encoder = Encoder(protocol.PrecomputedEncoder(table))
   np.testing.assert_allclose(encoder.pairwise_similarity(["x", "y"], ["u", "v"]), [2 ** -0.5, -1],
                              rtol=1e-6)
   # Row 0 depends on (x, u) alone: not on row 1, nor on any whole-matrix norm.
@@ -84,7 +84,7 @@ def test_pairwise_similarity_is_the_cosine_of_each_pair_by_hand():
 
 def test_similarity_is_the_n_by_m_cosine_matrix_as_in_sentence_transformers():
   table = {"x": [1, 0], "y": [0, 3], "u": [1, 1], "v": [0, -2], "w": [-4, 4]}
-  encoder = Encoder(encoders.PrecomputedEncoder(table))
+  encoder = Encoder(protocol.PrecomputedEncoder(table))
   h = 2 ** -0.5
   np.testing.assert_allclose(encoder.similarity(["x", "y"], ["u", "v", "w"]),
                              [[h, 0, -h], [h, -1, h]], rtol=1e-6, atol=1e-7)
@@ -103,7 +103,7 @@ def test_vmsst_encoder_is_imported_lazily():
   probe = ("import sys, vmsst\n"
            "heavy = lambda: [m for m in ('jax', 'tensorflow') if m in sys.modules]\n"
            "assert not heavy(), heavy()\n"
-           "assert vmsst.Encoder.__module__ == 'vmsst.encoder'\n"
+           "assert vmsst.Encoder.__module__ == 'vmsst.encoding.api'\n"
            "assert not heavy(), heavy()\n")
   subprocess.run([sys.executable, "-c", probe], check=True)
   assert vmsst.Encoder is Encoder

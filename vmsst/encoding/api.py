@@ -8,9 +8,9 @@
   vectors = encoder.encode(["你好"], language="zho")  # a two-tower model: tower b
 
 In the spirit of sentence-transformers' `encode`: a list in, float32 [n, d]
-out, row i for sentence i. The work is done by the evaluation encoders
-(`inference.CheckpointEncoder`, `encoders.SavedModelEncoder`), wrapped in
-`encoders.UniqueSentences`, which encodes each distinct sentence once, in
+out, row i for sentence i. The work is done by the package's encoders
+(`checkpoint.CheckpointEncoder`, `saved_model.SavedModelEncoder`), wrapped in
+`protocol.UniqueSentences`, which encodes each distinct sentence once, in
 batches sorted longest first (so a batch holds sentences of similar length
 and little padding), behind an optional progress bar, and puts rows back in
 the caller's order.
@@ -32,21 +32,22 @@ cli.quiet_imports()  # the API as quiet as the commands: CPU JAX without an acce
 import numpy as np
 from absl import logging
 
-from vmsst.evaluation import encoders
+from vmsst.encoding import protocol
+from vmsst.encoding import saved_model as saved_model_lib
 from vmsst.evaluation import similarity as similarity_lib
 
 Sentences = str | Sequence[str]
 
 
 class Encoder:
-  """Sentence embeddings μ_sem from any `encoders.Encoder` backend.
+  """Sentence embeddings μ_sem from any `protocol.Encoder` backend.
 
   Attributes:
     backend: the encoder doing the work (strings -> float32 [n, d]).
     name: the backend's name (the model directory's or SavedModel's basename).
   """
 
-  def __init__(self, backend: encoders.Encoder, *, dimension: int | None = None):
+  def __init__(self, backend: protocol.Encoder, *, dimension: int | None = None):
     """Wraps `backend`; `dimension` is probed with one empty sentence when not given."""
     self.backend = backend
     self.name = backend.name
@@ -75,15 +76,16 @@ class Encoder:
         to the next power of two, so `encode(..., batch_size=1)` computes one
         row, not `batch_size`.
       dtype: "bfloat16" or "float32" activations (default: as trained); see
-        vmsst.inference.restore.
+        vmsst.encoding.restore.restore.
       max_seq_length: pieces per sentence, EOS included; longer sentences
         are cut (default: the training length, 32 for gin/runs).
     """
     import jax  # pylint: disable=import-outside-toplevel  # only this path needs JAX
-    from vmsst import inference  # pylint: disable=import-outside-toplevel
+    from vmsst.encoding import checkpoint  # pylint: disable=import-outside-toplevel
+    from vmsst.encoding import restore  # pylint: disable=import-outside-toplevel
     cli.quiet_logs()  # orbax's per-restore lines, as in the commands
-    restored = inference.restore(model_dir, step=step, dtype=dtype)
-    backend = inference.CheckpointEncoder(
+    restored = restore.restore(model_dir, step=step, dtype=dtype)
+    backend = checkpoint.CheckpointEncoder(
         restored, batch_size=batch_size, name=os.path.basename(os.path.normpath(model_dir)),
         max_seq_length=max_seq_length)
     spec = jax.ShapeDtypeStruct((1, 1), np.int32)
@@ -99,7 +101,7 @@ class Encoder:
     # Registers the SentencePiece ops the exported graph uses; without it,
     # loading fails with "Op type not registered 'SentencepieceOp'".
     import tensorflow_text  # pylint: disable=import-outside-toplevel,unused-import
-    return cls(encoders.SavedModelEncoder(path))
+    return cls(saved_model_lib.SavedModelEncoder(path))
 
   @property
   def max_seq_length(self) -> int | None:
@@ -113,7 +115,7 @@ class Encoder:
 
   def tower_of(self, language: str | None) -> str | None:
     """The tower ("a"/"b") that embeds `language`; None for a one-tower model."""
-    return encoders.tower_of(self.backend, language)
+    return protocol.tower_of(self.backend, language)
 
   @property
   def dimension(self) -> int:
@@ -145,7 +147,7 @@ class Encoder:
       raise ValueError(f"batch_size must be positive, got {batch_size}.")
     if not sentences:
       return np.zeros((0, self.dimension), np.float32)
-    embeddings = encoders.UniqueSentences(
+    embeddings = protocol.UniqueSentences(
         self.backend, batch_size=batch_size, progress=show_progress_bar).encode(
             sentences, language=language)
     self._warn_truncated(sentences)

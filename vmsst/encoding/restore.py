@@ -1,4 +1,4 @@
-"""A trained model directory, restored for embedding sentences.
+"""A trained model directory, restored: model, parameters and vocabulary.
 
 A model directory written by `python -m vmsst.train` holds everything needed:
 `model.json` (objective, network, sequence length, vocabulary file: plain
@@ -7,12 +7,8 @@ caller's gin config alone), `spm.model` (the vocabulary) and `checkpoints/`.
 Directories older than model.json (config.gin only) get one written once by
 `python -m vmsst.model_json --model_dir=DIR`. Only the parameters are
 restored (orbax partial restore), never the optimizer state, so evaluating a
-24-layer model needs no room for its Adafactor/Adam moments.
-
-Sentences are tokenized exactly like training inputs (`text_inputs`) and
-embedded in length buckets: each batch is cut to the smallest bucket that
-holds its longest sentence, so short sentences do not pay for padding to the
-training length (one compiled encoder per bucket).
+24-layer model needs no room for its Adafactor/Adam moments. Embedding
+sentences with what is restored is `encoding.checkpoint.CheckpointEncoder`.
 
 Directories trained before language ids had their own table (their
 checkpoints lack `language_embed`; languages were `<2xxx>` pieces of their
@@ -22,7 +18,6 @@ computes what it did. μ_sem never reads it.
 """
 
 import dataclasses
-import functools
 import inspect
 import json
 import os
@@ -39,7 +34,6 @@ from absl import logging
 from vmsst import models
 from vmsst import param_files
 from vmsst import partitioning
-from vmsst import text_inputs
 from vmsst import vocabulary as vocabulary_lib
 from vmsst.config import NetworkConfig
 from vmsst.objectives import MODELS
@@ -230,133 +224,6 @@ def read_model_json(model_dir: str, dtype: str | None = None, step: int | None =
   return model, int(length), os.path.join(model_dir, spec["vocabulary"])
 
 
-# Sentences are padded to the smallest of these that holds the batch's longest
-# (capped at the trained length): one compiled encoder per bucket. The
-# SavedModel's graph pads to the same (export.bucketed). Steps of 8 up to 64
-# (the CPU runs' length) rather than powers of two: one sentence at a time ran
-# 8.1 instead of 10.0 ms per sentence in the SavedModel (real NTREX sentences,
-# 6 layers, d = 512; docs/results/benchmarks/README.md) for 8 compiled lengths instead of 4.
-LENGTH_BUCKETS = (8, 16, 24, 32, 40, 48, 56, 64, 96, 128, 192, 256, 384, 512)
-
-
-def padded_lengths(max_length: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> list[int]:
-  """The padded lengths a model of `max_length` pieces runs at: `buckets` below it, then it."""
-  return sorted({b for b in buckets if b < max_length} | {max_length})
-
-
-def serving_params(params, dtype):
-  """`params` with every matrix (ndim >= 2) cast once to a low-precision `dtype`.
-
-  The network casts each kernel to the activation dtype inside every matmul
-  (`xla_cpu.matmul`), which in a training step is noise but at inference
-  repeats per call: one sentence at a time in bfloat16 spent half its 21 ms
-  casting the 6-layer encoder's weights. Casting them once gives the same
-  products (a cast of a bfloat16 array to bfloat16 is the identity); vectors
-  (norm scales, biases) stay float32, as the layers use them. float32 `dtype`
-  returns `params` unchanged.
-  """
-  if jnp.dtype(dtype) == jnp.float32:
-    return params
-  return jax.tree.map(lambda x: x.astype(dtype) if x.ndim >= 2 and jnp.issubdtype(
-      x.dtype, jnp.floating) else x, params)
-
-
-class CheckpointEncoder:
-  """μ_sem of a restored model: the `encoders.Encoder` contract for our checkpoints.
-
-  A two-tower model (`model.sides == ("a", "b")`: MomentumContrast with
-  separate towers) embeds a sentence with the tower of its language, as it
-  trained: `tower_of(language)` is `model.side_of_language` ("a" for side a's
-  languages, English in the paper runs; "b" for the rest), and
-  `encode(sentences, side=...)` runs that tower (`encoders.UniqueSentences`
-  routes by language this way). `side` is the tower of sentences whose
-  language is not given. One-encoder models ignore both.
-  """
-
-  def __init__(self, restored: RestoredModel, *, batch_size: int = 64, name: str = "vmsst",
-               length_buckets: Sequence[int] = LENGTH_BUCKETS,
-               side: str = "a", max_seq_length: int | None = None):
-    """`max_seq_length`: pieces per sentence, EOS included (default: the training length).
-
-    Longer sentences are cut to it (`count_truncated` says how many); a
-    longer length than trained on reaches positions the model never saw.
-    """
-    data_shards = restored.mesh.shape["data"]
-    self.restored = restored
-    self.name = name
-    self.batch_size = -(-batch_size // data_shards) * data_shards
-    self.max_seq_length = max_seq_length or restored.sequence_length
-    config = restored.model.network_config
-    positions = 1 << 30 if config.relative_attention else config.max_length
-    if not 2 <= self.max_seq_length <= positions:
-      raise ValueError(f"--max_seq_length={self.max_seq_length}: this model takes 2 to "
-                       f"{positions} pieces (NetworkConfig.max_length); it trained on "
-                       f"{restored.sequence_length}.")
-    self.buckets = padded_lengths(self.max_seq_length, length_buckets)
-    self._params = serving_params(restored.params, config.dtype)
-    params_sharding = jax.tree.map(lambda x: x.sharding, self._params)
-    rows = partitioning.batch_sharding(restored.mesh)
-    self.side = side
-    self._encode = {s: jax.jit(functools.partial(restored.model.encode_side, side=s),
-                               in_shardings=(params_sharding, rows, rows),
-                               out_shardings=partitioning.replicated(restored.mesh))
-                    for s in restored.model.sides}
-
-  @classmethod
-  def from_model_dir(cls, model_dir: str, **kwargs) -> "CheckpointEncoder":
-    return cls(restore(model_dir), name=os.path.basename(os.path.normpath(model_dir)), **kwargs)
-
-  def tower_of(self, language: str | None) -> str | None:
-    """The tower embedding `language` ("a"/"b"; `self.side` if None); None: one encoder."""
-    if len(self.restored.model.sides) == 1:
-      return None
-    return self.side if language is None else self.restored.model.side_of_language(language)
-
-  def encode(self, sentences: Sequence[str], side: str | None = None) -> np.ndarray:
-    """float32 [len(sentences), d] embeddings μ_sem (not normalised), through the
-    tower of pair side `side` (default `self.side`; one-encoder models have one)."""
-    side = side or self.side
-    if side not in ("a", "b"):
-      raise ValueError(f"side={side!r}: a pair side is 'a' or 'b' (tower_of gives a language's).")
-    encode = self._encode.get(side, self._encode["a"])
-    outputs = []
-    for start, stop in text_inputs.fixed_size_batches(len(sentences), self.batch_size):
-      tokens, mask = text_inputs.tokenize_batch(
-          self.restored.vocabulary, sentences[start:stop], self.max_seq_length)
-      length = next(b for b in self.buckets if b >= max(1, int(mask.sum(1).max())))
-      rows = _row_bucket(stop - start, self.batch_size, self.restored.mesh.shape["data"])
-      tokens, mask = (_pad_rows(x[:, :length], rows) for x in (tokens, mask))
-      with jax.set_mesh(self.restored.mesh), nn.logical_axis_rules(
-          partitioning.LOGICAL_AXIS_RULES):
-        embedded = encode(self._params, tokens, mask)
-      outputs.append(np.asarray(embedded)[: stop - start])
-    if not outputs:
-      return np.zeros((0, 0), np.float32)
-    return np.concatenate(outputs).astype(np.float32)
-
-
-  def count_truncated(self, sentences: Sequence[str]) -> int:
-    """How many of `sentences` lose pieces: more than max_seq_length - 1 plus the EOS."""
-    return text_inputs.count_truncated(self.restored.vocabulary, sentences, self.max_seq_length)
-
-
-def _row_bucket(rows: int, batch_size: int, data_shards: int) -> int:
-  """Rows a call of `rows` sentences is padded to: the next power of two (a multiple of
-  the data shards), at most `batch_size`.
-
-  Padding every call to the full batch made one sentence cost `batch_size`
-  rows of compute (64x the latency at batch 1, 2x at 32); powers of two keep
-  the compiled shapes to log2(batch_size) + 1 per length bucket.
-  """
-  bucket = 1 << max(0, rows - 1).bit_length()
-  return min(-(-bucket // data_shards) * data_shards, batch_size)
-
-
-def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
-  """Repeats the first row so every batch has the compiled size."""
-  return np.concatenate([x, np.repeat(x[:1], rows - len(x), axis=0)]) if len(x) < rows else x
-
-
 def restore_document_tower(model_dir: str):
   """The frozen document tower a query-tower run saved, as a `RestoredModel`.
 
@@ -379,7 +246,6 @@ def restore_document_tower(model_dir: str):
       item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
       partial_restore=True))["model_state"][query_tower.DOCUMENTS]
   return dataclasses.replace(restored, params=documents)
-
 
 
 def student_params_file(model_dir: str, output: str, *, model: models.EmbeddingModel,

