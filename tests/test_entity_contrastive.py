@@ -223,6 +223,7 @@ def _vector_line(key, value, dim=DROPOUT.emb_dim):
   return key + " " + " ".join([str(value)] * dim) + "\n"
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_wikipedia2vec_file_fills_entity_rows_from_entity_lines_only(tmp_path, caplog):
   entity_dir = _entity_dir(tmp_path, ["1984", "Computer system", "Linux"])
   vectors = tmp_path / "enwiki.txt"

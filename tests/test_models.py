@@ -65,6 +65,7 @@ def test_extra_modules_are_initialised_beside_the_network_with_keys_of_their_own
   assert applied.shape == (1, 3)
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_an_extra_module_may_not_shadow_a_network_parameter():
   class Shadowing(_WithExtras):
     names = ("token_embed",)

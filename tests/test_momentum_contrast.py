@@ -330,6 +330,7 @@ def two_tower_encoder(vocab_model):
   return checkpoint.CheckpointEncoder(_restored(model, params, vocab), batch_size=4)
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_outside_training_a_side_b_language_is_embedded_by_tower_b(vocab_model,
                                                                     two_tower_encoder):
   """vmsst.Encoder and the suites' UniqueSentences pick the tower by the sentences' language."""

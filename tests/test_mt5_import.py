@@ -129,6 +129,7 @@ def test_shallower_language_encoder_equals_the_first_mt5_layers(hf):
   np.testing.assert_allclose(mu, pooled, atol=TOLERANCE)
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 @pytest.mark.parametrize("layout", ["untied", "tied"])
 def test_decoder_without_latent_equals_the_mt5_decoder_without_cross_attention(hf, layout):
   torch_model, dirs, lm_head = hf

@@ -98,6 +98,7 @@ def test_semantic_side_alternation_selects_which_sentence_feeds_z_sem():
     assert float(m["kl_sem"]) == pytest.approx(float(want), rel=1e-5)
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_vmsst_loss_is_invariant_to_padding_ids():
   model = VMSST(TINY)
   params = init_params(model)

@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from vmsst_testing import TINY, init_params, random_batch
+from vmsst_testing import TINY, init_params, param_shapes, random_batch
 from vmsst import checkpointing
 from vmsst import param_files
 from vmsst import parameter_groups as pg
@@ -24,7 +24,7 @@ def params():
 
 
 def test_the_language_table_is_an_embedding_and_nothing_else():
-  tree = init_params(VMSST(TINY))
+  tree = param_shapes(VMSST(TINY))
   embeddings = pg.members(tree, "embeddings")
   assert "language_embed/embedding" in embeddings and "token_embed/embedding" in embeddings
   assert not any(n.startswith("language_embed") for group in ("norms", "head", "blocks")

@@ -68,6 +68,7 @@ def _triplet_batch(batch_size=4, seed=0):
   return batch
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_anchor_goes_through_the_query_tower_documents_through_the_frozen_one():
   model = QueryTower(TINY, margin=0.2)
   params = init_params(model)

@@ -44,6 +44,11 @@ def init_params(model: models.EmbeddingModel, batch_size: int = 4, length: int =
   return nn.unbox(variables["params"])
 
 
+def param_shapes(model: models.EmbeddingModel, batch_size: int = 4, length: int = 12):
+  """`init_params`'s tree as shapes only: for tests of names and shapes, no compile."""
+  return jax.eval_shape(lambda: init_params(model, batch_size, length))
+
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

@@ -165,6 +165,7 @@ def test_registration_with_an_empty_cache_names_the_fill_command_and_registers_n
   assert distillation.FILL_TEACHER_CACHE == tc.FILL_COMMAND
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_registration_reads_a_filled_cache_without_the_teacher(data_dir, tiny_vocab_path,
                                                                tmp_path):
   sources_ = distillation.distillation_sources(str(data_dir), max_sources=2)
