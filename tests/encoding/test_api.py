@@ -13,23 +13,11 @@ import vmsst_testing
 from vmsst import export
 from vmsst.encoding.api import Encoder
 from vmsst.encoding import protocol
+from vmsst_testing import HandEncoder
 
 SENTENCES = ["A man rides a bicycle.", "", "Ein Mann fährt Fahrrad auf einer sehr langen "
              "Straße neben einem roten Bus.", "Hallo.", "Мужчина едет на велосипеде.",
              "一个男人骑自行车。", "A man rides a bicycle.", "🚲 " * 50]
-
-
-class HandEncoder:
-  """[characters, spaces, 1] per sentence; remembers every batch it was given."""
-
-  name = "hand"
-
-  def __init__(self):
-    self.batches = []
-
-  def encode(self, sentences):
-    self.batches.append(list(sentences))
-    return np.array([[len(s), s.count(" "), 1] for s in sentences], np.float32).reshape(-1, 3)
 
 
 def hand_vectors(sentences):

@@ -4,22 +4,11 @@ import numpy as np
 import pytest
 
 from vmsst.encoding import protocol
-
-
-class _CountingEncoder:
-  """Records every batch it is asked to embed (length as the only feature)."""
-  name = "counting"
-
-  def __init__(self):
-    self.batches = []
-
-  def encode(self, sentences):
-    self.batches.append(list(sentences))
-    return np.array([[len(s), 1.0] for s in sentences], np.float32)
+from vmsst_testing import HandEncoder
 
 
 def test_unique_sentences_encodes_each_sentence_once_longest_first():
-  inner = _CountingEncoder()
+  inner = HandEncoder()
   unique = protocol.UniqueSentences(inner, batch_size=2, progress=False)
   out = unique.encode(["bb", "a", "bb", "cccc", "a"])
   np.testing.assert_array_equal(out[:, 0], [2, 1, 2, 4, 1])
