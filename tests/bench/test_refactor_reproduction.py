@@ -18,7 +18,7 @@ _spec.loader.exec_module(repro)
 
 def _record(figures: dict, seconds: float = 60.0) -> dict:
   return {"figures": figures, "seconds": seconds, "date": "2026-11-26T19:40:00Z",
-          "load_average": 3.5}
+          "load_average": 3.5, "env": repro.RUN_ENV}
 
 
 def _results(runs: dict) -> dict:
@@ -53,14 +53,19 @@ def test_the_page_names_both_commits_every_figure_and_the_differences():
   assert "| retrieval/ntrex_val.eng-deu | 3 | 3.5 | **no** |" in page
   assert "| vmsst | 1.5 | 1.5 | 2 | 2 | 2 | 0 | 61 | 59 |" in page
   assert "- distillation: not in --objectives" in page
+  assert "- contrastive" not in page and "query_tower" not in page  # notes of runs shown only
   assert "python bench/refactor_reproduction.py --before=/b" in page
   assert "2026-11-26T19:40:00Z" in page and "2-core" in page
   json.dumps(results)  # results.json holds it as it is
 
 
-def test_identical_runs_say_so():
-  runs = {"vmsst": {side: _record({"loss": 1.5}) for side in repro.SIDES}}
-  assert "**Every figure identical.**" in repro.page(_results(runs))
+def test_identical_runs_say_so_and_name_runs_without_the_fixed_hash_seed():
+  runs = {"vmsst": {side: _record({"loss": 1.5}) for side in repro.SIDES},
+          "contrastive": {side: _record({"loss": 0.5}) for side in repro.SIDES}}
+  del runs["contrastive"]["before"]["env"]
+  page = repro.page(_results(runs))
+  assert "**Every figure identical.**" in page
+  assert "- contrastive: trained before PYTHONHASHSEED was fixed" in page
 
 
 @pytest.mark.parametrize("objectives, ok", [
@@ -73,3 +78,10 @@ def test_a_run_that_starts_from_another_needs_it_listed_first(objectives, ok):
   else:
     with pytest.raises(ValueError, match="contrastive"):
       repro.check_objectives(objectives)
+
+
+def test_the_results_page_is_exactly_what_the_committed_record_renders():
+  """Editing the figures by hand, or the record without rerunning the script, fails here."""
+  folder = ROOT / "docs" / "results" / "refactor_reproduction"
+  results = json.loads((folder / "results.json").read_text())
+  assert (folder / "README.md").read_text() == repro.page(results)
