@@ -153,7 +153,11 @@ def _embedding_dim(model_dir: pathlib.Path) -> int:
 
 def _prepare(objective: str, checkout: pathlib.Path, side_dir: pathlib.Path,
              data_dir: str, log) -> None:
-  """The entity data, built by this side's own builder (the 2-article sample: every link kept)."""
+  """What a run reads beyond the pair data, made afresh by this side's own code: the entity
+  data (the 3-page sample: every link kept); no teacher vectors of an earlier run (the
+  teacher stage encodes them again)."""
+  if objective == "distillation":
+    shutil.rmtree(side_dir / "teacher_cache", ignore_errors=True)
   if objective != "entity_contrastive":
     return
   shutil.rmtree(side_dir / "wiki_entities", ignore_errors=True)
