@@ -174,7 +174,7 @@ def render(record: dict) -> str:
   return "\n".join([
       f"Measured {record['date_utc']} UTC on {record['cores']} cores by "
       f"`.venv/bin/python bench/main_job.py --measure`: {where}; "
-      f"{_minutes(total)} in all ({_minutes(record['job_seconds'])} for `make train`: "
+      f"{_minutes(total)} in all ({_minutes(record['job_seconds'])} for `{record['command']}`: "
       f"vocabulary, {record['steps']} steps of training in "
       f"{_minutes(record['training_seconds'])} including its held-out evaluations, "
       f"and the Score suites in {_minutes(record['evaluation_seconds'])}); load average "
