@@ -286,13 +286,8 @@ def test_demo_mixture_total_is_the_sum_of_its_sources(data_dir, tiny_vocab_path,
 
 
 def test_training_writes_the_data_counts_into_model_dir(tiny_model):
-<<<<<<< HEAD
-  model_dir, _ = tiny_model  # conftest: a 4-step vmsst.train.loop.train() run (shared, once).
-  report = json.loads((model_dir / registry.DATA_COUNTS_FILE).read_text())
-=======
   model_dir, _ = tiny_model  # conftest: a 4-step vmsst.train.loop.train() run (shared, once).
   report = json.loads((model_dir / data_counts.DATA_COUNTS_FILE).read_text())
->>>>>>> tasks
   assert report["mixture"] == "vmsst_ntrex_multi30k"
   assert report["total"]["train"]["read"] == 398192 and report["total"]["train"]["kept"] == 398191
   assert report["tasks"]["vmsst_ntrex128"]["validation"]["read"] == 23436
