@@ -1,0 +1,270 @@
+"""The one home for file access: every path a user gives may be local or `gs://`.
+
+Pods keep everything in Cloud Storage (model directories, data, vocabularies,
+outputs, caches), so nothing outside this module applies `open`, `os.path`,
+`os.makedirs`, `os.listdir`, `glob`, `shutil`, `pathlib.Path` or
+`np.save`/`np.load` to such a path (tests/test_files.py enforces it, with an
+allow-list for what is provably local, such as the checkout's own gin files).
+
+Built on `etils.epath`, not `tf.io.gfile` directly, because:
+- it needs no TensorFlow: `train` runs where TensorFlow is absent (an
+  accelerator image), and the Python API's `import vmsst` stays light;
+- it is what orbax uses for checkpoint directories, so a checkpoint and the
+  files beside it take the same route;
+- where TensorFlow is installed it routes `gs://` through `tf.io.gfile`, the
+  same client seqio and TFDS read data with (one set of credentials, one
+  endpoint, one proxy for tests), and through fsspec/gcsfs where it is not.
+Local paths go to the operating system directly (no TensorFlow import).
+
+`pathlib` collapses `gs://b/x` to `gs:/b/x` and `os.path.abspath` prefixes it
+with the working directory: both write into a local folder named `gs:`,
+silently. `join`, `parent`, `name` and `abspath` here keep the scheme.
+"""
+
+import contextlib
+import gzip
+import io
+import os
+import posixpath
+import shutil
+import tempfile
+from typing import IO, Iterator
+
+import numpy as np
+from etils import epath
+
+PathLike = str | os.PathLike
+
+REMOTE_SCHEMES = ("gs://", "s3://")
+
+
+def is_remote(path: PathLike) -> bool:
+  """True for a bucket path (`gs://…`), where only this module may touch it."""
+  return os.fspath(path).startswith(REMOTE_SCHEMES)
+
+
+def as_path(path: PathLike) -> epath.Path:
+  """An `epath.Path` for `path` (local or bucket)."""
+  return epath.Path(os.fspath(path))
+
+
+def join(path: PathLike, *parts: str) -> str:
+  """`os.path.join` that keeps `gs://` (a bucket path joins with '/')."""
+  base = os.fspath(path)
+  return posixpath.join(base, *parts) if is_remote(base) else os.path.join(base, *parts)
+
+
+def parent(path: PathLike) -> str:
+  """The directory holding `path`; `gs://b/x/y` → `gs://b/x`."""
+  base = os.fspath(path).rstrip("/")
+  return posixpath.dirname(base) if is_remote(base) else os.path.dirname(base)
+
+
+def name(path: PathLike) -> str:
+  """The last component of `path` (its file name)."""
+  return posixpath.basename(os.fspath(path).rstrip("/"))
+
+
+def abspath(path: PathLike) -> str:
+  """A local path made absolute; a bucket path unchanged (never `<cwd>/gs:/…`)."""
+  path = os.fspath(path)
+  return path if is_remote(path) else os.path.abspath(os.path.expanduser(path))
+
+
+def exists(path: PathLike) -> bool:
+  return as_path(path).exists()
+
+
+def isdir(path: PathLike) -> bool:
+  return as_path(path).is_dir()
+
+
+def isfile(path: PathLike) -> bool:
+  path = as_path(path)
+  return path.exists() and not path.is_dir()
+
+
+def listdir(path: PathLike) -> list[str]:
+  """Sorted names in a directory (not paths); a bucket prefix's 'subdirectories' included."""
+  return sorted(child.name for child in as_path(path).iterdir())
+
+
+def glob(pattern: PathLike) -> list[str]:
+  """Sorted paths matching a shell pattern in its last components (local or bucket)."""
+  pattern = os.fspath(pattern)
+  if is_remote(pattern):
+    base, rest = _split_pattern(pattern)
+    return sorted(os.fspath(p) for p in as_path(base).glob(rest))
+  import glob as glob_lib  # pylint: disable=import-outside-toplevel
+  return sorted(glob_lib.glob(os.path.expanduser(pattern)))
+
+
+def _split_pattern(pattern: str) -> tuple[str, str]:
+  """`gs://b/dir/*.txt` → (`gs://b/dir`, `*.txt`): the fixed prefix and the pattern."""
+  parts = pattern.split("/")
+  fixed = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), len(parts))
+  return "/".join(parts[:fixed]), "/".join(parts[fixed:])
+
+
+def makedirs(path: PathLike) -> None:
+  """Creates `path` and its parents; nothing if it exists."""
+  as_path(path).mkdir(parents=True, exist_ok=True)
+
+
+def open(path: PathLike, mode: str = "r") -> IO:  # pylint: disable=redefined-builtin
+  """Opens a local or bucket file; text is UTF-8. Writing to a bucket commits at close."""
+  if not is_remote(path):
+    return io.open(os.fspath(path), mode, encoding=None if "b" in mode else "utf-8")
+  return as_path(path).open(mode)
+
+
+def open_text(path: PathLike, mode: str = "r", *, newline: str | None = None) -> IO[str]:
+  """A text file, gunzipped when its name ends in `.gz` (read and write)."""
+  path = os.fspath(path)
+  if path.endswith(".gz"):
+    raw = open(path, mode.replace("t", "") + ("b" if "b" not in mode else ""))
+    return io.TextIOWrapper(gzip.GzipFile(fileobj=raw, mode=mode[0] + "b"), encoding="utf-8",
+                            newline=newline)
+  if newline is not None and not is_remote(path):
+    return io.open(path, mode, encoding="utf-8", newline=newline)
+  return open(path, mode)
+
+
+def read_text(path: PathLike) -> str:
+  with open(path) as f:
+    return f.read()
+
+
+def read_bytes(path: PathLike) -> bytes:
+  with open(path, "rb") as f:
+    return f.read()
+
+
+def write_text(path: PathLike, text: str) -> None:
+  """Writes `text`, creating the parent directory."""
+  makedirs(parent(path) or ".")
+  with open(path, "w") as f:
+    f.write(text)
+
+
+def write_bytes(path: PathLike, data: bytes) -> None:
+  makedirs(parent(path) or ".")
+  with open(path, "wb") as f:
+    f.write(data)
+
+
+def copy(source: PathLike, destination: PathLike, *, overwrite: bool = True) -> None:
+  """Copies one file (local ↔ bucket in any direction)."""
+  if is_remote(source) == is_remote(destination):
+    as_path(source).copy(as_path(destination), overwrite=overwrite)
+    return
+  with open(source, "rb") as src, open(destination, "wb") as dst:
+    shutil.copyfileobj(src, dst, length=16 << 20)
+
+
+def copytree(source: PathLike, destination: PathLike) -> None:
+  """Copies a directory tree file by file (local ↔ bucket in any direction)."""
+  for root, _, names in walk(source):
+    relative = os.fspath(root)[len(os.fspath(source).rstrip("/")):].lstrip("/")
+    target = join(destination, relative) if relative else os.fspath(destination)
+    makedirs(target)
+    for file_name in names:
+      copy(join(root, file_name), join(target, file_name))
+
+
+def walk(top: PathLike) -> Iterator[tuple[str, list[str], list[str]]]:
+  """(directory, subdirectory names, file names) top-down, as `os.walk`."""
+  for root, dirs, names in as_path(top).walk():
+    yield os.fspath(root), list(dirs), list(names)
+
+
+def rename(source: PathLike, destination: PathLike) -> None:
+  """Moves a file or directory (a bucket 'directory' is copied object by object, then removed)."""
+  as_path(source).rename(as_path(destination))
+
+
+def remove(path: PathLike) -> None:
+  """Removes a file; nothing if it is absent."""
+  path = as_path(path)
+  if path.exists():
+    path.unlink()
+
+
+def rmtree(path: PathLike) -> None:
+  """Removes a directory tree; nothing if it is absent."""
+  path = as_path(path)
+  if path.exists():
+    path.rmtree()
+
+
+def size(path: PathLike) -> int:
+  return as_path(path).stat().length
+
+
+def save_npy(path: PathLike, array: np.ndarray) -> None:
+  """`np.save` to a local or bucket path (the bytes are written through this module)."""
+  buffer = io.BytesIO()
+  np.save(buffer, array, allow_pickle=False)
+  write_bytes(path, buffer.getvalue())
+
+
+def load_npy(path: PathLike, *, mmap: bool = False) -> np.ndarray:
+  """`np.load` of one array; `mmap` maps a local file (a bucket file is read whole)."""
+  if mmap and not is_remote(path):
+    return np.load(os.fspath(path), mmap_mode="r", allow_pickle=False)
+  return np.load(io.BytesIO(read_bytes(path)), allow_pickle=False)
+
+
+def save_npz(path: PathLike, **arrays: np.ndarray) -> None:
+  """`np.savez` to a local or bucket path."""
+  buffer = io.BytesIO()
+  np.savez(buffer, **arrays)
+  write_bytes(path, buffer.getvalue())
+
+
+def load_npz(path: PathLike) -> dict[str, np.ndarray]:
+  """Every array of an `.npz` (no pickle)."""
+  with np.load(io.BytesIO(read_bytes(path)), allow_pickle=False) as data:
+    return {key: data[key] for key in data.files}
+
+
+@contextlib.contextmanager
+def local_copy(path: PathLike) -> Iterator[str]:
+  """A local path holding `path`'s content, for libraries that read only the local disk.
+
+  A local path is given as it is; a bucket file or directory is copied into a
+  temporary directory removed on exit.
+  """
+  if not is_remote(path):
+    yield os.fspath(path)
+    return
+  with tempfile.TemporaryDirectory(prefix="vmsst-") as tmp:
+    local = os.path.join(tmp, name(path))
+    if isdir(path):
+      copytree(path, local)
+    else:
+      copy(path, local)
+    yield local
+
+
+@contextlib.contextmanager
+def local_output(path: PathLike, *, directory: bool = False) -> Iterator[str]:
+  """A local path to write into, uploaded to `path` on success (a bucket) or `path` itself.
+
+  For libraries that write only to the local disk (TensorFlow's SavedModel
+  writer handles gs:// itself; safetensors, faiss and matplotlib do not).
+  """
+  if not is_remote(path):
+    if directory:
+      makedirs(path)
+    yield os.fspath(path)
+    return
+  with tempfile.TemporaryDirectory(prefix="vmsst-") as tmp:
+    local = os.path.join(tmp, name(path))
+    if directory:
+      os.makedirs(local)
+    yield local
+    if directory:
+      copytree(local, path)
+    else:
+      copy(local, path)
