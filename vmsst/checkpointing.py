@@ -33,6 +33,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from vmsst import cli
+from vmsst import files
 
 # EX_TEMPFAIL of sysexits.h: "temporary failure, retry" (a scheduler requeues).
 PREEMPTED_EXIT_CODE = 75
@@ -75,7 +76,7 @@ def make_manager(model_dir: str, *, save_interval_steps: int = 500,
       save_interval_steps=save_interval_steps, max_to_keep=max_to_keep, create=True,
       cleanup_tmp_directories=True)
   return ocp.CheckpointManager(
-      os.path.join(os.path.abspath(model_dir), "checkpoints"), options=options,
+      files.join(files.abspath(model_dir), "checkpoints"), options=options,
       item_handlers=ocp.StandardCheckpointHandler())
 
 
@@ -172,12 +173,12 @@ def _set_aside(manager: ocp.CheckpointManager, bad_steps: list[int]) -> None:
     return
   directory = os.fspath(manager.directory)
   for step in bad_steps:
-    target = os.path.join(directory, f"corrupt-{step}")
+    target = files.join(directory, f"corrupt-{step}")
     if jax.process_index() == 0:
       suffix = 1
-      while os.path.exists(target):
-        target, suffix = os.path.join(directory, f"corrupt-{step}.{suffix}"), suffix + 1
-      os.rename(os.path.join(directory, str(step)), target)
+      while files.exists(target):
+        target, suffix = files.join(directory, f"corrupt-{step}.{suffix}"), suffix + 1
+      files.rename(files.join(directory, str(step)), target)
     logging.warning("moved the unreadable checkpoint of step %d aside to %s", step, target)
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices("vmsst_checkpoints_set_aside")

@@ -36,6 +36,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from vmsst import files
+
 USAGE_EXIT_CODE = 2
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as shells report Ctrl-C
 
@@ -164,9 +166,9 @@ def check_gin_files(argv: Sequence[str], *, required: bool = False) -> None:
     raise UserError(NO_RUN_FILE)
   roots = [*(flag_values(argv, "gin_search_path") or ["."]), CHECKOUT]
   for path in flag_values(argv, "gin_file"):
-    if "://" in path or os.path.isfile(path):
+    if "://" in path or files.isfile(path):
       continue
-    if not any(os.path.isfile(os.path.join(root, path)) for root in roots):
+    if not any(files.isfile(os.path.join(root, path)) for root in roots):
       raise UserError(
           f"--gin_file={path} not found; searched the working directory and {roots}; give a "
           "run file (gin/runs/*.gin) or pass --gin_search_path=<the directory holding gin/>.")
@@ -203,29 +205,27 @@ def check_input_file(flag: str, path: str, what: str) -> None:
 
   Args:
     flag: the flag's name without dashes, e.g. "input".
-    path: its value; remote paths (gs://...) are left to the reader.
+    path: its value, local or in a bucket (gs://...).
     what: the fix's object, e.g. "a UTF-8 text file, one sentence per line".
 
   Raises:
     UserError: naming the flag, what is wrong and what to give.
   """
-  if "://" in path:
-    return
-  if not os.path.exists(path):
+  if not files.exists(path):
     raise UserError(f"--{flag}={path} does not exist; give {what}.")
-  if os.path.isdir(path):
+  if files.isdir(path):
     raise UserError(f"--{flag}={path} is a directory; give {what}.")
-  if not os.access(path, os.R_OK):
+  if not files.is_remote(path) and not os.access(path, os.R_OK):
     raise UserError(f"--{flag}={path} is not readable; give {what} you can read.")
 
 
 def check_data_dir(flag: str, path: str) -> None:
-  """`--flag=path` is a directory of corpora (remote paths are left to the readers).
+  """`--flag=path` is a directory of corpora (local or in a bucket).
 
   Raises:
     UserError: naming the flag and where the shared corpora live.
   """
-  if "://" not in path and not os.path.isdir(path):
+  if not files.isdir(path):
     raise UserError(f"--{flag}={path} is not a directory; give the root of the shared corpora "
                     "(../shared/data from the repository, see its README.md).")
 
@@ -242,18 +242,18 @@ def check_output_path(flag: str, path: str, *, directory: bool = False) -> None:
   if "://" in path:
     return
   kind = "directory" if directory else "file"
-  if not directory and os.path.isdir(path):
+  if not directory and files.isdir(path):
     raise UserError(f"--{flag}={path} is a directory; give a file name in it, e.g. "
                     f"{os.path.join(path, 'out')}.")
-  if directory and os.path.exists(path) and not os.path.isdir(path):
+  if directory and files.exists(path) and not files.isdir(path):
     raise UserError(f"--{flag}={path} is a file; give a directory (a new one is created).")
-  parent = os.path.dirname(os.path.abspath(path))
-  while not os.path.exists(parent):
-    parent = os.path.dirname(parent)
-  if not os.path.isdir(parent):
+  parent = files.parent(files.abspath(path))
+  while not files.exists(parent):
+    parent = files.parent(parent)
+  if not files.isdir(parent):
     raise UserError(f"--{flag}={path}: {parent} is a file, so no {kind} can be made under it; "
                     "give a path in a directory.")
-  blocked = path if os.path.isfile(path) else parent
+  blocked = path if files.isfile(path) else parent
   if not _writable(blocked):
     raise UserError(f"--{flag}={path}: {blocked} is not writable; give a path you can write.")
 
@@ -266,8 +266,8 @@ def _writable(path: str) -> bool:
   appending (nothing written); in a directory a temporary file is made and removed.
   """
   try:
-    if os.path.isfile(path):
-      with open(path, "ab"):
+    if files.isfile(path):
+      with files.open(path, "ab"):
         return True
     with tempfile.TemporaryFile(dir=path):
       return True

@@ -27,7 +27,6 @@ What the paper leaves open, and what is chosen here:
 
 import dataclasses
 import json
-import os
 from typing import Any, Mapping, Sequence
 
 import gin
@@ -36,6 +35,7 @@ import jax.numpy as jnp
 from absl import logging
 
 from vmsst import checkpointing
+from vmsst import files
 
 STATE_FILE = "early_stopping.json"
 
@@ -104,23 +104,20 @@ class EarlyStopping:
     self.best_params: Any = None
 
   def _path(self) -> str | None:
-    return os.path.join(self.directory, STATE_FILE) if self.directory else None
+    return files.join(self.directory, STATE_FILE) if self.directory else None
 
   def _load(self) -> StopState:
     path = self._path()
-    if path is None or not os.path.exists(path):
+    if path is None or not files.exists(path):
       return StopState()
-    with open(path, encoding="utf-8") as f:
-      saved = json.load(f)
+    saved = json.loads(files.read_text(path))
     saved["best"] = tuple(saved["best"]) if saved["best"] is not None else None
     return StopState(**saved)
 
   def _save(self) -> None:
     path = self._path()
     if path is not None and jax.process_index() == 0:
-      os.makedirs(self.directory, exist_ok=True)
-      with open(path, "w", encoding="utf-8") as f:
-        json.dump(dataclasses.asdict(self.state), f, indent=1)
+      files.write_text(path, json.dumps(dataclasses.asdict(self.state), indent=1))
 
   def resume(self, evaluator: Any, eval_every: int) -> bool:
     """Checks the run can stop early; True when it already has (nothing left to do)."""

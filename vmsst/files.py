@@ -55,8 +55,8 @@ def join(path: PathLike, *parts: str) -> str:
 
 
 def parent(path: PathLike) -> str:
-  """The directory holding `path`; `gs://b/x/y` → `gs://b/x`."""
-  base = os.fspath(path).rstrip("/")
+  """The directory holding `path`; `gs://b/x/y` → `gs://b/x`; `/` → `/`."""
+  base = os.fspath(path).rstrip("/") or os.fspath(path)
   return posixpath.dirname(base) if is_remote(base) else os.path.dirname(base)
 
 
@@ -72,14 +72,17 @@ def abspath(path: PathLike) -> str:
 
 
 def exists(path: PathLike) -> bool:
-  return as_path(path).exists()
+  """As `os.path.exists` (an empty path is none, not the working directory `epath` makes it)."""
+  return bool(os.fspath(path)) and as_path(path).exists()
 
 
 def isdir(path: PathLike) -> bool:
-  return as_path(path).is_dir()
+  return bool(os.fspath(path)) and as_path(path).is_dir()
 
 
 def isfile(path: PathLike) -> bool:
+  if not is_remote(path):
+    return os.path.isfile(path)
   path = as_path(path)
   return path.exists() and not path.is_dir()
 

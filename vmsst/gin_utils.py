@@ -27,6 +27,7 @@ import types
 from typing import Any, Sequence
 
 from vmsst import cli
+from vmsst import files
 
 try:
   import gin  # pylint: disable=unused-import
@@ -55,9 +56,7 @@ except ImportError:
 
 def write_operative_config(model_dir: str, name: str = "config.gin") -> None:
   """Writes the operative config (every binding a run used) into MODEL_DIR, as t5x does."""
-  os.makedirs(model_dir, exist_ok=True)
-  with open(os.path.join(model_dir, name), "w", encoding="utf-8") as f:
-    f.write(gin.config_str())
+  files.write_text(files.join(model_dir, name), gin.config_str())
 
 
 def rewrite_gin_args(argv: Sequence[str]) -> list[str]:

@@ -14,6 +14,8 @@ import gzip
 import pathlib
 import re
 
+from vmsst import files
+
 FIX_ENCODING = ("re-encode the file as UTF-8 (iconv -f <its encoding> -t utf-8 in > out) or "
                 "drop the bad bytes (iconv -f utf-8 -t utf-8 -c in > out)")
 _ENDS = re.compile(r"^[^\S\t]+|[^\S\t]+$")  # Whitespace but TAB, at either end.
@@ -27,9 +29,9 @@ def read_lines(path: str | pathlib.Path) -> list[str]:
       UTF-8, or of a NUL byte (a binary file), and the fix (one bad line would
       shift every later one, so no skip).
   """
-  opener = gzip.open if str(path).endswith(".gz") else open
-  with opener(path, "rb") as f:
-    data = f.read()
+  data = files.read_bytes(path)
+  if str(path).endswith(".gz"):
+    data = gzip.decompress(data)
   try:
     text = data.decode("utf-8")
   except UnicodeDecodeError as e:

@@ -22,6 +22,7 @@ import os
 from absl import flags
 
 from vmsst import cli
+from vmsst import files
 
 
 def _define_flags() -> None:
@@ -48,7 +49,7 @@ def _check_flags() -> None:
   cli.check_data_dir("data_dir", f.data_dir)  # the Tatoeba filter reads it whatever the sources
   for name in f.sources:
     folder = name[len("opus:"):]
-    if name.startswith("opus:") and "://" not in folder and not os.path.isdir(folder):
+    if name.startswith("opus:") and not files.isdir(folder):
       raise cli.UserError(f"--sources={name}: {folder} is not a directory; give opus:<dir> of "
                           "OPUS Moses/TSV files (python -m vmsst_tasks.opus_download "
                           "--output=<dir> fetches them).")
@@ -61,10 +62,9 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
   cli.check_early(_check_flags)
 
 # pylint: disable=wrong-import-position
-import pathlib
+import contextlib
 import random
 import re
-import shutil
 import sys
 import time
 from typing import Iterable, Iterator, Sequence
@@ -72,6 +72,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import seqio
 import sentencepiece as spm
+from etils import epath
 
 from vmsst import languages
 
@@ -96,7 +97,17 @@ def train_vocabulary(sentences: Iterable[str], output_prefix: str, vocab_size: i
     seed: seeds SentencePiece's sentence sampling, so a rerun gives the same model.
     num_threads: trainer threads (default: all CPUs).
   """
-  pathlib.Path(output_prefix).parent.mkdir(parents=True, exist_ok=True)
+  # SentencePiece writes only to the local disk: a bucket prefix is written here, then uploaded.
+  with files.local_output(files.parent(output_prefix) or ".", directory=True) as local:
+    _train(sentences, os.path.join(local, files.name(output_prefix)), vocab_size,
+           character_coverage=character_coverage, input_sentence_size=input_sentence_size,
+           seed=seed, num_threads=num_threads)
+  return f"{output_prefix}.model"
+
+
+def _train(sentences: Iterable[str], output_prefix: str, vocab_size: int, *,
+           character_coverage: float, input_sentence_size: int, seed: int,
+           num_threads: int | None) -> None:
   spm.set_random_generator_seed(seed)
   spm.SentencePieceTrainer.train(
       sentence_iterator=iter(s.replace("\n", " ") for s in sentences),
@@ -116,12 +127,11 @@ def train_vocabulary(sentences: Iterable[str], output_prefix: str, vocab_size: i
       num_threads=num_threads or os.cpu_count() or 1,
       minloglevel=2,  # The trainer's progress log is thousands of lines.
   )
-  return f"{output_prefix}.model"
 
 
 def get_vocabulary(path: str) -> seqio.SentencePieceVocabulary:
   """The seqio vocabulary of a trained model (no T5 sentinel extra ids)."""
-  if not os.path.exists(path):
+  if not files.exists(path):
     raise FileNotFoundError(
         f"No SentencePiece model at {path}: train one with `python -m vmsst.vocabulary "
         "--data_dir=../shared/data --output=DIR/spm` and point the vocabulary path at "
@@ -201,7 +211,7 @@ def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[s
     print(f"{counts.report(name)}; {len(seen) - before} new distinct sentences")
 
 
-def _first_missing(path: pathlib.Path) -> pathlib.Path | None:
+def _first_missing(path: epath.Path) -> epath.Path | None:
   """The top-most of `path` and its parents that does not exist yet (None: it exists)."""
   missing = None
   while not path.exists():
@@ -237,14 +247,15 @@ def main(argv: Sequence[str]) -> None:
     raise cli.UserError(str(e)) from e
   random.Random(0).shuffle(sentences)  # Interleave sources before sampling.
   print(f"{len(sentences)} distinct sentences; training vocab_size={f.vocab_size} ...")
-  made = _first_missing(pathlib.Path(f.output).absolute().parent)
+  made = _first_missing(files.as_path(files.parent(files.abspath(f.output))))
   try:
     model = train_vocabulary(sentences, f.output, f.vocab_size,
                              character_coverage=f.character_coverage,
                              input_sentence_size=f.input_sentence_size)
   except RuntimeError as e:  # SentencePiece refuses the settings for this corpus
     if made is not None and not any(p.is_file() for p in made.rglob("*")):
-      shutil.rmtree(made, ignore_errors=True)
+      with contextlib.suppress(OSError):
+        files.rmtree(made)
     raise cli.UserError(_trainer_hint(e)) from e
   vocab = get_vocabulary(model)
   print(f"wrote {model}: {vocab.vocab_size} pieces, {time.time() - start:.0f} s")

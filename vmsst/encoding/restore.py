@@ -20,7 +20,6 @@ computes what it did. μ_sem never reads it.
 import dataclasses
 import inspect
 import json
-import os
 from typing import Any, Sequence
 
 import flax.linen as nn
@@ -31,6 +30,7 @@ import orbax.checkpoint as ocp
 import seqio
 from absl import logging
 
+from vmsst import files
 from vmsst import models
 from vmsst import param_files
 from vmsst import partitioning
@@ -77,7 +77,7 @@ def restore(model_dir: str, *, step: int | None = None,
   model, sequence_length, vocab_path = read_model_json(model_dir, dtype, step)
   vocab = vocabulary_lib.get_vocabulary(vocab_path)
   mesh = mesh or partitioning.make_mesh()
-  manager = ocp.CheckpointManager(os.path.join(os.path.abspath(model_dir), "checkpoints"))
+  manager = ocp.CheckpointManager(files.join(files.abspath(model_dir), "checkpoints"))
   step = manager.latest_step() if step is None else step
   if step is None:
     raise FileNotFoundError(f"{model_dir}/checkpoints has no checkpoint; train first "
@@ -144,9 +144,7 @@ def write_model_json(model_dir: str, model: models.EmbeddingModel, sequence_leng
   spec = model_spec(model, sequence_length, vocabulary)
   if step_ranges:
     spec["step_ranges"] = list(step_ranges)
-  os.makedirs(model_dir, exist_ok=True)
-  with open(os.path.join(model_dir, MODEL_FILE), "w", encoding="utf-8") as f:
-    json.dump(spec, f, indent=2, sort_keys=True)
+  files.write_text(files.join(model_dir, MODEL_FILE), json.dumps(spec, indent=2, sort_keys=True))
 
 
 def model_spec(model: models.EmbeddingModel, sequence_length: int,
@@ -195,16 +193,15 @@ def read_model_json(model_dir: str, dtype: str | None = None, step: int | None =
   The sequence length is the one `step` was trained at (model.json's
   `step_ranges`, written by a resume with changed settings); the latest's by default.
   """
-  path = os.path.join(model_dir, MODEL_FILE)
-  if not os.path.exists(path):
-    if os.path.exists(os.path.join(model_dir, CONFIG_FILE)):
+  path = files.join(model_dir, MODEL_FILE)
+  if not files.exists(path):
+    if files.exists(files.join(model_dir, CONFIG_FILE)):
       raise FileNotFoundError(
           f"{path} not found: {model_dir} predates model.json; write it once with "
           f"`python -m vmsst.model_json --model_dir={model_dir}` (reads its config.gin).")
     raise FileNotFoundError(f"{path} not found: --model_dir must be a directory written by "
                             "`python -m vmsst.train`.")
-  with open(path, encoding="utf-8") as f:
-    spec = json.load(f)
+  spec = json.loads(files.read_text(path))
   if spec.get("objective") not in MODELS:
     raise ValueError(f"{path}: objective {spec.get('objective')!r} is not one of "
                      f"{sorted(MODELS)} (vmsst.objectives.MODELS).")
@@ -221,7 +218,7 @@ def read_model_json(model_dir: str, dtype: str | None = None, step: int | None =
   for part in spec.get("step_ranges") or () if step is not None else ():
     if part["first_step"] <= step and (part["last_step"] is None or step <= part["last_step"]):
       length = part["sequence_length"] or length
-  return model, int(length), os.path.join(model_dir, spec["vocabulary"])
+  return model, int(length), files.join(model_dir, spec["vocabulary"])
 
 
 def restore_document_tower(model_dir: str):
@@ -241,7 +238,7 @@ def restore_document_tower(model_dir: str):
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                           restored.params)
   item = {"model_state": {query_tower.DOCUMENTS: abstract}}
-  manager = ocp.CheckpointManager(os.path.join(os.path.abspath(model_dir), "checkpoints"))
+  manager = ocp.CheckpointManager(files.join(files.abspath(model_dir), "checkpoints"))
   documents = manager.restore(restored.step, args=ocp.args.PyTreeRestore(
       item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
       partial_restore=True))["model_state"][query_tower.DOCUMENTS]

@@ -21,14 +21,14 @@ if __name__ == "__main__":  # the command: before seconds of TensorFlow and JAX 
   cli.check_early(lambda: cli.check_gin_files(sys.argv, required=True))
 
 # pylint: disable=wrong-import-position
-import os
-import shutil
+import contextlib
 from typing import Sequence
 
 import gin
 import jax
 
 from vmsst import checkpointing
+from vmsst import files
 from vmsst import gin_utils
 from vmsst.train import distributed
 from vmsst.train import loop
@@ -49,7 +49,7 @@ def main(argv: Sequence[str]) -> None:
   preflight.check_paths()
   model_dir = gin.query_parameter("train.model_dir")
   model_dir = model_dir if isinstance(model_dir, str) else gin.query_parameter("%MODEL_DIR")
-  fresh = not os.path.exists(model_dir)
+  fresh = not files.exists(model_dir)
   try:
     result = loop.train(resume_with_changes=train_flags.RESUME_WITH_CHANGES.value)
   except (checkpointing.IncompatibleCheckpointError, checkpointing.NoUsableCheckpointError) as e:
@@ -68,7 +68,8 @@ def _remove_if_unused(model_dir: str, fresh: bool) -> None:
   """A run that failed before its first checkpoint leaves no MODEL_DIR it created."""
   if (fresh and jax.process_index() == 0 and "://" not in model_dir
       and not preflight.checkpoint_steps(model_dir)):
-    shutil.rmtree(model_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+      files.rmtree(model_dir)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from clu import metric_writers
 from vmsst_tasks.registry import data_counts
 from vmsst import checkpointing
 from vmsst import early_stopping as early_stopping_lib
+from vmsst import files
 from vmsst import hf_export
 from vmsst.encoding import restore
 from vmsst import models
@@ -371,5 +372,4 @@ def _save_and_exit(manager, step: int, state, *, saved: bool, writer, progress,
 def _copy_vocabulary(model_dir: str, vocab: seqio.SentencePieceVocabulary) -> None:
   """MODEL_DIR/spm.model: the directory alone restores, evaluates and exports."""
   if jax.process_index() == 0:
-    tf.io.gfile.copy(vocab.sentencepiece_model_file,
-                     os.path.join(model_dir, restore.VOCABULARY_FILE), overwrite=True)
+    files.copy(vocab.sentencepiece_model_file, files.join(model_dir, restore.VOCABULARY_FILE))

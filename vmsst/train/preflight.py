@@ -18,7 +18,6 @@ as config-<step>.gin and model.json records each step range's length
 (`step_ranges`, read by vmsst.encoding.restore.read_model_json).
 """
 
-import glob
 import json
 import os
 import re
@@ -27,6 +26,7 @@ from typing import Any, Sequence
 import gin
 
 from vmsst import cli
+from vmsst import files
 from vmsst import gin_utils
 from vmsst.encoding import restore
 
@@ -74,8 +74,8 @@ def check_paths() -> None:
   Raises:
     cli.UserError: naming the macro, the path and the fix.
   """
-  for macro, exists, what in (("DATA_DIR", os.path.isdir, "directory"),
-                              ("VOCAB_PATH", os.path.isfile, "file")):
+  for macro, exists, what in (("DATA_DIR", files.isdir, "directory"),
+                              ("VOCAB_PATH", files.isfile, "file")):
     path = _macro(macro)
     if _local(path) and not exists(path):
       fix = ("train one with `python -m vmsst.vocabulary` (see README)"
@@ -94,7 +94,7 @@ def check_paths() -> None:
     cli.check_output_path("gin.MODEL_DIR", model_dir, directory=True)
   for macro, (marker, command) in UPSTREAM.items():
     path = _macro(macro)
-    if _local(path) and not os.path.exists(os.path.join(path, marker)):
+    if _local(path) and not files.exists(files.join(path, marker)):
       raise cli.UserError(f"{macro} = {path!r} has no {marker}: this run starts from it, so "
                           f"make it first: {_upstream_command(macro, path, command)}; or pass "
                           f"--gin.{macro}=\"'<an existing one>'\"")
@@ -102,7 +102,7 @@ def check_paths() -> None:
     init = gin.query_parameter("train.init_params")
   except ValueError:
     init = None
-  if _local(init) and init != _macro("INIT_MODEL_DIR") and not os.path.exists(init):
+  if _local(init) and init != _macro("INIT_MODEL_DIR") and not files.exists(init):
     raise cli.UserError(f"train.init_params = {init!r} does not exist; give a model directory, "
                         "an export of `python -m vmsst.export --format=sentence-transformers`, "
                         "or a file written by `python -m vmsst.mt5_import`.")
@@ -112,10 +112,9 @@ def _upstream_command(macro: str, path: str, command: str) -> str:
   """The command that writes `path`: the run file of gin/runs whose MODEL_DIR it is, if any."""
   if macro == "INIT_MODEL_DIR":
     pattern = re.compile(rf"^MODEL_DIR\s*=\s*['\"]{re.escape(path.rstrip('/'))}/?['\"]", re.M)
-    for run in sorted(glob.glob(os.path.join(cli.CHECKOUT, "gin", "runs", "*.gin"))):
-      with open(run, encoding="utf-8") as f:
-        if pattern.search(f.read()):
-          return f"python -m vmsst.train --gin_file={os.path.relpath(run, cli.CHECKOUT)}"
+    for run in files.glob(os.path.join(cli.CHECKOUT, "gin", "runs", "*.gin")):
+      if pattern.search(files.read_text(run)):
+        return f"python -m vmsst.train --gin_file={os.path.relpath(run, cli.CHECKOUT)}"
   return command.format(path=path)
 
 
@@ -158,7 +157,7 @@ def check_start(*, model, model_dir: str, batch_size: int, sequence_length: int,
     from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel  # TensorFlow: train has it
     registry.check_no_legacy_bindings()
   vocab_path = _macro("VOCAB_PATH")
-  if _local(vocab_path) and os.path.isfile(vocab_path):
+  if _local(vocab_path) and files.isfile(vocab_path):
     import sentencepiece  # pylint: disable=import-outside-toplevel
     pieces = sentencepiece.SentencePieceProcessor(model_file=vocab_path).vocab_size()
     if not vocabulary_fits(pieces, model.network_config.vocab_size):
@@ -177,10 +176,10 @@ def check_start(*, model, model_dir: str, batch_size: int, sequence_length: int,
 
 def checkpoint_steps(model_dir: str) -> list[int]:
   """The saved steps under MODEL_DIR/checkpoints (orbax's numbered directories)."""
-  folder = os.path.join(model_dir, "checkpoints")
-  if not os.path.isdir(folder):
+  folder = files.join(model_dir, "checkpoints")
+  if not files.isdir(folder):
     return []
-  return sorted(int(n) for n in os.listdir(folder) if n.isdigit())
+  return sorted(int(n) for n in files.listdir(folder) if n.isdigit())
 
 
 def check_resume(model_dir: str, model, sequence_length: int, *,
@@ -197,11 +196,10 @@ def check_resume(model_dir: str, model, sequence_length: int, *,
   steps = checkpoint_steps(model_dir)
   if not steps:
     return []
-  spec_path = os.path.join(model_dir, restore.MODEL_FILE)
+  spec_path = files.join(model_dir, restore.MODEL_FILE)
   saved = {}
-  if os.path.isfile(spec_path):  # a directory from before model.json: its config.gin only
-    with open(spec_path, encoding="utf-8") as f:
-      saved = json.load(f)
+  if files.isfile(spec_path):  # a directory from before model.json: its config.gin only
+    saved = json.loads(files.read_text(spec_path))
   now = restore.model_spec(model, sequence_length)
   where = f"MODEL_DIR = {model_dir!r} (step {steps[-1]})"
   fresh = "give a new MODEL_DIR for this run (--gin.MODEL_DIR=\"'runs/<new>'\")"
@@ -215,7 +213,7 @@ def check_resume(model_dir: str, model, sequence_length: int, *,
   if differ:
     raise cli.UserError(f"{where} holds another network, NetworkConfig {'; '.join(differ)}; "
                         f"{fresh}, or restore those settings.")
-  changes = changed_bindings(os.path.join(model_dir, restore.CONFIG_FILE))
+  changes = changed_bindings(files.join(model_dir, restore.CONFIG_FILE))
   if changes and not resume_with_changes:
     raise cli.UserError(
         f"{where} was trained with other settings: {'; '.join(changes)}. Resuming would train "
@@ -231,10 +229,9 @@ def changed_bindings(config_path: str) -> list[str]:
   Settings in RESUMABLE are left out; a binding on one side only counts as
   changed (shown as "(unset)").
   """
-  if not os.path.isfile(config_path):
+  if not files.isfile(config_path):
     return []
-  with open(config_path, encoding="utf-8") as f:
-    before = gin_utils.config_bindings(f.read())
+  before = gin_utils.config_bindings(files.read_text(config_path))
   # A config.gin (or run file) written before the task families binds
   # register_tasks.<arg>; both sides compared in the families' form differ
   # only where the settings do.
@@ -255,18 +252,17 @@ def step_ranges(model_dir: str, step: int, sequence_length: int, *,
   is {"first_step", "last_step" (null: still training), "sequence_length",
   "config"}; model.json's top-level fields stay the latest range's.
   """
-  spec_path = os.path.join(model_dir, restore.MODEL_FILE)
+  spec_path = files.join(model_dir, restore.MODEL_FILE)
   saved = {}
-  if os.path.isfile(spec_path):
-    with open(spec_path, encoding="utf-8") as f:
-      saved = json.load(f)
+  if files.isfile(spec_path):
+    saved = json.loads(files.read_text(spec_path))
   ranges = saved.get("step_ranges")
   if not changed or not step:
     return ranges
   kept = f"config-{step}.gin"
-  config = os.path.join(model_dir, restore.CONFIG_FILE)
-  if os.path.isfile(config):
-    os.replace(config, os.path.join(model_dir, kept))
+  config = files.join(model_dir, restore.CONFIG_FILE)
+  if files.isfile(config):
+    files.rename(config, files.join(model_dir, kept))
   ranges = ranges or [{"first_step": 1, "last_step": None,
                        "sequence_length": saved.get("sequence_length")}]
   ranges[-1].update(last_step=step, config=kept)
