@@ -92,6 +92,8 @@ def tiers_of(item) -> set[str]:
   tiers = (marked - {"tpu_all_runs"}) | ({"tpu"} if "tpu_all_runs" in marked else set())
   if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
     tiers |= {"integration", "slow"}
+  if "gcs" in getattr(item, "fixturenames", ()):  # the emulator is a process
+    tiers.add("integration")
   if "tpu" not in tiers and starts_a_process(getattr(item, "function", None)):
     tiers.add("integration")
   return tiers or {"unit"}
@@ -118,6 +120,27 @@ def _unit_tests_start_no_process(request, monkeypatch):
   """Keeps the unit tier honest: a subprocess there fails the test, naming the marker."""
   if request.node.get_closest_marker("unit") is not None:
     monkeypatch.setattr(subprocess, "Popen", _NoProcessInUnitTests)
+
+
+@pytest.fixture(scope="session")
+def gcs(tmp_path_factory):
+  """A Cloud Storage bucket on 127.0.0.1 (`gcs.path(...)` → `gs://…`), for the session.
+
+  fake-gcs-server and a TLS proxy for TensorFlow's GCS client (tests/gcs_emulator.py);
+  their variables are in os.environ while it lives, so commands run by a test reach the
+  bucket too and nothing leaves the machine. Skips with the install command without it.
+  """
+  import gcs_emulator  # pylint: disable=g-import-not-at-top
+  if gcs_emulator.binary_path() is None:
+    pytest.skip(f"the GCS emulator is not installed: {gcs_emulator.INSTALL}")
+  emulator = gcs_emulator.Emulator(tmp_path_factory.mktemp("gcs_emulator"))
+  try:
+    with pytest.MonkeyPatch.context() as patch:
+      for key, value in emulator.env().items():
+        patch.setenv(key, value)
+      yield emulator
+  finally:
+    emulator.stop()
 
 
 @pytest.fixture(scope="session")

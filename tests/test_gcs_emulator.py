@@ -1,0 +1,85 @@
+"""The GCS emulator the gs:// tests run on: every client the project uses reaches it.
+
+tf.io.gfile (through the TLS proxy), vmsst.files (etils.epath), orbax (tensorstore for arrays,
+google-cloud-storage for its step names) against one bucket on 127.0.0.1, and a host other
+than Cloud Storage's is refused, so a test can never reach the internet through the proxy.
+"""
+
+import urllib.error
+import urllib.request
+import uuid
+
+import numpy as np
+import pytest
+
+from vmsst import files
+
+
+@pytest.fixture(name="root")
+def _root(gcs) -> str:
+  return gcs.path(f"smoke-{uuid.uuid4().hex[:8]}")
+
+
+def test_tf_gfile_writes_reads_lists_globs_and_renames_in_the_bucket(gcs, root):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  tf.io.gfile.makedirs(f"{root}/dir")
+  with tf.io.gfile.GFile(f"{root}/dir/a.txt", "w") as f:
+    f.write("héllo\n")
+  # Over the emulator's 8 MiB resumable-upload threshold? No: TF uploads resumably always.
+  big = np.random.default_rng(0).bytes(3 << 20)
+  with tf.io.gfile.GFile(f"{root}/dir/big.bin", "wb") as f:
+    f.write(big)
+  with tf.io.gfile.GFile(f"{root}/dir/a.txt") as f:
+    assert f.read() == "héllo\n"
+  with tf.io.gfile.GFile(f"{root}/dir/big.bin", "rb") as f:
+    assert f.read() == big
+  assert sorted(tf.io.gfile.listdir(f"{root}/dir")) == ["a.txt", "big.bin"]
+  assert tf.io.gfile.glob(f"{root}/dir/*.txt") == [f"{root}/dir/a.txt"]
+  tf.io.gfile.rename(f"{root}/dir/a.txt", f"{root}/dir/b.txt")
+  assert not tf.io.gfile.exists(f"{root}/dir/a.txt") and tf.io.gfile.exists(f"{root}/dir/b.txt")
+  # The emulator itself holds the objects (not some local fallback).
+  assert {f"{root[len(f'gs://{gcs.bucket}/'):]}/dir/{n}" for n in ("b.txt", "big.bin")} <= set(
+      gcs.objects(root[len(f"gs://{gcs.bucket}/"):]))
+
+
+def test_vmsst_files_serves_the_bucket(gcs, root):
+  del gcs
+  files.write_text(files.join(root, "x", "a.txt"), "one\ntwo\n")
+  files.save_npy(files.join(root, "x", "v.npy"), np.arange(5, dtype=np.float32))
+  assert files.read_text(files.join(root, "x", "a.txt")) == "one\ntwo\n"
+  np.testing.assert_array_equal(files.load_npy(files.join(root, "x", "v.npy")), np.arange(5))
+  assert files.isdir(files.join(root, "x")) and files.isfile(files.join(root, "x", "a.txt"))
+  assert files.listdir(files.join(root, "x")) == ["a.txt", "v.npy"]
+  assert files.glob(files.join(root, "x", "*.npy")) == [files.join(root, "x", "v.npy")]
+  files.copytree(files.join(root, "x"), files.join(root, "y"))
+  files.rename(files.join(root, "y", "a.txt"), files.join(root, "y", "b.txt"))
+  assert files.listdir(files.join(root, "y")) == ["b.txt", "v.npy"]
+  files.rmtree(files.join(root, "y"))
+  assert not files.exists(files.join(root, "y"))
+  assert files.abspath(root) == root
+
+
+def test_orbax_saves_and_restores_a_pytree_in_the_bucket(gcs, root):
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  tree = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.ones(4, np.int32)}
+  directory = files.join(root, "checkpoints")
+  with ocp.CheckpointManager(directory) as manager:
+    manager.save(3, args=ocp.args.StandardSave(tree))
+    manager.wait_until_finished()
+  with ocp.CheckpointManager(directory) as manager:
+    assert manager.all_steps() == [3]
+    restored = manager.restore(3, args=ocp.args.StandardRestore(tree))
+  for key, value in tree.items():
+    np.testing.assert_array_equal(restored[key], value)
+  prefix = root[len(f"gs://{gcs.bucket}/"):]
+  assert any(name.startswith(f"{prefix}/checkpoints/3/") for name in gcs.objects(prefix))
+
+
+def test_the_proxy_refuses_every_host_but_cloud_storage(gcs):
+  opener = urllib.request.build_opener(urllib.request.ProxyHandler({"https": gcs.proxy_url,
+                                                                    "http": gcs.proxy_url}))
+  for url in ("https://pypi.org/simple/", "http://example.com/"):
+    with pytest.raises((urllib.error.URLError, OSError)):
+      opener.open(url, timeout=10)
+  assert any("pypi.org" in line for line in gcs.proxy.refused)
+  assert any("example.com" in line for line in gcs.proxy.refused)
