@@ -30,6 +30,11 @@ A pipeline that cannot be saved (a Python generator inside: the OPUS
 sources under InputPolicy.strict) and a checkpoint without a saved position
 (written before positions were, or by another configuration) resume the old
 way, by skipping `N` batches, with a log line saying so.
+
+Where seqio and TensorFlow are absent (an accelerator image), the same
+stream is read from files written ahead by `python -m vmsst_tasks.pretokenized`
+(`train.pretokenized = DIR`, vmsst_tasks/pretokenized.py): the same batches
+for the seed, its position (one integer) saved by the same `save_position`.
 """
 
 import json
@@ -38,11 +43,14 @@ from typing import Any, Iterable, Sequence
 
 import gin
 import jax
-import seqio
-import tensorflow as tf
 from absl import logging
 
-from vmsst.feature_converters import PairFeatureConverter
+from vmsst import files
+from vmsst_tasks import pretokenized as pretokenized_lib
+
+# seqio and TensorFlow are imported where the seqio path runs: the
+# pre-tokenized path (`train_iterator(pretokenized=DIR)`) needs neither, on an
+# accelerator image that has neither.
 
 HOST_DATA_MODES = ("slice", "shard_info")
 POSITIONS_DIR = "data_position"
@@ -59,7 +67,7 @@ class HostBatches:
       or None (a fresh stream, or one skipped to its step).
   """
 
-  def __init__(self, dataset: tf.data.Dataset, *, rows: slice | None,
+  def __init__(self, dataset: "tf.data.Dataset", *, rows: slice | None,
                description: dict[str, Any], writer: bool):
     self._iterator = iter(dataset)
     self._rows, self._writer = rows, writer
@@ -83,6 +91,7 @@ class HostBatches:
     """Writes the iterator's state under directory/<name> (this host's share of the work)."""
     if not self._writer or not self.saveable:
       return
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     name = self._name()
     try:
       tf.train.Checkpoint(iterator=self._iterator).write(os.path.join(directory, name, "ckpt"))
@@ -93,17 +102,17 @@ class HostBatches:
                       "step). Read files with tf.data (not a Python generator) to avoid it.",
                       str(e).splitlines()[0][:200])
       return
-    with tf.io.gfile.GFile(os.path.join(directory, f"{name}.{_DESCRIPTION}"), "w") as f:
-      f.write(json.dumps(self.description, sort_keys=True) + "\n")
+    files.write_text(files.join(directory, f"{name}.{_DESCRIPTION}"),
+                     json.dumps(self.description, sort_keys=True) + "\n")
 
   def restore(self, directory: str) -> str | None:
     """Restores a position saved by `save`; None if restored, else why not (for the log)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     name = self._name()
-    marker = os.path.join(directory, f"{name}.{_DESCRIPTION}")
-    if not tf.io.gfile.exists(marker):
+    marker = files.join(directory, f"{name}.{_DESCRIPTION}")
+    if not files.exists(marker):
       return f"no saved data position {marker}"
-    with tf.io.gfile.GFile(marker) as f:
-      saved = json.loads(f.read())
+    saved = json.loads(files.read_text(marker))
     differ = {k: (saved.get(k), v) for k, v in self.description.items()
               if k not in _ANY_HOST_COUNT and saved.get(k) != v}
     if differ:
@@ -116,18 +125,30 @@ class HostBatches:
     return None
 
 
+def seqio_available() -> bool:
+  """Whether seqio (and so TensorFlow) imports: the registry's task families need it."""
+  try:
+    import seqio  # pylint: disable=import-outside-toplevel,unused-import
+  except ImportError:
+    return False
+  return True
+
+
 # Keys of the description a "slice" position restores across: the host split.
 _ANY_HOST_COUNT = ("process_index", "process_count")
 
 
 @gin.configurable(denylist=["mixture_name", "batch_size", "sequence_length", "seed",
-                            "start_step", "process_index", "process_count", "positions"])
+                            "start_step", "process_index", "process_count", "positions",
+                            "pretokenized"])
 def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, seed: int,
                    start_step: int, host_data: str = "shard_info",
                    process_index: int | None = None,
                    process_count: int | None = None,
                    positions: str | None = None, use_cached: bool = False,
-                   cache_dirs: Sequence[str] = ()) -> HostBatches:
+                   cache_dirs: Sequence[str] = (),
+                   pretokenized: str | None = None
+                   ) -> "HostBatches | pretokenized_lib.StreamBatches":
   """Host-local numpy batches of `batch_size / process_count` pairs, from `start_step` on.
 
   How the P hosts split the data (`host_data`, gin: train_iterator.host_data):
@@ -161,9 +182,14 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
       ids, preprocessed once: tasks/cache_registration.py) instead of
       preprocessing on the fly; gin: train_iterator.use_cached = True.
     cache_dirs: where to look for those caches (seqio.add_global_cache_dirs).
+    pretokenized: a directory written by `python -m vmsst_tasks.pretokenized`
+      (train.pretokenized): the same stream read from files, without seqio or
+      TensorFlow (vmsst_tasks/pretokenized.py); `host_data`, `use_cached` and
+      `cache_dirs` are then the writer's business: every host takes its rows
+      of the global batch, as with "slice".
   Returns:
-    a HostBatches iterator of {feature: numpy [B/P, ...]} (PairFeatureConverter
-    features).
+    a HostBatches (or, pre-tokenized, a pretokenized.StreamBatches) iterator of
+    {feature: numpy [B/P, ...]} (PairFeatureConverter features).
   """
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
@@ -172,6 +198,13 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
   if batch_size % count:
     raise ValueError(f"BATCH_SIZE {batch_size} does not divide over {count} hosts; set it to a "
                      f"multiple of {count}.")
+  if pretokenized:
+    return pretokenized_lib.train_batches(
+        pretokenized, mixture_name, batch_size=batch_size, sequence_length=sequence_length,
+        seed=seed, start_step=start_step, process_index=index, process_count=count,
+        positions=positions)
+  import seqio  # pylint: disable=import-outside-toplevel
+  from vmsst.feature_converters import PairFeatureConverter  # pylint: disable=import-outside-toplevel
   description = {"mixture": mixture_name, "batch_size": batch_size,
                  "sequence_length": sequence_length, "seed": seed, "host_data": host_data,
                  "use_cached": use_cached, "process_index": index, "process_count": count}
@@ -212,7 +245,8 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
   return build(start_step)
 
 
-def save_position(positions: str, step: int, batches: HostBatches, *,
+def save_position(positions: str, step: int,
+                  batches: "HostBatches | pretokenized_lib.StreamBatches", *,
                   keep: Iterable[int] = ()) -> None:
   """Saves the stream position after `step` batches; drops positions of steps not in `keep`.
 
@@ -220,12 +254,12 @@ def save_position(positions: str, step: int, batches: HostBatches, *,
   a position without its checkpoint is never read; a checkpoint without
   its position resumes by skipping).
   """
-  batches.save(os.path.join(positions, str(step)))
+  batches.save(files.join(positions, str(step)))
   if batches.description["process_index"] != 0:  # one host cleans up
     return
   keep = {int(s) for s in keep} | {step}
-  if tf.io.gfile.isdir(positions):
-    for name in tf.io.gfile.listdir(positions):
+  if files.isdir(positions):
+    for name in files.listdir(positions):
       name = name.rstrip("/")
       if name.isdigit() and int(name) not in keep:
-        tf.io.gfile.rmtree(os.path.join(positions, name))
+        files.rmtree(files.join(positions, name))

@@ -11,14 +11,17 @@ import jax.numpy as jnp
 
 from vmsst_tasks import heldout
 from vmsst_tasks import input_pipeline
-from vmsst_tasks import registry
-from vmsst_tasks.registry import distillation
-from vmsst_tasks.registry import entities
-from vmsst_tasks.registry import opus
-from vmsst_tasks.registry import pairs
-from vmsst_tasks.registry import tfds
-from vmsst_tasks.registry import triplets
-from vmsst_tasks import tfds_sources
+# The task families need seqio (TensorFlow); an accelerator image has neither
+# and trains on a pre-tokenized stream (train.pretokenized), binding no family.
+if input_pipeline.seqio_available():
+  from vmsst_tasks import registry
+  from vmsst_tasks.registry import distillation
+  from vmsst_tasks.registry import entities
+  from vmsst_tasks.registry import opus
+  from vmsst_tasks.registry import pairs
+  from vmsst_tasks.registry import tfds
+  from vmsst_tasks.registry import triplets
+  from vmsst_tasks import tfds_sources
 from vmsst import checkpointing
 from vmsst import early_stopping
 from vmsst import optimizers

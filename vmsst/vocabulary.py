@@ -70,11 +70,11 @@ import time
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
-import seqio
 import sentencepiece as spm
 from etils import epath
 
 from vmsst import languages
+from vmsst import sentencepiece_vocabulary
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 
@@ -129,17 +129,25 @@ def _train(sentences: Iterable[str], output_prefix: str, vocab_size: int, *,
   )
 
 
-def get_vocabulary(path: str) -> seqio.SentencePieceVocabulary:
-  """The seqio vocabulary of a trained model (no T5 sentinel extra ids)."""
+def get_vocabulary(path: str) -> "seqio.SentencePieceVocabulary":
+  """The seqio vocabulary of a trained model (no T5 sentinel extra ids).
+
+  Where seqio (TensorFlow) is absent, the same ids from SentencePiece itself
+  (vmsst/sentencepiece_vocabulary.py).
+  """
   if not files.exists(path):
     raise FileNotFoundError(
         f"No SentencePiece model at {path}: train one with `python -m vmsst.vocabulary "
         "--data_dir=../shared/data --output=DIR/spm` and point the vocabulary path at "
         "DIR/spm.model.")
+  try:
+    import seqio  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return sentencepiece_vocabulary.SentencePieceVocabulary(path)
   return seqio.SentencePieceVocabulary(path, extra_ids=0)
 
 
-def language_token_id(vocab: seqio.SentencePieceVocabulary, code: str) -> int:
+def language_token_id(vocab: "seqio.SentencePieceVocabulary", code: str) -> int:
   """Id of a language's `<2xxx>` piece in a legacy vocabulary (any spelling of its code).
 
   Raises:
@@ -155,7 +163,7 @@ def language_token_id(vocab: seqio.SentencePieceVocabulary, code: str) -> int:
   return token_id
 
 
-def legacy_language_rows(vocab: seqio.SentencePieceVocabulary,
+def legacy_language_rows(vocab: "seqio.SentencePieceVocabulary",
                          token_table: np.ndarray) -> tuple[np.ndarray, list[str]]:
   """An old checkpoint's language table, read from its token table.
 

@@ -27,7 +27,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
-import seqio
 from absl import logging
 
 from vmsst import files
@@ -49,7 +48,7 @@ class RestoredModel:
   """A model, its parameters (sharded over `mesh`) and its input pipeline."""
   model: models.EmbeddingModel
   params: Any
-  vocabulary: seqio.SentencePieceVocabulary
+  vocabulary: "seqio.SentencePieceVocabulary"
   sequence_length: int
   step: int
   mesh: jax.sharding.Mesh
@@ -112,7 +111,7 @@ def _predates_language_table(model_dir: str, step: int, abstract: dict[str, Any]
   return LANGUAGE_TABLE not in metadata.item_metadata.tree["params"]
 
 
-def _legacy_language_table(params: dict[str, Any], vocab: seqio.SentencePieceVocabulary,
+def _legacy_language_table(params: dict[str, Any], vocab: "seqio.SentencePieceVocabulary",
                            sharding: jax.sharding.Sharding, model_dir: str) -> jax.Array:
   """`language_embed` of an old checkpoint: its token rows of the `<2xxx>` pieces."""
   token_table = np.asarray(jax.device_get(params["token_embed"]["embedding"]))

@@ -8,10 +8,9 @@ language-agnostic).
 from typing import Iterator, Sequence
 
 import numpy as np
-import seqio
 
 
-def tokenize_batch(vocabulary: seqio.Vocabulary, sentences: Sequence[str],
+def tokenize_batch(vocabulary: "seqio.Vocabulary", sentences: Sequence[str],
                    length: int) -> tuple[np.ndarray, np.ndarray]:
   """int32 tokens and mask [len(sentences), length]; empty text gives just EOS."""
   tokens = np.zeros((len(sentences), length), np.int32)
@@ -39,7 +38,7 @@ def fixed_size_batches(n: int, batch_size: int) -> Iterator[tuple[int, int]]:
     yield start, min(start + batch_size, n)
 
 
-def embed_sentences(embed_fn, vocabulary: seqio.Vocabulary, sentences: Sequence[str],
+def embed_sentences(embed_fn, vocabulary: "seqio.Vocabulary", sentences: Sequence[str],
                     length: int, batch_size: int) -> np.ndarray:
   """float32 [len(sentences), d] via `embed_fn(tokens, mask)` on padded batches."""
   outputs = []

@@ -17,7 +17,6 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 import gin
 import numpy as np
-import seqio
 from absl import logging
 
 from vmsst.encoding import checkpoint as checkpoint_lib
@@ -68,7 +67,7 @@ class _AlignedSets:
   """Named aligned (source, target) sets embedded side by side; empty sets skipped."""
 
   def __init__(self, sets: Mapping[str, tuple[Sequence[str], Sequence[str]]],
-               vocabulary: seqio.Vocabulary, sequence_length: int, batch_size: int):
+               vocabulary: "seqio.Vocabulary", sequence_length: int, batch_size: int):
     empty = sorted(name for name, (src, _) in sets.items() if not len(src))
     if empty:  # e.g. a data subset without held-out documents: nothing to rank
       logging.warning("held-out retrieval: sets %s have no pairs and are skipped", empty)
@@ -108,7 +107,7 @@ class RetrievalEvaluator(_AlignedSets):
   """Retrieval accuracy (×100, mean of both directions) on named aligned sets."""
 
   def __init__(self, sets: Mapping[str, tuple[Sequence[str], Sequence[str]]],
-               vocabulary: seqio.Vocabulary, *, sequence_length: int, batch_size: int = 64):
+               vocabulary: "seqio.Vocabulary", *, sequence_length: int, batch_size: int = 64):
     """Args:
       sets: name -> (source sentences, aligned target sentences).
       vocabulary: the training vocabulary.
@@ -149,7 +148,7 @@ class DistillationEvaluator(_AlignedSets):
   """
 
   def __init__(self, sets: Mapping[str, tuple[Sequence[str], Sequence[str]]],
-               vocabulary: seqio.Vocabulary, *, teacher_cache, sequence_length: int,
+               vocabulary: "seqio.Vocabulary", *, teacher_cache, sequence_length: int,
                batch_size: int = 64):
     """Args:
       sets: name -> (source sentences, aligned targets), e.g. tasks.heldout.retrieval_sets.

@@ -24,13 +24,11 @@ from typing import Any, Iterator, Sequence
 import gin
 import jax
 import optax
-import seqio
-import tensorflow as tf
 import tqdm
 from absl import logging
-from clu import metric_writers
 
-from vmsst_tasks.registry import data_counts
+# No TensorFlow or seqio here: a run on a pre-tokenized stream (train.pretokenized)
+# needs neither (an accelerator image); the seqio path imports them in stage 3.
 from vmsst import checkpointing
 from vmsst import early_stopping as early_stopping_lib
 from vmsst import files
@@ -43,20 +41,32 @@ from vmsst import trainer as trainer_lib
 from vmsst import gin_configurables  # pylint: disable=unused-import
 from vmsst import gin_utils
 from vmsst.evaluation import in_training
+from vmsst.train import distributed
 from vmsst.train import preflight
+from vmsst.train import scalar_writer
+from vmsst import vocabulary as vocabulary_lib
+from vmsst_tasks import pretokenized as pretokenized_lib
 from vmsst_tasks.input_pipeline import POSITIONS_DIR, save_position, train_iterator
 
 
-def check_vocabulary(mixture_name: str,
-                     model: models.EmbeddingModel) -> seqio.SentencePieceVocabulary:
+def check_vocabulary(mixture_name: str, model: models.EmbeddingModel,
+                     pretokenized: str | None = None):
   """The mixture's vocabulary; NetworkConfig.vocab_size must fit it (preflight.vocabulary_fits).
 
   preflight.check_start checks VOCAB_PATH before any data; this checks what
-  the mixture actually reads (a run may name its vocabulary otherwise).
+  the mixture actually reads (a run may name its vocabulary otherwise): the
+  registered task's, or the one written beside a pre-tokenized stream.
   """
-  vocab = seqio.get_mixture_or_task(mixture_name).output_features["tokens_a"].vocabulary
+  if pretokenized:
+    vocab = vocabulary_lib.get_vocabulary(files.join(pretokenized,
+                                                     pretokenized_lib.VOCABULARY_FILE))
+    where = f"of {mixture_name} in {pretokenized}"
+  else:
+    import seqio  # pylint: disable=import-outside-toplevel
+    vocab = seqio.get_mixture_or_task(mixture_name).output_features["tokens_a"].vocabulary
+    where = f"of {mixture_name}"
   if not preflight.vocabulary_fits(vocab.vocab_size, model.network_config.vocab_size):
-    raise cli.UserError(preflight.vocabulary_hint(f"of {mixture_name}", vocab.vocab_size,
+    raise cli.UserError(preflight.vocabulary_hint(where, vocab.vocab_size,
                                                   model.network_config.vocab_size))
   return vocab
 
@@ -114,7 +124,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
           seed: int = 0, log_every: int = 50, eval_every: int = 0,
           init_params: str | None = None, skip_nonfinite_steps: int = 0,
           early_stopping: early_stopping_lib.EarlyStopping | None = None,
-          resume_with_changes: bool = False) -> dict[str, Any]:
+          resume_with_changes: bool = False, pretokenized: str | None = None) -> dict[str, Any]:
   """Trains `model` on `mixture_name` for `train_steps`; resumes from model_dir.
 
   Args:
@@ -150,6 +160,10 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
       needs `evaluator` and `eval_every` (the epoch).
     resume_with_changes: resume model_dir although bindings changed since its
       config.gin (preflight.check_resume; `--resume_with_changes`).
+    pretokenized: a directory written by `python -m vmsst_tasks.pretokenized`
+      for this run: its stream (the same batches for the seed) is read from
+      there instead of through seqio, registering nothing; neither TensorFlow
+      nor seqio is imported (an accelerator image).
   Returns:
     {"start_step", "step", "final_metrics", "loss_history" [(step, loss)],
      "retrieval", "params", "skipped_steps"} for callers and tests.
@@ -185,14 +199,14 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   _describe_run(model_dir, model, sequence_length, start_step=start_step, changes=changes)
 
   # Stage 3: teacher vectors, then data, positioned at the restored step.
-  _prepare_data(register_tasks, evaluator, mixture_name, model, model_dir)
+  _prepare_data(register_tasks, evaluator, mixture_name, model, model_dir, pretokenized)
   positions = os.path.join(model_dir, POSITIONS_DIR)  # the stream's position at each checkpoint
   batches = train_iterator(mixture_name, batch_size=batch_size,
                            sequence_length=sequence_length, seed=seed, start_step=start_step,
-                           positions=positions)
+                           positions=positions, pretokenized=pretokenized)
 
   # Stage 4: the loop.
-  writer = metric_writers.create_default_writer(
+  writer = scalar_writer.create_writer(
       os.path.join(model_dir, "tensorboard"), just_logging=jax.process_index() > 0)
   rng = jax.random.key(seed + 1)
   learning_rate = _learning_rate_schedule()
@@ -202,7 +216,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
                        dynamic_ncols=True)
   started = time.time()
   skipped = consecutive_bad = 0
-  with checkpointing.PreemptionWatcher() as preemption:
+  with checkpointing.PreemptionWatcher() as preemption, distributed.lost_peers_named():
     for step in range(start_step + 1, train_steps + 1):
       batch = _next_batch(batches, step, mixture_name, model_dir)
       state, step_metrics = trainer.step(state, batch, rng)
@@ -284,19 +298,32 @@ def _describe_run(model_dir: str, model: models.EmbeddingModel, sequence_length:
 
 
 def _prepare_data(register_tasks, evaluator, mixture_name: str,
-                  model: models.EmbeddingModel, model_dir: str) -> None:
+                  model: models.EmbeddingModel, model_dir: str,
+                  pretokenized: str | None = None) -> None:
   """Teacher vectors, then the registered tasks checked, counted and their vocabulary copied.
 
   Registration and the evaluators only read a distillation teacher's
   vectors; those its cache lacks are encoded here first, once, logged as
   "filling the teacher cache ...: N sentences ... to encode" (the same step
   as `python -m vmsst.teacher_cache`; a filled cache never loads the teacher).
+  A pre-tokenized stream was registered, counted and checked when written:
+  its counts and vocabulary are copied, and only evaluators' teacher vectors
+  are filled.
   """
-  teacher_cache.fill_stage(register_tasks, in_training.as_list(evaluator))
-  data_counts.report_data_counts(mixture_name,  # read = kept + skipped, MODEL_DIR/data_counts.json
-                                 model_dir=model_dir if jax.process_index() == 0 else None)
-  data_counts.check_training_data(mixture_name)  # an empty task: one error line, not a JAX traceback
-  _copy_vocabulary(model_dir, check_vocabulary(mixture_name, model))
+  evaluators = in_training.as_list(evaluator)
+  if pretokenized:
+    if any(getattr(e, "teacher_cache", None) is not None for e in evaluators):
+      teacher_cache.fill_stage(None, evaluators)
+    counts = files.join(pretokenized, pretokenized_lib.DATA_COUNTS_FILE)
+    if jax.process_index() == 0 and files.exists(counts):
+      files.copy(counts, files.join(model_dir, pretokenized_lib.DATA_COUNTS_FILE))
+  else:
+    from vmsst_tasks.registry import data_counts  # pylint: disable=import-outside-toplevel  # seqio
+    teacher_cache.fill_stage(register_tasks, evaluators)
+    data_counts.report_data_counts(mixture_name,  # read = kept + skipped, MODEL_DIR/data_counts.json
+                                   model_dir=model_dir if jax.process_index() == 0 else None)
+    data_counts.check_training_data(mixture_name)  # an empty task: one error line, not a JAX traceback
+  _copy_vocabulary(model_dir, check_vocabulary(mixture_name, model, pretokenized))
 
 
 def _next_batch(batches: Iterator[Any], step: int, mixture_name: str, model_dir: str) -> Any:
@@ -369,7 +396,7 @@ def _save_and_exit(manager, step: int, state, *, saved: bool, writer, progress,
   raise preempted
 
 
-def _copy_vocabulary(model_dir: str, vocab: seqio.SentencePieceVocabulary) -> None:
+def _copy_vocabulary(model_dir: str, vocab) -> None:
   """MODEL_DIR/spm.model: the directory alone restores, evaluates and exports."""
   if jax.process_index() == 0:
     files.copy(vocab.sentencepiece_model_file, files.join(model_dir, restore.VOCABULARY_FILE))

@@ -1,0 +1,115 @@
+"""tasks/pretokenized.py: the written stream gives the seqio path's batches, batch by batch.
+
+Real pipelines (the registry's tasks over the first lines of NTREX-128 and
+Multi30k) written by `write_stream`, read back through
+`input_pipeline.train_iterator(pretokenized=...)` and compared with the
+seqio path for the same seed; the position saved at a step resumes there.
+"""
+
+import logging
+
+import numpy as np
+import pytest
+
+from vmsst import cli
+from vmsst_tasks import input_pipeline
+from vmsst_tasks import pretokenized
+from vmsst_tasks import registry
+
+LENGTH, SEED = 16, 5
+MIXTURE = "vmsst_ntrex_multi30k"
+EXAMPLES = 101  # not a multiple of the batch or the shard: batches cross shards and the end
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _registered(small_data_dir, tiny_vocab_path):
+  registry.register_tasks(str(small_data_dir), tiny_vocab_path)
+
+
+@pytest.fixture(scope="module", name="stream")
+def _stream(tmp_path_factory):
+  directory = str(tmp_path_factory.mktemp("stream"))
+  pretokenized.write_stream(MIXTURE, directory, examples=EXAMPLES, sequence_length=LENGTH,
+                            seed=SEED, shard_examples=24)
+  return directory
+
+
+def _iterator(batch_size, *, start_step=0, index=0, count=1, **kwargs):
+  kwargs.setdefault("seed", SEED)
+  return input_pipeline.train_iterator(MIXTURE, batch_size=batch_size, sequence_length=LENGTH,
+                                       start_step=start_step, process_index=index,
+                                       process_count=count, **kwargs)
+
+
+def _take(batches, n):
+  return [next(batches) for _ in range(n)]
+
+
+def _assert_equal(got, want):
+  assert len(got) == len(want)
+  for g, w in zip(got, want):
+    assert g.keys() == w.keys()
+    for key in w:
+      assert g[key].dtype == w[key].dtype, key
+      np.testing.assert_array_equal(g[key], w[key], err_msg=key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch_size", [8, 12])
+@pytest.mark.parametrize("host_data", ["slice", "shard_info"])
+def test_the_stream_read_back_is_the_seqio_stream_batch_by_batch(stream, batch_size, host_data):
+  steps = EXAMPLES // batch_size
+  want = _take(_iterator(batch_size, host_data=host_data), steps)
+  _assert_equal(_take(_iterator(batch_size, pretokenized=stream), steps), want)
+
+
+@pytest.mark.slow
+def test_two_hosts_take_their_rows_of_the_global_batch(stream):
+  whole = _take(_iterator(8, pretokenized=stream), 3)
+  halves = [_take(_iterator(8, index=h, count=2, pretokenized=stream), 3) for h in (0, 1)]
+  for step, batch in enumerate(whole):
+    for key, value in batch.items():
+      np.testing.assert_array_equal(
+          np.concatenate([halves[0][step][key], halves[1][step][key]]), value)
+
+
+def test_a_saved_position_resumes_at_the_next_batch(stream, tmp_path):
+  uninterrupted = _take(_iterator(8, pretokenized=stream), 6)
+  first = _iterator(8, pretokenized=stream)
+  _take(first, 4)
+  positions = str(tmp_path / "data_position")
+  input_pipeline.save_position(positions, 4, first, keep=[4])
+  resumed = _iterator(8, start_step=4, positions=positions, pretokenized=stream)
+  assert resumed.restored_from == 4
+  _assert_equal(_take(resumed, 2), uninterrupted[4:])
+
+
+def test_past_its_end_the_stream_starts_again_and_says_so(stream, caplog):
+  caplog.set_level(logging.WARNING)
+  batches = _iterator(50, pretokenized=stream)
+  first, _, third = _take(batches, 3)  # examples 0-49, 50-99, then 100 and 0-48
+  np.testing.assert_array_equal(third["tokens_a"][1:], first["tokens_a"][:49])
+  assert sum("starts again" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("change", [{"seed": SEED + 1}, {"sequence_length": LENGTH * 2}])
+def test_a_stream_of_another_run_is_refused(stream, change):
+  args = {"mixture_name": MIXTURE, "sequence_length": LENGTH, "seed": SEED, **change}
+  with pytest.raises(cli.UserError, match="another run"):
+    pretokenized.open_stream(stream, **args)
+
+
+def test_a_missing_stream_names_the_command_that_writes_it(tmp_path):
+  with pytest.raises(cli.UserError, match="python -m vmsst_tasks.pretokenized"):
+    pretokenized.open_stream(str(tmp_path), mixture_name=MIXTURE, sequence_length=LENGTH,
+                             seed=SEED)
+
+
+def test_the_stream_holds_its_vocabulary_and_data_counts(stream):
+  from vmsst import files  # pylint: disable=import-outside-toplevel
+  assert files.exists(files.join(stream, pretokenized.VOCABULARY_FILE))
+  assert files.exists(files.join(stream, pretokenized.DATA_COUNTS_FILE))
+  meta = pretokenized.open_stream(stream, mixture_name=MIXTURE, sequence_length=LENGTH,
+                                  seed=SEED).meta
+  assert meta["examples"] == EXAMPLES and meta["shards"] == 5
+  assert meta["features"]["tokens_a"] == ["int32", [LENGTH]]
