@@ -22,6 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from transformers.models.mt5.modeling_mt5 import MT5Attention
 
 from vmsst_testing import TINY, init_params, random_batch
+from vmsst import layer_stacks
 from vmsst import layers
 from vmsst import mt5_import
 from vmsst import param_files
@@ -263,3 +264,74 @@ def test_t5_switches_replace_positions_norms_mlp_and_biases():
   assert layer == _layer("semantic_encoder/layer_0", ("wi_0", "wi_1", "wo"), ("scale",),
                          bias=False)
   assert NetworkConfig().relative_attention is False  # defaults stay the original model
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (forced CPU) devices")
+def test_per_layer_tensors_stack_onto_a_sharded_layer_axis(tmp_path):
+  """Each device reads only its layers' slices (the layer axis sharded here to show it)."""
+  mesh = partitioning.make_mesh(4, 2, devices=jax.devices()[:8])
+  sharding = NamedSharding(mesh, P("data", None, "model"))
+  params = {"semantic_encoder": {"layers": {"mlp": {"wo": {"kernel": jax.device_put(
+      jnp.zeros((4, 6, 4)), sharding)}}}}}
+  layers = np.arange(4 * 6 * 4, dtype=np.float32).reshape(4, 6, 4)
+  path = str(tmp_path / "layers.safetensors")
+  param_files.save_params(path, {f"semantic_encoder/layer_{i}/mlp/wo/kernel": layers[i]
+                                 for i in range(4)})
+  kernel = param_files.load_params(path, params)["semantic_encoder"]["layers"]["mlp"]["wo"][
+      "kernel"]
+  assert kernel.sharding == sharding
+  np.testing.assert_array_equal(kernel, layers)
+
+
+def _scanned_twin(model):
+  return VMSST(dataclasses.replace(model.network_config, scan_layers=True))
+
+
+def test_the_converted_file_is_the_same_for_a_scanned_run(hf):
+  """mt5_import writes layer_<i> names whether or not the run scans its layers."""
+  _, dirs, _ = hf
+  checkpoint = mt5_import.Checkpoint(dirs["untied"])
+  unrolled = VMSST(mt5_import.network_config(checkpoint))
+  converted, report = mt5_import.convert(checkpoint, unrolled)
+  scanned, scanned_report = mt5_import.convert(checkpoint, _scanned_twin(unrolled))
+  assert scanned.keys() == converted.keys()
+  assert "semantic_encoder/layer_1/attention/query/kernel" in scanned
+  assert scanned_report.mapped == report.mapped
+  assert sorted(scanned_report.fresh) == sorted(report.fresh)
+  for name, value in converted.items():
+    np.testing.assert_array_equal(scanned[name], value)
+
+
+@pytest.mark.slow
+def test_mt5_weights_loaded_into_scanned_layers_give_the_unrolled_network(hf, tmp_path):
+  """The mT5 file stacked into the scan_layers layout is the same network.
+
+  Loaded alone, the mT5 tensors give the same encoder states (every tensor of
+  the encoder is mT5's); every parameter of the unrolled network written to
+  a file and loaded into the scanned one gives its loss (dropout off: scan
+  splits the dropout key per layer).
+  """
+  _, dirs, _ = hf
+  checkpoint = mt5_import.Checkpoint(dirs["untied"])
+  unrolled = VMSST(mt5_import.network_config(checkpoint, dropout_rate=0.0))
+  scanned = _scanned_twin(unrolled)
+  mt5_file = str(tmp_path / "mt5.safetensors")
+  param_files.save_params(mt5_file, mt5_import.convert(checkpoint, unrolled)[0])
+  plain = param_files.load_params(mt5_file, init_params(unrolled))
+  stacked = param_files.load_params(mt5_file, init_params(scanned))
+  assert "layers" in stacked["semantic_encoder"] and "decoder" in stacked
+  batch = random_batch(batch_size=4, length=12, seed=4)
+  states = [model.semantic(p, batch["tokens_a"], batch["mask_a"])[1]["token_states"]
+            for model, p in ((unrolled, plain), (scanned, stacked))]
+  _assert_close(states[1], states[0], batch["mask_a"])
+
+  everything = str(tmp_path / "unrolled.safetensors")
+  param_files.save_params(everything, param_files.flatten(plain))
+  stacked = param_files.load_params(everything, init_params(scanned))
+  want = layer_stacks.stack_layer_params(plain)
+  assert jax.tree.structure(stacked) == jax.tree.structure(want)
+  for got, expected in zip(jax.tree.leaves(stacked), jax.tree.leaves(want)):
+    np.testing.assert_array_equal(got, expected)
+  rng = jax.random.key(5)
+  np.testing.assert_allclose(scanned.loss_fn(stacked, batch, rng)[0],
+                             unrolled.loss_fn(plain, batch, rng)[0], rtol=1e-6)

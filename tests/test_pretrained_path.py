@@ -54,8 +54,11 @@ def random_mt5(tiny_vocab_path, tmp_path_factory) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "scanned"])
 def test_mt5_vocabulary_import_train_export_embed(data_dir, tiny_vocab_path, random_mt5,
-                                                   tmp_path):
+                                                   tmp_path, scan):
+  """Scanned as the paper's pretrained runs are (gin/models/memory/scan.gin): the
+  converted file's layer_<i> tensors are stacked when train loads them."""
   pieces = vocabulary.get_vocabulary(tiny_vocab_path).tokenizer
   assert pieces.piece_to_id("<2deu>") == pieces.unk_id()  # No language symbols, as in mT5.
   checkpoint = mt5_import.Checkpoint(random_mt5)
@@ -64,7 +67,8 @@ def test_mt5_vocabulary_import_train_export_embed(data_dir, tiny_vocab_path, ran
   vmsst_testing.configure_small_run(
       data_dir, tiny_vocab_path, model_dir, steps=3,
       extra=[f"NetworkConfig.{f} = {getattr(cfg, f)!r}" for f in MT5_FIELDS]
-      + ["train.evaluator = None", f"train.init_params = '{init_file}'"])
+      + ["train.evaluator = None", f"train.init_params = '{init_file}'",
+         f"NetworkConfig.scan_layers = {scan}"])
   try:
     # What `python -m vmsst.mt5_import --gin_file=...` does with the run's gin files.
     converted, report = mt5_import.convert(
@@ -81,6 +85,7 @@ def test_mt5_vocabulary_import_train_export_embed(data_dir, tiny_vocab_path, ran
   table = result["params"]["token_embed"]["embedding"]
   assert np.linalg.norm(table - shared) < 0.1 * np.linalg.norm(shared)
   assert table.shape == (2048, 32)
+  assert ("layers" in result["params"]["semantic_encoder"]) == scan
   assert result["params"]["language_embed"]["embedding"].shape == (224, 32)
 
   saved_model = tmp_path / "saved_model"

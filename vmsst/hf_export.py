@@ -385,7 +385,8 @@ def load_params(path: str, params: Any) -> Any:
   if not (os.path.isdir(path) and is_export(path)):
     return param_files.load_params(path, params)
   flat = param_files.flatten(params)
-  arrays = export_params(path, {k: tuple(v.shape) for k, v in flat.items()})
+  arrays = export_params(path, param_files.per_layer_shapes(  # stacked again if scanned
+      {k: tuple(v.shape) for k, v in flat.items()}))
   return param_files.load_arrays(path, arrays, params)
 
 

@@ -12,9 +12,12 @@ counts) and writes the converted tensors as one safetensors file of
 "/"-joined names. Training starts from it with
 `train.init_params = '<output>'`: parameters without a counterpart keep the
 run's own seeded initialisation, and the file is read only while MODEL_DIR
-has no checkpoint. The network must *be* an mT5 stack: NetworkConfig's T5
-switches on and the sizes of config.json (`network_config` builds one;
-gin/models/sizes/mt5_large.gin binds them for the paper's 24 layers).
+has no checkpoint. The file names layers `layer_<i>` whether or not the run
+scans its layers (NetworkConfig.scan_layers): under scan `load_params` stacks
+them into `<stack>/layers/...`, so one conversion starts either. The network
+must *be* an mT5 stack: NetworkConfig's T5 switches on and the sizes of
+config.json (`network_config` builds one; gin/models/sizes/mt5_large.gin
+binds them for the paper's 24 layers).
 
 Name map, ours <- Hugging Face. Torch Linear weights are [out, in], so
 kernels are transposed (attention ones then reshaped to [d, heads, head_dim]
@@ -189,7 +192,9 @@ def convert(checkpoint: Checkpoint,
   abstract = jax.eval_shape(
       lambda rng: model.get_initial_variables(rng, models.batch_shapes(2, 8)),
       jax.random.key(0))
-  shapes = {n: tuple(s.shape) for n, s in param_files.flatten(nn.unbox(abstract["params"])).items()}
+  # Per-layer names under scan_layers too: the file fits either layout (load_params stacks).
+  shapes = param_files.per_layer_shapes(
+      {n: tuple(s.shape) for n, s in param_files.flatten(nn.unbox(abstract["params"])).items()})
   report, converted = Report(), {}
   for name, shape in shapes.items():
     report.sizes[name] = math.prod(shape)

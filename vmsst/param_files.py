@@ -57,6 +57,36 @@ def split_rows(key: str) -> tuple[str, int | None]:
   return (m.group(1), int(m.group(2))) if m else (key, None)
 
 
+def scanned_name(name: str) -> tuple[str, int] | None:
+  """A per-layer name in the scan_layers layout: (stacked name, layer index), else None.
+
+  "S/layer_3/x" -> ("S/layers/x", 3); "decoder_layer_3/x" -> ("decoder/layers/x", 3)
+  (the network's decoder, `vmsst/network.py`).
+  """
+  if m := re.fullmatch(r"decoder_layer_(\d+)/(.+)", name):
+    return f"decoder/layers/{m.group(2)}", int(m.group(1))
+  if m := re.fullmatch(r"(.+)/layer_(\d+)/(.+)", name):
+    return f"{m.group(1)}/layers/{m.group(3)}", int(m.group(2))
+  return None
+
+
+def per_layer_shapes(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+  """A model's shapes with each stacked parameter [L, ...] as its L per-layer names.
+
+  Files always hold the per-layer layout (what `vmsst.mt5_import` writes, what
+  a run without scan_layers stores), so one file starts either kind of run.
+  """
+  out = {}
+  for name, shape in shapes.items():
+    if m := re.fullmatch(r"(?:decoder/layers|(.+)/layers)/(.+)", name):
+      for i in range(shape[0]):
+        layer = f"{m.group(1)}/layer_{i}" if m.group(1) else f"decoder_layer_{i}"
+        out[f"{layer}/{m.group(2)}"] = tuple(shape[1:])
+    else:
+      out[name] = tuple(shape)
+  return out
+
+
 def fit_problems(stored: Mapping[str, tuple[int, ...]],
                  model: Mapping[str, tuple[int, ...]]) -> list[str]:
   """Stored names the model lacks or whose shapes differ, one line each."""
@@ -101,7 +131,8 @@ def load_params(path: str, params: Params) -> Params:
   """`params` (initialised, sharded) with every tensor of `path` put in place.
 
   Each process reads only the shards its devices hold; parameters absent
-  from the file keep their values.
+  from the file keep their values. Under scan_layers the file's per-layer
+  tensors (`S/layer_<i>/x`) are stacked into the model's `S/layers/x`.
 
   Args:
     path: a file written by `save_params` (the converter's --output), or a
@@ -113,40 +144,71 @@ def load_params(path: str, params: Params) -> Params:
   if os.path.isdir(path):
     return load_model_dir(path, params)
   from safetensors import safe_open  # pylint: disable=import-outside-toplevel
-  flat = flatten(params)
   with safe_open(path, "numpy") as f:
     stored = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
-    raise_unfit(path, fit_problems(stored, {k: v.shape for k, v in flat.items()}))
-    for key, shape in stored.items():
-      name, rows = split_rows(key)
-      target = flat[name]
-      value = jax.make_array_from_callback(
-          shape, target.sharding,
-          lambda index, k=key, t=target: np.asarray(f.get_slice(k)[index], t.dtype))
-      flat[name] = value if rows is None else _set_rows(target, value)
-  loaded = sum(math.prod(s) for s in stored.values())
-  total = sum(x.size for x in flat.values())
-  logging.info("loaded %d tensors (%d of %d parameters) from %s", len(stored), loaded,
-               total, path)
-  return unflatten(flat)
+    return _place(path, stored, lambda key, index: f.get_slice(key)[index], params)
 
 
 def load_arrays(source: str, arrays: Mapping[str, np.ndarray], params: Params) -> Params:
   """`params` with the named host `arrays` (keys as in a parameter file) put in place."""
+  return _place(source, {k: np.shape(v) for k, v in arrays.items()},
+                lambda key, index: np.asarray(arrays[key])[index], params)
+
+
+def _place(source: str, stored: Mapping[str, tuple[int, ...]], read, params: Params) -> Params:
+  """`params` with every stored tensor put in place, each device reading its shard.
+
+  `read(key, index)` is the slice `index` (a tuple of slices) of stored
+  tensor `key`. A stacked (scan_layers) parameter's shard is its layers'
+  slices of the per-layer tensors, stacked.
+  """
   flat = flatten(params)
-  raise_unfit(source, fit_problems({k: np.shape(v) for k, v in arrays.items()},
-                                   {k: v.shape for k, v in flat.items()}))
-  for key, value in arrays.items():
+  problems = fit_problems(stored, per_layer_shapes({k: v.shape for k, v in flat.items()}))
+  stacks = _layer_stacks(stored, flat, problems)
+  raise_unfit(source, problems)
+  for name, keys in stacks.items():
+    target = flat[name]
+    flat[name] = jax.make_array_from_callback(
+        target.shape, target.sharding,
+        lambda index, ks=keys, t=target: np.stack(
+            [np.asarray(read(k, index[1:]), t.dtype) for k in ks[index[0]]]))
+  stacked = {k for keys in stacks.values() for k in keys}
+  for key, shape in stored.items():
+    if key in stacked:
+      continue
     name, rows = split_rows(key)
     target = flat[name]
-    placed = jax.make_array_from_callback(
-        np.shape(value), target.sharding,
-        lambda index, v=value, t=target: np.asarray(v[index], t.dtype))
-    flat[name] = placed if rows is None else _set_rows(target, placed)
-  logging.info("loaded %d tensors (%d of %d parameters) from %s", len(arrays),
-               sum(np.size(v) for v in arrays.values()), sum(x.size for x in flat.values()),
+    value = jax.make_array_from_callback(
+        shape, target.sharding,
+        lambda index, k=key, t=target: np.asarray(read(k, index), t.dtype))
+    flat[name] = value if rows is None else _set_rows(target, value)
+  logging.info("loaded %d tensors (%d of %d parameters) from %s", len(stored),
+               sum(math.prod(s) for s in stored.values()), sum(x.size for x in flat.values()),
                source)
   return unflatten(flat)
+
+
+def _layer_stacks(stored: Mapping[str, tuple[int, ...]], flat: Mapping[str, Any],
+                  problems: list[str]) -> dict[str, list[str]]:
+  """Each stacked parameter the stored per-layer tensors fill -> their keys by layer.
+
+  A stack is filled whole or not at all (a partial one would mix fresh and
+  loaded layers in one array): a partial one is added to `problems`.
+  """
+  layers: dict[str, dict[int, str]] = {}
+  for key in stored:
+    found = scanned_name(key)
+    if key not in flat and found and found[0] in flat:
+      layers.setdefault(found[0], {})[found[1]] = key
+  stacks = {}
+  for name, keys in sorted(layers.items()):
+    depth = flat[name].shape[0]
+    if set(keys) == set(range(depth)):
+      stacks[name] = [keys[i] for i in range(depth)]
+    elif set(keys) < set(range(depth)):
+      problems.append(f"{name} stacks {depth} layers (scan_layers) but only layers "
+                      f"{sorted(keys)} are stored: give every layer or none")
+  return stacks
 
 
 def _set_rows(target: jax.Array, rows: jax.Array) -> jax.Array:
