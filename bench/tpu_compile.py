@@ -111,11 +111,12 @@ def stale_runs(reports: list[dict]) -> str:
       why.setdefault(r["stale"], []).append(pathlib.Path(r["run_file"]).stem)
   if not why:
     return ""
-  lines = [f"† Stale: {reason}" + (f" ({', '.join(f'`{run}.gin`' for run in runs)})."
+  lines = [f"† Stale, {reason}" + (f": {', '.join(f'`{run}.gin`' for run in runs)}."
                                     if len(why) > 1 else ".") for reason, runs in why.items()]
   every = ",".join(run for runs in why.values() for run in runs)
-  return ("\n" + "\n".join(lines) + " Not yet recompiled; rerun one at a time: "
-          f"`python bench/tpu_compile.py --runs={every} --jobs=1`.\n")
+  lines.append("Not yet recompiled; rerun one at a time: "
+               f"`python bench/tpu_compile.py --runs={every} --jobs=1`.")
+  return "\n" + "\n\n".join(lines) + "\n"
 
 
 def missing_runs(reports: list[dict]) -> str:

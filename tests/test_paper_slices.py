@@ -44,3 +44,35 @@ def test_paper_run_compiles_for_its_slice_and_fits(run, tmp_path):
   assert done.returncode == 0, (report.get("oom_message") or done.stdout)[-3000:]
   assert report["fits"] and report["peak_bytes_per_chip"] <= report["hbm_bytes_per_chip"]
   assert report["model_flops_per_chip"] > 0
+
+
+def _record(run: str, **extra) -> dict:
+  return {"run_file": f"gin/runs/{run}.gin", "slice": "v4-128", "chips": 64,
+          "batch_size": 2048, "fits": True, "peak_bytes_per_chip": 2 ** 34,
+          "hbm_bytes_per_chip": 2 ** 35, "model_flops_per_chip": 1e13,
+          "lower_bound_step_seconds": 0.04, "estimated_days_100k_steps_at_40pct": 0.1, **extra}
+
+
+def test_the_readme_marks_the_records_their_json_calls_stale_and_says_how_to_rerun():
+  reports = [_record("vmsst_24l_paper"),
+             _record("vmsst_24l_pretrained", stale="compiled with unrolled layers"),
+             _record("contrastive_24l_pretrained", stale="compiled with unrolled layers")]
+  rows = tpu_compile.table(reports).splitlines()[2:]
+  assert rows[0].startswith("| `vmsst_24l_paper.gin` | v4-128 (batch 2048) | 16.0 of 32 GiB")
+  assert rows[1].startswith("| `vmsst_24l_pretrained.gin` (stale†) |")
+  footnote = tpu_compile.stale_runs(reports)
+  assert "† Stale, compiled with unrolled layers." in footnote
+  assert ("--runs=vmsst_24l_pretrained,contrastive_24l_pretrained --jobs=1" in footnote)
+  assert tpu_compile.stale_runs(reports[:1]) == ""
+  two = tpu_compile.stale_runs(reports + [_record("query_tower_paper", stale="before T5.1.1")])
+  assert "† Stale, before T5.1.1: `query_tower_paper.gin`." in two
+
+
+def test_the_results_page_is_the_table_of_its_records():
+  """docs/results/tpu_compile/README.md's lines come from the JSON records beside it."""
+  folder = vmsst_testing.ROOT / "docs" / "results" / "tpu_compile"
+  reports = [json.loads((folder / f"{run}.json").read_text())
+             for run in tpu_compile.paper_runs() if (folder / f"{run}.json").exists()]
+  page = (folder / "README.md").read_text()
+  assert tpu_compile.table(reports) in page
+  assert tpu_compile.stale_runs(reports) in page
