@@ -7,6 +7,10 @@ Faults it survives:
 - a process killed mid-save: orbax writes into `<step>.orbax-checkpoint-tmp-*`
   and renames only when complete, so a half-written step is never listed; the
   manager removes such leftovers when it starts (`cleanup_tmp_directories`).
+  Saves are asynchronous (`make_manager`): the step waits only for the
+  device-to-host copy, and a kill while the background write runs leaves the
+  previous step as the latest. The data position of the step in flight may
+  already be on disk; it is never read without its checkpoint.
 - a truncated or corrupt step (deleted or cut array files, broken metadata):
   `restore_latest` warns, moves it aside to `checkpoints/corrupt-<step>` and
   falls back to the previous step; if none restores it raises
@@ -66,15 +70,22 @@ class Preempted(SystemExit):
 
 @gin.configurable
 def make_manager(model_dir: str, *, save_interval_steps: int = 500,
-                 max_to_keep: int = 3) -> ocp.CheckpointManager:
+                 max_to_keep: int = 3, asynchronous: bool = True) -> ocp.CheckpointManager:
   """CheckpointManager under `model_dir/checkpoints`.
 
   The handler is registered up front so that `item_metadata` can read a step
   before anything is restored (the configuration check needs it).
+
+  Args:
+    asynchronous: `save` returns once the arrays are copied to host memory
+      and a background thread writes them (the next step runs meanwhile);
+      False writes before returning (bench/save_stall.py compares the two).
+      Either way a step is listed only once complete, and
+      `wait_until_finished` waits for the write in flight.
   """
   options = ocp.CheckpointManagerOptions(
       save_interval_steps=save_interval_steps, max_to_keep=max_to_keep, create=True,
-      cleanup_tmp_directories=True)
+      cleanup_tmp_directories=True, enable_async_checkpointing=asynchronous)
   return ocp.CheckpointManager(
       files.join(files.abspath(model_dir), "checkpoints"), options=options,
       item_handlers=ocp.StandardCheckpointHandler())

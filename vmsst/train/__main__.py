@@ -43,7 +43,8 @@ def main(argv: Sequence[str]) -> None:
            "num_processes": train_flags.NUM_PROCESSES.value,
            "process_id": train_flags.PROCESS_ID.value}
   if train_flags.DISTRIBUTED.value or any(v is not None for v in peers.values()):
-    distributed.initialize_distributed(**peers)
+    distributed.initialize_distributed(
+        **peers, peer_timeout_seconds=train_flags.PEER_TIMEOUT_SECONDS.value)
   gin_utils.parse_gin(train_flags.GIN_FILE.value, train_flags.GIN_BINDINGS.value,
                       train_flags.GIN_SEARCH_PATH.value)
   preflight.check_paths()

@@ -27,6 +27,10 @@ NUM_PROCESSES = flags.DEFINE_integer("num_processes", None,
 PROCESS_ID = flags.DEFINE_integer("process_id", None,
                                   "This process's index in [0, num_processes) "
                                   "(implies --distributed).")
+PEER_TIMEOUT_SECONDS = flags.DEFINE_float(
+    "peer_timeout_seconds", 60.0,
+    "Multi-host: a peer process silent this long is lost; the others then exit "
+    "(status 69) with one line naming it, instead of waiting in a collective.")
 RESUME_WITH_CHANGES = flags.DEFINE_bool(
     "resume_with_changes", False,
     "Resume MODEL_DIR although settings changed since its config.gin (they are "
