@@ -42,6 +42,7 @@ from vmsst import gin_configurables  # pylint: disable=unused-import
 from vmsst import gin_utils
 from vmsst.evaluation import in_training
 from vmsst.train import distributed
+from vmsst.train import goodput as goodput_lib
 from vmsst.train import preflight
 from vmsst.train import scalar_writer
 from vmsst import vocabulary as vocabulary_lib
@@ -177,7 +178,9 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     checkpointing.NoUsableCheckpointError: no checkpoint in model_dir restores.
     FloatingPointError: non-finite steps beyond `skip_nonfinite_steps`.
   """
-  # Stage 1: mesh.
+  # Stage 1: mesh (the goodput clock starts: where this run's wall time goes).
+  goodput = goodput_lib.make_goodput(process_index=jax.process_index(),
+                                     process_count=jax.process_count())
   mesh = partitioning.make_mesh()
   logging.info("mesh %s over %d processes", dict(mesh.shape), jax.process_count())
   changes = preflight.check_start(model=model, model_dir=model_dir, batch_size=batch_size,
@@ -190,8 +193,10 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
                                 model.input_shapes(batch_size, sequence_length),
                                 skip_nonfinite=skip_nonfinite_steps > 0)
   manager = checkpointing.make_manager(model_dir)
-  state = _restore_or_initialize(trainer, manager, seed=seed, init_params=init_params)
+  state = _restore_or_initialize(trainer, manager, seed=seed, init_params=init_params,
+                                 goodput=goodput)
   start_step = int(state.step)
+  previous_step = goodput_lib.previous_progress(model_dir)  # steps past start_step are redone
   if early_stopping is not None and early_stopping.resume(evaluator, eval_every):
     return _nothing_to_do(start_step, start_step, state)
   if start_step >= train_steps:
@@ -216,12 +221,16 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
                        dynamic_ncols=True)
   started = time.time()
   skipped = consecutive_bad = 0
+  logged_step = start_step
+  goodput.add_unaccounted("startup")  # stages 1-3: the mesh, the state, the data
   with checkpointing.PreemptionWatcher() as preemption, distributed.lost_peers_named():
     for step in range(start_step + 1, train_steps + 1):
-      batch = _next_batch(batches, step, mixture_name, model_dir)
-      state, step_metrics = trainer.step(state, batch, rng)
-      consecutive_bad = check_finite(step, step_metrics, consecutive_bad,
-                                     max_skips=skip_nonfinite_steps, manager=manager)
+      with goodput.timing("data_wait" if step > start_step + 1 else "startup"):  # fills buffers
+        batch = _next_batch(batches, step, mixture_name, model_dir)
+      with goodput.timing(_step_category(step, start_step, previous_step)):
+        state, step_metrics = trainer.step(state, batch, rng)
+        consecutive_bad = check_finite(step, step_metrics, consecutive_bad,  # waits for the step
+                                       max_skips=skip_nonfinite_steps, manager=manager)
       skipped += consecutive_bad > 0
       saving = step == train_steps or manager.should_save(step)
       if step % log_every == 0 or saving:
@@ -230,27 +239,37 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
                                   seconds=time.time() - started, learning_rate=learning_rate)
         writer.write_scalars(step, metrics)
         history.append((step, metrics["loss"]))
+        _log_goodput(goodput, writer, step, model_dir, steps=step - logged_step,
+                     previous_step=previous_step)
+        logged_step = step
       # Every step: check_finite has already waited for this step's metrics.
       progress.set_postfix(loss=f"{float(step_metrics['loss']):.3f}", refresh=False)
       progress.update(1)
-      if saving:
-        checkpointing.save(manager, step, state, force=True)
-        save_position(positions, step, batches, keep=manager.all_steps())
+      if saving:  # asynchronous: waits for the device-to-host copy only (make_manager)
+        with goodput.timing("checkpoints"):
+          checkpointing.save(manager, step, state, force=True)
+          save_position(positions, step, batches, keep=manager.all_steps())
       if step < train_steps and preemption.reached(step, manager):
         if not saving:
           save_position(positions, step, batches, keep=manager.all_steps())
         _save_and_exit(manager, step, state, saved=saving, writer=writer, progress=progress,
-                       signum=preemption.signum)
+                       signum=preemption.signum, goodput=goodput, model_dir=model_dir,
+                       previous_step=previous_step)
       if eval_every and step % eval_every == 0 and step != train_steps:
-        results = evaluate(evaluator, trainer, state.params, step, writer)
+        with goodput.timing("evaluation"):
+          results = evaluate(evaluator, trainer, state.params, step, writer)
         if early_stopping is not None and early_stopping.observe(step, results, state.params):
           state = early_stopping.save_final(manager, step, state)
           break
 
   # Stage 5: the last evaluation, everything on disk.
   progress.close()
-  retrieval = evaluate(evaluator, trainer, state.params, int(state.step), writer)
-  manager.wait_until_finished()
+  with goodput.timing("evaluation"):
+    retrieval = evaluate(evaluator, trainer, state.params, int(state.step), writer)
+  with goodput.timing("checkpoints"):
+    manager.wait_until_finished()  # the last asynchronous save committed
+  _log_goodput(goodput, writer, int(state.step), model_dir, steps=int(state.step) - logged_step,
+               previous_step=previous_step, final=True)
   writer.flush()
   if skipped:
     logging.warning("%d of %d steps had a non-finite loss/gradient and were skipped",
@@ -261,13 +280,15 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
 
 
 def _restore_or_initialize(trainer: trainer_lib.Trainer, manager, *, seed: int,
-                           init_params: str | None) -> trainer_lib.TrainState:
+                           init_params: str | None,
+                           goodput: goodput_lib.Goodput) -> trainer_lib.TrainState:
   """MODEL_DIR's latest checkpoint, else `seed`'s state (with `init_params`' tensors).
 
   init_params is read only while there is no checkpoint, so a restarted run
   resumes from its own parameters rather than going back to the file's.
   """
-  state = checkpointing.restore_latest(manager, trainer.abstract_state)
+  with goodput.timing("checkpoints"):
+    state = checkpointing.restore_latest(manager, trainer.abstract_state)
   if state is not None:
     if init_params:
       logging.info("init_params %s ignored: resuming from the checkpoint", init_params)
@@ -382,12 +403,39 @@ def _nothing_to_do(step: int, train_steps: int, state) -> dict[str, Any]:
           "retrieval": {}, "params": state.params, "skipped_steps": 0}
 
 
+def _step_category(step: int, start_step: int, previous_step: int | None) -> str:
+  """Goodput's name for a step's time: the run's first (compiles), a redone one, or productive."""
+  if step == start_step + 1:
+    return "startup"
+  return "redone" if goodput_lib.steps_redone(start_step, previous_step, step) else "productive"
+
+
+def _log_goodput(goodput: goodput_lib.Goodput, writer, step: int, model_dir: str, *, steps: int,
+                 previous_step: int | None, final: bool = False) -> None:
+  """Goodput scalars to TensorBoard, the data-wait check, progress.json; the line at exit.
+
+  progress.json keeps the furthest step any run reached, so a run killed
+  again before getting back there still counts those steps as redone.
+  """
+  writer.write_scalars(step, goodput.scalars())
+  if steps:
+    goodput.check_data_wait(steps)
+  if jax.process_index() == 0:
+    goodput_lib.record_progress(model_dir, max(step, previous_step or 0))
+  if final:
+    logging.info("%s", goodput.line())
+
+
 def _save_and_exit(manager, step: int, state, *, saved: bool, writer, progress,
-                   signum: int | None) -> None:
+                   signum: int | None, goodput: goodput_lib.Goodput, model_dir: str,
+                   previous_step: int | None) -> None:
   """After SIGTERM or Ctrl-C: the current step on disk (waited for), then Preempted."""
-  if not saved:
-    checkpointing.save(manager, step, state, force=True)
-  manager.wait_until_finished()
+  with goodput.timing("checkpoints"):
+    if not saved:
+      checkpointing.save(manager, step, state, force=True)
+    manager.wait_until_finished()  # an asynchronous save completes before the exit
+  _log_goodput(goodput, writer, step, model_dir, steps=0, previous_step=previous_step,
+               final=True)
   writer.flush()
   progress.close()
   preempted = checkpointing.Preempted(step, os.fspath(manager.directory),
