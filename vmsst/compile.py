@@ -56,6 +56,7 @@ import jax
 import numpy as np
 from absl import flags
 
+from vmsst import files
 from vmsst import partitioning
 from vmsst import trainer as trainer_lib
 
@@ -465,8 +466,7 @@ def report_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> int:
                   model_flops_per_chip=model_flops(flops_run, batch) / target.chips,
                   hbm_bytes=target.hbm_bytes, bf16_flops=target.bf16_flops)
   if _OUTPUT.value:  # first: minutes of compiling are kept whatever happens to stdout
-    with open(_OUTPUT.value, "w") as f:
-      json.dump(report.as_dict(), f, indent=1)
+    files.write_text(_OUTPUT.value, json.dumps(report.as_dict(), indent=1))
   print(describe(report), flush=True)
   if not compiled.fits:
     print(f"error: the step does not fit {target.name}: raise the model axis, add remat/scan "

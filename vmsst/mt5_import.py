@@ -67,7 +67,6 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
 # pylint: disable=wrong-import-position
 import dataclasses
 import math
-import os
 import re
 import sys
 from typing import Any, Mapping
@@ -78,6 +77,7 @@ import jax
 import numpy as np
 from absl import flags
 
+from vmsst import files
 from vmsst import models
 from vmsst import param_files
 from vmsst.config import NetworkConfig
@@ -275,7 +275,7 @@ def main(argv) -> None:
   if not f.gin_file:
     raise cli.UserError("give --gin_file=gin/runs/<run>.gin: the run whose model the "
                         "parameters are converted for.")
-  if not os.path.isfile(os.path.join(f.hf_dir, "config.json")):
+  if not files.exists(files.join(f.hf_dir, "config.json")):
     raise cli.UserError(f"--hf_dir={f.hf_dir} has no config.json; give a Hugging Face T5/mT5 "
                         "directory (save_pretrained(..., safe_serialization=True) writes one).")
   cli.check_output_path("output", f.output)
