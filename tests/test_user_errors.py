@@ -35,8 +35,8 @@ def test_export_and_evaluate_name_the_bad_directory_without_a_traceback(tmp_path
   vmsst_testing.assert_user_error(done, *_named(message, tmp=tmp_path))
 
 
-def test_a_remote_model_dir_is_left_to_the_loader():
-  encoder_flags.check_paths(model_dir="gs://bucket/run", saved_model="gs://bucket/export")
+def test_a_missing_saved_model_is_named():
+  # A bucket path is checked the same way, on the emulator: tests/test_gcs_commands.py.
   with pytest.raises(cli.UserError, match="--saved_model=/nonexistent is not a directory"):
     encoder_flags.check_paths(saved_model="/nonexistent")
 

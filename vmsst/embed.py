@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 from absl import flags
 
+from vmsst import files
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
 from vmsst.evaluation import similarity
@@ -44,9 +45,8 @@ FLAGS = flags.FLAGS
 
 def open_output(path: str | pathlib.Path):
   """A UTF-8 text file for writing, "\\n" line ends, parent directories created."""
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  return open(path, "w", encoding="utf-8", newline="\n")
+  files.makedirs(files.parent(path) or ".")
+  return files.open_text(path, "w", newline="\n")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,13 +104,10 @@ def embed_file(get_encoder: Callable[[], protocol.UniqueSentences],
   if not sentences:
     raise ValueError(f"{input_path} has no lines; give a file with one sentence per line.")
   encoder = get_encoder()
-  embeddings = encoder.encode(sentences, desc=pathlib.Path(input_path).name, language=language)
+  embeddings = encoder.encode(sentences, desc=files.name(input_path), language=language)
   if normalize:
     embeddings = similarity.normalize(embeddings)
-  output_path = pathlib.Path(output_path)
-  output_path.parent.mkdir(parents=True, exist_ok=True)
-  with open(output_path, "wb") as f:
-    np.save(f, embeddings)
+  files.save_npy(output_path, embeddings)
   return Summary(lines=len(sentences), distinct=len(set(sentences)),
                  empty=sum(not s.strip() for s in sentences), dim=embeddings.shape[1],
                  truncated=truncation_note(encoder, sentences))

@@ -40,6 +40,7 @@ import numpy as np
 from absl import flags
 from absl import logging
 
+from vmsst import files
 from vmsst.encoding import flags as encoder_flags
 from vmsst import languages
 from vmsst.encoding import protocol
@@ -89,10 +90,10 @@ def run_suites(encoder: protocol.Encoder, *, data_dirs: Sequence[str], suite: st
                batch_size: int = 256) -> dict:
   """Runs the suites, writes results.json, report.md and plots; returns the results."""
   options = options or suites_lib.SuiteOptions()
-  roots = [pathlib.Path(d) for d in data_dirs]
+  roots = [files.as_path(d) for d in data_dirs]
   located, skipped = locate_suites(data_dirs, suite, options)
   unique = protocol.UniqueSentences(encoder, batch_size=batch_size)
-  output_dir = pathlib.Path(output)
+  output_dir = files.as_path(output)
   output_dir.mkdir(parents=True, exist_ok=True)
   results, plots, seconds, truncated = {}, {}, {}, {}
   for name, folder in located.items():
@@ -133,7 +134,7 @@ def locate_suites(data_dirs: Sequence[str], suite: str, options: suites_lib.Suit
     FileNotFoundError: a suite named explicitly has no data (the message says
       where it looked and how to get it).
   """
-  roots = [pathlib.Path(d) for d in data_dirs]
+  roots = [files.as_path(d) for d in data_dirs]
   names, run_all = suites_lib.parse_suites(suite)
   located, skipped = {}, {}
   for name in names:

@@ -75,8 +75,6 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
 
 # pylint: disable=wrong-import-position
 import json
-import os
-import shutil
 import time
 from typing import Any, Sequence
 
@@ -89,6 +87,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from jax.experimental import jax2tf
 
+from vmsst import files
 from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
 from vmsst import losses
@@ -120,7 +119,7 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
   Returns:
     The metadata written to assets.extra/vmsst_export.json.
   """
-  if os.path.isdir(output_dir) and os.listdir(output_dir):
+  if files.isdir(output_dir) and files.listdir(output_dir):
     raise FileExistsError(f"--output={output_dir} exists and is not empty; pick a new "
                           "directory or delete it first.")
   restored = restore.restore(model_dir, step=step, dtype=dtype)
@@ -136,7 +135,7 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
   write_params(restored.model, params, restored.sequence_length, output_dir, exported)
   metadata = {
       "format_version": FORMAT_VERSION,
-      "model_dir": os.path.abspath(model_dir),
+      "model_dir": files.abspath(model_dir),
       "objective": type(restored.model).__name__,
       "step": int(restored.step),
       "dimension": module.dimension,
@@ -157,7 +156,7 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
          if "b" in restored.model.sides else {}),
       "requires": "import tensorflow_text before tf.saved_model.load (SentencePiece ops)",
   }
-  _write_extras(os.path.join(output_dir, EXTRA_DIR), model_dir, restored.vocabulary.sp_model,
+  _write_extras(files.join(output_dir, EXTRA_DIR), model_dir, restored.vocabulary.sp_model,
                 metadata)
   return metadata
 
@@ -169,14 +168,12 @@ def _write_extras(extra_dir: str, model_dir: str, sp_model: bytes, metadata: dic
   weights): model.json names the architecture (config.gin the whole run),
   spm.model the tokenizer.
   """
-  os.makedirs(extra_dir, exist_ok=True)
-  shutil.copy(os.path.join(model_dir, restore.MODEL_FILE), extra_dir)
-  if os.path.exists(os.path.join(model_dir, restore.CONFIG_FILE)):
-    shutil.copy(os.path.join(model_dir, restore.CONFIG_FILE), extra_dir)
-  with open(os.path.join(extra_dir, restore.VOCABULARY_FILE), "wb") as f:
-    f.write(sp_model)
-  with open(os.path.join(extra_dir, METADATA_FILE), "w", encoding="utf-8") as f:
-    json.dump(metadata, f, indent=1)
+  files.makedirs(extra_dir)
+  for name in (restore.MODEL_FILE, restore.CONFIG_FILE):  # config.gin: absent in old directories
+    if name == restore.MODEL_FILE or files.exists(files.join(model_dir, name)):
+      files.copy(files.join(model_dir, name), files.join(extra_dir, name))
+  files.write_bytes(files.join(extra_dir, restore.VOCABULARY_FILE), sp_model)
+  files.write_text(files.join(extra_dir, METADATA_FILE), json.dumps(metadata, indent=1))
 
 
 def semantic_params(model: models.EmbeddingModel, params: dict[str, np.ndarray],
@@ -340,13 +337,13 @@ def write_params(model: models.EmbeddingModel, params: dict[str, np.ndarray],
   if set(axes) != set(params):
     raise ValueError(f"checkpoint parameters {sorted(set(params) ^ set(axes))} disagree with "
                      "the model config.gin builds; export with the config it was trained by.")
-  np.savez(os.path.join(output_dir, PARAMS_FILE), **params)
+  files.save_npz(files.join(output_dir, PARAMS_FILE), **params)
   index = {k: {"shape": list(v.shape), "dtype": str(v.dtype), "axes": axes[k],
                "in_saved_model": k in exported} for k, v in sorted(params.items())}
   rows = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in index.items())
-  with open(os.path.join(output_dir, PARAMS_INDEX_FILE), "w", encoding="utf-8") as f:
-    f.write(f'{{"file": "{PARAMS_FILE}", "separator": "{SEPARATOR}", "params": {{\n'
-            f"{rows}\n}}}}\n")  # one line per parameter, still plain JSON
+  files.write_text(files.join(output_dir, PARAMS_INDEX_FILE),  # one line per parameter, plain JSON
+                   f'{{"file": "{PARAMS_FILE}", "separator": "{SEPARATOR}", "params": {{\n'
+                   f"{rows}\n}}}}\n")
   return index
 
 

@@ -6,11 +6,11 @@ and checks its flags with this module first (`cli.check_early`): a mistyped
 restore or a trace.
 """
 
-import os
 
 from absl import flags
 
 from vmsst import cli
+from vmsst import files
 from vmsst.encoding import flags as encoder_flags
 
 FLAGS = flags.FLAGS
@@ -50,16 +50,16 @@ def check() -> None:
                         "(a new directory for the SavedModel).")
   encoder_flags.check_paths(model_dir=model_dir)  # one error line, not a restore traceback
   cli.check_output_path("output", output, directory=True)
-  if "://" not in output and os.path.isdir(output) and os.listdir(output):
+  if files.isdir(output) and files.listdir(output):
     raise cli.UserError(f"--output={output} exists and is not empty; pick a new directory or "
                         "delete it first.")
   if FLAGS.format != "savedmodel" and (FLAGS.normalize or FLAGS.dtype
                                        or FLAGS.platforms != ["cpu"]):
     raise cli.UserError(f"--normalize, --dtype and --platforms shape the SavedModel only; drop "
                         f"them with --format={FLAGS.format} (its weights are float32).")
-  checkpoints = os.path.join(model_dir, "checkpoints")
-  if step is not None and "://" not in model_dir:
-    steps = sorted(int(n) for n in os.listdir(checkpoints) if n.isdigit())
+  checkpoints = files.join(model_dir, "checkpoints")
+  if step is not None:
+    steps = sorted(int(n) for n in files.listdir(checkpoints) if n.isdigit())
     if step not in steps:
       raise cli.UserError(f"--step={step}: {checkpoints} holds steps "
                           f"{', '.join(map(str, steps)) or 'none'}; pick one, or drop --step "

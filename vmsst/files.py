@@ -71,6 +71,12 @@ def abspath(path: PathLike) -> str:
   return path if is_remote(path) else os.path.abspath(os.path.expanduser(path))
 
 
+def resolve(path: PathLike) -> str:
+  """A local path made absolute with its links resolved (one key per directory); a bucket path unchanged."""
+  path = os.fspath(path)
+  return path if is_remote(path) else os.path.realpath(os.path.expanduser(path))
+
+
 def exists(path: PathLike) -> bool:
   """As `os.path.exists` (an empty path is none, not the working directory `epath` makes it)."""
   return bool(os.fspath(path)) and as_path(path).exists()
@@ -125,9 +131,11 @@ def open_text(path: PathLike, mode: str = "r", *, newline: str | None = None) ->
   """A text file, gunzipped when its name ends in `.gz` (read and write)."""
   path = os.fspath(path)
   if path.endswith(".gz"):
-    raw = open(path, mode.replace("t", "") + ("b" if "b" not in mode else ""))
-    return io.TextIOWrapper(gzip.GzipFile(fileobj=raw, mode=mode[0] + "b"), encoding="utf-8",
-                            newline=newline)
+    compressed = gzip.GzipFile(fileobj=open(path, mode[0] + "b"), mode=mode[0] + "b")
+    # Closed with the gzip stream (as when gzip opens a file name itself): a bucket
+    # object is written at that close.
+    compressed.myfileobj = compressed.fileobj
+    return io.TextIOWrapper(compressed, encoding="utf-8", newline=newline)
   if newline is not None and not is_remote(path):
     return io.open(path, mode, encoding="utf-8", newline=newline)
   return open(path, mode)
@@ -182,8 +190,17 @@ def walk(top: PathLike) -> Iterator[tuple[str, list[str], list[str]]]:
 
 
 def rename(source: PathLike, destination: PathLike) -> None:
-  """Moves a file or directory (a bucket 'directory' is copied object by object, then removed)."""
-  as_path(source).rename(as_path(destination))
+  """Moves a file or directory; an existing destination file is replaced (as `os.replace`).
+
+  A bucket has no directories and no atomic rename: a bucket 'directory' is
+  copied object by object, then removed; a bucket file is copied over the
+  destination (each object write is atomic), then removed.
+  """
+  if is_remote(source) and isdir(source):
+    copytree(source, destination)
+    rmtree(source)
+    return
+  as_path(source).replace(as_path(destination))
 
 
 def remove(path: PathLike) -> None:

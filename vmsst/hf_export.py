@@ -58,13 +58,12 @@ tuned query tower at the root and the frozen document tower under
 
 import json
 import math
-import os
-import shutil
 from typing import Any, Mapping
 
 import numpy as np
 from flax import traverse_util
 
+from vmsst import files
 from vmsst.encoding import restore
 from vmsst import param_files
 from vmsst import t5_names
@@ -241,10 +240,11 @@ def write_transformer(output: str, cfg: NetworkConfig, flat: Mapping[str, np.nda
   arch = architecture(cfg)
   flat = unstacked(flat, cfg.num_encoder_layers)
   tensors = (mt5_tensors if arch == "mt5" else xlmr_tensors)(cfg, flat)
-  os.makedirs(output, exist_ok=True)
-  save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()},
-            os.path.join(output, "model.safetensors"), metadata={"format": "pt"})
-  _write_json(os.path.join(output, "config.json"), hf_config(cfg, arch, max_seq_length))
+  files.makedirs(output)
+  with files.local_output(files.join(output, "model.safetensors")) as local:  # local disk only
+    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, local,
+              metadata={"format": "pt"})
+  _write_json(files.join(output, "config.json"), hf_config(cfg, arch, max_seq_length))
   write_tokenizer(output, sp_model, max_seq_length)
   return arch
 
@@ -258,9 +258,8 @@ def write_tokenizer(output: str, sp_model: bytes, max_seq_length: int) -> None:
   see the module docstring); AutoProcessor, which sentence-transformers
   calls, honours processor_class.
   """
-  with open(os.path.join(output, TOKENIZER_FILE), "wb") as f:
-    f.write(sp_model)
-  _write_json(os.path.join(output, "tokenizer_config.json"), {
+  files.write_bytes(files.join(output, TOKENIZER_FILE), sp_model)
+  _write_json(files.join(output, "tokenizer_config.json"), {
       "tokenizer_class": "SpeechT5Tokenizer", "processor_class": "SpeechT5Tokenizer",
       "bos_token": None, "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
       "model_max_length": max_seq_length, "split_special_tokens": True, "normalize": False,
@@ -268,8 +267,7 @@ def write_tokenizer(output: str, sp_model: bytes, max_seq_length: int) -> None:
 
 
 def _write_json(path: str, value: Any) -> None:
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(value, f, indent=2)
+  files.write_text(path, json.dumps(value, indent=2))
 
 
 # ---------------------------------------------------------------- heads
@@ -331,21 +329,30 @@ def export(model_dir: str, output: str, *, fmt: str = "sentence-transformers",
   """Writes the transformers / sentence-transformers directory; returns its metadata."""
   if fmt not in FORMATS:
     raise ValueError(f"--format={fmt}: choose one of {FORMATS} (or savedmodel).")
-  if os.path.isdir(output) and os.listdir(output):
+  if files.isdir(output) and files.listdir(output):
     raise FileExistsError(f"--output={output} exists and is not empty; pick a new "
                           "directory or delete it first.")
-  import jax  # pylint: disable=import-outside-toplevel
   restored = restore.restore(model_dir, step=step, dtype="float32")
-  cfg, length = restored.model.network_config, restored.sequence_length
-  architecture(cfg)  # before anything is written
-  metadata = {"format": fmt, "model_dir": os.path.abspath(model_dir),
+  architecture(restored.model.network_config)  # before anything is written
+  metadata = {"format": fmt, "model_dir": files.abspath(model_dir),
               "objective": type(restored.model).__name__, "step": int(restored.step),
-              "max_seq_length": length, "towers": {}}
+              "max_seq_length": restored.sequence_length, "towers": {}}
+  # sentence-transformers saves only to the local disk: a bucket output is written here first.
+  with files.local_output(output, directory=True) as local:
+    _write_export(local, model_dir, restored, fmt, metadata)
+  return metadata
+
+
+def _write_export(output: str, model_dir: str, restored: restore.RestoredModel, fmt: str,
+                  metadata: dict[str, Any]) -> None:
+  """Every tower, the model card, the metadata and the run's model.json / config.gin."""
+  import jax  # pylint: disable=import-outside-toplevel
+  cfg, length = restored.model.network_config, restored.sequence_length
   for subdir, side, tower in towers(restored, model_dir):
     params = jax.device_get(tower.params)
     network = tower.model.tower(params, side) if hasattr(tower.model, "tower") else params
     flat = traverse_util.flatten_dict(network, sep="/")
-    target = os.path.join(output, subdir)
+    target = files.join(output, subdir)
     arch = write_transformer(target, cfg, flat, restored.vocabulary.sp_model, length)
     projections = heads(tower.model, params, side)
     if fmt == "sentence-transformers":
@@ -357,13 +364,11 @@ def export(model_dir: str, output: str, *, fmt: str = "sentence-transformers",
     metadata["dimension"] = int(projections[-1][0].shape[0])
     metadata["towers"][subdir or "."] = _tower_role(restored.model, subdir)
   from vmsst import model_card  # pylint: disable=import-outside-toplevel
-  with open(os.path.join(output, "README.md"), "w", encoding="utf-8") as f:
-    f.write(model_card.render(model_dir, metadata))
-  _write_json(os.path.join(output, METADATA_FILE), metadata)
+  files.write_text(files.join(output, "README.md"), model_card.render(model_dir, metadata))
+  _write_json(files.join(output, METADATA_FILE), metadata)
   for name in (restore.MODEL_FILE, restore.CONFIG_FILE):
-    if os.path.exists(os.path.join(model_dir, name)):
-      shutil.copy(os.path.join(model_dir, name), output)
-  return metadata
+    if files.exists(files.join(model_dir, name)):
+      files.copy(files.join(model_dir, name), files.join(output, name))
 
 
 def _tower_role(model, subdir: str) -> str:
@@ -382,17 +387,18 @@ def _tower_role(model, subdir: str) -> str:
 
 def load_params(path: str, params: Any) -> Any:
   """`train(init_params=path)`: an export (`export_params`), else `param_files.load_params`."""
-  if not (os.path.isdir(path) and is_export(path)):
+  if not (files.isdir(path) and is_export(path)):
     return param_files.load_params(path, params)
   flat = param_files.flatten(params)
-  arrays = export_params(path, param_files.per_layer_shapes(  # stacked again if scanned
-      {k: tuple(v.shape) for k, v in flat.items()}))
+  with files.local_copy(path) as local:  # safetensors reads only the local disk
+    arrays = export_params(local, param_files.per_layer_shapes(  # stacked again if scanned
+        {k: tuple(v.shape) for k, v in flat.items()}))
   return param_files.load_arrays(path, arrays, params)
 
 
 def is_export(path: str) -> bool:
   """A directory this module wrote (or any with a transformers config.json)."""
-  return os.path.isfile(os.path.join(path, "config.json"))
+  return files.isfile(files.join(path, "config.json"))
 
 
 def export_params(export_dir: str, shapes: Mapping[str, tuple[int, ...]]
@@ -405,8 +411,7 @@ def export_params(export_dir: str, shapes: Mapping[str, tuple[int, ...]]
   `semantic_head/mu` and a distillation student's `teacher_head`. Names the
   model lacks are skipped; the fit of the rest is checked by the caller.
   """
-  with open(os.path.join(export_dir, "config.json"), encoding="utf-8") as f:
-    model_type = json.load(f).get("model_type")
+  model_type = json.loads(files.read_text(files.join(export_dir, "config.json"))).get("model_type")
   if model_type not in ("mt5", "xlm-roberta-xl"):
     raise ValueError(f"{export_dir}/config.json has model_type {model_type!r}; init_params "
                      "reads exports of python -m vmsst.export --format=sentence-transformers "
@@ -433,14 +438,13 @@ def export_params(export_dir: str, shapes: Mapping[str, tuple[int, ...]]
 
 def _dense_modules(export_dir: str) -> list[Projection]:
   """(weight [out, in], bias) of each sentence-transformers Dense module, in order."""
-  from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
-  path = os.path.join(export_dir, "modules.json")
-  if not os.path.exists(path):
+  from safetensors.numpy import load  # pylint: disable=import-outside-toplevel
+  path = files.join(export_dir, "modules.json")
+  if not files.exists(path):
     return []
-  with open(path, encoding="utf-8") as f:
-    dense = [m["path"] for m in json.load(f) if m["type"].endswith(".Dense")]
+  dense = [m["path"] for m in json.loads(files.read_text(path)) if m["type"].endswith(".Dense")]
   out = []
   for folder in dense:
-    tensors = load_file(os.path.join(export_dir, folder, "model.safetensors"))
+    tensors = load(files.read_bytes(files.join(export_dir, folder, "model.safetensors")))
     out.append((tensors["linear.weight"], tensors.get("linear.bias")))
   return out

@@ -21,6 +21,7 @@ import numpy as np
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.util import tensor_util
 
+from vmsst import files
 from vmsst.evaluation import plots
 
 TAG = "retrieval/mean"
@@ -37,12 +38,12 @@ def read_curves(model_dir: str | pathlib.Path, prefix: str = "retrieval/") -> di
   Raises:
     FileNotFoundError: model_dir has no TensorBoard events (naming the folder).
   """
-  folder = pathlib.Path(model_dir) / "tensorboard"
-  if not any(folder.glob("events.out.tfevents.*")):
+  folder = files.join(model_dir, "tensorboard")  # TensorBoard's reader handles gs:// itself
+  if not files.glob(files.join(folder, "events.out.tfevents.*")):
     raise FileNotFoundError(f"no TensorBoard events in {folder}: train the run first "
                             "(python -m vmsst.compare resumes it).")
   events = event_accumulator.EventAccumulator(
-      str(folder), size_guidance={event_accumulator.TENSORS: 0, event_accumulator.SCALARS: 0})
+      folder, size_guidance={event_accumulator.TENSORS: 0, event_accumulator.SCALARS: 0})
   events.Reload()
   points = {}  # tag -> [(step, wall time, value)]
   for kind in ("tensors", "scalars"):
@@ -94,7 +95,7 @@ def plot(curves: Mapping[str, Mapping[int, dict]], path: pathlib.Path, *,
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
   by_step.legend(fontsize=8)
-  fig.savefig(path, dpi=120, bbox_inches="tight")
+  plots.save(fig, path)
 
 
 def _aligned(by_seed: Mapping[int, dict]) -> tuple[list[int], np.ndarray, np.ndarray]:
@@ -110,20 +111,20 @@ def main(argv):
   """`python -m vmsst.learning_curves --model_dir=D --output=P.png`: one run's curve
   (the main job draws its own next to its evaluation report)."""
   del argv
-  model_dir = pathlib.Path(flags.FLAGS.model_dir)
-  output = pathlib.Path(flags.FLAGS.output or model_dir / "eval" / "learning_curve.png")
-  if not model_dir.is_dir():
+  model_dir = flags.FLAGS.model_dir
+  output = flags.FLAGS.output or files.join(model_dir, "eval", "learning_curve.png")
+  if not files.isdir(model_dir):
     raise cli.UserError(f"--model_dir={model_dir} is not a directory; give a MODEL_DIR written "
                         "by `python -m vmsst.train`.")
-  cli.check_output_path("output", str(output))
+  cli.check_output_path("output", output)
   try:
     curve = read_curve(model_dir)
   except FileNotFoundError as e:  # the message names the folder and the fix
     raise cli.UserError(str(e)) from e
   if not curve["step"]:
     raise cli.UserError(f"{model_dir} has no {TAG} events; train with train.eval_every > 0.")
-  output.parent.mkdir(parents=True, exist_ok=True)
-  plot({model_dir.name: {0: curve}}, output)
+  files.makedirs(files.parent(output) or ".")
+  plot({files.name(model_dir): {0: curve}}, output)
   print(f"wrote {output}: {TAG} {curve['value'][-1]:.2f}% at step {curve['step'][-1]}")
 
 

@@ -92,6 +92,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from absl import flags
 
+from vmsst import files
 from vmsst import embed
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
@@ -155,7 +156,7 @@ def read_side(path: str | pathlib.Path) -> Side:
       duplicates += 1
     else:
       first_line[line] = number - 1
-  return Side(pathlib.Path(path), list(first_line),
+  return Side(files.as_path(path), list(first_line),
               np.fromiter(first_line.values(), np.int64, len(first_line)), len(lines), empty,
               duplicates)
 
@@ -163,7 +164,8 @@ def read_side(path: str | pathlib.Path) -> Side:
 def load_embeddings(path: str | pathlib.Path, side: Side) -> np.ndarray:
   """float32 [len(side.sentences), d]: the rows of `path` for the side's distinct sentences.
 
-  The file is memory-mapped, so only those rows are read into memory.
+  A local file is memory-mapped, so only those rows are read into memory (a
+  bucket file is read whole).
 
   Raises:
     ValueError: naming the file, when it is not a float [lines, d] .npy
@@ -171,7 +173,7 @@ def load_embeddings(path: str | pathlib.Path, side: Side) -> np.ndarray:
   """
   redo = f"re-create it with `python -m vmsst.embed --input={side.path} --output={path}`"
   try:
-    matrix = np.load(path, mmap_mode="r", allow_pickle=False)
+    matrix = files.load_npy(path, mmap=True)
   except FileNotFoundError:
     raise
   except (ValueError, OSError) as e:

@@ -9,10 +9,10 @@ next to the data.
 """
 
 import json
-import os
 import re
 from typing import Any, Mapping
 
+from vmsst import files
 from vmsst.encoding import restore
 
 # Data folder -> the words of a task or mixture name that read it (tasks/registry/ names).
@@ -32,11 +32,10 @@ def _bindings(config: str) -> dict[str, str]:
 
 def training_data(model_dir: str) -> tuple[str, dict[str, str]]:
   """(the task or mixture trained on, {data folder: its SOURCE.md license line})."""
-  path = os.path.join(model_dir, restore.CONFIG_FILE)
-  if not os.path.exists(path):
+  path = files.join(model_dir, restore.CONFIG_FILE)
+  if not files.exists(path):
     return "unknown (no config.gin in the model directory)", {}
-  with open(path, encoding="utf-8") as f:
-    bindings = _bindings(f.read())
+  bindings = _bindings(files.read_text(path))
   task = next((v.strip("'\"") for k, v in bindings.items()
                if k.endswith(("mixture_name", "mixture_or_task_name", "MIXTURE_OR_TASK",
                               "TASK"))), "unknown")
@@ -44,17 +43,16 @@ def training_data(model_dir: str) -> tuple[str, dict[str, str]]:
   licenses = {}
   for folder, words in DATA_OF_TASK.items():
     if any(w in task.lower() for w in words) or (folder == "ntrex128" and "mixture" in task):
-      licenses[folder] = _license(os.path.join(data_dir, folder, "SOURCE.md"))
+      licenses[folder] = _license(files.join(data_dir, folder, "SOURCE.md"))
   return task, licenses
 
 
 def _license(source_md: str) -> str:
-  if not os.path.exists(source_md):
+  if not files.exists(source_md):
     return f"see {source_md} (not found when exporting)"
-  with open(source_md, encoding="utf-8") as f:
-    for line in f:
-      if "License:" in line:
-        return line.split("License:**", 1)[-1].strip()
+  for line in files.read_text(source_md).splitlines():
+    if "License:" in line:
+      return line.split("License:**", 1)[-1].strip()
   return f"no license line in {source_md}"
 
 
@@ -90,15 +88,14 @@ def _transformers_note(metadata: Mapping[str, Any]) -> list[str]:
 
 def render(model_dir: str, metadata: Mapping[str, Any]) -> str:
   """The card's markdown."""
-  with open(os.path.join(model_dir, restore.MODEL_FILE), encoding="utf-8") as f:
-    spec = json.load(f)
+  spec = json.loads(files.read_text(files.join(model_dir, restore.MODEL_FILE)))
   task, licenses = training_data(model_dir)
   figures = heldout(model_dir)
   network = spec["network"]
   lines = [
       "---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity",
       "tags: [sentence-transformers, feature-extraction, sentence-similarity, vmsst]", "---",
-      "", f"# {os.path.basename(os.path.normpath(model_dir))}", "",
+      "", f"# {files.name(model_dir)}", "",
       "A multilingual sentence embedder trained with vmsst: "
       f"objective **{metadata['objective']}**, "
       f"{metadata['step']} steps, exported as a stock `{metadata['architecture']}` encoder "

@@ -15,11 +15,10 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
   cli.quiet_startup()
 
 # pylint: disable=wrong-import-position
-import os
-
 import gin
 from absl import flags
 
+from vmsst import files
 from vmsst.encoding import restore
 # pylint: disable-next=unused-import
 from vmsst.train import loop  # registers train, the configurable config.gin binds
@@ -33,20 +32,20 @@ def convert(model_dir: str) -> str:
 
   An entrypoint: it replaces the process's gin config with the run's.
   """
-  config_path = os.path.join(model_dir, restore.CONFIG_FILE)
-  if not os.path.exists(config_path):
+  config_path = files.join(model_dir, restore.CONFIG_FILE)
+  if not files.exists(config_path):
     raise FileNotFoundError(f"{config_path} not found: --model_dir must be a directory "
                             "written by `python -m vmsst.train`.")
   with gin.unlock_config():
     gin.clear_config()
-    gin.parse_config_file(config_path)
+    gin.parse_config(files.read_text(config_path))  # an operative config: no includes
   model = gin.query_parameter("train.model").scoped_configurable_fn()
   sequence_length = int(_value(gin.query_parameter("train.sequence_length")))
   vocabulary = restore.VOCABULARY_FILE
-  if not os.path.exists(os.path.join(model_dir, vocabulary)):  # before spm.model was copied
-    vocabulary = os.path.abspath(_value(gin.query_parameter("get_vocabulary.path")))
+  if not files.exists(files.join(model_dir, vocabulary)):  # before spm.model was copied
+    vocabulary = files.abspath(_value(gin.query_parameter("get_vocabulary.path")))
   restore.write_model_json(model_dir, model, sequence_length, vocabulary)
-  return os.path.join(model_dir, restore.MODEL_FILE)
+  return files.join(model_dir, restore.MODEL_FILE)
 
 
 def _value(binding):

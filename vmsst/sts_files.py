@@ -7,12 +7,12 @@ Each returns `ScoredPairs`; bad lines raise ValueError naming file and line.
 
 import csv
 import dataclasses
-import gzip
 import pathlib
 import re
 
 import numpy as np
 
+from vmsst import files
 from vmsst import text_files
 
 # SemEval 2017 names a track file track<N>[a-z].<l1>-<l2>; column 1 is in l1.
@@ -61,7 +61,7 @@ def read_semeval_files(input_path: Path, gold_path: Path, *,
       not line-aligned, a gold line is not a number, or a scored input line
       has fewer than two columns.
   """
-  input_path, gold_path = pathlib.Path(input_path), pathlib.Path(gold_path)
+  input_path, gold_path = files.as_path(input_path), files.as_path(gold_path)
   inputs, golds = text_files.read_lines(input_path), text_files.read_lines(gold_path)
   inputs = inputs[:input_lines]
   if len(inputs) != len(golds):
@@ -90,7 +90,7 @@ def read_semeval_files(input_path: Path, gold_path: Path, *,
 
 def read_semeval_folder(folder: Path) -> dict[str, ScoredPairs]:
   """Every `STS.input.<name>.txt` + `STS.gs.<name>.txt` in a folder, keyed by name, sorted."""
-  folder = pathlib.Path(folder)
+  folder = files.as_path(folder)
   inputs = sorted(folder.glob("STS.input.*.txt"))
   if not inputs:
     raise ValueError(f"{folder} holds no STS.input.<name>.txt files; pass a SemEval STS folder "
@@ -121,8 +121,8 @@ def read_stsb(folder: Path, split: str) -> ScoredPairs:
   Split on TAB only: sentences hold unbalanced quotes, so CSV quoting would
   merge lines, and some lines carry two trailing source columns (ignored).
   """
-  path = _existing(pathlib.Path(folder) / f"sts-{split}.csv")
-  first, second, gold, files = [], [], [], []
+  path = _existing(files.as_path(folder) / f"sts-{split}.csv")
+  first, second, gold, sources = [], [], [], []
   for number, line in enumerate(text_files.read_lines(path), start=1):
     columns = line.split("\t")
     if len(columns) < 7:
@@ -135,15 +135,15 @@ def read_stsb(folder: Path, split: str) -> ScoredPairs:
                        "number.") from None
     first.append(columns[5])
     second.append(columns[6])
-    files.append(columns[1])
-  return ScoredPairs(first, second, np.asarray(gold, np.float64), source_files=files)
+    sources.append(columns[1])
+  return ScoredPairs(first, second, np.asarray(gold, np.float64), source_files=sources)
 
 
 def read_stsb_multi_mt(folder: Path, language: str, split: str) -> ScoredPairs:
   """STSb Multi MT `stsb-<language>-<split>.csv.gz`: CSV rows sentence1, sentence2, score."""
-  path = _existing(pathlib.Path(folder) / f"stsb-{language}-{split}.csv.gz")
+  path = _existing(files.as_path(folder) / f"stsb-{language}-{split}.csv.gz")
   first, second, gold = [], [], []
-  with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+  with files.open_text(path, "rt", newline="") as f:
     reader = csv.reader(f)
     for row in reader:
       try:

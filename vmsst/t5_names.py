@@ -13,6 +13,8 @@ import re
 
 import numpy as np
 
+from vmsst import files
+
 _LAYER_LEAVES = {  # our name inside a layer -> (HF sublayer: attention or mlp, HF suffix)
     "pre_attention_norm/scale": ("attention", "layer_norm.weight"),
     "attention/query/kernel": ("attention", "SelfAttention.q.weight"),
@@ -29,19 +31,21 @@ _RELATIVE_BIAS = "{}.block.0.layer.0.SelfAttention.relative_attention_bias.weigh
 
 
 class Checkpoint:
-  """A Hugging Face model directory: config.json plus safetensors file(s)."""
+  """A Hugging Face model directory: config.json plus safetensors file(s).
+
+  The directory is local (safetensors maps files from the local disk): a bucket
+  one goes through `files.local_copy` first.
+  """
 
   def __init__(self, hf_dir: str):
     self.hf_dir = hf_dir
-    with open(os.path.join(hf_dir, "config.json")) as f:
-      self.config = json.load(f)
+    self.config = json.loads(files.read_text(files.join(hf_dir, "config.json")))
     self.config.setdefault("relative_attention_max_distance", 128)  # older configs omit it
-    index = os.path.join(hf_dir, "model.safetensors.index.json")
-    if os.path.exists(index):
-      with open(index) as f:
-        self._files = {name: os.path.join(hf_dir, file)
-                       for name, file in json.load(f)["weight_map"].items()}
-    elif os.path.exists(os.path.join(hf_dir, "model.safetensors")):
+    index = files.join(hf_dir, "model.safetensors.index.json")
+    if files.exists(index):
+      self._files = {name: files.join(hf_dir, file)
+                     for name, file in json.loads(files.read_text(index))["weight_map"].items()}
+    elif files.exists(files.join(hf_dir, "model.safetensors")):
       from safetensors import safe_open  # pylint: disable=import-outside-toplevel
       path = os.path.join(hf_dir, "model.safetensors")
       with safe_open(path, "numpy") as f:

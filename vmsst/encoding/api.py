@@ -32,6 +32,7 @@ cli.quiet_imports()  # the API as quiet as the commands: CPU JAX without an acce
 import numpy as np
 from absl import logging
 
+from vmsst import files
 from vmsst.encoding import protocol
 from vmsst.encoding import saved_model as saved_model_lib
 from vmsst.evaluation import similarity as similarity_lib
@@ -95,7 +96,7 @@ class Encoder:
   @classmethod
   def from_saved_model(cls, path: str) -> "Encoder":
     """A SavedModel written by `python -m vmsst.export` (or any with its contract)."""
-    if not os.path.isdir(path):
+    if not files.isdir(path):
       raise FileNotFoundError(f"No SavedModel directory at {path}; write one with "
                               "`python -m vmsst.export --model_dir=... --output=...`.")
     # Registers the SentencePiece ops the exported graph uses; without it,

@@ -6,11 +6,11 @@ offline reference encoder). Commands call `define()` from their `__main__`
 only, so importing any of them defines no flags.
 """
 
-import os
 
 from absl import flags
 
 from vmsst import cli
+from vmsst import files
 from vmsst.encoding import protocol
 from vmsst.encoding import saved_model as saved_model_lib
 from vmsst.encoding import usem3
@@ -67,7 +67,7 @@ def check_one() -> None:
 def check_paths(*, model_dir: str | None = None, saved_model: str | None = None) -> None:
   """--model_dir holds model.json and checkpoints/; --saved_model a saved_model.pb.
 
-  Remote paths (gs://...) are left to the loaders.
+  Local and bucket (gs://...) paths alike.
 
   Raises:
     cli.UserError: naming the flag, what is missing and where such a directory comes from.
@@ -77,12 +77,12 @@ def check_paths(*, model_dir: str | None = None, saved_model: str | None = None)
             "only: `python -m vmsst.model_json --model_dir=DIR` writes its model.json)"),
            ("--saved_model", saved_model, ("saved_model.pb",),
             "an --output written by `python -m vmsst.export`")]
-  for flag, path, files, what in needs:
-    if not path or "://" in path:
+  for flag, path, markers, what in needs:
+    if not path:
       continue
-    if not os.path.isdir(path):
+    if not files.isdir(path):
       raise cli.UserError(f"{flag}={path} is not a directory; give {what}.")
-    missing = [f for f in files if not os.path.exists(os.path.join(path, f))]
+    missing = [f for f in markers if not files.exists(files.join(path, f))]
     if missing:
       raise cli.UserError(f"{flag}={path} has no {' or '.join(missing)}; give {what}.")
 

@@ -8,11 +8,11 @@ checkpoint does.
 """
 
 import json
-import os
 from typing import Sequence
 
 import numpy as np
 
+from vmsst import files
 from vmsst import languages as languages_lib
 
 # Where `python -m vmsst.export` leaves its metadata and vocabulary (export.EXTRA_DIR,
@@ -85,14 +85,13 @@ def _export_metadata(path: str) -> tuple[dict, object | None]:
   metadata names side a's languages. ({}, None) for a SavedModel written by
   something else.
   """
-  extra = os.path.join(path, EXPORT_EXTRA_DIR)
-  metadata, vocabulary = (os.path.join(extra, n) for n in (EXPORT_METADATA, EXPORT_VOCABULARY))
-  if not os.path.exists(metadata):
+  extra = files.join(path, EXPORT_EXTRA_DIR)
+  metadata, vocabulary = (files.join(extra, n) for n in (EXPORT_METADATA, EXPORT_VOCABULARY))
+  if not files.exists(metadata):
     return {}, None
-  with open(metadata, encoding="utf-8") as f:
-    values = json.load(f)
+  values = json.loads(files.read_text(metadata))
   values["sequence_length"] = int(values["sequence_length"])
-  if not os.path.exists(vocabulary):
+  if not files.exists(vocabulary):
     return values, None
   import sentencepiece  # pylint: disable=import-outside-toplevel
-  return values, sentencepiece.SentencePieceProcessor(model_file=vocabulary)
+  return values, sentencepiece.SentencePieceProcessor(model_proto=files.read_bytes(vocabulary))

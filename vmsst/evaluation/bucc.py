@@ -33,6 +33,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from vmsst import files
 from vmsst.encoding import protocol
 from vmsst.mining import approximate
 from vmsst import mining
@@ -72,7 +73,7 @@ class Split:
 def split_paths(root: str | pathlib.Path, src: str, trg: str,
                 split: str) -> dict[str, pathlib.Path]:
   """{"source", "target", "gold"} -> the split's three files (which may not exist)."""
-  stem = pathlib.Path(root) / f"{src}-{trg}" / f"{src}-{trg}.{split}"
+  stem = files.as_path(root) / f"{src}-{trg}" / f"{src}-{trg}.{split}"
   return {"source": stem.with_name(f"{stem.name}.{src}"),
           "target": stem.with_name(f"{stem.name}.{trg}"),
           "gold": stem.with_name(f"{stem.name}.gold")}
@@ -144,14 +145,14 @@ def write_split(root: str | pathlib.Path, src: str, trg: str, split: str, data: 
 
 
 def _write_lines(path: pathlib.Path, lines) -> None:
-  with open(path, "w", encoding="utf-8", newline="\n") as f:
+  with files.open_text(path, "w", newline="\n") as f:
     f.writelines(f"{line}\n" for line in lines)
 
 
 def language_pairs(root: str | pathlib.Path) -> list[tuple[str, str]]:
   """Sorted (src, trg) of every `<src>-<trg>/` directory holding at least one split."""
   found = []
-  for directory in sorted(pathlib.Path(root).glob("*-*")):
+  for directory in sorted(files.as_path(root).glob("*-*")):
     src, _, trg = directory.name.partition("-")
     if directory.is_dir() and any(split_paths(root, src, trg, s)["source"].exists()
                                   for s in SPLITS):
@@ -161,7 +162,7 @@ def language_pairs(root: str | pathlib.Path) -> list[tuple[str, str]]:
 
 def resolve_root(folder: str | pathlib.Path) -> pathlib.Path:
   """The directory holding `<src>-<trg>/`: `folder` itself or its `bucc2018/` child."""
-  folder = pathlib.Path(folder)
+  folder = files.as_path(folder)
   if not language_pairs(folder) and language_pairs(folder / "bucc2018"):
     return folder / "bucc2018"
   return folder
@@ -278,7 +279,7 @@ BUILT_NOTE = "Not BUCC 2018 data"
 
 def is_built(root: pathlib.Path) -> bool:
   """Whether `root` is vmsst/build_data/bucc.py's stand-in task, not BUCC 2018 (its README says)."""
-  readme = pathlib.Path(root) / "README.md"
+  readme = files.as_path(root) / "README.md"
   return readme.is_file() and BUILT_NOTE in readme.read_text(encoding="utf-8")
 
 

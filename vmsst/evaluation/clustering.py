@@ -27,7 +27,6 @@ MewsC-16 is not in the shared data; vmsst/build_data/clustering.py writes a
 stand-in in this format from the STS Benchmark.
 """
 
-import gzip
 import pathlib
 from typing import Mapping, Sequence
 
@@ -35,6 +34,7 @@ import numpy as np
 import scipy.optimize
 from sklearn import cluster as sk_cluster
 
+from vmsst import files
 from vmsst.encoding import protocol
 from vmsst.evaluation import similarity
 from vmsst import text_files
@@ -83,7 +83,7 @@ def kmeans(embeddings: np.ndarray, k: int, seed: int, n_init: int = N_INIT) -> n
 
 def find_folder(folder: str | pathlib.Path) -> pathlib.Path:
   """`folder` itself when it holds sentence files, else `folder/mewsc16`."""
-  folder = pathlib.Path(folder)
+  folder = files.as_path(folder)
   if not any(folder.glob(f"*{SENTENCES_SUFFIX}")) and (folder / DEFAULT_FOLDER).is_dir():
     folder = folder / DEFAULT_FOLDER
   if not any(folder.glob(f"*{SENTENCES_SUFFIX}")):
@@ -108,9 +108,9 @@ def read_language(folder: pathlib.Path, lang: str) -> tuple[list[str], list[str]
   if not category_path.is_file():
     raise ValueError(f"{category_path}: missing; every {sentence_path.name} needs an aligned "
                      f"{category_path.name} (one category per line).")
-  with gzip.open(sentence_path, "rt", encoding="utf-8", newline="\n") as f:
+  with files.open_text(sentence_path, "rt", newline="\n") as f:
     sentence_lines = f.read().split("\n")
-  with open(category_path, encoding="utf-8", newline="\n") as f:
+  with files.open_text(category_path, newline="\n") as f:
     category_lines = f.read().split("\n")
   for lines in (sentence_lines, category_lines):
     if lines and lines[-1] == "":

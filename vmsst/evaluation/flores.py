@@ -33,6 +33,7 @@ import numpy as np
 from absl import logging
 
 from vmsst_tasks import sources
+from vmsst import files
 from vmsst import languages as languages_lib
 from vmsst.encoding import protocol
 from vmsst.evaluation import parallel
@@ -67,7 +68,7 @@ def split_folder(folder: pathlib.Path, split: str | None = None) -> tuple[pathli
     FileNotFoundError: naming what was searched, when no split folder or
       file of the split is found.
   """
-  folder = pathlib.Path(folder)
+  folder = files.as_path(folder)
   splits = [split] if split else list(SPLITS)
   for name in splits:
     for candidate in (folder / name, *(folder / f / name for f in FOLDERS), folder):

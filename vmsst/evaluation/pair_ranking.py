@@ -42,6 +42,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from vmsst import files
 from vmsst.encoding import protocol
 from vmsst.evaluation import similarity
 from vmsst import text_files
@@ -139,13 +140,13 @@ def nli_errors(premises: np.ndarray, hypotheses: np.ndarray, labels: Sequence[st
 
 def read_triplets(path: str | pathlib.Path) -> tuple[list[tuple[str, str, str]], int]:
   """([(anchor, positive, negative)], blank lines skipped) of a triplet TSV."""
-  rows, blank = text_files.read_tsv(pathlib.Path(path), 3, "anchor, positive, negative")
+  rows, blank = text_files.read_tsv(files.as_path(path), 3, "anchor, positive, negative")
   return [tuple(r[1:]) for r in rows], blank
 
 
 def read_nli(path: str | pathlib.Path) -> tuple[list[NliRow], int]:
   """([NliRow], blank lines skipped) of a premise<TAB>hypothesis<TAB>label file."""
-  path = pathlib.Path(path)
+  path = files.as_path(path)
   rows, blank = text_files.read_tsv(path, 3, "premise, hypothesis, label")
   for number, _, _, label in rows:
     if label not in LABELS:
@@ -225,7 +226,7 @@ def evaluate(encoder: protocol.UniqueSentences, folder: str | pathlib.Path, *,
        XNLI pairs (the paper's average over language pairs) and triplet files
        (None when absent)}.
   """
-  root = pathlib.Path(folder)
+  root = files.as_path(folder)
   if root.name.startswith(XNLI_PREFIX) and (root / f"{split}.tsv").is_file():
     root = root.parent
   nli_paths = find_nli_files(root, split)

@@ -26,6 +26,7 @@ from typing import Mapping
 import numpy as np
 from absl import logging
 
+from vmsst import files
 from vmsst import mining
 from vmsst.encoding import protocol
 from vmsst import text_files
@@ -68,7 +69,7 @@ def read_aligned(src: str | pathlib.Path, trg: str | pathlib.Path) -> tuple[list
     ValueError: naming both files and their line counts, when the counts differ
       or a file has no line.
   """
-  paths = [pathlib.Path(src), pathlib.Path(trg)]
+  paths = [files.as_path(src), files.as_path(trg)]
   for path, flag in zip(paths, ("--src", "--trg")):
     if not path.is_file():
       raise FileNotFoundError(f"{flag}={path}: no such file.")

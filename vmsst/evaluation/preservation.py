@@ -57,6 +57,7 @@ import numpy as np
 from absl import flags
 from scipy import stats
 
+from vmsst import files
 from vmsst.encoding import protocol
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import similarity
@@ -262,7 +263,7 @@ def evaluate(original: protocol.Encoder, tuned: protocol.Encoder, data_dir: str 
     {"triplets": triplet_evaluation | None, "rows": [row], "counts":
      count_verdicts(rows), "skipped": [folder names not found]}.
   """
-  data_dir = pathlib.Path(data_dir)
+  data_dir = files.as_path(data_dir)
   wrap = lambda e: protocol.UniqueSentences(e, progress=progress)
   original_towers = wrap(original)
   before = Towers(original_towers, original_towers)
@@ -332,7 +333,7 @@ def main(argv: Sequence[str]) -> None:
   results = evaluate(original, tuned, FLAGS.data_dir, documents=documents, triplets=triplets,
                      sts_languages=FLAGS.sts_languages,
                      tatoeba_languages=FLAGS.tatoeba_languages, margin=FLAGS.margin)
-  output = pathlib.Path(FLAGS.output)
+  output = files.as_path(FLAGS.output)
   output.mkdir(parents=True, exist_ok=True)
   (output / "preservation.json").write_text(json.dumps(results, indent=1))
   (output / "preservation.md").write_text(report(results))

@@ -29,6 +29,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from vmsst import files
 from vmsst import languages as languages_lib
 from vmsst.encoding import protocol
 from vmsst.mining import neighbors
@@ -88,7 +89,7 @@ def _index(path: pathlib.Path, rows: Sequence[tuple]) -> dict[str, int]:
 
 def read_set(folder: str | pathlib.Path) -> RetrievalSet:
   """Reads and checks one set folder (see the module doc for the format)."""
-  folder = pathlib.Path(folder)
+  folder = files.as_path(folder)
   query_rows, query_blank = _read_tsv(folder / QUERIES, 3, "query_id, language, text")
   kb_rows, kb_blank = _read_tsv(folder / KB, 2, "kb_id, text")
   gold_rows, gold_blank = _read_tsv(folder / GOLD, 2, "query_id, kb_id")
@@ -115,7 +116,7 @@ def read_set(folder: str | pathlib.Path) -> RetrievalSet:
 
 def find_sets(folder: str | pathlib.Path) -> dict[str, pathlib.Path]:
   """{set name: set folder} under `folder` (or `folder/question_retrieval`)."""
-  folder = pathlib.Path(folder)
+  folder = files.as_path(folder)
   if not any(folder.glob(f"*/{QUERIES}")) and (folder / FOLDER).is_dir():
     folder = folder / FOLDER
   sets = {p.parent.name: p.parent for p in sorted(folder.glob(f"*/{QUERIES}"))}

@@ -43,7 +43,7 @@ def score_plot(rows: Mapping[str, dict], path: pathlib.Path) -> None:
   ax.set_xticks(np.arange(len(labels)) + width * (len(rows) - 1) / 2, labels)
   ax.set_ylabel("×100")
   ax.legend(fontsize=8)
-  fig.savefig(path, dpi=120, bbox_inches="tight")
+  plots.save(fig, path)
 
 
 def truncation_note(meta: dict) -> str:

@@ -32,6 +32,7 @@ import numpy as np
 from absl import logging
 from scipy import stats
 
+from vmsst import files
 from vmsst.encoding import protocol
 from vmsst.evaluation import similarity
 from vmsst import sts_files
@@ -140,7 +141,7 @@ def evaluate_english_sts(encoder: protocol.UniqueSentences, folder: Path, *,
      "averages": {"mean": {...}, "all": {...}}}  # unweighted over years.
     The VMSST paper's Table 9 reads averages.mean.pearson and averages.all.spearman.
   """
-  folder = pathlib.Path(folder)
+  folder = files.as_path(folder)
   results = {}
   for year in years:
     if not (folder / year).is_dir():
@@ -266,7 +267,7 @@ def sts17_files(folder: Path) -> dict[str, tuple[pathlib.Path, pathlib.Path]]:
   Raises:
     ValueError: no input file, an input without gold, or a name found twice.
   """
-  folder = pathlib.Path(folder)
+  folder = files.as_path(folder)
   dirs = [folder, *sorted(p for p in folder.iterdir() if p.is_dir())]
   if folder.name.startswith("STS2017.eval"):
     dirs += sorted(p for p in folder.parent.glob("STS2017.gs*") if p.is_dir())
@@ -403,4 +404,4 @@ def scatter(cosine: np.ndarray, gold: np.ndarray, path: Path, *, title: str = "S
   axes.set_xlabel("gold similarity")
   axes.set_ylabel("cosine of embeddings")
   axes.set_title(f"{title}: Spearman {correlations(cosine, gold)['spearman']:.1f}")
-  fig.savefig(path, dpi=120, bbox_inches="tight")
+  plots.save(fig, path)

@@ -11,6 +11,7 @@ import dataclasses
 import pathlib
 from typing import Callable, Sequence
 
+from vmsst import files
 from vmsst.evaluation import clustering
 from vmsst.evaluation import flores
 from vmsst.evaluation import bucc
@@ -152,7 +153,7 @@ def locate(name: str, data_dirs: Sequence[pathlib.Path],
   """The suite's folder under the first data dir that has it (parallel: --src, if both given)."""
   if SUITES[name].folder is None:
     options = options or SuiteOptions()
-    return pathlib.Path(options.src) if options.src and options.trg else None
+    return files.as_path(options.src) if options.src and options.trg else None
   for data_dir in data_dirs:
     for folder in _folders(name):
       if (data_dir / folder).is_dir():

