@@ -183,3 +183,93 @@ def test_two_processes_save_restore_and_match_one_process(small_data_dir, tiny_v
 def test_partial_coordinator_flags_are_refused_before_joining():
   with pytest.raises(ValueError, match="give all of --coordinator_address"):
     distributed.initialize_distributed(coordinator_address="localhost:1234", num_processes=2)
+
+
+def _wait_for_step(procs, log: pathlib.Path, step: int) -> None:
+  """Polls `log` until it shows step `step`; fails if a process ends first."""
+  deadline = time.monotonic() + TIMEOUT_S
+  while not re.search(rf"\[{step}\] .*loss=", log.read_text()):
+    for proc in procs:
+      assert proc.poll() is None, f"{proc.args} exited {proc.returncode} before step {step}"
+    assert time.monotonic() < deadline, f"no step {step} after {TIMEOUT_S} s"
+    time.sleep(0.2)
+
+
+def _exit_status(proc: subprocess.Popen, limit_s: float) -> int:
+  """The process's exit status; fails (a hang) if it runs past `limit_s`."""
+  try:
+    return proc.wait(timeout=limit_s)
+  except subprocess.TimeoutExpired:
+    raise AssertionError(f"{proc.args} still running {limit_s} s later (hung?)") from None
+
+
+def _two_processes(small_data_dir, tiny_vocab_path, model_dir, steps, tmp_path, phase,
+                   extra=()) -> list[tuple[list[str], int, pathlib.Path]]:
+  port = _free_port()
+  return [(_train_args(_bindings(small_data_dir, tiny_vocab_path, model_dir, steps))
+           + [f"--coordinator_address=localhost:{port}", "--num_processes=2",
+              f"--process_id={i}", *extra], 1, tmp_path / f"{phase}_process{i}.log")
+          for i in range(2)]
+
+
+def test_a_process_killed_stops_its_peer_with_one_line_and_a_restart_resumes(
+    small_data_dir, tiny_vocab_path, tmp_path):
+  steps, timeout = 8, 5
+  model_dir = tmp_path / "two"
+  runs = _two_processes(small_data_dir, tiny_vocab_path, model_dir, steps, tmp_path, "killed",
+                        extra=[f"--peer_timeout_seconds={timeout}"])
+  procs = []
+  try:
+    procs = [_spawn(*run) for run in runs]
+    _wait_for_step(procs, runs[1][2], 5)
+    procs[1].send_signal(signal.SIGKILL)
+    # The survivor stops on its own, well before JAX's backstop would abort it.
+    status = _exit_status(procs[0], timeout + 60)
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait(timeout=30)
+  survivor = runs[0][2].read_text()
+  assert status == distributed.HOST_LOST_EXIT_CODE == 69, survivor[-3000:]
+  lines = [line for line in survivor.splitlines() if line.startswith("error: lost process")]
+  assert len(lines) == 1, survivor[-3000:]
+  assert lines[0].startswith(f"error: lost process 1 of 2 (host {socket.gethostname()}, "
+                             f"pid {procs[1].pid}): silent for {timeout} s;"), lines
+  assert "Check failure stack trace" not in survivor  # JAX's own abort did not come first
+  # Both restarted: they resume from the last complete checkpoint to the
+  # model of one uninterrupted run.
+  _run_all(_two_processes(small_data_dir, tiny_vocab_path, model_dir, steps, tmp_path, "again")
+           + [(_train_args(_bindings(small_data_dir, tiny_vocab_path, tmp_path / "one", steps)),
+               2, tmp_path / "one.log")])
+  resumed = (tmp_path / "again_process0.log").read_text()
+  assert re.search(r"Restoring checkpoint at step [2-6] ", resumed), resumed[-3000:]
+  one = traverse_util.flatten_dict(jax.device_get(restore.restore(str(tmp_path / "one")).params))
+  two = traverse_util.flatten_dict(jax.device_get(restore.restore(str(model_dir)).params))
+  assert one.keys() == two.keys() and len(one) > 10
+  for name, value in one.items():
+    np.testing.assert_array_equal(two[name], value, err_msg=str(name))
+
+
+def test_sigterm_to_both_processes_saves_one_step_and_exits_75(small_data_dir, tiny_vocab_path,
+                                                               tmp_path):
+  model_dir = tmp_path / "two"
+  runs = _two_processes(small_data_dir, tiny_vocab_path, model_dir, 400, tmp_path, "term")
+  procs = []
+  try:
+    procs = [_spawn(*run) for run in runs]
+    _wait_for_step(procs, runs[0][2], 3)
+    for proc in procs:
+      proc.send_signal(signal.SIGTERM)
+    statuses = [_exit_status(proc, TIMEOUT_S) for proc in procs]
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait(timeout=30)
+  logs = [run[2].read_text() for run in runs]
+  assert statuses == [75, 75], [log[-3000:] for log in logs]
+  saved = [re.findall(r"preempted \(SIGTERM\): saved step (\d+) ", log) for log in logs]
+  assert saved[0] == saved[1] and len(saved[0]) == 1, saved
+  assert int(saved[0][0]) in _saved_steps(model_dir)
+  assert int(saved[0][0]) < 400
