@@ -144,6 +144,43 @@ def test_sigkill_at_a_random_step_then_restart_equals_an_uninterrupted_run(
   _assert_bitwise_equal(_final_state(model_dir), uninterrupted)
 
 
+def _kill_when_a_save_starts(process, model_dir: pathlib.Path, after_step: int) -> int:
+  """SIGKILLs `process` as soon as orbax's temporary directory of a step > `after_step`
+  appears (the asynchronous write has begun); returns that step."""
+  deadline = time.time() + TIMEOUT_S
+  while time.time() < deadline:
+    if (model_dir / "checkpoints").is_dir():
+      for name in os.listdir(model_dir / "checkpoints"):
+        step = name.split(".")[0]
+        if "tmp" in name and step.isdigit() and int(step) > after_step:
+          process.send_signal(signal.SIGKILL)
+          return int(step)
+    assert process.poll() is None, f"run ended ({process.returncode}) before a save"
+    time.sleep(0.002)
+  raise AssertionError(f"no save began within {TIMEOUT_S} s")
+
+
+def test_sigkill_during_an_asynchronous_save_resumes_from_a_complete_step(
+    uninterrupted, data_dir, tiny_vocab_path, tmp_path, run_env):
+  model_dir = tmp_path / "run"
+  command = _command(data_dir, tiny_vocab_path, model_dir, save_every=3)
+  process = _start(command, tmp_path / "killed.txt", run_env)
+  try:
+    saving = _kill_when_a_save_starts(process, model_dir, after_step=1)
+    assert process.wait(timeout=60) == -signal.SIGKILL
+  finally:
+    _kill(process)
+  # The step being written is either complete or absent, never listed half-written.
+  complete = checkpointing.make_manager(str(model_dir)).all_steps()
+  assert complete and max(complete) <= saving, (complete, saving)
+  status = _run(command, tmp_path / "resumed.txt", run_env)
+  resumed_log = (tmp_path / "resumed.txt").read_text()
+  assert status == 0, resumed_log[-3000:]
+  assert f"Restoring checkpoint at step {max(complete)} " in resumed_log
+  assert "does not restore" not in resumed_log  # nothing corrupt was met
+  _assert_bitwise_equal(_final_state(model_dir), uninterrupted)
+
+
 def test_sigterm_saves_the_current_step_exits_75_and_resumes_identically(
     uninterrupted, data_dir, tiny_vocab_path, tmp_path, run_env):
   model_dir = tmp_path / "run"
