@@ -200,7 +200,8 @@ def final_figures(model_dir: pathlib.Path) -> dict[str, float]:
   curves = learning_curves.read_curves(model_dir, prefix="")
   last = max(step for c in curves.values() for step in c["step"])
   return {tag: c["value"][-1] for tag, c in sorted(curves.items())
-          if c["step"] and c["step"][-1] == last and tag not in TIMINGS}
+          if c["step"] and c["step"][-1] == last and tag not in TIMINGS
+          and not tag.startswith("goodput/")}  # shares of wall time: timings too
 
 
 def train_side(side: str, checkout: pathlib.Path, objectives: Sequence[str], *, work: pathlib.Path,

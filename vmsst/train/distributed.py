@@ -113,6 +113,7 @@ class PeerWatchdog:
     self._clock = PeerClock(timeout)
     self._interval = max(0.2, timeout / 10)
     self._stop = threading.Event()
+    self._exiting = threading.Lock()  # the thread and a failed collective may both find the loss
     self._exit = exit_fn
     self._beat = 0
     self.hosts: dict[int, str] = {}
@@ -182,6 +183,9 @@ class PeerWatchdog:
     self._client.key_value_set(f"{_BEATS}/{self._process}", value, allow_overwrite=True)
 
   def _exit_naming(self, lost: list[int], how: str | None) -> None:
+    """Prints the line and exits; a second finder waits for the first one's exit."""
+    if not self._exiting.acquire(blocking=False):
+      threading.Event().wait()
     sys.stderr.write(lost_line(lost, self.hosts, self._count,
                                how or f"silent for {self._clock.timeout:.0f} s") + "\n")
     sys.stderr.flush()
