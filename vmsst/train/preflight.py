@@ -235,9 +235,11 @@ def changed_bindings(config_path: str) -> list[str]:
   # A config.gin (or run file) written before the task families binds
   # register_tasks.<arg>; both sides compared in the families' form differ
   # only where the settings do.
-  from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel  # TensorFlow: only on resume
-  before = registry.legacy_bindings(before)
-  now = registry.legacy_bindings(gin_utils.config_bindings(gin.config_str()))
+  now = gin_utils.config_bindings(gin.config_str())
+  from vmsst_tasks import input_pipeline  # pylint: disable=import-outside-toplevel
+  if input_pipeline.seqio_available():  # a pre-tokenized run without seqio binds no task family
+    from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel  # TensorFlow: only on resume
+    before, now = registry.legacy_bindings(before), registry.legacy_bindings(now)
   return [f"{key}: {before.get(key, '(unset)')} -> {now.get(key, '(unset)')}"
           for key in sorted(before.keys() | now.keys())
           if before.get(key) != now.get(key) and key not in RESUMABLE]
