@@ -14,6 +14,7 @@ import pathlib
 from typing import Iterable
 
 from vmsst_tasks import sources
+from vmsst import files
 from vmsst import text_files
 
 MULTI30K_TEST_PREFIX = "test_2016_flickr"
@@ -56,16 +57,16 @@ def _multi30k_sets(data_dir: pathlib.Path, max_pairs: int) -> dict[str, Retrieva
 def _ntrex_sets(data_dir: pathlib.Path, max_pairs: int) -> dict[str, RetrievalSet]:
   held_out = sources.ntrex_validation_documents(data_dir)
   keep = [doc in held_out for doc in sources.ntrex_documents(data_dir)]
-  files = sources.ntrex_files(data_dir)
-  english = [line for line, k in zip(text_files.read_lines(files["eng"]), keep) if k]
+  paths = sources.ntrex_files(data_dir)
+  english = [line for line, k in zip(text_files.read_lines(paths["eng"]), keep) if k]
   sets = {}
   for code in NTREX_TARGETS:
-    other = [line for line, k in zip(text_files.read_lines(files[code]), keep) if k]
+    other = [line for line, k in zip(text_files.read_lines(paths[code]), keep) if k]
     sets[f"ntrex_val.eng-{code}"] = dedupe_pairs(zip(english, other), max_pairs)
   return sets
 
 
 def retrieval_sets(data_dir: str, max_pairs: int = 500) -> dict[str, RetrievalSet]:
   """Name -> (source sentences, aligned target sentences), at most `max_pairs` each."""
-  root = pathlib.Path(data_dir)
+  root = files.as_path(data_dir)
   return {**_multi30k_sets(root, max_pairs), **_ntrex_sets(root, max_pairs)}

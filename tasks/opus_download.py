@@ -50,6 +50,8 @@ import opustools
 from vmsst_tasks import opus_paper
 from vmsst_tasks import opus_sources
 
+from vmsst import files
+
 ZIP_SUBDIR = "zips"
 DEFAULT_OPUS_DB = "~/.OpusTools/opusdata.db"  # opustools' own default location.
 _BUNDLED_DB = "opusdata.db.gz"
@@ -424,6 +426,10 @@ def _define_flags() -> None:
 def main(argv: Sequence[str]) -> int:
   cli.check_no_arguments(argv)
   config = flags.FLAGS
+  if files.is_remote(config.output):  # opustools and zipfile work on the local disk only
+    raise cli.UserError(f"--output={config.output}: download into a local directory, then copy "
+                        f"it to the bucket (gsutil -m cp -r DIR {config.output}); training "
+                        "reads OPUS files from either.")
   if not config.dry_run:
     cli.check_output_path("output", config.output, directory=True)
   try:

@@ -56,6 +56,7 @@ import pathlib
 from typing import Any, Mapping, Sequence
 
 from vmsst_tasks import opus_sources
+from vmsst import files
 from vmsst import languages as vmsst_languages
 
 CORPORA: tuple[str, ...] = ("Europarl", "UN", "OpenSubtitles", "GlobalVoices", "Tanzil", "Tatoeba")
@@ -212,7 +213,7 @@ def _file_lines(opus_file: opus_sources.OpusFile, manifest: Mapping[str, Mapping
                 opus_dir: pathlib.Path) -> int:
   """Lines of a file pair: from the manifest if sizes match, else counted."""
   entries = [manifest.get(p.name) if p.parent == opus_dir else None for p in opus_file.paths]
-  if all(e and e.get("bytes") == p.stat().st_size for e, p in zip(entries, opus_file.paths)):
+  if all(e and e.get("bytes") == files.size(p) for e, p in zip(entries, opus_file.paths)):
     if len({e["lines"] for e in entries}) == 1:
       return entries[0]["lines"]
   if len(opus_file.paths) == 1:
@@ -230,7 +231,7 @@ def scan_opus_dir(opus_dir: str | pathlib.Path, *, languages: Sequence[str] = LA
       files; the message names the directory and the download command.
     ValueError: misaligned Moses files, unknown codes (tasks.sources).
   """
-  opus_dir = pathlib.Path(opus_dir)
+  opus_dir = files.as_path(opus_dir)
   canon = vmsst_languages.canonical_language
   wanted = {canon(code): language for language in languages for code in opus_codes(language)}
   pivot_codes = [canon(p) for p in pivots]
@@ -250,10 +251,10 @@ def scan_opus_dir(opus_dir: str | pathlib.Path, *, languages: Sequence[str] = LA
         f"<corpus>.<l1>-<l2>.<l1>/.<l2> for corpora {list(corpora)}). Download them with: "
         + DOWNLOAD_COMMAND.format(opus_dir=opus_dir))
   pairs = []
-  for (p, lang), files in sorted(grouped.items()):
-    file_lines = tuple(_file_lines(f, manifest, opus_dir) for f in files)
-    pairs.append(PaperPair(p, lang, wanted[lang], tuple(files),
-                           tuple(sorted({corpus_of(f) for f in files})), sum(file_lines),
+  for (p, lang), pair_files in sorted(grouped.items()):
+    file_lines = tuple(_file_lines(f, manifest, opus_dir) for f in pair_files)
+    pairs.append(PaperPair(p, lang, wanted[lang], tuple(pair_files),
+                           tuple(sorted({corpus_of(f) for f in pair_files})), sum(file_lines),
                            file_lines))
   have = {wanted[p.language] for p in pairs} | {wanted.get(p.pivot) for p in pairs}
   return OpusInventory(

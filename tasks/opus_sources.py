@@ -9,13 +9,14 @@ different lengths are an error naming both files, never zip-truncated.
 
 import collections
 import dataclasses
-import gzip
 import itertools
 import pathlib
 import re
 from typing import AbstractSet, Iterator, Sequence
 
 from vmsst_tasks import sources
+
+from vmsst import files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,11 +67,11 @@ def discover_opus(opus_dir: sources.PathLike) -> list[OpusFile]:
     ValueError: unknown language code in a file name, or a Moses side whose
       partner file is missing.
   """
-  root = pathlib.Path(opus_dir)
+  root = files.as_path(opus_dir)
   if not root.is_dir():
     raise FileNotFoundError(f"OPUS directory {root} does not exist")
   found, moses = [], collections.defaultdict(dict)
-  for path in sorted(p for p in root.rglob("*") if p.is_file()):
+  for path in map(files.as_path, files.find(root)):
     match = _OPUS_NAME.match(path.name)
     sides = match and _split_pair(match["pair"], match["ext"], path)
     if not sides:
@@ -94,9 +95,8 @@ def discover_opus(opus_dir: sources.PathLike) -> list[OpusFile]:
 
 def count_lines(path: sources.PathLike) -> int:
   """Number of lines (a last line without "\\n" counts), read in binary blocks."""
-  opener = gzip.open if str(path).endswith(".gz") else open
   count, last = 0, b"\n"
-  with opener(path, "rb") as f:
+  with files.open_compressed(path) as f:
     while block := f.read(1 << 20):
       count += block.count(b"\n")
       last = block[-1:]

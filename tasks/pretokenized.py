@@ -34,7 +34,6 @@ DIR also holds `spm.model` (the vocabulary `train` copies into MODEL_DIR)
 and `data_counts.json` (the registration's read/kept/skipped counts).
 """
 
-import io
 import json
 from typing import Any
 
@@ -69,9 +68,8 @@ def _narrowest(values: np.ndarray) -> np.ndarray:
 
 def write_shard(directory: str, index: int, examples: dict[str, np.ndarray]) -> None:
   """Writes one shard: every feature [n, ...] of n consecutive examples of the stream."""
-  buffer = io.BytesIO()
-  np.savez_compressed(buffer, **{k: _narrowest(v) for k, v in examples.items()})
-  files.write_bytes(files.join(directory, _shard_name(index)), buffer.getvalue())
+  files.save_npz_compressed(files.join(directory, _shard_name(index)),
+                            **{k: _narrowest(v) for k, v in examples.items()})
 
 
 class Stream:

@@ -43,7 +43,6 @@ UTF-8: a skipped line there would shift every later line.
 import collections
 import dataclasses
 import difflib
-import gzip
 import hashlib
 import os
 import pathlib
@@ -52,6 +51,7 @@ from typing import AbstractSet, Iterable, Iterator, NamedTuple
 from absl import logging
 import gin
 
+from vmsst import files
 from vmsst import languages
 from vmsst import text_files
 
@@ -152,9 +152,8 @@ def decode_lines(path: PathLike, *, strict: bool) -> Iterator[str | Skip]:
     ValueError: (strict) on the first line that is not UTF-8, naming the file,
       the 1-based line, the byte offsets and the fix.
   """
-  opener = gzip.open if str(path).endswith(".gz") else open
   offset = 0
-  with opener(path, "rb") as f:
+  with files.open_compressed(path) as f:
     for number, raw in enumerate(f, 1):
       start, offset = offset, offset + len(raw)
       try:
@@ -221,12 +220,12 @@ def _pair_or_skip(text_a: str | Skip, text_b: str | Skip, lang_a: str, lang_b: s
 
 def tatoeba_test_sentences(data_dir: PathLike) -> frozenset[str]:
   """Every stripped line of every tatoeba/v1/tatoeba.* file (both sides)."""
-  files = sorted(pathlib.Path(data_dir, TATOEBA_DIR).glob("tatoeba.*"))
-  if not files:
+  found = sorted(files.as_path(data_dir, TATOEBA_DIR).glob("tatoeba.*"))
+  if not found:
     raise FileNotFoundError(
-        f"No tatoeba.* files in {pathlib.Path(data_dir, TATOEBA_DIR)}: the Tatoeba filter "
+        f"No tatoeba.* files in {files.join(data_dir, TATOEBA_DIR)}: the Tatoeba filter "
         "needs them (pass the right --data_dir).")
-  return frozenset(line for path in files for line in text_files.read_lines(path) if line)
+  return frozenset(line for path in found for line in text_files.read_lines(path) if line)
 
 
 # ----------------------------------------------------------------------- NTREX
@@ -234,7 +233,7 @@ def tatoeba_test_sentences(data_dir: PathLike) -> frozenset[str]:
 
 def ntrex_documents(data_dir: PathLike) -> list[str]:
   """Document id of every NTREX line (1,997 entries, DOCUMENT_IDS.tsv)."""
-  path = pathlib.Path(data_dir, NTREX_DIR, "DOCUMENT_IDS.tsv")
+  path = files.as_path(data_dir, NTREX_DIR, "DOCUMENT_IDS.tsv")
   return [line.split("\t")[0] for line in text_files.read_lines(path)]
 
 
@@ -269,19 +268,19 @@ def ntrex_files(data_dir: PathLike) -> dict[str, pathlib.Path]:
   Spanish pairs). Regional variants (fra-CA, por-BR, spa-MX, zho-TW, srp-*)
   are languages of their own with their own symbols.
   """
-  root = pathlib.Path(data_dir, NTREX_DIR)
-  files = {"eng": root / "newstest2019-src.eng.txt.gz"}
+  root = files.as_path(data_dir, NTREX_DIR)
+  found = {"eng": root / "newstest2019-src.eng.txt.gz"}
   for path in sorted(root.glob("newstest2019-ref.*.txt.gz")):
     code = path.name[len("newstest2019-ref."):-len(".txt.gz")]
     if code in languages.NTREX_ENGLISH_REWRITES:
       continue
     canonical = canonical_in_file(code, path)
-    if canonical in files:
-      raise ValueError(f"{path} and {files[canonical]} are both language {canonical}")
-    files[canonical] = path
-  if len(files) < 2:
+    if canonical in found:
+      raise ValueError(f"{path} and {found[canonical]} are both language {canonical}")
+    found[canonical] = path
+  if len(found) < 2:
     raise FileNotFoundError(f"No NTREX files under {root}: pass the right --data_dir.")
-  return files
+  return found
 
 
 def _ntrex_raw(data_dir: PathLike, split: str, seed: int, strict: bool) -> Iterator[Located]:
@@ -290,21 +289,21 @@ def _ntrex_raw(data_dir: PathLike, split: str, seed: int, strict: bool) -> Itera
     raise ValueError(f"NTREX split must be 'train' or 'validation', got {split!r}")
   documents = ntrex_documents(data_dir)
   held_out = ntrex_validation_documents(data_dir)
-  files = ntrex_files(data_dir)
-  texts = {lang: list(decode_lines(path, strict=strict)) for lang, path in files.items()}
+  paths = ntrex_files(data_dir)
+  texts = {lang: list(decode_lines(path, strict=strict)) for lang, path in paths.items()}
   for lang, lines in texts.items():
     if len(lines) != len(documents):
-      raise ValueError(f"NTREX {files[lang]} has {len(lines)} lines, DOCUMENT_IDS.tsv "
+      raise ValueError(f"NTREX {paths[lang]} has {len(lines)} lines, DOCUMENT_IDS.tsv "
                        f"{len(documents)}; download the corpus again.")
   for line, doc in enumerate(documents):
     if (doc in held_out) != (split == "validation"):
       continue
-    yield (_pair_or_skip(texts["eng"][line], texts["spa"][line], "eng", "spa"), files["spa"],
+    yield (_pair_or_skip(texts["eng"][line], texts["spa"][line], "eng", "spa"), paths["spa"],
            line + 1)
     for lang in texts:
       if lang not in NTREX_PIVOTS:
         pivot = ntrex_pivot(line, lang, seed)
-        yield (_pair_or_skip(texts[pivot][line], texts[lang][line], pivot, lang), files[lang],
+        yield (_pair_or_skip(texts[pivot][line], texts[lang][line], pivot, lang), paths[lang],
                line + 1)
 
 
@@ -320,9 +319,9 @@ def ntrex_pairs(data_dir: PathLike, split: str, *, seed: int = 0, counts: PairCo
 
 
 def _multi30k_raw(data_dir: PathLike, prefix: str, strict: bool) -> Iterator[Located]:
-  root = pathlib.Path(data_dir, MULTI30K_DIR)
-  files = {code: root / f"{prefix}.{short}.gz" for short, code in MULTI30K_LANGUAGES.items()}
-  texts = {code: list(decode_lines(path, strict=strict)) for code, path in files.items()}
+  root = files.as_path(data_dir, MULTI30K_DIR)
+  paths = {code: root / f"{prefix}.{short}.gz" for short, code in MULTI30K_LANGUAGES.items()}
+  texts = {code: list(decode_lines(path, strict=strict)) for code, path in paths.items()}
   lengths = {code: len(lines) for code, lines in texts.items()}
   if len(set(lengths.values())) != 1:
     raise ValueError(f"Multi30k {root}/{prefix}.* files are not line-aligned: {lengths}")
@@ -331,7 +330,7 @@ def _multi30k_raw(data_dir: PathLike, prefix: str, strict: bool) -> Iterator[Loc
     for i, code_a in enumerate(codes):
       for code_b in codes[i + 1:]:
         yield (_pair_or_skip(texts[code_a][line], texts[code_b][line], code_a, code_b),
-               files[code_b], line + 1)
+               paths[code_b], line + 1)
 
 
 def multi30k_pairs(data_dir: PathLike, split: str, *, counts: PairCounts | None = None,

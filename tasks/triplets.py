@@ -49,7 +49,6 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
 import collections
 import dataclasses
 import functools
-import gzip
 import json
 import pathlib
 from typing import Sequence
@@ -63,6 +62,7 @@ import tensorflow as tf
 from vmsst_tasks import preprocessors
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
+from vmsst import files
 from vmsst import sts_files
 from vmsst import text_files
 
@@ -87,17 +87,17 @@ class BuildCounts:
 def stsb_triplets(stsb_dir: str | pathlib.Path, split: str, *, high: float = HIGH,
                   low: float = LOW, seed: int = 0) -> tuple[list[Triplet], BuildCounts]:
   """Triplets of one STSb split ("train", "dev" or "test") by the module's rule."""
-  pairs = sts_files.read_stsb(pathlib.Path(stsb_dir), split)
+  pairs = sts_files.read_stsb(files.as_path(stsb_dir), split)
   first = [text_files.one_line(s) for s in pairs.sentences1]
   second = [text_files.one_line(s) for s in pairs.sentences2]
-  files = list(pairs.source_files)
+  source_files = list(pairs.source_files)
   low_rows = [i for i, g in enumerate(pairs.gold) if g <= low]
   partner = {}  # sentence -> the other side of its first low-scoring pair
   by_file = collections.defaultdict(list)
   for i in low_rows:
     partner.setdefault(first[i], second[i])
     partner.setdefault(second[i], first[i])
-    by_file[files[i]] += [first[i], second[i]]
+    by_file[source_files[i]] += [first[i], second[i]]
   everywhere = [s for i in low_rows for s in (first[i], second[i])]
   if not everywhere:
     raise ValueError(f"{stsb_dir} sts-{split}.csv has no pair scored <= {low}: no negatives.")
@@ -115,8 +115,8 @@ def stsb_triplets(stsb_dir: str | pathlib.Path, split: str, *, high: float = HIG
     if negative is not None and negative not in (anchor, positive):
       counts.same_anchor += 1
     else:
-      kind = "same_file" if by_file.get(files[i]) else "any_file"
-      pool = by_file[files[i]] if kind == "same_file" else everywhere
+      kind = "same_file" if by_file.get(source_files[i]) else "any_file"
+      pool = by_file[source_files[i]] if kind == "same_file" else everywhere
       negative = _draw(pool, (anchor, positive), rng)
       setattr(counts, kind, getattr(counts, kind) + 1)
     triplets.append((anchor, positive, negative))
@@ -135,7 +135,7 @@ def _draw(pool: Sequence[str], avoid: tuple[str, str], rng: np.random.Generator)
 
 def write_tsv(path: str | pathlib.Path, triplets: Sequence[Triplet]) -> None:
   """anchor<TAB>positive<TAB>negative lines (fields made one-line, TAB-free)."""
-  path = pathlib.Path(path)
+  path = files.as_path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text("".join("\t".join(text_files.one_line(x) for x in t) + "\n"
                           for t in triplets), encoding="utf-8")
@@ -143,7 +143,7 @@ def write_tsv(path: str | pathlib.Path, triplets: Sequence[Triplet]) -> None:
 
 def read_tsv(path: str | pathlib.Path) -> tuple[list[Triplet], int]:
   """([(anchor, positive, negative)], blank lines skipped); see the module docstring."""
-  rows, blank = text_files.read_tsv(pathlib.Path(path), 3, "anchor, positive, negative")
+  rows, blank = text_files.read_tsv(files.as_path(path), 3, "anchor, positive, negative")
   return [tuple(r[1:]) for r in rows], blank
 
 
@@ -221,14 +221,14 @@ def read_triplet_splits(triplets: str, data_dir: str
                         ) -> dict[str, tuple[list[Triplet], sources.PairCounts]]:
   """split -> (triplets, counts); `triplets` = "stsb" (data_dir/stsb train, dev) or a TSV dir."""
   if triplets == "stsb":
-    built = {split: stsb_triplets(pathlib.Path(data_dir) / "stsb", STSB_SPLITS[split])
+    built = {split: stsb_triplets(files.as_path(data_dir, "stsb"), STSB_SPLITS[split])
              for split in ("train", "validation")}
     for split, (_, counts) in built.items():
       logging.info("%s %s from STSb: %s", TASK, split, counts)
     return {split: (rows, pair_counts(counts)) for split, (rows, counts) in built.items()}
   splits = {}
   for split in ("train", "validation"):
-    path = pathlib.Path(triplets) / f"{split}.tsv"
+    path = files.as_path(triplets, f"{split}.tsv")
     if not path.is_file():
       raise FileNotFoundError(f"{path} not found: triplet_tasks.triplets is 'stsb' or a "
                               "directory with train.tsv and validation.tsv (anchor<TAB>"
@@ -260,10 +260,8 @@ def msmarco_splits(path: str | pathlib.Path, sizes: dict[str, int] = MSMARCO_SPL
     ValueError: a line that is not a {"query", "pos", "neg"} object (file and
       line named), or fewer samples than the splits need.
   """
-  path = pathlib.Path(path)
-  opener = gzip.open if path.suffix == ".gz" else open
   samples = []
-  with opener(path, "rt", encoding="utf-8") as f:
+  with files.open_text(path) as f:
     for number, line in enumerate(f, 1):
       try:
         sample = json.loads(line)
@@ -290,7 +288,7 @@ FLAGS = flags.FLAGS
 
 def main(argv: Sequence[str]) -> None:
   del argv
-  output = pathlib.Path(FLAGS.output)
+  output = files.as_path(FLAGS.output)
   if FLAGS.msmarco:
     for name, rows in msmarco_splits(FLAGS.msmarco).items():
       write_tsv(output / f"{name}.tsv", rows)

@@ -42,19 +42,19 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
   cli.quiet_startup()
 
 # pylint: disable=wrong-import-position
-import bz2
 import collections
 import dataclasses
 import hashlib
 import html
 import json
-import pathlib
 import re
 import xml.etree.ElementTree as ET
 from typing import Iterator, Mapping, Sequence
 
 from absl import flags
 import numpy as np
+
+from vmsst import files
 
 
 NAMESPACE_PREFIXES = {"file", "image", "media", "category", "template", "wikipedia", "wp",
@@ -95,7 +95,7 @@ def normalize_title(title: str) -> str:
 
 def _table_rows(path: str, what: str) -> Iterator[tuple[str, str]]:
   """(normalised key, value) of each `key<TAB>value` line; a bad line names file:line, the fix."""
-  with open(path, encoding="utf-8") as f:
+  with files.open(path) as f:
     for number, line in enumerate(f, 1):
       line = line.rstrip("\n")
       if not line.strip() or line.startswith("#"):
@@ -123,8 +123,7 @@ def read_multi_table(path: str, what: str) -> dict[str, list[str]]:
 
 def iter_pages(dump: str) -> Iterator[tuple[str, int, bool, str]]:
   """(title, namespace, is_redirect, wikitext) of every <page>, streamed."""
-  opener = bz2.open if str(dump).endswith(".bz2") else open
-  with opener(dump, "rb") as f:
+  with files.open_compressed(dump) as f:
     page: dict[str, str] = {}
     for _, elem in ET.iterparse(f, events=("end",)):
       tag = elem.tag.rsplit("}", 1)[-1]
@@ -361,12 +360,12 @@ def check_not_empty(dump: str, num_examples: int, counts: Counts, min_links: int
 def write(output: str, examples, entities, counts: Counts, num_hard_negatives: int, *,
           entity_keys: str = KEYS_TITLE, min_links: int | None = None) -> None:
   """OUTPUT/examples.jsonl, entities.tsv and meta.json (see the module docstring)."""
-  out = pathlib.Path(output)
+  out = files.as_path(output)
   out.mkdir(parents=True, exist_ok=True)
-  with open(out / "examples.jsonl", "w", encoding="utf-8") as f:
+  with files.open(out / "examples.jsonl", "w") as f:
     for example in examples:
       f.write(json.dumps(example, ensure_ascii=False) + "\n")
-  with open(out / "entities.tsv", "w", encoding="utf-8") as f:
+  with files.open(out / "entities.tsv", "w") as f:
     f.writelines(f"{k}\t{n}\t{t}\n" for k, n, t in entities)
   meta = {"num_entities": len(entities), "num_hard_negatives": num_hard_negatives,
           "entity_keys": entity_keys, "min_links": min_links, "counts": counts.as_dict()}
@@ -374,7 +373,7 @@ def write(output: str, examples, entities, counts: Counts, num_hard_negatives: i
 
 
 def load_meta(directory: str) -> dict:
-  path = pathlib.Path(directory) / "meta.json"
+  path = files.as_path(directory, "meta.json")
   if not path.exists():
     raise FileNotFoundError(f"{path} not found: run `python -m vmsst_tasks.wiki_entities "
                             f"--dump=<pages-articles.xml.bz2> --output={directory}` first.")
@@ -383,7 +382,7 @@ def load_meta(directory: str) -> dict:
 
 def load_entity_keys(directory: str) -> list[str]:
   """The entity vocabulary: key of row i of the entity table."""
-  with open(pathlib.Path(directory) / "entities.tsv", encoding="utf-8") as f:
+  with files.open(files.join(directory, "entities.tsv")) as f:
     return [line.split("\t", 1)[0] for line in f if line.strip()]
 
 
@@ -396,7 +395,7 @@ def load_split(directory: str, split: str) -> tuple[list[str], list[str], np.nda
   rows = {k: i for i, k in enumerate(load_entity_keys(directory))}
   hard = load_meta(directory)["num_hard_negatives"]
   texts, langs, ids = [], [], []
-  with open(pathlib.Path(directory) / "examples.jsonl", encoding="utf-8") as f:
+  with files.open(files.join(directory, "examples.jsonl")) as f:
     for line in f:
       example = json.loads(line)
       if example["split"] != split:

@@ -46,6 +46,7 @@ import gin
 import numpy as np
 from absl import flags
 
+from vmsst import files
 from vmsst import checkpointing
 from vmsst import comparison_stats
 from vmsst.encoding import flags as encoder_flags
@@ -130,8 +131,8 @@ def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, mode
                     bindings: Sequence[str], search_paths: Sequence[str] = (".",),
                     seed: int | None = None, preset: Preset | None = None) -> bool:
   """Trains one (objective, seed); False (nothing built) when its checkpoint reached `steps`."""
-  files = run_files(objective, gin_file=gin_file, preset=preset, search_paths=search_paths)
-  if os.path.isdir(os.path.join(model_dir, "checkpoints")):
+  run = run_files(objective, gin_file=gin_file, preset=preset, search_paths=search_paths)
+  if files.isdir(files.join(model_dir, "checkpoints")):
     latest = checkpointing.make_manager(model_dir).latest_step()
     if latest is not None and latest >= steps:
       logging.info("%s: finished at step %d, skipped", model_dir, latest)
@@ -139,9 +140,9 @@ def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, mode
   seeded = [] if seed is None else [f"train.seed = {seed}"]
   with gin.unlock_config():
     gin.clear_config()
-    gin_utils.parse_gin(files,
+    gin_utils.parse_gin(run,
                         [f"MODEL_DIR = '{model_dir}'", f"TRAIN_STEPS = {steps}",
-                         f"compared_model_dir.output = '{os.path.dirname(model_dir)}'",
+                         f"compared_model_dir.output = '{files.parent(model_dir)}'",
                          *seeded, *bindings],
                         search_paths)
     train_loop.train()
@@ -149,7 +150,7 @@ def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, mode
 
 
 def _exists(gin_file: str, search_paths: Sequence[str]) -> bool:
-  return any(os.path.exists(os.path.join(p, gin_file)) for p in search_paths)
+  return any(files.exists(os.path.join(p, gin_file)) for p in search_paths)
 
 
 def expand_objectives(objectives: Sequence[str], preset: Preset | None = None) -> list[str]:
@@ -185,19 +186,19 @@ def compare(*, objectives: Sequence[str], gin_file: Sequence[str], steps: int, o
         trained.append((objective, seed))
       step = checkpointing.make_manager(model_dir).latest_step()
       runs.setdefault(objective, {})[seed] = evaluate_once(
-          pathlib.Path(model_dir) / "eval",
+          files.as_path(model_dir) / "eval",
           lambda d=model_dir: checkpoint.CheckpointEncoder.from_model_dir(d), {"step": step},
           **evaluation)
       curves.setdefault(objective, {})[seed] = learning_curves.read_curves(model_dir)
   reference_results = None
   if reference:
     reference_results = evaluate_once(
-        pathlib.Path(output) / reference, lambda: encoder_flags.make_encoder(encoder=reference),
+        files.as_path(output) / reference, lambda: encoder_flags.make_encoder(encoder=reference),
         {"encoder": reference}, **evaluation)
   summary = comparison_stats.summarize(
       {name: {seed: _run_metrics(results, curves[name][seed]) for seed, results in by_seed.items()}
        for name, by_seed in runs.items()})
-  write_outputs(pathlib.Path(output), summary=summary, runs=runs, curves=curves,
+  write_outputs(files.as_path(output), summary=summary, runs=runs, curves=curves,
                 reference=(reference, reference_results) if reference else None,
                 meta={"steps": steps, "seeds": list(seeds), "suite": suite,
                       "score": SCORE_DEFINITION,
@@ -312,7 +313,7 @@ def main(argv: Sequence[str]) -> None:
                arguments["seeds"], arguments["steps"], arguments["output"])
   compare(**arguments, reference=FLAGS.reference, bindings=FLAGS.gin_bindings, options=options,
           search_paths=FLAGS.gin_search_path, curve_points=FLAGS.curve_points)
-  print((pathlib.Path(arguments["output"]) / "table1.md").read_text())
+  print(files.read_text(files.join(arguments["output"], "table1.md")))
 
 
 if __name__ == "__main__":

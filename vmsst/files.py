@@ -21,6 +21,7 @@ with the working directory: both write into a local folder named `gs:`,
 silently. `join`, `parent`, `name` and `abspath` here keep the scheme.
 """
 
+import bz2
 import contextlib
 import gzip
 import io
@@ -43,9 +44,9 @@ def is_remote(path: PathLike) -> bool:
   return os.fspath(path).startswith(REMOTE_SCHEMES)
 
 
-def as_path(path: PathLike) -> epath.Path:
-  """An `epath.Path` for `path` (local or bucket)."""
-  return epath.Path(os.fspath(path))
+def as_path(path: PathLike, *parts: str) -> epath.Path:
+  """An `epath.Path` for `path` joined with `parts` (local or bucket): pathlib's API, gs:// kept."""
+  return epath.Path(join(path, *parts) if parts else os.fspath(path))
 
 
 def join(path: PathLike, *parts: str) -> str:
@@ -127,15 +128,27 @@ def open(path: PathLike, mode: str = "r") -> IO:  # pylint: disable=redefined-bu
   return as_path(path).open(mode)
 
 
-def open_text(path: PathLike, mode: str = "r", *, newline: str | None = None) -> IO[str]:
-  """A text file, gunzipped when its name ends in `.gz` (read and write)."""
-  path = os.fspath(path)
+def open_compressed(path: PathLike, mode: str = "rb") -> IO[bytes]:
+  """A binary file, (de)compressed when its name ends in `.gz` or `.bz2` (read or write)."""
+  path, mode = os.fspath(path), mode[0] + "b"
   if path.endswith(".gz"):
-    compressed = gzip.GzipFile(fileobj=open(path, mode[0] + "b"), mode=mode[0] + "b")
+    compressed = gzip.GzipFile(fileobj=open(path, mode), mode=mode)
     # Closed with the gzip stream (as when gzip opens a file name itself): a bucket
     # object is written at that close.
     compressed.myfileobj = compressed.fileobj
-    return io.TextIOWrapper(compressed, encoding="utf-8", newline=newline)
+    return compressed
+  if path.endswith(".bz2"):
+    compressed = bz2.BZ2File(open(path, mode), mode)
+    compressed._closefp = True  # pylint: disable=protected-access  # as gzip's myfileobj above
+    return compressed
+  return open(path, mode)
+
+
+def open_text(path: PathLike, mode: str = "r", *, newline: str | None = None) -> IO[str]:
+  """A UTF-8 text file, gunzipped when its name ends in `.gz` (read and write)."""
+  path = os.fspath(path)
+  if path.endswith((".gz", ".bz2")):
+    return io.TextIOWrapper(open_compressed(path, mode), encoding="utf-8", newline=newline)
   if newline is not None and not is_remote(path):
     return io.open(path, mode, encoding="utf-8", newline=newline)
   return open(path, mode)
@@ -189,6 +202,14 @@ def walk(top: PathLike) -> Iterator[tuple[str, list[str], list[str]]]:
     yield os.fspath(root), list(dirs), list(names)
 
 
+def find(top: PathLike) -> list[str]:
+  """Every file below `top` (recursively), sorted: `rglob` for local and bucket paths alike.
+
+  epath refuses `**` patterns (thousands of requests on a bucket); one walk lists a prefix.
+  """
+  return sorted(join(root, name) for root, _, names in walk(top) for name in names)
+
+
 def rename(source: PathLike, destination: PathLike) -> None:
   """Moves a file or directory; an existing destination file is replaced (as `os.replace`).
 
@@ -239,6 +260,13 @@ def save_npz(path: PathLike, **arrays: np.ndarray) -> None:
   """`np.savez` to a local or bucket path."""
   buffer = io.BytesIO()
   np.savez(buffer, **arrays)
+  write_bytes(path, buffer.getvalue())
+
+
+def save_npz_compressed(path: PathLike, **arrays: np.ndarray) -> None:
+  """`np.savez_compressed` to a local or bucket path."""
+  buffer = io.BytesIO()
+  np.savez_compressed(buffer, **arrays)
   write_bytes(path, buffer.getvalue())
 
 

@@ -17,7 +17,6 @@
 What objects are bindable is vmsst/gin_configurables.py, the gin files' one import.
 """
 
-import glob
 import inspect
 import logging as python_logging  # gin logs through the root logger
 import os
@@ -313,7 +312,7 @@ def check_run_file(gin_files: Sequence[str]) -> None:
       missing.append(name)
   if {"model_dir", "mixture_name", "train_steps"} <= set(missing):
     stem = os.path.splitext(os.path.basename(gin_files[-1]))[0]
-    runs = sorted(glob.glob(os.path.join(cli.CHECKOUT, "gin", "runs", f"{stem}_*.gin")),
+    runs = sorted(files.glob(os.path.join(cli.CHECKOUT, "gin", "runs", f"{stem}_*.gin")),
                   key=lambda p: (not p.endswith("_cpu.gin"), p))
     example = f", e.g. --gin_file={os.path.relpath(runs[0], cli.CHECKOUT)}" if runs else ""
     raise cli.UserError(

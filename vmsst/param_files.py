@@ -26,6 +26,8 @@ import jax
 import numpy as np
 from absl import logging
 
+from vmsst import files
+
 Params = dict[str, Any]
 
 
@@ -124,7 +126,8 @@ def merge(params: Params, converted: Mapping[str, np.ndarray]) -> Params:
 def save_params(path: str, converted: Mapping[str, np.ndarray]) -> None:
   """Writes the converted tensors as safetensors under their "/"-joined names."""
   from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
-  save_file({k: np.ascontiguousarray(v, np.float32) for k, v in converted.items()}, path)
+  with files.local_output(path) as local:  # safetensors writes only to the local disk
+    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in converted.items()}, local)
 
 
 def load_params(path: str, params: Params) -> Params:
@@ -141,10 +144,11 @@ def load_params(path: str, params: Params) -> Params:
   Raises:
     ValueError listing every unexpected or mis-shaped name.
   """
-  if os.path.isdir(path):
+  if files.isdir(path):
     return load_model_dir(path, params)
   from safetensors import safe_open  # pylint: disable=import-outside-toplevel
-  with safe_open(path, "numpy") as f:
+  # safetensors reads only the local disk: a bucket file is copied first.
+  with files.local_copy(path) as local, safe_open(local, "numpy") as f:
     stored = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
     return _place(path, stored, lambda key, index: f.get_slice(key)[index], params)
 
@@ -219,12 +223,12 @@ def _set_rows(target: jax.Array, rows: jax.Array) -> jax.Array:
 def checkpoint_item(model_dir: str, step: int | None = None) -> str:
   """The orbax item directory of a model directory's checkpoint (default: the latest)."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-  checkpoints = os.path.join(os.path.abspath(model_dir), "checkpoints")
+  checkpoints = files.join(files.abspath(model_dir), "checkpoints")
   step = ocp.CheckpointManager(checkpoints).latest_step() if step is None else step
   if step is None:
     raise FileNotFoundError(f"{checkpoints} has no checkpoint: init_params must be a "
                             "parameter file or a directory written by python -m vmsst.train.")
-  return os.path.join(checkpoints, str(step), "default")
+  return files.join(checkpoints, str(step), "default")
 
 
 def load_model_dir(model_dir: str, params: Params, step: int | None = None) -> Params:

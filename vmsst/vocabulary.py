@@ -261,7 +261,7 @@ def main(argv: Sequence[str]) -> None:
                              character_coverage=f.character_coverage,
                              input_sentence_size=f.input_sentence_size)
   except RuntimeError as e:  # SentencePiece refuses the settings for this corpus
-    if made is not None and not any(p.is_file() for p in made.rglob("*")):
+    if made is not None and not files.find(made):
       with contextlib.suppress(OSError):
         files.rmtree(made)
     raise cli.UserError(_trainer_hint(e)) from e

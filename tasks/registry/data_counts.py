@@ -11,10 +11,10 @@ from typing import Mapping
 
 from absl import logging
 import seqio
-import tensorflow as tf
 
 from vmsst_tasks import sources
 from vmsst import cli
+from vmsst import files
 
 DATA_COUNTS_FILE = "data_counts.json"
 
@@ -63,9 +63,7 @@ def report_data_counts(name: str, *, model_dir: str | None = None) -> dict:
   report = {"mixture": name, "tasks": per_task,
             "total": {split: total.as_dict() for split, total in sorted(totals.items())}}
   if model_dir is not None:
-    tf.io.gfile.makedirs(model_dir)
-    with tf.io.gfile.GFile(f"{model_dir}/{DATA_COUNTS_FILE}", "w") as f:
-      f.write(json.dumps(report, indent=1) + "\n")
+    files.write_text(files.join(model_dir, DATA_COUNTS_FILE), json.dumps(report, indent=1) + "\n")
   return report
 
 

@@ -8,7 +8,6 @@ cache first when `MissingTeacherVectors` says what it lacks.
 """
 
 import functools
-import pathlib
 from typing import Any, Protocol, Sequence
 
 from absl import logging
@@ -21,6 +20,7 @@ from vmsst_tasks import preprocessors
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks.registry import common
+from vmsst import files
 from vmsst import languages
 
 DISTILL_NTREX_TASK = "vmsst_distill_ntrex128"
@@ -114,7 +114,7 @@ def distillation_sources(data_dir: str, *, seed: int = 0, source_language: str =
   Args as distillation_tasks' (seed: its ntrex_seed).
   """
   source_language = languages.canonical_language(source_language)  # "en" -> "eng"
-  pairs = _distillation_pairs(str(pathlib.Path(data_dir)), seed, source_language, max_sources)
+  pairs = _distillation_pairs(str(files.as_path(data_dir)), seed, source_language, max_sources)
   return sorted({p.text_a for task_pairs in pairs.values() for p in task_pairs})
 
 

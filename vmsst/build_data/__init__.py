@@ -7,12 +7,12 @@ output folder the matching `vmsst.evaluation` suite reads.
 """
 
 import json
-import pathlib
 from typing import Any, Callable, Sequence
 
 from absl import flags
 
 from vmsst import cli
+from vmsst import files
 
 
 def run(argv: Sequence[str], build: Callable[[Any], dict], *, written: str | None = None,
@@ -40,4 +40,4 @@ def run(argv: Sequence[str], build: Callable[[Any], dict], *, written: str | Non
     raise cli.UserError(str(e)) from e
   print(json.dumps(counts, indent=indent))
   if written is not None:
-    print(f"Wrote {pathlib.Path(config.output) / written}")
+    print(f"Wrote {files.join(config.output, written)}")

@@ -55,7 +55,6 @@ import collections
 import json
 import pathlib
 import re
-import shutil
 import zlib
 from typing import Sequence
 
@@ -63,6 +62,7 @@ from absl import flags
 import numpy as np
 from scipy import sparse
 
+from vmsst import files
 from vmsst.evaluation import bucc
 from vmsst import build_data
 from vmsst import sts_files
@@ -83,7 +83,7 @@ def read_stsb(data_dir: str | pathlib.Path, language: str) -> list[tuple[str, st
   """(sentence1, sentence2) of every row of train, dev and test, in that order."""
   rows = []
   for split in STSB_SPLITS:
-    pairs = sts_files.read_stsb_multi_mt(pathlib.Path(data_dir) / STSB_DIR, language, split)
+    pairs = sts_files.read_stsb_multi_mt(files.as_path(data_dir) / STSB_DIR, language, split)
     rows += zip(pairs.sentences1, pairs.sentences2)
   return rows
 
@@ -196,7 +196,7 @@ def build(data_dir: str | pathlib.Path, output: str | pathlib.Path,
   """
   if not 0 < aligned_fraction < 1:
     raise ValueError(f"aligned_fraction must be in (0, 1), got {aligned_fraction}.")
-  root = pathlib.Path(output) / TASK_DIR
+  root = files.as_path(output) / TASK_DIR
   counts = {}
   for pair in pairs:
     language, _, english = pair.partition("-")
@@ -215,7 +215,7 @@ def build(data_dir: str | pathlib.Path, output: str | pathlib.Path,
                              "gold": len(data.gold)}
   settings = {"pairs": list(pairs), "aligned_fraction": aligned_fraction, "seed": seed,
               "max_per_side": max_per_side, "near_duplicate_jaccard": near_duplicate_jaccard}
-  _write_notes(root, pathlib.Path(data_dir), counts, settings)
+  _write_notes(root, files.as_path(data_dir), counts, settings)
   return counts
 
 
@@ -238,7 +238,7 @@ def _write_notes(root: pathlib.Path, data_dir: pathlib.Path, counts: dict,
   root.mkdir(parents=True, exist_ok=True)
   licence = data_dir / STSB_DIR / "LICENSE"
   if licence.exists():
-    shutil.copyfile(licence, root / "LICENSE.stsb-multi-mt")
+    files.copy(licence, root / "LICENSE.stsb-multi-mt")
   text = (f"# BUCC-2018-format mining task built from stsb-multi-mt\n\n"
           f"{bucc.BUILT_NOTE}: built by `python -m vmsst.build_data.bucc` "
           f"(see that module's docstring for every step) from {data_dir / STSB_DIR} "

@@ -26,6 +26,7 @@ from typing import Sequence
 from absl import flags
 import numpy as np
 
+from vmsst import files
 from vmsst import build_data
 from vmsst import sts_files
 from vmsst import text_files
@@ -120,7 +121,7 @@ def build_clustering_task(data_dir: str | pathlib.Path, output: str | pathlib.Pa
   Returns:
     {"folder", "languages", "n", "categories": {category: count}, "source": {counts}}.
   """
-  data_dir, folder = pathlib.Path(data_dir), pathlib.Path(output) / name
+  data_dir, folder = files.as_path(data_dir), files.as_path(output) / name
   unknown = sorted(set(languages) - set(STSB_LANGUAGES))
   if unknown:
     raise ValueError(f"no stsb-multi-mt data for {unknown}; choose from {STSB_LANGUAGES}.")

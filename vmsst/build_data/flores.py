@@ -30,11 +30,11 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
 # pylint: disable=wrong-import-position
 import json
 import pathlib
-import shutil
 from typing import Sequence
 
 from absl import flags
 
+from vmsst import files
 from vmsst import build_data
 from vmsst_tasks import sources
 
@@ -51,10 +51,10 @@ def build(data_dir: str | pathlib.Path, output: str | pathlib.Path) -> dict:
   """
   documents = sources.ntrex_documents(data_dir)
   held_out = sources.ntrex_validation_documents(data_dir)
-  files = sources.ntrex_files(data_dir)
+  ntrex = sources.ntrex_files(data_dir)
   keep = [i for i, doc in enumerate(documents) if doc in held_out]
   texts = {}
-  for code, path in files.items():
+  for code, path in ntrex.items():
     lines = list(sources.decode_lines(path, strict=False))
     if len(lines) != len(documents):
       raise ValueError(f"NTREX {path} has {len(lines)} lines, DOCUMENT_IDS.tsv "
@@ -63,9 +63,8 @@ def build(data_dir: str | pathlib.Path, output: str | pathlib.Path) -> dict:
   bad = {i for i in keep for lines in texts.values()
          if isinstance(lines[i], sources.Skip) or not lines[i].strip()}
   rows = [i for i in keep if i not in bad]
-  folder = pathlib.Path(output, TASK_DIR, SPLIT)
-  if folder.exists():
-    shutil.rmtree(folder)
+  folder = files.as_path(files.join(output, TASK_DIR, SPLIT))
+  files.rmtree(folder)
   folder.mkdir(parents=True)
   for code, lines in texts.items():
     (folder / f"{code}.{SPLIT}").write_text("".join(lines[i] + "\n" for i in rows),
@@ -75,7 +74,7 @@ def build(data_dir: str | pathlib.Path, output: str | pathlib.Path) -> dict:
   (folder.parent / "README.md").write_text(
       "# NTREX-128 held-out documents in the FLORES layout\n\n"
       "Not FLORES data: built by `python -m vmsst.build_data.flores` (see its docstring) "
-      f"from {pathlib.Path(data_dir, sources.NTREX_DIR)}, the documents vmsst training holds "
+      f"from {files.join(data_dir, sources.NTREX_DIR)}, the documents vmsst training holds "
       "out. Licence: NTREX-128's (CC BY-SA 4.0, see its LICENSE.md).\n\n"
       f"Counts: `{json.dumps(counts)}`\n", encoding="utf-8")
   return counts
@@ -88,7 +87,7 @@ def _define_flags() -> None:
 
 
 def _has_ntrex_documents(data_dir: str) -> None:
-  if not pathlib.Path(data_dir, sources.NTREX_DIR, "DOCUMENT_IDS.tsv").is_file():
+  if not files.isfile(files.join(data_dir, sources.NTREX_DIR, "DOCUMENT_IDS.tsv")):
     raise cli.UserError(f"--data_dir={data_dir} has no {sources.NTREX_DIR}/DOCUMENT_IDS.tsv; "
                         "give the root of the shared corpora (../shared/data from the "
                         "repository, see its README.md).")

@@ -33,6 +33,7 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from absl import flags
 
+from vmsst import files
 from vmsst import build_data
 from vmsst import sts_files
 from vmsst import text_files
@@ -169,7 +170,7 @@ def build_question_retrieval(data_dir: str | pathlib.Path, output: str | pathlib
     {"folder", "sets": {name: {"queries", "kb", "gold_lines", "languages",
      "merged_queries": candidates folded into an earlier identical query}}}.
   """
-  data_dir, folder = pathlib.Path(data_dir), pathlib.Path(output) / FOLDER
+  data_dir, folder = files.as_path(data_dir), files.as_path(output) / FOLDER
   bad = sorted(set(languages) - set(STSB_QUERY_LANGUAGES)) + sorted(
       set(kb_splits) - set(STSB_SPLITS))
   if bad:

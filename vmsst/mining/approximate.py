@@ -47,8 +47,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import tqdm
 
-from vmsst import files
 from vmsst import cli
+from vmsst import files
 from vmsst.evaluation import similarity
 
 TRAIN_PER_CELL = 64  # k-means sample per cell (faiss asks for 39 to 256)

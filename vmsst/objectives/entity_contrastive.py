@@ -35,11 +35,11 @@ device, in the same row order as the sentences.
 import collections
 import functools
 import json
-import pathlib
 from typing import Callable, Mapping
 
 from absl import logging
 import flax.linen as nn
+from vmsst import files
 from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
@@ -127,7 +127,7 @@ def entity_contrast(sentences: jax.Array, entity_vectors: jax.Array, ids: jax.Ar
 
 def entity_dir_meta(entity_dir: str) -> tuple[int, int]:
   """(N entities, H hard negatives) from the pipeline's OUTPUT/meta.json."""
-  path = pathlib.Path(entity_dir) / "meta.json"
+  path = files.as_path(entity_dir) / "meta.json"
   if not path.exists():
     raise FileNotFoundError(f"{path} not found: run python -m vmsst_tasks.wiki_entities "
                             f"--dump=... --output={entity_dir} first.")
@@ -165,12 +165,12 @@ def load_entity_vectors(path: str, keys: list[str], dim: int, *,
     entity_lines_unused (not in the vocabulary, or no id), entity_lines_duplicate,
     word_lines_skipped.
   """
-  if not pathlib.Path(path).exists():
+  if not files.exists(path):
     raise FileNotFoundError(f"{path} not found (EntityContrastive.entity_vectors): a "
                             "Wikipedia2Vec text export (`wikipedia2vec save_text`) or an .npy "
                             "aligned with entities.tsv; unset it to start from random vectors.")
   if path.endswith(".npy"):
-    matrix = np.load(path).astype(np.float32)
+    matrix = files.load_npy(path).astype(np.float32)
     if matrix.shape != (len(keys), dim):
       raise ValueError(f"{path}: shape {matrix.shape}, expected {(len(keys), dim)} (one row per "
                        "line of entities.tsv, width EntityContrastive.entity_dim).")
@@ -180,7 +180,7 @@ def load_entity_vectors(path: str, keys: list[str], dim: int, *,
   matrix, found = np.zeros((len(keys), dim), np.float32), np.zeros(len(keys), bool)
   counts = collections.Counter(entity_lines=0, entity_lines_unused=0, entity_lines_duplicate=0,
                                word_lines_skipped=0)
-  with open(path, encoding="utf-8") as f:
+  with files.open(path) as f:
     for number, line in enumerate(f, 1):
       fields = line.rstrip().rsplit(" ", dim)
       if number == 1 and len(line.split()) == 2 and all(x.isdigit() for x in line.split()):

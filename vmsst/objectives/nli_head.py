@@ -31,6 +31,7 @@ import pathlib
 from typing import NamedTuple
 
 import flax.linen as nn
+from vmsst import files
 from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
@@ -51,7 +52,7 @@ class NliExamples(NamedTuple):
 
 def _rows(path: pathlib.Path):
   """(premise, hypothesis, label or None) per line of one .tsv or .jsonl file."""
-  with open(path, encoding="utf-8") as f:
+  with files.open(path) as f:
     for line in f:
       if not line.strip():
         continue
@@ -65,16 +66,16 @@ def _rows(path: pathlib.Path):
 
 def read_nli(path: str) -> tuple[list[str], list[str], np.ndarray, int]:
   """(premises, hypotheses, labels int32 [N], skipped lines) of every .tsv/.jsonl in `path`."""
-  root = pathlib.Path(path)
-  files = sorted([*root.glob("*.tsv"), *root.glob("*.jsonl")]) if root.is_dir() else []
-  if not files:
+  root = files.as_path(path)
+  found = sorted([*root.glob("*.tsv"), *root.glob("*.jsonl")]) if root.is_dir() else []
+  if not found:
     raise FileNotFoundError(
         f"NLI data: {path} {'has no .tsv or .jsonl file' if root.is_dir() else 'does not exist'}. "
         "The NLI term (MomentumContrast.nli_weight > 0) needs English NLI training pairs "
         "there: SNLI + MNLI train as .jsonl (sentence1, sentence2, gold_label) or .tsv "
         "(premise<TAB>hypothesis<TAB>label); or set MomentumContrast.nli_weight = 0.")
   premises, hypotheses, labels, skipped = [], [], [], 0
-  for file in files:
+  for file in found:
     for premise, hypothesis, label in _rows(file):
       if not premise or not hypothesis or label not in LABELS:
         skipped += 1
@@ -83,7 +84,7 @@ def read_nli(path: str) -> tuple[list[str], list[str], np.ndarray, int]:
       hypotheses.append(hypothesis)
       labels.append(LABELS.index(label))
   if not labels:
-    raise ValueError(f"NLI data: no usable line in {[str(f) for f in files]} ({skipped} "
+    raise ValueError(f"NLI data: no usable line in {[str(f) for f in found]} ({skipped} "
                      f"skipped; labels must be one of {LABELS}).")
   return premises, hypotheses, np.asarray(labels, np.int32), skipped
 
