@@ -2,8 +2,10 @@
 
 Every client the project uses for gs:// reaches the emulator, and nothing reaches
 anything else:
-- google-cloud-storage and gcsfs read `STORAGE_EMULATOR_HOST`; tensorstore (orbax's
-  arrays) reads `TENSORSTORE_GCS_HTTP_URL`; both go to the emulator directly.
+- tensorstore (orbax's arrays) reads `TENSORSTORE_GCS_HTTP_URL` and goes to the emulator
+  directly; google-cloud-storage (orbax's step names, Apache Beam's gcsio) and gcsfs read
+  `STORAGE_EMULATOR_HOST`, a small front that forwards to the emulator and runs the batch
+  requests the emulator lacks (`/batch/storage/v1`, Beam's renames) one by one.
 - TensorFlow's GCS filesystem (`tf.io.gfile`: seqio's and TFDS's reads, and etils.epath's
   gs:// where TensorFlow is installed, hence vmsst.files and orbax's directories) has no
   endpoint setting: it calls https://www.googleapis.com and https://storage.googleapis.com.
@@ -20,6 +22,7 @@ server; `NO_PROXY` keeps direct 127.0.0.1 traffic off the proxy.
 """
 
 import datetime
+import email.parser
 import http.client
 import http.server
 import importlib.util
@@ -135,7 +138,7 @@ class _Forward(http.server.BaseHTTPRequestHandler):
       data = response.read()
       self.send_response_only(response.status, response.reason)
       for key, value in response.getheaders():
-        if key.lower() == "location" and value.startswith("http://"):
+        if key.lower() == "location" and value.startswith("http://") and self.server.tls_host:
           # The emulator names the Host it was asked on (or itself), always as http://.
           value = f"https://{self.server.tls_host}/{value[len('http://'):].partition('/')[2]}"
         if key.lower() not in HOP_BY_HOP or (key.lower() == "content-length"
@@ -150,6 +153,51 @@ class _Forward(http.server.BaseHTTPRequestHandler):
       upstream.close()
 
   do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _forward
+
+
+class _Front(_Forward):
+  """google-cloud-storage's endpoint (`STORAGE_EMULATOR_HOST`): the emulator, plus the batch
+  requests it lacks (Apache Beam's gcsio renames and deletes in batches), run one by one."""
+
+  def do_POST(self):  # pylint: disable=invalid-name
+    if not self.path.startswith("/batch/"):
+      self._forward()
+      return
+    message = email.parser.BytesParser().parsebytes(
+        f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode() + self._body())
+    parts = [self._one(part) for part in message.get_payload()]
+    boundary = "batch_vmsst_emulator"
+    body = "".join(f"--{boundary}\r\nContent-Type: application/http\r\n"
+                   f"Content-ID: <response-{content_id}>\r\n\r\n{response}\r\n"
+                   for content_id, response in parts) + f"--{boundary}--\r\n"
+    data = body.encode()
+    self.send_response_only(200)
+    self.send_header("Content-Type", f"multipart/mixed; boundary={boundary}")
+    self.send_header("Content-Length", str(len(data)))
+    self.end_headers()
+    self.wfile.write(data)
+
+  def _one(self, part) -> tuple[str, str]:
+    """One request of a batch, sent to the emulator: (its Content-ID, the HTTP response text)."""
+    content_id = part.get("Content-ID", "").strip("<>")
+    head, _, body = part.get_payload().replace("\r\n", "\n").partition("\n\n")
+    request_line, *header_lines = head.split("\n")
+    method, uri, _ = request_line.split(" ", 2)
+    path = urllib.parse.urlsplit(uri)
+    headers = dict(line.split(": ", 1) for line in header_lines if ": " in line)
+    headers = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
+    upstream = http.client.HTTPConnection("127.0.0.1", self.server.emulator_port, timeout=120)
+    try:
+      upstream.request(method, path.path + (f"?{path.query}" if path.query else ""),
+                       body=body.encode(), headers=headers)
+      response = upstream.getresponse()
+      data = response.read().decode()
+      content_type = response.getheader("Content-Type", "application/json")
+      return content_id, (f"HTTP/1.1 {response.status} {response.reason}\r\n"
+                          f"Content-Type: {content_type}\r\nContent-Length: {len(data)}\r\n"
+                          f"\r\n{data}")
+    finally:
+      upstream.close()
 
 
 class _Connect(http.server.BaseHTTPRequestHandler):
@@ -221,8 +269,12 @@ class Emulator:
     self.proxy = _ProxyServer(("127.0.0.1", 0), _Connect)
     self.proxy.tls_context, self.proxy.emulator_port = context, self.port
     self.proxy.refused = []
-    threading.Thread(target=self.proxy.serve_forever, daemon=True).start()
+    self.front = _ProxyServer(("127.0.0.1", 0), _Front)
+    self.front.emulator_port, self.front.tls_host = self.port, None
+    for server in (self.proxy, self.front):
+      threading.Thread(target=server.serve_forever, daemon=True).start()
     self.proxy_url = f"http://127.0.0.1:{self.proxy.server_address[1]}"
+    self.front_url = f"http://127.0.0.1:{self.front.server_address[1]}"
     try:
       self._wait_until_up()
       self.create_bucket(bucket)
@@ -271,7 +323,7 @@ class Emulator:
     """The variables that send every GCS client here (and nothing else anywhere)."""
     proxy = self.proxy_url
     no_proxy = "127.0.0.1,localhost"
-    return {"STORAGE_EMULATOR_HOST": self.url, "TENSORSTORE_GCS_HTTP_URL": self.url,
+    return {"STORAGE_EMULATOR_HOST": self.front_url, "TENSORSTORE_GCS_HTTP_URL": self.url,
             "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test-token", "GOOGLE_CLOUD_PROJECT": "test",
             "HTTPS_PROXY": proxy, "https_proxy": proxy, "HTTP_PROXY": proxy, "http_proxy": proxy,
             "NO_PROXY": no_proxy, "no_proxy": no_proxy, "CURL_CA_BUNDLE": self.ca,
@@ -279,8 +331,9 @@ class Emulator:
             "GCE_METADATA_IP": "127.0.0.1:9", "NO_GCE_CHECK": "True"}
 
   def stop(self) -> None:
-    self.proxy.shutdown()
-    self.proxy.server_close()
+    for server in (self.proxy, self.front):
+      server.shutdown()
+      server.server_close()
     if self.process.poll() is None:
       self.process.terminate()
       try:

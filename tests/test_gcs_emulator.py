@@ -1,7 +1,8 @@
 """The GCS emulator the gs:// tests run on: every client the project uses reaches it.
 
 tf.io.gfile (through the TLS proxy), vmsst.files (etils.epath), orbax (tensorstore for arrays,
-google-cloud-storage for its step names) against one bucket on 127.0.0.1, and a host other
+google-cloud-storage for its step names; its batch requests, which Apache Beam renames with)
+against one bucket on 127.0.0.1, and a host other
 than Cloud Storage's is refused, so a test can never reach the internet through the proxy.
 """
 
@@ -25,7 +26,7 @@ def test_tf_gfile_writes_reads_lists_globs_and_renames_in_the_bucket(gcs, root):
   tf.io.gfile.makedirs(f"{root}/dir")
   with tf.io.gfile.GFile(f"{root}/dir/a.txt", "w") as f:
     f.write("héllo\n")
-  # Over the emulator's 8 MiB resumable-upload threshold? No: TF uploads resumably always.
+  # A few MiB: TensorFlow uploads resumably, through the Location the proxy rewrites.
   big = np.random.default_rng(0).bytes(3 << 20)
   with tf.io.gfile.GFile(f"{root}/dir/big.bin", "wb") as f:
     f.write(big)
@@ -73,6 +74,20 @@ def test_orbax_saves_and_restores_a_pytree_in_the_bucket(gcs, root):
     np.testing.assert_array_equal(restored[key], value)
   prefix = root[len(f"gs://{gcs.bucket}/"):]
   assert any(name.startswith(f"{prefix}/checkpoints/3/") for name in gcs.objects(prefix))
+
+
+def test_google_cloud_storage_reaches_the_emulator_batches_included(gcs, root):
+  from google.cloud import storage  # pylint: disable=import-outside-toplevel
+  client = storage.Client()
+  bucket = client.bucket(gcs.bucket)
+  prefix = root[len(f"gs://{gcs.bucket}/"):]
+  for i in range(3):
+    bucket.blob(f"{prefix}/a{i}").upload_from_string(f"text {i}")
+  with client.batch():  # what Apache Beam's gcsio renames with: one multipart request
+    for i in range(3):
+      bucket.copy_blob(bucket.blob(f"{prefix}/a{i}"), bucket, f"{prefix}/b{i}")
+  assert sorted(gcs.objects(f"{prefix}/b")) == [f"{prefix}/b{i}" for i in range(3)]
+  assert bucket.blob(f"{prefix}/b2").download_as_bytes() == b"text 2"
 
 
 def test_the_proxy_refuses_every_host_but_cloud_storage(gcs):
