@@ -91,3 +91,13 @@ def test_time_before_the_loop_that_no_category_holds_is_start_up():
   run.add("checkpoints", 1.5)  # a restore, timed on its own
   run.add_unaccounted("startup")
   assert run.seconds["startup"] == 2.5 and run.shares()["other"] == 0.0
+
+
+def test_a_small_but_nonzero_category_still_shows_and_nothing_reads_zero():
+  clock = HandClock()
+  run = goodput_lib.Goodput(clock=clock)
+  run.add("productive", 99.0)
+  run.add("redone", 0.2)  # one step done again
+  run.add("checkpoints", 0.8)
+  clock.now += 100.0
+  assert run.line() == "goodput 99%: checkpoints 1%, redone steps <1%"

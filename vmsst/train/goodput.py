@@ -94,10 +94,13 @@ class Goodput:
     return {f"goodput/{k}": 100 * v for k, v in self.shares(now).items()}
 
   def line(self, now: float | None = None) -> str:
-    """`goodput 91%: start-up 4%, data wait 3%, ...` (the categories that took time, largest first)."""
+    """`goodput 91%: data wait 3%, checkpoints 2%, ...`: every category that took time, largest first.
+
+    "other" (logging, the progress bar) is named only from half a percent.
+    """
     shares = self.shares(now)
-    rest = sorted(((v, k) for k, v in shares.items() if k != "productive" and v >= 0.005),
-                  reverse=True)
+    rest = sorted(((v, k) for k, v in shares.items()
+                   if k != "productive" and v > (0.005 if k == "other" else 0)), reverse=True)
     parts = ", ".join(f"{LABELS[k]} {_percent(v)}" for v, k in rest)
     return f"goodput {_percent(shares['productive'])}" + (f": {parts}" if parts else "")
 
@@ -121,7 +124,8 @@ class Goodput:
 
 
 def _percent(share: float) -> str:
-  return f"{100 * share:.0f}%"
+  """Whole percent; a share under one percent but above zero is "<1%", never "0%"."""
+  return "<1%" if 0 < share < 0.005 else f"{100 * share:.0f}%"
 
 
 @gin.configurable
