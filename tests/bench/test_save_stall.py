@@ -29,4 +29,4 @@ def test_the_page_names_its_command_and_the_ratio():
   page = save_stall.readme(record)
   assert "python bench/save_stall.py --output=docs/results/save_stall" in page
   assert "| synchronous | 0.500 | 0.100 | 0.800 |" in page
-  assert "0.25x as long" in page
+  assert "blocks 1.00x as long" in page and "its stall is 0.25x" in page
