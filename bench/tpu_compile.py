@@ -88,8 +88,10 @@ def table(reports: list[dict]) -> str:
     if "error" in r:
       lines.append(f"| {name} | failed to compile (exit {r['exit']}) | | | | | |")
       continue
-    peak = (f"{r['peak_bytes_per_chip'] / GIB:.1f} of {r['hbm_bytes_per_chip'] / GIB:.0f} GiB"
-            if r["fits"] else f"**does not fit** {r['hbm_bytes_per_chip'] / GIB:.0f} GiB")
+    hbm = f"{r['hbm_bytes_per_chip'] / GIB:.0f} GiB"
+    peak = (f"{r['peak_bytes_per_chip'] / GIB:.1f} of {hbm}" if r["fits"]
+            else f"**does not fit** {hbm}" + (f" (needs {r['peak_bytes_per_chip'] / GIB:.1f})"
+                                              if r["peak_bytes_per_chip"] else ""))
     step = r["lower_bound_step_seconds"]
     feed = r["batch_size"] / step / hosts(r)
     lines.append(f"| {name} | {r['slice']} (batch {r['batch_size']}) | {peak} "

@@ -204,3 +204,22 @@ def test_find_max_batch_stops_where_the_compiler_runs_out_of_memory():
   found, tried = compile_lib.find_max_batch(run, mesh, 32)
   assert found > 0 and tried[found].fits and not tried[found + 1].fits
   assert tried[found].memory.peak <= 16 * 2**30
+
+
+def test_a_compiled_step_whose_peak_exceeds_the_chips_hbm_does_not_fit():
+  """The TPU compiler let a step through whose own memory analysis exceeded the chip."""
+  memory = compile_lib.StepMemory(params=1, optimizer_state=1, arguments=10 * 2**30,
+                                  outputs=2**30, aliased=2**30, temp=30 * 2**30,
+                                  generated_code=0, compile_seconds=1.0)
+  assert compile_lib.over_hbm(memory, 40 * 2**30) is None
+  assert compile_lib.over_hbm(memory, None) is None
+  why = compile_lib.over_hbm(memory, 32 * 2**30)
+  assert "40.00 GiB per chip" in why and "32 GiB of HBM" in why
+  compiled = compile_lib.Compiled(memory=memory, oom_message=why)
+  assert not compiled.fits and compile_lib.Compiled(memory=memory).fits
+  report = compile_lib.Report(run_file="r.gin", slice_name="v4-8", chips=4, mesh={"data": 4},
+                              batch_size=8, compiled=compiled, model_flops_per_chip=1e12,
+                              hbm_bytes=32 * 2**30, bf16_flops=275e12)
+  assert not report.as_dict()["fits"] and report.as_dict()["peak_bytes_per_chip"] == 40 * 2**30
+  text = compile_lib.describe(report)
+  assert "peak 40.00 GiB of 32 GiB HBM" in text and "does not fit 32 GiB of HBM: compiled" in text

@@ -100,14 +100,15 @@ class StepMemory:
 
 @dataclasses.dataclass(frozen=True)
 class Compiled:
-  """One compile: its memory per chip, or the compiler's out-of-memory message.
+  """One compile: its memory per chip, or why it does not fit.
 
   Attributes:
     memory: None when the compiler ran out of memory.
     compiler_flops: the compiled per-chip program's FLOPs (XLA cost analysis).
     flops_complete: False when the program has a `while` loop, whose body
       the cost analysis counts once (scan_layers).
-    oom_message: the compiler's message when it did not fit.
+    oom_message: why it does not fit: the compiler's out-of-memory message,
+      or (memory set) a peak over the chip's HBM that the compiler let pass.
   """
 
   memory: StepMemory | None
@@ -117,7 +118,7 @@ class Compiled:
 
   @property
   def fits(self) -> bool:
-    return self.memory is not None
+    return self.memory is not None and self.oom_message is None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,8 +149,14 @@ def is_out_of_memory(error: Exception) -> bool:
   return "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text
 
 
-def compile_step(run: Run, mesh: jax.sharding.Mesh, batch_size: int) -> Compiled:
-  """Compiles `run`'s train step for `mesh` at `batch_size` and measures it."""
+def compile_step(run: Run, mesh: jax.sharding.Mesh, batch_size: int,
+                 hbm_bytes: int | None = None) -> Compiled:
+  """Compiles `run`'s train step for `mesh` at `batch_size` and measures it.
+
+  With `hbm_bytes` a peak above it does not fit either: the TPU compiler has
+  been seen to compile a step whose own memory analysis needs more than the
+  chip holds (temporaries 39.7 of 32 GiB), which the chip would not run.
+  """
   trainer = trainer_lib.Trainer(run.model, run.optimizer, mesh,
                                 run.model.input_shapes(batch_size, run.sequence_length),
                                 skip_nonfinite=run.skip_nonfinite)
@@ -164,18 +171,26 @@ def compile_step(run: Run, mesh: jax.sharding.Mesh, batch_size: int) -> Compiled
   analysis = compiled.memory_analysis()
   state = trainer.abstract_state
   cost = compiled.cost_analysis() or {}
-  return Compiled(
-      memory=StepMemory(
-          params=bytes_per_device(state.params),
-          optimizer_state=bytes_per_device(state.opt_state),
-          arguments=analysis.argument_size_in_bytes,
-          outputs=analysis.output_size_in_bytes,
-          aliased=analysis.alias_size_in_bytes,
-          temp=analysis.temp_size_in_bytes,
-          generated_code=analysis.generated_code_size_in_bytes,
-          compile_seconds=seconds),
-      compiler_flops=cost.get("flops"),
-      flops_complete=" while(" not in compiled.as_text())
+  memory = StepMemory(
+      params=bytes_per_device(state.params),
+      optimizer_state=bytes_per_device(state.opt_state),
+      arguments=analysis.argument_size_in_bytes,
+      outputs=analysis.output_size_in_bytes,
+      aliased=analysis.alias_size_in_bytes,
+      temp=analysis.temp_size_in_bytes,
+      generated_code=analysis.generated_code_size_in_bytes,
+      compile_seconds=seconds)
+  return Compiled(memory=memory, compiler_flops=cost.get("flops"),
+                  flops_complete=" while(" not in compiled.as_text(),
+                  oom_message=over_hbm(memory, hbm_bytes))
+
+
+def over_hbm(memory: StepMemory, hbm_bytes: int | None) -> str | None:
+  """Why a compiled step's peak does not fit `hbm_bytes`, or None."""
+  if hbm_bytes is None or memory.peak <= hbm_bytes:
+    return None
+  return (f"its memory analysis needs {memory.peak / GIB:.2f} GiB per chip (arguments + "
+          f"outputs - aliased + temporaries) and the chip has {hbm_bytes / GIB:.0f} GiB of HBM")
 
 
 def step_memory(model, optimizer, mesh: jax.sharding.Mesh, *, batch_size: int,
@@ -360,8 +375,9 @@ def describe(report: Report) -> str:
         f"  peak {memory.peak / GIB:.2f} GiB of {report.hbm_bytes / GIB:.0f} GiB HBM "
         f"({100 * memory.peak / report.hbm_bytes:.0f}%); compiled in "
         f"{memory.compile_seconds:.0f} s"]
-  else:
-    lines.append(f"  does not fit {report.hbm_bytes / GIB:.0f} GiB of HBM; the compiler said:")
+  if not report.compiled.fits:
+    lines.append(f"  does not fit {report.hbm_bytes / GIB:.0f} GiB of HBM: "
+                 + ("the compiler said:" if memory is None else "compiled, but"))
     lines += ["    " + line for line in report.compiled.oom_message.strip().splitlines()[:12]]
   lines += [flops,
             f"  step time at the bf16 peak ({report.bf16_flops / 1e12:.0f} TFLOP/s): at least "
@@ -451,7 +467,8 @@ def report_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> int:
   batch = _BATCH.value or run.batch_size
   check_batch(batch, mesh)
   if _FIND_MAX.value:
-    batch, tried = find_max_batch(run, mesh, batch)
+    batch, tried = find_max_batch(run, mesh, batch, compile_fn=functools.partial(
+        compile_step, hbm_bytes=target.hbm_bytes))
     print(f"largest global batch that fits {target.name}: {batch}", flush=True)
     if not batch:
       compiled = tried[min(tried)]
@@ -459,7 +476,7 @@ def report_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> int:
     else:
       compiled = tried[batch]
   else:
-    compiled = compile_step(run, mesh, batch)
+    compiled = compile_step(run, mesh, batch, hbm_bytes=target.hbm_bytes)
   flops_run = load_run(gin_files, list(bindings) + MODEL_FLOPS_BINDINGS)
   report = Report(run_file=",".join(gin_files), slice_name=target.name, chips=target.chips,
                   mesh=dict(mesh.shape), batch_size=batch, compiled=compiled,
