@@ -155,7 +155,8 @@ def compile_step(run: Run, mesh: jax.sharding.Mesh, batch_size: int,
 
   With `hbm_bytes` a peak above it does not fit either: the TPU compiler has
   been seen to compile a step whose own memory analysis needs more than the
-  chip holds (temporaries 39.7 of 32 GiB), which the chip would not run.
+  chip holds (docs/results/tpu_compile/scan_without_remat/), which the chip
+  would not run.
   """
   trainer = trainer_lib.Trainer(run.model, run.optimizer, mesh,
                                 run.model.input_shapes(batch_size, run.sequence_length),
