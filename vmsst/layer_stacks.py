@@ -125,7 +125,8 @@ def stack_layer_params(params: dict) -> dict:
 
   `<stack>/layer_<i>/...` become `<stack>/layers/...` stacked on axis 0, and
   the network's `decoder_layer_<i>/...` become `decoder/layers/...`; every
-  other entry is kept. For checkpoints and mT5 imports made without scan.
+  other entry is kept. For trees made without scan (a parameter file's
+  `layer_<i>` tensors are stacked as they load: param_files.load_params).
   """
   def stacked(tree: dict, prefix: str) -> dict | None:
     keys = sorted((k for k in tree if k.startswith(prefix) and k[len(prefix):].isdigit()),
