@@ -58,6 +58,14 @@ def test_vmsst_files_serves_the_bucket(gcs, root):
   files.rmtree(files.join(root, "y"))
   assert not files.exists(files.join(root, "y"))
   assert files.abspath(root) == root
+  # Compressed files (the corpora's .gz) and a file object used outside `with`.
+  with files.open_text(files.join(root, "x", "b.txt.gz"), "w") as f:
+    f.write("héllo\n")
+  with files.open_text(files.join(root, "x", "b.txt.gz")) as f:
+    assert f.read() == "héllo\n"
+  opened = files.open(files.join(root, "x", "a.txt"))
+  assert opened.read() == "one\ntwo\n"
+  opened.close()
 
 
 def test_orbax_saves_and_restores_a_pytree_in_the_bucket(gcs, root):

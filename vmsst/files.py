@@ -125,7 +125,11 @@ def open(path: PathLike, mode: str = "r") -> IO:  # pylint: disable=redefined-bu
   """Opens a local or bucket file; text is UTF-8. Writing to a bucket commits at close."""
   if not is_remote(path):
     return io.open(os.fspath(path), mode, encoding=None if "b" in mode else "utf-8")
-  return as_path(path).open(mode)
+  opened = as_path(path).open(mode)
+  if not hasattr(opened, "close"):  # etils' TensorFlow backend: a context manager yielding a GFile
+    context, opened = opened, opened.__enter__()
+    opened.epath_context = context  # held by the file: dropping it would close the file now
+  return opened
 
 
 def open_compressed(path: PathLike, mode: str = "rb") -> IO[bytes]:
