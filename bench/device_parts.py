@@ -1,0 +1,427 @@
+"""The work of bench/device_check.py's children: speed, profile, comparison, and the data they read.
+
+Each function runs in its own process (device_check.run_child) and returns
+plain JSON. Budgets are seconds of wall clock per part, process starts
+included; the full ones add up to 7.5 minutes on one H100 (the check's
+limit is 8), the quick ones to under a minute on a 2-core CPU.
+"""
+
+import gc
+import gzip
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+try:  # not installed (an accelerator image): the tasks/ folder is the vmsst_tasks package
+  import vmsst_tasks  # pylint: disable=unused-import
+except ImportError:
+  import tasks as _tasks  # pylint: disable=g-import-not-at-top
+  sys.modules["vmsst_tasks"] = _tasks
+
+from vmsst import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+cli.quiet_startup()
+
+# objective -> its gin file (the run files' model files).
+OBJECTIVES = {"vmsst": "gin/models/vmsst.gin", "bitranslation": "gin/models/bitranslation.gin",
+              "contrastive": "gin/models/contrastive.gin",
+              "vmsst_contrastive": "gin/models/vmsst_contrastive.gin",
+              "momentum_contrast": "gin/models/momentum_contrast.gin"}
+COMPARED = ("contrastive", "vmsst", "bitranslation")
+BUDGETS = {"speed": 215.0, "peer": 40.0, "profile": 45.0, "comparison": 150.0}
+QUICK_BUDGETS = {"speed": 240.0, "peer": 0.0, "profile": 90.0, "comparison": 240.0}  # limits for a slow CI machine
+COMPARISON_TRAIN_SECONDS = {False: 20.0, True: 1.0}  # per objective, after its first evaluation
+PAPER_VOCABULARY, LENGTH = 250_112, 32
+BATCHES = {False: (2048, 1024, 512, 256, 128), True: (16, 8)}
+TIMED_STEPS = {False: 10, True: 2}
+# The speed part's shape: the 6-layer paper runs' files (quick: tiny.gin made smaller).
+SIZE_FILES = {False: ["gin/models/sizes/6l.gin", "gin/models/precision/bf16.gin"],
+              True: ["gin/models/sizes/tiny.gin", "gin/models/precision/bf16.gin"]}
+QUICK_SIZE = ["NetworkConfig.emb_dim = 32", "NetworkConfig.mlp_dim = 64",
+              "NetworkConfig.num_heads = 2", "NetworkConfig.head_dim = 16",
+              "NetworkConfig.num_encoder_layers = 1", "MomentumContrast.queue_size = 64"]
+# The comparison's shape: the same T5.1.1 layers at 6 layers and d = 512 (mT5-small's
+# width), so three objectives train for long enough in the check's few minutes.
+COMPARISON_SIZE = ["NetworkConfig.emb_dim = 512", "NetworkConfig.num_heads = 8",
+                   "NetworkConfig.head_dim = 64", "NetworkConfig.mlp_dim = 1024"]
+COMPARISON_BATCH = {False: 512, True: 16}
+STREAM_EXAMPLES = 1 << 17
+
+
+def _jax():
+  import jax  # pylint: disable=import-outside-toplevel
+  jax.config.update("jax_compilation_cache_dir",  # the profile child reuses speed's compile
+                    os.path.join(tempfile.gettempdir(), "vmsst-device-check-cache"))
+  return jax
+
+
+def build_model(objective: str, quick: bool, *, files=None, vocab_size: int | None = None,
+                bindings=()):
+  """The objective's model as its gin file and the size files define it."""
+  import gin  # pylint: disable=import-outside-toplevel
+  from vmsst.train import loop  # pylint: disable=import-outside-toplevel,unused-import  # train
+  gin.clear_config()
+  gin.add_config_file_search_path(ROOT)
+  vocabulary = [f"VOCAB_SIZE = {vocab_size or (300 if quick else PAPER_VOCABULARY)}"]
+  gin.parse_config_files_and_bindings(
+      [OBJECTIVES[objective]] + (files or SIZE_FILES[quick]),
+      vocabulary + [f"NetworkConfig.max_length = {LENGTH}"] + (QUICK_SIZE if quick else [])
+      + list(bindings))
+  return gin.query_parameter("train.model").scoped_configurable_fn()
+
+
+def paper_optimizer():
+  """base_paper.gin's Adafactor (a constant rate: the schedule changes no step time)."""
+  from vmsst import optimizers  # pylint: disable=import-outside-toplevel
+  return optimizers.adafactor(learning_rate=1e-3, clipping_threshold=1.0,
+                              multiply_by_parameter_scale=True, min_dim_size_to_factor=128)
+
+
+def synthetic_batch(batch_size: int, length: int, vocab_size: int, extra=None):
+  """Full-length random pairs (EOS last), and any extra features at their shapes."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  batch = {}
+  for side in "ab":
+    tokens = rng.integers(3, vocab_size, (batch_size, length)).astype(np.int32)
+    tokens[:, -1] = 1
+    batch[f"tokens_{side}"] = tokens
+    batch[f"mask_{side}"] = np.ones((batch_size, length), np.int32)
+    batch[f"lang_{side}"] = rng.integers(0, 10, batch_size).astype(np.int32)
+  batch["sem_side"] = (np.arange(batch_size) % 2).astype(np.int32)
+  for name, shape in (extra or {}).items():
+    batch.setdefault(name, np.zeros(shape, np.float32))
+  return batch
+
+
+def bf16_peak_flops(n: int) -> float:
+  """FLOP/s of an n x n bf16 matmul (f32 accumulation), best of 5 timed runs."""
+  jax = _jax()
+  a = jax.numpy.ones((n, n), jax.numpy.bfloat16)
+  f = jax.jit(lambda x: jax.numpy.dot(x, x, preferred_element_type=jax.numpy.float32))
+  f(a).block_until_ready()
+  best = float("inf")
+  for _ in range(5):
+    start = time.perf_counter()
+    f(a).block_until_ready()
+    best = min(best, time.perf_counter() - start)
+  return 2 * n**3 / best
+
+
+def _out_of_memory(error: Exception) -> bool:
+  text = str(error)
+  return "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
+
+
+class StepRun:
+  """One objective's compiled train step at one batch size, ready to time or trace."""
+
+  def __init__(self, model, batch_size: int):
+    jax = _jax()
+    from vmsst import partitioning  # pylint: disable=import-outside-toplevel
+    from vmsst import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
+    self.batch_size = batch_size
+    mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
+    shapes = model.input_shapes(batch_size, LENGTH)
+    self.trainer = trainer_lib.Trainer(model, paper_optimizer(), mesh, shapes)
+    started = time.perf_counter()
+    self.compiled = self.trainer.compile_step(jax.random.key(0))
+    self.compile_seconds = time.perf_counter() - started
+    self.state = self.trainer.initialize(jax.random.key(0))
+    extra = {k: v for k, v in shapes.items() if not k.startswith(("tokens", "mask", "lang", "sem"))}
+    self.batch = self.trainer.global_batch(
+        synthetic_batch(batch_size, LENGTH, model.network_config.vocab_size, extra))
+    self.rng = jax.random.key(1)
+    self.metrics = None
+
+  def steps(self, n: int) -> float:
+    """Runs n steps (the compiled executable itself); seconds per step."""
+    jax = _jax()
+    import flax.linen as nn  # pylint: disable=import-outside-toplevel
+    from vmsst import partitioning  # pylint: disable=import-outside-toplevel
+    start = time.perf_counter()
+    with jax.set_mesh(self.trainer.mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
+      for _ in range(n):
+        self.state, self.metrics = self.compiled(self.state, self.batch, self.rng)
+    jax.block_until_ready(self.metrics)
+    return (time.perf_counter() - start) / n
+
+
+def _model_flops(model, batch_size: int) -> float:
+  from vmsst import compile as compile_lib  # pylint: disable=import-outside-toplevel
+  run = compile_lib.Run(model=model, optimizer=paper_optimizer(), batch_size=batch_size,
+                        sequence_length=LENGTH, skip_nonfinite=False)
+  return compile_lib.model_flops(run, batch_size)
+
+
+def _largest_batch_run(objective: str, model, quick: bool) -> tuple[Any, list[dict]]:
+  """(a StepRun at the largest batch that fits, the sizes that did not)."""
+  tried = []
+  for batch_size in BATCHES[quick]:
+    try:
+      run = StepRun(model, batch_size)
+      run.steps(1)  # warm-up: the first allocation shows a runtime out-of-memory
+      return run, tried
+    except Exception as e:  # pylint: disable=broad-except
+      if not _out_of_memory(e):
+        raise
+      tried.append({"batch": batch_size, "error": str(e).splitlines()[0][:200]})
+      print(f"{objective}: batch {batch_size} does not fit", flush=True)
+      run = None
+      gc.collect()
+      _jax().clear_caches()
+  raise MemoryError(f"{objective}: no batch of {BATCHES[quick]} fits")
+
+
+def emit(result: dict[str, Any]) -> None:
+  """One result line for the parent (device_check.run_child): it survives a later timeout."""
+  print("RESULT " + json.dumps(result), flush=True)
+
+
+def speed(*, quick: bool, objectives) -> None:
+  """Emits a row of examples/s, MFU and memory per objective, at its largest batch that fits."""
+  jax = _jax()
+  peak = bf16_peak_flops(256 if quick else 8192)
+  device = jax.devices()[0]
+  print(f"{device.device_kind}: bf16 matmul peak {peak / 1e12:.1f} TFLOP/s", flush=True)
+  for objective in objectives:
+    model = build_model(objective, quick)
+    run, did_not_fit = _largest_batch_run(objective, model, quick)
+    seconds = run.steps(TIMED_STEPS[quick])
+    flops = _model_flops(model, run.batch_size)
+    memory = run.compiled.memory_analysis()
+    stats = device.memory_stats() or {}
+    row = {"objective": objective, "batch": run.batch_size, "did_not_fit": did_not_fit,
+           "step_s": seconds, "examples_per_s": run.batch_size / seconds,
+           "model_flops": flops, "mfu": flops / seconds / peak,
+           "compile_s": run.compile_seconds, "loss": float(run.metrics["loss"]),
+           "peak_memory_gib": stats.get("peak_bytes_in_use", float("nan")) / 2**30,
+           "compiled_memory_gib": (memory.argument_size_in_bytes + memory.output_size_in_bytes
+                                   - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
+                                  / 2**30,
+           "device": device.device_kind, "bf16_peak_tflops": peak / 1e12}
+    print(f"{objective}: batch {run.batch_size}, {row['examples_per_s']:.0f} examples/s, "
+          f"MFU {row['mfu']:.1%}, peak {row['peak_memory_gib']:.1f} GiB", flush=True)
+    emit(row)
+    del run
+    gc.collect()
+
+
+def peer(*, quick: bool, batch: int) -> dict[str, Any]:
+  """sentence-transformers' MNRL step at the speed part's Contrastive shape, bf16 autocast."""
+  del quick
+  import torch  # pylint: disable=import-outside-toplevel
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+  import train_throughput  # pylint: disable=import-outside-toplevel
+  cfg = build_model("contrastive", False).network_config
+  device = "cuda" if torch.cuda.is_available() else "cpu"
+  run = train_throughput.peer(cfg, synthetic_batch(batch, LENGTH, cfg.vocab_size),
+                              cfg.dropout_rate, "bfloat16", length=LENGTH, steps=5, device=device)
+  seconds = run()
+  return {"peer": "sentence-transformers MultipleNegativesRankingLoss", "device": device,
+          "batch": batch, "precision": "bf16 autocast, f32 parameters, AdamW",
+          "pairs_per_s": batch / seconds,
+          "peak_memory_gib": (torch.cuda.max_memory_allocated() / 2**30
+                              if device == "cuda" else None)}
+
+
+def profile(*, quick: bool, objective: str, steps: int = 3) -> dict[str, Any]:
+  """A jax.profiler trace of `steps` steps of `objective`, as its top operations."""
+  jax = _jax()
+  model = build_model(objective, quick)
+  run, _ = _largest_batch_run(objective, model, quick)
+  trace_dir = tempfile.mkdtemp(prefix="vmsst-trace-")
+  with jax.profiler.trace(trace_dir):
+    seconds = run.steps(steps)
+  return {"objective": objective, "batch": run.batch_size, "steps": steps, "step_s": seconds,
+          "top_ops": top_operations(trace_dir)}
+
+
+def top_operations(trace_dir: str, top: int = 15) -> list[dict[str, Any]]:
+  """The trace's operations by total device time (ms), from its Chrome-format trace file.
+
+  Device time is that of the GPU/TPU processes' events; on a CPU, that of
+  XLA's own threads (not Python's).
+  """
+  import collections  # pylint: disable=import-outside-toplevel
+  from vmsst import files  # pylint: disable=import-outside-toplevel
+  paths = [p for p in files.glob(files.join(trace_dir, "plugins", "profile", "*", "*.trace.json.gz"))]
+  if not paths:
+    raise FileNotFoundError(f"no *.trace.json.gz under {trace_dir}")
+  events = json.loads(gzip.decompress(files.read_bytes(paths[-1])))["traceEvents"]
+  processes = {e["pid"]: e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "process_name"}
+  threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+  devices = {pid for pid, name in processes.items() if "/device:" in name}
+
+  def on_device(event) -> bool:
+    if devices:
+      return event["pid"] in devices
+    return ("XLA" in threads.get((event["pid"], event.get("tid")), "")
+            and not event["name"].startswith("ThunkExecutor"))  # the CPU's wrapper, not an op
+
+  total, count = collections.Counter(), collections.Counter()
+  for event in events:
+    if event.get("ph") == "X" and on_device(event):
+      total[event["name"]] += event.get("dur", 0) / 1000
+      count[event["name"]] += 1
+  whole = sum(total.values()) or 1.0
+  return [{"op": name, "ms": ms, "share": ms / whole, "count": count[name]}
+          for name, ms in total.most_common(top)]
+
+
+class WallClock:
+  """`train(early_stopping=...)`: stops a run `seconds` after its first evaluation.
+
+  The loop calls `observe` after each evaluation (every eval_every steps),
+  so the budget starts once the step is compiled and running; `curve` keeps
+  each evaluation's (step, seconds, results).
+  """
+
+  def __init__(self, seconds: float):
+    self.seconds, self.started, self.curve = seconds, None, []
+
+  def resume(self, evaluator, eval_every: int) -> bool:
+    del evaluator, eval_every
+    return False
+
+  def observe(self, step: int, results, params) -> bool:
+    del params
+    now = time.time()
+    self.started = self.started or now
+    self.curve.append({"step": step, "seconds": now - self.started, **results})
+    return now - self.started >= self.seconds
+
+  def save_final(self, manager, step: int, state):
+    from vmsst import checkpointing  # pylint: disable=import-outside-toplevel
+    checkpointing.save(manager, step, state, force=True)
+    return state
+
+
+def comparison(*, quick: bool, data: str, objectives, train_seconds: float) -> None:
+  """Emits each objective's run: trained by `train` on DATA's stream for `train_seconds`, scored."""
+  from vmsst import files  # pylint: disable=import-outside-toplevel
+  from vmsst import vocabulary  # pylint: disable=import-outside-toplevel
+  from vmsst.evaluation import in_training  # pylint: disable=import-outside-toplevel
+  from vmsst.train import loop  # pylint: disable=import-outside-toplevel
+  _jax()
+  stream = files.join(data, "stream")
+  meta = json.loads(files.read_text(files.join(stream, "stream.json")))
+  sets = {name: tuple(pair) for name, pair in
+          json.loads(files.read_text(files.join(data, "heldout.json"))).items()}
+  vocab = vocabulary.get_vocabulary(files.join(stream, "spm.model"))
+  for objective in objectives:
+    model_dir = tempfile.mkdtemp(prefix=f"vmsst-{objective}-")
+    build_model(objective, quick, vocab_size=vocab.vocab_size, bindings=[
+        *([] if quick else COMPARISON_SIZE), *_train_bindings(model_dir, meta, stream, quick)])
+    clock = WallClock(train_seconds)
+    evaluator = in_training.RetrievalEvaluator(sets, vocab, sequence_length=meta["sequence_length"],
+                                               batch_size=64 if quick else 256)
+    started = time.time()
+    result = loop.train(evaluator=evaluator, early_stopping=clock)
+    run = {"objective": objective, "steps": result["step"], "seconds": time.time() - started,
+                       "train_seconds": clock.curve[-1]["seconds"] if clock.curve else None,
+                       "batch": COMPARISON_BATCH[quick], "curve": clock.curve,
+                       "final_retrieval": result["retrieval"],
+                       "final_loss": result["final_metrics"].get("loss"),
+                       "xsim": _xsim(model_dir, sets)}
+    emit(run)
+    print(f"{objective}: {result['step']} steps, held-out retrieval "
+          f"{result['retrieval'].get('mean')}", flush=True)
+
+
+def _train_bindings(model_dir: str, meta: dict[str, Any], stream: str, quick: bool) -> list[str]:
+  every = 2 if quick else 50
+  return [f"train.model_dir = '{model_dir}'", f"train.mixture_name = '{meta['mixture']}'",
+          "train.train_steps = 1000000", f"train.batch_size = {COMPARISON_BATCH[quick]}",
+          f"train.sequence_length = {meta['sequence_length']}", f"train.seed = {meta['seed']}",
+          f"train.log_every = {every}", f"train.eval_every = {every}",
+          f"train.pretokenized = '{stream}'",
+          "train.optimizer = @adamw()", "adamw.learning_rate = @inverse_sqrt_schedule()",
+          "adamw.weight_decay = 0.0", "inverse_sqrt_schedule.peak_learning_rate = 1e-3",
+          "inverse_sqrt_schedule.warmup_steps = 100",
+          "make_manager.save_interval_steps = 1000000", "make_manager.max_to_keep = 1"]
+
+
+def _xsim(model_dir: str, sets) -> dict[str, Any]:
+  """The checkpoint's μ_sem of each held-out set, scored by the parallel suite's xsim (×100)."""
+  from vmsst.encoding import checkpoint  # pylint: disable=import-outside-toplevel
+  from vmsst.evaluation import parallel  # pylint: disable=import-outside-toplevel
+  encoder = checkpoint.CheckpointEncoder.from_model_dir(model_dir)
+  scores = {name: parallel.xsim_errors(encoder.encode(list(src)), encoder.encode(list(trg)))
+            for name, (src, trg) in sets.items() if len(src)}
+  keys = ("forward", "backward", "forward_margin", "backward_margin")
+  scores["average"] = {k: sum(s[k] for s in scores.values()) / len(scores) for k in keys}
+  return scores
+
+
+def prepare(data: str, data_dir: str, *, examples: int = STREAM_EXAMPLES) -> None:
+  """DATA for the comparison: vocabulary, NTREX-128 + Multi30k stream, held-out sets (seqio)."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  from vmsst import files  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import heldout  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import pretokenized  # pylint: disable=import-outside-toplevel
+  spm = files.join(data, "vocab", "spm")
+  if not files.exists(spm + ".model"):
+    subprocess.run([sys.executable, "-m", "vmsst.vocabulary", f"--data_dir={data_dir}",
+                    f"--output={spm}"], check=True, cwd=ROOT)
+  meta = pretokenized.write_run_stream(
+      ["gin/runs/contrastive_cpu.gin"],
+      [f"DATA_DIR = '{data_dir}'", f"VOCAB_PATH = '{spm}.model'", f"SEQUENCE_LENGTH = {LENGTH}",
+       "train.seed = 0"], [ROOT], output=files.join(data, "stream"), examples=examples)
+  files.write_text(files.join(data, "heldout.json"),
+                   json.dumps({k: list(map(list, v)) for k, v in
+                               heldout.retrieval_sets(data_dir, max_pairs=500).items()}))
+  print(f"wrote {meta['examples']} examples and the held-out sets into {data}")
+
+
+CHILDREN = {"speed": speed, "peer": peer, "profile": profile, "comparison": comparison}
+
+
+def summary(results: dict[str, Any]) -> str:
+  """device_check.md: the figures as short tables."""
+  lines = ["# Device check", "", f"quick: {results.get('quick')}; total "
+           f"{results.get('total_seconds', float('nan')):.0f} s; budgets (s): "
+           f"{results.get('budgets_s')}", ""]
+  parts = results.get("parts", {})
+  if "speed" in parts:
+    lines += ["## Speed (paper 6-layer shape, bf16 compute, f32 parameters)", "",
+              "| objective | batch | examples/s | MFU | peak GiB | compile s |",
+              "|---|---|---|---|---|---|"]
+    for row in parts["speed"].get("rows", []):
+      if "examples_per_s" in row:
+        lines.append(f"| {row['objective']} | {row['batch']} | {row['examples_per_s']:.0f} | "
+                     f"{row['mfu']:.1%} | {row['peak_memory_gib']:.1f} | {row['compile_s']:.0f} |")
+      else:
+        lines.append(f"| {row.get('objective')} | – | {row.get('error')} | | | |")
+    peer_row = parts["speed"].get("peer", {})
+    lines += ["", f"sentence-transformers peer: {json.dumps(peer_row)}", ""]
+  if "profile" in parts:
+    prof = parts["profile"]
+    lines += [f"## Profile: {prof.get('objective')} (batch {prof.get('batch')})", "",
+              "| op | ms | share | count |", "|---|---|---|---|"]
+    lines += [f"| `{o['op'][:60]}` | {o['ms']:.1f} | {o['share']:.1%} | {o['count']} |"
+              for o in prof.get("top_ops", [])]
+    if "error" in prof:
+      lines.append(f"error: {prof['error']}")
+    lines.append("")
+  if "comparison" in parts:
+    comp = parts["comparison"]
+    lines += [f"## Comparison ({comp.get('train_seconds_each')} s of training each)", "",
+              "| objective | steps | held-out retrieval | xsim (cosine, avg of both ways) |",
+              "|---|---|---|---|"]
+    for name, run in comp.get("runs", {}).items():
+      if "steps" not in run:
+        lines.append(f"| {name} | – | {run.get('error')} | |")
+        continue
+      xsim = run["xsim"]["average"]
+      lines.append(f"| {name} | {run['steps']} | {run['final_retrieval'].get('mean', float('nan')):.1f} | "
+                   f"{(xsim['forward'] + xsim['backward']) / 2:.1f} |")
+  return "\n".join(lines) + "\n"

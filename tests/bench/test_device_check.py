@@ -1,0 +1,84 @@
+"""bench/device_check.py --quick: every part on a CPU, TensorFlow and seqio absent (gin present).
+
+The comparison's data is written here through seqio (the first lines of
+NTREX-128 and Multi30k, the session's tiny vocabulary), as `--prepare`
+writes the real one; the check itself then runs in processes where
+TensorFlow, tensorflow-text and seqio cannot be imported (a sitecustomize on
+PYTHONPATH hides them from every child too), as on an accelerator image.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vmsst import files
+from vmsst_testing import ROOT
+
+_HIDE = r'''
+import importlib.machinery, sys
+BLOCKED = ("tensorflow", "tensorflow_text", "seqio")
+
+class Absent(importlib.machinery.PathFinder):
+  @classmethod
+  def find_spec(cls, name, path=None, target=None):
+    if name.split(".")[0] in BLOCKED:
+      return None
+    return importlib.machinery.PathFinder.find_spec(name, path, target)
+
+sys.meta_path[:] = [Absent if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+'''
+
+
+@pytest.fixture(scope="module", name="data")
+def _data(small_data_dir, tiny_vocab_path, tmp_path_factory):
+  sys.path.insert(0, str(ROOT / "bench"))
+  from vmsst_tasks import heldout  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import pretokenized  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel
+  import device_parts  # pylint: disable=import-outside-toplevel
+  data = tmp_path_factory.mktemp("device_data")
+  registry.register_tasks(str(small_data_dir), tiny_vocab_path)
+  pretokenized.write_stream("vmsst_ntrex_multi30k", str(data / "stream"), examples=512,
+                            sequence_length=device_parts.LENGTH, seed=0)
+  sets = heldout.retrieval_sets(str(small_data_dir), max_pairs=24)
+  files.write_text(str(data / "heldout.json"),
+                   json.dumps({k: list(map(list, v)) for k, v in sets.items()}))
+  return data
+
+
+@pytest.mark.slow
+def test_quick_check_runs_every_part_without_tensorflow(data, tmp_path):
+  hide = tmp_path / "hide"
+  hide.mkdir()
+  (hide / "sitecustomize.py").write_text(_HIDE)
+  out = tmp_path / "out"
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), str(ROOT)])}
+  done = subprocess.run([sys.executable, "bench/device_check.py", f"--out={out}", "--quick",
+                         f"--data={data}"], cwd=ROOT, capture_output=True, text=True,
+                        timeout=600, check=False, env=env)
+  assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+  results = json.loads((out / "device_check.json").read_text())
+  parts = results["parts"]
+  rows = {row["objective"]: row for row in parts["speed"]["rows"]}
+  assert sorted(rows) == sorted(["vmsst", "bitranslation", "contrastive", "vmsst_contrastive",
+                                 "momentum_contrast"]), parts["speed"]
+  for row in rows.values():
+    assert row["batch"] == 16 and row["examples_per_s"] > 0, row
+    assert 0 < row["mfu"] < 1 and row["model_flops"] > 0 and row["compiled_memory_gib"] > 0
+  assert "quick mode" in parts["speed"]["peer"]["skipped"]
+  slowest = min(rows.values(), key=lambda r: r["examples_per_s"])["objective"]
+  profile = parts["profile"]
+  assert profile["objective"] == slowest and profile["top_ops"], profile
+  assert sum(op["share"] for op in profile["top_ops"]) <= 1 + 1e-9
+  runs = parts["comparison"]["runs"]
+  assert sorted(runs) == ["bitranslation", "contrastive", "vmsst"], runs
+  for run in runs.values():
+    assert run["steps"] >= 2 and run["curve"], run  # evaluated at intervals and at the end
+    assert 0 <= run["final_retrieval"]["mean"] <= 100
+    average = run["xsim"]["average"]
+    assert all(0 <= average[k] <= 100 for k in ("forward", "backward"))
+  summary = (out / "device_check.md").read_text()
+  assert "## Speed" in summary and "## Profile" in summary and "## Comparison" in summary
