@@ -147,8 +147,7 @@ def run_parts(out: str, parts: Sequence[str]) -> dict[str, Any]:
       results["parts"]["speed"] = speed
       _write(out, results)
     if "profile" in parts:
-      slowest = _slowest(speed)
-      results["parts"]["profile"] = _one(run_child("profile", {"objective": slowest},
+      results["parts"]["profile"] = _one(run_child("profile", _slowest(speed),
                                                    budgets["profile"]))
       _write(out, results)
   if "comparison" in parts:
@@ -180,10 +179,13 @@ def _speed(budgets: dict[str, float]) -> dict[str, Any]:
   return speed
 
 
-def _slowest(speed: dict[str, Any]) -> str:
-  """The objective with the fewest examples/s (VMSST when speed did not run or failed)."""
+def _slowest(speed: dict[str, Any]) -> dict[str, Any]:
+  """The objective with the fewest examples/s and its batch (VMSST if speed did not run)."""
   timed = [r for r in speed.get("rows", []) if "examples_per_s" in r]
-  return min(timed, key=lambda r: r["examples_per_s"])["objective"] if timed else "vmsst"
+  if not timed:
+    return {"objective": "vmsst"}
+  row = min(timed, key=lambda r: r["examples_per_s"])
+  return {"objective": row["objective"], "batch": row["batch"]}
 
 
 def _comparison(budgets: dict[str, float]) -> dict[str, Any]:

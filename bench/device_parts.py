@@ -13,7 +13,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -120,7 +120,7 @@ def _out_of_memory(error: Exception) -> bool:
 
 
 class StepRun:
-  """One objective's compiled train step at one batch size, ready to time or trace."""
+  """One objective's compiled train step at one batch size; `start` allocates its state."""
 
   def __init__(self, model, batch_size: int):
     jax = _jax()
@@ -133,12 +133,22 @@ class StepRun:
     started = time.perf_counter()
     self.compiled = self.trainer.compile_step(jax.random.key(0))
     self.compile_seconds = time.perf_counter() - started
-    self.state = self.trainer.initialize(jax.random.key(0))
-    extra = {k: v for k, v in shapes.items() if not k.startswith(("tokens", "mask", "lang", "sem"))}
-    self.batch = self.trainer.global_batch(
-        synthetic_batch(batch_size, LENGTH, model.network_config.vocab_size, extra))
+    memory = self.compiled.memory_analysis()
+    self.fixed_bytes = memory.argument_size_in_bytes  # the state (and the batch)
+    self.compiled_bytes = (memory.argument_size_in_bytes + memory.output_size_in_bytes
+                           - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
+    self._shapes, self._vocab = shapes, model.network_config.vocab_size
+    self.state = self.batch = self.metrics = None
     self.rng = jax.random.key(1)
-    self.metrics = None
+
+  def start(self) -> "StepRun":
+    jax = _jax()
+    self.state = self.trainer.initialize(jax.random.key(0))
+    extra = {k: v for k, v in self._shapes.items()
+             if not k.startswith(("tokens", "mask", "lang", "sem"))}
+    self.batch = self.trainer.global_batch(
+        synthetic_batch(self.batch_size, LENGTH, self._vocab, extra))
+    return self
 
   def steps(self, n: int) -> float:
     """Runs n steps (the compiled executable itself); seconds per step."""
@@ -160,13 +170,29 @@ def _model_flops(model, batch_size: int) -> float:
   return compile_lib.model_flops(run, batch_size)
 
 
-def _largest_batch_run(objective: str, model, quick: bool) -> tuple[Any, list[dict]]:
-  """(a StepRun at the largest batch that fits, the sizes that did not)."""
-  tried = []
-  for batch_size in BATCHES[quick]:
+def _largest_batch_run(objective: str, model, quick: bool,
+                       batches: Sequence[int] | None = None) -> tuple[Any, list[dict]]:
+  """(a StepRun at the largest batch that fits, the sizes that did not).
+
+  A compiled step whose own memory estimate exceeds the device's limit is not
+  run; the next size tried is the largest whose estimate, scaled from this
+  one (the state fixed, the rest per example), fits: at most two compiles
+  where the first does not fit, on a device that reports its limit.
+  """
+  tried, ceiling = [], None
+  limit = (_jax().devices()[0].memory_stats() or {}).get("bytes_limit")
+  for batch_size in batches or BATCHES[quick]:
+    if ceiling is not None and batch_size > ceiling:
+      tried.append({"batch": batch_size, "error": "estimated from a larger batch's compile"})
+      continue
     try:
       run = StepRun(model, batch_size)
-      run.steps(1)  # warm-up: the first allocation shows a runtime out-of-memory
+      if limit and run.compiled_bytes > 0.97 * limit:
+        per_example = (run.compiled_bytes - run.fixed_bytes) / batch_size
+        ceiling = (0.9 * limit - run.fixed_bytes) / max(per_example, 1.0)
+        raise MemoryError(f"RESOURCE_EXHAUSTED: the compiled step needs "
+                          f"{run.compiled_bytes / 2**30:.1f} GiB of {limit / 2**30:.1f}")
+      run.start().steps(1)  # warm-up: the first allocation shows a runtime out-of-memory
       return run, tried
     except Exception as e:  # pylint: disable=broad-except
       if not _out_of_memory(e):
@@ -195,16 +221,13 @@ def speed(*, quick: bool, objectives) -> None:
     run, did_not_fit = _largest_batch_run(objective, model, quick)
     seconds = run.steps(TIMED_STEPS[quick])
     flops = _model_flops(model, run.batch_size)
-    memory = run.compiled.memory_analysis()
     stats = device.memory_stats() or {}
     row = {"objective": objective, "batch": run.batch_size, "did_not_fit": did_not_fit,
            "step_s": seconds, "examples_per_s": run.batch_size / seconds,
            "model_flops": flops, "mfu": flops / seconds / peak,
            "compile_s": run.compile_seconds, "loss": float(run.metrics["loss"]),
            "peak_memory_gib": stats.get("peak_bytes_in_use", float("nan")) / 2**30,
-           "compiled_memory_gib": (memory.argument_size_in_bytes + memory.output_size_in_bytes
-                                   - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
-                                  / 2**30,
+           "compiled_memory_gib": run.compiled_bytes / 2**30,
            "device": device.device_kind, "bf16_peak_tflops": peak / 1e12}
     print(f"{objective}: batch {run.batch_size}, {row['examples_per_s']:.0f} examples/s, "
           f"MFU {row['mfu']:.1%}, peak {row['peak_memory_gib']:.1f} GiB", flush=True)
@@ -231,11 +254,12 @@ def peer(*, quick: bool, batch: int) -> dict[str, Any]:
                               if device == "cuda" else None)}
 
 
-def profile(*, quick: bool, objective: str, steps: int = 3) -> dict[str, Any]:
-  """A jax.profiler trace of `steps` steps of `objective`, as its top operations."""
+def profile(*, quick: bool, objective: str, batch: int | None = None,
+            steps: int = 3) -> dict[str, Any]:
+  """A jax.profiler trace of `steps` steps of `objective` (at speed's batch), as its top ops."""
   jax = _jax()
   model = build_model(objective, quick)
-  run, _ = _largest_batch_run(objective, model, quick)
+  run, _ = _largest_batch_run(objective, model, quick, [batch] if batch else None)
   trace_dir = tempfile.mkdtemp(prefix="vmsst-trace-")
   with jax.profiler.trace(trace_dir):
     seconds = run.steps(steps)

@@ -82,3 +82,29 @@ def test_quick_check_runs_every_part_without_tensorflow(data, tmp_path):
     assert all(0 <= average[k] <= 100 for k in ("forward", "backward"))
   summary = (out / "device_check.md").read_text()
   assert "## Speed" in summary and "## Profile" in summary and "## Comparison" in summary
+
+
+README = ROOT / "docs/results/device/README.md"
+DEVICE_LIMIT_MIB = 64  # what one device call carries: the tree and its carried paths
+
+
+def _folder_bytes(path) -> int:
+  return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def test_the_device_command_and_what_it_carries_fit_one_call():
+  """The page's one-line command names the check and the carried folder; the tree plus that
+  folder (its stated ceiling, and its real size where it was prepared) stay under 64 MiB."""
+  text = README.read_text()
+  command = [line.strip() for line in text.splitlines() if "bench/device_check.py --out=$OUT" in line]
+  assert len(command) == 1, command
+  assert ".device_carry/whl/*.whl" in command[0] and "--data=.device_carry/data" in command[0]
+  assert '`carry` = `[".device_carry"]`' in text and "`timeout_s` = 540" in text
+  carry_mib = float(text.split("CARRY_MIB = ")[1].split()[0])
+  listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
+                          capture_output=True, check=True).stdout.decode().split("\0")
+  tree = sum((ROOT / name).stat().st_size for name in listed if name and (ROOT / name).is_file())
+  assert tree / 2**20 + carry_mib < DEVICE_LIMIT_MIB, (tree / 2**20, carry_mib)
+  carried = ROOT / ".device_carry"
+  if carried.exists():  # prepared in this checkout: its real size is under the stated ceiling
+    assert _folder_bytes(carried) / 2**20 <= carry_mib
