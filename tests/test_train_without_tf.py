@@ -1,10 +1,12 @@
 """`train` end to end with TensorFlow and seqio blocked, on a pre-tokenized stream (gin present).
 
 The stream is written here (seqio) by the writer command's function; the
-same run trained through seqio in this process and on the stream in a
-subprocess that blocks TensorFlow, tensorflow-text and seqio (as an
-accelerator image lacks them) gives the same losses step by step, also
-across a resume from the position saved with the checkpoint.
+same run (gin/runs/vmsst_cpu.gin, shrunk) trained through seqio in this
+process and on the stream in a subprocess where TensorFlow, tensorflow-text
+and seqio cannot be imported (as on an accelerator image; the run file parses
+unchanged, its task families bound to vmsst_tasks.registry_stand_ins) gives
+the same losses step by step, also across a resume from the position saved
+with the checkpoint.
 """
 
 import json
@@ -15,28 +17,20 @@ import sys
 import gin
 import pytest
 
-from vmsst import vocabulary
+import vmsst_testing
 from vmsst_testing import ROOT
 
-STEPS, BATCH = 4, 16
-FILES = ["gin/models/vmsst.gin", "gin/models/sizes/tiny.gin"]
+STEPS = 4
+RUN_FILE = "gin/runs/vmsst_cpu.gin"
 
 
-def _bindings(model_dir, vocab_size, steps=STEPS):
-  """A tiny VMSST run; the data bindings are added per path."""
-  return [f"VOCAB_SIZE = {vocab_size}", f"train.model_dir = '{model_dir}'",
-          "train.mixture_name = 'vmsst_ntrex_multi30k'", f"train.train_steps = {steps}",
-          f"train.batch_size = {BATCH}", "train.sequence_length = 16", "train.seed = 3",
-          "train.log_every = 1", "train.optimizer = @adamw()", "adamw.learning_rate = 1e-3",
-          "NetworkConfig.emb_dim = 32", "NetworkConfig.mlp_dim = 64",
-          "NetworkConfig.head_dim = 16", "NetworkConfig.max_length = 16",
-          "make_manager.save_interval_steps = 2"]
+EXTRA = ["train.evaluator = None", "train.log_every = 1", "train.seed = 3",
+         "make_manager.save_interval_steps = 2"]
 
 
-def _seqio_bindings(data_dir, vocab_path):
-  return ["train.register_tasks = @register_families", f"register_families.data_dir = '{data_dir}'",
-          f"register_families.vocabulary_path = '{vocab_path}'",
-          "register_families.families = [@pair_tasks]"]
+def _bindings(data_dir, vocab_path, model_dir):
+  """gin/runs/vmsst_cpu.gin shrunk to seconds, a step logged each step and saved every two."""
+  return vmsst_testing.small_run_bindings(data_dir, vocab_path, model_dir, STEPS, extra=EXTRA)
 
 
 _CHILD = r"""
@@ -54,16 +48,15 @@ class Absent(importlib.machinery.PathFinder):
 
 sys.meta_path[:] = [Absent if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
 import gin
-from vmsst import files, learning_curves
+from vmsst import files, gin_utils, learning_curves
 from vmsst.train import loop
 
 config = json.loads(sys.argv[1])
 histories = []
 for steps in (config["steps"] // 2, config["steps"]):  # a run stopped at its checkpoint, resumed
-  gin.clear_config()
-  gin.add_config_file_search_path(".")
-  gin.parse_config_files_and_bindings(config["files"], config["bindings"] + [
-      f"train.train_steps = {steps}", f"train.pretokenized = '{config['stream']}'"])
+  gin.clear_config()  # the run file as it is: its task families bind stand-ins here
+  gin_utils.parse_gin([config["run_file"]], config["bindings"] + [
+      f"TRAIN_STEPS = {steps}", f"train.pretokenized = '{config['stream']}'"])
   result = loop.train()
   histories.append({"start": result["start_step"], "loss": result["loss_history"]})
 model_dir = config["model_dir"]
@@ -84,20 +77,18 @@ def test_train_on_a_pretokenized_stream_without_tensorflow_equals_the_seqio_run(
     small_data_dir, tiny_vocab_path, tmp_path):
   from vmsst.train import loop  # pylint: disable=import-outside-toplevel
   from vmsst_tasks import pretokenized  # pylint: disable=import-outside-toplevel
-  vocab_size = vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
-  data = _seqio_bindings(small_data_dir, tiny_vocab_path)
   stream = str(tmp_path / "stream")
-  pretokenized.write_run_stream(FILES, _bindings(tmp_path / "unused", vocab_size) + data,
+  pretokenized.write_run_stream([RUN_FILE], _bindings(small_data_dir, tiny_vocab_path,
+                                                      tmp_path / "unused"),
                                 [str(ROOT)], output=stream)
-  gin.clear_config()
-  gin.add_config_file_search_path(str(ROOT))
-  gin.parse_config_files_and_bindings(FILES, _bindings(tmp_path / "seqio", vocab_size) + data)
+  vmsst_testing.configure_small_run(small_data_dir, tiny_vocab_path, tmp_path / "seqio", STEPS,
+                                    extra=EXTRA)
   want = loop.train()["loss_history"]
   gin.clear_config()
 
   model_dir = str(tmp_path / "pretokenized")
-  config = {"files": FILES, "bindings": _bindings(model_dir, vocab_size), "stream": stream,
-            "steps": STEPS, "model_dir": model_dir}
+  config = {"run_file": RUN_FILE, "stream": stream, "steps": STEPS, "model_dir": model_dir,
+            "bindings": _bindings(small_data_dir, tiny_vocab_path, model_dir)}
   done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(config)], cwd=ROOT,
                         capture_output=True, text=True, timeout=600, check=False,
                         env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})

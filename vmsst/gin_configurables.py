@@ -22,6 +22,9 @@ if input_pipeline.seqio_available():
   from vmsst_tasks.registry import tfds
   from vmsst_tasks.registry import triplets
   from vmsst_tasks import tfds_sources
+else:  # the same gin names, so run files parse; calling one says how to train without seqio
+  from vmsst_tasks import registry_stand_ins
+  registry_stand_ins.register()
 from vmsst import checkpointing
 from vmsst import early_stopping
 from vmsst import optimizers

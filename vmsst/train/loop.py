@@ -46,6 +46,7 @@ from vmsst.train import goodput as goodput_lib
 from vmsst.train import preflight
 from vmsst.train import scalar_writer
 from vmsst import vocabulary as vocabulary_lib
+from vmsst_tasks import input_pipeline
 from vmsst_tasks import pretokenized as pretokenized_lib
 from vmsst_tasks.input_pipeline import POSITIONS_DIR, save_position, train_iterator
 
@@ -339,6 +340,11 @@ def _prepare_data(register_tasks, evaluator, mixture_name: str,
     if jax.process_index() == 0 and files.exists(counts):
       files.copy(counts, files.join(model_dir, pretokenized_lib.DATA_COUNTS_FILE))
   else:
+    if not input_pipeline.seqio_available():
+      raise cli.UserError("seqio (TensorFlow) is not installed here, and train.pretokenized is "
+                          "unset: write the run's stream where seqio is, `python -m "
+                          "vmsst_tasks.pretokenized --gin_file=RUN.gin --output=DIR`, then train "
+                          "here with --gin.train.pretokenized=\"'DIR'\".")
     from vmsst_tasks.registry import data_counts  # pylint: disable=import-outside-toplevel  # seqio
     teacher_cache.fill_stage(register_tasks, evaluators)
     data_counts.report_data_counts(mixture_name,  # read = kept + skipped, MODEL_DIR/data_counts.json

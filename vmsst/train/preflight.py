@@ -153,7 +153,9 @@ def check_start(*, model, model_dir: str, batch_size: int, sequence_length: int,
       would ignore, a vocabulary of another size, a batch that does not divide
       over the devices or hosts, or a MODEL_DIR holding another run.
   """
-  if getattr(_bound("train.register_tasks"), "selector", None) == "register_families":
+  from vmsst_tasks import input_pipeline  # pylint: disable=import-outside-toplevel
+  if (getattr(_bound("train.register_tasks"), "selector", None) == "register_families"
+      and input_pipeline.seqio_available()):  # without seqio, a pre-tokenized run registers none
     from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel  # TensorFlow: train has it
     registry.check_no_legacy_bindings()
   vocab_path = _macro("VOCAB_PATH")

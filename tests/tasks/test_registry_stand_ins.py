@@ -1,0 +1,21 @@
+"""tasks/registry_stand_ins.py: the same gin names as the registry's, and a clear error when called."""
+
+import gin
+import pytest
+
+from vmsst import cli
+from vmsst import gin_configurables  # pylint: disable=unused-import  # the real registry
+from vmsst_tasks import registry_stand_ins
+
+
+def test_the_stand_ins_are_the_registrys_configurables():
+  real = {name.rsplit(".", 1)[-1]: name.rsplit(".", 1)[0]
+          for name, selectable in gin.config._REGISTRY.items()  # pylint: disable=protected-access
+          if selectable.wrapped.__module__.startswith(("vmsst_tasks.registry",
+                                                       "vmsst_tasks.tfds_sources"))}
+  assert real == registry_stand_ins.NAMES
+
+
+def test_a_called_stand_in_names_the_command_that_writes_the_stream():
+  with pytest.raises(cli.UserError, match="python -m vmsst_tasks.pretokenized"):
+    registry_stand_ins._stand_in("pair_tasks")(data_dir="x")  # pylint: disable=protected-access
