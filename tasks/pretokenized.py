@@ -320,6 +320,7 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+  cli.quiet_startup()  # before TensorFlow and JAX load
   from absl import flags as _flags  # pylint: disable=g-import-not-at-top
   from vmsst import gin_utils as _gin_utils  # pylint: disable=g-import-not-at-top
   from vmsst.train import flags as _train_flags  # pylint: disable=g-import-not-at-top,unused-import

@@ -113,3 +113,32 @@ def test_the_stream_holds_its_vocabulary_and_data_counts(stream):
                                   seed=SEED).meta
   assert meta["examples"] == EXAMPLES and meta["shards"] == 5
   assert meta["features"]["tokens_a"] == ["int32", [LENGTH]]
+
+
+def _command(small_data_dir, tiny_vocab_path, output, *more):
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  from vmsst import vocabulary  # pylint: disable=import-outside-toplevel
+  from vmsst_testing import ROOT  # pylint: disable=import-outside-toplevel
+  size = vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
+  return subprocess.run(
+      [sys.executable, "-m", "vmsst_tasks.pretokenized", "--gin_file=gin/runs/contrastive_cpu.gin",
+       f"--gin.DATA_DIR='{small_data_dir}'", f"--gin.VOCAB_PATH='{tiny_vocab_path}'",
+       f"--gin.VOCAB_SIZE={size}", f"--output={output}", *more],
+      cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.mark.slow
+def test_the_command_writes_a_run_files_stream(small_data_dir, tiny_vocab_path, tmp_path):
+  done = _command(small_data_dir, tiny_vocab_path, tmp_path / "stream", "--examples=40")
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "train.pretokenized" in done.stdout
+  meta = pretokenized.open_stream(str(tmp_path / "stream"), mixture_name=MIXTURE,
+                                  sequence_length=32, seed=0).meta
+  assert meta["examples"] == 40 and meta["shards"] == 1
+
+
+def test_the_command_refuses_no_examples(small_data_dir, tiny_vocab_path, tmp_path):
+  from vmsst_testing import assert_user_error  # pylint: disable=import-outside-toplevel
+  assert_user_error(_command(small_data_dir, tiny_vocab_path, tmp_path / "s", "--examples=-1"),
+                    "--examples")
