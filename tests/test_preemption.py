@@ -132,6 +132,9 @@ def test_sigkill_at_a_random_step_then_restart_equals_an_uninterrupted_run(
   # leaves the checkpoint alone, which resumes by skipping (the other branch).
   saved_position = bool(list((model_dir / "data_position" / str(max(complete))).glob(
       "*.position.json")))
+  # Goodput: the killed run's progress (logged every step here) is in MODEL_DIR.
+  progress = json.loads((model_dir / "progress.json").read_text())["step"]
+  assert max(complete) <= progress <= reached + 1, (complete, progress, reached)
   status = _run(command, tmp_path / "resumed.txt", run_env)
   resumed_log = (tmp_path / "resumed.txt").read_text()
   assert status == 0, resumed_log[-3000:]
@@ -140,6 +143,9 @@ def test_sigkill_at_a_random_step_then_restart_equals_an_uninterrupted_run(
   assert restored == saved_position, resumed_log[-3000:]
   first_step = min(int(s) for s in STEP_LINE.findall(resumed_log))
   assert first_step == max(complete) + 1
+  # The exit line counts the steps done again between the checkpoint and that progress.
+  line = re.search(r"goodput \d+%: .*", resumed_log).group(0)
+  assert ("redone steps" in line) == (progress > first_step), (line, progress, first_step)
   assert not [p for p in os.listdir(model_dir / "checkpoints") if "tmp" in p]
   _assert_bitwise_equal(_final_state(model_dir), uninterrupted)
 
