@@ -10,7 +10,8 @@ import sys
 import vmsst_testing
 
 RUN_FILE_FLAGS = {"gin_file", "gin_bindings", "gin_search_path", "distributed",
-                  "coordinator_address", "num_processes", "process_id", "resume_with_changes"}
+                  "coordinator_address", "num_processes", "process_id", "peer_timeout_seconds",
+                  "resume_with_changes"}
 
 
 def test_the_flags_are_defined_without_tensorflow_jax_or_the_loop():
