@@ -273,3 +273,25 @@ def test_sigterm_to_both_processes_saves_one_step_and_exits_75(small_data_dir, t
   assert saved[0] == saved[1] and len(saved[0]) == 1, saved
   assert int(saved[0][0]) in _saved_steps(model_dir)
   assert int(saved[0][0]) < 400
+
+
+def test_losing_process_0_stops_the_other_with_jax_naming_the_leader(small_data_dir,
+                                                                      tiny_vocab_path, tmp_path):
+  # Process 0 holds the coordination service: its loss is JAX's to report (within seconds).
+  runs = _two_processes(small_data_dir, tiny_vocab_path, tmp_path / "two", 400, tmp_path,
+                        "leader", extra=["--peer_timeout_seconds=5"])
+  procs = []
+  try:
+    procs = [_spawn(*run) for run in runs]
+    _wait_for_step(procs, runs[1][2], 3)
+    procs[0].send_signal(signal.SIGKILL)
+    status = _exit_status(procs[1], 60)
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait(timeout=30)
+  survivor = runs[1][2].read_text()
+  assert status != 0, survivor[-3000:]
+  assert "the leader task was preempted/died/restarted" in survivor or (
+      "error: lost process 0 of 2" in survivor), survivor[-3000:]
