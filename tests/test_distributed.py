@@ -68,3 +68,14 @@ def test_the_backstop_heartbeat_outlasts_the_watchdog():
     assert distributed.backstop_seconds(timeout) > timeout + 5
   with pytest.raises(ValueError, match="--peer_timeout_seconds must be positive"):
     distributed.initialize_distributed(peer_timeout_seconds=0)
+
+
+def test_after_a_failed_collective_a_peer_that_left_is_named_at_once(capsys):
+  store, exits = DictStore(), []
+  store.key_value_set("vmsst/alive/0", distributed._EXITED)  # process 0 crashed and left
+  survivor = distributed.PeerWatchdog(store, 1, 2, timeout=60.0, exit_fn=exits.append)
+  survivor.hosts = {0: "host a, pid 3"}
+  survivor.wait_for_lost_peer(RuntimeError("Gloo all-reduce failed: Connection reset by peer"))
+  assert exits == [69]
+  assert capsys.readouterr().err.startswith(
+      "error: lost process 0 of 2 (host a, pid 3): left the job; this process stops too")

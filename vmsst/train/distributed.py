@@ -93,6 +93,10 @@ class PeerClock:
       if self._seen.get(process, (None, 0.0))[0] != beat:
         self._seen[process] = (beat, now)
 
+  def beats(self) -> dict[int, str]:
+    """The last counter seen of each peer."""
+    return {p: beat for p, (beat, _) in self._seen.items()}
+
   def lost(self, now: float, *, exited_counts: bool = False) -> list[int]:
     """Peers silent for more than `timeout` (and those that exited, if asked), sorted."""
     return sorted(p for p, (beat, since) in self._seen.items()
@@ -171,13 +175,13 @@ class PeerWatchdog:
       beats = {int(key.rsplit("/", 1)[-1]): value
                for key, value in self._client.key_value_dir_get(_BEATS)}
     except Exception:  # pylint: disable=broad-except  # the coordination service is gone
-      beats = {p: v for p, (v, _) in self._clock._seen.items() if p != 0}  # pylint: disable=protected-access
+      beats = {p: v for p, v in self._clock.beats().items() if p != 0}
     beats.pop(self._process, None)
     self._clock.observe(beats, now)
     return self._clock.lost(now, exited_counts=exited_counts)
 
   def _all_exited(self, lost: list[int]) -> bool:
-    return all(self._clock._seen[p][0] == _EXITED for p in lost)  # pylint: disable=protected-access
+    return all(self._clock.beats()[p] == _EXITED for p in lost)
 
   def _publish(self, value: str) -> None:
     self._client.key_value_set(f"{_BEATS}/{self._process}", value, allow_overwrite=True)
