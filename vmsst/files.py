@@ -121,15 +121,60 @@ def makedirs(path: PathLike) -> None:
   as_path(path).mkdir(parents=True, exist_ok=True)
 
 
-def open(path: PathLike, mode: str = "r") -> IO:  # pylint: disable=redefined-builtin
-  """Opens a local or bucket file; text is UTF-8. Writing to a bucket commits at close."""
+def open(path: PathLike, mode: str = "r", *, newline: str | None = None) -> IO:  # pylint: disable=redefined-builtin
+  """Opens a local or bucket file; text is UTF-8. Writing to a bucket commits at close.
+
+  A bucket file is a full `io` object (buffered, `writelines`, line iteration,
+  text decoding) over the client's file, which has only read/write/close.
+  """
   if not is_remote(path):
-    return io.open(os.fspath(path), mode, encoding=None if "b" in mode else "utf-8")
-  opened = as_path(path).open(mode)
-  if not hasattr(opened, "close"):  # etils' TensorFlow backend: a context manager yielding a GFile
-    context, opened = opened, opened.__enter__()
-    opened.epath_context = context  # held by the file: dropping it would close the file now
-  return opened
+    return io.open(os.fspath(path), mode, encoding=None if "b" in mode else "utf-8",
+                   newline=None if "b" in mode else newline)
+  kind = mode.replace("b", "").replace("t", "")
+  raw = _BucketFile(as_path(path), kind)
+  buffered = io.BufferedReader(raw) if kind == "r" else io.BufferedWriter(raw)
+  return buffered if "b" in mode else io.TextIOWrapper(buffered, encoding="utf-8",
+                                                      newline=newline)
+
+
+class _BucketFile(io.RawIOBase):
+  """The raw `io` stream of one bucket object, over the client epath opens."""
+
+  def __init__(self, path: epath.Path, kind: str):
+    super().__init__()
+    if kind == "r" and not path.exists():  # TensorFlow's client would fail only at the read
+      raise FileNotFoundError(f"No such file: {path}")
+    self._kind, opened = kind, path.open(kind + "b")
+    if not hasattr(opened, "read"):  # etils' TensorFlow backend: a context manager of a GFile
+      self._context, opened = opened, opened.__enter__()
+    self._file = opened
+
+  def readable(self) -> bool:
+    return self._kind == "r"
+
+  def writable(self) -> bool:
+    return self._kind != "r"
+
+  def readinto(self, buffer) -> int:
+    data = self._file.read(len(buffer))
+    buffer[:len(data)] = data
+    return len(data)
+
+  def readall(self) -> bytes:
+    return self._file.read()  # one call, not one per 8 KiB
+
+  def write(self, data) -> int:
+    self._file.write(bytes(data))
+    return len(data)
+
+  def close(self) -> None:
+    if not self.closed:
+      context = getattr(self, "_context", None)
+      if context is not None:
+        context.__exit__(None, None, None)
+      else:
+        self._file.close()
+    super().close()
 
 
 def open_compressed(path: PathLike, mode: str = "rb") -> IO[bytes]:
@@ -153,9 +198,7 @@ def open_text(path: PathLike, mode: str = "r", *, newline: str | None = None) ->
   path = os.fspath(path)
   if path.endswith((".gz", ".bz2")):
     return io.TextIOWrapper(open_compressed(path, mode), encoding="utf-8", newline=newline)
-  if newline is not None and not is_remote(path):
-    return io.open(path, mode, encoding="utf-8", newline=newline)
-  return open(path, mode)
+  return open(path, mode, newline=newline)
 
 
 def read_text(path: PathLike) -> str:
