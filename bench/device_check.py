@@ -61,7 +61,8 @@ RESULTS_JSON, RESULTS_MD = "device_check.json", "device_check.md"
 def _define_flags() -> None:
   flags.DEFINE_string("out", None, "Directory for device_check.json and device_check.md.")
   flags.DEFINE_list("parts", list(PARTS), f"Which of {PARTS} to run.")
-  flags.DEFINE_string("data", "device_data", "The comparison's data (--prepare writes it).")
+  flags.DEFINE_string("data", ".device_carry/data",
+                      "The comparison's data (--prepare writes it).")
   flags.DEFINE_bool("quick", False, "Tiny shapes and budgets: a CPU rehearsal in under a minute.")
   flags.DEFINE_string("prepare", None, "Write the comparison's data into this directory and "
                       "stop (needs seqio and --data_dir).")
@@ -83,8 +84,10 @@ def run_child(kind: str, args: dict[str, Any], seconds: float) -> dict[str, Any]
   """
   print(f"[device_check] {kind} {args} (at most {seconds:.0f} s)", flush=True)
   start = time.time()
+  # Each child has the device alone: let JAX's pool take most of it (a larger batch fits).
+  env = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.92", **os.environ, "PYTHONUNBUFFERED": "1"}
   with subprocess.Popen(_child_command(kind, args), stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, text=True) as process:
+                        stderr=subprocess.STDOUT, text=True, env=env) as process:
     results, tail = [], []
     try:
       for line in _lines_until(process, start + seconds):
