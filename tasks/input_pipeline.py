@@ -32,7 +32,7 @@ sources under InputPolicy.strict) and a checkpoint without a saved position
 way, by skipping `N` batches, with a log line saying so.
 
 Where seqio and TensorFlow are absent (an accelerator image), the same
-stream is read from files written ahead by `python -m vmsst_tasks.pretokenized`
+stream is read from files written ahead by `python -m vmsst.train.pretokenize`
 (`train.pretokenized = DIR`, vmsst_tasks/pretokenized.py): the same batches
 for the seed, its position (one integer) saved by the same `save_position`.
 """
@@ -182,7 +182,7 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
       ids, preprocessed once: tasks/cache_registration.py) instead of
       preprocessing on the fly; gin: train_iterator.use_cached = True.
     cache_dirs: where to look for those caches (seqio.add_global_cache_dirs).
-    pretokenized: a directory written by `python -m vmsst_tasks.pretokenized`
+    pretokenized: a directory written by `python -m vmsst.train.pretokenize`
       (train.pretokenized): the same stream read from files, without seqio or
       TensorFlow (vmsst_tasks/pretokenized.py); `host_data`, `use_cached` and
       `cache_dirs` are then the writer's business: every host takes its rows

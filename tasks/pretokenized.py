@@ -1,19 +1,23 @@
 r"""Pre-tokenized training streams: seqio's example stream on disk, read without TensorFlow.
 
-  python -m vmsst_tasks.pretokenized --gin_file=gin/runs/vmsst_cpu.gin --output=DIR \
+  python -m vmsst.train.pretokenize --gin_file=gin/runs/vmsst_cpu.gin --output=DIR \
       [--examples=N] [--gin.X=Y ...]
   python -m vmsst.train --gin_file=gin/runs/vmsst_cpu.gin --gin.train.pretokenized="'DIR'"
 
-The writer (needs seqio and TensorFlow) runs the run file's registration and
-takes the first N examples of the very stream `train` would read through
-seqio (tasks/input_pipeline.py: the mixture shuffled by the run's seed, its
-rates, preprocessors and PairFeatureConverter features, the global stream of
-host_data="slice"); the reader (`open_stream`, `StreamBatches`: numpy only)
-cuts that stream into batches again. One host's batches are therefore those
-of the seqio path batch for batch, for any batch size (tests/tasks/
-test_pretokenized.py), and P hosts take their rows of each global batch as
-host_data="slice" does. Past N examples the reader starts the written
-stream again (logged once): write N ≥ train_steps × batch_size to avoid it.
+This module is the format and its reader (numpy only), used by
+input_pipeline.train_iterator(pretokenized=DIR). The writer,
+vmsst/train/pretokenize.py (needs seqio and TensorFlow, and the train
+loop's gin names, so it lives on the model side), runs the run file's
+registration and takes the first N examples of the very stream `train`
+would read through seqio (tasks/input_pipeline.py: the mixture shuffled by
+the run's seed, its rates, preprocessors and PairFeatureConverter features,
+the global stream of host_data="slice"); the reader (`open_stream`,
+`StreamBatches`) cuts that stream into batches again. One host's batches are
+therefore those of the seqio path batch for batch, for any batch size
+(tests/tasks/test_pretokenized.py), and P hosts take their rows of each
+global batch as host_data="slice" does. Past N examples the reader starts
+the written stream again (logged once): write N ≥ train_steps × batch_size
+to avoid it.
 
 The format is plain numpy, one compressed `.npz` per shard of examples
 (`shard-00000.npz` … holding every feature, in the smallest integer type
@@ -98,7 +102,7 @@ class Stream:
       path = files.join(self.directory, _shard_name(index))
       if not files.exists(path):
         raise cli.UserError(f"{path} is missing: {self.directory} is incomplete; write it again "
-                            "with `python -m vmsst_tasks.pretokenized`.")
+                            "with `python -m vmsst.train.pretokenize`.")
       dtypes = {k: v[0] for k, v in self.meta["features"].items()}
       self._shard = {k: v.astype(dtypes[k]) for k, v in files.load_npz(path).items()}
       self._shard_index = index
@@ -129,7 +133,7 @@ def open_stream(directory: str, *, mixture_name: str, sequence_length: int,
   path = files.join(directory, STREAM_FILE)
   if not files.exists(path):
     raise cli.UserError(f"train.pretokenized = {directory!r}: no {STREAM_FILE} there; write "
-                        "the stream with `python -m vmsst_tasks.pretokenized --gin_file=RUN.gin "
+                        "the stream with `python -m vmsst.train.pretokenize --gin_file=RUN.gin "
                         f"--output={directory}`.")
   meta = json.loads(files.read_text(path))
   wanted = {"mixture": mixture_name, "sequence_length": sequence_length, "seed": seed}
@@ -137,7 +141,7 @@ def open_stream(directory: str, *, mixture_name: str, sequence_length: int,
   if differ:
     raise cli.UserError(f"{path} was written for another run: {differ} (written, this run); "
                         "write it again with this run's file and bindings "
-                        "(`python -m vmsst_tasks.pretokenized`).")
+                        "(`python -m vmsst.train.pretokenize`).")
   if not meta.get("examples"):
     raise cli.UserError(f"{path} holds no example: write it again with --examples > 0.")
   return Stream(directory, meta)
@@ -226,107 +230,3 @@ def train_batches(directory: str, mixture_name: str, *, batch_size: int, sequenc
       logging.warning("%s; the pre-tokenized stream continues at batch %d", why, start_step)
       batches.next_batch = start_step
   return batches
-
-
-# The writer: seqio's stream to files (needs seqio and TensorFlow; imported lazily).
-
-
-def write_stream(mixture_name: str, output: str, *, examples: int, sequence_length: int,
-                 seed: int, shard_examples: int = SHARD_EXAMPLES) -> dict[str, Any]:
-  """Writes the first `examples` examples of the mixture's training stream into `output`.
-
-  The stream is the one `train` reads through seqio for `seed`
-  (input_pipeline.train_iterator with one host, host_data="slice"); the
-  mixture must be registered. Returns stream.json's content.
-  """
-  import seqio  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import input_pipeline  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks.registry import data_counts  # pylint: disable=import-outside-toplevel
-  chunk = min(examples, 4096)
-  batches = input_pipeline.train_iterator(
-      mixture_name, batch_size=chunk, sequence_length=sequence_length, seed=seed, start_step=0,
-      host_data="slice", process_index=0, process_count=1)
-  files.makedirs(output)
-  pending, written, shard = [], 0, 0
-  while written < examples:
-    pending.append(next(batches))
-    held = sum(len(p["tokens_a"]) for p in pending)
-    if held >= shard_examples or written + held >= examples:
-      merged = {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
-      take = min(shard_examples, examples - written)
-      write_shard(output, shard, {k: v[:take] for k, v in merged.items()})
-      pending = [{k: v[take:] for k, v in merged.items()}] if held > take else []
-      written, shard = written + take, shard + 1
-  vocabulary = seqio.get_mixture_or_task(mixture_name).output_features["tokens_a"].vocabulary
-  files.copy(vocabulary.sentencepiece_model_file, files.join(output, VOCABULARY_FILE))
-  data_counts.report_data_counts(mixture_name, model_dir=output)
-  sample = next(batches)
-  meta = {"mixture": mixture_name, "sequence_length": sequence_length, "seed": seed,
-          "examples": examples, "shard_examples": shard_examples, "shards": shard,
-          "vocab_size": int(vocabulary.vocab_size),
-          "features": {k: [str(v.dtype), list(v.shape[1:])] for k, v in sample.items()}}
-  files.write_text(files.join(output, STREAM_FILE), json.dumps(meta, indent=1) + "\n")
-  return meta
-
-
-def write_run_stream(gin_files, bindings, search_paths, *, output: str,
-                     examples: int | None = None) -> dict[str, Any]:
-  """The command: parses the run, registers its tasks (teacher stage first), writes its stream.
-
-  `examples` defaults to the run's whole stream, train_steps × batch_size.
-  """
-  import gin  # pylint: disable=import-outside-toplevel
-  from vmsst import gin_utils  # pylint: disable=import-outside-toplevel
-  from vmsst import teacher_cache  # pylint: disable=import-outside-toplevel
-  from vmsst.evaluation import in_training  # pylint: disable=import-outside-toplevel
-  from vmsst.train import loop  # pylint: disable=import-outside-toplevel,unused-import
-  from vmsst.train import preflight  # pylint: disable=import-outside-toplevel
-  gin_utils.parse_gin(gin_files, bindings, search_paths)
-  preflight.check_paths()
-
-  def bound(name):
-    value = gin.query_parameter(f"train.{name}")
-    if isinstance(value, gin.config.ConfigurableReference):
-      return value.scoped_configurable_fn() if value.evaluate else value.scoped_configurable_fn
-    return value
-
-  evaluator = None
-  try:
-    evaluator = bound("evaluator")
-  except ValueError:
-    pass
-  teacher_cache.fill_stage(bound("register_tasks"), in_training.as_list(evaluator))
-  try:
-    seed = bound("seed")
-  except ValueError:
-    seed = 0
-  total = examples or bound("train_steps") * bound("batch_size")
-  if total <= 0:
-    raise cli.UserError(f"--examples={total}: write at least one example.")
-  return write_stream(bound("mixture_name"), output, examples=total,
-                      sequence_length=bound("sequence_length"), seed=seed)
-
-
-def main(argv) -> None:
-  del argv
-  from absl import flags  # pylint: disable=import-outside-toplevel
-  options = flags.FLAGS
-  meta = write_run_stream(options.gin_file, options.gin_bindings, options.gin_search_path,
-                          output=options.output, examples=options.examples)
-  print(f"wrote {meta['examples']} examples of {meta['mixture']} (seed {meta['seed']}, length "
-        f"{meta['sequence_length']}) in {meta['shards']} shards to {options.output} "
-        f"({sum(files.size(files.join(options.output, n)) for n in files.listdir(options.output)) / 2**20:.1f} MiB); "
-        f"train with --gin.train.pretokenized=\"'{options.output}'\"")
-
-
-if __name__ == "__main__":
-  cli.quiet_startup()  # before TensorFlow and JAX load
-  from absl import flags as _flags  # pylint: disable=g-import-not-at-top
-  from vmsst import gin_utils as _gin_utils  # pylint: disable=g-import-not-at-top
-  from vmsst.train import flags as _train_flags  # pylint: disable=g-import-not-at-top,unused-import
-  _flags.DEFINE_string("output", None, "Directory to write the stream into.", required=True)
-  _flags.DEFINE_integer("examples", None, "Examples to write (default: the run's "
-                        "train_steps × batch_size).")
-  cli.show_in_help(names=("gin_file", "gin_bindings", "gin_search_path", "output", "examples"))
-  import sys  # pylint: disable=g-import-not-at-top
-  cli.run(main, argv=_gin_utils.rewrite_gin_args(sys.argv))

@@ -76,11 +76,11 @@ print("RESULT " + json.dumps({"histories": histories, "curve_steps": curve["step
 def test_train_on_a_pretokenized_stream_without_tensorflow_equals_the_seqio_run(
     small_data_dir, tiny_vocab_path, tmp_path):
   from vmsst.train import loop  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import pretokenized  # pylint: disable=import-outside-toplevel
+  from vmsst.train import pretokenize  # pylint: disable=import-outside-toplevel
   stream = str(tmp_path / "stream")
-  pretokenized.write_run_stream([RUN_FILE], _bindings(small_data_dir, tiny_vocab_path,
-                                                      tmp_path / "unused"),
-                                [str(ROOT)], output=stream)
+  pretokenize.write_run_stream([RUN_FILE], _bindings(small_data_dir, tiny_vocab_path,
+                                                     tmp_path / "unused"),
+                               [str(ROOT)], output=stream)
   vmsst_testing.configure_small_run(small_data_dir, tiny_vocab_path, tmp_path / "seqio", STEPS,
                                     extra=EXTRA)
   want = loop.train()["loss_history"]

@@ -7,6 +7,8 @@
   takes a run file.
 - `distributed.py`: joining a multi-host job (`--distributed`).
 - `preflight.py`: what `train` checks before any data loads, and on a resume.
+- `pretokenize.py`: `python -m vmsst.train.pretokenize`, a run's stream
+  written ahead for `train.pretokenized` (training without TensorFlow).
 - `__main__.py`: the command itself.
 
 Empty on purpose: `python -m vmsst.train` imports this package before

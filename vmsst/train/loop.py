@@ -162,7 +162,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
       needs `evaluator` and `eval_every` (the epoch).
     resume_with_changes: resume model_dir although bindings changed since its
       config.gin (preflight.check_resume; `--resume_with_changes`).
-    pretokenized: a directory written by `python -m vmsst_tasks.pretokenized`
+    pretokenized: a directory written by `python -m vmsst.train.pretokenize`
       for this run: its stream (the same batches for the seed) is read from
       there instead of through seqio, registering nothing; neither TensorFlow
       nor seqio is imported (an accelerator image).
@@ -343,7 +343,7 @@ def _prepare_data(register_tasks, evaluator, mixture_name: str,
     if not input_pipeline.seqio_available():
       raise cli.UserError("seqio (TensorFlow) is not installed here, and train.pretokenized is "
                           "unset: write the run's stream where seqio is, `python -m "
-                          "vmsst_tasks.pretokenized --gin_file=RUN.gin --output=DIR`, then train "
+                          "vmsst.train.pretokenize --gin_file=RUN.gin --output=DIR`, then train "
                           "here with --gin.train.pretokenized=\"'DIR'\".")
     from vmsst_tasks.registry import data_counts  # pylint: disable=import-outside-toplevel  # seqio
     teacher_cache.fill_stage(register_tasks, evaluators)
