@@ -303,6 +303,21 @@ class Emulator:
                                      headers={"Content-Type": "application/json"})
     self._open(request).read()
 
+  def upload_tree(self, local: pathlib.Path, prefix: str) -> int:
+    """Copies a local directory's files (symbolic links followed) under `prefix`, as
+    `gsutil -m cp -r` would: objects only, no directory markers. Returns the file count."""
+    count = 0
+    for root, _, names in os.walk(local, followlinks=True):
+      for file_name in names:
+        path = pathlib.Path(root, file_name)
+        name = f"{prefix}/{path.relative_to(local).as_posix()}"
+        query = urllib.parse.urlencode({"uploadType": "media", "name": name})
+        self._open(urllib.request.Request(
+            f"{self.url}/upload/storage/v1/b/{self.bucket}/o?{query}", data=path.read_bytes(),
+            method="POST", headers={"Content-Type": "application/octet-stream"})).read()
+        count += 1
+    return count
+
   def objects(self, prefix: str = "") -> list[str]:
     """Every object name in the bucket under `prefix` (the emulator's own listing)."""
     names, token = [], ""

@@ -39,19 +39,21 @@ EXTRA = ["train.evaluator = None", "train.log_every = 1", "BATCH_SIZE = 8",
          "NetworkConfig.emb_dim = 32", "NetworkConfig.mlp_dim = 64"]
 
 
-def upload_data(gcs, small_data_dir: pathlib.Path, data_dir: pathlib.Path, root: str) -> str:
-  """The tiny run's corpora in the bucket: NTREX / Multi30k heads, Tatoeba, an OPUS folder."""
-  bucket_data = files.join(root, "data")
-  for corpus in ("ntrex128", "multi30k"):
-    files.copytree(small_data_dir / corpus, files.join(bucket_data, corpus))
-  files.copytree(data_dir / "tatoeba", files.join(bucket_data, "tatoeba"))
+def upload_data(gcs, small_data_dir: pathlib.Path, root: str) -> str:
+  """The tiny run's corpora in the bucket: NTREX / Multi30k heads, Tatoeba, an OPUS folder.
+
+  Uploaded as `gsutil cp -r` does (objects, no directory markers), the way a user fills a
+  bucket; the OPUS files are written through vmsst.files.
+  """
+  prefix = root[len(f"gs://{gcs.bucket}/"):]
+  for corpus in ("ntrex128", "multi30k", "tatoeba"):  # small_data_dir links the whole Tatoeba
+    assert gcs.upload_tree(small_data_dir / corpus, f"{prefix}/data/{corpus}")
   opus = files.join(root, "opus")
   files.write_text(files.join(opus, "Europarl.de-en.de"), "".join(f"das Haus {i}\n"
                                                                    for i in range(30)))
   files.write_text(files.join(opus, "Europarl.de-en.en"), "".join(f"the house {i}\n"
                                                                    for i in range(30)))
-  del gcs
-  return bucket_data
+  return files.join(root, "data")
 
 
 def bindings(bucket_data: str, vocab: str, model_dir: str, init: str | None = None,
@@ -127,10 +129,10 @@ def assert_equal_trees(a, b) -> None:
 
 
 @pytest.fixture(name="bucket", scope="module")
-def _bucket(gcs, small_data_dir, data_dir, tiny_vocab_path):
+def _bucket(gcs, small_data_dir, tiny_vocab_path):
   """(data, vocabulary, init_params) in a fresh prefix of the bucket."""
   root = gcs.path(f"train-{uuid.uuid4().hex[:8]}")
-  bucket_data = upload_data(gcs, small_data_dir, data_dir, root)
+  bucket_data = upload_data(gcs, small_data_dir, root)
   vocab = files.join(root, "spm", "tiny.model")
   files.copy(tiny_vocab_path, vocab)
   size = vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
