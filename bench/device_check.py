@@ -1,8 +1,8 @@
 r"""The accelerator check: speed, a profile and a short comparison, in one command under 8 minutes.
 
-  python bench/device_check.py --out=DIR [--parts=speed,profile,comparison] [--data=DATA]
+  python bench/device_check.py --output=DIR [--parts=speed,profile,comparison] [--data=DATA]
   python bench/device_check.py --prepare=DATA --data_dir=../shared/data    # here, once (seqio)
-  python bench/device_check.py --out=DIR --quick --data=DATA               # a CPU rehearsal
+  python bench/device_check.py --output=DIR --quick --data=DATA            # a CPU rehearsal
 
 Parts (each usable alone through --parts; docs/results/device/README.md has
 the device command, what travels with it, and the figures):
@@ -32,7 +32,7 @@ the parent only schedules them, prints their progress and writes
 DIR/device_check.json and DIR/device_check.md after each part, so a part
 that runs out of time leaves the others' results. Needs JAX, flax, optax,
 orbax, gin-config and sentencepiece: no TensorFlow or seqio (--prepare
-alone needs them, to write DATA with `python -m vmsst_tasks.pretokenized`).
+alone needs them, to write DATA with `python -m vmsst.train.pretokenize`).
 `--quick` shrinks every shape so the whole check rehearses on a CPU in under
 a minute (tests/bench/test_device_check.py); it skips the PyTorch peer,
 whose import alone takes longer than the rest.
@@ -48,7 +48,6 @@ from typing import Any, Sequence
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app  # pylint: disable=wrong-import-position
-from absl import logging  # pylint: disable=wrong-import-position
 from absl import flags  # pylint: disable=wrong-import-position
 
 import device_parts  # pylint: disable=wrong-import-position
@@ -59,7 +58,7 @@ RESULTS_JSON, RESULTS_MD = "device_check.json", "device_check.md"
 
 
 def _define_flags() -> None:
-  flags.DEFINE_string("out", None, "Directory for device_check.json and device_check.md.")
+  flags.DEFINE_string("output", None, "Directory for device_check.json and device_check.md.")
   flags.DEFINE_list("parts", list(PARTS), f"Which of {PARTS} to run.")
   flags.DEFINE_string("data", ".device_carry/data",
                       "The comparison's data (--prepare writes it).")
@@ -67,12 +66,12 @@ def _define_flags() -> None:
   flags.DEFINE_string("prepare", None, "Write the comparison's data into this directory and "
                       "stop (needs seqio and --data_dir).")
   flags.DEFINE_string("data_dir", "../shared/data", "NTREX-128 and Multi30k (--prepare).")
-  flags.DEFINE_string("child", None, "Internal: run one piece of work and print its RESULT.")
-  flags.DEFINE_string("child_args", "{}", "Internal: the piece's arguments (JSON).")
 
 
 def _child_command(kind: str, args: dict[str, Any]) -> list[str]:
-  return [sys.executable, os.path.abspath(__file__), f"--child={kind}",
+  """A child runs bench/device_parts.py, not this file: its flags are not the parent's (the
+  speed part imports vmsst.compile, which defines its own --output)."""
+  return [sys.executable, os.path.abspath(device_parts.__file__), f"--child={kind}",
           f"--child_args={json.dumps(args)}"] + (["--quick"] if FLAGS.quick else [])
 
 
@@ -216,22 +215,15 @@ def _write(out: str, results: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str]) -> None:
   del argv
-  if FLAGS.child:
-    logging.set_verbosity(logging.WARNING)  # progress is the children's own lines and warnings
-    result = device_parts.CHILDREN[FLAGS.child](quick=FLAGS.quick,
-                                                **json.loads(FLAGS.child_args))
-    if result is not None:
-      device_parts.emit(result)
-    return
   if FLAGS.prepare:
     device_parts.prepare(FLAGS.prepare, FLAGS.data_dir)
     return
-  if not FLAGS.out:
-    raise app.UsageError("--out is required (where device_check.json and .md go)")
+  if not FLAGS.output:
+    raise app.UsageError("--output is required (where device_check.json and .md go)")
   unknown = sorted(set(FLAGS.parts) - set(PARTS))
   if unknown:
     raise app.UsageError(f"--parts: unknown {unknown}; pick from {PARTS}")
-  results = run_parts(FLAGS.out, FLAGS.parts)
+  results = run_parts(FLAGS.output, FLAGS.parts)
   print(device_parts.summary(results), flush=True)
 
 

@@ -36,13 +36,13 @@ sys.meta_path[:] = [Absent if f is importlib.machinery.PathFinder else f for f i
 def _data(small_data_dir, tiny_vocab_path, tmp_path_factory):
   sys.path.insert(0, str(ROOT / "bench"))
   from vmsst_tasks import heldout  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import pretokenized  # pylint: disable=import-outside-toplevel
   from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel
+  from vmsst.train import pretokenize  # pylint: disable=import-outside-toplevel
   import device_parts  # pylint: disable=import-outside-toplevel
   data = tmp_path_factory.mktemp("device_data")
   registry.register_tasks(str(small_data_dir), tiny_vocab_path)
-  pretokenized.write_stream("vmsst_ntrex_multi30k", str(data / "stream"), examples=512,
-                            sequence_length=device_parts.LENGTH, seed=0)
+  pretokenize.write_stream("vmsst_ntrex_multi30k", str(data / "stream"), examples=512,
+                           sequence_length=device_parts.LENGTH, seed=0)
   sets = heldout.retrieval_sets(str(small_data_dir), max_pairs=24)
   files.write_text(str(data / "heldout.json"),
                    json.dumps({k: list(map(list, v)) for k, v in sets.items()}))
@@ -56,7 +56,7 @@ def test_quick_check_runs_every_part_without_tensorflow(data, tmp_path):
   (hide / "sitecustomize.py").write_text(_HIDE)
   out = tmp_path / "out"
   env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), str(ROOT)])}
-  done = subprocess.run([sys.executable, "bench/device_check.py", f"--out={out}", "--quick",
+  done = subprocess.run([sys.executable, "bench/device_check.py", f"--output={out}", "--quick",
                          f"--data={data}"], cwd=ROOT, capture_output=True, text=True,
                         timeout=600, check=False, env=env)
   assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -96,7 +96,8 @@ def test_the_device_command_and_what_it_carries_fit_one_call():
   """The page's one-line command names the check and the carried folder; the tree plus that
   folder (its stated ceiling, and its real size where it was prepared) stay under 64 MiB."""
   text = README.read_text()
-  command = [line.strip() for line in text.splitlines() if "bench/device_check.py --out=$OUT" in line]
+  command = [line.strip() for line in text.splitlines()
+             if "bench/device_check.py --output=$OUT" in line]
   assert len(command) == 1, command
   assert ".device_carry/whl/*.whl" in command[0] and "--data=.device_carry/data" in command[0]
   assert '`carry` = `[".device_carry"]`' in text and "`timeout_s` = 540" in text
