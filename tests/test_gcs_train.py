@@ -246,3 +246,14 @@ def test_train_streams_an_opus_directory_from_the_bucket(gcs, bucket, tmp_path):
   assert counts["total"]["train"]["read"] == 30, counts["total"]  # the 30 pairs in the bucket
   assert not local_gs_folders(tmp_path)
   del gcs
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_bucket_model_dir(
+    gcs, bucket, tmp_path):
+  model_dir = files.join(bucket["root"], "failed_run")
+  failing = bindings(bucket["data"], bucket["vocab"], model_dir,
+                     extra=["train.mixture_name = 'no_such_mixture'"])
+  code, log = run(command(failing), tmp_path, tmp_path / "train.log")
+  assert code != 0 and "no_such_mixture" in log, log[-3000:]
+  assert not files.exists(files.join(model_dir, "config.gin")), files.glob(f"{model_dir}/*")
+  assert not local_gs_folders(tmp_path)

@@ -279,3 +279,13 @@ def test_vocabulary_and_memory_report_name_the_flag_to_change(tmp_path, args, na
   for text in named:
     assert text in done.stderr.splitlines()[-1], done.stderr[-2000:]
   assert not (tmp_path / "new").exists()  # no empty directory left behind
+
+
+@pytest.mark.slow  # the command imports JAX and gin before main
+def test_distributed_off_a_pod_is_one_line_naming_the_three_flags(tmp_path):
+  done = _run("vmsst.train", "--gin_file=gin/runs/vmsst_cpu.gin", "--distributed",
+              f"--gin.MODEL_DIR='{tmp_path}/run'")
+  assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+  last = done.stderr.splitlines()[-1]
+  assert "--distributed found no multi-host job" in last and "--coordinator_address" in last
+  assert not (tmp_path / "run").exists()

@@ -66,9 +66,8 @@ def main(argv: Sequence[str]) -> None:
 
 
 def _remove_if_unused(model_dir: str, fresh: bool) -> None:
-  """A run that failed before its first checkpoint leaves no MODEL_DIR it created."""
-  if (fresh and jax.process_index() == 0 and "://" not in model_dir
-      and not preflight.checkpoint_steps(model_dir)):
+  """A run that failed before its first checkpoint leaves no MODEL_DIR it created (a bucket's too)."""
+  if fresh and jax.process_index() == 0 and not preflight.checkpoint_steps(model_dir):
     with contextlib.suppress(OSError):
       files.rmtree(model_dir)
 

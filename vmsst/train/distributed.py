@@ -30,6 +30,8 @@ from typing import Callable
 import jax
 from absl import logging
 
+from vmsst import cli
+
 # EX_UNAVAILABLE of sysexits.h: a peer of the job is gone; restart every process.
 HOST_LOST_EXIT_CODE = 69
 _BEATS = "vmsst/alive"  # key-value directory: one counter per process
@@ -61,9 +63,17 @@ def initialize_distributed(*, coordinator_address: str | None = None,
   if peer_timeout_seconds <= 0:
     raise ValueError(f"--peer_timeout_seconds must be positive, got {peer_timeout_seconds}.")
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  jax.distributed.initialize(coordinator_address=coordinator_address,
-                             num_processes=num_processes, process_id=process_id,
-                             heartbeat_timeout_seconds=backstop_seconds(peer_timeout_seconds))
+  try:
+    jax.distributed.initialize(coordinator_address=coordinator_address,
+                               num_processes=num_processes, process_id=process_id,
+                               heartbeat_timeout_seconds=backstop_seconds(peer_timeout_seconds))
+  except ValueError as e:  # auto-detection found no job (not on a TPU pod or under SLURM)
+    if coordinator_address is not None:
+      raise
+    raise cli.UserError(
+        f"--distributed found no multi-host job here ({e}): on a TPU pod or under SLURM JAX "
+        "detects it; elsewhere give --coordinator_address, --num_processes and --process_id, "
+        "or drop --distributed for one process.") from e
   logging.info("process %d of %d, %d local / %d global devices", jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count())
   if jax.process_count() > 1:
