@@ -8,20 +8,11 @@ import json
 import subprocess
 import sys
 
+import vmsst_testing
 from vmsst_testing import ROOT
 
 _SCRIPT = r"""
-import importlib.machinery, json, os, sys
-BLOCKED = ("tensorflow", "tensorflow_text", "seqio")
-
-class Absent(importlib.machinery.PathFinder):
-  @classmethod
-  def find_spec(cls, name, path=None, target=None):
-    if name.split(".")[0] in BLOCKED:
-      return None
-    return importlib.machinery.PathFinder.find_spec(name, path, target)
-
-sys.meta_path[:] = [Absent if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+import json, os, sys
 from vmsst import learning_curves
 from vmsst.train import scalar_writer
 
@@ -40,7 +31,8 @@ print(json.dumps({"kind": type(writer).__name__, "loss": learning_curves.read_cu
 
 
 def test_scalars_written_without_tensorflow_are_read_back_by_step(tmp_path):
-  done = subprocess.run([sys.executable, "-c", _SCRIPT, str(tmp_path)], cwd=ROOT,
+  done = subprocess.run([sys.executable, "-c",
+                         vmsst_testing.WITHOUT_TENSORFLOW + _SCRIPT, str(tmp_path)], cwd=ROOT,
                         capture_output=True, text=True, timeout=300, check=False)
   assert done.returncode == 0, done.stderr[-3000:]
   result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -34,19 +34,7 @@ def _bindings(data_dir, vocab_path, model_dir):
 
 
 _CHILD = r"""
-import importlib.machinery, json, sys
-BLOCKED = ("tensorflow", "tensorflow_text", "seqio")
-
-class Absent(importlib.machinery.PathFinder):
-  # Not installed, as on an accelerator image: `import` raises ModuleNotFoundError
-  # and importlib.util.find_spec answers None (etils.epath probes TensorFlow so).
-  @classmethod
-  def find_spec(cls, name, path=None, target=None):
-    if name.split(".")[0] in BLOCKED:
-      return None
-    return importlib.machinery.PathFinder.find_spec(name, path, target)
-
-sys.meta_path[:] = [Absent if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+import json, sys
 import gin
 from vmsst import files, gin_utils, learning_curves
 from vmsst.train import loop
@@ -89,7 +77,8 @@ def test_train_on_a_pretokenized_stream_without_tensorflow_equals_the_seqio_run(
   model_dir = str(tmp_path / "pretokenized")
   config = {"run_file": RUN_FILE, "stream": stream, "steps": STEPS, "model_dir": model_dir,
             "bindings": _bindings(small_data_dir, tiny_vocab_path, model_dir)}
-  done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(config)], cwd=ROOT,
+  done = subprocess.run([sys.executable, "-c",
+                         vmsst_testing.WITHOUT_TENSORFLOW + _CHILD, json.dumps(config)], cwd=ROOT,
                         capture_output=True, text=True, timeout=600, check=False,
                         env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})
   assert done.returncode == 0, done.stderr[-3000:]

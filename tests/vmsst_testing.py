@@ -124,3 +124,22 @@ class HandEncoder:
   def encode(self, sentences):
     self.batches.append(list(sentences))
     return np.array([[len(s), s.count(" "), 1] for s in sentences], np.float32).reshape(-1, 3)
+
+
+# Python source that makes TensorFlow, tensorflow_text and seqio absent, as on an
+# accelerator image: `import` raises ModuleNotFoundError and importlib.util.find_spec
+# answers None (etils.epath probes TensorFlow so). A child process runs it first
+# (`python -c WITHOUT_TENSORFLOW + script`, or as its sitecustomize.py).
+WITHOUT_TENSORFLOW = r"""
+import importlib.machinery, sys
+BLOCKED = ("tensorflow", "tensorflow_text", "seqio")
+
+class Absent(importlib.machinery.PathFinder):
+  @classmethod
+  def find_spec(cls, name, path=None, target=None):
+    if name.split(".")[0] in BLOCKED:
+      return None
+    return importlib.machinery.PathFinder.find_spec(name, path, target)
+
+sys.meta_path[:] = [Absent if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+"""

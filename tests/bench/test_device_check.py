@@ -15,21 +15,9 @@ import sys
 import pytest
 
 from vmsst import files
-from vmsst_testing import ROOT
+from vmsst_testing import ROOT, WITHOUT_TENSORFLOW
 
-_HIDE = r'''
-import importlib.machinery, sys
-BLOCKED = ("tensorflow", "tensorflow_text", "seqio")
-
-class Absent(importlib.machinery.PathFinder):
-  @classmethod
-  def find_spec(cls, name, path=None, target=None):
-    if name.split(".")[0] in BLOCKED:
-      return None
-    return importlib.machinery.PathFinder.find_spec(name, path, target)
-
-sys.meta_path[:] = [Absent if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
-'''
+_HIDE = WITHOUT_TENSORFLOW
 
 
 @pytest.fixture(scope="module", name="data")
