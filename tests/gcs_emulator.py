@@ -286,11 +286,14 @@ class Emulator:
     deadline = time.monotonic() + timeout_s
     while True:
       try:
-        urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=2).read()
+        # Never urllib.request.urlopen: its opener is built once per process from the
+        # proxy variables of that moment (tests/tasks/test_opus_download.py sets a dead one).
+        self._open(urllib.request.Request(f"{self.url}/storage/v1/b")).read()
         return
       except OSError as error:
         if self.process.poll() is not None or time.monotonic() > deadline:
-          raise RuntimeError(f"fake-gcs-server did not start ({error}): "
+          raise RuntimeError(f"fake-gcs-server did not start ({error}, exit status "
+                             f"{self.process.poll()}): "
                              f"{self.log.read_text(errors='replace')[-2000:]}") from error
         time.sleep(0.05)
 

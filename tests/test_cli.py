@@ -1,5 +1,7 @@
 """vmsst.cli: a user error is one `error:` line on stderr and exit 2."""
 
+import importlib
+import importlib.util
 import logging
 import os
 import subprocess
@@ -176,3 +178,21 @@ def test_tensorflow_imports_muted_under_quiet_startup():
   done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                         timeout=300, check=False)
   assert (done.returncode, done.stdout, done.stderr) == (0, "2\n", "")
+
+
+def test_a_muted_import_survives_a_find_spec_probe_and_mutes_the_import(tmp_path, monkeypatch,
+                                                                         capfd):
+  # etils.epath probes importlib.util.find_spec("tensorflow") for every path it touches;
+  # the import after such a probe must still be muted.
+  (tmp_path / "noisy_module.py").write_text(
+      "import os\nos.write(2, b'C++ chatter while loading\\n')\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+  monkeypatch.delitem(sys.modules, "noisy_module", raising=False)
+  finder = cli._MutedImport("noisy_module")  # pylint: disable=protected-access
+  sys.meta_path.insert(0, finder)
+  assert importlib.util.find_spec("noisy_module") is not None
+  assert finder in sys.meta_path
+  importlib.import_module("noisy_module")
+  assert "chatter" not in capfd.readouterr().err
+  assert finder not in sys.meta_path

@@ -344,21 +344,32 @@ def _stderr_muted():
 
 
 class _MutedImport(importlib.abc.MetaPathFinder):
-  """Imports one top-level module with stderr muted; an import error is still raised."""
+  """Imports one top-level module with stderr muted; an import error is still raised.
+
+  It stays in place until the module is really imported: a probe such as
+  `importlib.util.find_spec("tensorflow")` (etils.epath asks it for every path)
+  finds a spec without importing, and the import that follows must still be muted.
+  """
 
   def __init__(self, name: str):
     self.name = name
+    self._searching = False
 
   def find_spec(self, fullname, path=None, target=None):
     del path, target
-    if fullname != self.name:
+    if fullname != self.name or self._searching:
       return None
-    sys.meta_path.remove(self)
-    spec = importlib.util.find_spec(fullname)
+    self._searching = True  # the other finders answer the inner look-up
+    try:
+      spec = importlib.util.find_spec(fullname)
+    finally:
+      self._searching = False
     if spec is not None and spec.loader is not None:
       exec_module = spec.loader.exec_module
 
       def muted(module):
+        if self in sys.meta_path:
+          sys.meta_path.remove(self)
         with _stderr_muted():
           exec_module(module)
 
