@@ -232,6 +232,11 @@ def _bound(name: str, default: Any = None) -> Any:
       value, gin.config.ConfigurableReference) else value
 
 
+# What the step is built from: a macro these read must be set (an unset TEACHER_DIM is one
+# error line naming it); MODEL_DIR, VOCAB_PATH, OPUS_DIR and the like may stay unset.
+STEP_NEEDS = ("train.model", "train.optimizer", "train.batch_size", "train.sequence_length")
+
+
 def load_run(gin_files: Sequence[str], bindings: Sequence[str]) -> Run:
   """Parses the run file(s) with `bindings` and builds its model and optimizer.
 
@@ -245,7 +250,7 @@ def load_run(gin_files: Sequence[str], bindings: Sequence[str]) -> Run:
   # pylint: disable-next=g-import-not-at-top,unused-import
   from vmsst.train import loop  # registers train, the configurable run files bind
   gin.clear_config()
-  gin_utils.parse_gin(gin_files, bindings)
+  gin_utils.parse_gin(gin_files, bindings, needs=STEP_NEEDS)
   try:
     model, optimizer = _bound("train.model"), _bound("train.optimizer")
   except Exception as e:  # gin re-raises the configurable's own error with its context
@@ -448,7 +453,7 @@ def load_gin_only(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
   # pylint: disable-next=g-import-not-at-top,unused-import
   from vmsst.train import loop  # registers train, the configurable run files bind
   gin.clear_config()
-  gin_utils.parse_gin(gin_files, bindings)
+  gin_utils.parse_gin(gin_files, bindings, needs=())  # the slice only: nothing is built
 
 
 def tpu_devices(target: tpu_slices.Slice) -> list:

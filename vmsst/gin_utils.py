@@ -66,8 +66,13 @@ def rewrite_gin_args(argv: Sequence[str]) -> list[str]:
 
 
 def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
-              search_paths: Sequence[str] = (".",)) -> None:
-  """Parses gin files and bindings; REQUIRED macros left unset fail here.
+              search_paths: Sequence[str] = (".",), *, needs: Sequence[str] = ("train",)) -> None:
+  """Parses gin files and bindings; macros left unset fail here.
+
+  `needs`: what the command calls (`train`, every parameter of it; or single
+  parameters, "train.model"): a macro they read, directly or through what
+  they reference, must be set (`check_macros_are_set`), while macros only the
+  rest reads may stay unset (compile needs no MODEL_DIR).
 
   Files and their `include 'gin/...'` lines resolve from the working
   directory, then `search_paths`, then the root of the repository holding
@@ -79,7 +84,8 @@ def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
       parse (an unquoted string, a word for a number), names a configurable
       or parameter that does not exist (with the closest), gives a value of
       another type than the run file's, or sets a macro that nothing reads
-      (a typo); the files are no run file (preflight).
+      (a typo); the files are no run file (preflight); a macro `needs`
+      reads is set nowhere.
   """
   roots = [*search_paths, *_repository_roots(gin_files)]
   for path in roots:
@@ -105,6 +111,7 @@ def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
   check_run_file(gin_files)
   check_macros_are_read(bindings)
   check_types(bindings, before)
+  check_macros_are_set(gin_files, needs)
 
 
 class _GinMisses:
@@ -181,6 +188,81 @@ def check_macros_are_read(bindings: Sequence[str]) -> None:
     if name not in read:
       raise cli.UserError(f"{name} is bound but never read; "
                           f"{cli.did_you_mean(name, read, 'macros read')}")
+
+
+_MACRO = "gin.macro"  # the selector gin files a `%NAME` reference under, scope NAME
+
+
+def unset_macros(needs: Sequence[str]) -> dict[str, list[str]]:
+  """{macro: the parameters that read it} for each macro `needs` reads and nothing sets.
+
+  gin parses `x = %NAME` without NAME being set and fails only when the
+  configurable is called, as "macro() missing 1 required positional argument:
+  'value'", naming no macro. This walks the parsed bindings instead, from
+  `needs` (a configurable: all its parameters; "configurable.parameter": one)
+  through every configurable and macro they reference.
+  """
+  config = gin.config._CONFIG  # pylint: disable=protected-access  # no public view of bindings
+  pending = [pair for root in needs for pair in _root_values(config, root)]
+  seen, unset = set(), {}
+  while pending:
+    reader, value = pending.pop()
+    for ref in gin.config.iterate_references(value):
+      scope, selector = ref.config_key
+      if selector == _MACRO and "value" not in config.get((scope, _MACRO), {}):
+        unset.setdefault(scope, [])
+        if reader not in unset[scope]:
+          unset[scope].append(reader)
+      if ref.config_key in seen:
+        continue
+      seen.add(ref.config_key)
+      for key, params in config.items():  # the bindings of the scope and of its outer scopes
+        if key[1] == selector and (not key[0] or scope == key[0]
+                                   or scope.startswith(key[0] + "/")):
+          pending += [(f"{selector.rsplit('.', 1)[-1]}.{arg}", v) for arg, v in params.items()]
+  return unset
+
+
+def _root_values(config: dict, root: str) -> list[tuple[str, Any]]:
+  """(reader, value) of `root`'s bindings: a configurable's every parameter, or
+  "configurable.parameter"'s one."""
+  registry = gin.config._REGISTRY  # pylint: disable=protected-access
+  found, arg = registry.get_match(root), ""
+  if found is None:
+    name, _, arg = root.rpartition(".")
+    found = registry.get_match(name) if name else None
+  if found is None:
+    return []
+  params = config.get(("", found.selector), {})
+  short = found.selector.rsplit(".", 1)[-1]
+  return [(f"{short}.{a}", v) for a, v in params.items() if not arg or a == arg]
+
+
+def check_macros_are_set(gin_files: Sequence[str], needs: Sequence[str]) -> None:
+  """Every macro that what the command calls reads is set; checked before any long work.
+
+  Raises:
+    cli.UserError: naming each unset macro, the parameter reading it, the run
+      file and the `--gin.NAME=VALUE` that sets it.
+  """
+  unset = unset_macros(needs)
+  if not unset:
+    return
+  names = sorted(unset)
+  read = "; ".join(f"{n} (read by {', '.join(sorted(unset[n]))})" for n in names)
+  example = " ".join(f"--gin.{n}={_macro_example(n)}" for n in names)
+  raise cli.UserError(
+      f"{gin_files[-1] if gin_files else 'the run'} leaves {len(names)} "
+      f"macro{'s' if len(names) > 1 else ''} unset: {read}; set "
+      f"{'them' if len(names) > 1 else 'it'} on the command line, e.g. {example} "
+      "(or in a run file that includes this one).")
+
+
+def _macro_example(name: str) -> str:
+  """A placeholder in the form the command line takes: paths as quoted strings."""
+  if name.endswith(("_DIR", "_PATH", "_PARAMS", "_FILE")):
+    return f"\"'<{name.lower()}>'\""
+  return "<value>"
 
 
 _UNKNOWN_CONFIGURABLE = re.compile(

@@ -279,7 +279,8 @@ def main(argv) -> None:
     raise cli.UserError(f"--hf_dir={f.hf_dir} has no config.json; give a Hugging Face T5/mT5 "
                         "directory (save_pretrained(..., safe_serialization=True) writes one).")
   cli.check_output_path("output", f.output)
-  gin_utils.parse_gin(f.gin_file, f.gin_bindings, f.gin_search_path)
+  # The model only: the run's paths (MODEL_DIR, INIT_PARAMS, ...) may stay unset here.
+  gin_utils.parse_gin(f.gin_file, f.gin_bindings, f.gin_search_path, needs=("train.model",))
   model = gin.query_parameter("train.model").scoped_configurable_fn()
   try:
     checkpoint = Checkpoint(f.hf_dir)
