@@ -46,8 +46,11 @@ sentence-transformers modules: the transformer at the root, mean pooling over
 every real token (EOS included, `layers.masked_mean`), then the μ_sem
 projection (`semantic_head/mu`) as a Dense with identity activation, and for
 a distillation student its teacher head as a second Dense. --format=huggingface
-writes the transformer and tokenizer only (token states; the card says how to
-pool and project). Weights are safetensors only.
+writes the transformer, the tokenizer and the same projections as one file,
+`projections.safetensors` (`0.weight`, `0.bias`, `1.weight`: applied in order
+after mean pooling); its card's code is plain transformers and PyTorch, and
+says that SentenceTransformer(OUT) there would skip the projections (it finds
+no modules.json and mean-pools alone). Weights are safetensors only.
 
 Objectives with two towers export both: momentum contrast with separate towers
 writes tower a at the root and tower b under `tower_b/` (side-a languages,
@@ -72,6 +75,7 @@ from vmsst.config import NetworkConfig
 FORMATS = ("sentence-transformers", "huggingface")
 METADATA_FILE = "vmsst_export.json"
 TOKENIZER_FILE = "spm_char.model"  # SpeechT5Tokenizer's vocab_files_names
+PROJECTIONS_FILE = "projections.safetensors"  # --format=huggingface: the Dense layers
 TOWER_B_DIR = "tower_b"
 DOCUMENT_TOWER_DIR = "document_tower"
 PUBLISHABLE = "gin/models/sizes/mt5_base.gin (the T5 switches: an MT5EncoderModel export)"
@@ -310,6 +314,22 @@ def write_sentence_transformer(output: str, dimension: int,
                                                         create_model_card=False)
 
 
+def write_projections(output: str, projections: list[Projection]) -> None:
+  """`projections.safetensors`: `<i>.weight` [out, in] and `<i>.bias`, i in application order.
+
+  The huggingface format's stand-in for sentence-transformers' Dense modules,
+  so plain transformers code (the card's) reaches the embedding, not token states.
+  """
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  tensors = {}
+  for i, (weight, bias) in enumerate(projections):
+    tensors[f"{i}.weight"] = np.ascontiguousarray(weight, np.float32)
+    if bias is not None:
+      tensors[f"{i}.bias"] = np.ascontiguousarray(bias, np.float32)
+  with files.local_output(files.join(output, PROJECTIONS_FILE)) as local:  # local disk only
+    save_file(tensors, local, metadata={"format": "pt"})
+
+
 # ---------------------------------------------------------------- export
 
 def towers(restored: restore.RestoredModel, model_dir: str
@@ -360,7 +380,10 @@ def _write_export(output: str, model_dir: str, restored: restore.RestoredModel, 
       # Its save re-wrote the transformer through the class it loaded: back to ours
       # (MT5Model's decoder norm, the tokenizer config AutoProcessor reads).
       write_transformer(target, cfg, flat, restored.vocabulary.sp_model, length)
+    else:
+      write_projections(target, projections)
     metadata["architecture"] = arch
+    metadata["projections"] = len(projections)
     metadata["dimension"] = int(projections[-1][0].shape[0])
     metadata["towers"][subdir or "."] = _tower_role(restored.model, subdir)
   from vmsst import model_card  # pylint: disable=import-outside-toplevel

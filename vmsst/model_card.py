@@ -80,10 +80,51 @@ def _transformers_note(metadata: Mapping[str, Any]) -> list[str]:
                  "SentencePiece tokenizer with `AutoProcessor.from_pretrained` (as "
                  "sentence-transformers does) or `SpeechT5Tokenizer`.")
   if metadata["format"] == "huggingface":
-    lines.append("This directory holds the transformer alone: the sentence embedding is the "
-                 "mean of `last_hidden_state` over the real tokens (EOS included) times the "
-                 "μ_sem projection, which `--format=sentence-transformers` adds as modules.")
+    lines.append("This directory holds the transformer, its tokenizer and the projections "
+                 "(`projections.safetensors`): the sentence embedding is the mean of "
+                 "`last_hidden_state` over the real tokens (EOS included), then each "
+                 "projection in turn, as the code below does. `SentenceTransformer(PATH)` on "
+                 "this directory would mean-pool without the projections (not the embedding): "
+                 "export with `--format=sentence-transformers` for that loader.")
   return lines + [""]
+
+
+SENTENCES = 'sentences = ["Ein Mann fährt Fahrrad.", "A man rides a bike."]'
+
+
+def usage(metadata: Mapping[str, Any]) -> list[str]:
+  """The card's code block: the one way to load this format, ending with `vectors`.
+
+  tests/test_export_fidelity.py runs it as written (PATH replaced), so what the
+  card shows is what is tested. The tokenizer is read with AutoProcessor: it
+  honours tokenizer_config's processor_class for both architectures, where
+  AutoTokenizer insists on a tokenizers-library file for "xlm-roberta-xl".
+  """
+  if metadata["format"] != "huggingface":
+    return ["```python", "from sentence_transformers import SentenceTransformer", SENTENCES,
+            "model = SentenceTransformer(\"PATH\")", "vectors = model.encode(sentences)", "```"]
+  model_class = "MT5EncoderModel" if metadata["architecture"] == "mt5" else "AutoModel"
+  return [
+      "```python", "import torch", "from safetensors.torch import load_file",
+      f"from transformers import AutoProcessor, {model_class}", SENTENCES,
+      "tokenizer = AutoProcessor.from_pretrained(\"PATH\")",
+      f"model = {model_class}.from_pretrained(\"PATH\").eval()",
+      "projections = load_file(\"PATH/projections.safetensors\")",
+      "batch = tokenizer(sentences, padding=True, truncation=True, return_tensors=\"pt\")",
+      "with torch.no_grad():",
+      "    states = model(input_ids=batch[\"input_ids\"],",
+      "                   attention_mask=batch[\"attention_mask\"]).last_hidden_state",
+      "mask = batch[\"attention_mask\"].unsqueeze(-1).to(states.dtype)",
+      "vectors = (states * mask).sum(1) / mask.sum(1)",
+      f"for i in range({metadata['projections']}):",
+      "    vectors = torch.nn.functional.linear(vectors, projections[f\"{i}.weight\"],",
+      "                                         projections.get(f\"{i}.bias\"))",
+      "```"]
+
+
+def _library(metadata: Mapping[str, Any]) -> str:
+  """The card's library_name: the library its code loads the directory with."""
+  return "transformers" if metadata["format"] == "huggingface" else "sentence-transformers"
 
 
 def render(model_dir: str, metadata: Mapping[str, Any]) -> str:
@@ -93,7 +134,7 @@ def render(model_dir: str, metadata: Mapping[str, Any]) -> str:
   figures = heldout(model_dir)
   network = spec["network"]
   lines = [
-      "---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity",
+      "---", f"library_name: {_library(metadata)}", "pipeline_tag: sentence-similarity",
       "tags: [sentence-transformers, feature-extraction, sentence-similarity, vmsst]", "---",
       "", f"# {files.name(model_dir)}", "",
       "A multilingual sentence embedder trained with vmsst: "
@@ -102,10 +143,7 @@ def render(model_dir: str, metadata: Mapping[str, Any]) -> str:
       f"(no custom code), mean pooling and the μ_sem projection "
       f"({metadata['dimension']} dimensions). Sentences longer than "
       f"{metadata['max_seq_length']} pieces (the EOS included) are cut, as in training.", "",
-      *_transformers_note(metadata),
-      "```python", "from sentence_transformers import SentenceTransformer",
-      "model = SentenceTransformer(\"PATH\")",
-      "vectors = model.encode([\"Ein Mann fährt Fahrrad.\", \"A man rides a bike.\"])", "```", "",
+      *_transformers_note(metadata), *usage(metadata), "",
       "## Towers", ""]
   lines += [f"- `{path}`: {role}" for path, role in metadata["towers"].items()]
   lines += ["", "## Training", "",
