@@ -24,6 +24,7 @@ NAMES = {
     "distillation_tasks": "vmsst_tasks.registry.distillation",
     "entity_tasks": "vmsst_tasks.registry.entities",
     "triplet_tasks": "vmsst_tasks.registry.triplets",
+    "hard_negative_tasks": "vmsst_tasks.registry.hard_negatives",
     "tfds_tasks": "vmsst_tasks.registry.tfds",
     "TfdsTranslation": "vmsst_tasks.tfds_sources",
 }

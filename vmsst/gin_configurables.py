@@ -17,6 +17,7 @@ if input_pipeline.seqio_available():
   from vmsst_tasks import registry
   from vmsst_tasks.registry import distillation
   from vmsst_tasks.registry import entities
+  from vmsst_tasks.registry import hard_negatives
   from vmsst_tasks.registry import opus
   from vmsst_tasks.registry import pairs
   from vmsst_tasks.registry import tfds
@@ -47,6 +48,7 @@ gin.constant("vmsst.bfloat16", jnp.bfloat16)
 # outside vmsst.train (tests/test_gin_configurables.py checks the list is
 # complete), so a gin file imports this module and nothing else.
 __all__ = ["input_pipeline", "registry", "pairs", "opus", "distillation", "entities", "triplets",
+           "hard_negatives",
            "tfds", "tfds_sources", "checkpointing", "early_stopping",
            "optimizers",
            "param_files", "parameter_groups", "partitioning", "teacher_cache", "tpu_slices",

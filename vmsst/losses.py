@@ -172,3 +172,46 @@ def _mask_duplicates(sim: Array, duplicates: Array | None, eye: Array) -> Array:
   if duplicates is None:
     return sim
   return jnp.where(duplicates & ~eye, -1e9, sim)
+
+
+def hard_negative_scores(a: Array, negatives: Array, similarity: str, temperature: float) -> Array:
+  """float32 [B, K] scores of each a_i against its own K negatives n_ik ([B, d], [B, K, d]).
+
+  The same score as `pair_scores` (dot or cosine, over τ), row by row.
+  """
+  check_similarity(similarity, temperature)
+  a, negatives = a.astype(jnp.float32), negatives.astype(jnp.float32)
+  if similarity == "cosine":
+    a, negatives = l2_normalize(a), l2_normalize(negatives)
+  return jnp.einsum("bd,bkd->bk", a, negatives) / temperature
+
+
+def info_nce_with_hard_negatives(a: Array, b: Array, negatives: Array, valid: Array,
+                                 temperature: float, duplicates_a: Array | None = None,
+                                 duplicates_b: Array | None = None, *,
+                                 similarity: str = "cosine") -> tuple[Array, Array]:
+  """`symmetric_info_nce` whose a→b rows also hold each anchor's own hard negatives.
+
+  Row i of the a→b softmax is [s(a_i, b_1..B), s(a_i, n_i1..iK)]: the in-batch
+  candidates plus a_i's K mined negatives (in b's language, so they compete
+  with b_i; another anchor's negatives are not a_i's). Invalid negatives (a
+  row mined fewer than K) are masked out. b→a is unchanged: the negatives are
+  in b's language and were mined for a.
+
+  Args:
+    a, b: float [B, d]; negatives: float [B, K, d]; valid: bool [B, K].
+    temperature, duplicates_a, duplicates_b, similarity: as `symmetric_info_nce`.
+
+  Returns:
+    (loss, accuracy) as `symmetric_info_nce`; a hit on a→b must beat the negatives too.
+  """
+  sim = pair_scores(a, b, similarity, temperature)
+  eye = jnp.eye(sim.shape[0], dtype=bool)
+  hard = jnp.where(valid, hard_negative_scores(a, negatives, similarity, temperature), -1e9)
+  sim_ab = jnp.concatenate([_mask_duplicates(sim, duplicates_b, eye), hard], axis=-1)
+  sim_ba = _mask_duplicates(sim.T, duplicates_a, eye)
+  labels = jnp.arange(sim.shape[0])
+  loss_ab = -jnp.mean(jax.nn.log_softmax(sim_ab, axis=-1)[labels, labels])
+  loss_ba = -jnp.mean(jnp.diagonal(jax.nn.log_softmax(sim_ba, axis=-1)))
+  hits = jnp.concatenate([jnp.argmax(sim_ab, -1) == labels, jnp.argmax(sim_ba, -1) == labels])
+  return 0.5 * (loss_ab + loss_ba), jnp.mean(hits.astype(jnp.float32))

@@ -35,6 +35,9 @@ the names they register:
   triplet_tasks              vmsst_triplets: English (anchor, positive, negative)
     (triplets.py)            triplets (tasks/triplets.py; STSb-built or TSV) as
                              a = anchor, b = positive, plus `tokens_negative`
+  hard_negative_tasks        vmsst_hard_negatives: training pairs with K negatives
+    (hard_negatives.py)      mined for them (python -m vmsst.hard_negatives), plus
+                             `tokens_negative` [K·L]
   tfds_tasks (tfds.py)       vmsst_tfds.<builder>.<config>: prepared TFDS translation
                              datasets (tasks/tfds_sources.py), train (/validation)
 
