@@ -45,7 +45,13 @@ def read_lines(path: str | pathlib.Path) -> list[str]:
   lines = text.split("\n")
   if lines and lines[-1] == "":
     lines.pop()
-  return [_ENDS.sub("", line.replace("\ufeff", "")) for line in lines]
+  return [clean_line(line) for line in lines]
+
+
+def clean_line(line: str) -> str:
+  """One line as `read_lines` returns it (BOM dropped, whitespace but TAB cut at the ends):
+  the Beam miner reads files through Beam's filesystems and must see the same sentences."""
+  return _ENDS.sub("", line.replace("\ufeff", ""))
 
 
 def one_line(text: str) -> str:

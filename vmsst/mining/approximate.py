@@ -124,6 +124,21 @@ def _divisor_near(dim: int, target: int) -> int:
 
 def build_index(keys: np.ndarray, options: IvfOptions, progress: str | None = None):
   """A trained faiss IVF index over the L2-normalized keys, added block by block."""
+  index = trained_index(keys, options)
+  for start in tqdm.tqdm(range(0, len(keys), options.block), desc=progress and f"{progress} add",
+                         disable=cli.hide_progress(progress is None), leave=False):
+    index.add(similarity.normalize(keys[start:start + options.block]))
+  index.nprobe = min(options.nprobe, options.cells(len(keys)))
+  return index
+
+
+def trained_index(keys: np.ndarray, options: IvfOptions):
+  """The IVF index's cells (and codes) trained on `options`' sample of the keys, still empty.
+
+  Apart from `build_index` so the Beam pipeline (beam_pipeline.py) trains once
+  and adds each key shard to its own copy: the copies share the cells, so
+  their merged lists are what one index over all keys returns.
+  """
   import faiss  # pylint: disable=import-outside-toplevel
   num_keys, dim = keys.shape
   options.check(num_keys, dim)
@@ -141,10 +156,6 @@ def build_index(keys: np.ndarray, options: IvfOptions, progress: str | None = No
   sample = np.sort(rng.choice(num_keys, options.training_keys(num_keys), replace=False))
   index.train(similarity.normalize(keys[sample]))
   index.quantizer_trains_alone = 0
-  for start in tqdm.tqdm(range(0, num_keys, options.block), desc=progress and f"{progress} add",
-                         disable=cli.hide_progress(progress is None), leave=False):
-    index.add(similarity.normalize(keys[start:start + options.block]))
-  index.nprobe = min(options.nprobe, cells)
   return index
 
 
