@@ -1,0 +1,146 @@
+"""vmsst_hard_negatives: every negative stays with its anchor through shuffle, batch, hosts, resume.
+
+The #3453 trap (sentence-transformers: a change that misaligned hard negatives
+with their anchors nearly shipped). Here every sentence carries its pair's
+id ("a 17", "b 17", "n 17 2"), so any row whose negatives decode to another
+id than its anchor's is a misalignment, wherever it happened. Real pipeline:
+the registered task, tasks/input_pipeline.py's iterator, a saved position.
+The device sharding of such batches: tests/test_hard_negatives.py.
+"""
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from vmsst_tasks import hard_negatives as hard_negatives_lib
+from vmsst_tasks import input_pipeline
+from vmsst_tasks import sources
+from vmsst_tasks.registry import common
+from vmsst_tasks.registry import hard_negatives as family
+from vmsst import vocabulary as vocabulary_lib
+
+PAIRS, K, BATCH, LENGTH, SEED = 40, 3, 8, 12, 5
+
+
+def _rows():
+  """Pair i: ("a i", "b i") with negatives "n i 0".."n i k", pairs i % 4 == 3 one short."""
+  return [hard_negatives_lib.Row(f"a {i}", f"b {i}", "eng", "deu",
+                                 tuple(f"n {i} {k}" for k in range(K - (i % 4 == 3))))
+          for i in range(PAIRS)]
+
+
+@pytest.fixture(scope="module", name="negatives_dir")
+def _negatives_dir(tmp_path_factory, small_data_dir, tiny_vocab_path):
+  directory = tmp_path_factory.mktemp("negatives")
+  hard_negatives_lib.write(str(directory), _rows(), K, {"corpus": "test"})
+  inputs = common.RegistrationInputs.read(str(small_data_dir), tiny_vocab_path)
+  assert family.hard_negative_tasks(inputs, negatives_dir=str(directory)) == [family.TASK]
+  return directory
+
+
+@pytest.fixture(scope="module", name="vocabulary")
+def _vocabulary(tiny_vocab_path):
+  return vocabulary_lib.get_vocabulary(tiny_vocab_path)
+
+
+def _iterator(start_step=0, positions=None, index=0, count=1):
+  return input_pipeline.train_iterator(family.TASK, batch_size=BATCH, sequence_length=LENGTH,
+                                       seed=SEED, start_step=start_step, positions=positions,
+                                       host_data="slice", process_index=index,
+                                       process_count=count)
+
+
+def _ids(vocabulary, tokens) -> list[int | None]:
+  """The pair id of each [L] row (a sentence "x <id> ..."), None for an all-padding row."""
+  out = []
+  for row in np.asarray(tokens):
+    if not row.any():
+      out.append(None)
+      continue
+    text = vocabulary.decode([int(t) for t in row if t > 1])
+    out.append(int(re.match(r"^\w (\d+)", text).group(1)))
+  return out
+
+
+def _check_aligned(vocabulary, batch) -> list[int]:
+  """Asserts each row's b and negatives carry its a's id; returns the a ids."""
+  anchors = _ids(vocabulary, batch["tokens_a"])
+  assert _ids(vocabulary, batch["tokens_b"]) == anchors
+  negatives = batch["tokens_negative"].reshape(len(anchors), K, LENGTH)
+  for anchor, row in zip(anchors, negatives):
+    found = _ids(vocabulary, row)
+    want = [anchor] * (K - (anchor % 4 == 3)) + [None] * (anchor % 4 == 3)
+    assert found == want, (anchor, found)
+    for k, n in enumerate(row[:len(want) - want.count(None)]):
+      assert vocabulary.decode([int(t) for t in n if t > 1]) == f"n {anchor} {k}"
+  return anchors
+
+
+@pytest.fixture(scope="module", name="uninterrupted")
+def _uninterrupted(negatives_dir):
+  del negatives_dir
+  batches = _iterator()
+  return [next(batches) for _ in range(12)]  # 2.4 epochs of 40 pairs
+
+
+@pytest.mark.slow  # ~10 s: a seqio pipeline
+def test_every_negative_stays_with_its_anchor_through_shuffling_and_batching(
+    uninterrupted, vocabulary):
+  ids = [_check_aligned(vocabulary, batch) for batch in uninterrupted]
+  assert uninterrupted[0]["tokens_negative"].shape == (BATCH, K * LENGTH)
+  seen = [i for batch in ids for i in batch]
+  assert set(seen) <= set(range(PAIRS)) and len(set(seen)) > PAIRS // 2  # many pairs…
+  assert seen[:PAIRS] != sorted(seen[:PAIRS])  # …in shuffled order
+
+
+@pytest.mark.slow
+def test_a_restored_position_and_another_host_split_keep_the_association(
+    uninterrupted, vocabulary, tmp_path):
+  batches = _iterator()
+  for _ in range(3):
+    next(batches)
+  input_pipeline.save_position(str(tmp_path), 3, batches)
+  resumed = _iterator(start_step=3, positions=str(tmp_path))
+  assert resumed.restored_from == 3
+  for want in uninterrupted[3:7]:
+    got = next(resumed)
+    _check_aligned(vocabulary, got)
+    for key in want:
+      np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+  # Two hosts resuming the one-host position: each keeps its rows' negatives.
+  hosts = [_iterator(3, str(tmp_path), index=h, count=2) for h in range(2)]
+  for want in uninterrupted[3:5]:
+    rows = [next(h) for h in hosts]
+    for host in rows:
+      _check_aligned(vocabulary, host)
+    np.testing.assert_array_equal(
+        np.concatenate([r["tokens_negative"] for r in rows]), want["tokens_negative"])
+
+
+def _write(directory, lines, negatives=K):
+  (directory / hard_negatives_lib.ROWS).write_text("".join(lines), encoding="utf-8")
+  (directory / hard_negatives_lib.MANIFEST).write_text(json.dumps({"negatives": negatives}))
+  return str(directory)
+
+
+def test_bad_rows_are_skipped_and_counted_or_named_under_the_strict_policy(tmp_path):
+  lines = ["eng\tdeu\tHello.\tHallo.\tKatze.\t\t\n", "\n", "eng\tdeu\tHi.\tHallo.\tKatze.\n",
+           "eng\tdeu\t\tHallo.\tx\ty\tz\n", "eng\tdeu\tA tatoeba line.\tb\tx\ty\tz\n"]
+  directory = _write(tmp_path, lines)
+  rows, negatives, counts = hard_negatives_lib.read(directory, exclude={"A tatoeba line."})
+  assert negatives == K
+  assert rows == [hard_negatives_lib.Row("Hello.", "Hallo.", "eng", "deu", ("Katze.", "", ""))]
+  assert (counts.read, counts.kept, dict(counts.skipped)) == (
+      5, 1, {"blank_line": 1, "malformed": 2, "tatoeba_overlap": 1})
+  with pytest.raises(ValueError, match=r"train.tsv:3: expected 7 TAB-separated fields"):
+    hard_negatives_lib.read(directory, policy=sources.InputPolicy(strict=True))
+
+
+def test_a_directory_without_its_manifest_names_the_command_that_writes_it(tmp_path):
+  with pytest.raises(FileNotFoundError, match="mining.json not found.*vmsst.hard_negatives"):
+    hard_negatives_lib.read(str(tmp_path))
+  (tmp_path / hard_negatives_lib.MANIFEST).write_text('{"negatives": 0}')
+  with pytest.raises(ValueError, match="mining.json.*K >= 1"):
+    hard_negatives_lib.read(str(tmp_path))
