@@ -1,0 +1,213 @@
+"""The Beam miner (vmsst/mining/beam_pipeline.py, `python -m vmsst.mine_beam`) against the
+in-process miner on the same files: the same pairs (exact search; IVF: one in-process index over
+the same rows), one worker or two processes, resumption, bad input."""
+
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from vmsst import files
+from vmsst import mine
+from vmsst import mining
+from vmsst.encoding import protocol
+from vmsst.encoding import saved_model
+from vmsst.mining import approximate
+from vmsst.mining import beam_pipeline as bp
+
+import vmsst_testing
+
+ONE_WORKER = ["--runner=DirectRunner"]
+TWO_PROCESSES = ONE_WORKER + ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+
+
+def _planted(n: int = 90, d: int = 12, seed: int = 0):
+  """Source lines and target lines (shuffled, with repeats and blanks) and their vectors:
+  two thirds of the targets are noisy copies of sources, the rest unrelated."""
+  rng = np.random.default_rng(seed)
+  table = {f"x{i}": rng.standard_normal(d) for i in range(n)}
+  table |= {f"y{i}": (table[f"x{i}"] + 0.6 * rng.standard_normal(d) if i < 2 * n // 3
+                      else rng.standard_normal(d)) for i in range(n)}
+  src = [f"x{i}" for i in range(n)] + ["x3", "", "x7"]
+  trg = [f"y{i}" for i in range(n)] + ["  ", "y1"]
+  rng.shuffle(src)
+  rng.shuffle(trg)
+  return src, trg, table
+
+
+def _write(tmp_path, src, trg) -> dict:
+  (tmp_path / "src.txt").write_text("\n".join(src) + "\n")
+  (tmp_path / "trg.txt").write_text("\n".join(trg) + "\n")
+  return {"src": str(tmp_path / "src.txt"), "trg": str(tmp_path / "trg.txt")}
+
+
+def _mine_beam(patterns, output, table, settings, argv=ONE_WORKER) -> dict:
+  handler = None if table is None else bp.PrecomputedHandler(table)
+  return bp.run(patterns, str(output), settings, PipelineOptions(argv),
+                None if handler is None else {"src": handler, "trg": handler})
+
+
+def _read_pairs(path) -> dict:
+  rows = [line.split("\t") for line in files.read_text(path).splitlines()]
+  return {(s, t): float(score) for score, s, t in rows}
+
+
+def _assert_same(got: dict, want: dict) -> None:
+  assert got.keys() == want.keys()
+  np.testing.assert_allclose([got[p] for p in want], list(want.values()), atol=2e-6)
+
+
+def _in_process(patterns, table, output, **options) -> dict:
+  encoder = lambda: protocol.UniqueSentences(protocol.PrecomputedEncoder(table), progress=False)
+  mine.mine_files(encoder, patterns["src"], patterns["trg"], output, progress=False, **options)
+  return _read_pairs(output)
+
+
+@pytest.fixture(scope="module", name="planted_run")
+def _planted_run(tmp_path_factory):
+  """The planted files mined once by the pipeline (ratio margin, max retrieval, k=3)."""
+  tmp_path = tmp_path_factory.mktemp("planted")
+  src, trg, table = _planted()
+  patterns = _write(tmp_path, src, trg)
+  summary = _mine_beam(patterns, tmp_path / "mined", table, bp.Settings(k=3, shards=3))
+  return patterns, table, tmp_path / "mined", summary
+
+
+@pytest.mark.slow  # the module's planted run: five pipelines, over ~7 s
+def test_planted_pairs_equal_the_in_process_miners(planted_run, tmp_path):
+  patterns, table, _, summary = planted_run
+  want = _in_process(patterns, table, tmp_path / "ref.tsv", k=3)
+  _assert_same(_read_pairs(summary["pairs"]), want)
+  assert len(want) >= 60 and summary["written"] == len(want)
+  assert summary["sentences"] == {"src": 90, "trg": 90}
+  assert summary["counts"]["src"] == {"lines": 93, "empty": 1, "duplicates": 2, "not_utf8": 0,
+                                      "tab": 0}
+
+
+@pytest.mark.slow  # the module's planted run
+@pytest.mark.parametrize("margin,retrieval,threshold", [
+    ("ratio", "max", 1.05), ("distance", "fwd", None), ("distance", "bwd", 0.1),
+    ("absolute", "intersect", None)])
+def test_every_margin_and_retrieval_from_the_same_neighbours(planted_run, tmp_path, margin,
+                                                            retrieval, threshold):
+  patterns, table, mined, _ = planted_run
+  for stage in ("sentences", "embeddings", "neighbours"):  # resumed: only the pairs are new
+    files.copytree(mined / stage, tmp_path / "mined" / stage)
+  settings = bp.Settings(margin=margin, retrieval=retrieval, k=3, threshold=threshold,
+                         shards=3)
+  summary = _mine_beam(patterns, tmp_path / "mined", None, settings)
+  assert [s is None for s in summary["seconds"].values()] == [True, True, True, False]
+  want = _in_process(patterns, table, tmp_path / "ref.tsv", margin=margin,
+                     retrieval=retrieval, k=3, threshold=threshold)
+  _assert_same(_read_pairs(summary["pairs"]), want)
+  assert len(want) >= 20
+
+
+@pytest.mark.slow  # over ~7 s (four pipelines and the in-process IVF)
+def test_ivf_pairs_equal_one_in_process_index_over_the_same_rows(tmp_path):
+  src, trg, table = _planted(n=1500, d=16, seed=1)
+  patterns = _write(tmp_path, src, trg)
+  ivf = approximate.IvfOptions(nlist=12, nprobe=6, train_size=600)
+  settings = bp.Settings(index="ivf", ivf=ivf, k=4, shards=4, recall_sample=300)
+  summary = _mine_beam(patterns, tmp_path / "mined", table, settings)
+  layout = bp.Layout(str(tmp_path / "mined"), 4)
+  # The in-process IVF miner over the pipeline's rows (file order): one index, same sample.
+  x, y = (bp.ShardedRows(layout, side)[:] for side in bp.SIDES)
+  sentences = [sum((bp.read_sentence_shard(layout, side, s) for s in range(4)), [])
+               for side in bp.SIDES]
+  pairs, scores = mining.mine(x, y, k=4, index="ivf", ivf=ivf)
+  want = {(sentences[0][i], sentences[1][j]): s for (i, j), s in zip(pairs.tolist(), scores)}
+  got = _read_pairs(summary["pairs"])
+  _assert_same(got, want)
+  # Against exact search: within the measured recall.
+  exact = _in_process(patterns, table, tmp_path / "exact.tsv", k=4)
+  agree = 2 * len(got.keys() & exact.keys()) / (len(got) + len(exact))
+  recall = min(summary["recall"].values())
+  assert 0.8 < recall < 1 and agree >= recall
+
+
+@pytest.mark.slow  # over ~7 s (two runs of the pipeline)
+def test_a_rerun_skips_the_finished_stages_and_search_tasks(tmp_path):
+  src, trg, table = _planted()
+  patterns = _write(tmp_path, src, trg)
+  settings = bp.Settings(k=3, shards=2)
+  first = _mine_beam(patterns, tmp_path / "mined", table, settings)
+  layout = bp.Layout(str(tmp_path / "mined"), 2)
+  before = {p: pathlib.Path(p).stat().st_mtime_ns
+            for stage in ("sentences", "embeddings", "neighbours")
+            for p in files.find(layout.stage(stage))}
+  # Interrupted during the search: one task's file and the later markers gone.
+  for path in (layout.neighbours("backward", 1), layout.marker("neighbours"),
+               layout.marker("pairs")):
+    files.remove(path)
+  second = _mine_beam(patterns, tmp_path / "mined", None, settings)  # no model: not embedded
+  assert second["seconds"]["sentences"] is None and second["seconds"]["embeddings"] is None
+  assert second["seconds"]["neighbours"] is not None
+  after = {p: pathlib.Path(p).stat().st_mtime_ns for p in before if files.exists(p)}
+  redone = {p for p in before if before[p] != after.get(p)}
+  assert redone == {layout.neighbours("backward", 1), layout.marker("neighbours")}
+  _assert_same(_read_pairs(second["pairs"]), _read_pairs(first["pairs"]))
+  with pytest.raises(ValueError, match="sentences"):  # other settings: not mixed in
+    _mine_beam(patterns, tmp_path / "mined", table, bp.Settings(k=3, shards=5))
+
+
+@pytest.mark.slow  # two pipelines of five stages, ~7 s on 2 cores
+def test_bad_lines_are_counted_and_a_glob_matching_nothing_names_the_flag(tmp_path):
+  (tmp_path / "a.txt").write_bytes(b"one\n\xff\xfebroken\ntwo\tcolumns\n\n  one  \n\xef\xbb\xbfthree\n")
+  (tmp_path / "b.txt").write_bytes(b"four\nfive\nsix\n")
+  table = {w: np.eye(6)[i] for i, w in enumerate(["one", "three", "four", "five", "six"])}
+  summary = _mine_beam({"src": str(tmp_path / "a.txt"), "trg": str(tmp_path / "b.txt")},
+                       tmp_path / "mined", table, bp.Settings(margin="absolute", k=1, shards=2))
+  assert summary["counts"]["src"] == {"lines": 6, "not_utf8": 1, "tab": 1, "empty": 1,
+                                      "duplicates": 1}
+  assert summary["sentences"] == {"src": 2, "trg": 3}
+  with pytest.raises(ValueError, match="--trg=.*nothing-"):
+    _mine_beam({"src": str(tmp_path / "a.txt"), "trg": str(tmp_path / "nothing-*.txt")},
+               tmp_path / "other", table, bp.Settings(k=1))
+
+
+@pytest.mark.slow  # worker processes
+@pytest.mark.integration
+def test_two_worker_processes_mine_the_pairs_one_worker_mines(tmp_path):
+  src, trg, table = _planted(n=300, seed=2)
+  patterns = _write(tmp_path, src, trg)
+  settings = bp.Settings(k=3, shards=3)
+  one = _mine_beam(patterns, tmp_path / "one", table, settings)
+  two = _mine_beam(patterns, tmp_path / "two", table, settings, TWO_PROCESSES)
+  assert files.read_text(one["pairs"]) == files.read_text(two["pairs"])
+  assert one["counts"] == two["counts"]
+
+
+@pytest.mark.slow  # trains and exports the tiny model
+def test_the_exported_model_through_run_inference_mines_what_mine_mines(
+    tiny_model, data_dir, tmp_path):
+  from vmsst import export  # pylint: disable=import-outside-toplevel
+  exported = tmp_path / "export"
+  export.export(str(tiny_model[0]), str(exported))
+  for side, name in (("src", "ref.deu"), ("trg", "src.eng")):
+    lines = files.read_bytes(data_dir / "ntrex128" / f"newstest2019-{name}.txt.gz")
+    (tmp_path / f"{side}.txt.gz").write_bytes(lines)  # gzipped, as shipped
+  patterns = {side: str(tmp_path / f"{side}.txt.gz") for side in bp.SIDES}
+  handler = bp.SavedModelHandler(str(exported))
+  summary = bp.run(patterns, str(tmp_path / "mined"), bp.Settings(k=4, shards=2),
+                   PipelineOptions(ONE_WORKER), {"src": handler, "trg": handler})
+  encoder = lambda: protocol.UniqueSentences(saved_model.SavedModelEncoder(str(exported)),
+                                             progress=False)
+  mine.mine_files(encoder, patterns["src"], patterns["trg"], tmp_path / "ref.tsv", k=4,
+                  progress=False)
+  _assert_same(_read_pairs(summary["pairs"]), _read_pairs(tmp_path / "ref.tsv"))
+
+
+@pytest.mark.slow  # two commands' imports
+def test_the_command_names_the_flag_of_a_missing_input(tmp_path):
+  (tmp_path / "trg.txt").write_text("a\n")
+  for args, named in (([f"--src={tmp_path}/missing*.txt", "--saved_model=" + str(tmp_path)],
+                       "--saved_model"),
+                      ([f"--src={tmp_path}/missing*.txt"], "--src")):
+    done = subprocess.run([sys.executable, "-m", "vmsst.mine_beam", *args,
+                           f"--trg={tmp_path}/trg.txt", f"--output={tmp_path}/out",
+                           "--runner=DirectRunner"], capture_output=True, text=True, check=False)
+    vmsst_testing.assert_user_error(done, named)
