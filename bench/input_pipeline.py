@@ -103,7 +103,7 @@ def measure(args) -> None:
   from vmsst_tasks.registry import opus  # pylint: disable=import-outside-toplevel
   # Only the OPUS family: the paper mixture's tasks.
   opus.opus_tasks(common.RegistrationInputs.read(args.data_dir, args.vocab),
-                  opus_dir=args.opus_dir)
+                  opus_dir=args.opus_dir, paper_mixture=True)
   started = time.perf_counter()
   batches = input_pipeline.train_iterator(opus.PAPER_MIXTURE, batch_size=args.batch,
                                           sequence_length=LENGTH, seed=0, start_step=0)

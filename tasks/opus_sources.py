@@ -9,6 +9,7 @@ different lengths are an error naming both files, never zip-truncated.
 
 import collections
 import dataclasses
+import functools
 import itertools
 import pathlib
 import re
@@ -16,7 +17,11 @@ from typing import AbstractSet, Iterator, Sequence
 
 from vmsst_tasks import sources
 
+from vmsst import cli
 from vmsst import files
+
+LAYOUT = ("<corpus>.<l1>-<l2>.<l1> and .<l2> (Moses), or <corpus>.<l1>-<l2>.tsv, optionally .gz; "
+          "any corpus name, language codes as in vmsst.languages (de or deu, zh_cn)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +74,8 @@ def discover_opus(opus_dir: sources.PathLike) -> list[OpusFile]:
   """
   root = files.as_path(opus_dir)
   if not root.is_dir():
-    raise FileNotFoundError(f"OPUS directory {root} does not exist")
+    raise FileNotFoundError(f"OPUS directory {root} does not exist: give the directory that "
+                            f"holds the files ({LAYOUT}).")
   found, moses = [], collections.defaultdict(dict)
   for path in map(files.as_path, files.find(root)):
     match = _OPUS_NAME.match(path.name)
@@ -94,7 +100,19 @@ def discover_opus(opus_dir: sources.PathLike) -> list[OpusFile]:
 
 
 def count_lines(path: sources.PathLike) -> int:
-  """Number of lines (a last line without "\\n" counts), read in binary blocks."""
+  """Number of lines (a last line without "\\n" counts), read in binary blocks.
+
+  Counted once per process for a file of the same size and time (`train`
+  counts in its preflight, then again where it registers the tasks).
+  """
+  path = files.as_path(path)
+  stat = path.stat()
+  return _count_lines(str(path), stat.length, stat.mtime)
+
+
+@functools.lru_cache(maxsize=4096)
+def _count_lines(path: str, length: int, mtime: float) -> int:
+  del length, mtime  # the cache key: a changed file is counted again
   count, last = 0, b"\n"
   with files.open_compressed(path) as f:
     while block := f.read(1 << 20):
@@ -108,8 +126,41 @@ def check_moses_line_counts(corpus: OpusFile) -> int:
   counts = [count_lines(p) for p in corpus.paths]
   if len(set(counts)) != 1:
     raise ValueError(f"Moses files are not line-aligned: {corpus.paths[0]} has {counts[0]} lines "
-                     f"but {corpus.paths[1]} has {counts[1]}; re-extract the corpus.")
+                     f"but {corpus.paths[1]} has {counts[1]}; {_FIX_ALIGNMENT}.")
   return counts[0]
+
+
+_FIX_ALIGNMENT = "re-extract the corpus"  # line i of each side must translate line i of the other
+
+
+def checked_corpora(opus_dir: sources.PathLike,
+                    ) -> dict[tuple[str, str], list[tuple[OpusFile, int]]]:
+  """An OPUS directory's corpora by language pair, each with its line count, checked.
+
+  The one check of an OPUS directory before any sentence is read, shared by
+  `train` (its preflight, before the model state, and its registration) and
+  `vocabulary`, so both refuse the same input with the same line.
+
+  Raises:
+    cli.UserError: naming the directory or file and the fix: the directory is
+      missing or holds no OPUS file, a language code is unknown, a Moses side
+      has no partner or another line count, every file is empty.
+  """
+  try:
+    found = discover_opus(opus_dir)
+    by_pair = collections.defaultdict(list)
+    for corpus in found:
+      by_pair[(corpus.lang_a, corpus.lang_b)].append((corpus, check_moses_line_counts(corpus)))
+  except (FileNotFoundError, ValueError) as e:  # each message names the file and the fix
+    raise cli.UserError(str(e)) from None
+  if not found:
+    raise cli.UserError(f"No OPUS files under {opus_dir}: name them {LAYOUT}; or pass the "
+                        "directory `python -m vmsst_tasks.opus_download` wrote.")
+  if not any(lines for corpora in by_pair.values() for _, lines in corpora):
+    raise cli.UserError(f"{opus_dir}: no usable OPUS pair ({len(found)} files, 0 lines): every "
+                        "file is empty; download the corpora again (python -m "
+                        "vmsst_tasks.opus_download) or fix the directory.")
+  return dict(sorted(by_pair.items()))
 
 
 def _moses_raw(corpus: OpusFile, strict: bool) -> Iterator[sources.Located]:
@@ -126,7 +177,7 @@ def _moses_raw(corpus: OpusFile, strict: bool) -> Iterator[sources.Located]:
       yield sources._pair_or_skip(line_a, line_b, corpus.lang_a, corpus.lang_b), path_a, num_a
   if num_a != num_b:
     raise ValueError(f"Moses files are not line-aligned: {path_a} has {num_a} lines "
-                     f"but {path_b} has {num_b}; re-extract the corpus.")
+                     f"but {path_b} has {num_b}; {_FIX_ALIGNMENT}.")
 
 
 def _tsv_raw(corpus: OpusFile, strict: bool) -> Iterator[sources.Located]:

@@ -67,7 +67,7 @@ import random
 import re
 import sys
 import time
-from typing import Iterable, Iterator, Sequence
+from typing import AbstractSet, Iterable, Iterator, Sequence
 
 import numpy as np
 import sentencepiece as spm
@@ -206,8 +206,7 @@ def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[s
     elif name == "multi30k":
       pairs = sources.multi30k_pairs(data_dir, "train", counts=counts, exclude=exclude)
     elif name.startswith("opus:"):
-      corpora = opus_sources.discover_opus(name[len("opus:"):])
-      pairs = opus_sources.opus_pairs(corpora, counts=counts, exclude=exclude, name=name)
+      pairs = _opus_pairs(name[len("opus:"):], counts, exclude)
     else:
       raise ValueError(f"Unknown source {name!r}: use ntrex128, multi30k or opus:<dir>.")
     before = len(seen)
@@ -217,6 +216,34 @@ def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[s
           seen.add(text)
           yield text
     print(f"{counts.report(name)}; {len(seen) - before} new distinct sentences")
+
+
+def _opus_pairs(opus_dir: str, counts: "sources.PairCounts",
+                exclude: AbstractSet[str]) -> Iterator["sources.Pair"]:
+  """An OPUS directory's pairs, refused as `train` refuses it (one shared check each).
+
+  Before reading: opus_sources.checked_corpora (no OPUS file, unknown codes,
+  misaligned sides). After each language pair: one whose every line was
+  skipped (a binary or non-UTF-8 side) is the error train's data check gives,
+  not a vocabulary trained on the other pairs alone.
+  """
+  # pylint: disable=g-import-not-at-top  (tasks depends on vmsst)
+  from vmsst_tasks import opus_sources
+  from vmsst_tasks import sources
+
+  for (lang_a, lang_b), found in opus_sources.checked_corpora(opus_dir).items():
+    corpora = [corpus for corpus, _ in found]
+    pair_counts = sources.PairCounts()
+    yield from opus_sources.opus_pairs(corpora, counts=pair_counts, exclude=exclude,
+                                       name=f"opus:{opus_dir} {lang_a}-{lang_b}")
+    counts.read, counts.kept = counts.read + pair_counts.read, counts.kept + pair_counts.kept
+    counts.skipped.update(pair_counts.skipped)
+    if pair_counts.read and not pair_counts.kept:
+      from vmsst_tasks.registry import data_counts
+      from vmsst_tasks.registry import opus
+      raise cli.UserError(data_counts.empty_input_message(
+          opus.opus_task_name(lang_a, lang_b), ", ".join(str(p) for c in corpora for p in c.paths),
+          pair_counts))
 
 
 def _first_missing(path: epath.Path) -> epath.Path | None:

@@ -22,7 +22,8 @@ the names they register:
                              directory (train only; '-' of codes written '_', e.g.
                              vmsst_opus.eng.zho_CN); vmsst_opus, their mixture
                              (rates = line counts); vmsst_opus_paper, the paper's
-                             mixture over the same files (tasks/opus_paper.py)
+                             mixture over the same files (tasks/opus_paper.py),
+                             when the run trains on it
   distillation_tasks         vmsst_distill_ntrex128, vmsst_distill_multi30k: the pair
     (distillation.py)        tasks' pairs with the source language (eng) on a side,
                              turned so side a is the source, plus `teacher` = the
@@ -142,7 +143,7 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
         max_sources=distillation_max_sources))
   names = pairs.pair_tasks(inputs, ntrex_seed=ntrex_seed)
   if opus_dir is not None:
-    names += opus.opus_tasks(inputs, opus_dir=opus_dir)
+    names += opus.opus_tasks(inputs, opus_dir=opus_dir, paper_mixture=opus.IF_PRESENT)
   if teacher_cache is not None:
     names += distillation.distillation_tasks(
         inputs, teacher_cache=teacher_cache, source_language=distillation_source,

@@ -15,6 +15,7 @@ import seqio
 from vmsst_tasks import sources
 from vmsst import cli
 from vmsst import files
+from vmsst import text_files
 
 DATA_COUNTS_FILE = "data_counts.json"
 
@@ -89,6 +90,10 @@ def empty_input_message(task: str, input_name: str, counts: "sources.PairCounts 
   """"<task>: no training example in <input> (read=.. kept=0 ...); <fix>"."""
   counted = isinstance(counts, sources.PairCounts) and counts.read
   seen = counts.report("read") if counted else "0 lines"
+  if counted and set(counts.skipped) == {"invalid_utf8"}:  # binary, or another encoding
+    return (f"{task}: no training example in {input_name} ({seen}): every line pair holds "
+            f"bytes that are not UTF-8 (a binary file, or another encoding); "
+            f"{text_files.FIX_ENCODING}.")
   return (f"{task}: no training example in {input_name} ({seen}); check the input, or relax "
           "the filter that drops them (register_families.input_policy = @InputPolicy(), "
           "InputPolicy.max_chars; the Tatoeba filter: DATA_DIR).")

@@ -1,11 +1,11 @@
 """The OPUS family: a streamed task per language pair of an OPUS directory, and two mixtures.
 
-`vmsst_opus` mixes every pair at its line count; `vmsst_opus_paper` is the
-VMSST paper's mixture over the same files (languages and rates:
-tasks/opus_paper.py). The paper runs select this family.
+`vmsst_opus` mixes every pair at its line count, whatever the corpora are
+called; `vmsst_opus_paper` is the VMSST paper's mixture over the same files
+(languages and rates: tasks/opus_paper.py), registered when a run trains on
+it. The paper runs select this family.
 """
 
-import collections
 import collections.abc
 import pathlib
 from typing import AbstractSet, Mapping, Sequence
@@ -29,18 +29,54 @@ OPUS_SHUFFLE_BUFFER = 10_000
 
 
 @gin.configurable
-def opus_tasks(inputs: common.RegistrationInputs, *, opus_dir: str = gin.REQUIRED) -> list[str]:
-  """vmsst_opus.<a>.<b> per language pair of `opus_dir`, vmsst_opus and vmsst_opus_paper.
+def opus_tasks(inputs: common.RegistrationInputs, *, opus_dir: str = gin.REQUIRED,
+               paper_mixture: bool | str | None = None) -> list[str]:
+  """vmsst_opus.<a>.<b> per language pair of `opus_dir`, vmsst_opus, and vmsst_opus_paper if asked.
+
+  Any corpus names train under vmsst_opus; the paper mixture reads only the
+  paper's corpora (Europarl, UN, ...), so registering it for a directory of
+  one's own would fail on files the run never asked for.
 
   Args:
     inputs: the shared inputs (register_families builds them).
     opus_dir: a directory of OPUS Moses/TSV files (searched recursively), as
-      `python -m vmsst_tasks.opus_download` writes it.
+      `python -m vmsst_tasks.opus_download` writes it, or files of one's own in
+      that layout.
+    paper_mixture: register vmsst_opus_paper too: True (an error naming the
+      directory if it holds none of the paper's files), False (never),
+      IF_PRESENT (when the directory holds the paper's files), or None
+      (default) when the run trains on it (`train.mixture_name`), IF_PRESENT
+      outside a run (seqio's cache job).
   """
   tasks = register_opus_tasks(opus_dir, inputs.vocabulary, inputs.exclude, policy=inputs.policy)
-  return [*tasks.values(), OPUS_MIXTURE,
-          register_paper_mixture(opus_dir, inputs.vocabulary, exclude=inputs.exclude,
-                                 reuse=tasks)]
+  names = [*tasks.values(), OPUS_MIXTURE]
+  if paper_mixture is None:
+    run = _run_mixture()
+    paper_mixture = IF_PRESENT if run is None else run == PAPER_MIXTURE
+  if paper_mixture:
+    try:
+      names.append(register_paper_mixture(opus_dir, inputs.vocabulary, exclude=inputs.exclude,
+                                           reuse=tasks))
+    except FileNotFoundError as e:  # none of the paper's corpora in the directory
+      if paper_mixture is True:
+        raise cli.UserError(f"{e}; or train on every pair it holds: train.mixture_name = "
+                            f"'{OPUS_MIXTURE}'.") from None
+      logging.info("%s not registered: %s", PAPER_MIXTURE, e)
+  return names
+
+
+IF_PRESENT = "if_present"
+
+
+def _run_mixture() -> str | None:
+  """What the run trains on (`train.mixture_name`, a macro resolved); None outside a run."""
+  try:
+    value = gin.query_parameter("train.mixture_name")
+  except ValueError:  # train not bound, or not imported: no run
+    return None
+  if isinstance(value, gin.config.ConfigurableReference):  # %MIXTURE
+    value = value.scoped_configurable_fn()
+  return value if isinstance(value, str) else None
 
 
 def opus_task_name(lang_a: str, lang_b: str) -> str:
@@ -53,25 +89,16 @@ def register_opus_tasks(opus_dir: str, vocab: seqio.Vocabulary, exclude: Abstrac
                         ) -> dict[tuple[str, str], str]:
   """One streaming task per language pair in `opus_dir`, plus the vmsst_opus mixture.
 
-  Counts every file's lines first: that checks the Moses sides are aligned
-  before training starts (not hours into it) and gives the mixture rates.
+  Counts every file's lines first (opus_sources.checked_corpora): that checks
+  the Moses sides are aligned before training starts (not hours into it) and
+  gives the mixture rates.
 
   Returns:
     (lang_a, lang_b) -> task name.
   """
-  by_pair = collections.defaultdict(list)
-  for corpus in opus_sources.discover_opus(opus_dir):
-    by_pair[(corpus.lang_a, corpus.lang_b)].append(corpus)
-  if not by_pair:
-    raise cli.UserError(f"No OPUS files (<corpus>.<l1>-<l2>.<l1>/.<l2> or .tsv) under "
-                        f"{opus_dir}: pass the directory tasks/opus_download.py wrote "
-                        "(opus_tasks.opus_dir).")
-  lines = {pair: [opus_sources.check_moses_line_counts(c) for c in corpora]
-           for pair, corpora in by_pair.items()}
-  if not any(map(sum, lines.values())):
-    raise cli.UserError(f"{opus_dir}: no usable OPUS pair ({sum(map(len, by_pair.values()))} "
-                        "files, 0 lines): every file is empty; download the corpora again "
-                        "(python -m vmsst_tasks.opus_download) or fix opus_tasks.opus_dir.")
+  checked = opus_sources.checked_corpora(opus_dir)
+  by_pair = {pair: [corpus for corpus, _ in found] for pair, found in checked.items()}
+  lines = {pair: [count for _, count in found] for pair, found in checked.items()}
   names, rates = {}, []
   for (lang_a, lang_b), corpora in sorted(by_pair.items()):
     num_lines = sum(lines[(lang_a, lang_b)])

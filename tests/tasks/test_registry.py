@@ -190,7 +190,8 @@ def test_paper_mixture_is_registered_by_the_registry_itself(data_dir, tiny_vocab
                                                              tmp_path):
   """No importlib hook: the OPUS family registers vmsst_opus_paper directly."""
   write_opus(tmp_path / "opus", "x")
-  family = functools.partial(opus.opus_tasks, opus_dir=str(tmp_path / "opus"))
+  family = functools.partial(opus.opus_tasks, opus_dir=str(tmp_path / "opus"),
+                             paper_mixture=True)
   names = registry.register_families([pairs.pair_tasks, family], data_dir=str(data_dir),
                                      vocabulary_path=tiny_vocab_path)
   assert names[-1] == opus.PAPER_MIXTURE == "vmsst_opus_paper"
@@ -204,7 +205,8 @@ def test_paper_mixture_is_registered_by_the_registry_itself(data_dir, tiny_vocab
 def test_opus_misaligned_files_fail_at_registration(data_dir, tiny_vocab_path, tmp_path):
   (tmp_path / "toy.de-en.de").write_text("a\nb\n")
   (tmp_path / "toy.de-en.en").write_text("a\n")
-  with pytest.raises(ValueError, match=r"toy\.de-en\.de has 2 lines but .*toy\.de-en\.en has 1"):
+  with pytest.raises(cli.UserError,
+                     match=r"toy\.de-en\.de has 2 lines but .*toy\.de-en\.en has 1"):
     opus.opus_tasks(common.RegistrationInputs.read(str(data_dir), tiny_vocab_path),
                     opus_dir=str(tmp_path))
 

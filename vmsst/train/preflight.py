@@ -5,7 +5,8 @@ errors, a run file that binds `train`, command-line values of the run file's typ
 
   check_paths       DATA_DIR, VOCAB_PATH, MODEL_DIR (writable, a directory),
                     the upstream directories a run starts from
-                    (INIT_MODEL_DIR / train.init_params, ENTITY_DIR)
+                    (INIT_MODEL_DIR / train.init_params, ENTITY_DIR), the
+                    OPUS directory (opus_sources.checked_corpora)
   check_start       inside `train`, with the model built: register_tasks.<arg>
                     overrides a families run would ignore, the vocabulary's
                     size against the model's, the batch over the devices and
@@ -98,6 +99,7 @@ def check_paths() -> None:
       raise cli.UserError(f"{macro} = {path!r} has no {marker}: this run starts from it, so "
                           f"make it first: {_upstream_command(macro, path, command)}; or pass "
                           f"--gin.{macro}=\"'<an existing one>'\"")
+  check_opus_dir()
   try:
     init = gin.query_parameter("train.init_params")
   except ValueError:
@@ -106,6 +108,29 @@ def check_paths() -> None:
     raise cli.UserError(f"train.init_params = {init!r} does not exist; give a model directory, "
                         "an export of `python -m vmsst.export --format=sentence-transformers`, "
                         "or a file written by `python -m vmsst.mt5_import`.")
+
+
+def check_opus_dir() -> None:
+  """The run's OPUS directory, checked as registration will (files, codes, aligned sides).
+
+  Counting the lines of every file is what registration does first anyway
+  (counted once per process); done here, a misaligned corpus is one line
+  before the model state is built, not a traceback after it.
+  """
+  registrar = getattr(_bound("train.register_tasks"), "selector", None)
+  families = _bound("register_families.families") or []
+  if registrar == "register_families" and any(
+      getattr(f, "selector", None) == "opus_tasks" for f in families):
+    path = _bound("opus_tasks.opus_dir")
+  elif registrar == "register_tasks":  # a config.gin written before the families
+    path = _bound("register_tasks.opus_dir")
+  else:
+    return
+  if isinstance(path, gin.config.ConfigurableReference):  # %OPUS_DIR
+    path = path.scoped_configurable_fn()
+  if isinstance(path, str):
+    from vmsst_tasks import opus_sources  # pylint: disable=import-outside-toplevel
+    opus_sources.checked_corpora(path)
 
 
 def _upstream_command(macro: str, path: str, command: str) -> str:
