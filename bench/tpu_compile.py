@@ -51,18 +51,22 @@ def paper_runs() -> list[str]:
                 if pattern.search(p.read_text()))
 
 
-def compile_command(run: str, json_path: pathlib.Path) -> list[str]:
+def compile_command(run: str, json_path: pathlib.Path,
+                    reuse: pathlib.Path | None = None) -> list[str]:
+  """`vmsst.compile` for `run`; with `reuse`, its record there stands when the program is
+  the one it was compiled from."""
+  reusing = [f"--reuse={reuse / f'{run}.json'}"] if reuse else []
   return [sys.executable, "-m", "vmsst.compile", f"--gin_file=gin/runs/{run}.gin",
-          f"--output={json_path}",
+          f"--output={json_path}", *reusing,
           *[f"--gin_bindings={b}" for b in STAND_INS.get(run, [])]]
 
 
-def compile_run(run: str, output: pathlib.Path) -> dict:
+def compile_run(run: str, output: pathlib.Path, reuse: pathlib.Path | None = None) -> dict:
   """One run's report (its JSON), or the failure's last lines."""
   json_path = output / f"{run}.json"
   start = time.time()
-  result = subprocess.run(compile_command(run, json_path), cwd=ROOT, capture_output=True,
-                          text=True, check=False)
+  result = subprocess.run(compile_command(run, json_path, reuse), cwd=ROOT,
+                          capture_output=True, text=True, check=False)
   print(f"{run}: exit {result.returncode} after {time.time() - start:.0f} s", flush=True)
   if result.returncode not in (0, 3) or not json_path.exists():
     return {"run_file": f"gin/runs/{run}.gin", "error": result.stderr[-3000:],
@@ -172,6 +176,9 @@ def _define_flags() -> None:
   flags.DEFINE_integer("jobs", 2, "Compiles at a time.")
   flags.DEFINE_bool("readme_only", False, "Compile nothing: write README.md from the "
                     "records (<run>.json) there.")
+  flags.DEFINE_string("reuse_records", None, "A directory of records (<run>.json): a run "
+                      "whose step lowers to the program its record was compiled from takes "
+                      "that record instead of a compile (what `make test` does).")
 
 
 def main(argv) -> None:
@@ -180,7 +187,8 @@ def main(argv) -> None:
   output.mkdir(parents=True, exist_ok=True)
   runs = [] if FLAGS.readme_only else FLAGS.runs or paper_runs()
   with concurrent.futures.ThreadPoolExecutor(FLAGS.jobs) as pool:
-    fresh = dict(zip(runs, pool.map(lambda run: compile_run(run, output), runs)))
+    reuse = (ROOT / FLAGS.reuse_records).resolve() if FLAGS.reuse_records else None
+    fresh = dict(zip(runs, pool.map(lambda run: compile_run(run, output, reuse), runs)))
   print(table(list(fresh.values())))
   # The README covers every run: those compiled now, and the others' last JSON
   # (`--runs` recompiles some after a change to them).

@@ -133,6 +133,32 @@ def test_a_run_compiles_for_a_v4_slice_with_memory_and_flops_per_chip(tmp_path):
       report["model_flops_per_chip"] / 275e12)
   for words in ("lower bound", "estimate", "HBM", "FLOPs per step"):
     assert words in done.stdout
+  # The same program again: the record stands, nothing is compiled.
+  again = compile_command("--gin_file=gin/runs/vmsst_cpu.gin", "--topology=v4-8",
+                          f"--reuse={out}", f"--output={tmp_path / 'again.json'}")
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert "its report stands" in again.stdout
+  assert json.loads((tmp_path / "again.json").read_text()) == {**report, "reused": str(out)}
+  # Another batch is another program: compiled, with its own fingerprint.
+  other = compile_command("--gin_file=gin/runs/vmsst_cpu.gin", "--topology=v4-8",
+                          "--batch_size=16", f"--reuse={out}",
+                          f"--output={tmp_path / 'other.json'}")
+  assert other.returncode == 0, other.stderr[-2000:]
+  assert "compiling" in other.stdout and "its report stands" not in other.stdout
+  assert json.loads((tmp_path / "other.json").read_text())["program"] != report["program"]
+
+
+def test_the_program_fingerprint_follows_the_step_not_the_process():
+  """Two lowerings of one step give one fingerprint; another batch size another."""
+  run = compile_lib.Run(VMSST(SMALL), optax.adam(1e-3), 16, 32, False)
+  mesh = _mesh(2, 1)
+  first = compile_lib.program_fingerprint(compile_lib.lower_step(run, mesh, 16)[1],
+                                          mesh.devices.flat)
+  second = compile_lib.program_fingerprint(compile_lib.lower_step(run, mesh, 16)[1],
+                                           mesh.devices.flat)
+  wider = compile_lib.program_fingerprint(compile_lib.lower_step(run, mesh, 32)[1],
+                                          mesh.devices.flat)
+  assert first == second != wider
 
 
 @pytest.mark.tpu

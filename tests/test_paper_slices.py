@@ -2,8 +2,12 @@
 
 Through `bench/tpu_compile.py`, the harness that writes
 docs/results/tpu_compile/ (with its stand-ins for values a run leaves to its
-user). A 6-layer, a 24-layer and a pretrained run are compiled by `make test`
-(CI); `make test-tpu` compiles them all (marker `tpu_all_runs`).
+user). A 6-layer, a 24-layer and a pretrained run are checked by `make test`
+(CI); `make test-tpu` checks them all (marker `tpu_all_runs`). A run whose step
+lowers to the program its record there was compiled from (the record's
+`program` fingerprint) takes that record: the same program, chips, JAX and
+libtpu compile to the same executable, and lowering takes seconds where
+compiling takes minutes. Any change to the step compiles it again.
 """
 
 import json
@@ -37,7 +41,8 @@ def test_paper_run_compiles_for_its_slice_and_fits(run, tmp_path):
   if not tpu_slices.has_libtpu():
     pytest.skip(f"libtpu is not installed: {tpu_slices.INSTALL_COMMAND}")
   done = subprocess.run([sys.executable, str(BENCH / "tpu_compile.py"), f"--runs={run}",
-                         f"--output={tmp_path}", "--jobs=1"], cwd=vmsst_testing.ROOT,
+                         f"--output={tmp_path}", "--jobs=1",
+                         "--reuse_records=docs/results/tpu_compile"], cwd=vmsst_testing.ROOT,
                         capture_output=True, text=True, timeout=3000, check=False)
   assert (tmp_path / f"{run}.json").exists(), done.stdout[-3000:]
   report = json.loads((tmp_path / f"{run}.json").read_text())

@@ -29,6 +29,10 @@ estimate.
   --topology=local   the devices of this machine.
   --print_slice      prints the run file's slice (`v4-64 1`) and exits: what
                      `launch/tpu.sh` creates.
+  --reuse=RECORD.json  lowers the step (seconds) and, when its program is the
+                     one RECORD was compiled from (`program`: a fingerprint of
+                     the program, the chips, JAX and libtpu), reports RECORD
+                     instead of compiling again (minutes); otherwise compiles.
 
 Exit status: 0 the step fits every chip; 3 it does not (the compiler's
 out-of-memory message is printed, as the pod would fail); 2 a usage error.
@@ -45,7 +49,10 @@ if __name__ == "__main__":  # the command, not an import: before JAX and libtpu 
 # pylint: disable=wrong-import-position
 import dataclasses
 import functools
+import hashlib
+import importlib.metadata
 import json
+import os
 import sys
 import time
 from typing import Any, Sequence
@@ -109,12 +116,14 @@ class Compiled:
       the cost analysis counts once (scan_layers).
     oom_message: why it does not fit: the compiler's out-of-memory message,
       or (memory set) a peak over the chip's HBM that the compiler let pass.
+    program: the fingerprint of what was compiled (`program_fingerprint`).
   """
 
   memory: StepMemory | None
   compiler_flops: float | None = None
   flops_complete: bool = False
   oom_message: str | None = None
+  program: str | None = None
 
   @property
   def fits(self) -> bool:
@@ -149,6 +158,31 @@ def is_out_of_memory(error: Exception) -> bool:
   return "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text
 
 
+def program_fingerprint(lowered: Any, devices: Sequence[Any]) -> str:
+  """What decides the compiled executable: the lowered program (without source
+  locations, so a clone elsewhere or a moved line gives the same text), the
+  chips' kind and count, the JAX and libtpu versions and the compiler flags.
+
+  Two equal fingerprints compile to the same executable, so a record carrying
+  one stands for a compile of minutes (`--reuse`).
+  """
+  try:
+    libtpu = importlib.metadata.version("libtpu")
+  except importlib.metadata.PackageNotFoundError:
+    libtpu = "none"
+  parts = [lowered.as_text(), devices[0].device_kind, str(len(devices)), jax.__version__,
+           libtpu, os.environ.get("LIBTPU_INIT_ARGS", ""), os.environ.get("XLA_FLAGS", "")]
+  return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def lower_step(run: Run, mesh: jax.sharding.Mesh, batch_size: int) -> tuple[Any, Any]:
+  """`run`'s train step as `train` builds it, lowered for `mesh`: (trainer, lowered)."""
+  trainer = trainer_lib.Trainer(run.model, run.optimizer, mesh,
+                                run.model.input_shapes(batch_size, run.sequence_length),
+                                skip_nonfinite=run.skip_nonfinite)
+  return trainer, trainer.lower_step(abstract_key())
+
+
 def compile_step(run: Run, mesh: jax.sharding.Mesh, batch_size: int,
                  hbm_bytes: int | None = None) -> Compiled:
   """Compiles `run`'s train step for `mesh` at `batch_size` and measures it.
@@ -158,16 +192,16 @@ def compile_step(run: Run, mesh: jax.sharding.Mesh, batch_size: int,
   chip holds (docs/results/tpu_compile/scan_without_remat/), which the chip
   would not run.
   """
-  trainer = trainer_lib.Trainer(run.model, run.optimizer, mesh,
-                                run.model.input_shapes(batch_size, run.sequence_length),
-                                skip_nonfinite=run.skip_nonfinite)
   start = time.perf_counter()
+  trainer, lowered = lower_step(run, mesh, batch_size)
+  program = program_fingerprint(lowered, mesh.devices.flat)
   try:
-    compiled = trainer.compile_step(abstract_key())
+    with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
+      compiled = lowered.compile()
   except Exception as e:  # pylint: disable=broad-except (XlaRuntimeError: not importable stably)
     if not is_out_of_memory(e):
       raise
-    return Compiled(memory=None, oom_message=str(e))
+    return Compiled(memory=None, oom_message=str(e), program=program)
   seconds = time.perf_counter() - start
   analysis = compiled.memory_analysis()
   state = trainer.abstract_state
@@ -183,7 +217,7 @@ def compile_step(run: Run, mesh: jax.sharding.Mesh, batch_size: int,
       compile_seconds=seconds)
   return Compiled(memory=memory, compiler_flops=cost.get("flops"),
                   flops_complete=" while(" not in compiled.as_text(),
-                  oom_message=over_hbm(memory, hbm_bytes))
+                  oom_message=over_hbm(memory, hbm_bytes), program=program)
 
 
 def over_hbm(memory: StepMemory, hbm_bytes: int | None) -> str | None:
@@ -358,6 +392,7 @@ class Report:
         "lower_bound_step_seconds": self.lower_bound_step_seconds,
         "estimated_days_100k_steps_at_40pct": self.estimated_days,
         "oom_message": self.compiled.oom_message,
+        "program": self.compiled.program,
     }
 
 
@@ -432,6 +467,9 @@ _VARIANTS = flags.DEFINE_list("variants", [], f"With --topology=cpu: any of {lis
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the report as JSON to this file.")
 _PRINT_SLICE = flags.DEFINE_bool("print_slice", False,
                                  "Print the run file's target slice and exit.")
+_REUSE = flags.DEFINE_string("reuse", None, "A report (JSON) of this run: when the step's "
+                             "program is the one it was compiled from, report it instead "
+                             "of compiling again.")
 
 
 def run_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> tpu_slices.Slice:
@@ -472,6 +510,10 @@ def report_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> int:
   mesh = target_mesh(devices)
   batch = _BATCH.value or run.batch_size
   check_batch(batch, mesh)
+  if _REUSE.value and not _FIND_MAX.value:
+    record = reusable_record(_REUSE.value, run, mesh, batch)
+    if record is not None:
+      return report_record(record)
   if _FIND_MAX.value:
     batch, tried = find_max_batch(run, mesh, batch, compile_fn=functools.partial(
         compile_step, hbm_bytes=target.hbm_bytes))
@@ -496,6 +538,32 @@ def report_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> int:
           "(gin/models/memory/), lower the batch, or take a bigger slice", file=sys.stderr)
     return DOES_NOT_FIT_EXIT_CODE
   return 0
+
+
+def reusable_record(path: str, run: Run, mesh: jax.sharding.Mesh,
+                    batch: int) -> dict | None:
+  """The report at `path` when it was compiled from the program this step lowers to."""
+  if not files.exists(path):
+    print(f"{path} does not exist: compiling", flush=True)
+    return None
+  record = json.loads(files.read_text(path))
+  _, lowered = lower_step(run, mesh, batch)
+  if record.get("program") != program_fingerprint(lowered, mesh.devices.flat):
+    print(f"the step's program is not the one {path} was compiled from: compiling", flush=True)
+    return None
+  return {**record, "reused": path}
+
+
+def report_record(record: dict) -> int:
+  """Prints (and with --output writes) a reused report; its exit status."""
+  if _OUTPUT.value:
+    files.write_text(_OUTPUT.value, json.dumps(record, indent=1))
+  verdict = (f"peak {record['peak_bytes_per_chip'] / GIB:.1f} of "
+             f"{record['hbm_bytes_per_chip'] / GIB:.0f} GiB per chip" if record["fits"]
+             else f"does not fit: {record['oom_message']}")
+  print(f"the step's program is the one {record['reused']} was compiled from: its report "
+        f"stands ({verdict})", flush=True)
+  return 0 if record["fits"] else DOES_NOT_FIT_EXIT_CODE
 
 
 def report_host_variants(gin_files: Sequence[str], bindings: Sequence[str]) -> int:

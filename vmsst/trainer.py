@@ -186,12 +186,19 @@ class Trainer:
     with jax.set_mesh(self.mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
       return self._step(state, self.global_batch(batch), rng)
 
-  def compile_step(self, rng: Array):
-    """Ahead-of-time compilation for the mesh: shows sharding errors early."""
+  def lower_step(self, rng: Array):
+    """The step lowered for the mesh, not yet compiled: its program text is what
+    the compiler receives (vmsst.compile fingerprints it)."""
     batch = {k: jax.ShapeDtypeStruct(s, self.feature_dtypes[k], sharding=self.batch_shardings[k])
              for k, s in self.input_shapes.items()}
     with jax.set_mesh(self.mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
-      return self._step.lower(self.abstract_state, batch, rng).compile()
+      return self._step.lower(self.abstract_state, batch, rng)
+
+  def compile_step(self, rng: Array):
+    """Ahead-of-time compilation for the mesh: shows sharding errors early."""
+    lowered = self.lower_step(rng)
+    with jax.set_mesh(self.mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
+      return lowered.compile()
 
   def global_batch(self, batch: Mapping[str, Any]) -> dict[str, Array]:
     """Assembles each process's local rows into arrays sharded over "data"."""
