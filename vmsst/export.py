@@ -13,6 +13,12 @@ The SavedModel contract (what `encoding.saved_model.SavedModelEncoder` reads):
   serving_default(text: tf.string [batch]) -> {"embeddings": float32 [batch, d]}
   score(text_a: tf.string [batch], text_b: tf.string [batch])
       -> {"scores": float32 [batch]}   cosine of text_a[i] with text_b[i]
+  serving_<precision>(text: tf.string [batch]) -> {"embeddings": codes}
+      binary, ubinary: int8 / uint8 [batch, ceil(d / 8)] packed sign bits;
+      int8, uint8: [batch, d], when the model has a calibration (its
+      quantization.json, `python -m vmsst.calibrate`, or --calibration=FILE):
+      sentence-transformers' layouts (vmsst/encoding/quantize.py), tower a;
+      the calibration is copied to assets.extra/quantization.json
 
 A model with a tower per pair side (`model.sides == ("a", "b")`:
 MomentumContrast with separate towers, the dual momentum contrast paper's
@@ -89,6 +95,7 @@ from jax.experimental import jax2tf
 
 from vmsst import files
 from vmsst.encoding import checkpoint
+from vmsst.encoding import quantize
 from vmsst.encoding import restore
 from vmsst import losses
 from vmsst import models
@@ -104,7 +111,7 @@ SIDE_B_SIGNATURE = "serving_b"  # a two-tower model's tower b (saved_model.EXPOR
 
 def export(model_dir: str, output_dir: str, *, step: int | None = None,
            normalize: bool = False, platforms: Sequence[str] = ("cpu",),
-           dtype: str | None = None) -> dict[str, Any]:
+           dtype: str | None = None, calibration: str | None = None) -> dict[str, Any]:
   """Writes the SavedModel, its metadata and the raw parameters.
 
   Args:
@@ -116,6 +123,8 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
     dtype: the graph's activation/matmul precision, "bfloat16" or "float32"
       (default: the one the run trained with); parameters and embeddings
       stay float32 either way (see `restore.restore`).
+    calibration: a text file, one sentence a line, whose embeddings' ranges
+      calibrate the int8/uint8 signatures (default: model_dir's saved one).
   Returns:
     The metadata written to assets.extra/vmsst_export.json.
   """
@@ -131,6 +140,8 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
   signatures = {"serving_default": module.serve, "score": module.score}
   if "b" in restored.model.sides:
     signatures[SIDE_B_SIGNATURE] = module.serve_b
+  calibrated = _calibration(restored, model_dir, calibration)
+  signatures.update(quantized_signatures(module, calibrated, normalize))
   tf.saved_model.save(module, output_dir, signatures=signatures)
   write_params(restored.model, params, restored.sequence_length, output_dir, exported)
   metadata = {
@@ -156,9 +167,62 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
          if "b" in restored.model.sides else {}),
       "requires": "import tensorflow_text before tf.saved_model.load (SentencePiece ops)",
   }
+  metadata["signatures"].update({name: f"text: tf.string [batch] -> embeddings: {name[8:]} codes"
+                                 for name in signatures if name.startswith("serving_")
+                                 and name[8:] in quantize.PRECISIONS})
   _write_extras(files.join(output_dir, EXTRA_DIR), model_dir, restored.vocabulary.sp_model,
                 metadata)
+  if calibrated is not None:
+    quantize.save(files.join(output_dir, EXTRA_DIR), calibrated)
   return metadata
+
+
+def _calibration(restored: restore.RestoredModel, model_dir: str,
+                 sentences_file: str | None) -> quantize.Calibration | None:
+  """The int8 calibration: measured on `sentences_file`, else the model directory's."""
+  if sentences_file is None:
+    return quantize.load(model_dir)
+  from vmsst import calibrate  # pylint: disable=import-outside-toplevel
+  encoder = checkpoint.CheckpointEncoder(restored, name=files.name(model_dir))
+  sentences = calibrate.calibration_sentences(sentences_file)
+  return quantize.calibrate(encoder.encode(sentences), files.name(sentences_file))
+
+
+def quantized_signatures(module: "ServingModule", calibration: quantize.Calibration | None,
+                         normalized: bool) -> dict[str, Any]:
+  """serving_<precision> for the binary forms, and the int8 ones given a calibration."""
+  signatures = {}
+  for precision in quantize.PRECISIONS[1:]:
+    if precision in quantize.CALIBRATED and calibration is None:
+      continue
+    ranges = calibration.ranges_for(normalized) if precision in quantize.CALIBRATED else None
+    signatures[f"serving_{precision}"] = _quantized_serving(module, precision, ranges)
+  return signatures
+
+
+def _quantized_serving(module: "ServingModule", precision: str, ranges: np.ndarray | None):
+  """One serving_<precision> function: text -> {"embeddings": codes}."""
+  def serve(text):
+    return {"embeddings": tf_quantize(module.embed(text), precision, ranges)}
+  return tf.function(serve, autograph=False,
+                     input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+
+
+def tf_quantize(embeddings: tf.Tensor, precision: str, ranges: np.ndarray | None) -> tf.Tensor:
+  """The graph twin of `quantize.quantize` (same float32 arithmetic, same codes)."""
+  if precision.endswith("binary"):
+    dim = embeddings.shape[-1]
+    bits = tf.cast(embeddings > 0, tf.int32)
+    bits = tf.pad(bits, [[0, 0], [0, -dim % 8]])
+    weights = tf.constant([128, 64, 32, 16, 8, 4, 2, 1], tf.int32)  # np.packbits: big-endian
+    packed = tf.reduce_sum(tf.reshape(bits, [-1, (dim + 7) // 8, 8]) * weights, axis=-1)
+    return tf.cast(packed, tf.uint8) if precision == "ubinary" else tf.cast(packed - 128, tf.int8)
+  starts, steps = (tf.constant(v) for v in quantize.bucket_steps(ranges))
+  # Not `/`: grappler rewrites a division by a constant into a product by its reciprocal,
+  # which rounds differently (measured: 4% of quotients); divide_no_nan is left alone
+  # (steps are never 0), so the codes equal numpy's.
+  buckets = tf.clip_by_value(tf.floor(tf.math.divide_no_nan(embeddings - starts, steps)), 0, 255)
+  return tf.cast(buckets, tf.uint8) if precision == "uint8" else tf.cast(buckets - 128, tf.int8)
 
 
 def _write_extras(extra_dir: str, model_dir: str, sp_model: bytes, metadata: dict) -> None:
@@ -365,7 +429,7 @@ def main(argv: Sequence[str]) -> None:
           f"{time.time() - start:.0f} s")
     return
   metadata = export(f.model_dir, f.output, step=f.step, normalize=f.normalize,
-                    platforms=f.platforms, dtype=f.dtype)
+                    platforms=f.platforms, dtype=f.dtype, calibration=f.calibration)
   print(f"wrote {f.output}: step {metadata['step']}, d={metadata['dimension']}, "
         f"normalized={metadata['normalized']}, {time.time() - start:.0f} s")
 

@@ -29,6 +29,9 @@ def define() -> None:
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
   flags.DEFINE_string("output", None, "New directory for the SavedModel and params.")
   flags.DEFINE_bool("normalize", False, "L2-normalise the exported embeddings.")
+  flags.DEFINE_string("calibration", None, "A calibration set (one sentence a line) for the "
+                      "int8/uint8 signatures; default: --model_dir's quantization.json (python "
+                      "-m vmsst.calibrate), if any.")
   flags.DEFINE_list("platforms", ["cpu"], "jax2tf lowering targets: cpu, cuda, tpu.")
   flags.DEFINE_enum("dtype", None, list(DTYPES), "Activation/matmul precision "
                     "of the graph (default: the trained one); embeddings stay float32.")
@@ -57,6 +60,12 @@ def check() -> None:
                                        or FLAGS.platforms != ["cpu"]):
     raise cli.UserError(f"--normalize, --dtype and --platforms shape the SavedModel only; drop "
                         f"them with --format={FLAGS.format} (its weights are float32).")
+  if FLAGS.calibration:
+    if FLAGS.format != "savedmodel":
+      raise cli.UserError(f"--calibration calibrates the SavedModel's int8 signatures; drop it "
+                          f"with --format={FLAGS.format}.")
+    cli.check_input_file("calibration", FLAGS.calibration, "a calibration set, one sentence "
+                         "a line")
   checkpoints = files.join(model_dir, "checkpoints")
   if step is not None:
     steps = sorted(int(n) for n in files.listdir(checkpoints) if n.isdigit())

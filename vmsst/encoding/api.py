@@ -34,6 +34,7 @@ from absl import logging
 
 from vmsst import files
 from vmsst.encoding import protocol
+from vmsst.encoding import quantize as quantize_lib
 from vmsst.encoding import saved_model as saved_model_lib
 from vmsst.evaluation import similarity as similarity_lib
 
@@ -48,11 +49,14 @@ class Encoder:
     name: the backend's name (the model directory's or SavedModel's basename).
   """
 
-  def __init__(self, backend: protocol.Encoder, *, dimension: int | None = None):
-    """Wraps `backend`; `dimension` is probed with one empty sentence when not given."""
+  def __init__(self, backend: protocol.Encoder, *, dimension: int | None = None,
+               calibration_dir: str | None = None):
+    """Wraps `backend`; `dimension` is probed with one empty sentence when not given;
+    `calibration_dir` holds the int8 calibration (`quantize.CALIBRATION_FILE`), if any."""
     self.backend = backend
     self.name = backend.name
     self._dimension = dimension
+    self._calibration_dir = calibration_dir
     self._warned_truncation = False
 
   def __repr__(self) -> str:
@@ -91,7 +95,7 @@ class Encoder:
         max_seq_length=max_seq_length)
     spec = jax.ShapeDtypeStruct((1, 1), np.int32)
     dimension = jax.eval_shape(restored.model.encode, restored.params, spec, spec).shape[-1]
-    return cls(backend, dimension=int(dimension))
+    return cls(backend, dimension=int(dimension), calibration_dir=model_dir)
 
   @classmethod
   def from_saved_model(cls, path: str) -> "Encoder":
@@ -102,7 +106,8 @@ class Encoder:
     # Registers the SentencePiece ops the exported graph uses; without it,
     # loading fails with "Op type not registered 'SentencepieceOp'".
     import tensorflow_text  # pylint: disable=import-outside-toplevel,unused-import
-    return cls(saved_model_lib.SavedModelEncoder(path))
+    return cls(saved_model_lib.SavedModelEncoder(path),
+               calibration_dir=files.join(path, saved_model_lib.EXPORT_EXTRA_DIR))
 
   @property
   def max_seq_length(self) -> int | None:
@@ -126,7 +131,8 @@ class Encoder:
     return self._dimension
 
   def encode(self, sentences: Sentences, batch_size: int = 64, show_progress_bar: bool = False,
-             normalize: bool = False, language: str | None = None) -> np.ndarray:
+             normalize: bool = False, language: str | None = None,
+             precision: str = "float32") -> np.ndarray:
     """Embeds sentences, keeping their order.
 
     Args:
@@ -136,9 +142,13 @@ class Encoder:
       normalize: scale rows to unit L2 norm (then dot product = cosine).
       language: the sentences' language ("de", "zho", ...): picks a two-tower
         model's tower (`tower_of`); None: tower a. One-tower models ignore it.
+      precision: "float32", "int8", "uint8", "binary" or "ubinary",
+        sentence-transformers' layouts (vmsst/encoding/quantize.py); int8 and
+        uint8 use the calibration saved beside the model (`python -m vmsst.calibrate`).
     Returns:
       float32 [len(sentences), d]; float32 [d] for a single string.
     """
+    quantize_lib.check_precision(precision)
     single = isinstance(sentences, str)
     sentences = [sentences] if single else list(sentences)
     wrong = [type(s).__name__ for s in sentences if not isinstance(s, str)]
@@ -154,7 +164,23 @@ class Encoder:
     self._warn_truncated(sentences)
     if normalize:
       embeddings = similarity_lib.normalize(embeddings)
+    if precision != "float32":
+      embeddings = self.quantized(embeddings, precision, normalized=normalize)
     return embeddings[0] if single else embeddings
+
+  def quantized(self, embeddings: np.ndarray, precision: str, *,
+                normalized: bool = False) -> np.ndarray:
+    """This model's float [n, d] embeddings at `precision`, by its saved calibration.
+
+    An export with --normalize serves unit vectors, so its normalized ranges apply.
+    """
+    normalized = normalized or bool(getattr(self.backend, "normalized", False))
+    if precision in quantize_lib.CALIBRATED and not hasattr(self, "_calibration"):
+      self._calibration = (quantize_lib.load(self._calibration_dir)
+                           if self._calibration_dir else None)
+    return quantize_lib.quantize_with(embeddings, precision, getattr(self, "_calibration", None),
+                                      normalized=normalized,
+                                      where=self._calibration_dir or self.name)
 
   def _warn_truncated(self, sentences: list[str]) -> None:
     """Once per encoder: how many sentences were cut, and how to change the length."""

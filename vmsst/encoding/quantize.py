@@ -35,6 +35,14 @@ CALIBRATE_COMMAND = "python -m vmsst.calibrate --model_dir=MODEL_DIR --input=SEN
 FORMAT_VERSION = 1
 
 
+def calibration_dir(*, model_dir: str | None = None, saved_model: str | None = None
+                    ) -> str | None:
+  """Where a model keeps its calibration: its directory, or a SavedModel's assets.extra/."""
+  if model_dir:
+    return model_dir
+  return files.join(saved_model, "assets.extra") if saved_model else None
+
+
 def check_precision(precision: str) -> None:
   """Raises ValueError naming the choices for a precision that is not one of PRECISIONS."""
   if precision not in PRECISIONS:
@@ -105,10 +113,17 @@ def _buckets(embeddings: np.ndarray, ranges: np.ndarray | None, precision: str) 
     raise ValueError(f"the calibration ranges are {ranges.shape}, not (2, "
                      f"{embeddings.shape[-1]}) for {embeddings.shape[-1]}-wide vectors; "
                      f"calibrate this model (`{CALIBRATE_COMMAND}`).")
+  starts, steps = bucket_steps(ranges)
+  return np.clip(np.floor((embeddings - starts) / steps), 0, 255)
+
+
+def bucket_steps(ranges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """float32 (starts [d], steps [d]) of the buckets; the SavedModel's graph uses the same."""
+  ranges = np.asarray(ranges, np.float32)
   starts = ranges[0]
   steps = (ranges[1] - starts) / 255
-  steps = np.where(steps == 0, 1, steps)  # a constant dimension: every value in bucket 0
-  return np.clip(np.floor((embeddings - starts) / steps), 0, 255)
+  steps = np.where(steps == 0, 1, steps).astype(np.float32)  # a constant dimension: bucket 0
+  return starts, steps
 
 
 def unpacked_signs(codes: np.ndarray, precision: str, dim: int) -> np.ndarray:

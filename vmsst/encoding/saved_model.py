@@ -50,6 +50,7 @@ class SavedModelEncoder:
     self.name = name or path.rstrip("/").split("/")[-1]
     metadata, self._pieces = _export_metadata(path)
     self.max_seq_length = metadata.get("sequence_length")
+    self.normalized = bool(metadata.get("normalized", False))  # unit vectors: their int8 ranges
     self._side_a = frozenset(metadata.get("side_a_languages", DEFAULT_SIDE_A))
 
   def tower_of(self, language: str | None) -> str | None:
