@@ -20,6 +20,7 @@ COMMANDS = (
     ("vmsst.embed", "embed a file, one sentence a line, into a .npy"),
     ("vmsst.score", "score sentence pairs (a<TAB>b lines) by cosine"),
     ("vmsst.mine", "mine translation pairs from two files (margin)"),
+    ("vmsst.calibrate", "a model's int8 calibration for --precision"),
     ("vmsst.hard_negatives", "hard negatives for a corpus's pairs (contrastive)"),
     ("vmsst.mine_beam", "the same mining as an Apache Beam pipeline (Dataflow)"),
     ("vmsst.export", "a checkpoint as a SavedModel (text in, vectors out)"),
