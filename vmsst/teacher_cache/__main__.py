@@ -19,6 +19,10 @@ from vmsst import cli
 from vmsst import gin_utils  # pylint: disable=g-bad-import-order
 
 cli.quiet_startup()  # before TensorFlow and JAX load
+if __name__ == "__main__":  # --help before them too: train's gin flags are all it shows
+  from vmsst.train import flags as _gin_flags  # pylint: disable=unused-import,g-import-not-at-top
+  cli.show_in_help(names=("gin_file", "gin_bindings", "gin_search_path"))
+  cli.answer_help()
 
 # pylint: disable=wrong-import-position
 import sys
@@ -82,5 +86,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  cli.show_in_help(names=("gin_file", "gin_bindings", "gin_search_path"))
   cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))

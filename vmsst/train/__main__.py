@@ -18,7 +18,8 @@ from vmsst.train import flags as train_flags
 
 if __name__ == "__main__":  # the command: before seconds of TensorFlow and JAX imports
   cli.quiet_startup()
-  cli.check_early(lambda: cli.check_gin_files(sys.argv, required=True))
+  cli.show_in_help(train_flags)
+  cli.check_early(lambda: cli.check_gin_files(sys.argv, required=True))  # --help answered here
 
 # pylint: disable=wrong-import-position
 import contextlib
@@ -73,5 +74,4 @@ def _remove_if_unused(model_dir: str, fresh: bool) -> None:
 
 
 if __name__ == "__main__":
-  cli.show_in_help(train_flags)
   cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))
