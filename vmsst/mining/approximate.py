@@ -160,14 +160,19 @@ def trained_index(keys: np.ndarray, options: IvfOptions):
 
 
 def knn(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions = IvfOptions(),
-        progress: str | None = None, index=None) -> tuple[np.ndarray, np.ndarray]:
+        progress: str | None = None, index=None,
+        assignments: tuple[np.ndarray, np.ndarray] | None = None
+        ) -> tuple[np.ndarray, np.ndarray]:
   """Approximate (float32 [n, k] cosines, int64 [n, k] key rows), as `neighbors.knn` returns.
 
   `queries` and `keys` may be memory-mapped; neither is copied whole. With
   `options.shards` > 1 each key slice is indexed and searched in turn and the
   lists merged (`shard_knn`, `merge_top_k`). `index`: `build_index(keys,
   options)` when the caller built it already (a benchmark timing the build
-  apart; one shard only); built here otherwise.
+  apart; one shard only); built here otherwise. `assignments`: the queries' cells,
+  (float32 [n, nprobe] centroid scores, int64 [n, nprobe] cells) from `index.quantizer`,
+  when they were assigned once for many indexes sharing the cells (the Beam pipeline's
+  key shards).
   """
   if not 1 <= k <= len(keys):
     raise ValueError(f"k={k} needs 1 <= k <= {len(keys)} keys.")
@@ -179,7 +184,7 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions = Ivf
       raise ValueError("a prebuilt index covers all keys; pass IvfOptions(shards=1) with it.")
     return merge_top_k([shard_knn(queries, keys, k, options, shard, progress)
                         for shard in range(options.shards)], k)
-  return _search(queries, keys, k, options, progress, index)
+  return _search(queries, keys, k, options, progress, index, assignments)
 
 
 def shard_slices(num_keys: int, shards: int, k: int) -> list[slice]:
@@ -292,7 +297,7 @@ def _best_k(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray
 
 
 def _search(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions,
-            progress: str | None, index) -> tuple[np.ndarray, np.ndarray]:
+            progress: str | None, index, assignments=None) -> tuple[np.ndarray, np.ndarray]:
   """One index over all of `keys` (built unless given), searched in blocks of queries."""
   if index is None:
     index = build_index(keys, options, progress)
@@ -305,7 +310,12 @@ def _search(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions,
                          desc=progress and f"{progress} search", disable=cli.hide_progress(progress is None),
                          leave=False):
     block = similarity.normalize(queries[start:start + options.block])
-    block_scores, block_indices = index.search(block, candidates)
+    if assignments is None:
+      block_scores, block_indices = index.search(block, candidates)
+    else:  # cells assigned once, for every index sharing them
+      cells = slice(start, start + len(block))
+      block_scores, block_indices = index.search_preassigned(
+          block, candidates, assignments[1][cells], assignments[0][cells])
     if (block_indices < 0).any():
       row = start + int(np.flatnonzero((block_indices < 0).any(axis=1))[0])
       raise ValueError(f"query row {row} found fewer than k={k} neighbours in its "

@@ -17,6 +17,8 @@ from its file cache:
                SavedModel (`SavedModelHandler`), one .npy per shard
   index/       --index=ivf: each side's IVF cells trained once on a sample
                (`approximate.trained_index`, the in-process geometry)
+  assign/      --index=ivf: one task per (direction, query shard): each query's
+               nprobe cells among the other side's, found once for every key shard
   neighbours/  one task per (direction, key shard): the key shard added to a
                copy of the trained index (or searched exactly), every query
                of the other side searched against it; lists with global rows
@@ -52,7 +54,8 @@ from vmsst.encoding import saved_model
 
 SIDES = ("src", "trg")
 DIRECTIONS = {"forward": ("src", "trg"), "backward": ("trg", "src")}  # (queries, keys)
-STAGES = ("sentences", "embeddings", "index", "neighbours", "pairs")
+STAGES = ("sentences", "embeddings", "index", "assign", "neighbours", "pairs")
+IVF_ONLY = ("index", "assign")
 DONE = "_DONE"
 COUNTERS = ("lines", "empty", "not_utf8", "tab")
 
@@ -96,7 +99,8 @@ class Settings:
   def stage_settings(self, stage: str) -> dict:
     """The settings a stage's files depend on (its marker's contents)."""
     share = {"sentences": {"shards": self.shards}, "embeddings": {}, "index": {
-        "ivf": dataclasses.asdict(self.ivf)}, "neighbours": {"k": self.k, "index": self.index}}
+        "ivf": dataclasses.asdict(self.ivf)}, "assign": {},
+             "neighbours": {"k": self.k, "index": self.index}}
     if stage == "pairs":
       return dataclasses.asdict(self)
     settings = {}
@@ -122,6 +126,9 @@ class Layout:
 
   def index(self, side: str) -> str:
     return files.join(self.stage("index"), f"{side}.faiss")
+
+  def assignments(self, direction: str, shard: int) -> str:
+    return files.join(self.stage("assign"), f"{direction}-queries-{shard:05d}.npz")
 
   def neighbours(self, direction: str, shard: int) -> str:
     return files.join(self.stage("neighbours"), f"{direction}-keys-{shard:05d}.npz")
@@ -408,7 +415,7 @@ def index_stage(layout: Layout, settings: Settings, options) -> None:
   mark_done(layout, "index", settings)
 
 
-# Stage 4: k-NN both ways, one task per (direction, key shard).
+# Stages 4 and 5: cells assigned, k-NN both ways, one task per (direction, shard).
 
 def search_task(task: tuple[str, int], layout: Layout, settings: Settings) -> None:
   """The queries' k nearest keys within one key shard, as global key rows, to one file."""
@@ -422,7 +429,8 @@ def search_task(task: tuple[str, int], layout: Layout, settings: Settings) -> No
   keys = np.asarray(keys_all.parts[shard], np.float32)
   k = min(settings.k, len(keys))
   search = _shard_search(layout, settings, key_side, keys, k)
-  lists = [search(np.asarray(part, np.float32)) for part in queries.parts if len(part)]
+  lists = [search(np.asarray(part, np.float32), _assigned(layout, settings, direction, s))
+           for s, part in enumerate(queries.parts) if len(part)]
   scores = np.concatenate([s for s, _ in lists])
   rows = np.concatenate([r for _, r in lists]) + keys_all.starts[shard]
   files.save_npz(path + ".partial.npz", scores=scores, rows=rows)
@@ -430,35 +438,73 @@ def search_task(task: tuple[str, int], layout: Layout, settings: Settings) -> No
 
 
 def _shard_search(layout: Layout, settings: Settings, key_side: str, keys: np.ndarray, k: int):
-  """query block -> (float32 [q, k] cosines, int64 [q, k] shard rows), by the stage's index."""
+  """(query shard, its cells) -> (float32 [q, k] cosines, int64 [q, k] shard rows)."""
   if not k:
-    return lambda q: (np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64))
+    return lambda q, _: (np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64))
   if settings.index == "exact":
-    return lambda q: neighbors.knn(q, keys, k, backend="faiss")
-  import faiss  # pylint: disable=import-outside-toplevel
-  index = faiss.deserialize_index(np.frombuffer(files.read_bytes(layout.index(key_side)),
-                                                np.uint8))
+    return lambda q, _: neighbors.knn(q, keys, k, backend="faiss")
+  index = _load_index(layout, key_side)
   options = settings.ivf
   for start in range(0, len(keys), options.block):
     index.add(approximate.similarity.normalize(keys[start:start + options.block]))
   index.nprobe = min(options.nprobe, index.nlist)
-  return lambda q: approximate.knn(q, keys, k, options, index=index)
+  return lambda q, cells: approximate.knn(q, keys, k, options, index=index, assignments=cells)
+
+
+def _assigned(layout: Layout, settings: Settings, direction: str, shard: int):
+  if settings.index == "exact":
+    return None
+  saved = files.load_npz(layout.assignments(direction, shard))
+  return saved["scores"], saved["cells"]
+
+
+def _load_index(layout: Layout, side: str):
+  import faiss  # pylint: disable=import-outside-toplevel
+  return faiss.deserialize_index(np.frombuffer(files.read_bytes(layout.index(side)), np.uint8))
+
+
+def assign_task(task: tuple[str, int], layout: Layout, settings: Settings) -> None:
+  """One query shard's nprobe nearest cells of the other side's index, to one file."""
+  direction, shard = task
+  path = layout.assignments(direction, shard)
+  if files.exists(path):
+    return
+  query_side, key_side = DIRECTIONS[direction]
+  queries = files.load_npy(layout.embeddings(query_side, shard))
+  index = _load_index(layout, key_side)
+  nprobe = min(settings.ivf.nprobe, index.nlist)
+  scores = np.zeros((len(queries), nprobe), np.float32)
+  cells = np.zeros((len(queries), nprobe), np.int64)
+  for start in range(0, len(queries), settings.ivf.block):
+    rows = slice(start, start + settings.ivf.block)
+    scores[rows], cells[rows] = index.quantizer.search(
+        approximate.similarity.normalize(queries[rows]), nprobe)
+  files.save_npz(path + ".partial.npz", scores=scores, cells=cells)
+  files.rename(path + ".partial.npz", path)
+
+
+def assign_stage(layout: Layout, settings: Settings, options) -> None:
+  _tasks_stage(layout, "assign", settings, options, assign_task, layout.assignments)
+
+
+def _tasks_stage(layout: Layout, stage: str, settings: Settings, options, task, output) -> None:
+  """One Beam task per (direction, shard), each skipped when its file exists."""
+  tasks = [(d, s) for d in DIRECTIONS for s in range(settings.shards)]
+  pipeline = beam.Pipeline(options=options)
+  _ = (pipeline | beam.Create(tasks) | beam.Reshuffle() | beam.Map(task, layout, settings))
+  _run(pipeline)
+  missing = [output(*t) for t in tasks if not files.exists(output(*t))]
+  if missing:
+    raise ValueError(f"{len(missing)} {stage} tasks wrote no file ({missing[0]}); rerun to "
+                     "do what is missing.")
+  mark_done(layout, stage, settings)
 
 
 def neighbours_stage(layout: Layout, settings: Settings, options) -> None:
-  tasks = [(d, s) for d in DIRECTIONS for s in range(settings.shards)]
-  pipeline = beam.Pipeline(options=options)
-  _ = (pipeline | beam.Create(tasks) | beam.Reshuffle()
-       | beam.Map(search_task, layout, settings))
-  _run(pipeline)
-  missing = [layout.neighbours(*t) for t in tasks if not files.exists(layout.neighbours(*t))]
-  if missing:
-    raise ValueError(f"{len(missing)} search tasks wrote no file ({missing[0]}); rerun to "
-                     "search what is missing.")
-  mark_done(layout, "neighbours", settings)
+  _tasks_stage(layout, "neighbours", settings, options, search_task, layout.neighbours)
 
 
-# Stage 5: margins, candidates, one-to-one, threshold (mining.mined_pairs).
+# Stage 6: margins, candidates, one-to-one, threshold (mining.mined_pairs).
 
 def merged_neighbourhoods(layout: Layout, settings: Settings) -> mining.Neighbourhoods:
   """Both directions' lists over every key shard, merged exactly."""
@@ -518,7 +564,7 @@ def run(patterns: dict[str, str], output: str, settings: Settings, options,
   layout = Layout(output, settings.shards)
   seconds = {}
   for stage in STAGES:
-    if stage == "index" and settings.index == "exact":
+    if stage in IVF_ONLY and settings.index == "exact":
       continue
     if stage_done(layout, stage, settings) is not None:
       seconds[stage] = None
@@ -548,6 +594,8 @@ def _run_stage(stage: str, patterns, layout: Layout, settings: Settings, options
     for side in SIDES:
       settings.ivf.check(sum(sizes[side]), width)
     return index_stage(layout, settings, options)
+  if stage == "assign":
+    return assign_stage(layout, settings, options)
   if stage == "neighbours":
     return neighbours_stage(layout, settings, options)
   return pairs_stage(layout, settings, options)
