@@ -96,7 +96,9 @@ from vmsst import files
 from vmsst import embed
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
+from vmsst.encoding import quantize
 from vmsst.mining import approximate
+from vmsst.mining import quantized
 from vmsst import mining
 from vmsst import text_files
 
@@ -322,9 +324,20 @@ def mine_files(get_encoder: Callable[[], protocol.UniqueSentences] | None,
                                      threshold=threshold)
   note = _options_note(margin, retrieval, k, threshold,
                        ivf if knn_options.get("index", "exact") != "exact" else None, len(y))
-  if knn_options.get("index", "exact") != "exact" and recall_sample:
+  if knn_options.get("quantized_search") is not None:
+    note += _quantized_note(knn_options["quantized_search"])
+  elif knn_options.get("index", "exact") != "exact" and recall_sample:
     note += _recall_note(x, y, hood, recall_sample)
   return _write_pairs(source, target, output, pairs, scores, output_format, truncated, note)
+
+
+def _quantized_note(search: quantized.QuantizedSearch) -> str:
+  """The summary's account of a search over codes."""
+  ranges = ("" if not search.precision.endswith("int8") else
+            ", ranges of the model's calibration" if search.ranges is not None else
+            ", ranges measured on the two sides")
+  return (f"; {search.precision} codes searched, {search.rescore_multiplier} x k candidates "
+          f"re-ranked by float cosine{ranges}")
 
 
 def _recall_note(x: np.ndarray, y: np.ndarray, hood: mining.Neighbourhoods, sample: int) -> str:
@@ -401,6 +414,13 @@ def _define_flags() -> None:
   flags.DEFINE_enum("index", "exact", list(INDEXES),
                     "exact: blockwise search (--backend); ivf: faiss inverted file, approximate "
                     "(corpus scale, margins on the approximate k-NN as LASER does).")
+  flags.DEFINE_enum("precision", "float32", list(quantize.PRECISIONS), "Search codes instead "
+                    "of float32 vectors (sentence-transformers' layouts): binary/ubinary by "
+                    "Hamming distance (faiss IndexBinaryFlat, IndexBinaryIVF with --index=ivf), "
+                    "int8/uint8 by the model's calibration (python -m vmsst.calibrate; else "
+                    "the sides' ranges); the candidates re-ranked by float cosine.")
+  flags.DEFINE_integer("rescore_multiplier", 4, "--precision: candidates per sentence from the "
+                       "codes, in units of --k, re-ranked by float cosine.", lower_bound=1)
   flags.DEFINE_integer("nlist", 0, "--index=ivf: k-means cells (0: 4 * sqrt(sentences)).")
   flags.DEFINE_integer("nprobe", approximate.IvfOptions.nprobe,
                        "--index=ivf: cells scanned per query.")
@@ -459,12 +479,34 @@ def _search_options() -> dict:
   if given:
     raise cli.UserError(f"{', '.join(given)} do not apply to --index={FLAGS.index}; drop them "
                         f"or pass --index={'ivf' if FLAGS.index == 'exact' else 'exact'}.")
+  if FLAGS.precision != "float32":
+    return _quantized_options()
   if FLAGS.index == "exact":
     return {"backend": FLAGS.backend, "query_block": FLAGS.query_block,
             "key_block": FLAGS.key_block}
   return {"index": "ivf", "ivf": approximate.IvfOptions(
       nlist=FLAGS.nlist, nprobe=FLAGS.nprobe, pq=FLAGS.pq, sq8=FLAGS.sq8,
       train_size=FLAGS.train_size, shards=FLAGS.shards)}
+
+
+def _quantized_options() -> dict:
+  """mining.mine()'s keywords for --precision: the codes, the calibration, the IVF cells."""
+  unsupported = [f"--{name}" for name in ("pq", "sq8", "shards", "shard", "merge_shards",
+                                          "backend", "train_size") if FLAGS[name].present]
+  if unsupported:
+    raise cli.UserError(f"{', '.join(unsupported)} do not apply to --precision="
+                        f"{FLAGS.precision}; drop them or use --precision=float32.")
+  ranges = None
+  directory = quantize.calibration_dir(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model)
+  if FLAGS.precision in quantize.CALIBRATED and directory:
+    try:
+      calibration = quantize.load(directory)
+    except ValueError as e:
+      raise cli.UserError(str(e)) from e
+    ranges = None if calibration is None else calibration.normalized_ranges
+  search = quantized.QuantizedSearch(FLAGS.precision, FLAGS.rescore_multiplier, ranges,
+                                     nlist=FLAGS.nlist, nprobe=FLAGS.nprobe)
+  return {"index": FLAGS.index, "quantized_search": search}
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import numpy as np
 
 from vmsst.mining import approximate
 from vmsst.mining import neighbors
+from vmsst.mining import quantized
 
 SCORINGS = ("cosine", "ratio", "distance")
 CANDIDATE_RETRIEVALS = ("forward", "backward", "max", "intersect")
@@ -60,6 +61,7 @@ class Neighbourhoods:
 def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int = 4, *,
                    progress: bool = False, index: str | None = None,
                    ivf: approximate.IvfOptions | None = None, backend: str = "jax",
+                   quantized_search: quantized.QuantizedSearch | None = None,
                    **knn_options) -> Neighbourhoods:
   """Both directions' k nearest neighbours of float [n, d] sources and float [m, d] targets.
 
@@ -71,11 +73,15 @@ def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int = 4, *,
   index "ivf" (the default with `ivf`): one faiss IVF index per side answers
   approximately, as LASER mines at scale (`approximate.knn`; `ivf` its
   geometry, default IvfOptions()). `progress` shows a bar per search.
+  quantized_search: search int8 or binary codes instead (exact, or binary
+  codes by IndexBinaryIVF), candidates re-ranked by float cosine (quantized.py).
 
   Raises:
     ValueError: an unknown index, or exact-search options with the IVF one.
   """
   index = index or ("ivf" if ivf is not None else "exact")
+  if quantized_search is not None:
+    return Neighbourhoods(*quantized.neighbourhoods(source, target, k, quantized_search, index))
   if index == "ivf":
     exact_only = sorted(knn_options) + (["backend"] if backend != "jax" else [])
     if exact_only:
