@@ -314,6 +314,25 @@ def write_sentence_transformer(output: str, dimension: int,
                                                         create_model_card=False)
 
 
+def record_nested_dims(output: str, model, metadata: dict[str, Any]) -> None:
+  """The nested (Matryoshka) sizes a model trained with, where readers look for them.
+
+  `config_sentence_transformers.json` gets `nested_dims` (the sizes, ascending)
+  and `truncate_dim` (the default width, null: all d), and the export's
+  metadata `nested_dims`; `SentenceTransformer(path, truncate_dim=k)` with k
+  one of them keeps the first k dimensions, as `Encoder.encode(...,
+  truncate_dim=k)`. A model trained without nesting writes neither.
+  """
+  nested = getattr(model, "nested", None)
+  if nested is None:
+    return
+  path = files.join(output, "config_sentence_transformers.json")
+  config = json.loads(files.read_text(path))
+  config.update(nested_dims=list(nested.sizes), truncate_dim=None)
+  _write_json(path, config)
+  metadata["nested_dims"] = list(nested.sizes)
+
+
 def write_projections(output: str, projections: list[Projection]) -> None:
   """`projections.safetensors`: `<i>.weight` [out, in] and `<i>.bias`, i in application order.
 
@@ -380,6 +399,7 @@ def _write_export(output: str, model_dir: str, restored: restore.RestoredModel, 
       # Its save re-wrote the transformer through the class it loaded: back to ours
       # (MT5Model's decoder norm, the tokenizer config AutoProcessor reads).
       write_transformer(target, cfg, flat, restored.vocabulary.sp_model, length)
+      record_nested_dims(target, restored.model, metadata)
     else:
       write_projections(target, projections)
     metadata["architecture"] = arch

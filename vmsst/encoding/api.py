@@ -33,6 +33,7 @@ import numpy as np
 from absl import logging
 
 from vmsst import files
+from vmsst.encoding import nested
 from vmsst.encoding import protocol
 from vmsst.encoding import quantize as quantize_lib
 from vmsst.encoding import saved_model as saved_model_lib
@@ -132,7 +133,7 @@ class Encoder:
 
   def encode(self, sentences: Sentences, batch_size: int = 64, show_progress_bar: bool = False,
              normalize: bool = False, language: str | None = None,
-             precision: str = "float32") -> np.ndarray:
+             truncate_dim: int | None = None, precision: str = "float32") -> np.ndarray:
     """Embeds sentences, keeping their order.
 
     Args:
@@ -142,11 +143,15 @@ class Encoder:
       normalize: scale rows to unit L2 norm (then dot product = cosine).
       language: the sentences' language ("de", "zho", ...): picks a two-tower
         model's tower (`tower_of`); None: tower a. One-tower models ignore it.
+      truncate_dim: keep the first k dimensions (a nested size the model was
+        trained with, vmsst/objectives/nested.py), renormalised when
+        `normalize`; None: all d.
       precision: "float32", "int8", "uint8", "binary" or "ubinary",
         sentence-transformers' layouts (vmsst/encoding/quantize.py); int8 and
         uint8 use the calibration saved beside the model (`python -m vmsst.calibrate`).
     Returns:
-      float32 [len(sentences), d]; float32 [d] for a single string.
+      float32 [len(sentences), d]; float32 [d] for a single string (k for d
+      with truncate_dim).
     """
     quantize_lib.check_precision(precision)
     single = isinstance(sentences, str)
@@ -157,11 +162,12 @@ class Encoder:
     if batch_size < 1:
       raise ValueError(f"batch_size must be positive, got {batch_size}.")
     if not sentences:
-      return np.zeros((0, self.dimension), np.float32)
+      return nested.truncate(np.zeros((0, self.dimension), np.float32), truncate_dim)
     embeddings = protocol.UniqueSentences(
         self.backend, batch_size=batch_size, progress=show_progress_bar).encode(
             sentences, language=language)
     self._warn_truncated(sentences)
+    embeddings = nested.truncate(embeddings, truncate_dim)
     if normalize:
       embeddings = similarity_lib.normalize(embeddings)
     if precision != "float32":

@@ -28,7 +28,10 @@ def define() -> None:
   flags.DEFINE_integer("max_seq_length", None, "--model_dir: pieces per sentence, EOS included, "
                        "longer ones are cut (default: the training length, 32 in gin/runs).",
                        lower_bound=2)
-  cli.show_in_help(names=[*_CHOICES, "batch_size", "max_seq_length"])
+  flags.DEFINE_integer("truncate_dim", None, "Keep the first k dimensions of every embedding "
+                       "(a nested size the model was trained with, NestedDims; default: all).",
+                       lower_bound=1)
+  cli.show_in_help(names=[*_CHOICES, "batch_size", "max_seq_length", "truncate_dim"])
 
 
 def given() -> list[str]:
@@ -109,10 +112,14 @@ def make_encoder(*, model_dir: str | None = None, saved_model: str | None = None
 
 
 def from_flags() -> protocol.Encoder:
-  """The encoder the parsed flags name."""
-  return make_encoder(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
-                      encoder=FLAGS.encoder, batch_size=FLAGS.batch_size,
-                      max_seq_length=FLAGS.max_seq_length)
+  """The encoder the parsed flags name (cut to --truncate_dim when given)."""
+  encoder = make_encoder(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model,
+                         encoder=FLAGS.encoder, batch_size=FLAGS.batch_size,
+                         max_seq_length=FLAGS.max_seq_length)
+  if FLAGS.truncate_dim is None:
+    return encoder
+  from vmsst.encoding import nested  # pylint: disable=import-outside-toplevel
+  return nested.TruncatedEncoder(encoder, FLAGS.truncate_dim)
 
 
 def unique_from_flags() -> protocol.UniqueSentences:

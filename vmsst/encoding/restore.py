@@ -36,6 +36,7 @@ from vmsst import partitioning
 from vmsst import vocabulary as vocabulary_lib
 from vmsst.config import NetworkConfig
 from vmsst.objectives import MODELS
+from vmsst.objectives import nested as nested_lib
 from vmsst.objectives import query_tower
 
 VOCABULARY_FILE = "spm.model"
@@ -162,6 +163,8 @@ def _json_value(value: Any) -> Any:
   """Dtypes by name (NetworkConfig takes "bfloat16"), tuples as lists."""
   if isinstance(value, (type, np.dtype)) or hasattr(value, "dtype") and callable(value):
     return str(jnp.dtype(value))
+  if isinstance(value, nested_lib.NestedDims):  # objectives' `nested`: its sizes and weights
+    return {"sizes": list(value.sizes), "weights": list(value.weights)}
   return list(value) if isinstance(value, tuple) else value
 
 
@@ -212,6 +215,8 @@ def read_model_json(model_dir: str, dtype: str | None = None, step: int | None =
   defaults = inspect.signature(cls.__init__).parameters
   args = {k: tuple(v) if isinstance(defaults[k].default, tuple) else v
           for k, v in spec["objective_args"].items() if k in defaults}
+  if args.get("nested") is not None:
+    args["nested"] = nested_lib.NestedDims(**args["nested"])
   model = cls(NetworkConfig(**network), **args)
   length = spec["sequence_length"]
   for part in spec.get("step_ranges") or () if step is not None else ():

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from vmsst import losses
 from vmsst import models
 from vmsst.network import VMSSTNetwork
+from vmsst.objectives import nested as nested_lib
 
 Array = jax.Array
 
@@ -70,6 +71,53 @@ def translation_latent(mu_a: Array, mu_b: Array, language_slot: int) -> Array:
   return jnp.concatenate([slot, mu_other], axis=-1)
 
 
+def nested_sizes(nested: nested_lib.NestedDims | None, dim: int) -> tuple[int, ...]:
+  """The prefix widths the translation terms decode from: (d,) without nesting."""
+  return (dim,) if nested is None else nested.sizes
+
+
+def nested_translation_latents(mu_a: Array, mu_b: Array, language_slot: int,
+                               sizes: tuple[int, ...]) -> Array:
+  """`translation_latent` for each prefix width k, stacked: [len(sizes)·2B, slot + d].
+
+  Width k decodes from μ_sem with coordinates k.. at their prior mean 0
+  (nested_lib.masked_prefix; docs/papers/matryoshka.md says why).
+  """
+  latents = [translation_latent(nested_lib.masked_prefix(mu_a, k),
+                                nested_lib.masked_prefix(mu_b, k), language_slot) for k in sizes]
+  return latents[0] if len(latents) == 1 else jnp.concatenate(latents, axis=0)
+
+
+def repeat_rows(x: Array, times: int) -> Array:
+  """x stacked `times` times along the batch (x itself once)."""
+  return x if times == 1 else jnp.concatenate([x] * times, axis=0)
+
+
+def nested_translation_terms(nested: nested_lib.NestedDims | None, nll: Array, correct: Array,
+                             mask: Array) -> tuple[Array, dict[str, Array]]:
+  """Per-pair translation NLL [B] summed over the prefix widths with their weights.
+
+  Args:
+    nested: the sizes and weights, or None (one width, the plain term).
+    nll, correct: [n·2B], the decodes of `nested_translation_latents` in its order.
+    mask: [2B, L] of one width's targets.
+  Returns:
+    (Σ_k c_k (nll_a + nll_b) [B]; the largest width's `translation_metrics`
+     and, when nested, `nested_translation_nll_<k>` per width).
+  """
+  if nested is None:
+    return pair_sum(nll), translation_metrics(nll, correct, mask)
+  rows = mask.shape[0]
+  per_pair, metrics = None, {}
+  for i, (k, weight) in enumerate(zip(nested.sizes, nested.weights)):
+    nll_k = nll[i * rows:(i + 1) * rows]
+    term = pair_sum(nll_k)
+    per_pair = weight * term if per_pair is None else per_pair + weight * term
+    metrics[f"nested_translation_nll_{k}"] = jnp.mean(term)
+  last = slice((len(nested.sizes) - 1) * rows, None)
+  return per_pair, translation_metrics(nll[last], correct[last], mask) | metrics
+
+
 def translation_metrics(nll: Array, correct: Array, mask: Array) -> dict[str, Array]:
   """Metrics of the [a; b] translation NLLs [2B] (mask [2B, L])."""
   tokens = jnp.sum(mask).clip(1)
@@ -86,23 +134,32 @@ class BiTranslation(models.EmbeddingModel):
 
   init_paths = staticmethod(models.init_translation_paths)
 
-  def __init__(self, network_config, *, softmax_candidates: int = 0):
+  def __init__(self, network_config, *, softmax_candidates: int = 0,
+               nested: nested_lib.NestedDims | None = None):
     """Args:
       network_config: the shared network.
       softmax_candidates: K > 0 normalises each step's softmax over K
         vocabulary ids (the batch's targets first; losses.softmax_candidates),
         a CPU speed-up; 0 (the paper) the whole vocabulary.
+      nested: Matryoshka sizes (objectives/nested.py): both translations
+        decoded from each k-prefix of μ_sem (the rest at 0), weighted, in one
+        decoder call; None decodes from the full μ_sem only.
     """
     super().__init__(network_config)
     self.softmax_candidates = softmax_candidates
+    self.nested = nested_lib.checked(nested, network_config.emb_dim, "BiTranslation")
 
   def loss_fn(self, params, batch, dropout_rng, step=0):
     encoder_rng, decoder_rng = jax.random.split(dropout_rng)
     tokens, mask, languages = models.both_sides(batch)
     mu_a, mu_b = models.split_halves(self.semantic(params, tokens, mask, encoder_rng)[0])
-    latent = translation_latent(mu_a, mu_b, language_slot=0)
-    nll, correct, extra = decode_nll(self, params, tokens, mask, languages, latent, decoder_rng,
+    sizes = nested_sizes(self.nested, mu_a.shape[-1])
+    latent = nested_translation_latents(mu_a, mu_b, 0, sizes)
+    n = len(sizes)
+    nll, correct, extra = decode_nll(self, params, repeat_rows(tokens, n), repeat_rows(mask, n),
+                                     repeat_rows(languages, n), latent, decoder_rng,
                                      self.softmax_candidates)
-    loss = jnp.mean(pair_sum(nll))
-    metrics = translation_metrics(nll, correct, mask) | extra
+    per_pair, metrics = nested_translation_terms(self.nested, nll, correct, mask)
+    loss = jnp.mean(per_pair)
+    metrics = metrics | extra
     return loss, metrics | {"loss": loss}

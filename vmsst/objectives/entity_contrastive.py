@@ -48,6 +48,7 @@ import numpy as np
 from vmsst import cli
 from vmsst import losses
 from vmsst import models
+from vmsst.objectives import nested as nested_lib
 
 ENTITIES = "entities"
 MASKED = -1e9
@@ -236,7 +237,8 @@ class EntityContrastive(models.EmbeddingModel):
                num_hard_negatives: int = 0, entity_dim: int | None = None,
                temperature: float = 0.05, entity_temperature: float = 0.05,
                entity_weight: float = 1.0, hard_negative_weight: float = 0.0,
-               entity_vectors: str | None = None, entity_vector_ids: str | None = None):
+               entity_vectors: str | None = None, entity_vector_ids: str | None = None,
+               nested: nested_lib.NestedDims | None = None):
     """Args:
       network_config: the shared network; its dropout_rate must be > 0 (the
         two views differ only by dropout; EASE/SimCSE use 0.1).
@@ -253,6 +255,9 @@ class EntityContrastive(models.EmbeddingModel):
         Wikipedia2Vec text export, EASE's default (§3.3).
       entity_vector_ids: the vectors' language's `title<TAB>id` table, needed
         when entity_dir is keyed by interlanguage ids (entity_vector_keys).
+      nested: Matryoshka sizes (objectives/nested.py): both terms on each
+        k-prefix of the sentence and projected entity vectors (cosine
+        renormalises them), weighted; None: the full vectors only.
     """
     super().__init__(network_config)
     if network_config.dropout_rate <= 0:
@@ -264,6 +269,7 @@ class EntityContrastive(models.EmbeddingModel):
     self.entity_weight, self.hard_negative_weight = entity_weight, hard_negative_weight
     self._sizes = None if entity_dir else (num_entities, num_hard_negatives)
     self._entity_dim = entity_dim or network_config.emb_dim
+    self.nested = nested_lib.checked(nested, network_config.emb_dim, "EntityContrastive")
 
   @functools.cached_property
   def table(self) -> EntityTable:
@@ -318,12 +324,19 @@ class EntityContrastive(models.EmbeddingModel):
     mask = jnp.concatenate([batch["mask_a"], batch["mask_a"]], axis=0)
     view_1, view_2 = models.split_halves(self.semantic(params, tokens, mask, dropout_rng)[0])
     same = losses.same_sequence_matrix(batch["tokens_a"])
+    ids = batch[ENTITIES]
+    entity_vectors = self.entity_vectors_of(params, ids)
+    loss, metrics = nested_lib.nested_loss(self.nested, view_1.shape[-1], lambda k: self.terms(
+        *(nested_lib.prefix(x, k) for x in (view_1, view_2, entity_vectors)), ids, same))
+    return loss, metrics | {"loss": loss}
+
+  def terms(self, view_1, view_2, entity_vectors, ids, same):
+    """(self-contrast + λ · entity contrast, metrics) of the two views [B, k] and
+    the entity vectors [B, 1 + H, k] (a prefix width k, or the full d)."""
     self_loss, self_accuracy = losses.symmetric_info_nce(view_1, view_2, self.temperature,
                                                          same, same)
-    ids = batch[ENTITIES]
     entity_loss, entity_accuracy = entity_contrast(
-        view_1, self.entity_vectors_of(params, ids), ids, same, self.entity_temperature,
-        self.hard_negative_weight)
+        view_1, entity_vectors, ids, same, self.entity_temperature, self.hard_negative_weight)
     loss = self_loss + self.entity_weight * entity_loss
     return loss, {"loss": loss, "self_contrast_loss": self_loss,
                   "self_contrast_accuracy": self_accuracy, "entity_loss": entity_loss,

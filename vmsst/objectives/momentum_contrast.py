@@ -50,6 +50,7 @@ import jax.numpy as jnp
 from vmsst import languages
 from vmsst import losses
 from vmsst import models
+from vmsst.objectives import nested as nested_lib
 from vmsst.objectives import nli_head
 
 NLI_HEAD = "nli_head"
@@ -103,7 +104,8 @@ class MomentumContrast(models.EmbeddingModel):
   def __init__(self, network_config, *, temperature: float = 0.04, momentum: float = 0.999,
                queue_size: int = 409_600, separate_towers: bool = False,
                side_a_languages: tuple[str, ...] = ("eng",), nli_weight: float = 0.0,
-               nli_examples: nli_head.NliExamples | None = None, nli_batch_size: int = 128):
+               nli_examples: nli_head.NliExamples | None = None, nli_batch_size: int = 128,
+               nested: nested_lib.NestedDims | None = None):
     """Args:
       network_config: the shared network.
       temperature: τ of the softmax (paper 0.04).
@@ -121,6 +123,9 @@ class MomentumContrast(models.EmbeddingModel):
       nli_examples: English NLI training pairs (nli_head.nli_examples), needed
         when nli_weight > 0.
       nli_batch_size: NLI pairs per step (paper 128).
+      nested: Matryoshka sizes (objectives/nested.py): both queue InfoNCE
+        terms on each k-prefix of queries, keys and queued keys (each prefix
+        renormalised), weighted; the queue keeps full keys. None: full only.
     """
     super().__init__(network_config)
     if not 0.0 <= momentum <= 1.0:
@@ -135,6 +140,7 @@ class MomentumContrast(models.EmbeddingModel):
     self.nli_weight, self.nli_examples = nli_weight, nli_examples
     self.nli_batch_size = nli_batch_size
     self.nli_head = nli_head.NliHead() if nli_weight > 0 else None
+    self.nested = nested_lib.checked(nested, network_config.emb_dim, "MomentumContrast")
 
   @property
   def sides(self) -> tuple[str, ...]:
@@ -214,9 +220,12 @@ class MomentumContrast(models.EmbeddingModel):
     queries = {s: self.embed_side(params, batch, s, rngs[s]) for s in SIDES}
     keys = {s: losses.l2_normalize(self.embed_side(model_state["momentum"], batch, s))
             for s in SIDES}
-    terms = {f"{s}{o}": queue_info_nce(queries[s], keys[o], model_state[f"queue_{o}"],
-                                       self.temperature) for s, o in (("a", "b"), ("b", "a"))}
-    loss = terms["ab"][0] + terms["ba"][0]
+    dim = queries["a"].shape[-1]
+    terms = self.queue_terms(queries, keys, model_state, dim)
+    loss, nested_metrics = terms["loss"], {}
+    if self.nested is not None:
+      loss, nested_metrics = nested_lib.nested_loss(self.nested, dim, lambda k: (
+          self.queue_terms(queries, keys, model_state, k)["loss"], {}))
     nli_metrics = {}
     if self.nli_head is not None:
       nli_loss, nli_accuracy = self.nli_loss(params, jax.random.fold_in(dropout_rng, NLI_STREAM))
@@ -230,9 +239,19 @@ class MomentumContrast(models.EmbeddingModel):
         "queue_accuracy": 0.5 * (terms["ab"][1] + terms["ba"][1]),
         "in_batch_accuracy": jnp.mean(hits == jnp.tile(jnp.arange(in_batch.shape[0]), 2)),
         "embedding_norm": jnp.mean(jnp.linalg.norm(queries["a"], axis=-1)),
-        **nli_metrics,
+        **nli_metrics, **nested_metrics,
     }
     return loss, (metrics, {f"keys_{s}": jax.lax.stop_gradient(keys[s]) for s in SIDES})
+
+  def queue_terms(self, queries, keys, model_state, k: int):
+    """Both queue InfoNCE terms ("ab", "ba": (loss, accuracy)) and their sum ("loss") at
+    prefix width k: queries and keys are normalised by queue_info_nce, the queue's unit
+    rows renormalised at their prefix (nested_lib.unit_prefix)."""
+    terms = {f"{s}{o}": queue_info_nce(nested_lib.prefix(queries[s], k),
+                                       nested_lib.prefix(keys[o], k),
+                                       nested_lib.unit_prefix(model_state[f"queue_{o}"], k),
+                                       self.temperature) for s, o in (("a", "b"), ("b", "a"))}
+    return terms | {"loss": terms["ab"][0] + terms["ba"][0]}
 
   def nli_loss(self, params, rng):
     """(CE, accuracy) of the NLI head on a batch drawn from `nli_examples` by `rng`.

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 
 from vmsst import losses
 from vmsst import models
+from vmsst.objectives import nested as nested_lib
 
 SIMILARITIES = ("cosine", "euclidean")
 DOCUMENTS = "document_tower"
@@ -91,19 +92,23 @@ class QueryTower(models.EmbeddingModel):
 
   init_paths = staticmethod(models.init_semantic_path)
 
-  def __init__(self, network_config, *, margin: float = 0.1, similarity: str = "cosine"):
+  def __init__(self, network_config, *, margin: float = 0.1, similarity: str = "cosine",
+               nested: nested_lib.NestedDims | None = None):
     """Args:
       network_config: the checkpoint's network (only its semantic path is used).
       margin: m of the hinge; in cosine units (0.1: a positive must beat the
         negative by a tenth of the cosine range before it stops pulling) or,
         for "euclidean", in the embedding's distance units.
       similarity: "cosine" or "euclidean" (see the module docstring).
+      nested: Matryoshka sizes (objectives/nested.py): the triplet loss on
+        each k-prefix of query and document vectors, weighted; None: full only.
     """
     super().__init__(network_config)
     if similarity not in SIMILARITIES:
       raise ValueError(f"QueryTower.similarity must be one of {SIMILARITIES}, "
                        f"got {similarity!r}.")
     self.margin, self.similarity = margin, similarity
+    self.nested = nested_lib.checked(nested, network_config.emb_dim, "QueryTower")
 
   def extra_features(self, batch_size: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
     """`tokens_negative` int32 [B, L], the negative of the pair (a = anchor, b = positive)."""
@@ -132,6 +137,7 @@ class QueryTower(models.EmbeddingModel):
     negative_tokens = batch["tokens_negative"]
     negative = self.encode_documents(documents, negative_tokens,
                                      (negative_tokens != 0).astype(jnp.int32))
-    loss, metrics = triplet_margin_loss(anchor, positive, negative, margin=self.margin,
-                                        similarity=self.similarity)
-    return loss, (metrics, {})
+    loss, metrics = nested_lib.nested_loss(self.nested, anchor.shape[-1], lambda k: (
+        triplet_margin_loss(*(nested_lib.prefix(x, k) for x in (anchor, positive, negative)),
+                            margin=self.margin, similarity=self.similarity)))
+    return loss, (metrics | {"loss": loss}, {})

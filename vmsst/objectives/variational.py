@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from vmsst import losses
 from vmsst import models
 from vmsst.objectives import bitranslation
+from vmsst.objectives import nested as nested_lib
 from vmsst.config import NetworkConfig
 from vmsst.network import VMSSTNetwork
 
@@ -66,7 +67,7 @@ class VMSST(models.EmbeddingModel):
 
   def __init__(self, network_config: NetworkConfig, *, elbo_weight: float = 0.1,
                kl_anneal_steps: int = 1_000_000, kl_scale: float = 1.0,
-               softmax_candidates: int = 0):
+               softmax_candidates: int = 0, nested: nested_lib.NestedDims | None = None):
     """Args:
       network_config: the shared network.
       elbo_weight: λ (paper: 0.1 from random init, 0.025 from pretrained).
@@ -75,9 +76,13 @@ class VMSST(models.EmbeddingModel):
       softmax_candidates: K > 0 normalises the four decodes' softmax over K
         vocabulary ids (the batch's targets first; losses.softmax_candidates),
         a CPU speed-up; 0 (the paper) the whole vocabulary.
+      nested: Matryoshka sizes (objectives/nested.py): the translation terms
+        decoded from each k-prefix of μ_sem (the rest at its prior mean 0),
+        weighted; the ELBO once, on the full latents (docs/papers/matryoshka.md).
     """
     super().__init__(network_config)
     self.softmax_candidates = softmax_candidates
+    self.nested = nested_lib.checked(nested, network_config.emb_dim, type(self).__name__)
     self.elbo_weight = elbo_weight
     self.kl_anneal_steps = kl_anneal_steps
     self.kl_scale = kl_scale
@@ -89,19 +94,24 @@ class VMSST(models.EmbeddingModel):
     tokens, mask, languages = models.both_sides(batch)
     mu, aux = self.semantic(params, tokens, mask, encoder_rng)
     mu_a, mu_b = models.split_halves(mu)
-    translation = bitranslation.translation_latent(mu_a, mu_b, self.network_config.emb_dim)
+    sizes = bitranslation.nested_sizes(self.nested, mu.shape[-1])
+    translation = bitranslation.nested_translation_latents(mu_a, mu_b,
+                                                           self.network_config.emb_dim, sizes)
     reconstruction, kls = elbo_latent(self, params, batch, (mu, aux["logvar"]),
                                       language_rng, noise_rng)
-    twice = lambda x: jnp.concatenate([x, x], axis=0)
+    repeat = lambda x: bitranslation.repeat_rows(x, len(sizes) + 1)
     nll, correct, extra = bitranslation.decode_nll(
-        self, params, twice(tokens), twice(mask), twice(languages),
+        self, params, repeat(tokens), repeat(mask), repeat(languages),
         jnp.concatenate([translation, reconstruction], axis=0), decoder_rng,
         self.softmax_candidates)
-    (nll_t, nll_r), (correct_t, correct_r) = map(models.split_halves, (nll, correct))
+    split = len(sizes) * tokens.shape[0]  # translations first, the reconstructions last
+    (nll_t, nll_r), (correct_t, correct_r) = ((x[:split], x[split:]) for x in (nll, correct))
     kl_weight = self.kl_scale * losses.linear_annealing(step, self.kl_anneal_steps)
     neg_elbo = bitranslation.pair_sum(nll_r) + kl_weight * sum(kls.values())
-    per_pair = bitranslation.pair_sum(nll_t) + self.elbo_weight * neg_elbo
-    metrics = (bitranslation.translation_metrics(nll_t, correct_t, mask)
+    translation_nll, translation_metrics = bitranslation.nested_translation_terms(
+        self.nested, nll_t, correct_t, mask)
+    per_pair = translation_nll + self.elbo_weight * neg_elbo
+    metrics = (translation_metrics
                | reconstruction_metrics(nll_r, correct_r, mask, kls, kl_weight) | extra)
     return per_pair, metrics, mu
 
