@@ -18,6 +18,11 @@ recomputes one chunk's activations at a time: the memory of a batch of
 gradient as without it (only the order of the gradient's sums differs).
 Dropout draws one key per sentence (split from the step's key) in both
 modes, so a sentence sees the same mask whichever chunk encodes it.
+
+Mined hard negatives (`hard_negatives=K`, a task written by
+`python -m vmsst.hard_negatives`): each pair carries its K negatives in
+`tokens_negative` [K·L] (the triplet tasks' feature, K = 1), encoded with the
+pair and added to its own row of the a→b softmax (`hard_negative_terms`).
 """
 
 from vmsst.gin_utils import gin
@@ -27,6 +32,7 @@ import jax.numpy as jnp
 from vmsst import layers
 from vmsst import losses
 from vmsst import models
+from vmsst.objectives import nested as nested_lib
 
 
 def info_nce_terms(batch: models.Batch, mu_a, mu_b, temperature: float,
@@ -43,6 +49,67 @@ def info_nce_terms(batch: models.Batch, mu_a, mu_b, temperature: float,
   return loss, {"contrastive_loss": loss, "contrastive_accuracy": accuracy}
 
 
+def negative_features(batch_size: int, length: int, count: int) -> dict[str, jax.ShapeDtypeStruct]:
+  """`tokens_negative` int32 [B, K·L]: each pair's K negatives, each 0-padded to L; {} if K = 0."""
+  if not count:
+    return {}
+  return {"tokens_negative": jax.ShapeDtypeStruct((batch_size, count * length), jnp.int32)}
+
+
+def negative_rows(batch: models.Batch, count: int):
+  """(tokens, mask) int32 [B·K, L] of the pairs' negatives: row i·K + k is pair i's k-th.
+
+  Raises:
+    ValueError: the batch has no `tokens_negative`, or not K of them per pair.
+  """
+  rows, length = batch["tokens_a"].shape
+  if "tokens_negative" not in batch or batch["tokens_negative"].shape[1] != count * length:
+    have = batch["tokens_negative"].shape if "tokens_negative" in batch else "none"
+    raise ValueError(f"hard_negatives = {count} needs tokens_negative [B, {count} × {length}] "
+                     f"(have {have}): train on a task written by python -m vmsst.hard_negatives "
+                     "with that many negatives (hard_negative_tasks), or set hard_negatives "
+                     "to it in the gin file.")
+  tokens = batch["tokens_negative"].reshape(rows * count, length)
+  return tokens, (tokens != 0).astype(jnp.int32)
+
+
+def with_negative_rows(batch: models.Batch, tokens, mask, count: int):
+  """tokens, mask [2B, L] with the negatives' rows appended ([2B + B·K, L]) when K > 0."""
+  if not count:
+    return tokens, mask
+  negative_tokens, negative_mask = negative_rows(batch, count)
+  return jnp.concatenate([tokens, negative_tokens]), jnp.concatenate([mask, negative_mask])
+
+
+def hard_negative_terms(batch: models.Batch, mu_a, mu_b, mu_negatives, temperature: float,
+                        similarity: str):
+  """`info_nce_terms` with each pair's own K negatives in its a→b row: (loss, metrics).
+
+  mu_negatives: float [B·K, d], rows as `negative_rows`, or None (then it is
+  `info_nce_terms`). A negative that is all padding (the miner found fewer
+  than K) is masked out.
+  """
+  if mu_negatives is None:
+    return info_nce_terms(batch, mu_a, mu_b, temperature, similarity)
+  rows = mu_a.shape[0]
+  negatives = mu_negatives.reshape(rows, -1, mu_negatives.shape[-1])
+  tokens = batch["tokens_negative"].reshape(rows, negatives.shape[1], -1)
+  valid = jnp.any(tokens != 0, axis=-1)
+  loss, accuracy = losses.info_nce_with_hard_negatives(
+      mu_a, mu_b, negatives, valid, temperature,
+      duplicates_a=losses.same_sequence_matrix(batch["tokens_a"]),
+      duplicates_b=losses.same_sequence_matrix(batch["tokens_b"]),
+      similarity=similarity)
+  return loss, {"contrastive_loss": loss, "contrastive_accuracy": accuracy,
+                "hard_negatives_valid": jnp.mean(valid.astype(jnp.float32))}
+
+
+def split_negative_rows(mu, batch: models.Batch):
+  """(μ of the [2B] pair rows, μ of the negatives' rows [B·K] or None)."""
+  pairs = 2 * batch["tokens_a"].shape[0]
+  return mu[:pairs], (mu[pairs:] if mu.shape[0] > pairs else None)
+
+
 @gin.configurable
 class Contrastive(models.EmbeddingModel):
   """Dual encoder trained with in-batch negatives."""
@@ -50,7 +117,8 @@ class Contrastive(models.EmbeddingModel):
   init_paths = staticmethod(models.init_semantic_path)
 
   def __init__(self, network_config, *, similarity: str = "dot",
-               temperature: float = 1.0, gradient_cache_chunk: int = 0):
+               temperature: float = 1.0, gradient_cache_chunk: int = 0,
+               nested: nested_lib.NestedDims | None = None, hard_negatives: int = 0):
     """Args:
       network_config: the shared network (the paper uses dropout 0.1 here only).
       similarity: pair score, "dot" (the paper, §6.3) or "cosine".
@@ -59,22 +127,36 @@ class Contrastive(models.EmbeddingModel):
         caching (must divide 2B, both sides stacked; a multiple of the data
         axis keeps chunks sharded); 0 encodes the whole [2B] batch at once.
         Activation memory then scales with the chunk, not the batch.
+      nested: Matryoshka sizes (objectives/nested.py): the InfoNCE of each
+        k-prefix of μ_sem, weighted; None trains the full vector only.
+      hard_negatives: K mined negatives per pair in `tokens_negative`
+        (`hard_negative_terms`); 0 trains on in-batch negatives only.
     """
     super().__init__(network_config)
     losses.check_similarity(similarity, temperature)
     self.similarity = similarity
     self.temperature = temperature
     self.gradient_cache_chunk = gradient_cache_chunk
+    self.nested = nested_lib.checked(nested, network_config.emb_dim, "Contrastive")
+    self.hard_negatives = hard_negatives
+
+  def extra_features(self, batch_size: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
+    return negative_features(batch_size, length, self.hard_negatives)
 
   def loss_fn(self, params, batch, dropout_rng, step=0):
     tokens, mask, _ = models.both_sides(batch)
+    tokens, mask = with_negative_rows(batch, tokens, mask, self.hard_negatives)
     rngs = self.sentence_rngs(dropout_rng, tokens.shape[0])
     if self.gradient_cache_chunk:
       mu = self.chunked_embeddings(params, tokens, mask, rngs, dropout_rng)
     else:
       mu = self.embeddings(params, tokens, mask, rngs, dropout_rng)
+    mu, mu_negatives = split_negative_rows(mu, batch)
     mu_a, mu_b = models.split_halves(mu)
-    loss, metrics = info_nce_terms(batch, mu_a, mu_b, self.temperature, self.similarity)
+    cut = lambda x, k: None if x is None else nested_lib.prefix(x, k)
+    loss, metrics = nested_lib.nested_loss(self.nested, mu_a.shape[-1], lambda k: (
+        hard_negative_terms(batch, cut(mu_a, k), cut(mu_b, k), cut(mu_negatives, k),
+                            self.temperature, self.similarity)))
     return loss, metrics | {"loss": loss, "embedding_norm": jnp.mean(jnp.linalg.norm(mu_a, axis=-1))}
 
   def sentence_rngs(self, dropout_rng, rows: int):
