@@ -151,6 +151,73 @@ def measure(in_place: bool, output: pathlib.Path) -> dict:
   return record
 
 
+SEED_DIR = "runs"  # in the record's folder: one record per run (`--measure --seeds`), listed
+
+
+def seed_args(seed: int) -> list[str]:
+  """`make train`'s arguments for `seed`: none for the default seed 0 (what a user runs),
+  else the seed and a model directory of its own, so the runs do not resume each other."""
+  if seed == 0:
+    return []
+  return [f"ARGS=--gin.train.seed={seed} --gin.MODEL_DIR=\"'{MODEL_DIR}_seed{seed}'\""]
+
+
+def seed_model_dir(project: pathlib.Path, seed: int) -> pathlib.Path:
+  return project / (MODEL_DIR if seed == 0 else f"{MODEL_DIR}_seed{seed}")
+
+
+def measure_seeds(seeds: list[int], output: pathlib.Path, workdir: pathlib.Path) -> list[dict]:
+  """`make train` once per seed in one fresh clone, one after another.
+
+  The first seed's run is the fresh-clone timing (install, vocabulary and all); the
+  later ones reuse the install and the vocabulary, and say so (`install_seconds`
+  None, `vocabulary_reused`). Each record, with the load average before and after
+  (the machine is shared) and throughout, is written as soon as its run ends, to
+  `output`/runs/seed<N>.json. `workdir` is kept: its runs/vmsst_cpu is the model
+  `make train` leaves (bench/readme_output.py prints the README's example with it).
+  """
+  folder = output / SEED_DIR
+  folder.mkdir(parents=True, exist_ok=True)
+  log = folder / "main_job.log"
+  log.write_text("")
+  commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                   text=True).strip()
+  workdir.mkdir(parents=True, exist_ok=True)
+  project = fresh_clone(workdir)
+  records = []
+  for i, seed in enumerate(seeds):
+    command = ["make", "train", *seed_args(seed)]
+    record = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+              "commit": commit, "fresh_clone": True, "cores": os.cpu_count(), "seed": seed,
+              "command": " ".join(command), "vocabulary_reused": i > 0,
+              "load_before": [round(x, 2) for x in os.getloadavg()]}
+    sampler = LoadSampler()
+    sampler.start()
+    try:
+      record["install_seconds"] = timed(["make", ".venv/.installed"], project, log) if i == 0 else None
+      record["job_seconds"] = timed(command, project, log)
+    finally:
+      record["load_average"] = sampler.stop()
+      record["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    model_dir = seed_model_dir(project, seed)
+    record.update(collect(model_dir))
+    for name in ("learning_curve.png", "report.md"):
+      shutil.copy(model_dir / "eval" / name, folder / f"seed{seed}_{name}")
+    (folder / f"seed{seed}.json").write_text(json.dumps(record, indent=1) + "\n")
+    if i == 0:  # the fresh clone's `make train`, install and all: the page's main record
+      promote(f"seed{seed}", output)
+    records.append(record)
+  return records
+
+
+def promote(name: str, folder: pathlib.Path = RECORD_DIR) -> None:
+  """Makes run `name` (runs/<name>.json and its files) the folder's main record."""
+  runs = folder / SEED_DIR
+  shutil.copy(runs / f"{name}.json", folder / "main_job.json")
+  for artifact in ("learning_curve.png", "report.md"):
+    shutil.copy(runs / f"{name}_{artifact}", folder / artifact)
+
+
 def _minutes(seconds: float | None) -> str:
   if seconds is None:
     return "–"
@@ -208,15 +275,56 @@ def score_line(record: dict) -> str:
           f"{apart or 'none'}.")
 
 
-def page(record: dict) -> str:
-  """The whole results page for one record."""
-  return HEADER + "\n" + render(record) + "\n"
+def read_runs(folder: pathlib.Path = RECORD_DIR) -> list[dict]:
+  """Every run recorded under `folder`/runs/ (`--measure --seeds`, and earlier runs), by date."""
+  paths = sorted((folder / SEED_DIR).glob("*.json"))
+  return sorted((dict(json.loads(p.read_text()), name=p.stem) for p in paths),
+                key=lambda r: r["date_utc"])
+
+
+def spread(values: list[float]) -> str:
+  """"mean ± sample standard deviation (range)" of the runs' figures, or the one figure."""
+  if len(values) == 1:
+    return f"{values[0]:.2f}% (one run)"
+  mean = sum(values) / len(values)
+  std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+  return f"{mean:.1f}% ± {std:.1f} (sample s.d.; {min(values):.1f}–{max(values):.1f}%, {len(values)} runs)"
+
+
+def render_runs(runs: list[dict]) -> str:
+  """The runs section: the headline over every recorded run, then one line per run."""
+  if not runs:
+    return ""
+  steps = {r["steps"] for r in runs}
+  lines = ["## Every recorded run", "",
+           f"Held-out retrieval at step {'/'.join(str(s) for s in sorted(steps))}: "
+           f"**{spread([r['retrieval_mean'] for r in runs])}**. Runs differ by seed "
+           "(`train.seed`: the initialisation, the data order, dropout and the ELBO noise) "
+           "and by the code they ran (commit).", "",
+           "| run | commit | seed | command | held-out retrieval | Score | install + job | load "
+           "before → after (mean, peak) |", "|---|---|---|---|---:|---:|---|---|"]
+  for r in runs:
+    load, before, after = r["load_average"], r.get("load_before"), r.get("load_after")
+    moved = (f"{before[0]} → {after[0]} ({load['mean']}, {load['max']})" if before and after
+             else f"({load['mean']}, {load['max']})")
+    where = "fresh clone" if r["fresh_clone"] else "in place"
+    lines.append(
+        f"| [{r['name']}]({SEED_DIR}/{r['name']}.json) | {r['commit']} ({where}) | "
+        f"{r.get('seed', 0)} | `{r['command']}` | {r['retrieval_mean']}% | {r['score']} | "
+        f"{_minutes(r['install_seconds'])} + {_minutes(r['job_seconds'])} | {moved} |")
+  return "\n".join(lines)
+
+
+def page(record: dict, runs: list[dict] = ()) -> str:
+  """The whole results page for one record, and the runs section when runs are recorded."""
+  extra = render_runs(list(runs))
+  return HEADER + "\n" + render(record) + "\n" + ("\n" + extra + "\n" if extra else "")
 
 
 def write_page(record: dict, folder: pathlib.Path = RECORD_DIR) -> pathlib.Path:
-  """Writes `folder`/README.md from the record; returns its path."""
+  """Writes `folder`/README.md from the record and the runs under it; returns its path."""
   path = folder / PAGE
-  path.write_text(page(record))
+  path.write_text(page(record, read_runs(folder)))
   return path
 
 
@@ -231,15 +339,26 @@ def _define_flags() -> None:
                     "no clone or install.")
   flags.DEFINE_bool("render", False, "Rewrite the record folder's README.md from the record.")
   flags.DEFINE_string("output", str(RECORD_DIR), "Where the record goes.")
+  flags.DEFINE_list("seeds", [], "With --measure: `make train` once per seed in one fresh clone "
+                    "(the first timed with its install), each recorded under OUTPUT/runs/.")
+  flags.DEFINE_string("promote", None, "Make OUTPUT/runs/<NAME>.json the page's main record.")
+  flags.DEFINE_string("workdir", None, "With --seeds: where the clone goes (kept; default a new "
+                      "temporary directory).")
 
 
 def main(argv) -> None:
   del argv
   f = flags.FLAGS
-  if not (f.measure or f.render):
+  if not (f.measure or f.render or f.promote):
     sys.exit("error: say --measure, --render or both.")
   output = pathlib.Path(f.output)
-  if f.measure:
+  if f.promote:
+    promote(f.promote, output)
+  if f.measure and f.seeds:
+    workdir = pathlib.Path(f.workdir or tempfile.mkdtemp(prefix="main_job_"))
+    for record in measure_seeds([int(s) for s in f.seeds], output, workdir):
+      print(json.dumps({k: record[k] for k in ("seed", "job_seconds", "retrieval_mean")}))
+  elif f.measure:
     record = measure(f.in_place, output)
     print(json.dumps({k: record[k] for k in ("job_seconds", "retrieval_mean", "score")}))
   if f.render:

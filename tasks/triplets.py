@@ -44,6 +44,13 @@ from vmsst import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
+  from absl import flags as _flags  # pylint: disable=g-import-not-at-top
+  _flags.DEFINE_string("stsb_dir", "../shared/data/stsb", "The STS Benchmark folder.")
+  _flags.DEFINE_string("msmarco", None, "msmarco-triplets.jsonl.gz: write the query-tower "
+                       "paper's MSMARCO splits instead of STSb's.")
+  _flags.DEFINE_string("output", None, "Where train/validation/test.tsv go.", required=True)
+  _flags.DEFINE_integer("seed", 0, "Seed of the same_file / any_file negative draws.")
+  cli.answer_help()  # before seqio and TensorFlow
 
 # pylint: disable=wrong-import-position
 import collections
@@ -301,9 +308,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  flags.DEFINE_string("stsb_dir", "../shared/data/stsb", "The STS Benchmark folder.")
-  flags.DEFINE_string("msmarco", None, "msmarco-triplets.jsonl.gz: write the query-tower "
-                      "paper's MSMARCO splits instead of STSb's.")
-  flags.DEFINE_string("output", None, "Where train/validation/test.tsv go.", required=True)
-  flags.DEFINE_integer("seed", 0, "Seed of the same_file / any_file negative draws.")
   cli.run(main)

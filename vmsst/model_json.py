@@ -19,12 +19,16 @@ import gin
 from absl import flags
 
 from vmsst import files
-from vmsst.encoding import restore
-# pylint: disable-next=unused-import
-from vmsst.train import loop  # registers train, the configurable config.gin binds
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "A directory written by "
                                  "`python -m vmsst.train` that has config.gin.")
+
+if __name__ == "__main__":  # --help before the model side's imports (TensorFlow, JAX)
+  cli.answer_help()
+
+from vmsst.encoding import restore  # pylint: disable=g-bad-import-order
+# pylint: disable-next=unused-import,g-bad-import-order
+from vmsst.train import loop  # registers train, the configurable config.gin binds
 
 
 def convert(model_dir: str) -> str:

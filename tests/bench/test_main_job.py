@@ -15,7 +15,8 @@ _spec.loader.exec_module(main_job)
 def test_the_results_page_is_exactly_what_the_committed_record_renders():
   """Editing the figures by hand, or the record without --render, fails here."""
   record = json.loads((main_job.RECORD_DIR / "main_job.json").read_text())
-  assert (main_job.RECORD_DIR / main_job.PAGE).read_text() == main_job.page(record)
+  assert (main_job.RECORD_DIR / main_job.PAGE).read_text() == main_job.page(
+      record, main_job.read_runs())
   assert (main_job.RECORD_DIR / "learning_curve.png").stat().st_size > 0
 
 
@@ -75,3 +76,19 @@ def test_a_record_of_the_five_family_score_is_named_so_not_as_the_papers():
   assert "five-family" in line and "**11.7**" in line
   assert "english_sts 24.7" in line and "question_retrieval 17.2" in line
   assert "§6.2" not in line
+
+
+def test_the_runs_headline_is_mean_and_spread_and_every_run_is_listed(tmp_path):
+  assert main_job.spread([10.9]) == "10.90% (one run)"
+  assert main_job.spread([10.9, 12.5]) == "11.7% ± 1.1 (sample s.d.; 10.9–12.5%, 2 runs)"
+  _trained_and_evaluated(tmp_path)
+  base = {"commit": "abc1234", "fresh_clone": True, "cores": 2, "command": "make train",
+          "install_seconds": 83.0, "job_seconds": 431.0, "load_average": {"mean": 2.2, "max": 3.7},
+          **main_job.collect(tmp_path)}
+  runs = [dict(base, name="seed0", seed=0, date_utc="2026-11-25 00:24",
+               load_before=[1.0, 1.0, 1.0], load_after=[3.0, 2.0, 1.0]),
+          dict(base, name="seed1", seed=1, date_utc="2026-11-25 01:24", retrieval_mean=3.25)]
+  text = main_job.render_runs(runs)
+  assert "**2.8% ± 0.7 (sample s.d.; 2.2–3.2%, 2 runs)**" in text  # 2.25 and 3.25
+  assert "[seed0](runs/seed0.json)" in text and "[seed1](runs/seed1.json)" in text
+  assert "1.0 → 3.0 (2.2, 3.7)" in text and "1 min 23 s + 7 min 11 s" in text
