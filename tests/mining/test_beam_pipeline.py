@@ -167,6 +167,9 @@ def test_bad_lines_are_counted_and_a_glob_matching_nothing_names_the_flag(tmp_pa
   with pytest.raises(ValueError, match="--trg=.*nothing-"):
     _mine_beam({"src": str(tmp_path / "a.txt"), "trg": str(tmp_path / "nothing-*.txt")},
                tmp_path / "other", table, bp.Settings(k=1))
+  with pytest.raises(ValueError, match=f"--src={tmp_path}"):
+    _mine_beam({"src": str(tmp_path), "trg": str(tmp_path / "b.txt")}, tmp_path / "other", table,
+               bp.Settings(k=1))
 
 
 @pytest.mark.slow  # worker processes

@@ -175,6 +175,9 @@ def input_files(pattern: str, flag: str) -> list[str]:
     if not matched:
       raise ValueError(f"--{flag}={part} matches no file; give a file or a glob of UTF-8 "
                        "text files, one sentence per line (local or gs://).")
+    if files.isdir(part):
+      raise ValueError(f"--{flag}={part} is a directory; give its files as a glob "
+                       f"(--{flag}='{part.rstrip('/')}/*').")
     paths.extend(matched)
   return paths
 
