@@ -1,4 +1,4 @@
-r"""The `python -m vmsst.hard_negatives` command: mined hard negatives for a corpus's training pairs.
+r"""The `python -m vmsst.hard_negatives` command: mined hard negatives for a corpus's pairs.
 
   python -m vmsst.hard_negatives --model_dir=runs/contrastive_cpu --opus_dir=DIR \
       --output=runs/negatives [--negatives=3] [--candidates=30] \
@@ -12,8 +12,8 @@ distinct sentence with the model, and for each pair (a, b) keeps the K
 sentences of b's language nearest to a that are neither a translation of a
 nor within the margin of the positive (vmsst/mining/hard_negatives.py:
 --margin=relative keeps cos(a, n) <= p − |p|·m, absolute cos(a, n) <= p − m,
-with p = cos(a, b)). Language pairs are mined apart; a TSV or Moses file
-with the languages turned around joins its pair.
+with p = cos(a, b)). Each (lang_a, lang_b) is mined apart, among the
+distinct b sentences of its own pairs.
 
 It writes OUTPUT/train.tsv (lang_a, lang_b, a, b, n_1..n_K) and
 OUTPUT/mining.json (the options and every count), the task

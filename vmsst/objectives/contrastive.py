@@ -188,7 +188,8 @@ class Contrastive(models.EmbeddingModel):
     if rows % chunk:
       raise ValueError(
           f"Contrastive.gradient_cache_chunk={chunk} does not divide the {rows} sentences "
-          f"of a batch (2 × batch size); pick a divisor in the gin file.")
+          f"of a batch (2 × batch size, plus K × batch size with hard_negatives = K); pick a "
+          "divisor in the gin file.")
     n = rows // chunk
     to_chunks = lambda x: None if x is None else jnp.swapaxes(
         x.reshape((chunk, n) + x.shape[1:]), 0, 1)
