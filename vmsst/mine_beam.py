@@ -125,5 +125,6 @@ def describe(summary: dict) -> str:
 
 if __name__ == "__main__":
   _define_flags()
+  cli.answer_help()  # before split_argv, which passes --help on to Beam's options
   _ARGV, _BEAM_ARGS[:] = split_argv(sys.argv)
   cli.run(main, _ARGV)
