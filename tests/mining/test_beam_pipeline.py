@@ -129,6 +129,27 @@ def test_ivf_pairs_equal_one_in_process_index_over_the_same_rows(tmp_path):
   assert 0.8 < recall < 1 and agree >= recall
 
 
+@pytest.mark.slow  # six pipelines
+def test_key_shards_whose_cells_hold_fewer_than_k_keys_merge_to_one_index(tmp_path):
+  # ~2 keys a cell and shard: a shard's probed cells often hold fewer than k of its keys.
+  src, trg, table = _planted(n=240, d=8, seed=3)
+  patterns = _write(tmp_path, src, trg)
+  for code in ({}, {"sq8": True}):
+    ivf = approximate.IvfOptions(nlist=24, nprobe=3, train_size=240, **code)
+    settings = bp.Settings(index="ivf", ivf=ivf, k=4, shards=4, recall_sample=0)
+    output = tmp_path / f"mined{len(code)}"
+    summary = _mine_beam(patterns, output, table, settings)
+    layout = bp.Layout(str(output), 4)
+    x, y = (bp.ShardedRows(layout, side)[:] for side in bp.SIDES)
+    got = mining.neighbourhoods(x, y, 4, ivf=ivf)
+    merged = bp.merged_neighbourhoods(layout, settings)
+    np.testing.assert_array_equal(merged.forward_indices, got.forward_indices)
+    np.testing.assert_array_equal(merged.backward_indices, got.backward_indices)
+    assert summary["written"] > 0
+    assert any((files.load_npz(layout.neighbours(d, s))["rows"] < 0).any()
+               for d in bp.DIRECTIONS for s in range(4))  # the case this test is about
+
+
 @pytest.mark.slow  # over ~7 s (two runs of the pipeline)
 def test_a_rerun_skips_the_finished_stages_and_search_tasks(tmp_path):
   src, trg, table = _planted()

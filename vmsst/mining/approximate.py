@@ -172,7 +172,8 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions = Ivf
   apart; one shard only); built here otherwise. `assignments`: the queries' cells,
   (float32 [n, nprobe] centroid scores, int64 [n, nprobe] cells) from `index.quantizer`,
   when they were assigned once for many indexes sharing the cells (the Beam pipeline's
-  key shards).
+  key shards). Such a shard's cells may hold fewer than k of its keys: a neighbour not
+  found comes back as row -1, cosine -inf, for the merge over the shards to fill.
   """
   if not 1 <= k <= len(keys):
     raise ValueError(f"k={k} needs 1 <= k <= {len(keys)} keys.")
@@ -316,12 +317,14 @@ def _search(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions,
       cells = slice(start, start + len(block))
       block_scores, block_indices = index.search_preassigned(
           block, candidates, assignments[1][cells], assignments[0][cells])
-    if (block_indices < 0).any():
+    missing = block_indices < 0  # with assignments, a key shard's: the merge fills them
+    if missing.any() and assignments is None:
       row = start + int(np.flatnonzero((block_indices < 0).any(axis=1))[0])
       raise ValueError(f"query row {row} found fewer than k={k} neighbours in its "
                        f"{index.nprobe} cells; raise --nprobe or lower --nlist.")
     if coded:  # true cosines of the approximate neighbours
-      block_scores = _exact_cosines(block, block_indices, keys)
+      block_scores = _exact_cosines(block, np.maximum(block_indices, 0), keys)
+    block_scores = np.where(missing, -np.inf, block_scores).astype(np.float32)
     rows = slice(start, start + len(block))
     scores[rows], indices[rows] = _best_k(block_scores, block_indices, k)
   return scores, indices

@@ -435,7 +435,8 @@ def search_task(task: tuple[str, int], layout: Layout, settings: Settings) -> No
   lists = [search(np.asarray(part, np.float32), _assigned(layout, settings, direction, s))
            for s, part in enumerate(queries.parts) if len(part)]
   scores = np.concatenate([s for s, _ in lists])
-  rows = np.concatenate([r for _, r in lists]) + keys_all.starts[shard]
+  rows = np.concatenate([r for _, r in lists])
+  rows = np.where(rows < 0, -1, rows + keys_all.starts[shard])  # -1: not in this shard's cells
   files.save_npz(path + ".partial.npz", scores=scores, rows=rows)
   files.rename(path + ".partial.npz", path)
 
@@ -516,7 +517,12 @@ def merged_neighbourhoods(layout: Layout, settings: Settings) -> mining.Neighbou
     lists = [files.load_npz(layout.neighbours(direction, s)) for s in range(settings.shards)]
     merged.extend(approximate.merge_top_k([(l["scores"], l["rows"]) for l in lists],
                                           settings.k))
-  return mining.Neighbourhoods(*merged)
+  hood = mining.Neighbourhoods(*merged)
+  for name, rows in (("src->trg", hood.forward_indices), ("trg->src", hood.backward_indices)):
+    if (rows < 0).any():
+      raise ValueError(f"a {name} query found fewer than k={settings.k} neighbours in its "
+                       f"{settings.ivf.nprobe} cells; raise --nprobe or lower --nlist.")
+  return hood
 
 
 def pairs_task(_, layout: Layout, settings: Settings) -> None:
@@ -575,9 +581,14 @@ def run(patterns: dict[str, str], output: str, settings: Settings, options,
     start = time.perf_counter()
     _run_stage(stage, patterns, layout, settings, options, handlers)
     seconds[stage] = time.perf_counter() - start
+    record = json.loads(files.read_text(layout.marker(stage)))
+    files.write_text(layout.marker(stage), json.dumps({**record, "seconds": seconds[stage]},
+                                                      indent=1, sort_keys=True))
   sentences = stage_done(layout, "sentences", settings)
   done = stage_done(layout, "pairs", settings)
-  return {"seconds": seconds, "counts": sentences["counts"],
+  recorded = {stage: (stage_done(layout, stage, settings) or {}).get("seconds")
+              for stage in seconds}
+  return {"seconds": seconds, "recorded_seconds": recorded, "counts": sentences["counts"],
           "sentences": {side: sum(sentences["sizes"][side]) for side in SIDES},
           "written": done["written"], "recall": done["recall"], "pairs": layout.pairs()}
 
