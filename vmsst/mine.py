@@ -68,6 +68,15 @@ repeated or empty lines) the .npy stays memory-mapped and is streamed in
 blocks, so memory is bounded by the index, not by the sides
 (docs/results/benchmarks/README.md gives time, memory and recall against exact).
 
+--precision=binary (or ubinary, int8, uint8; sentence-transformers' layouts,
+vmsst/encoding/quantize.py) searches codes instead of float vectors:
+Hamming distance over packed sign bits (faiss IndexBinaryFlat, IndexBinaryIVF
+with --index=ivf; 32x smaller keys), or int8 codes by the model's calibration
+(python -m vmsst.calibrate; without one, the two sides' own ranges). Each
+sentence's --rescore_multiplier x k candidates are re-ranked by float cosine,
+then scored by the margin as usual (mining/quantized.py; F1 and speed in
+docs/results/quantized/README.md).
+
 When one index does not fit in memory, --shards=S splits the keys into S
 slices indexed and searched in turn (memory: one slice's index). Over S
 machines, each searches one slice of both sides and saves its neighbour
