@@ -240,10 +240,9 @@ def _opus_pairs(opus_dir: str, counts: "sources.PairCounts",
     counts.skipped.update(pair_counts.skipped)
     if pair_counts.read and not pair_counts.kept:
       from vmsst_tasks.registry import data_counts
-      from vmsst_tasks.registry import opus
       raise cli.UserError(data_counts.empty_input_message(
-          opus.opus_task_name(lang_a, lang_b), ", ".join(str(p) for c in corpora for p in c.paths),
-          pair_counts))
+          f"opus:{opus_dir} {lang_a}-{lang_b}",
+          ", ".join(str(p) for c in corpora for p in c.paths), pair_counts))
 
 
 def _first_missing(path: epath.Path) -> epath.Path | None:
