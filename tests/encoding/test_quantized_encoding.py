@@ -1,0 +1,135 @@
+"""--precision end to end on a trained directory: calibrate, Encoder.encode, embed, export.
+
+A copy of the session's tiny model (4 steps: parity, not quality, is tested) is
+calibrated once; the SavedModel's serving_<precision> signatures must give the
+codes `Encoder.encode(precision=)` gives from the same export's float vectors.
+"""
+
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import vmsst
+import vmsst_testing
+from vmsst import calibrate
+from vmsst import embed
+from vmsst import export
+from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import protocol
+from vmsst.encoding import quantize
+
+pytestmark = pytest.mark.slow  # an export and a calibration of a trained model
+
+SENTENCES = ["A man rides a bicycle.", "Ein Mann fährt mit dem Fahrrad über die Brücke.",
+             "Мужчина едет на велосипеде.", "一个男人骑着自行车过桥。", "", "x" * 300,
+             "रजल", "Der Hund schläft.", "The dog sleeps.", "Le chien dort."]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model, tmp_path_factory):
+  """A calibrated copy of the tiny model (the session's stays uncalibrated)."""
+  copy = tmp_path_factory.mktemp("quantized") / "model"
+  shutil.copytree(tiny_model[0], copy)
+  calibration_set = copy.parent / "calibration.txt"
+  calibration_set.write_text("\n".join(SENTENCES * 2 + [f"Satz {i}." for i in range(50)]),
+                             encoding="utf-8")
+  get_encoder = lambda: protocol.UniqueSentences(encoder_flags.make_encoder(model_dir=str(copy)))
+  summary = calibrate.calibrate_file(get_encoder, str(calibration_set), str(copy))
+  assert "59 distinct sentences" in summary  # SENTENCES less the empty line, and 50
+  return copy
+
+
+@pytest.fixture(scope="module")
+def exported(model_dir):
+  output = model_dir.parent / "export"
+  metadata = export.export(str(model_dir), str(output))
+  return output, metadata
+
+
+def test_encode_at_each_precision_is_the_float_vectors_quantized_by_the_calibration(model_dir):
+  encoder = vmsst.Encoder.from_checkpoint(str(model_dir))
+  calibration = quantize.load(str(model_dir))
+  vectors = encoder.encode(SENTENCES)
+  for normalize in (False, True):
+    floats = encoder.encode(SENTENCES, normalize=normalize)
+    for precision in quantize.PRECISIONS:
+      codes = encoder.encode(SENTENCES, precision=precision, normalize=normalize)
+      assert codes.dtype == quantize.output_dtype(precision)
+      assert codes.shape == (len(SENTENCES), quantize.code_width(precision, vectors.shape[1]))
+      np.testing.assert_array_equal(codes, quantize.quantize(
+          floats, precision, calibration.ranges_for(normalize)))
+  assert encoder.encode(SENTENCES[0], precision="binary").shape == (vectors.shape[1] // 8,)
+
+
+def test_encode_int8_without_a_calibration_names_the_command(tiny_model):
+  encoder = vmsst.Encoder.from_checkpoint(str(tiny_model[0]))
+  with pytest.raises(ValueError, match="vmsst.calibrate"):
+    encoder.encode(SENTENCES, precision="int8")
+  with pytest.raises(ValueError, match="ubinary"):
+    encoder.encode(SENTENCES, precision="int4")
+
+
+@pytest.mark.parametrize("precision", quantize.PRECISIONS)
+def test_embed_file_writes_each_precisions_dtype_and_shape(model_dir, tmp_path, precision):
+  lines = tmp_path / "lines.txt"
+  lines.write_text("\n".join(SENTENCES), encoding="utf-8")
+  get_encoder = lambda: protocol.UniqueSentences(
+      encoder_flags.make_encoder(model_dir=str(model_dir)))
+  summary = embed.embed_file(get_encoder, lines, tmp_path / "out.npy", precision=precision,
+                             calibration_dir=str(model_dir))
+  written = np.load(tmp_path / "out.npy")
+  assert written.dtype == quantize.output_dtype(precision)
+  assert written.shape == (len(SENTENCES), quantize.code_width(precision, summary.dim))
+  assert f"{quantize.output_dtype(precision).name} [{len(SENTENCES)}, {written.shape[1]}]" in str(
+      summary)
+
+
+def test_embed_command_precision_flag(model_dir, tmp_path):
+  lines = tmp_path / "lines.txt"
+  lines.write_text("\n".join(SENTENCES), encoding="utf-8")
+  run = lambda *args: subprocess.run(
+      [sys.executable, "-m", "vmsst.embed", f"--model_dir={model_dir}", f"--input={lines}",
+       *args], cwd=vmsst_testing.ROOT, capture_output=True, text=True, timeout=600, check=False)
+  done = run(f"--output={tmp_path / 'int8.npy'}", "--precision=int8")
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert "int8: int8 [10," in done.stdout
+  assert np.load(tmp_path / "int8.npy").dtype == np.int8
+
+
+def test_saved_model_precision_signatures_equal_encoder_encode(exported, model_dir):
+  output, metadata = exported
+  assert {f"serving_{p}" for p in quantize.PRECISIONS[1:]} <= set(metadata["signatures"])
+  assert quantize.load(str(output / export.EXTRA_DIR)).sentences == 59
+  loaded = tf.saved_model.load(str(output))
+  encoder = vmsst.Encoder.from_saved_model(str(output))
+  checkpoint_encoder = vmsst.Encoder.from_checkpoint(str(model_dir))
+  for precision in quantize.PRECISIONS[1:]:
+    served = loaded.signatures[f"serving_{precision}"](
+        text=tf.constant(SENTENCES))["embeddings"].numpy()
+    # One call of the whole batch, as the signature got: the same float vectors.
+    np.testing.assert_array_equal(served, encoder.encode(SENTENCES, precision=precision,
+                                                         batch_size=len(SENTENCES)))
+    from_checkpoint = checkpoint_encoder.encode(SENTENCES, precision=precision)
+    assert from_checkpoint.dtype == served.dtype and from_checkpoint.shape == served.shape
+    # The checkpoint and the exported graph round differently in the last bits: a value at a
+    # bucket's edge moves by one bucket (int8), one near 0 flips its bit (binary), rarely.
+    if precision.endswith("int8"):
+      assert np.abs(from_checkpoint.astype(int) - served.astype(int)).max() <= 1
+    assert np.mean(from_checkpoint != served) < 0.1, precision
+
+
+def test_export_calibration_flag_measures_the_ranges_at_export(model_dir, tmp_path):
+  uncalibrated = tmp_path / "model"
+  shutil.copytree(model_dir, uncalibrated)
+  (uncalibrated / quantize.CALIBRATION_FILE).unlink()
+  sentences = tmp_path / "calibration.txt"
+  sentences.write_text("\n".join(f"Sentence number {i}." for i in range(30)), encoding="utf-8")
+  metadata = export.export(str(uncalibrated), str(tmp_path / "export"),
+                           calibration=str(sentences))
+  assert "serving_int8" in metadata["signatures"]
+  saved = quantize.load(str(tmp_path / "export" / export.EXTRA_DIR))
+  assert (saved.sentences, saved.source) == (30, "calibration.txt")
