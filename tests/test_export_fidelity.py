@@ -71,7 +71,8 @@ def _objective_bindings(name, tiny_model, data_dir, tmp_path) -> list[str]:
   if name == "entity_contrastive":
     from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
     entity_dir = tmp_path / "entities"
-    wiki_entities.build(str(data_dir / "wiki_entity_sample"), str(entity_dir),
+    wiki_entities.build(str(data_dir / "wiki_entity_sample" / "enwiki-pages-articles-sample.xml.bz2"),
+                        str(entity_dir),
                         heldout_fraction=0.5, min_links=0)
     return [f"ENTITY_DIR = '{entity_dir}'"]
   return []
@@ -181,3 +182,13 @@ def test_the_saved_model_gives_the_embedding(trained, sentences):
     texts = {c: sentences[c] for c in codes}
     got = loaded.signatures[signature](text=tf.constant(sum(texts.values(), [])))["embeddings"]
     _assert_close(got.numpy(), _reference(reference_dir, texts), f"{name} savedmodel {signature}")
+
+
+@pytest.mark.parametrize("config", [{"rms_norm": True}, {"num_heads": 3, "head_dim": 16}])
+def test_a_network_no_stock_architecture_computes_is_refused_naming_the_savedmodel(config):
+  """The transformers formats refuse (one line: export.py makes it a `UserError`) and
+  name the format that gives this network's embedding."""
+  from vmsst.config import NetworkConfig  # pylint: disable=import-outside-toplevel
+  with pytest.raises(hf_export.Unsupported) as refused:
+    hf_export.architecture(NetworkConfig(**config))
+  assert "--format=savedmodel" in str(refused.value) and "\n" not in str(refused.value)

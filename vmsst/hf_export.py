@@ -79,6 +79,8 @@ PROJECTIONS_FILE = "projections.safetensors"  # --format=huggingface: the Dense 
 TOWER_B_DIR = "tower_b"
 DOCUMENT_TOWER_DIR = "document_tower"
 PUBLISHABLE = "gin/models/sizes/mt5_base.gin (the T5 switches: an MT5EncoderModel export)"
+# The refusal names the format that gives this network's embedding (export.py: model.encode).
+SAVEDMODEL_WORKS = "--format=savedmodel exports any network with its embedding."
 
 
 class Unsupported(ValueError):
@@ -94,7 +96,7 @@ def architecture(cfg: NetworkConfig) -> str:
   if cfg.num_heads * cfg.head_dim != cfg.emb_dim and not _matches(cfg, t5):
     raise Unsupported(f"num_heads * head_dim = {cfg.num_heads * cfg.head_dim} but emb_dim = "
                       f"{cfg.emb_dim}: XLM-RoBERTa-XL's heads split the width exactly; "
-                      f"train a T5-switched size to publish ({PUBLISHABLE}).")
+                      f"train a T5-switched size to publish ({PUBLISHABLE}). {SAVEDMODEL_WORKS}")
   if _matches(cfg, t5):
     return "mt5"
   if _matches(cfg, original):
@@ -105,7 +107,7 @@ def architecture(cfg: NetworkConfig) -> str:
       f"NetworkConfig has the T5 settings of {', '.join(on)} but not of {', '.join(off)} "
       "(T5: relative_attention, rms_norm, gated_mlp on; projection_bias, "
       "scale_attention_logits off): neither MT5EncoderModel nor XLM-RoBERTa-XL computes "
-      f"that function. Train with all T5 switches to publish ({PUBLISHABLE}).")
+      f"that function. Train with all T5 switches to publish ({PUBLISHABLE}). {SAVEDMODEL_WORKS}")
 
 
 def _matches(cfg: NetworkConfig, switches: Mapping[str, bool]) -> bool:
@@ -310,8 +312,9 @@ def write_sentence_transformer(output: str, dimension: int,
         weight.shape[1], weight.shape[0], bias=bias is not None,
         activation_function=torch.nn.Identity(), init_weight=torch.from_numpy(weight.copy()),
         init_bias=None if bias is None else torch.from_numpy(bias.copy())))
-  SentenceTransformer(modules=layers, device="cpu").save(output, safe_serialization=True,
-                                                        create_model_card=False)
+  # similarity_fn_name: config_sentence_transformers.json's, what mteb reads (cosine: μ_sem's).
+  SentenceTransformer(modules=layers, device="cpu", similarity_fn_name="cosine").save(
+      output, safe_serialization=True, create_model_card=False)
 
 
 def record_nested_dims(output: str, model, metadata: dict[str, Any]) -> None:
@@ -407,6 +410,7 @@ def _write_export(output: str, model_dir: str, restored: restore.RestoredModel, 
     metadata["dimension"] = int(projections[-1][0].shape[0])
     metadata["towers"][subdir or "."] = _tower_role(restored.model, subdir)
   from vmsst import model_card  # pylint: disable=import-outside-toplevel
+  metadata["mteb"] = model_card.mteb_fields(model_dir, metadata)  # mteb's ModelMeta fields
   files.write_text(files.join(output, "README.md"), model_card.render(model_dir, metadata))
   _write_json(files.join(output, METADATA_FILE), metadata)
   for name in (restore.MODEL_FILE, restore.CONFIG_FILE):

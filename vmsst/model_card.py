@@ -122,6 +122,60 @@ def usage(metadata: Mapping[str, Any]) -> list[str]:
       "```"]
 
 
+def training_languages(model_dir: str) -> list[str]:
+  """The languages of the data the run read (NTREX-128, Multi30k), ISO 639-3, sorted.
+
+  Empty when the run's data is another (an OPUS directory, TFDS): the card
+  then declares none rather than guess.
+  """
+  from vmsst import languages  # pylint: disable=import-outside-toplevel
+  path = files.join(model_dir, restore.CONFIG_FILE)
+  data_dir = (_bindings(files.read_text(path)).get("DATA_DIR", "").strip("'\"")
+              if files.exists(path) else "")
+  folders = training_data(model_dir)[1]
+  codes = set()
+  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
+  if "ntrex128" in folders and data_dir:
+    try:
+      codes |= set(sources.ntrex_files(data_dir))
+    except (FileNotFoundError, ValueError):
+      pass  # the data moved since training: the card declares what it can read
+  if "multi30k" in folders:
+    codes |= set(sources.MULTI30K_LANGUAGES.values())
+  return sorted({languages.canonical_language(c).split("-")[0] for c in codes})
+
+
+def mteb_fields(model_dir: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
+  """What mteb's ModelMeta holds about this export, under ModelMeta's field names.
+
+  mteb reads embed_dim, max_tokens and similarity_fn_name off the loaded
+  SentenceTransformer (`ModelMeta.from_sentence_transformer_model`; the
+  similarity is config_sentence_transformers.json's), and languages from
+  the card's `language:` (ISO 639-3 here, which mteb maps to code-script).
+  `embed_dim` is the list of nested sizes for a Matryoshka model (mteb's
+  convention), else the width; training_datasets are the data folders the
+  run read (the card's `datasets:`).
+  """
+  nested = metadata.get("nested_dims")
+  return {"languages": training_languages(model_dir),
+          "training_datasets": sorted(training_data(model_dir)[1]),
+          "similarity_fn_name": "cosine",
+          "embed_dim": list(nested) if nested else metadata["dimension"],
+          "max_tokens": metadata["max_seq_length"]}
+
+
+def _front_matter(model_dir: str, metadata: Mapping[str, Any]) -> list[str]:
+  """The card's YAML header: what the Hub, sentence-transformers and mteb read."""
+  mteb = mteb_fields(model_dir, metadata)
+  lines = ["---", f"library_name: {_library(metadata)}", "pipeline_tag: sentence-similarity",
+           "tags: [sentence-transformers, feature-extraction, sentence-similarity, vmsst]"]
+  if mteb["languages"]:
+    lines.append(f"language: [{', '.join(mteb['languages'])}]")
+  if mteb["training_datasets"]:
+    lines.append(f"datasets: [{', '.join(mteb['training_datasets'])}]")
+  return lines + ["---"]
+
+
 def _library(metadata: Mapping[str, Any]) -> str:
   """The card's library_name: the library its code loads the directory with."""
   return "transformers" if metadata["format"] == "huggingface" else "sentence-transformers"
@@ -134,9 +188,7 @@ def render(model_dir: str, metadata: Mapping[str, Any]) -> str:
   figures = heldout(model_dir)
   network = spec["network"]
   lines = [
-      "---", f"library_name: {_library(metadata)}", "pipeline_tag: sentence-similarity",
-      "tags: [sentence-transformers, feature-extraction, sentence-similarity, vmsst]", "---",
-      "", f"# {files.name(model_dir)}", "",
+      *_front_matter(model_dir, metadata), "", f"# {files.name(model_dir)}", "",
       "A multilingual sentence embedder trained with vmsst: "
       f"objective **{metadata['objective']}**, "
       f"{metadata['step']} steps, exported as a stock `{metadata['architecture']}` encoder "
