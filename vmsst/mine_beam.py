@@ -13,7 +13,7 @@ so running the same command again resumes after the last finished stage.
   # Dataflow (Beam's own flags, written --name=value, go to the runner):
   python -m vmsst.mine_beam --src='gs://B/de/*' --trg='gs://B/en/*' --saved_model=gs://B/export \
       --output=gs://B/mined --index=ivf --sq8 --shards=256 --runner=DataflowRunner \
-      --project=P --region=us-central1 --temp_location=gs://B/tmp --requirements_file=req.txt
+      --project=P --region=us-central1 --temp_location=gs://B/tmp --setup_file=./setup.py
 
 --margin, --retrieval, --k, --threshold and the IVF flags mean what they
 mean for `python -m vmsst.mine` and give its pairs (exact search: the same

@@ -202,7 +202,7 @@ def numbered_lines(element: tuple[int, str]) -> Iterable[tuple[str, tuple[int, i
     except UnicodeDecodeError:
       count("not_utf8")
       continue
-    if "\t" in line or "\0" in line:  # a TAB would split the output's columns
+    if "\t" in line or "\0" in line:  # counted as "tab": a TAB would split the columns; NUL: binary
       count("tab")
     elif not line.strip():
       count("empty")
