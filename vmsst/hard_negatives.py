@@ -179,7 +179,8 @@ def main(argv: Sequence[str]) -> None:
   print(f"{files.join(FLAGS.output, task.ROWS)}: {len(rows)} pairs, {counts.negatives} negatives "
         f"({counts.short} pairs with fewer than {FLAGS.negatives}); dropped among "
         f"{counts.candidates} neighbours: {counts.translations} translations, {counts.margin} "
-        f"within the {FLAGS.margin} margin {FLAGS.margin_value}")
+        + (f"within the {FLAGS.margin} margin {FLAGS.margin_value}" if FLAGS.margin != "none"
+           else "by no margin (--margin=none)"))
 
 
 if __name__ == "__main__":
