@@ -93,29 +93,38 @@ def repeat_rows(x: Array, times: int) -> Array:
   return x if times == 1 else jnp.concatenate([x] * times, axis=0)
 
 
-def nested_translation_terms(nested: nested_lib.NestedDims | None, nll: Array, correct: Array,
-                             mask: Array) -> tuple[Array, dict[str, Array]]:
+def nested_translation_sum(nested: nested_lib.NestedDims | None, nll: Array) -> Array:
   """Per-pair translation NLL [B] summed over the prefix widths with their weights.
 
   Args:
-    nested: the sizes and weights, or None (one width, the plain term).
-    nll, correct: [n·2B], the decodes of `nested_translation_latents` in its order.
-    mask: [2B, L] of one width's targets.
-  Returns:
-    (Σ_k c_k (nll_a + nll_b) [B]; the largest width's `translation_metrics`
-     and, when nested, `nested_translation_nll_<k>` per width).
+    nested: the sizes and weights, or None (one width: pair_sum(nll)).
+    nll: [n·2B], the decodes of `nested_translation_latents` in its order.
   """
   if nested is None:
-    return pair_sum(nll), translation_metrics(nll, correct, mask)
-  rows = mask.shape[0]
-  per_pair, metrics = None, {}
-  for i, (k, weight) in enumerate(zip(nested.sizes, nested.weights)):
-    nll_k = nll[i * rows:(i + 1) * rows]
-    term = pair_sum(nll_k)
-    per_pair = weight * term if per_pair is None else per_pair + weight * term
-    metrics[f"nested_translation_nll_{k}"] = jnp.mean(term)
-  last = slice((len(nested.sizes) - 1) * rows, None)
-  return per_pair, translation_metrics(nll[last], correct[last], mask) | metrics
+    return pair_sum(nll)
+  total = None
+  for term, weight in zip(_per_width(nll, len(nested.sizes)), nested.weights):
+    total = weight * pair_sum(term) if total is None else total + weight * pair_sum(term)
+  return total
+
+
+def nested_translation_metrics(nested: nested_lib.NestedDims | None, nll: Array, correct: Array,
+                               mask: Array) -> dict[str, Array]:
+  """The largest width's `translation_metrics` ([2B] rows of mask [2B, L]) and, when
+  nested, `nested_translation_nll_<k>` per width."""
+  if nested is None:
+    return translation_metrics(nll, correct, mask)
+  widths = len(nested.sizes)
+  metrics = {f"nested_translation_nll_{k}": jnp.mean(pair_sum(term))
+             for k, term in zip(nested.sizes, _per_width(nll, widths))}
+  return translation_metrics(_per_width(nll, widths)[-1], _per_width(correct, widths)[-1],
+                             mask) | metrics
+
+
+def _per_width(x: Array, widths: int) -> list[Array]:
+  """[n·2B] stacked decodes -> n arrays [2B], one per prefix width."""
+  rows = x.shape[0] // widths
+  return [x[i * rows:(i + 1) * rows] for i in range(widths)]
 
 
 def translation_metrics(nll: Array, correct: Array, mask: Array) -> dict[str, Array]:
@@ -159,7 +168,6 @@ class BiTranslation(models.EmbeddingModel):
     nll, correct, extra = decode_nll(self, params, repeat_rows(tokens, n), repeat_rows(mask, n),
                                      repeat_rows(languages, n), latent, decoder_rng,
                                      self.softmax_candidates)
-    per_pair, metrics = nested_translation_terms(self.nested, nll, correct, mask)
-    loss = jnp.mean(per_pair)
-    metrics = metrics | extra
+    loss = jnp.mean(nested_translation_sum(self.nested, nll))
+    metrics = nested_translation_metrics(self.nested, nll, correct, mask) | extra
     return loss, metrics | {"loss": loss}

@@ -324,17 +324,17 @@ class EntityContrastive(models.EmbeddingModel):
     mask = jnp.concatenate([batch["mask_a"], batch["mask_a"]], axis=0)
     view_1, view_2 = models.split_halves(self.semantic(params, tokens, mask, dropout_rng)[0])
     same = losses.same_sequence_matrix(batch["tokens_a"])
-    ids = batch[ENTITIES]
-    entity_vectors = self.entity_vectors_of(params, ids)
     loss, metrics = nested_lib.nested_loss(self.nested, view_1.shape[-1], lambda k: self.terms(
-        *(nested_lib.prefix(x, k) for x in (view_1, view_2, entity_vectors)), ids, same))
+        params, nested_lib.prefix(view_1, k), nested_lib.prefix(view_2, k), batch[ENTITIES],
+        same, k))
     return loss, metrics | {"loss": loss}
 
-  def terms(self, view_1, view_2, entity_vectors, ids, same):
-    """(self-contrast + λ · entity contrast, metrics) of the two views [B, k] and
-    the entity vectors [B, 1 + H, k] (a prefix width k, or the full d)."""
+  def terms(self, params, view_1, view_2, ids, same, k: int):
+    """(self-contrast + λ · entity contrast, metrics) of the two views [B, k] and the
+    k-prefix of the entities' vectors (k a nested width, or the full d)."""
     self_loss, self_accuracy = losses.symmetric_info_nce(view_1, view_2, self.temperature,
                                                          same, same)
+    entity_vectors = nested_lib.prefix(self.entity_vectors_of(params, ids), k)
     entity_loss, entity_accuracy = entity_contrast(
         view_1, entity_vectors, ids, same, self.entity_temperature, self.hard_negative_weight)
     loss = self_loss + self.entity_weight * entity_loss

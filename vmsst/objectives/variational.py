@@ -108,10 +108,9 @@ class VMSST(models.EmbeddingModel):
     (nll_t, nll_r), (correct_t, correct_r) = ((x[:split], x[split:]) for x in (nll, correct))
     kl_weight = self.kl_scale * losses.linear_annealing(step, self.kl_anneal_steps)
     neg_elbo = bitranslation.pair_sum(nll_r) + kl_weight * sum(kls.values())
-    translation_nll, translation_metrics = bitranslation.nested_translation_terms(
-        self.nested, nll_t, correct_t, mask)
-    per_pair = translation_nll + self.elbo_weight * neg_elbo
-    metrics = (translation_metrics
+    per_pair = (bitranslation.nested_translation_sum(self.nested, nll_t)
+                + self.elbo_weight * neg_elbo)
+    metrics = (bitranslation.nested_translation_metrics(self.nested, nll_t, correct_t, mask)
                | reconstruction_metrics(nll_r, correct_r, mask, kls, kl_weight) | extra)
     return per_pair, metrics, mu
 
