@@ -137,8 +137,10 @@ def render(results: dict) -> str:
            "through the same `vmsst_hard_negatives` task with the same seed; the only difference "
            f"is `Contrastive.hard_negatives = {results['negatives']}` (each pair's own negatives "
            "in its a→b softmax row). Each seed's negatives were mined by "
-           f"`python -m vmsst.hard_negatives` with that seed's baseline run (margin "
-           f"{results['margin']} {results['margin_value']}, {results['candidates']} candidates). "
+           f"`python -m vmsst.hard_negatives` with that seed's baseline run ("
+           + ("no margin" if results["margin"] == "none"
+              else f"{results['margin']} margin {results['margin_value']}")
+           + f", {results['candidates']} candidates). "
            "Held-out retrieval: base_cpu.gin's RetrievalEvaluator "
            "(Multi30k test 2016 and NTREX validation, at most 500 pairs each, accuracy ×100, "
            f"mean of both directions; chance {first['chance']:.2f}). Seeds "
