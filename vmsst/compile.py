@@ -170,8 +170,10 @@ def program_fingerprint(lowered: Any, devices: Sequence[Any]) -> str:
     libtpu = importlib.metadata.version("libtpu")
   except importlib.metadata.PackageNotFoundError:
     libtpu = "none"
+  xla_flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+               if not f.startswith("--xla_force_host_platform_device_count")]  # CPU only
   parts = [lowered.as_text(), devices[0].device_kind, str(len(devices)), jax.__version__,
-           libtpu, os.environ.get("LIBTPU_INIT_ARGS", ""), os.environ.get("XLA_FLAGS", "")]
+           libtpu, os.environ.get("LIBTPU_INIT_ARGS", ""), " ".join(xla_flags)]
   return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
