@@ -63,7 +63,7 @@ def sentences(data_dir) -> dict[str, list[str]]:
 
 def _objective_bindings(name, tiny_model, data_dir, tmp_path) -> list[str]:
   """What each objective needs beyond the pair data, made from local files."""
-  if name == "distillation":  # the tiny VMSST run is the teacher (64 dims; the student's head 32 -> 64)
+  if name == "distillation":  # the tiny VMSST run is the teacher: 64 dims; head 32 -> 64
     return [f"Teacher.model_dir = '{tiny_model[0]}'",
             f"TEACHER_CACHE_DIR = '{tmp_path / 'teacher_cache'}'"]
   if name == "query_tower":
@@ -71,9 +71,8 @@ def _objective_bindings(name, tiny_model, data_dir, tmp_path) -> list[str]:
   if name == "entity_contrastive":
     from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
     entity_dir = tmp_path / "entities"
-    wiki_entities.build(str(data_dir / "wiki_entity_sample" / "enwiki-pages-articles-sample.xml.bz2"),
-                        str(entity_dir),
-                        heldout_fraction=0.5, min_links=0)
+    dump = data_dir / "wiki_entity_sample" / "enwiki-pages-articles-sample.xml.bz2"
+    wiki_entities.build(str(dump), str(entity_dir), heldout_fraction=0.5, min_links=0)
     return [f"ENTITY_DIR = '{entity_dir}'"]
   return []
 
@@ -136,7 +135,8 @@ def run_card(export_dir, texts: list[str], card: str | None = None) -> dict:
   assert model_card.SENTENCES in code, code
   code = code.replace(model_card.SENTENCES, f"sentences = {json.dumps(texts)}")
   scope: dict = {}
-  exec(compile(code.replace("PATH", str(export_dir)), "README.md", "exec"), scope)  # pylint: disable=exec-used
+  code = code.replace("PATH", str(export_dir))
+  exec(compile(code, "README.md", "exec"), scope)  # pylint: disable=exec-used
   return scope
 
 

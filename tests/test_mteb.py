@@ -51,10 +51,11 @@ def project_encoder(exported):
 
 def test_mteb_reads_the_exports_metadata(exported, loaded):
   """What mteb's loader reads: ModelMeta off the SentenceTransformer, languages off the card."""
-  from huggingface_hub import ModelCard  # pylint: disable=import-outside-toplevel
-  from mteb.languages.iso_mappings import _hf_langs_to_iso_lang_scripts  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  from huggingface_hub import ModelCard
+  from mteb.languages.iso_mappings import _hf_langs_to_iso_lang_scripts  # the card's reader
+  from mteb.models.model_meta import ModelMeta, ScoringFunction
   _, export_dir, metadata = exported
-  from mteb.models.model_meta import ModelMeta, ScoringFunction  # pylint: disable=import-outside-toplevel
   meta = ModelMeta.from_sentence_transformer_model(loaded)
   assert meta.embed_dim == metadata["dimension"] == loaded.get_embedding_dimension()
   assert meta.similarity_fn_name == ScoringFunction.COSINE

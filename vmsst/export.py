@@ -4,9 +4,10 @@ r"""Exports a trained model as a TensorFlow SavedModel (strings in, embeddings o
       [--step=N] [--normalize] [--platforms=cpu] [--dtype=bfloat16]
   python -m vmsst.export --format=sentence-transformers --model_dir=DIR --output=OUT
 
---format=sentence-transformers (or huggingface) writes a directory that
-SentenceTransformer(OUT) and transformers' AutoModel load with no custom
-code: vmsst/hf_export.py. The rest of this docstring is the SavedModel.
+--format=sentence-transformers writes a directory that SentenceTransformer(OUT)
+and transformers' AutoModel load with no custom code; --format=huggingface one
+for plain transformers, whose model card's code pools and projects:
+vmsst/hf_export.py. The rest of this docstring is the SavedModel.
 
 The SavedModel contract (what `encoding.saved_model.SavedModelEncoder` reads):
 
