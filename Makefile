@@ -1,6 +1,7 @@
 # The two set-up commands of the README, plus what they share.
 #   make train   trains the default CPU VMSST on NTREX-128 + Multi30k and
-#                prints held-out retrieval accuracy (about ten minutes here).
+#                prints held-out retrieval accuracy (59 min on a fresh clone here,
+#                install included, under a load average of 17: docs/results/main_job/).
 #   make test    runs the whole test suite (what .ci/run calls; under 30 min).
 #   make test-fast  the `unit` tier only (pure, seconds each; no training run, no
 #                subprocess, no TPU compile): the edit loop; its time here is in

@@ -190,6 +190,8 @@ def measure_seeds(seeds: list[int], output: pathlib.Path, workdir: pathlib.Path)
     record = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
               "commit": commit, "fresh_clone": True, "cores": os.cpu_count(), "seed": seed,
               "command": " ".join(command), "vocabulary_reused": i > 0,
+              "measured_by": ".venv/bin/python bench/main_job.py --measure --seeds="
+                             + ",".join(str(s) for s in seeds),
               "load_before": [round(x, 2) for x in os.getloadavg()]}
     sampler = LoadSampler()
     sampler.start()
@@ -240,7 +242,7 @@ def render(record: dict) -> str:
   curve = ", ".join(f"{v}% at {s}" for s, v in record["retrieval_curve"])
   return "\n".join([
       f"Measured {record['date_utc']} UTC on {record['cores']} cores by "
-      f"`.venv/bin/python bench/main_job.py --measure`: {where}; "
+      f"`{record.get('measured_by', '.venv/bin/python bench/main_job.py --measure')}`: {where}; "
       f"{_minutes(total)} in all ({_minutes(record['job_seconds'])} for `{record['command']}`: "
       f"vocabulary, {record['steps']} steps of training in "
       f"{_minutes(record['training_seconds'])} including its held-out evaluations, "
