@@ -40,19 +40,22 @@ from vmsst.mining import approximate  # noqa: E402
 from vmsst.mining import beam_pipeline as bp  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("n", 1_000_000, "Sentences a side for the corpus-scale run.")
-flags.DEFINE_integer("d", 64, "Width of the planted vectors of the corpus-scale run.")
-flags.DEFINE_integer("shards", 8, "The pipeline's shards a side.")
-flags.DEFINE_integer("nprobe", 16, "IVF cells per query (both miners).")
-flags.DEFINE_integer("ntrex_sentences", 20_000, "Distinct NTREX sentences a side for the real "
-                     "end-to-end run (0 skips it).")
-flags.DEFINE_string("saved_model", None, "SavedModel (python -m vmsst.export) for the real run.")
-flags.DEFINE_string("data_dir", "../shared/data", "Holds ntrex128/.")
-flags.DEFINE_string("work", "/tmp/beam_mining_bench", "Scratch directory (sentences, stages).")
-flags.DEFINE_string("output", "docs/results/beam_mining", "Where results.json and README.md go.")
-flags.DEFINE_integer("dataflow_cores", 4, "vCPUs per Dataflow worker in the projection.")
-flags.DEFINE_multi_string("note", [], "A line for the page (what was run and why).")
-flags.DEFINE_bool("recorded", False, "Render README.md from --output's results.json only.")
+
+def _define_flags() -> None:
+  """Under __main__ only: bench scripts are imported side by side by the tests."""
+  flags.DEFINE_integer("n", 1_000_000, "Sentences a side for the corpus-scale run.")
+  flags.DEFINE_integer("d", 64, "Width of the planted vectors of the corpus-scale run.")
+  flags.DEFINE_integer("shards", 8, "The pipeline's shards a side.")
+  flags.DEFINE_integer("nprobe", 16, "IVF cells per query (both miners).")
+  flags.DEFINE_integer("ntrex_sentences", 20_000, "Distinct NTREX sentences a side for the real "
+                       "end-to-end run (0 skips it).")
+  flags.DEFINE_string("saved_model", None, "SavedModel (python -m vmsst.export) for the real run.")
+  flags.DEFINE_string("data_dir", "../shared/data", "Holds ntrex128/.")
+  flags.DEFINE_string("work", "/tmp/beam_mining_bench", "Scratch directory (sentences, stages).")
+  flags.DEFINE_string("output", "docs/results/beam_mining", "Where results.json and README.md go.")
+  flags.DEFINE_integer("dataflow_cores", 4, "vCPUs per Dataflow worker in the projection.")
+  flags.DEFINE_multi_string("note", [], "A line for the page (what was run and why).")
+  flags.DEFINE_bool("recorded", False, "Render README.md from --output's results.json only.")
 
 STAGE_NAMES = ("sentences", "embeddings", "index", "assign", "neighbours", "pairs")
 
@@ -276,4 +279,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

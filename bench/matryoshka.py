@@ -26,15 +26,18 @@ from absl import flags
 from vmsst import files
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("vocab", "runs/vocab/spm.model", "SentencePiece model (python -m vmsst.vocabulary).")
-flags.DEFINE_string("data_dir", "../shared/data", "NTREX-128 and Multi30k.")
-flags.DEFINE_string("work", "runs/matryoshka", "Where the runs are trained.")
-flags.DEFINE_string("output", "docs/results/matryoshka", "Where results.json and README.md go.")
-flags.DEFINE_list("objectives", ["contrastive", "vmsst"], "Objectives with a _cpu_matryoshka.gin.")
-flags.DEFINE_integer("steps", 400, "Training steps of every run.")
-flags.DEFINE_integer("seed", 0, "Training seed of every run.")
-flags.DEFINE_list("sizes", ["16", "32", "64", "128"], "Prefix sizes evaluated.")
-flags.DEFINE_integer("max_pairs", 500, "Pairs per held-out set (the run files' own 500).")
+
+def _define_flags() -> None:
+  """Under __main__ only: bench scripts are imported side by side by the tests."""
+  flags.DEFINE_string("vocab", "runs/vocab/spm.model", "SentencePiece model (python -m vmsst.vocabulary).")
+  flags.DEFINE_string("data_dir", "../shared/data", "NTREX-128 and Multi30k.")
+  flags.DEFINE_string("work", "runs/matryoshka", "Where the runs are trained.")
+  flags.DEFINE_string("output", "docs/results/matryoshka", "Where results.json and README.md go.")
+  flags.DEFINE_list("objectives", ["contrastive", "vmsst"], "Objectives with a _cpu_matryoshka.gin.")
+  flags.DEFINE_integer("steps", 400, "Training steps of every run.")
+  flags.DEFINE_integer("seed", 0, "Training seed of every run.")
+  flags.DEFINE_list("sizes", ["16", "32", "64", "128"], "Prefix sizes evaluated.")
+  flags.DEFINE_integer("max_pairs", 500, "Pairs per held-out set (the run files' own 500).")
 
 VARIANTS = {"plain": "_cpu", "nested": "_cpu_matryoshka"}
 
@@ -128,4 +131,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

@@ -14,13 +14,17 @@ is imported) and compare the lines: docs/results/matryoshka/switch_off.md.
 
 import dataclasses
 import hashlib
+import pathlib
 import re
+import sys
 
 import flax.linen as nn
 import jax
 import numpy as np
 
-from vmsst_testing import TINY, init_params, random_batch  # tests/ on PYTHONPATH
+# tests/ after PYTHONPATH: a checkout named there first keeps its own vmsst_testing.
+sys.path.append(str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+from vmsst_testing import TINY, init_params, random_batch  # pylint: disable=wrong-import-position
 from vmsst.objectives import MODELS
 
 OBJECTIVES = {"contrastive": {}, "bitranslation": {}, "vmsst": {}, "vmsst_contrastive": {},
