@@ -24,6 +24,7 @@ Writes results.json and README.md in --output.
 
 import json
 import pathlib
+import shlex
 import sys
 import time
 
@@ -176,7 +177,8 @@ def render(results: dict) -> str:
         f"| {precision} | {quantize.bytes_per_vector(precision, dim)} | "
         f"{held['codes_only']:.2f} | {held['reranked']:.2f} | "
         f"{tat['codes_only']:.2f} | {tat['reranked']:.2f} | "
-        f"{results['mining_f1_mean'][precision]:.2f} | {results['search_seconds'][precision]:.2f} |")
+        f"{results['mining_f1_mean'][precision]:.2f} | "
+        f"{results['search_seconds'][precision]:.2f} |")
   sizes = results["search_seconds"]["sentences"]
   lines += ["", "Held-out: the training run's in-training retrieval sets (Multi30k test 2016 "
             "eng-deu/fra/ces and NTREX validation documents, eng against 9 languages; 500 "
@@ -188,8 +190,9 @@ def render(results: dict) -> str:
             f"mining's k=4 neighbour search both ways between {sizes[0]:,} and {sizes[1]:,} "
             "Multi30k training sentences (float32: faiss IndexFlatIP; binary: IndexBinaryFlat "
             "then the float re-rank; int8: decoded blocks, then the re-rank), on a shared 2-core "
-            f"machine (load average {results['machine']['load_average']}): compare within "
-            "the table only."]
+            f"machine (load average {results['machine']['load_average']}): binary and ubinary "
+            "run the same search, so their difference is the machine's noise. The model is a "
+            "short CPU run, far from converged: the figures compare precisions, not models."]
   return "\n".join(lines) + "\n"
 
 
@@ -210,7 +213,7 @@ def main(argv):
   held_out = ntrex_held_out(data_dir)
   f1 = {code: mining_f1(encoder, calibration, *pair) for code, pair in held_out.items()}
   results = {
-      "command": " ".join([".venv/bin/python", "bench/quantized.py", *sys.argv[1:]]),
+      "command": shlex.join([".venv/bin/python", "bench/quantized.py", *sys.argv[1:]]),
       "model": files.name(FLAGS.model_dir), "dimension": encoder.dimension,
       "model_command": FLAGS.model_command,
       "calibration": f"{calibration.sentences} sentences of {calibration.source}",
