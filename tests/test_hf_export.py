@@ -224,7 +224,8 @@ def test_a_distillation_student_exports_its_teacher_head_after_mu():
   assert head.shape == (48, 32) and head_bias is None
 
 
-def test_huggingface_format_is_the_transformer_alone(original_export, tmp_path):
+def test_huggingface_format_is_a_stock_transformer_without_sentence_transformers_modules(
+    original_export, tmp_path):
   import transformers  # pylint: disable=import-outside-toplevel
   model_dir, _, _ = original_export
   metadata = hf_export.export(str(model_dir), str(tmp_path / "hf"), fmt="huggingface")

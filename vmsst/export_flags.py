@@ -24,8 +24,9 @@ def define() -> None:
   flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.")
   flags.DEFINE_enum("format", "savedmodel", list(FORMATS), "savedmodel: TensorFlow "
                     "SavedModel; sentence-transformers: SentenceTransformer(OUT) and "
-                    "transformers AutoModel, no custom code; huggingface: the AutoModel part "
-                    "only (vmsst/hf_export.py).")
+                    "transformers AutoModel, no custom code; huggingface: transformers' AutoModel "
+                    "plus projections.safetensors, pooled and projected as its model card "
+                    "shows (vmsst/hf_export.py).")
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
   flags.DEFINE_string("output", None, "New directory for the SavedModel and params.")
   flags.DEFINE_bool("normalize", False, "L2-normalise the exported embeddings.")
