@@ -40,6 +40,10 @@ def test_single_string_empty_list_normalize_and_dimension():
   assert encoder.dimension == 3
   np.testing.assert_array_equal(encoder.encode("a b"), [3, 1, 1])
   assert encoder.encode([]).shape == (0, 3)
+  for precision, dtype in (("binary", np.int8), ("ubinary", np.uint8)):  # packed bits: 1 byte
+    none = encoder.encode([], precision=precision)
+    assert (none.shape, none.dtype) == ((0, 1), dtype)
+    assert encoder.encode(["a b"], precision=precision).dtype == dtype
   unit = encoder.encode(SENTENCES, normalize=True)
   np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, rtol=1e-6)
   with pytest.raises(TypeError, match="encode takes strings"):

@@ -161,12 +161,13 @@ class Encoder:
       raise TypeError(f"encode takes strings; got {len(wrong)} items of type {wrong[0]}.")
     if batch_size < 1:
       raise ValueError(f"batch_size must be positive, got {batch_size}.")
-    if not sentences:
-      return nested.truncate(np.zeros((0, self.dimension), np.float32), truncate_dim)
-    embeddings = protocol.UniqueSentences(
-        self.backend, batch_size=batch_size, progress=show_progress_bar).encode(
-            sentences, language=language)
-    self._warn_truncated(sentences)
+    if sentences:
+      embeddings = protocol.UniqueSentences(
+          self.backend, batch_size=batch_size, progress=show_progress_bar).encode(
+              sentences, language=language)
+      self._warn_truncated(sentences)
+    else:  # no rows, in the layout `precision` gives
+      embeddings = np.zeros((0, self.dimension), np.float32)
     embeddings = nested.truncate(embeddings, truncate_dim)
     if normalize:
       embeddings = similarity_lib.normalize(embeddings)
