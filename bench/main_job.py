@@ -293,16 +293,30 @@ def spread(values: list[float]) -> str:
   return f"{mean:.1f}% ± {std:.1f} (sample s.d.; {min(values):.1f}–{max(values):.1f}%, {len(values)} runs)"
 
 
+def headline_commit(runs: list[dict]) -> str:
+  """The commit with the most recorded runs (the latest of a tie): one code, several seeds."""
+  counts = {}
+  for r in runs:  # by date, so a later commit wins a tie
+    counts[r["commit"]] = counts.get(r["commit"], 0) + 1
+  best = max(counts.values())
+  return [c for c in counts if counts[c] == best][-1]
+
+
 def render_runs(runs: list[dict]) -> str:
   """The runs section: the headline over every recorded run, then one line per run."""
   if not runs:
     return ""
-  steps = {r["steps"] for r in runs}
+  commit = headline_commit(runs)
+  same = [r for r in runs if r["commit"] == commit]
+  steps = {r["steps"] for r in same}
+  seeds = ", ".join(str(r.get("seed", 0)) for r in same)
+  others = len(runs) - len(same)
   lines = ["## Every recorded run", "",
-           f"Held-out retrieval at step {'/'.join(str(s) for s in sorted(steps))}: "
-           f"**{spread([r['retrieval_mean'] for r in runs])}**. Runs differ by seed "
-           "(`train.seed`: the initialisation, the data order, dropout and the ELBO noise) "
-           "and by the code they ran (commit).", "",
+           f"Held-out retrieval at step {'/'.join(str(s) for s in sorted(steps))}, the runs of "
+           f"commit {commit} (seeds {seeds}): **{spread([r['retrieval_mean'] for r in same])}**. "
+           "Seeds differ by `train.seed`: the initialisation, the data order, dropout and the "
+           "ELBO noise." + (f" The {others} run(s) of other commits are listed, not in the "
+                            "spread: their code differed." if others else ""), "",
            "| run | commit | seed | command | held-out retrieval | Score | install + job | load "
            "before → after (mean, peak) |", "|---|---|---|---|---:|---:|---|---|"]
   for r in runs:

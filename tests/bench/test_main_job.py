@@ -87,8 +87,13 @@ def test_the_runs_headline_is_mean_and_spread_and_every_run_is_listed(tmp_path):
           **main_job.collect(tmp_path)}
   runs = [dict(base, name="seed0", seed=0, date_utc="2026-11-25 00:24",
                load_before=[1.0, 1.0, 1.0], load_after=[3.0, 2.0, 1.0]),
-          dict(base, name="seed1", seed=1, date_utc="2026-11-25 01:24", retrieval_mean=3.25)]
-  text = main_job.render_runs(runs)
-  assert "**2.8% ± 0.7 (sample s.d.; 2.2–3.2%, 2 runs)**" in text  # 2.25 and 3.25
+          dict(base, name="seed1", seed=1, date_utc="2026-11-25 01:24", retrieval_mean=3.25),
+          dict(base, name="earlier", seed=0, date_utc="2026-11-24 01:24", retrieval_mean=9.0,
+               commit="0ld0000")]
+  text = main_job.render_runs(sorted(runs, key=lambda r: r["date_utc"]))
+  # The spread is over the seeds of one commit; another commit's run is listed, not in it.
+  assert "commit abc1234 (seeds 0, 1): **2.8% ± 0.7 (sample s.d.; 2.2–3.2%, 2 runs)**" in text
+  assert "The 1 run(s) of other commits are listed, not in the spread" in text
   assert "[seed0](runs/seed0.json)" in text and "[seed1](runs/seed1.json)" in text
+  assert "[earlier](runs/earlier.json)" in text
   assert "1.0 → 3.0 (2.2, 3.7)" in text and "1 min 23 s + 7 min 11 s" in text
