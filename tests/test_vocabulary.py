@@ -1,7 +1,11 @@
 """Tests of vmsst/vocabulary.py on the session's tiny real vocabulary."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
+import sentencepiece as spm
 
 import vmsst_testing
 from vmsst import languages
@@ -64,3 +68,26 @@ def test_training_sentences_are_distinct_and_tatoeba_filtered(data_dir, tmp_path
   assert "read=3 kept=2 skipped=1 (tatoeba_overlap=1); 3 new distinct sentences" in capsys.readouterr().out
   with pytest.raises(ValueError, match="Unknown source 'wmt'"):
     list(vocabulary.training_sentences(str(data_dir), ["wmt"]))
+
+
+
+_TRAIN_ONE = """
+import gzip, sys
+from vmsst import vocabulary
+with gzip.open(sys.argv[1], "rt", encoding="utf-8") as f:
+  sentences = f.read().splitlines()[:30000]
+vocabulary.train_vocabulary(sentences, sys.argv[2], 2000, input_sentence_size=10000, num_threads=2)
+"""
+
+
+def test_a_rerun_trains_the_same_vocabulary_when_the_corpus_is_sampled(data_dir, tmp_path):
+  """Two processes, one vocabulary: SentencePiece's own sampling differed between processes
+  whatever the seed, so two `make train`s on one commit trained two vocabularies."""
+  def pieces(name):
+    subprocess.run([sys.executable, "-c", _TRAIN_ONE, str(data_dir / "multi30k" / "train.de.gz"),
+                    str(tmp_path / name / "spm")], check=True, cwd=vmsst_testing.ROOT)
+    processor = spm.SentencePieceProcessor(model_file=str(tmp_path / name / "spm.model"))
+    return [(processor.id_to_piece(i), processor.get_score(i))
+            for i in range(processor.get_piece_size())]
+
+  assert pieces("first") == pieces("second")
