@@ -1,7 +1,7 @@
 # The two set-up commands of the README, plus what they share.
 #   make train   trains the default CPU VMSST on NTREX-128 + Multi30k and
-#                prints held-out retrieval accuracy (59 min on a fresh clone here,
-#                install included, under a load average of 17: docs/results/main_job/).
+#                prints held-out retrieval accuracy (9 min on a fresh clone of an idle
+#                2-core machine, install included: docs/results/main_job/).
 #   make test    runs the whole test suite (what .ci/run calls; under 30 min).
 #   make test-fast  the `unit` tier only (pure, seconds each; no training run, no
 #                subprocess, no TPU compile): the edit loop; its time here is in
@@ -48,7 +48,8 @@ test-bench: $(STAMP)
 # The TPU compiler's tier: every paper run compiled for the slice it names (and the
 # command's own tests), on this machine through libtpu from PyPI (the `tpu` extra).
 # `make test` runs all of it but the paper runs beyond a representative three
-# (`tpu_all_runs`), each a compile of minutes on 2 cores.
+# (`tpu_all_runs`), each a compile of minutes on 2 cores, or seconds when the step
+# lowers to the program its record in docs/results/tpu_compile/ was compiled from.
 test-tpu: $(STAMP)
 	$(VENV)/bin/python -m pytest tests -q -n 2 --strict-markers -m tpu $(ARGS)
 

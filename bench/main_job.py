@@ -328,7 +328,8 @@ def render_runs(runs: list[dict]) -> str:
         f"| [{r['name']}]({SEED_DIR}/{r['name']}.json) | {r['commit']} ({where}) | "
         f"{r.get('seed', 0)} | `{r['command']}` | {r['retrieval_mean']}% | {r['score']} | "
         f"{_minutes(r['install_seconds'])} + {_minutes(r['job_seconds'])} | {moved} |")
-  return "\n".join(lines)
+  notes = [f"- {r['name']}: {r['note']}" for r in runs if r.get("note")]
+  return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def page(record: dict, runs: list[dict] = ()) -> str:
