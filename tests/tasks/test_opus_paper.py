@@ -227,6 +227,10 @@ def test_register_paper_mixture_end_to_end(opus_dir, vocabulary, caplog):
                                  "test_opus_paper_e2e.eng_zho_CN": 7_636_488 / total,
                                  "test_opus_paper_e2e.spa_fra": 8_935_842 / total})
 
+  # The mixture's sampling seed combines with TensorFlow's global seed, which an earlier test in
+  # this process may have set (at global seed 0 the Chinese lines ran out after 10 examples):
+  # fixed here, so the sample does not depend on the test order.
+  tf.random.set_seed(12345)
   dataset = mixture.get_dataset(sequence_length={"tokens_a": 32, "tokens_b": 32}, split="train",
                                 shuffle=False, seed=0, num_epochs=1)
   # At these rates the 5 Chinese lines run out first (one epoch ends the mixture there).
