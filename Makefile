@@ -2,7 +2,8 @@
 #   make train   trains the default CPU VMSST on NTREX-128 + Multi30k and
 #                prints held-out retrieval accuracy (9 min on a fresh clone of an idle
 #                2-core machine, install included: docs/results/main_job/).
-#   make test    runs the whole test suite (what .ci/run calls; under 30 min).
+#   make test    runs the whole test suite (what .ci/run calls; 36 min here on a fresh
+#                clone, over its 30-minute target: docs/results/tests/).
 #   make test-fast  the `unit` tier only (pure, seconds each; no training run, no
 #                subprocess, no TPU compile): the edit loop; its time here is in
 #                docs/results/tests/. Tiers: tests/conftest.py, TIERS.
