@@ -35,7 +35,7 @@ def test_the_caption_names_make_trains_last_step_and_the_command_that_prints_it(
 def test_the_printed_block_is_a_shape_and_one_row_of_similarities():
   lines = readme_output.output_block(README).splitlines()
   assert re.fullmatch(r"\(3, \d+\)", lines[0]), lines
-  assert re.fullmatch(r"\[\[-?\d\.\d+ +-?\d\.\d+\]\]", lines[1]), lines
+  assert re.fullmatch(r"\[\[ *-?\d\.\d+ +-?\d\.\d+\]\]", lines[1]), lines
   assert len(lines) == 2
 
 
