@@ -32,7 +32,7 @@ sources under InputPolicy.strict) and a checkpoint without a saved position
 way, by skipping `N` batches, with a log line saying so.
 
 Where seqio and TensorFlow are absent (an accelerator image), the same
-stream is read from files written ahead by `python -m vmsst.train.pretokenize`
+stream is read from files written ahead by `python -m vmsst.pretokenize`
 (`train.pretokenized = DIR`, vmsst_tasks/pretokenized.py): the same batches
 for the seed, its position (one integer) saved by the same `save_position`.
 """
@@ -182,7 +182,7 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
       ids, preprocessed once: tasks/cache_registration.py) instead of
       preprocessing on the fly; gin: train_iterator.use_cached = True.
     cache_dirs: where to look for those caches (seqio.add_global_cache_dirs).
-    pretokenized: a directory written by `python -m vmsst.train.pretokenize`
+    pretokenized: a directory written by `python -m vmsst.pretokenize`
       (train.pretokenized): the same stream read from files, without seqio or
       TensorFlow (vmsst_tasks/pretokenized.py); `host_data`, `use_cached` and
       `cache_dirs` are then the writer's business: every host takes its rows
@@ -204,7 +204,7 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
         seed=seed, start_step=start_step, process_index=index, process_count=count,
         positions=positions)
   import seqio  # pylint: disable=import-outside-toplevel
-  from vmsst.feature_converters import PairFeatureConverter  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.feature_converters import PairFeatureConverter  # pylint: disable=import-outside-toplevel
   description = {"mixture": mixture_name, "batch_size": batch_size,
                  "sequence_length": sequence_length, "seed": seed, "host_data": host_data,
                  "use_cached": use_cached, "process_index": index, "process_count": count}

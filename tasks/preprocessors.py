@@ -9,7 +9,7 @@
                        {"tokens_a": [8, 41, 1], "tokens_b": [75, 41, 1], "lang_a": 49, ...}
 
 Sentence tokens never contain a language symbol: the network embeds the
-language id with its own table (vmsst/network.py), so the vocabulary needs
+language id with its own table (vmsst/model/network.py), so the vocabulary needs
 none and any SentencePiece model works. None of these steps is random.
 
 Distillation tasks (side a is the source sentence) add one step after the

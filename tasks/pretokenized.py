@@ -1,12 +1,12 @@
 r"""Pre-tokenized training streams: seqio's example stream on disk, read without TensorFlow.
 
-  python -m vmsst.train.pretokenize --gin_file=gin/runs/vmsst_cpu.gin --output=DIR \
+  python -m vmsst.pretokenize --gin_file=gin/runs/vmsst_cpu.gin --output=DIR \
       [--examples=N] [--gin.X=Y ...]
   python -m vmsst.train --gin_file=gin/runs/vmsst_cpu.gin --gin.train.pretokenized="'DIR'"
 
 This module is the format and its reader (numpy only), used by
 input_pipeline.train_iterator(pretokenized=DIR). The writer,
-vmsst/train/pretokenize.py (needs seqio and TensorFlow, and the train
+vmsst/pretokenize.py (needs seqio and TensorFlow, and the train
 loop's gin names, so it lives on the model side), runs the run file's
 registration and takes the first N examples of the very stream `train`
 would read through seqio (tasks/input_pipeline.py: the mixture shuffled by
@@ -102,7 +102,7 @@ class Stream:
       path = files.join(self.directory, _shard_name(index))
       if not files.exists(path):
         raise cli.UserError(f"{path} is missing: {self.directory} is incomplete; write it again "
-                            "with `python -m vmsst.train.pretokenize`.")
+                            "with `python -m vmsst.pretokenize`.")
       dtypes = {k: v[0] for k, v in self.meta["features"].items()}
       self._shard = {k: v.astype(dtypes[k]) for k, v in files.load_npz(path).items()}
       self._shard_index = index
@@ -133,7 +133,7 @@ def open_stream(directory: str, *, mixture_name: str, sequence_length: int,
   path = files.join(directory, STREAM_FILE)
   if not files.exists(path):
     raise cli.UserError(f"train.pretokenized = {directory!r}: no {STREAM_FILE} there; write "
-                        "the stream with `python -m vmsst.train.pretokenize --gin_file=RUN.gin "
+                        "the stream with `python -m vmsst.pretokenize --gin_file=RUN.gin "
                         f"--output={directory}`.")
   meta = json.loads(files.read_text(path))
   wanted = {"mixture": mixture_name, "sequence_length": sequence_length, "seed": seed}
@@ -141,7 +141,7 @@ def open_stream(directory: str, *, mixture_name: str, sequence_length: int,
   if differ:
     raise cli.UserError(f"{path} was written for another run: {differ} (written, this run); "
                         "write it again with this run's file and bindings "
-                        "(`python -m vmsst.train.pretokenize`).")
+                        "(`python -m vmsst.pretokenize`).")
   if not meta.get("examples"):
     raise cli.UserError(f"{path} holds no example: write it again with --examples > 0.")
   return Stream(directory, meta)

@@ -35,7 +35,7 @@ def _stand_in(name: str):
     del args, kwargs
     raise cli.UserError(
         f"{name} registers seqio tasks, but seqio (TensorFlow) is not installed here: write the "
-        "run's stream where it is, `python -m vmsst.train.pretokenize --gin_file=RUN.gin "
+        "run's stream where it is, `python -m vmsst.pretokenize --gin_file=RUN.gin "
         "--output=DIR`, and train here with --gin.train.pretokenized=\"'DIR'\".")
   needs_seqio.__name__ = needs_seqio.__qualname__ = name
   return needs_seqio

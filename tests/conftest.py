@@ -12,9 +12,9 @@ import subprocess
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 # With the TPU compiler installed (the `tpu` extra), JAX would probe for TPU chips
 # at start-up and print libtpu's errors: the tests run on the CPU, and compile for
-# TPU slices through compile-only devices (vmsst/tpu_slices.py) without the probe.
+# TPU slices through compile-only devices (vmsst/compiler/slices.py) without the probe.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-from vmsst import tpu_slices  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmsst.compiler import slices as tpu_slices  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 tpu_slices.quiet_libtpu()
 
@@ -60,7 +60,7 @@ SLOW_FIXTURES = frozenset({"tiny_model", "model_and_export", "two_states",
                            "separate_towers_run"})
 # What in a test's code (or in a function of its module that it calls) starts another process.
 STARTS_A_PROCESS = ("subprocess.", "sys.executable", "multiprocessing.")
-# What in it trains a model (the whole loop, `vmsst.train.loop.train`).
+# What in it trains a model (the whole loop, `vmsst.training.loop.train`).
 TRAINS = ("loop.train(",)
 
 
@@ -180,12 +180,12 @@ def tiny_model(data_dir, tiny_vocab_path, tmp_path_factory):
   """
   import gin  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  import vmsst.train.loop  # pylint: disable=g-import-not-at-top
+  import vmsst.training.loop  # pylint: disable=g-import-not-at-top
   import vmsst_testing  # pylint: disable=g-import-not-at-top
   model_dir = tmp_path_factory.mktemp("tiny_model") / "vmsst"
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=4,
                                     extra=["train.evaluator = None"])
-  result = vmsst.train.loop.train()
+  result = vmsst.training.loop.train()
   gin.clear_config()
   return model_dir, jax.device_get(result["params"])
 

@@ -17,9 +17,9 @@ import vmsst_testing
 from vmsst_testing import TINY
 from vmsst import cli
 from vmsst import compile as compile_lib
-from vmsst import tpu_slices
-from vmsst import partitioning
-from vmsst import trainer as trainer_lib
+from vmsst.compiler import slices as tpu_slices
+from vmsst.model import partitioning
+from vmsst.training import trainer as trainer_lib
 from vmsst.objectives import VMSST
 
 # Small but layer-dominated: 4-layer stacks over 32 tokens, a small vocabulary,

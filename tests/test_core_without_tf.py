@@ -29,9 +29,10 @@ sys.meta_path.insert(0, Block())
 
 import jax
 import numpy as np
-from vmsst import checkpointing, layers, losses, models, network, optimizers, partitioning
-from vmsst import trainer as trainer_lib
-from vmsst.config import NetworkConfig
+from vmsst.training import checkpointing, optimizers
+from vmsst.model import layers, losses, models, network, partitioning
+from vmsst.training import trainer as trainer_lib
+from vmsst.model.config import NetworkConfig
 from vmsst.objectives import MODELS
 
 cfg = NetworkConfig(vocab_size=300, emb_dim=32, num_heads=2, head_dim=16, mlp_dim=64,

@@ -24,7 +24,7 @@ from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
 from vmsst.encoding import saved_model as saved_model_lib
 from vmsst.encoding import tokens as tokens_lib
-from vmsst.evaluation import similarity
+from vmsst.encoding import similarity
 
 SENTENCES = [
     "A man rides a bicycle.",

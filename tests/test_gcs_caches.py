@@ -18,7 +18,7 @@ import test_gcs_train as gcs_train
 from test_gcs_train import _bucket  # pylint: disable=unused-import  (the `bucket` fixture)
 import vmsst_testing
 from vmsst import files
-from vmsst import teacher_cache
+from vmsst.teachers import cache as teacher_cache
 from vmsst_tasks import cache_registration
 
 pytestmark = pytest.mark.slow
@@ -47,7 +47,7 @@ def _clean_gin():
 
 def test_the_teacher_stage_fills_a_cache_in_the_bucket_once(gcs, bucket, clean_gin):
   del clean_gin
-  from vmsst.teacher_cache import __main__ as command  # pylint: disable=import-outside-toplevel
+  from vmsst import teacher_cache as command  # pylint: disable=import-outside-toplevel
   cache_dir = files.join(bucket["root"], "teacher_cache")
   run = [str(vmsst_testing.ROOT / "gin/runs/distillation_cpu.gin")]
   bindings = vmsst_testing.small_run_bindings(

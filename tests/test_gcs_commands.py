@@ -217,7 +217,7 @@ def test_export_command_writes_a_saved_model_into_the_bucket_that_encodes_from_t
 
 
 def test_sentence_transformers_export_goes_from_the_bucket_into_the_bucket(gcs, bucket, workdir):
-  from vmsst import hf_export  # pylint: disable=import-outside-toplevel
+  from vmsst.export_formats import huggingface as hf_export  # pylint: disable=import-outside-toplevel
   output = files.join(bucket["root"], "out", "st")
   metadata = hf_export.export(bucket["model"], output)
   assert metadata["model_dir"] == bucket["model"]

@@ -24,9 +24,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 import vmsst_testing
-from vmsst import early_stopping as es
+from vmsst.training import early_stopping as es
 from vmsst import files
-from vmsst import param_files
+from vmsst.model import param_files
 from vmsst import vocabulary
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,8 @@ import gin
 import jax
 import pytest
 
-import vmsst.train.loop  # pylint: disable=unused-import (registers train and its configurables)
-from vmsst import models
+import vmsst.training.loop  # pylint: disable=unused-import (registers train and its configurables)
+from vmsst.model import models
 from vmsst.objectives import MODELS, Contrastive, VMSST, VMSSTContrastive
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ def test_every_objective_has_its_paper_runs_at_6_and_24_layers():
 def test_paper_runs_fail_without_their_required_macros():
   _parse([ROOT / "gin/runs/vmsst_6l_paper.gin"])
   with pytest.raises(Exception, match="MODEL_DIR"):
-    vmsst.train.loop.train()
+    vmsst.training.loop.train()
 
 
 @pytest.mark.parametrize("ablation", ABLATIONS, ids=lambda p: p.name)

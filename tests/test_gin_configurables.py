@@ -30,11 +30,11 @@ def _is_configurable(decorator: ast.expr) -> bool:
 
 
 def decorated_configurables() -> set[str]:
-  """module.name of every `@gin.configurable` in vmsst/ and tasks/, vmsst/train/ excepted."""
+  """module.name of every `@gin.configurable` in vmsst/ and tasks/, vmsst/training/ excepted."""
   found = set()
   for path in sorted([*(ROOT / "vmsst").rglob("*.py"), *(ROOT / "tasks").rglob("*.py")]):
     if (ROOT / "vmsst" / "train") in path.parents:
-      continue  # train's own configurables: entrypoints import vmsst.train.loop itself
+      continue  # train's own configurables: entrypoints import vmsst.training.loop itself
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
       if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and any(
           _is_configurable(d) for d in node.decorator_list):
@@ -49,7 +49,7 @@ def test_importing_gin_configurables_alone_registers_every_configurable():
                           text=True, timeout=300, check=True)
   registered = set(json.loads(result.stdout.strip().splitlines()[-1]))
   decorated = decorated_configurables()
-  assert {"vmsst.teacher_cache.TeacherCache", "vmsst_tasks.registry.register_tasks",
+  assert {"vmsst.teachers.cache.TeacherCache", "vmsst_tasks.registry.register_tasks",
           "vmsst_tasks.registry.register_families",
           "vmsst_tasks.registry.opus.opus_tasks"} <= decorated
   assert not decorated - registered, "not imported by vmsst/gin_configurables.py"

@@ -1,6 +1,6 @@
 """Mined hard negatives: the loss with them by hand, the objectives reading them, the miner.
 
-vmsst/losses.py (info_nce_with_hard_negatives), vmsst/objectives/contrastive.py
+vmsst/model/losses.py (info_nce_with_hard_negatives), vmsst/objectives/contrastive.py
 and multitask.py (hard_negatives = K), vmsst/mining/hard_negatives.py and the
 command's grouping (vmsst/hard_negatives.py). The data path that carries the
 negatives with their pairs: tests/tasks/test_hard_negatives.py.
@@ -12,9 +12,9 @@ import pytest
 
 from vmsst_testing import TINY, init_params, random_batch
 from vmsst import hard_negatives as command
-from vmsst import losses
-from vmsst import models
-from vmsst import partitioning
+from vmsst.model import losses
+from vmsst.model import models
+from vmsst.model import partitioning
 from vmsst.mining import hard_negatives as selection
 from vmsst.objectives import Contrastive, VMSSTContrastive
 

@@ -5,9 +5,9 @@ import jax
 import numpy as np
 import pytest
 
-import vmsst.train.loop
+import vmsst.training.loop
 import vmsst_testing
-from vmsst import param_files
+from vmsst.model import param_files
 from vmsst import vocabulary
 
 
@@ -27,7 +27,7 @@ def test_a_fresh_run_starts_from_the_file_and_a_restart_ignores_it(data_dir, tin
             f"train.init_params = '{tmp_path / 'init.safetensors'}'"]
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "m", steps=1,
                                     extra=common)
-  first = jax.device_get(vmsst.train.loop.train()["params"])
+  first = jax.device_get(vmsst.training.loop.train()["params"])
   # One Adam step at the first warm-up learning rate moves entries by < 1e-3.
   np.testing.assert_allclose(first["token_embed"]["embedding"], table, atol=1e-3)
   assert np.std(first["semantic_encoder"]["layer_0"]["mlp"]["wi"]["kernel"]) > 0.01
@@ -36,10 +36,10 @@ def test_a_fresh_run_starts_from_the_file_and_a_restart_ignores_it(data_dir, tin
   param_files.save_params(str(tmp_path / "init.safetensors"), wrong)
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "m", steps=2,
                                     extra=common)
-  resumed = vmsst.train.loop.train()  # resumes from step 1: the misfitting file is not read
+  resumed = vmsst.training.loop.train()  # resumes from step 1: the misfitting file is not read
   assert resumed["start_step"] == 1
 
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "fresh", steps=1,
                                     extra=common)
   with pytest.raises(ValueError, match=r"shape of token_embed/embedding: stored \(3, 3\)"):
-    vmsst.train.loop.train()
+    vmsst.training.loop.train()

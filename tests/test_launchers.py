@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from vmsst import tpu_slices
+from vmsst.compiler import slices as tpu_slices
 
 import vmsst_testing
 

@@ -14,11 +14,11 @@ import orbax.checkpoint as ocp
 import pytest
 
 import vmsst_testing
-from vmsst import checkpointing
+from vmsst.training import checkpointing
 from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
 from vmsst import languages
-from vmsst import param_files
+from vmsst.model import param_files
 from vmsst.encoding import tokens as tokens_lib
 from vmsst import vocabulary
 

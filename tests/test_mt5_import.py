@@ -22,13 +22,13 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from transformers.models.mt5.modeling_mt5 import MT5Attention
 
 from vmsst_testing import TINY, init_params, random_batch
-from vmsst import layer_stacks
-from vmsst import layers
+from vmsst.model import layer_stacks
+from vmsst.model import layers
 from vmsst import mt5_import
-from vmsst import param_files
-from vmsst import partitioning
-from vmsst.config import NetworkConfig
-from vmsst.network import VMSSTNetwork
+from vmsst.model import param_files
+from vmsst.model import partitioning
+from vmsst.model.config import NetworkConfig
+from vmsst.model.network import VMSSTNetwork
 from vmsst.objectives import VMSST
 
 HF_CONFIG = dict(vocab_size=300, d_model=32, d_kv=8, num_heads=4, d_ff=64, num_layers=2,

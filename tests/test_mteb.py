@@ -16,7 +16,7 @@ import json
 import numpy as np
 import pytest
 
-from vmsst import hf_export
+from vmsst.export_formats import huggingface as hf_export
 from vmsst import sts_files
 from vmsst.encoding import checkpoint
 from vmsst.encoding import protocol

@@ -30,7 +30,7 @@ import seqio
 import vmsst_testing
 from vmsst_tasks import registry
 from vmsst_tasks.input_pipeline import train_iterator
-from vmsst.train import distributed
+from vmsst.training import distributed
 from vmsst.encoding import restore
 
 # Training runs and subprocesses: the slow tier (`make test-fast` skips them).

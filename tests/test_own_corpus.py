@@ -25,7 +25,7 @@ from vmsst import cli
 from vmsst import languages
 from vmsst import text_files
 from vmsst import vocabulary
-import vmsst.train.loop  # pylint: disable=unused-import  # registers `train`: what a run trains on
+import vmsst.training.loop  # pylint: disable=unused-import  # registers `train`: what a run trains on
 
 RUN = "--gin_file=gin/runs/vmsst_cpu.gin"
 SECTION = "Train on your own data"

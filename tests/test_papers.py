@@ -15,7 +15,7 @@ import re
 import gin
 import pytest
 
-import vmsst.train.loop  # pylint: disable=unused-import (registers the configurables)
+import vmsst.training.loop  # pylint: disable=unused-import (registers the configurables)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAPER_DOCS = sorted((ROOT / "docs/papers").glob("*.md"))

@@ -20,12 +20,12 @@ import torch
 import transformers
 from safetensors.numpy import load_file
 
-import vmsst.train.loop
+import vmsst.training.loop
 import vmsst_testing
 from vmsst import export
 from vmsst.encoding import checkpoint as checkpoint_lib
 from vmsst import mt5_import
-from vmsst import param_files
+from vmsst.model import param_files
 from vmsst import vocabulary
 
 SENTENCES = ["A man rides a bicycle.", "Ein Mann fährt Fahrrad.", "Un homme fait du vélo.", ""]
@@ -75,7 +75,7 @@ def test_mt5_vocabulary_import_train_export_embed(data_dir, tiny_vocab_path, ran
         checkpoint, gin.query_parameter("train.model").scoped_configurable_fn())
     assert "language_embed/embedding" in report.fresh
     param_files.save_params(init_file, converted)
-    result = vmsst.train.loop.train()
+    result = vmsst.training.loop.train()
   finally:
     gin.clear_config()
 

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-import vmsst.train.loop
+import vmsst.training.loop
 import vmsst_testing
 
 # Training runs and subprocesses: the slow tier (`make test-fast` skips them).
@@ -26,7 +26,7 @@ def test_short_vmsst_run_learns_and_retrieves_far_above_chance(data_dir, tiny_vo
   # Multi30k only (4 languages, short captions) so that 300 CPU steps suffice.
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "vmsst", steps=300,
              extra=["train.mixture_name = 'vmsst_multi30k'"])
-  result = vmsst.train.loop.train()
+  result = vmsst.training.loop.train()
   losses = [loss for _, loss in result["loss_history"]]
   assert result["step"] == 300
   assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
@@ -40,13 +40,13 @@ def test_resume_continues_from_the_saved_step_and_matches_an_uninterrupted_run(
     data_dir, tiny_vocab_path, tmp_path):
   common = ["make_manager.save_interval_steps = 4", "train.evaluator = None"]
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "resumed", steps=8, extra=common)
-  first = vmsst.train.loop.train()
+  first = vmsst.training.loop.train()
   assert (first["start_step"], first["step"]) == (0, 8)
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "resumed", steps=12, extra=common)
-  resumed = vmsst.train.loop.train()
+  resumed = vmsst.training.loop.train()
   assert (resumed["start_step"], resumed["step"]) == (8, 12)
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "straight", steps=12, extra=common)
-  straight = vmsst.train.loop.train()
+  straight = vmsst.training.loop.train()
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                jax.device_get(resumed["params"]), jax.device_get(straight["params"]))
 
@@ -63,7 +63,7 @@ def four_good_steps(data_dir, tiny_vocab_path, tmp_path_factory):
   """(model_dir with checkpoints 2 and 4, params at step 4): copied by each NaN test."""
   model_dir = tmp_path_factory.mktemp("nan") / "four"
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=4, extra=NAN_RUN)
-  result = vmsst.train.loop.train()
+  result = vmsst.training.loop.train()
   gin.clear_config()
   return model_dir, jax.device_get(result["params"])
 
@@ -85,7 +85,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(
   # Checked every step (not only on logged ones): the first bad step stops the run.
   with pytest.raises(FloatingPointError,
                      match=r"at step 5 \(1 bad steps in a row.*last good checkpoint \(step 4\)"):
-    vmsst.train.loop.train()
+    vmsst.training.loop.train()
   assert _saved_steps(tmp_path / "nan") == [2, 4]
 
 
@@ -93,7 +93,7 @@ def test_skipping_nonfinite_steps_finishes_and_counts_them(
     four_good_steps, data_dir, tiny_vocab_path, tmp_path):
   _continue_to_8(four_good_steps, data_dir, tiny_vocab_path, tmp_path / "skip",
                  ["train.skip_nonfinite_steps = 10"])
-  result = vmsst.train.loop.train()
+  result = vmsst.training.loop.train()
   assert (result["start_step"], result["step"], result["skipped_steps"]) == (4, 8, 4)
   assert result["final_metrics"]["skipped_steps"] == 4
   # Every update was discarded: the parameters are still those of step 4.
@@ -106,7 +106,7 @@ def test_more_bad_steps_in_a_row_than_allowed_stop_the_run(
   _continue_to_8(four_good_steps, data_dir, tiny_vocab_path, tmp_path / "limit",
                  ["train.skip_nonfinite_steps = 2"])
   with pytest.raises(FloatingPointError, match=r"at step 7 \(3 bad steps in a row"):
-    vmsst.train.loop.train()
+    vmsst.training.loop.train()
   # Step 6 was saved while skipping: it holds step 4's (good) parameters.
   assert _saved_steps(tmp_path / "limit") == [4, 6]
 
@@ -116,11 +116,11 @@ def test_a_rerun_with_fewer_steps_than_the_checkpoint_leaves_the_directory_as_it
   small = ["train.evaluator = None", "BATCH_SIZE = 8", "train.mixture_name = 'vmsst_multi30k'"]
   model_dir = tmp_path / "done"
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=3, extra=small)
-  vmsst.train.loop.train()
+  vmsst.training.loop.train()
   before = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=2, extra=small)
   with caplog.at_level("WARNING"):
-    result = vmsst.train.loop.train()
+    result = vmsst.training.loop.train()
   assert (result["start_step"], result["step"]) == (3, 3)
   assert "already at step 3 ≥ TRAIN_STEPS (2), nothing to do" in caplog.text
   assert {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()} == before
@@ -135,7 +135,7 @@ def test_learning_rate_is_logged_and_the_bar_shows_the_loss_every_step(
              "train.mixture_name = 'vmsst_multi30k'"])
   peak = gin.query_parameter("inverse_sqrt_schedule.peak_learning_rate")
   warmup = gin.query_parameter("inverse_sqrt_schedule.warmup_steps")
-  result = vmsst.train.loop.train()
+  result = vmsst.training.loop.train()
   # Step 3's update is optax's count 2: peak * min(2 / warmup, sqrt(warmup / 2)).
   np.testing.assert_allclose(result["final_metrics"]["learning_rate"],
                              peak * min(2 / warmup, (warmup / 2) ** 0.5), rtol=1e-6)

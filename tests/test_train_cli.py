@@ -3,8 +3,8 @@
 import gin
 import pytest
 
-import vmsst.train.loop
-from vmsst.train import preflight
+import vmsst.training.loop
+from vmsst.training import preflight
 import vmsst_testing
 from vmsst import cli
 from vmsst import gin_utils

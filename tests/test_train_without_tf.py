@@ -37,7 +37,7 @@ _CHILD = r"""
 import json, sys
 import gin
 from vmsst import files, gin_utils, learning_curves
-from vmsst.train import loop
+from vmsst.training import loop
 
 config = json.loads(sys.argv[1])
 histories = []
@@ -63,8 +63,8 @@ print("RESULT " + json.dumps({"histories": histories, "curve_steps": curve["step
 @pytest.mark.slow
 def test_train_on_a_pretokenized_stream_without_tensorflow_equals_the_seqio_run(
     small_data_dir, tiny_vocab_path, tmp_path):
-  from vmsst.train import loop  # pylint: disable=import-outside-toplevel
-  from vmsst.train import pretokenize  # pylint: disable=import-outside-toplevel
+  from vmsst.training import loop  # pylint: disable=import-outside-toplevel
+  from vmsst import pretokenize  # pylint: disable=import-outside-toplevel
   stream = str(tmp_path / "stream")
   pretokenize.write_run_stream([RUN_FILE], _bindings(small_data_dir, tiny_vocab_path,
                                                      tmp_path / "unused"),

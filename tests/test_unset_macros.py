@@ -12,7 +12,7 @@ import sys
 import gin
 import pytest
 
-import vmsst.train.loop  # pylint: disable=unused-import  # registers train, what run files bind
+import vmsst.training.loop  # pylint: disable=unused-import  # registers train, what run files bind
 import vmsst_testing
 from vmsst import cli
 from vmsst import compile as compile_command

@@ -11,8 +11,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from vmsst import models
-from vmsst.config import NetworkConfig
+from vmsst.model import models
+from vmsst.model.config import NetworkConfig
 from vmsst.languages import LANGUAGES
 
 TINY = NetworkConfig(vocab_size=300, emb_dim=32, num_heads=2, head_dim=16, mlp_dim=64,

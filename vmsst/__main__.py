@@ -14,7 +14,7 @@ from vmsst import cli
 COMMANDS = (
     ("vmsst.vocabulary", "train the SentencePiece vocabulary (VOCAB_PATH)"),
     ("vmsst.train", "train a model from a run file (gin/runs/*.gin)"),
-    ("vmsst.train.pretokenize", "a run's tokenized stream: train without TensorFlow"),
+    ("vmsst.pretokenize", "a run's tokenized stream: train without TensorFlow"),
     ("vmsst.teacher_cache", "a distillation run's teacher vectors, ahead"),
     ("vmsst.evaluate", "benchmark suites: results.json, report.md, plots"),
     ("vmsst.embed", "embed a file, one sentence a line, into a .npy"),

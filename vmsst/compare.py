@@ -23,7 +23,7 @@ A run whose checkpoint already reached the steps is skipped without building
 anything, and an evaluation already done for that step is reused, so a rerun
 continues an interrupted comparison. Outputs under OUTPUT: table1.md and
 table1.json (mean ± 95% t-interval over seeds, the paired tests of
-vmsst.comparison_stats), learning_curves.png (vmsst.learning_curves), each
+vmsst.comparison.stats), learning_curves.png (vmsst.learning_curves), each
 run's evaluation in OUTPUT/seed<s>/<objective>/eval/.
 """
 
@@ -47,11 +47,11 @@ import numpy as np
 from absl import flags
 
 from vmsst import files
-from vmsst import comparison_stats
+from vmsst.comparison import stats as comparison_stats
 from vmsst.encoding import flags as encoder_flags
 from vmsst import evaluate
 from vmsst import learning_curves
-from vmsst.train import flags as _train_flags  # pylint: disable=unused-import  # --gin_file
+from vmsst.training import flags as _train_flags  # pylint: disable=unused-import  # --gin_file
 from vmsst.evaluation import paper_score as score_lib
 from vmsst.evaluation import suites as suites_lib
 
@@ -112,9 +112,9 @@ if __name__ == "__main__":  # --help before the training side's imports (TensorF
   cli.show_in_help(names=_HELP_NAMES)
   cli.answer_help()
 
-from vmsst import checkpointing  # pylint: disable=g-bad-import-order
+from vmsst.training import checkpointing  # pylint: disable=g-bad-import-order
 from vmsst.encoding import checkpoint  # pylint: disable=g-bad-import-order
-from vmsst.train import loop as train_loop  # pylint: disable=g-bad-import-order
+from vmsst.training import loop as train_loop  # pylint: disable=g-bad-import-order
 
 
 def run_files(objective: str, *, gin_file: Sequence[str], preset: Preset | None,

@@ -40,7 +40,7 @@ out-of-memory message is printed, as the pod would fail); 2 a usage error.
 
 from vmsst import cli  # pylint: disable=g-bad-import-order
 from vmsst import gin_utils  # pylint: disable=g-bad-import-order
-from vmsst import tpu_slices  # pylint: disable=g-bad-import-order
+from vmsst.compiler import slices as tpu_slices  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before JAX and libtpu load
   cli.quiet_startup()
@@ -64,8 +64,8 @@ import numpy as np
 from absl import flags
 
 from vmsst import files
-from vmsst import partitioning
-from vmsst import trainer as trainer_lib
+from vmsst.model import partitioning
+from vmsst.training import trainer as trainer_lib
 
 GIB = tpu_slices.GIB
 STEPS_FOR_DAYS = 100_000
@@ -284,7 +284,7 @@ def load_run(gin_files: Sequence[str], bindings: Sequence[str]) -> Run:
       needs a macro left unbound.
   """
   # pylint: disable-next=g-import-not-at-top,unused-import
-  from vmsst.train import loop  # registers train, the configurable run files bind
+  from vmsst.training import loop  # registers train, the configurable run files bind
   gin.clear_config()
   gin_utils.parse_gin(gin_files, bindings, needs=STEP_NEEDS)
   try:
@@ -491,7 +491,7 @@ def run_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> tpu_slices.S
 
 def load_gin_only(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
   # pylint: disable-next=g-import-not-at-top,unused-import
-  from vmsst.train import loop  # registers train, the configurable run files bind
+  from vmsst.training import loop  # registers train, the configurable run files bind
   gin.clear_config()
   gin_utils.parse_gin(gin_files, bindings, needs=())  # the slice only: nothing is built
 
@@ -602,7 +602,7 @@ def report_host_variants(gin_files: Sequence[str], bindings: Sequence[str]) -> i
 
 def main(argv: Sequence[str]) -> None:
   del argv
-  from vmsst.train import flags as train_flags  # pylint: disable=g-import-not-at-top
+  from vmsst.training import flags as train_flags  # pylint: disable=g-import-not-at-top
   gin_files, bindings = train_flags.GIN_FILE.value, train_flags.GIN_BINDINGS.value
   if not gin_files:
     raise cli.UserError("give the run to compile: --gin_file=gin/runs/<run>.gin")
@@ -621,5 +621,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  from vmsst.train import flags as _train_flags  # pylint: disable=g-import-not-at-top (--gin_file)
+  from vmsst.training import flags as _train_flags  # pylint: disable=g-import-not-at-top (--gin_file)
   cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))

@@ -40,7 +40,7 @@ from vmsst import files
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
 from vmsst.encoding import quantize
-from vmsst.evaluation import similarity
+from vmsst.encoding import similarity
 from vmsst import text_files
 
 FLAGS = flags.FLAGS

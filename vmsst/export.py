@@ -7,7 +7,7 @@ r"""Exports a trained model as a TensorFlow SavedModel (strings in, embeddings o
 --format=sentence-transformers writes a directory that SentenceTransformer(OUT)
 and transformers' AutoModel load with no custom code; --format=huggingface one
 for plain transformers, whose model card's code pools and projects:
-vmsst/hf_export.py. The rest of this docstring is the SavedModel.
+vmsst/export_formats/huggingface.py. The rest of this docstring is the SavedModel.
 
 The SavedModel contract (what `encoding.saved_model.SavedModelEncoder` reads):
 
@@ -73,7 +73,7 @@ Files written under --output:
 """
 
 from vmsst import cli  # pylint: disable=g-bad-import-order
-from vmsst import export_flags
+from vmsst.export_formats import flags as export_flags
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -98,8 +98,8 @@ from vmsst import files
 from vmsst.encoding import checkpoint
 from vmsst.encoding import quantize
 from vmsst.encoding import restore
-from vmsst import losses
-from vmsst import models
+from vmsst.model import losses
+from vmsst.model import models
 
 EXTRA_DIR = "assets.extra"  # SavedModel's place for files TensorFlow ignores.
 METADATA_FILE = "vmsst_export.json"
@@ -420,7 +420,7 @@ def main(argv: Sequence[str]) -> None:
   export_flags.check()  # again: a directory may have changed during the imports
   start = time.time()
   if f.format != "savedmodel":
-    from vmsst import hf_export  # pylint: disable=import-outside-toplevel
+    from vmsst.export_formats import huggingface as hf_export  # pylint: disable=import-outside-toplevel
     try:
       metadata = hf_export.export(f.model_dir, f.output, fmt=f.format, step=f.step)
     except hf_export.Unsupported as e:

@@ -26,16 +26,16 @@ if input_pipeline.seqio_available():
 else:  # the same gin names, so run files parse; calling one says how to train without seqio
   from vmsst_tasks import registry_stand_ins
   registry_stand_ins.register()
-from vmsst import checkpointing
-from vmsst import early_stopping
-from vmsst import optimizers
-from vmsst import param_files
-from vmsst import parameter_groups
-from vmsst import partitioning
-from vmsst import teacher_cache
-from vmsst import tpu_slices
+from vmsst.training import checkpointing
+from vmsst.training import early_stopping
+from vmsst.training import optimizers
+from vmsst.model import param_files
+from vmsst.training import parameter_groups
+from vmsst.model import partitioning
+from vmsst.teachers import cache as teacher_cache
+from vmsst.compiler import slices as tpu_slices
 from vmsst import vocabulary
-from vmsst.config import NetworkConfig
+from vmsst.model.config import NetworkConfig
 from vmsst.evaluation import in_training
 from vmsst.objectives import MODELS
 

@@ -8,7 +8,7 @@ script or region subtag where NTREX distinguishes variants (`zho-CN`,
 
 Language ids are indices into `LANGUAGES` (`language_index`): the network has
 its own [len(LANGUAGES), d] table for them (`language_embed`, see
-vmsst/network.py), outside the token vocabulary, so any SentencePiece model
+vmsst/model/network.py), outside the token vocabulary, so any SentencePiece model
 works unchanged (mT5's included, as the paper uses for every model, §5).
 Vocabularies trained before that hold one `<2xxx>` piece per language
 (`language_token`); they still load, and `vmsst.vocabulary.legacy_language_rows`

@@ -39,5 +39,5 @@ def compile_argv(argv: list[str]) -> list[str]:
 
 if __name__ == "__main__":
   from vmsst import compile as _compile  # pylint: disable=g-import-not-at-top
-  from vmsst.train import flags as _train_flags  # pylint: disable=g-import-not-at-top (--gin_file)
+  from vmsst.training import flags as _train_flags  # pylint: disable=g-import-not-at-top (--gin_file)
   cli.run(_compile.main, argv=gin_utils.rewrite_gin_args(cli.user_errors(compile_argv)(sys.argv)))

@@ -28,7 +28,7 @@ if __name__ == "__main__":  # --help before the model side's imports (TensorFlow
 
 from vmsst.encoding import restore  # pylint: disable=g-bad-import-order
 # pylint: disable-next=unused-import,g-bad-import-order
-from vmsst.train import loop  # registers train, the configurable config.gin binds
+from vmsst.training import loop  # registers train, the configurable config.gin binds
 
 
 def convert(model_dir: str) -> str:

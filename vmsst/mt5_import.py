@@ -78,11 +78,11 @@ import numpy as np
 from absl import flags
 
 from vmsst import files
-from vmsst import models
-from vmsst import param_files
-from vmsst.config import NetworkConfig
+from vmsst.model import models
+from vmsst.model import param_files
+from vmsst.model.config import NetworkConfig
 # The name map lives in t5_names (hf_export reads it backwards); mt5_import.X as before.
-from vmsst.t5_names import Checkpoint, hf_source, to_ours  # pylint: disable=unused-import
+from vmsst.model.t5_names import Checkpoint, hf_source, to_ours  # pylint: disable=unused-import
 
 Params = dict[str, Any]
 
@@ -260,7 +260,7 @@ def _drop_reason(name: str, ours: Mapping[str, Any]) -> str:
 
 def _define_flags() -> None:
   # pylint: disable-next=import-outside-toplevel,unused-import
-  from vmsst.train import flags as _train_flags  # --gin_file, --gin_bindings, --gin_search_path
+  from vmsst.training import flags as _train_flags  # --gin_file, --gin_bindings, --gin_search_path
   flags.DEFINE_string("hf_dir", None, "Hugging Face T5/mT5 directory (config.json, "
                       "model.safetensors).", required=True)
   flags.DEFINE_string("output", None, "Where the converted parameters (.safetensors) go.",
@@ -270,7 +270,7 @@ def _define_flags() -> None:
 def main(argv) -> None:
   cli.check_no_arguments(argv)
   # pylint: disable-next=import-outside-toplevel,unused-import
-  from vmsst.train import loop  # registers train, the configurable the run file binds
+  from vmsst.training import loop  # registers train, the configurable the run file binds
   f = flags.FLAGS
   if not f.gin_file:
     raise cli.UserError("give --gin_file=gin/runs/<run>.gin: the run whose model the "

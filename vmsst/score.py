@@ -28,7 +28,7 @@ from absl import flags
 from vmsst import embed
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
-from vmsst.evaluation import similarity
+from vmsst.encoding import similarity
 from vmsst import text_files
 
 FLAGS = flags.FLAGS

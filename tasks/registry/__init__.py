@@ -181,7 +181,7 @@ def legacy_bindings(bindings: Mapping[str, str]) -> dict[str, str]:
   `vmsst.gin_utils.config_bindings` output in, the same with each
   `register_tasks.<arg>` moved to where the families take it and
   `register_families.families` added, so a resume compares like with like
-  (vmsst/train/preflight.py). Other bindings pass through unchanged.
+  (vmsst/training/preflight.py). Other bindings pass through unchanged.
   """
   old = {key.split(".", 1)[1]: value for key, value in bindings.items()
          if key.startswith("register_tasks.")}

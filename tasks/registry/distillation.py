@@ -3,7 +3,7 @@
 Multilingual knowledge distillation (Reimers & Gurevych 2020) trains a student
 to map a sentence and its translation onto the teacher's embedding of the
 source sentence. The tasks read those vectors from a teacher cache and never
-encode: `train`'s teacher stage (vmsst.teacher_cache.fill_stage) fills the
+encode: `train`'s teacher stage (vmsst.teachers.cache.fill_stage) fills the
 cache first when `MissingTeacherVectors` says what it lacks.
 """
 
@@ -51,7 +51,7 @@ def source_sided(pairs: Sequence[sources.Pair], source_language: str,
 
 
 class TeacherVectors(Protocol):
-  """What distillation registration reads of vmsst.teacher_cache.TeacherCache.
+  """What distillation registration reads of vmsst.teachers.cache.TeacherCache.
 
   Named here, not imported, so the data layer never imports the model layer
   (the entrypoint's gin config builds the cache and passes it in). Reading
@@ -71,7 +71,7 @@ FILL_TEACHER_CACHE = "python -m vmsst.teacher_cache --gin_file=<the run's gin fi
 class MissingTeacherVectors(LookupError):
   """The teacher cache lacks source sentences of the distillation tasks.
 
-  Raised before any distillation task is registered. `vmsst.teacher_cache.fill_stage`
+  Raised before any distillation task is registered. `vmsst.teachers.cache.fill_stage`
   (run by `python -m vmsst.train` and `python -m vmsst.teacher_cache`)
   catches it, encodes `sentences` into `teacher_cache` and registers again.
 
@@ -136,7 +136,7 @@ def distillation_tasks(inputs: common.RegistrationInputs, *,
 
   Args:
     inputs: the shared inputs (register_families builds them).
-    teacher_cache: the teacher's vectors (vmsst.teacher_cache.TeacherCache),
+    teacher_cache: the teacher's vectors (vmsst.teachers.cache.TeacherCache),
       read only.
     source_language: language of the tasks' side a (the teacher's language).
     max_sources: keep only the first this many source sentences of each task

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import vmsst
-import vmsst.train.loop
+import vmsst.training.loop
 import vmsst_testing
 from vmsst import export
 from vmsst.encoding.api import Encoder
@@ -107,7 +107,7 @@ def model_and_export(data_dir, tiny_vocab_path, tmp_path_factory):
   model_dir = tmp_path_factory.mktemp("encoder") / "contrastive"
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=1,
                                     objective="contrastive", extra=["train.evaluator = None"])
-  vmsst.train.loop.train()
+  vmsst.training.loop.train()
   gin.clear_config()
   export.export(str(model_dir), str(model_dir.parent / "saved_model"))
   return model_dir, model_dir.parent / "saved_model"

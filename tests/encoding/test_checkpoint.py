@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from vmsst import partitioning
+from vmsst.model import partitioning
 from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
 from vmsst.encoding import tokens as tokens_lib

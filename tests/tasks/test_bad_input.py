@@ -286,7 +286,7 @@ def test_demo_mixture_total_is_the_sum_of_its_sources(data_dir, tiny_vocab_path,
 
 
 def test_training_writes_the_data_counts_into_model_dir(tiny_model):
-  model_dir, _ = tiny_model  # conftest: a 4-step vmsst.train.loop.train() run (shared, once).
+  model_dir, _ = tiny_model  # conftest: a 4-step vmsst.training.loop.train() run (shared, once).
   report = json.loads((model_dir / data_counts.DATA_COUNTS_FILE).read_text())
   assert report["mixture"] == "vmsst_ntrex_multi30k"
   assert report["total"]["train"]["read"] == 398192 and report["total"]["train"]["kept"] == 398191
@@ -318,7 +318,7 @@ class _Payload:
 
 
 def test_param_file_with_a_pickled_object_array_is_refused(tmp_path):
-  from vmsst import param_files  # pylint: disable=g-import-not-at-top
+  from vmsst.model import param_files  # pylint: disable=g-import-not-at-top
   marker = tmp_path / "unpickled"
   path = tmp_path / "params.npz"
   np.savez(path, **{"a/kernel": np.array([_Payload(marker)], dtype=object)})

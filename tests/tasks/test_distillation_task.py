@@ -15,8 +15,8 @@ from vmsst_tasks import registry
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import distillation
 from vmsst_tasks import sources
-from vmsst import teacher_cache as tc
-from vmsst.feature_converters import PairFeatureConverter
+from vmsst.teachers import cache as tc
+from vmsst_tasks.feature_converters import PairFeatureConverter
 
 
 def test_source_sided_turns_the_source_to_side_a_and_limits_sources():

@@ -19,7 +19,7 @@ from vmsst_tasks.registry import opus
 from vmsst_tasks import seqio_sources
 from vmsst import languages as vmsst_languages
 from vmsst import vocabulary as vocabulary_lib
-from vmsst.feature_converters import PairFeatureConverter
+from vmsst_tasks.feature_converters import PairFeatureConverter
 from vmsst import text_files
 
 

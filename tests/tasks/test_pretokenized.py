@@ -1,7 +1,7 @@
 """tasks/pretokenized.py reads back the seqio path's batches, batch by batch.
 
 Real pipelines (the registry's tasks over the first lines of NTREX-128 and
-Multi30k) written by vmsst/train/pretokenize.py's `write_stream` (and its
+Multi30k) written by vmsst/pretokenize.py's `write_stream` (and its
 command), read back through
 `input_pipeline.train_iterator(pretokenized=...)` and compared with the
 seqio path for the same seed; the position saved at a step resumes there.
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from vmsst import cli
-from vmsst.train import pretokenize
+from vmsst import pretokenize
 from vmsst_tasks import input_pipeline
 from vmsst_tasks import pretokenized
 from vmsst_tasks import registry
@@ -102,7 +102,7 @@ def test_a_stream_of_another_run_is_refused(stream, change):
 
 
 def test_a_missing_stream_names_the_command_that_writes_it(tmp_path):
-  with pytest.raises(cli.UserError, match="python -m vmsst.train.pretokenize"):
+  with pytest.raises(cli.UserError, match="python -m vmsst.pretokenize"):
     pretokenized.open_stream(str(tmp_path), mixture_name=MIXTURE, sequence_length=LENGTH,
                              seed=SEED)
 
@@ -124,7 +124,7 @@ def _command(small_data_dir, tiny_vocab_path, output, *more):
   from vmsst_testing import ROOT  # pylint: disable=import-outside-toplevel
   size = vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
   return subprocess.run(
-      [sys.executable, "-m", "vmsst.train.pretokenize", "--gin_file=gin/runs/contrastive_cpu.gin",
+      [sys.executable, "-m", "vmsst.pretokenize", "--gin_file=gin/runs/contrastive_cpu.gin",
        f"--gin.DATA_DIR='{small_data_dir}'", f"--gin.VOCAB_PATH='{tiny_vocab_path}'",
        f"--gin.VOCAB_SIZE={size}", f"--output={output}", *more],
       cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)

@@ -17,7 +17,7 @@ from vmsst_tasks.registry import pairs
 from vmsst import cli
 from vmsst import languages
 from vmsst import vocabulary
-from vmsst.feature_converters import PairFeatureConverter
+from vmsst_tasks.feature_converters import PairFeatureConverter
 
 LENGTHS = {"tokens_a": 24, "tokens_b": 24}
 BATCH = 8
@@ -255,8 +255,8 @@ def run_inputs(small_data_dir, data_dir, tmp_path_factory):
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
 def test_every_cpu_run_file_registers_the_tasks_it_registered_before(run, run_inputs,
                                                                      tiny_vocab_path, tmp_path):
-  import vmsst.train.loop  # pylint: disable=import-outside-toplevel,unused-import  # train's gin names
-  from vmsst import teacher_cache  # pylint: disable=import-outside-toplevel
+  import vmsst.training.loop  # pylint: disable=import-outside-toplevel,unused-import  # train's gin names
+  from vmsst.teachers import cache as teacher_cache  # pylint: disable=import-outside-toplevel
   data, entity_dir = run_inputs
   gin.clear_config()
   gin.add_config_file_search_path(str(vmsst_testing.ROOT))

@@ -17,5 +17,5 @@ def test_the_stand_ins_are_the_registrys_configurables():
 
 
 def test_a_called_stand_in_names_the_command_that_writes_the_stream():
-  with pytest.raises(cli.UserError, match="python -m vmsst.train.pretokenize"):
+  with pytest.raises(cli.UserError, match="python -m vmsst.pretokenize"):
     registry_stand_ins._stand_in("pair_tasks")(data_dir="x")  # pylint: disable=protected-access

@@ -26,7 +26,7 @@ from vmsst import cli
 from vmsst import languages
 from vmsst import text_files
 from vmsst import vocabulary
-from vmsst.feature_converters import PairFeatureConverter
+from vmsst_tasks.feature_converters import PairFeatureConverter
 
 NUM_TRAIN, NUM_VALIDATION = 300, 40
 

@@ -1,7 +1,7 @@
 """The STSb triplet rule on a hand-written file, and the negative's padding.
 
 (The real STSb split, the TSV reader and the seqio task are exercised in
-tests/test_query_tower.py, whose objective consumes them.)
+tests/objectives/test_query_tower.py, whose objective consumes them.)
 """
 
 import numpy as np

@@ -37,7 +37,7 @@ from vmsst.encoding import nested
 from vmsst.encoding import protocol
 from vmsst.encoding import quantize as quantize_lib
 from vmsst.encoding import saved_model as saved_model_lib
-from vmsst.evaluation import similarity as similarity_lib
+from vmsst.encoding import similarity as similarity_lib
 
 Sentences = str | Sequence[str]
 

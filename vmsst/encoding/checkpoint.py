@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vmsst import partitioning
+from vmsst.model import partitioning
 from vmsst.encoding import restore as restore_lib
 from vmsst.encoding import tokens as tokens_lib
 

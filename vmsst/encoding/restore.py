@@ -30,11 +30,11 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from vmsst import files
-from vmsst import models
-from vmsst import param_files
-from vmsst import partitioning
+from vmsst.model import models
+from vmsst.model import param_files
+from vmsst.model import partitioning
 from vmsst import vocabulary as vocabulary_lib
-from vmsst.config import NetworkConfig
+from vmsst.model.config import NetworkConfig
 from vmsst.objectives import MODELS
 from vmsst.objectives import nested as nested_lib
 from vmsst.objectives import query_tower

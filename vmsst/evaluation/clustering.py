@@ -36,7 +36,7 @@ from sklearn import cluster as sk_cluster
 
 from vmsst import files
 from vmsst.encoding import protocol
-from vmsst.evaluation import similarity
+from vmsst.encoding import similarity
 from vmsst import text_files
 
 DEFAULT_FOLDER = "mewsc16"

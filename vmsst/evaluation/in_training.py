@@ -34,7 +34,7 @@ class Evaluator(Protocol):
 
   An evaluator that reads teacher vectors (DistillationEvaluator) also holds
   `teacher_cache` and `teacher_sentences`: the run's teacher stage
-  (vmsst.teacher_cache.fill_stage) encodes those the cache lacks before training.
+  (vmsst.teachers.cache.fill_stage) encodes those the cache lacks before training.
   """
 
   def run(self, embed_fn: EmbedFn) -> dict[str, float]:
@@ -143,7 +143,7 @@ class DistillationEvaluator(_AlignedSets):
   (100·mse/mse_zero: 100 at the start, as the head starts at zero; readable
   where the loop prints two decimals), `mean` accuracy and `chance`. The teacher's vectors of the
   sources (`teacher_sentences`) are read from `teacher_cache`, never encoded
-  here: the run's teacher stage (vmsst.teacher_cache.fill_stage, in `train`
+  here: the run's teacher stage (vmsst.teachers.cache.fill_stage, in `train`
   before its data; or `python -m vmsst.teacher_cache` ahead of time) fills them.
   """
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from vmsst import files
 from vmsst.encoding import protocol
-from vmsst.evaluation import similarity
+from vmsst.encoding import similarity
 from vmsst import text_files
 
 LABELS = ("entailment", "neutral", "contradiction")

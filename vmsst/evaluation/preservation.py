@@ -60,7 +60,7 @@ from scipy import stats
 from vmsst import files
 from vmsst.encoding import protocol
 from vmsst.evaluation import pair_ranking
-from vmsst.evaluation import similarity
+from vmsst.encoding import similarity
 from vmsst.evaluation import sts
 from vmsst import sts_files
 from vmsst.evaluation import tatoeba

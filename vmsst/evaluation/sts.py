@@ -34,7 +34,7 @@ from scipy import stats
 
 from vmsst import files
 from vmsst.encoding import protocol
-from vmsst.evaluation import similarity
+from vmsst.encoding import similarity
 from vmsst import sts_files
 from vmsst import text_files
 from vmsst.sts_files import ScoredPairs

@@ -49,7 +49,7 @@ import tqdm
 
 from vmsst import cli
 from vmsst import files
-from vmsst.evaluation import similarity
+from vmsst.encoding import similarity
 
 TRAIN_PER_CELL = 64  # k-means sample per cell (faiss asks for 39 to 256)
 RERANK = 4  # IVF-PQ / SQ8: candidates per neighbour re-scored by exact cosine

@@ -46,7 +46,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from vmsst import cli
-from vmsst.evaluation import similarity
+from vmsst.encoding import similarity
 
 Backend = Literal["jax", "faiss"]
 _AXIS = "keys"

@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from vmsst.encoding import quantize
-from vmsst.evaluation import similarity
+from vmsst.encoding import similarity
 
 QUERY_BLOCK = 4096  # queries re-ranked at a time: QUERY_BLOCK * candidates * d floats
 KEY_BLOCK = 65_536  # int8 keys decoded at a time

@@ -12,9 +12,9 @@ from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 
-from vmsst import losses
-from vmsst import models
-from vmsst.network import VMSSTNetwork
+from vmsst.model import losses
+from vmsst.model import models
+from vmsst.model.network import VMSSTNetwork
 from vmsst.objectives import nested as nested_lib
 
 Array = jax.Array

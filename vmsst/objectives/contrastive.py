@@ -29,9 +29,9 @@ from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 
-from vmsst import layers
-from vmsst import losses
-from vmsst import models
+from vmsst.model import layers
+from vmsst.model import losses
+from vmsst.model import models
 from vmsst.objectives import nested as nested_lib
 
 

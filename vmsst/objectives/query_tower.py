@@ -22,9 +22,9 @@ init_params, as for the momentum encoder of momentum_contrast.py). It lives
 in TrainState.model_state: no gradient (stop_gradient), no optimizer state,
 and `update_model_state` returns it unchanged, so it stays bit-identical to
 the checkpoint it came from. Learning rates near 1e-8 keep the query tower
-close to the document tower; they need `@compensated()` (vmsst/optimizers.py)
+close to the document tower; they need `@compensated()` (vmsst/training/optimizers.py)
 so float32 does not round the updates away. Freezing part of the query tower
-too: `@frozen_groups()` (vmsst/parameter_groups.py).
+too: `@frozen_groups()` (vmsst/training/parameter_groups.py).
 
 `encode` is the query tower (what `vmsst.evaluate` and export see);
 `encode_documents(model_state, ...)` the frozen tower, and
@@ -35,7 +35,7 @@ the dual encoder is deployed).
 `QueryTowerValidation` (vmsst/evaluation/in_training.py) is the paper's
 validation (§2.3): the triplet loss and the error count on held-out triplets
 after each epoch, the two metrics its early-stopping rule watches
-(`train.early_stopping`, vmsst/early_stopping.py).
+(`train.early_stopping`, vmsst/training/early_stopping.py).
 """
 
 
@@ -43,8 +43,8 @@ from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 
-from vmsst import losses
-from vmsst import models
+from vmsst.model import losses
+from vmsst.model import models
 from vmsst.objectives import nested as nested_lib
 
 SIMILARITIES = ("cosine", "euclidean")
@@ -125,7 +125,7 @@ class QueryTower(models.EmbeddingModel):
 
   def loss_fn(self, params, batch, dropout_rng, step=0):
     raise TypeError("QueryTower needs its document tower: call loss_fn_with_state(params, "
-                    "model_state, ...) (vmsst.trainer.train_step does).")
+                    "model_state, ...) (vmsst.training.trainer.train_step does).")
 
   def loss_fn_with_state(self, params, model_state, batch, dropout_rng, step=0):
     if "tokens_negative" not in batch:

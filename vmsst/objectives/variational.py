@@ -16,12 +16,12 @@ from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 
-from vmsst import losses
-from vmsst import models
+from vmsst.model import losses
+from vmsst.model import models
 from vmsst.objectives import bitranslation
 from vmsst.objectives import nested as nested_lib
-from vmsst.config import NetworkConfig
-from vmsst.network import VMSSTNetwork
+from vmsst.model.config import NetworkConfig
+from vmsst.model.network import VMSSTNetwork
 
 Array = jax.Array
 

@@ -1,0 +1,81 @@
+"""The peer watchdog: a lost process is named from the beats it stopped publishing.
+
+The coordination service's key-value store is stood in for by a dict with the
+same three calls; the clock is the test's, so nothing here waits.
+"""
+
+import pytest
+
+from vmsst.training import distributed
+
+
+def test_a_peer_is_lost_after_timeout_seconds_without_a_new_beat():
+  clock = distributed.PeerClock(timeout=10.0)
+  clock.observe({1: "1", 2: "1"}, now=0.0)
+  clock.observe({1: "2", 2: "1"}, now=6.0)  # process 2 stands still
+  assert clock.lost(now=10.0) == []
+  assert clock.lost(now=10.5) == [2]
+  clock.observe({1: "3", 2: "2"}, now=11.0)  # it was only slow: silence restarts
+  assert clock.lost(now=20.0) == []
+  assert clock.lost(now=21.5) == [1, 2]
+
+
+def test_a_peer_that_exited_on_its_own_counts_only_after_a_failed_collective():
+  clock = distributed.PeerClock(timeout=10.0)
+  clock.observe({1: distributed._EXITED}, now=0.0)
+  assert clock.lost(now=100.0) == []  # finished its run: the watchdog leaves it be
+  assert clock.lost(now=0.0, exited_counts=True) == [1]
+
+
+class DictStore:
+  """The client calls PeerWatchdog makes, on a dict shared by the 'processes'."""
+
+  def __init__(self):
+    self.values = {}
+
+  def key_value_set(self, key, value, allow_overwrite=False):
+    assert allow_overwrite or key not in self.values, key
+    self.values[key] = value
+
+  def blocking_key_value_get(self, key, timeout_in_ms):
+    del timeout_in_ms
+    return self.values[key]
+
+  def key_value_dir_get(self, prefix):
+    return [(k, v) for k, v in self.values.items() if k.startswith(prefix + "/")]
+
+
+def test_the_survivor_prints_one_line_naming_the_lost_process_and_exits_69(capsys, monkeypatch):
+  store, exits, now = DictStore(), [], [0.0]
+  monkeypatch.setattr(distributed.time, "monotonic", lambda: now[0])
+  store.key_value_set("vmsst/host/1", "host b, pid 7")
+  store.key_value_set("vmsst/alive/1", "0", allow_overwrite=True)
+  survivor = distributed.PeerWatchdog(store, 0, 2, timeout=5.0, exit_fn=exits.append)
+  survivor.hosts = {0: "host a, pid 3", 1: "host b, pid 7"}
+  assert survivor._check(exited_counts=False) == []
+  now[0] = 6.0  # process 1 published nothing since
+  lost = survivor._check(exited_counts=False)
+  assert lost == [1]
+  survivor._exit_naming(lost, None)
+  assert exits == [distributed.HOST_LOST_EXIT_CODE] == [69]
+  line = capsys.readouterr().err.strip()
+  assert "\n" not in line
+  assert line.startswith("error: lost process 1 of 2 (host b, pid 7): silent for 5 s;")
+
+
+def test_the_backstop_heartbeat_outlasts_the_watchdog():
+  for timeout in (1, 5, 60):
+    assert distributed.backstop_seconds(timeout) > timeout + 5
+  with pytest.raises(ValueError, match="--peer_timeout_seconds must be positive"):
+    distributed.initialize_distributed(peer_timeout_seconds=0)
+
+
+def test_after_a_failed_collective_a_peer_that_left_is_named_at_once(capsys):
+  store, exits = DictStore(), []
+  store.key_value_set("vmsst/alive/0", distributed._EXITED)  # process 0 crashed and left
+  survivor = distributed.PeerWatchdog(store, 1, 2, timeout=60.0, exit_fn=exits.append)
+  survivor.hosts = {0: "host a, pid 3"}
+  survivor.wait_for_lost_peer(RuntimeError("Gloo all-reduce failed: Connection reset by peer"))
+  assert exits == [69]
+  assert capsys.readouterr().err.startswith(
+      "error: lost process 0 of 2 (host a, pid 3): left the job; this process stops too")

@@ -1,0 +1,240 @@
+"""`python -m vmsst.train` killed (SIGKILL) or preempted (SIGTERM) resumes bit-for-bit.
+
+Each run is a real subprocess on the real data with a tiny model; the final
+train state (step, parameters, optimizer state) of an interrupted-and-resumed
+run must equal, bit for bit, that of one uninterrupted run of the same steps.
+"""
+
+import json
+import os
+import pathlib
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+import vmsst_testing
+from vmsst.training import checkpointing
+
+# Training runs and subprocesses: the slow tier (`make test-fast` skips them).
+pytestmark = pytest.mark.slow
+
+STEPS = 10
+TIMEOUT_S = 900  # per subprocess: ~80 s alone, minutes on a shared, loaded machine
+# Tiny and short, so one run takes seconds; logging every step shows progress.
+EXTRA = ["train.evaluator = None", "train.log_every = 1", "BATCH_SIZE = 8",
+         "train.mixture_name = 'vmsst_multi30k'"]
+STEP_LINE = re.compile(r"\] \[(\d+)\] .*loss=")
+
+
+def _command(data_dir, vocab_path, model_dir, save_every: int) -> list[str]:
+  bindings = vmsst_testing.small_run_bindings(
+      data_dir, vocab_path, model_dir, STEPS,
+      extra=EXTRA + [f"make_manager.save_interval_steps = {save_every}"])
+  return ([sys.executable, "-m", "vmsst.train", "--gin_file=gin/runs/vmsst_cpu.gin",
+           f"--gin_search_path={vmsst_testing.ROOT}"]
+          + [f"--gin_bindings={b}" for b in bindings])
+
+
+@pytest.fixture(name="run_env", scope="module")
+def _run_env(tmp_path_factory) -> dict[str, str]:
+  """The runs' environment: one device, and one persistent compilation cache for
+  all runs of this module, so only the first compiles (about 8 s saved per run)."""
+  return dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
+              TF_CPP_MIN_LOG_LEVEL="2",
+              JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.mktemp("jax_cache")),
+              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+
+
+def _start(command, log: pathlib.Path, env: dict[str, str]) -> subprocess.Popen:
+  with open(log, "w") as out:
+    return subprocess.Popen(command, cwd=vmsst_testing.ROOT, env=env, stdout=out,
+                            stderr=subprocess.STDOUT)
+
+
+def _run(command, log: pathlib.Path, env: dict[str, str]) -> int:
+  process = _start(command, log, env)
+  try:
+    return process.wait(timeout=TIMEOUT_S)
+  finally:
+    _kill(process)
+
+
+def _kill(process: subprocess.Popen) -> None:
+  if process.poll() is None:
+    process.kill()
+    process.wait()
+
+
+def _wait_for_step(process, log: pathlib.Path, step: int) -> int:
+  """Polls the log until a step >= `step` is logged; returns the step seen."""
+  deadline = time.time() + TIMEOUT_S
+  while time.time() < deadline:
+    seen = [int(s) for s in STEP_LINE.findall(log.read_text())]
+    if seen and max(seen) >= step:
+      return max(seen)
+    if process.poll() is not None:
+      raise AssertionError(f"run ended ({process.returncode}) before step {step}:\n"
+                           + log.read_text()[-3000:])
+    time.sleep(0.05)
+  raise AssertionError(f"no step {step} within {TIMEOUT_S} s:\n" + log.read_text()[-3000:])
+
+
+def _final_state(model_dir: pathlib.Path):
+  """The saved TrainState tree (numpy) of step STEPS."""
+  path = model_dir / "checkpoints" / str(STEPS) / "default"
+  return jax.device_get(ocp.StandardCheckpointer().restore(path))
+
+
+def _assert_bitwise_equal(a, b) -> None:
+  paths_a = jax.tree_util.tree_flatten_with_path(a)[0]
+  paths_b = jax.tree_util.tree_flatten_with_path(b)[0]
+  assert [p for p, _ in paths_a] == [p for p, _ in paths_b]
+  unequal = [jax.tree_util.keystr(p) for (p, x), (_, y) in zip(paths_a, paths_b)
+             if not np.array_equal(x, y)]
+  assert not unequal, unequal
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data_dir, tiny_vocab_path, tmp_path_factory, run_env):
+  model_dir = tmp_path_factory.mktemp("straight") / "run"
+  log = model_dir.parent / "log.txt"
+  status = _run(_command(data_dir, tiny_vocab_path, model_dir, save_every=100), log, run_env)
+  assert status == 0, log.read_text()[-3000:]
+  return _final_state(model_dir)
+
+
+def test_sigkill_at_a_random_step_then_restart_equals_an_uninterrupted_run(
+    uninterrupted, data_dir, tiny_vocab_path, tmp_path, run_env):
+  kill_at = random.Random(6).randint(4, STEPS - 2)  # seeded: the same step every run
+  model_dir = tmp_path / "run"
+  command = _command(data_dir, tiny_vocab_path, model_dir, save_every=3)
+  process = _start(command, tmp_path / "killed.txt", run_env)
+  try:
+    reached = _wait_for_step(process, tmp_path / "killed.txt", kill_at)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait(timeout=60) == -signal.SIGKILL
+  finally:
+    _kill(process)
+  # Whatever was complete survives; a save cut short is only a temporary dir.
+  complete = checkpointing.make_manager(str(model_dir)).all_steps()
+  assert complete and max(complete) <= reached and STEPS not in complete, (complete, reached)
+  # The data position is written right after its checkpoint; a kill between the two
+  # leaves the checkpoint alone, which resumes by skipping (the other branch).
+  saved_position = bool(list((model_dir / "data_position" / str(max(complete))).glob(
+      "*.position.json")))
+  # Goodput: the killed run's progress (logged every step here) is in MODEL_DIR.
+  progress = json.loads((model_dir / "progress.json").read_text())["step"]
+  assert max(complete) <= progress <= reached + 1, (complete, progress, reached)
+  status = _run(command, tmp_path / "resumed.txt", run_env)
+  resumed_log = (tmp_path / "resumed.txt").read_text()
+  assert status == 0, resumed_log[-3000:]
+  assert f"Restoring checkpoint at step {max(complete)} " in resumed_log
+  restored = f"data position of step {max(complete)} restored" in resumed_log
+  assert restored == saved_position, resumed_log[-3000:]
+  first_step = min(int(s) for s in STEP_LINE.findall(resumed_log))
+  assert first_step == max(complete) + 1
+  # The exit line counts the steps done again between the checkpoint and that progress.
+  line = re.search(r"goodput \d+%: .*", resumed_log).group(0)
+  assert ("redone steps" in line) == (progress > first_step), (line, progress, first_step)
+  assert not [p for p in os.listdir(model_dir / "checkpoints") if "tmp" in p]
+  _assert_bitwise_equal(_final_state(model_dir), uninterrupted)
+
+
+def _kill_when_a_save_starts(process, model_dir: pathlib.Path, after_step: int) -> int:
+  """SIGKILLs `process` as soon as orbax's temporary directory of a step > `after_step`
+  appears (the asynchronous write has begun); returns that step."""
+  deadline = time.time() + TIMEOUT_S
+  while time.time() < deadline:
+    if (model_dir / "checkpoints").is_dir():
+      for name in os.listdir(model_dir / "checkpoints"):
+        step = name.split(".")[0]
+        if "tmp" in name and step.isdigit() and int(step) > after_step:
+          process.send_signal(signal.SIGKILL)
+          return int(step)
+    assert process.poll() is None, f"run ended ({process.returncode}) before a save"
+    time.sleep(0.002)
+  raise AssertionError(f"no save began within {TIMEOUT_S} s")
+
+
+def test_sigkill_during_an_asynchronous_save_resumes_from_a_complete_step(
+    uninterrupted, data_dir, tiny_vocab_path, tmp_path, run_env):
+  model_dir = tmp_path / "run"
+  command = _command(data_dir, tiny_vocab_path, model_dir, save_every=3)
+  process = _start(command, tmp_path / "killed.txt", run_env)
+  try:
+    saving = _kill_when_a_save_starts(process, model_dir, after_step=1)
+    assert process.wait(timeout=60) == -signal.SIGKILL
+  finally:
+    _kill(process)
+  # The step being written is either complete or absent, never listed half-written.
+  complete = checkpointing.make_manager(str(model_dir)).all_steps()
+  assert complete and max(complete) <= saving, (complete, saving)
+  status = _run(command, tmp_path / "resumed.txt", run_env)
+  resumed_log = (tmp_path / "resumed.txt").read_text()
+  assert status == 0, resumed_log[-3000:]
+  assert f"Restoring checkpoint at step {max(complete)} " in resumed_log
+  assert "does not restore" not in resumed_log  # nothing corrupt was met
+  _assert_bitwise_equal(_final_state(model_dir), uninterrupted)
+
+
+def test_sigterm_saves_the_current_step_exits_75_and_resumes_identically(
+    uninterrupted, data_dir, tiny_vocab_path, tmp_path, run_env):
+  model_dir = tmp_path / "run"
+  command = _command(data_dir, tiny_vocab_path, model_dir, save_every=100)
+  log = tmp_path / "terminated.txt"
+  process = _start(command, log, run_env)
+  try:
+    reached = _wait_for_step(process, log, 4)
+    process.send_signal(signal.SIGTERM)
+    status = process.wait(timeout=TIMEOUT_S)
+  finally:
+    _kill(process)
+  text = log.read_text()
+  assert status == checkpointing.PREEMPTED_EXIT_CODE == 75, text[-3000:]
+  saved = checkpointing.make_manager(str(model_dir)).all_steps()
+  # Orbax saves step 1 of a fresh directory; the interval (100) saves nothing else.
+  assert saved[:-1] == [1] and 1 < reached <= saved[-1] < STEPS, (saved, reached)
+  assert f"preempted (SIGTERM): saved step {saved[-1]} in {model_dir / 'checkpoints'}" in text
+  assert max(int(s) for s in STEP_LINE.findall(text)) == saved[-1]  # no step after the save
+  assert list((model_dir / "data_position" / str(saved[-1])).glob("*.position.json"))
+  # A checkpoint written before data positions were saved resumes the old way, by skipping.
+  shutil.rmtree(model_dir / "data_position")
+  status = _run(command, tmp_path / "resumed.txt", run_env)
+  resumed_log = (tmp_path / "resumed.txt").read_text()
+  assert status == 0, resumed_log[-3000:]
+  assert f"skipping {saved[-1]} batches through the pipeline" in resumed_log
+  _assert_bitwise_equal(_final_state(model_dir), uninterrupted)
+  # The resumed run's data counts are the whole source's, exact: read = kept + skipped.
+  total = json.loads((model_dir / "data_counts.json").read_text())["total"]["train"]
+  assert total["read"] == total["kept"] + total["skipped"] == 174000  # Multi30k: 29,000 x 6
+
+
+def test_ctrl_c_finishes_the_step_saves_it_and_exits_130(data_dir, tiny_vocab_path, tmp_path,
+                                                          run_env):
+  model_dir = tmp_path / "run"
+  log = tmp_path / "interrupted.txt"
+  process = _start(_command(data_dir, tiny_vocab_path, model_dir, save_every=100), log, run_env)
+  try:
+    reached = _wait_for_step(process, log, 4)
+    process.send_signal(signal.SIGINT)
+    status = process.wait(timeout=TIMEOUT_S)
+  finally:
+    _kill(process)
+  text = log.read_text()
+  assert status == checkpointing.INTERRUPTED_EXIT_CODE == 130, text[-3000:]
+  assert "KeyboardInterrupt" not in text and "Traceback" not in text
+  saved = checkpointing.make_manager(str(model_dir)).all_steps()
+  assert 1 < reached <= saved[-1] < STEPS, (saved, reached)
+  assert (f"interrupted (Ctrl-C): saved step {saved[-1]} in {model_dir / 'checkpoints'}; "
+          "exit status 130, rerun the same command to resume") in text
+  assert max(int(s) for s in STEP_LINE.findall(text)) == saved[-1]  # no step after the save

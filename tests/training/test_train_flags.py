@@ -1,0 +1,26 @@
+"""vmsst/training/flags.py: the run-file flags every such command shares, without the loop's imports.
+
+A subprocess: what an import pulls in shows only in a fresh interpreter.
+"""
+
+import json
+import subprocess
+import sys
+
+import vmsst_testing
+
+RUN_FILE_FLAGS = {"gin_file", "gin_bindings", "gin_search_path", "distributed",
+                  "coordinator_address", "num_processes", "process_id", "peer_timeout_seconds",
+                  "resume_with_changes"}
+
+
+def test_the_flags_are_defined_without_tensorflow_jax_or_the_loop():
+  listing = ("import json, sys; from absl import flags; import vmsst.training.flags; "
+             "print(json.dumps({'flags': sorted(f.name for f in "
+             "flags.FLAGS.get_key_flags_for_module('vmsst.training.flags')), 'heavy': sorted("
+             "m for m in ('tensorflow', 'jax', 'seqio', 'vmsst.training.loop') if m in sys.modules)}))")
+  done = subprocess.run([sys.executable, "-c", listing], cwd=vmsst_testing.ROOT,
+                        capture_output=True, text=True, timeout=300, check=True)
+  found = json.loads(done.stdout.strip().splitlines()[-1])
+  assert set(found["flags"]) == RUN_FILE_FLAGS
+  assert found["heavy"] == []

@@ -1,0 +1,1 @@
+"""The comparison harness: objectives trained and evaluated side by side."""

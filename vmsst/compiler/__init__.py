@@ -1,0 +1,1 @@
+"""A run compiled by the TPU compiler for a slice, on this machine."""

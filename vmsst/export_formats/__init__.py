@@ -1,0 +1,1 @@
+"""Export formats: SavedModel, sentence-transformers and Hugging Face."""

@@ -1,0 +1,1 @@
+"""The model core: network, layers, losses, the objective base class, partitioning."""

@@ -1,0 +1,1 @@
+"""Distillation teachers and their vectors cached on disk."""

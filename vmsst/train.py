@@ -1,0 +1,77 @@
+r"""Trains a model: `python -m vmsst.train --gin_file=RUN.gin [--gin.MACRO=VALUE ...]`.
+
+  python -m vmsst.train --gin_file=gin/runs/vmsst_cpu.gin
+  python -m vmsst.train --gin_file=gin/runs/vmsst_cpu.gin \
+      --gin.MODEL_DIR="'runs/x'" --gin.TRAIN_STEPS=2000
+
+A run file (gin/runs/*.gin) names the objective, sizes, data and MODEL_DIR;
+`--gin.X=Y` overrides any macro or parameter (strings in inner quotes).
+Rerunning the command resumes from MODEL_DIR's latest checkpoint; Ctrl-C
+saves the current step and exits 130, SIGTERM exits 75. See
+vmsst/training/loop.py.
+"""
+
+import sys
+
+from vmsst import cli
+from vmsst.training import flags as train_flags
+
+if __name__ == "__main__":  # the command: before seconds of TensorFlow and JAX imports
+  cli.quiet_startup()
+  cli.show_in_help(train_flags)
+  cli.check_early(lambda: cli.check_gin_files(sys.argv, required=True))  # --help answered here
+
+# pylint: disable=wrong-import-position
+import contextlib
+from typing import Sequence
+
+import gin
+import jax
+
+from vmsst.training import checkpointing
+from vmsst import files
+from vmsst import gin_utils
+from vmsst.training import distributed
+from vmsst.training import loop
+from vmsst.training import preflight
+
+
+def main(argv: Sequence[str]) -> None:
+  """Joins the job if asked, parses the run, trains; a mistake is one `error:` line."""
+  del argv
+  checkpointing.quiet_orbax_logs()
+  peers = {"coordinator_address": train_flags.COORDINATOR_ADDRESS.value,
+           "num_processes": train_flags.NUM_PROCESSES.value,
+           "process_id": train_flags.PROCESS_ID.value}
+  if train_flags.DISTRIBUTED.value or any(v is not None for v in peers.values()):
+    distributed.initialize_distributed(
+        **peers, peer_timeout_seconds=train_flags.PEER_TIMEOUT_SECONDS.value)
+  gin_utils.parse_gin(train_flags.GIN_FILE.value, train_flags.GIN_BINDINGS.value,
+                      train_flags.GIN_SEARCH_PATH.value)
+  preflight.check_paths()
+  model_dir = gin.query_parameter("train.model_dir")
+  model_dir = model_dir if isinstance(model_dir, str) else gin.query_parameter("%MODEL_DIR")
+  fresh = not files.exists(model_dir)
+  try:
+    result = loop.train(resume_with_changes=train_flags.RESUME_WITH_CHANGES.value)
+  except (checkpointing.IncompatibleCheckpointError, checkpointing.NoUsableCheckpointError) as e:
+    _remove_if_unused(model_dir, fresh)
+    raise cli.UserError(str(e)) from e
+  except BaseException:
+    _remove_if_unused(model_dir, fresh)
+    raise
+  if jax.process_index() == 0 and result["retrieval"]:
+    print("Held-out retrieval accuracy (%, mean of both directions):")
+    for name, value in sorted(result["retrieval"].items()):
+      print(f"  {name:40s} {value:6.2f}")
+
+
+def _remove_if_unused(model_dir: str, fresh: bool) -> None:
+  """A run that failed before its first checkpoint leaves no MODEL_DIR it created (a bucket's too)."""
+  if fresh and jax.process_index() == 0 and not preflight.checkpoint_steps(model_dir):
+    with contextlib.suppress(OSError):
+      files.rmtree(model_dir)
+
+
+if __name__ == "__main__":
+  cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))

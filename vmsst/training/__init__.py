@@ -1,0 +1,1 @@
+"""Training and its machinery: the loop, train step, checkpoints, optimizers."""
