@@ -2,8 +2,8 @@
 
 Synthetic batches at the paper's shapes (d = 1024, 16 heads of 64, MLP 4096,
 6 or 24 encoder and decoder layers: docs/papers/vmsst.md), bf16 activations
-with f32 parameters, each objective's real train step (vmsst.trainer), with
-the XLA:CPU tuning switch (vmsst.xla_cpu) on and off. Prints one JSON line
+with f32 parameters, each objective's real train step (vmsst.training.trainer), with
+the XLA:CPU tuning switch (vmsst.model.xla_cpu) on and off. Prints one JSON line
 per (shape, vocabulary, objective, tuning): examples/s, MFU against the bf16
 matmul peak measured in the same run, the compiled step's FLOPs, memory per
 device (the allocator's peak where the device reports it, beside the
@@ -40,11 +40,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 
-from vmsst import optimizers  # pylint: disable=wrong-import-position
-from vmsst import partitioning  # pylint: disable=wrong-import-position
-from vmsst import trainer as trainer_lib  # pylint: disable=wrong-import-position
-from vmsst import xla_cpu  # pylint: disable=wrong-import-position
-from vmsst.config import NetworkConfig  # pylint: disable=wrong-import-position
+from vmsst.training import optimizers  # pylint: disable=wrong-import-position
+from vmsst.model import partitioning  # pylint: disable=wrong-import-position
+from vmsst.training import trainer as trainer_lib  # pylint: disable=wrong-import-position
+from vmsst.model import xla_cpu  # pylint: disable=wrong-import-position
+from vmsst.model.config import NetworkConfig  # pylint: disable=wrong-import-position
 from vmsst.objectives import MODELS  # pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS

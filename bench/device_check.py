@@ -6,7 +6,7 @@ r"""The accelerator check: speed, a profile and a short comparison, in one comma
 
 Parts (each usable alone through --parts; docs/results/device/README.md has
 the device command, what travels with it, and the figures):
-- speed: each objective's real train step (vmsst.trainer) at the paper's
+- speed: each objective's real train step (vmsst.training.trainer) at the paper's
   6-layer random-init architecture, built from the run files' own gin files
   (gin/models/<objective>.gin + sizes/6l.gin + precision/bf16.gin: T5.1.1
   layers, d = 1024, vocabulary 250,112, length 32; bf16 compute, f32
@@ -20,7 +20,7 @@ the device command, what travels with it, and the figures):
 - profile: a jax.profiler trace of a few steps of the slowest objective,
   summarised to its top operations by device time (the trace stays behind).
 - comparison: Contrastive, VMSST and BiTranslation at 6 layers, d = 512,
-  batch 512, trained by `train` (vmsst.train.loop) from the pre-tokenized
+  batch 512, trained by `train` (vmsst.training.loop) from the pre-tokenized
   NTREX-128 + Multi30k stream in DATA for the same wall-clock budget each
   (counted from the first held-out evaluation, so compiling is not counted),
   held-out retrieval every `eval_every` steps and at the end, then the
@@ -32,7 +32,7 @@ the parent only schedules them, prints their progress and writes
 DIR/device_check.json and DIR/device_check.md after each part, so a part
 that runs out of time leaves the others' results. Needs JAX, flax, optax,
 orbax, gin-config and sentencepiece: no TensorFlow or seqio (--prepare
-alone needs them, to write DATA with `python -m vmsst.train.pretokenize`).
+alone needs them, to write DATA with `python -m vmsst.pretokenize`).
 `--quick` shrinks every shape so the whole check rehearses on a CPU in under
 a minute (tests/bench/test_device_check.py); it skips the PyTorch peer,
 whose import alone takes longer than the rest.

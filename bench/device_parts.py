@@ -82,7 +82,7 @@ def build_model(objective: str, quick: bool, *, files=None, vocab_size: int | No
                 bindings=()):
   """The objective's model as its gin file and the size files define it."""
   import gin  # pylint: disable=import-outside-toplevel
-  from vmsst.train import loop  # pylint: disable=import-outside-toplevel,unused-import  # train
+  from vmsst.training import loop  # pylint: disable=import-outside-toplevel,unused-import  # train
   gin.clear_config()
   gin.add_config_file_search_path(ROOT)
   vocabulary = [f"VOCAB_SIZE = {vocab_size or (300 if quick else PAPER_VOCABULARY)}"]
@@ -95,7 +95,7 @@ def build_model(objective: str, quick: bool, *, files=None, vocab_size: int | No
 
 def paper_optimizer():
   """base_paper.gin's Adafactor (a constant rate: the schedule changes no step time)."""
-  from vmsst import optimizers  # pylint: disable=import-outside-toplevel
+  from vmsst.training import optimizers  # pylint: disable=import-outside-toplevel
   return optimizers.adafactor(learning_rate=1e-3, clipping_threshold=1.0,
                               multiply_by_parameter_scale=True, min_dim_size_to_factor=128)
 
@@ -141,8 +141,8 @@ class StepRun:
 
   def __init__(self, model, batch_size: int):
     jax = _jax()
-    from vmsst import partitioning  # pylint: disable=import-outside-toplevel
-    from vmsst import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
+    from vmsst.model import partitioning  # pylint: disable=import-outside-toplevel
+    from vmsst.training import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
     self.batch_size = batch_size
     mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
     shapes = model.input_shapes(batch_size, LENGTH)
@@ -171,7 +171,7 @@ class StepRun:
     """Runs n steps (the compiled executable itself); seconds per step."""
     jax = _jax()
     import flax.linen as nn  # pylint: disable=import-outside-toplevel
-    from vmsst import partitioning  # pylint: disable=import-outside-toplevel
+    from vmsst.model import partitioning  # pylint: disable=import-outside-toplevel
     start = time.perf_counter()
     with jax.set_mesh(self.trainer.mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
       for _ in range(n):
@@ -349,7 +349,7 @@ class WallClock:
     return now - self.started >= self.seconds
 
   def save_final(self, manager, step: int, state):
-    from vmsst import checkpointing  # pylint: disable=import-outside-toplevel
+    from vmsst.training import checkpointing  # pylint: disable=import-outside-toplevel
     checkpointing.save(manager, step, state, force=True)
     return state
 
@@ -359,7 +359,7 @@ def comparison(*, quick: bool, data: str, objectives, train_seconds: float) -> N
   from vmsst import files  # pylint: disable=import-outside-toplevel
   from vmsst import vocabulary  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import in_training  # pylint: disable=import-outside-toplevel
-  from vmsst.train import loop  # pylint: disable=import-outside-toplevel
+  from vmsst.training import loop  # pylint: disable=import-outside-toplevel
   _jax()
   stream = files.join(data, "stream")
   meta = json.loads(files.read_text(files.join(stream, "stream.json")))
@@ -416,7 +416,7 @@ def prepare(data: str, data_dir: str, *, examples: int = STREAM_EXAMPLES) -> Non
   import subprocess  # pylint: disable=import-outside-toplevel
   from vmsst import files  # pylint: disable=import-outside-toplevel
   from vmsst_tasks import heldout  # pylint: disable=import-outside-toplevel
-  from vmsst.train import pretokenize  # pylint: disable=import-outside-toplevel
+  from vmsst import pretokenize  # pylint: disable=import-outside-toplevel
   spm = files.join(data, "vocab", "spm")
   if not files.exists(spm + ".model"):
     subprocess.run([sys.executable, "-m", "vmsst.vocabulary", f"--data_dir={data_dir}",

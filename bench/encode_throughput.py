@@ -105,7 +105,7 @@ def vocabulary(directory: str, vocab_size: int) -> str:
 
 
 def network_config(vocab_size: int):
-  from vmsst.config import NetworkConfig  # pylint: disable=import-outside-toplevel
+  from vmsst.model.config import NetworkConfig  # pylint: disable=import-outside-toplevel
   return NetworkConfig(vocab_size=vocab_size, emb_dim=FLAGS.width, num_heads=FLAGS.width // 64,
                        head_dim=64, mlp_dim=4 * FLAGS.width, num_encoder_layers=FLAGS.layers,
                        num_language_encoder_layers=1, num_decoder_layers=1,
@@ -123,7 +123,7 @@ def model_dir(directory: str, cfg, spm_path: str) -> str:
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
   from vmsst.encoding import restore  # pylint: disable=import-outside-toplevel
-  from vmsst import models  # pylint: disable=import-outside-toplevel
+  from vmsst.model import models  # pylint: disable=import-outside-toplevel
   from vmsst.objectives import Contrastive  # pylint: disable=import-outside-toplevel
   path = os.path.join(directory, "model")
   os.makedirs(path)

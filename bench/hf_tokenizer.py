@@ -3,7 +3,7 @@ r"""How exactly each transformers tokenizer reproduces our SentencePiece ids, on
   .venv/bin/python bench/hf_tokenizer.py --data_dir=../shared/data \
       --output=docs/results/hf_tokenizer
 
-The export (vmsst/hf_export.py) ships the run's SentencePiece model read by
+The export (vmsst/export_formats/huggingface.py) ships the run's SentencePiece model read by
 transformers' SpeechT5Tokenizer, which calls the SentencePiece library. This
 counts, over every NTREX-128 line (all languages), the sentences whose ids
 (EOS appended, no truncation) differ from training's (`encoding.tokens`), for
@@ -73,7 +73,8 @@ def main(argv) -> None:
   del argv
   # pylint: disable=import-outside-toplevel
   from tokenizers import normalizers
-  from vmsst import hf_export, text_files, vocabulary
+  from vmsst.export_formats import huggingface as hf_export
+  from vmsst import text_files, vocabulary
   from vmsst_tasks import sources
   from transformers import AutoTokenizer
   data_dir = pathlib.Path(FLAGS.data_dir)

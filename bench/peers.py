@@ -17,7 +17,7 @@ tokenization alike.
 import os
 import tempfile
 
-from vmsst.config import NetworkConfig
+from vmsst.model.config import NetworkConfig
 
 
 def hf_tokenizer(spm_path: str):

@@ -39,7 +39,7 @@ from vmsst import files
 from vmsst import mining
 from vmsst import text_files
 from vmsst.encoding import quantize
-from vmsst.evaluation import similarity
+from vmsst.encoding import similarity
 from vmsst.evaluation import tatoeba
 from vmsst.mining import quantized
 from vmsst_tasks import heldout

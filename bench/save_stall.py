@@ -2,7 +2,7 @@ r"""How long a checkpoint save stalls training: synchronous against asynchronous
 
   python bench/save_stall.py --output=docs/results/save_stall
 
-The loop's own pieces (vmsst.trainer.Trainer, vmsst.checkpointing.make_manager
+The loop's own pieces (vmsst.training.trainer.Trainer, vmsst.training.checkpointing.make_manager
 and save) on a synthetic batch, one process: a model of about 100 M parameters
 (--emb_dim, --layers, --vocab_size) trains `--steps` steps and saves every
 `--save_every`, once with `make_manager.asynchronous = False` and once with
@@ -67,7 +67,7 @@ def stalls(step_seconds: Sequence[float], save_steps: Sequence[int], after: int)
 def run(trainer, batch, *, asynchronous: bool, directory: str) -> dict:
   """One run's step times and save-call times."""
   import jax  # pylint: disable=import-outside-toplevel
-  from vmsst import checkpointing  # pylint: disable=import-outside-toplevel
+  from vmsst.training import checkpointing  # pylint: disable=import-outside-toplevel
   manager = checkpointing.make_manager(directory, save_interval_steps=FLAGS.save_every,
                                        max_to_keep=2, asynchronous=asynchronous)
   state = trainer.initialize(jax.random.key(0))
@@ -98,9 +98,10 @@ def main(argv: Sequence[str]) -> None:
     (pathlib.Path(FLAGS.output) / "README.md").write_text(readme(record))
     return
   import jax  # pylint: disable=import-outside-toplevel
-  from vmsst import optimizers, partitioning  # pylint: disable=import-outside-toplevel
-  from vmsst import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
-  from vmsst.config import NetworkConfig  # pylint: disable=import-outside-toplevel
+  from vmsst.training import optimizers  # pylint: disable=import-outside-toplevel
+  from vmsst.model import partitioning
+  from vmsst.training import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
+  from vmsst.model.config import NetworkConfig  # pylint: disable=import-outside-toplevel
   from vmsst.objectives import MODELS  # pylint: disable=import-outside-toplevel
   sys.path.insert(0, str(REPO / "bench"))
   from accelerator import synthetic_batch  # pylint: disable=import-outside-toplevel

@@ -3,7 +3,7 @@ r"""Training throughput: examples/s and MFU per objective, and the sentence-tran
   .venv/bin/python bench/train_throughput.py [--size=cpu6] [--batch_size=128] [--length=32] \
       [--dtype=bfloat16] [--rounds=3] [--steps=1] [--quick]
 
-Every objective's compiled train step (vmsst.trainer.Trainer: jit with
+Every objective's compiled train step (vmsst.training.trainer.Trainer: jit with
 shardings, donated state) runs on one fixed random batch; the peer is the
 same contrastive model in sentence-transformers on PyTorch CPU, in a process
 of its own (common.TimerProcess) (BERT layers
@@ -44,10 +44,10 @@ from absl import app
 from absl import flags
 
 import common
-from vmsst import optimizers
-from vmsst import partitioning
-from vmsst import trainer as trainer_lib
-from vmsst.config import NetworkConfig
+from vmsst.training import optimizers
+from vmsst.model import partitioning
+from vmsst.training import trainer as trainer_lib
+from vmsst.model.config import NetworkConfig
 from vmsst.objectives import MODELS
 
 SIZES = {
