@@ -74,6 +74,16 @@ def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[s
   return wrapped
 
 
+def renamed(old: str, new: str) -> None:
+  """A command that moved: `python -m OLD` names its new name and runs nothing (exit 2).
+
+  Old names stay answerable so scripts written against them fail with the fix, not with
+  Python's "No module named". The table of them is `vmsst.__main__.RENAMED`.
+  """
+  print(f"error: python -m {old} is now python -m {new} (same flags); run that.", file=sys.stderr)
+  sys.exit(USAGE_EXIT_CODE)
+
+
 def run(main: Callable[[Sequence[str]], object], argv: Sequence[str] | None = None) -> None:
   """`app.run` for a command: flag errors and UserErrors both as one `error:` line, exit 2.
 
