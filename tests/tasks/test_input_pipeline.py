@@ -2,7 +2,7 @@
 
 Real pipelines (the registry's tasks over the first lines of NTREX-128 and
 Multi30k) in one process; hosts are given by process_index/process_count,
-the same code path a multi-process run takes (tests/test_multihost.py runs
+the same code path a multi-process run takes (tests/training/test_multihost.py runs
 the processes). Speed is not asserted here: bench/resume_time.py measures it.
 """
 

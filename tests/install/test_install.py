@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _python(code: str, cwd: pathlib.Path) -> str:
