@@ -1,4 +1,4 @@
-r"""The `python -m vmsst.mine` command: mines translation pairs from two monolingual files.
+r"""Mines translation pairs from two monolingual files.
 
 A thin command over vmsst/mining/ (neighbour search, margin scores,
 candidates, one-to-one pairs), which the BUCC evaluation shares; this module

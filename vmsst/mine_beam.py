@@ -1,4 +1,4 @@
-r"""The `python -m vmsst.mine_beam` command: `vmsst.mine`'s pairs as an Apache Beam pipeline.
+r"""Mines translation pairs as an Apache Beam pipeline.
 
 For sides past one machine (10^8 sentences and more): read and deduplicate
 (any text files or globs, local or gs://), embed with the exported SavedModel

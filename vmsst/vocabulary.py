@@ -1,4 +1,4 @@
-r"""Trains and loads the SentencePiece vocabulary.
+r"""Trains the SentencePiece vocabulary (VOCAB_PATH).
 
 Ids follow the T5/seqio convention: pad=0, eos=1, unk=2, no bos (mT5's
 spiece.model follows it too, and works as is). The vocabulary holds no language
