@@ -181,7 +181,7 @@ class StepRun:
 
 
 def _model_flops(model, batch_size: int) -> float:
-  from vmsst.compiler import step as compile_lib  # pylint: disable=import-outside-toplevel
+  from vmsst import compile as compile_lib  # pylint: disable=import-outside-toplevel
   run = compile_lib.Run(model=model, optimizer=paper_optimizer(), batch_size=batch_size,
                         sequence_length=LENGTH, skip_nonfinite=False)
   return compile_lib.model_flops(run, batch_size)
@@ -357,7 +357,7 @@ class WallClock:
 def comparison(*, quick: bool, data: str, objectives, train_seconds: float) -> None:
   """Emits each objective's run: trained by `train` on DATA's stream for `train_seconds`, scored."""
   from vmsst import files  # pylint: disable=import-outside-toplevel
-  from vmsst import vocabulary  # pylint: disable=import-outside-toplevel
+  from vmsst import sentencepiece_vocabulary  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import in_training  # pylint: disable=import-outside-toplevel
   from vmsst.training import loop  # pylint: disable=import-outside-toplevel
   _jax()
@@ -365,7 +365,7 @@ def comparison(*, quick: bool, data: str, objectives, train_seconds: float) -> N
   meta = json.loads(files.read_text(files.join(stream, "stream.json")))
   sets = {name: tuple(pair) for name, pair in
           json.loads(files.read_text(files.join(data, "heldout.json"))).items()}
-  vocab = vocabulary.get_vocabulary(files.join(stream, "spm.model"))
+  vocab = sentencepiece_vocabulary.get_vocabulary(files.join(stream, "spm.model"))
   for objective in objectives:
     model_dir = tempfile.mkdtemp(prefix=f"vmsst-{objective}-")
     build_model(objective, quick, vocab_size=vocab.vocab_size, bindings=[

@@ -97,11 +97,11 @@ def sentences(count: int) -> list[str]:
 
 def vocabulary(directory: str, vocab_size: int) -> str:
   """A SentencePiece model of `vocab_size` pieces from NTREX (about 10 s at 8,000)."""
-  from vmsst import vocabulary as vocabulary_lib  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import vocabulary_training  # pylint: disable=import-outside-toplevel
   count = 5 * vocab_size  # 8,000 pieces: 40,000 sentences; 2,000 (--quick): 10,000
-  return vocabulary_lib.train_vocabulary(sentences(count), os.path.join(directory, "spm"),
-                                         vocab_size,
-                                         character_coverage=0.995 if vocab_size >= 4000 else 0.98)
+  return vocabulary_training.train_vocabulary(sentences(count), os.path.join(directory, "spm"),
+                                              vocab_size,
+                                              character_coverage=0.995 if vocab_size >= 4000 else 0.98)
 
 
 def network_config(vocab_size: int):
@@ -147,7 +147,7 @@ def main(argv) -> None:
     print(f"encode benchmark skipped: no real sentences at {DATA / 'ntrex128'}")
     return
   import vmsst  # pylint: disable=import-outside-toplevel
-  from vmsst.export_formats import saved_model as export  # pylint: disable=import-outside-toplevel
+  from vmsst import export  # pylint: disable=import-outside-toplevel
   work = tempfile.mkdtemp(prefix="bench_encode_")
   texts = sentences(FLAGS.sentences)
   spm_path = vocabulary(work, FLAGS.vocab_size)

@@ -6,7 +6,7 @@ r"""How exactly each transformers tokenizer reproduces our SentencePiece ids, on
 The export (vmsst/export_formats/huggingface.py) ships the run's SentencePiece model read by
 transformers' SpeechT5Tokenizer, which calls the SentencePiece library. This
 counts, over every NTREX-128 line (all languages), the sentences whose ids
-(EOS appended, no truncation) differ from training's (`encoding.tokens`), for
+(EOS appended, no truncation) differ from training's (`model.tokens`), for
 that tokenizer and for the two tokenizers-library (Rust) alternatives: the
 Unigram model with byte fallback behind spm's own Precompiled normaliser (what
 transformers' converters build), and behind NFKC. The vocabulary is the test
@@ -35,15 +35,15 @@ def _define_flags() -> None:
 
 def test_vocabulary(data_dir: pathlib.Path, folder: str) -> str:
   """The 2,000-piece vocabulary tests/conftest.py trains (same lines, same settings)."""
-  from vmsst import text_files, vocabulary  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
+  from vmsst import text_files  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import sources, vocabulary_training  # pylint: disable=import-outside-toplevel
   sentences = []
   for path in sources.ntrex_files(data_dir).values():
     sentences += text_files.read_lines(path)[:16]
   for short in sources.MULTI30K_LANGUAGES:
     sentences += text_files.read_lines(data_dir / "multi30k" / f"train.{short}.gz")[:500]
-  return vocabulary.train_vocabulary(sentences, os.path.join(folder, "spm"), 2000,
-                                     character_coverage=0.995)
+  return vocabulary_training.train_vocabulary(sentences, os.path.join(folder, "spm"), 2000,
+                                              character_coverage=0.995)
 
 
 def rust_unigram(sp_model: bytes, normalizer):
@@ -74,13 +74,13 @@ def main(argv) -> None:
   # pylint: disable=import-outside-toplevel
   from tokenizers import normalizers
   from vmsst.export_formats import huggingface as hf_export
-  from vmsst import text_files, vocabulary
+  from vmsst import sentencepiece_vocabulary, text_files
   from vmsst_tasks import sources
   from transformers import AutoTokenizer
   data_dir = pathlib.Path(FLAGS.data_dir)
   with tempfile.TemporaryDirectory() as work:
     spm_path = FLAGS.spm_model or test_vocabulary(data_dir, work)
-    vocab = vocabulary.get_vocabulary(spm_path)
+    vocab = sentencepiece_vocabulary.get_vocabulary(spm_path)
     sentences = [line for path in sources.ntrex_files(data_dir).values()
                  for line in text_files.read_lines(path)]
     reference = [list(vocab.encode(s)) + [vocab.eos_id] for s in sentences]

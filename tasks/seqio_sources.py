@@ -23,6 +23,7 @@ from vmsst_tasks import pair_filters
 from vmsst_tasks import sources
 from vmsst_tasks import wiki_entities
 from vmsst import cli
+from vmsst import entity_files
 
 SPLITS = ("train", "validation")
 TEXT_FEATURES = ("text_a", "text_b", "lang_a", "lang_b")
@@ -191,7 +192,7 @@ class EntitySentenceSource(seqio.FunctionDataSource):
       self._columns[split] = {"text_a": texts, "text_b": texts, "lang_a": langs,
                               "lang_b": langs, "entities": ids}
     if not len(self._columns["train"]["entities"]):
-      counts = wiki_entities.load_meta(entity_dir).get("counts", {})
+      counts = entity_files.load_meta(entity_dir).get("counts", {})
       raise cli.UserError(
           f"{name}: {entity_dir} holds no training example (its meta.json counts: {counts}); "
           "run python -m vmsst_tasks.wiki_entities again with a lower --min_links (or "

@@ -1,4 +1,4 @@
-r"""Extracts linked entities from a MediaWiki dump (EASE).
+r"""Sentences and their hyperlinked entities from a MediaWiki XML dump (EASE data).
 
   python -m vmsst_tasks.wiki_entities \
       --dump=../shared/data/wiki_entity_sample/enwiki-pages-articles-sample.xml.bz2 \
@@ -54,6 +54,7 @@ from typing import Iterator, Mapping, Sequence
 from absl import flags
 import numpy as np
 
+from vmsst import entity_files
 from vmsst import files
 
 
@@ -64,7 +65,6 @@ SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 PADDING = -1  # a hard-negative slot without a candidate (also the id of a missing entity)
 # EASE §3.1 keeps entities "that appear more than ten times as hyperlinks".
 PAPER_MIN_LINKS = 10
-KEYS_TITLE, KEYS_ID = "title", "interlanguage_id"  # meta.json "entity_keys"
 
 
 @dataclasses.dataclass
@@ -85,40 +85,6 @@ class Sentence:
   page: str
   text: str
   titles: tuple[str, ...]
-
-
-def normalize_title(title: str) -> str:
-  """"computer_system#History" -> "Computer system": MediaWiki's first-letter case rule."""
-  title = " ".join(html.unescape(title).split("#", 1)[0].replace("_", " ").split())
-  return title[:1].upper() + title[1:]
-
-
-def _table_rows(path: str, what: str) -> Iterator[tuple[str, str]]:
-  """(normalised key, value) of each `key<TAB>value` line; a bad line names file:line, the fix."""
-  with files.open(path) as f:
-    for number, line in enumerate(f, 1):
-      line = line.rstrip("\n")
-      if not line.strip() or line.startswith("#"):
-        continue
-      fields = line.split("\t")
-      if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
-        raise ValueError(f"{path}:{number}: expected '<title><TAB><{what}>' (2 non-empty "
-                         f"tab-separated fields), got {line!r}; fix or delete the line.")
-      yield normalize_title(fields[0]), fields[1].strip()
-
-
-def read_table(path: str, what: str) -> dict[str, str]:
-  """A `key<TAB>value` file -> {normalised key: value} (a repeated key: the last line wins)."""
-  return dict(_table_rows(path, what))
-
-
-def read_multi_table(path: str, what: str) -> dict[str, list[str]]:
-  """A `key<TAB>value` file whose keys may repeat -> {normalised key: [values, in file order]}."""
-  table: dict[str, list[str]] = collections.defaultdict(list)
-  for key, value in _table_rows(path, what):
-    if value not in table[key]:
-      table[key].append(value)
-  return dict(table)
 
 
 def iter_pages(dump: str) -> Iterator[tuple[str, int, bool, str]]:
@@ -206,7 +172,7 @@ def resolve_links(paragraph: str, counts: Counts) -> tuple[str, list[tuple[int, 
       counts.links["skipped_namespace"] += 1
       continue
     anchor = anchor or target.split("#", 1)[0] or target.lstrip("#")
-    title = normalize_title(target)
+    title = entity_files.normalize_title(target)
     if not title:
       counts.links["skipped_section_only"] += 1
     else:
@@ -294,8 +260,8 @@ def extract(dump: str, *, min_links: int = PAPER_MIN_LINKS, interlanguage: str |
     (examples: list of dicts, entities: list of (key, count, chosen type or ""),
      counts: Counts).
   """
-  ids = read_table(interlanguage, "id") if interlanguage else None
-  types_of = read_multi_table(types, "type") if types else {}
+  ids = entity_files.read_table(interlanguage, "id") if interlanguage else None
+  types_of = entity_files.read_multi_table(types, "type") if types else {}
   key = (lambda t: ids.get(t)) if ids is not None else (lambda t: t)
   linked = collections.Counter(k for s in article_sentences(dump, Counts(), min_words=min_words)
                                for k in map(key, s.titles) if k is not None)
@@ -320,7 +286,8 @@ def extract(dump: str, *, min_links: int = PAPER_MIN_LINKS, interlanguage: str |
       counts.sentences["skipped_no_kept_entity"] += 1
       continue
     counts.sentences["kept"] += 1
-    page_entities[sentence.page].update([*entities, key(normalize_title(sentence.page))])
+    page_title = key(entity_files.normalize_title(sentence.page))
+    page_entities[sentence.page].update([*entities, page_title])
     sentences.append((sentence, entities))
   hard = num_hard_negatives if types else 0
   examples = []
@@ -358,7 +325,7 @@ def check_not_empty(dump: str, num_examples: int, counts: Counts, min_links: int
 
 
 def write(output: str, examples, entities, counts: Counts, num_hard_negatives: int, *,
-          entity_keys: str = KEYS_TITLE, min_links: int | None = None) -> None:
+          entity_keys: str = entity_files.KEYS_TITLE, min_links: int | None = None) -> None:
   """OUTPUT/examples.jsonl, entities.tsv and meta.json (see the module docstring)."""
   out = files.as_path(output)
   out.mkdir(parents=True, exist_ok=True)
@@ -372,28 +339,14 @@ def write(output: str, examples, entities, counts: Counts, num_hard_negatives: i
   (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
-def load_meta(directory: str) -> dict:
-  path = files.as_path(directory, "meta.json")
-  if not path.exists():
-    raise FileNotFoundError(f"{path} not found: run `python -m vmsst_tasks.wiki_entities "
-                            f"--dump=<pages-articles.xml.bz2> --output={directory}` first.")
-  return json.loads(path.read_text())
-
-
-def load_entity_keys(directory: str) -> list[str]:
-  """The entity vocabulary: key of row i of the entity table."""
-  with files.open(files.join(directory, "entities.tsv")) as f:
-    return [line.split("\t", 1)[0] for line in f if line.strip()]
-
-
 def load_split(directory: str, split: str) -> tuple[list[str], list[str], np.ndarray]:
   """(texts, langs, entities int32 [N, 1 + H]) of one split; rows of the entity table.
 
   Column 0 is the linked entity, columns 1..H its hard negatives; PADDING (-1)
   marks a hard-negative slot without a candidate.
   """
-  rows = {k: i for i, k in enumerate(load_entity_keys(directory))}
-  hard = load_meta(directory)["num_hard_negatives"]
+  rows = {k: i for i, k in enumerate(entity_files.load_entity_keys(directory))}
+  hard = entity_files.load_meta(directory)["num_hard_negatives"]
   texts, langs, ids = [], [], []
   with files.open(files.join(directory, "examples.jsonl")) as f:
     for line in f:
@@ -418,7 +371,8 @@ def build(dump: str, output: str, *, min_links: int = PAPER_MIN_LINKS,
       lang=lang)
   check_not_empty(dump, len(examples), counts, min_links)
   write(output, examples, entities, counts, num_hard_negatives if types else 0,
-        entity_keys=KEYS_ID if interlanguage else KEYS_TITLE, min_links=min_links)
+        entity_keys=entity_files.KEYS_ID if interlanguage else entity_files.KEYS_TITLE,
+        min_links=min_links)
   lines = [f"{len(examples)} examples, {len(entities)} entities -> {output}"]
   lines += [f"  {unit}: {values}" for unit, values in counts.as_dict().items()]
   return "\n".join(lines)

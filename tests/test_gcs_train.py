@@ -27,7 +27,7 @@ import vmsst_testing
 from vmsst.training import early_stopping as es
 from vmsst import files
 from vmsst.model import param_files
-from vmsst import vocabulary
+from vmsst import sentencepiece_vocabulary
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +135,7 @@ def _bucket(gcs, small_data_dir, tiny_vocab_path):
   bucket_data = upload_data(gcs, small_data_dir, root)
   vocab = files.join(root, "spm", "tiny.model")
   files.copy(tiny_vocab_path, vocab)
-  size = vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
+  size = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
   init = files.join(root, "init", "embed.safetensors")
   param_files.save_params(init, {"token_embed/embedding": np.full((size, 32), 0.25, np.float32)})
   return {"root": root, "data": bucket_data, "vocab": vocab, "init": init}

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from vmsst import vocabulary
+from vmsst import sentencepiece_vocabulary
 from vmsst.evaluation import in_training
 from vmsst.evaluation.in_training import RetrievalEvaluator
 from vmsst.evaluation.tatoeba import retrieval_accuracy
@@ -18,7 +18,7 @@ def test_accuracy_counts_the_aligned_nearest_neighbour_both_ways():
 
 
 def test_a_set_without_pairs_is_skipped_and_the_rest_evaluated(tiny_vocab_path):
-  vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
+  vocab = sentencepiece_vocabulary.get_vocabulary(str(tiny_vocab_path))
   sentences = ["ein Haus", "a dog runs", "zwei Katzen schlafen", "the river"]
   evaluator = RetrievalEvaluator({"empty": ([], []), "same": (sentences, sentences)}, vocab,
                                  sequence_length=8, batch_size=4)
@@ -33,7 +33,7 @@ def test_a_set_without_pairs_is_skipped_and_the_rest_evaluated(tiny_vocab_path):
 
 
 def test_sentences_cut_to_the_length_are_counted_per_set_and_logged(tiny_vocab_path, caplog):
-  vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
+  vocab = sentencepiece_vocabulary.get_vocabulary(str(tiny_vocab_path))
   short, long = ["ein Haus", "the river"], ["zwei Katzen schlafen unter dem alten Baum am Fluss",
                                             "a dog runs across the green field to the river"]
   assert all(len(vocab.encode(s)) <= 7 for s in short)
@@ -49,7 +49,7 @@ def test_sentences_cut_to_the_length_are_counted_per_set_and_logged(tiny_vocab_p
 def test_targets_are_embedded_as_side_b(tiny_vocab_path):
   # A two-tower stand-in: side b's "tower" reverses the dimensions, so targets
   # embedded as side a would all be found (100%) and as side b are not.
-  vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
+  vocab = sentencepiece_vocabulary.get_vocabulary(str(tiny_vocab_path))
   sentences = ["ein Haus", "a dog runs", "zwei Katzen schlafen", "the river"]
   evaluator = RetrievalEvaluator({"same": (sentences, sentences)}, vocab, sequence_length=8,
                                  batch_size=4)

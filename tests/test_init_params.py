@@ -8,7 +8,7 @@ import pytest
 import vmsst.training.loop
 import vmsst_testing
 from vmsst.model import param_files
-from vmsst import vocabulary
+from vmsst import sentencepiece_vocabulary
 
 
 @pytest.fixture(autouse=True)
@@ -20,7 +20,7 @@ def _clean_gin():
 @pytest.mark.slow
 def test_a_fresh_run_starts_from_the_file_and_a_restart_ignores_it(data_dir, tiny_vocab_path,
                                                                   tmp_path):
-  vocab_size = vocabulary.get_vocabulary(str(tiny_vocab_path)).vocab_size
+  vocab_size = sentencepiece_vocabulary.get_vocabulary(str(tiny_vocab_path)).vocab_size
   table = np.full((vocab_size, 64), 0.5, np.float32)  # small_run_bindings: emb_dim 64
   param_files.save_params(str(tmp_path / "init.safetensors"), {"token_embed/embedding": table})
   common = ["train.evaluator = None", "make_manager.save_interval_steps = 1",

@@ -19,8 +19,8 @@ from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
 from vmsst import languages
 from vmsst.model import param_files
-from vmsst.encoding import tokens as tokens_lib
-from vmsst import vocabulary
+from vmsst.model import tokens as tokens_lib
+from vmsst import sentencepiece_vocabulary
 
 SENTENCES = ["A man rides a bicycle.", "Ein Mann fährt Fahrrad.", ""]
 
@@ -48,7 +48,8 @@ def test_restore_rebuilds_the_language_table_from_the_token_rows(legacy_dir):
   jax.tree.map(np.testing.assert_array_equal,
                {k: v for k, v in params.items() if k != "language_embed"}, old)
   token_table = old["token_embed"]["embedding"]
-  ids = [vocabulary.language_token_id(restored.vocabulary, c) for c in languages.LANGUAGES]
+  ids = [sentencepiece_vocabulary.language_token_id(restored.vocabulary, c)
+         for c in languages.LANGUAGES]
   np.testing.assert_array_equal(params["language_embed"]["embedding"], token_table[ids])
   assert ids[0] == token_table.shape[0] - len(languages.LANGUAGES)  # The rewritten pieces.
 

@@ -24,7 +24,7 @@ from vmsst_tasks.registry import opus
 from vmsst import cli
 from vmsst import languages
 from vmsst import text_files
-from vmsst import vocabulary
+from vmsst_tasks import vocabulary_training
 import vmsst.training.loop  # pylint: disable=unused-import  # registers `train`: what a run trains on
 
 RUN = "--gin_file=gin/runs/vmsst_cpu.gin"
@@ -99,7 +99,7 @@ def test_the_paper_mixture_asked_of_a_directory_without_paper_corpora_is_one_err
 # ------------------------------------------------- vocabulary's input (unit)
 
 def _sentences(data_dir, opus_dir) -> list[str]:
-  return list(vocabulary.training_sentences(str(data_dir), [f"opus:{opus_dir}"]))
+  return list(vocabulary_training.training_sentences(str(data_dir), [f"opus:{opus_dir}"]))
 
 
 def test_vocabulary_refuses_a_directory_without_opus_files(tmp_path, data_dir):

@@ -22,12 +22,11 @@ from safetensors.numpy import load_file
 
 import vmsst.training.loop
 import vmsst_testing
-from vmsst.export_formats import saved_model as export
+from vmsst import export
 from vmsst.encoding import checkpoint as checkpoint_lib
-from vmsst.gin_utils import gin
-from vmsst.model import mt5_conversion as mt5_import
+from vmsst import mt5_import
 from vmsst.model import param_files
-from vmsst import vocabulary
+from vmsst import sentencepiece_vocabulary
 
 SENTENCES = ["A man rides a bicycle.", "Ein Mann fährt Fahrrad.", "Un homme fait du vélo.", ""]
 # The NetworkConfig fields that make the network an mT5 stack of the checkpoint's sizes.
@@ -45,7 +44,7 @@ def random_mt5(tiny_vocab_path, tmp_path_factory) -> str:
   padded to a multiple of 128: 2,048 rows for 2,000 pieces.
   """
   torch.manual_seed(0)
-  size = vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
+  size = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
   config = transformers.MT5Config(vocab_size=-(-size // 128) * 128, d_model=32, d_kv=8, num_heads=4, d_ff=64,
                                   num_layers=2, num_decoder_layers=1, dropout_rate=0.0,
                                   feed_forward_proj="gated-gelu")
@@ -60,7 +59,7 @@ def test_mt5_vocabulary_import_train_export_embed(data_dir, tiny_vocab_path, ran
                                                    tmp_path, scan):
   """Scanned as the paper's pretrained runs are (gin/models/memory/scan.gin): the
   converted file's layer_<i> tensors are stacked when train loads them."""
-  pieces = vocabulary.get_vocabulary(tiny_vocab_path).tokenizer
+  pieces = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path).tokenizer
   assert pieces.piece_to_id("<2deu>") == pieces.unk_id()  # No language symbols, as in mT5.
   checkpoint = mt5_import.Checkpoint(random_mt5)
   cfg = mt5_import.network_config(checkpoint)

@@ -54,8 +54,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def small_run_bindings(data_dir, vocab_path, model_dir, steps: int, extra=()) -> list[str]:
   """Gin bindings shrinking a gin/runs/*_cpu.gin run to seconds (real data and code)."""
-  from vmsst import vocabulary  # pylint: disable=import-outside-toplevel
-  vocab_size = vocabulary.get_vocabulary(str(vocab_path)).vocab_size
+  from vmsst import sentencepiece_vocabulary  # pylint: disable=import-outside-toplevel
+  vocab_size = sentencepiece_vocabulary.get_vocabulary(str(vocab_path)).vocab_size
   return [
       f"DATA_DIR = '{data_dir}'", f"VOCAB_PATH = '{vocab_path}'", f"VOCAB_SIZE = {vocab_size}",
       f"MODEL_DIR = '{model_dir}'", f"TRAIN_STEPS = {steps}", "BATCH_SIZE = 32",

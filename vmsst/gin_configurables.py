@@ -34,13 +34,13 @@ from vmsst.training import parameter_groups
 from vmsst.model import partitioning
 from vmsst.teachers import cache as teacher_cache
 from vmsst.compiler import slices as tpu_slices
-from vmsst import vocabulary
+from vmsst import sentencepiece_vocabulary
 from vmsst.model.config import NetworkConfig
 from vmsst.evaluation import in_training
 from vmsst.objectives import MODELS
 
 gin.external_configurable(heldout.retrieval_sets, module="tasks.heldout")
-gin.external_configurable(vocabulary.get_vocabulary, module="vmsst.vocabulary")
+gin.external_configurable(sentencepiece_vocabulary.get_vocabulary, module="vmsst.vocabulary")
 gin.constant("vmsst.float32", jnp.float32)
 gin.constant("vmsst.bfloat16", jnp.bfloat16)
 

@@ -11,7 +11,7 @@ its own [len(LANGUAGES), d] table for them (`language_embed`, see
 vmsst/model/network.py), outside the token vocabulary, so any SentencePiece model
 works unchanged (mT5's included, as the paper uses for every model, §5).
 Vocabularies trained before that hold one `<2xxx>` piece per language
-(`language_token`); they still load, and `vmsst.vocabulary.legacy_language_rows`
+(`language_token`); they still load, and `sentencepiece_vocabulary.legacy_language_rows`
 reads a checkpoint's language vectors back out of those rows.
 
 Merges (one id for what other corpora split), chosen because a retrieval

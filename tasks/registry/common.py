@@ -17,7 +17,7 @@ from vmsst_tasks import preprocessors
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
 from vmsst import files
-from vmsst import vocabulary as vocabulary_lib
+from vmsst import sentencepiece_vocabulary
 
 SPLITS = seqio_sources.SPLITS
 
@@ -52,7 +52,8 @@ class RegistrationInputs:
   def read(cls, data_dir: str, vocabulary_path: str,
            policy: sources.InputPolicy | None = None) -> "RegistrationInputs":
     """From the run file's paths (the data_dir normalised: it keys read caches)."""
-    return cls(str(files.as_path(data_dir)), vocabulary_lib.get_vocabulary(vocabulary_path),
+    return cls(str(files.as_path(data_dir)),
+               sentencepiece_vocabulary.get_vocabulary(vocabulary_path),
                policy or sources.DEFAULT_POLICY)
 
   @property

@@ -7,7 +7,7 @@ import pytest
 from vmsst.model import partitioning
 from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
-from vmsst.encoding import tokens as tokens_lib
+from vmsst.model import tokens as tokens_lib
 
 SENTENCES = ["A man rides a bicycle.", "Ein Mann fährt Fahrrad auf einer sehr langen Straße "
              "neben einem roten Bus und vielen Autos.", "", "Hello."] * 5

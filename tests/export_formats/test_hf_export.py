@@ -23,7 +23,7 @@ import vmsst
 from vmsst.export_formats import huggingface as hf_export
 from vmsst.encoding import restore
 from vmsst import text_files
-from vmsst.encoding import tokens as tokens_lib
+from vmsst.model import tokens as tokens_lib
 from vmsst.model.config import NetworkConfig
 
 # Every test exports a model trained by a module fixture, most load it in a fresh process.

@@ -13,7 +13,7 @@ import vmsst_testing
 from vmsst import cli
 from vmsst.model import models
 from vmsst.teachers import cache as tc
-from vmsst import vocabulary
+from vmsst import sentencepiece_vocabulary
 from vmsst.objectives import MODELS
 from vmsst.objectives import distillation
 
@@ -225,7 +225,8 @@ def test_a_distillation_source_without_pairs_is_a_clear_error(data_dir, tiny_voc
   """Before: an unknown or absent source language gave empty tasks and a silent no-op run."""
   from vmsst_tasks.registry import common  # pylint: disable=import-outside-toplevel
   from vmsst_tasks.registry import distillation as family  # pylint: disable=import-outside-toplevel
-  inputs = common.RegistrationInputs(str(data_dir), vocabulary.get_vocabulary(str(tiny_vocab_path)))
+  inputs = common.RegistrationInputs(str(data_dir),
+                                     sentencepiece_vocabulary.get_vocabulary(str(tiny_vocab_path)))
   with pytest.raises(ValueError, match=message):
     family.distillation_tasks(inputs, teacher_cache=None, source_language=source, max_sources=10)
 

@@ -17,7 +17,7 @@ from vmsst.model import losses
 from vmsst.model import models
 from vmsst.model import partitioning
 from vmsst.training import trainer as trainer_lib
-from vmsst import vocabulary as vocabulary_lib
+from vmsst import sentencepiece_vocabulary
 from vmsst.model.config import NetworkConfig
 from vmsst.objectives import MODELS
 from vmsst.objectives import entity_contrastive as ec
@@ -317,7 +317,7 @@ def test_short_run_on_the_wikipedia_sample_learns_sentence_to_entity_retrieval(
                                       objective="entity_contrastive", extra=extra)
     run = vmsst.training.loop.train()
     model = ec.EntityContrastive(NetworkConfig())  # the run's, from the parsed gin
-    vocab = vocabulary_lib.get_vocabulary(tiny_vocab_path)
+    vocab = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path)
     results.append({split: ec.entity_retrieval(model, run["params"], texts, ids[:, 0],
                                                vocabulary=vocab, sequence_length=32)
                     for split, (texts, _, ids) in splits.items()})

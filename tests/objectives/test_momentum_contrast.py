@@ -19,15 +19,15 @@ import vmsst_testing
 from vmsst_testing import TINY, init_params, random_batch
 from vmsst.training import checkpointing
 from vmsst import embed
-from vmsst.export_formats import saved_model as export
+from vmsst import export
 from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
 from vmsst import mine
 from vmsst.model import models
 from vmsst.model import partitioning
-from vmsst.encoding import tokens as tokens_lib
+from vmsst.model import tokens as tokens_lib
 from vmsst.training import trainer as trainer_lib
-from vmsst import vocabulary
+from vmsst import sentencepiece_vocabulary
 from vmsst.objectives import MomentumContrast
 from vmsst.objectives import momentum_contrast
 from vmsst.objectives import nli_head
@@ -273,7 +273,7 @@ def test_separate_towers_encode_each_side_through_its_own_tower():
 @pytest.fixture(scope="module")
 def vocab_model(tiny_vocab_path):
   """(vocabulary, two-tower model over it, its params, 4 sentences)."""
-  vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
+  vocab = sentencepiece_vocabulary.get_vocabulary(str(tiny_vocab_path))
   model = MomentumContrast(dataclasses.replace(TINY, vocab_size=vocab.vocab_size),
                            queue_size=8, separate_towers=True)
   sentences = ["ein Haus am See", "a dog runs", "zwei Katzen schlafen", "the river bank"]
@@ -471,7 +471,7 @@ def test_nli_reader_maps_labels_counts_skips_and_names_a_missing_directory(tmp_p
 
 @pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_nli_term_is_alpha_times_the_cross_entropy_of_the_head_by_hand(tmp_path, tiny_vocab_path):
-  vocab = vocabulary.get_vocabulary(str(tiny_vocab_path))
+  vocab = sentencepiece_vocabulary.get_vocabulary(str(tiny_vocab_path))
   examples = nli_head.nli_examples(path=str(_write_nli(tmp_path / "nli")), vocabulary=vocab,
                                    sequence_length=12)
   config = dataclasses.replace(TINY, vocab_size=vocab.vocab_size)

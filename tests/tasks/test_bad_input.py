@@ -24,7 +24,7 @@ from vmsst_tasks.registry import opus
 from vmsst_tasks.registry import pairs as pair_family
 from vmsst_tasks import opus_sources
 from vmsst_tasks import sources
-from vmsst import vocabulary
+from vmsst import sentencepiece_vocabulary
 from vmsst import text_files
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -243,7 +243,8 @@ def test_registered_tasks_report_the_same_totals(data_dir, tiny_vocab_path, tmp_
   exclude = common.tatoeba_exclusion(str(data_dir))
   _, direct = read_opus(opus_dir, exclude=exclude)
   assert direct.as_dict() == EXPECTED_TRAIN
-  opus.register_opus_tasks(str(opus_dir), vocabulary.get_vocabulary(tiny_vocab_path), exclude)
+  opus.register_opus_tasks(str(opus_dir), sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path),
+                           exclude)
   # Files read by tf.data: the same pairs as the Python readers keep, counted by one pass
   # of the same ops before any training pass.
   before = data_counts.report_data_counts(opus.OPUS_MIXTURE)
@@ -259,8 +260,8 @@ def test_registered_tasks_report_the_same_totals(data_dir, tiny_vocab_path, tmp_
   assert report["total"] == {"train": EXPECTED_TRAIN}
   assert report["tasks"]["vmsst_opus.deu.eng"]["train"]["kept"] == 2
   assert json.loads((model_dir / data_counts.DATA_COUNTS_FILE).read_text()) == report
-  strict = opus.register_opus_tasks(str(opus_dir), vocabulary.get_vocabulary(tiny_vocab_path),
-                                    exclude, policy=STRICT)
+  vocab = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path)
+  strict = opus.register_opus_tasks(str(opus_dir), vocab, exclude, policy=STRICT)
   dataset = seqio.get_mixture_or_task(strict[("eng", "fra")]).get_dataset(None, shuffle=False)
   with pytest.raises(Exception, match=re.escape(f"{opus_dir / 't.en-fr.tsv'}, line 2: 0 tabs")):
     list(dataset.as_numpy_iterator())  # The policy reaches the streamed pass.

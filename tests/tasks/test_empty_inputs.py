@@ -21,7 +21,7 @@ from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks import wiki_entities as we
 from vmsst import cli
-from vmsst import vocabulary
+from vmsst import sentencepiece_vocabulary
 
 REPO = vmsst_testing.ROOT
 SAMPLE = (REPO.parent / "shared" / "data" / "wiki_entity_sample"
@@ -58,7 +58,7 @@ def test_opus_directory_of_empty_files_is_refused(tmp_path, tiny_vocab_path):
   for side in ("en", "de"):
     (tmp_path / f"Europarl.de-en.{side}").write_text("")
   (tmp_path / "no_opus_files").mkdir()
-  vocab = vocabulary.get_vocabulary(tiny_vocab_path)
+  vocab = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path)
   with pytest.raises(cli.UserError, match=r"no usable OPUS pair \(1 files, 0 lines\)"):
     opus.register_opus_tasks(str(tmp_path), vocab, frozenset())
   with pytest.raises(cli.UserError, match="No OPUS files"):
@@ -71,7 +71,7 @@ def test_a_filter_that_drops_every_pair_names_the_task_counts_and_the_flag(tiny_
   source = seqio_sources.InMemoryPairSource({"train": [], "validation": []},
                                             {"train": counts, "validation": sources.PairCounts()})
   common.register_pair_task("vmsst_test_empty", source,
-                              vocabulary.get_vocabulary(tiny_vocab_path))
+                              sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path))
   seqio.MixtureRegistry.remove("vmsst_test_empty_mix")
   seqio.MixtureRegistry.add("vmsst_test_empty_mix", [("vmsst_test_empty", 1.0)])
   with pytest.raises(cli.UserError) as raised:
@@ -102,8 +102,9 @@ def test_opus_files_whose_every_pair_is_dropped_stop_training_with_their_counts(
     tmp_path, tiny_vocab_path):
   (tmp_path / "Europarl.de-en.de").write_text("ein\n\nzwei\n")
   (tmp_path / "Europarl.de-en.en").write_text("\n\n\n")  # every English side empty
-  names = opus.register_opus_tasks(str(tmp_path), vocabulary.get_vocabulary(tiny_vocab_path),
-                                       frozenset())
+  names = opus.register_opus_tasks(str(tmp_path),
+                                   sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path),
+                                   frozenset())
   with pytest.raises(cli.UserError) as raised:  # what train runs before the first batch
     data_counts.check_training_data(opus.OPUS_MIXTURE)
   message = str(raised.value)

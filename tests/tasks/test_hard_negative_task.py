@@ -19,7 +19,7 @@ from vmsst_tasks import input_pipeline
 from vmsst_tasks import sources
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import hard_negatives as family
-from vmsst import vocabulary as vocabulary_lib
+from vmsst import sentencepiece_vocabulary
 
 PAIRS, K, BATCH, LENGTH, SEED = 40, 3, 8, 12, 5
 
@@ -42,7 +42,7 @@ def _negatives_dir(tmp_path_factory, small_data_dir, tiny_vocab_path):
 
 @pytest.fixture(scope="module", name="vocabulary")
 def _vocabulary(tiny_vocab_path):
-  return vocabulary_lib.get_vocabulary(tiny_vocab_path)
+  return sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path)
 
 
 def _iterator(start_step=0, positions=None, index=0, count=1):

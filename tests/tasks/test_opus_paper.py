@@ -18,7 +18,7 @@ from vmsst_tasks import registry
 from vmsst_tasks.registry import opus
 from vmsst_tasks import seqio_sources
 from vmsst import languages as vmsst_languages
-from vmsst import vocabulary as vocabulary_lib
+from vmsst import sentencepiece_vocabulary
 from vmsst_tasks.feature_converters import PairFeatureConverter
 from vmsst import text_files
 
@@ -370,7 +370,7 @@ def test_register_tasks_drops_tatoeba_test_sentences_from_the_paper_mixture(
   write_moses(tmp_path / "opus", "Tatoeba", *order,
               *((english, german) if order[0] == "en" else (german, english)))
   _, dataset = paper_dataset(data_dir, tiny_vocab_path, tmp_path / "opus")
-  vocab = vocabulary_lib.get_vocabulary(tiny_vocab_path)
+  vocab = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path)
   decoded = {tuple(vocab.decode(ex[k][ex[k] != 0].tolist()) for k in ("tokens_a", "tokens_b"))
              for ex in dataset.as_numpy_iterator()}
   assert decoded == {("cat", "Katze")} | {(f"house {i}", f"Haus {i}") for i in range(5)}

@@ -8,12 +8,12 @@ import tensorflow as tf
 from vmsst_tasks import preprocessors
 from vmsst_tasks.registry import common
 from vmsst import languages
-from vmsst import vocabulary
+from vmsst import sentencepiece_vocabulary
 
 
 @pytest.fixture(scope="module")
 def vocab(tiny_vocab_path):
-  return vocabulary.get_vocabulary(tiny_vocab_path)
+  return sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path)
 
 
 @pytest.fixture(scope="module")

@@ -120,9 +120,9 @@ def test_the_stream_holds_its_vocabulary_and_data_counts(stream):
 def _command(small_data_dir, tiny_vocab_path, output, *more):
   import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
-  from vmsst import vocabulary  # pylint: disable=import-outside-toplevel
+  from vmsst import sentencepiece_vocabulary  # pylint: disable=import-outside-toplevel
   from vmsst_testing import ROOT  # pylint: disable=import-outside-toplevel
-  size = vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
+  size = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
   return subprocess.run(
       [sys.executable, "-m", "vmsst.pretokenize", "--gin_file=gin/runs/contrastive_cpu.gin",
        f"--gin.DATA_DIR='{small_data_dir}'", f"--gin.VOCAB_PATH='{tiny_vocab_path}'",

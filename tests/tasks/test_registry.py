@@ -16,7 +16,7 @@ from vmsst_tasks.registry import opus
 from vmsst_tasks.registry import pairs
 from vmsst import cli
 from vmsst import languages
-from vmsst import vocabulary
+from vmsst import sentencepiece_vocabulary
 from vmsst_tasks.feature_converters import PairFeatureConverter
 
 LENGTHS = {"tokens_a": 24, "tokens_b": 24}
@@ -79,7 +79,7 @@ def test_trainer_flow_yields_model_batches(registered, tiny_vocab_path):
 
 
 def test_validation_split_decodes_to_the_real_pair(registered, tiny_vocab_path):
-  vocab = vocabulary.get_vocabulary(tiny_vocab_path)
+  vocab = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path)
   task = seqio.get_mixture_or_task("vmsst_multi30k")
   ds = PairFeatureConverter()(task.get_dataset({"tokens_a": 64, "tokens_b": 64}, split="validation",
                                                shuffle=False), {"tokens_a": 64, "tokens_b": 64})
@@ -176,7 +176,7 @@ def test_opus_tasks_and_the_paper_mixture_call(data_dir, tiny_vocab_path, tmp_pa
   assert vocab is opus_task.output_features["tokens_a"].vocabulary  # One vocabulary object.
   mixture = seqio.get_mixture_or_task("vmsst_opus")
   assert [mixture.get_rate(t) for t in mixture.tasks] == [21.0, 3.0]  # Lines on disk.
-  vocab = vocabulary.get_vocabulary(tiny_vocab_path)
+  vocab = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path)
   task = seqio.get_mixture_or_task("vmsst_opus.deu.eng")
   texts = [vocab.decode(ex["tokens_a"].tolist())
            for ex in task.get_dataset(None, shuffle=False).as_numpy_iterator()]

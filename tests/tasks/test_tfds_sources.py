@@ -25,7 +25,6 @@ from vmsst_tasks import tfds_sources
 from vmsst import cli
 from vmsst import languages
 from vmsst import text_files
-from vmsst import vocabulary
 from vmsst_tasks.feature_converters import PairFeatureConverter
 
 NUM_TRAIN, NUM_VALIDATION = 300, 40

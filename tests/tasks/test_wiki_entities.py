@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from vmsst import entity_files
 from vmsst_tasks import wiki_entities as we
 
 import vmsst_testing
@@ -160,15 +161,15 @@ def test_written_directory_loads_as_entity_rows(tmp_path):
   we.build(str(dump), str(tmp_path / "out"), types=str(types), heldout_fraction=0, min_links=0)
   meta = json.loads((tmp_path / "out" / "meta.json").read_text())
   assert meta["num_entities"] == 3 and meta["num_hard_negatives"] == 1
-  assert meta["entity_keys"] == we.KEYS_TITLE and meta["min_links"] == 0
-  keys = we.load_entity_keys(str(tmp_path / "out"))
+  assert meta["entity_keys"] == entity_files.KEYS_TITLE and meta["min_links"] == 0
+  keys = entity_files.load_entity_keys(str(tmp_path / "out"))
   texts, langs, ids = we.load_split(str(tmp_path / "out"), "train")
   assert langs == ["eng"] * 3 and ids.dtype == np.int32 and ids.shape == (3, 2)
   assert [keys[i] for i in ids[:, 0]] == ["Paris", "Lyon", "Berlin"]
   assert keys[ids[2, 1]] in ("Paris", "Lyon") and texts[2] == "Berlin is a city in Germany."
   assert we.load_split(str(tmp_path / "out"), "validation")[2].shape == (0, 2)
   with pytest.raises(FileNotFoundError, match="python -m vmsst_tasks.wiki_entities"):
-    we.load_meta(str(tmp_path / "missing"))
+    entity_files.load_meta(str(tmp_path / "missing"))
 
 
 def test_paper_threshold_keeps_entities_linked_more_than_ten_times_by_default(tmp_path):
@@ -205,7 +206,7 @@ def test_an_entity_with_several_types_draws_from_one_chosen_at_random(tmp_path):
   types = tmp_path / "types.tsv"
   types.write_text("Rome\tcity\nRome\tcapital\nLyon\tcity\nTurin\tcity\n"
                    "Paris\tcapital\nBerlin\tcapital\n")
-  assert we.read_multi_table(str(types), "type")["Rome"] == ["city", "capital"]
+  assert entity_files.read_multi_table(str(types), "type")["Rome"] == ["city", "capital"]
   chosen = {}
   for seed in range(12):
     examples, entities, _ = we.extract(dump, types=str(types), num_hard_negatives=2, seed=seed,

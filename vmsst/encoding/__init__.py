@@ -7,8 +7,6 @@
   restore.py      a `python -m vmsst.train` directory restored without gin: `restore`,
                   `RestoredModel`, model.json written and read, the legacy language
                   table, `restore_document_tower`, `student_params_file`
-  tokens.py       sentences -> (tokens, mask) as in training; `embed_sentences` over an
-                  embedding function in fixed-size batches (the training loop's evaluators)
   checkpoint.py   `CheckpointEncoder`: a restored model in length and row buckets
   saved_model.py  `SavedModelEncoder`: an export of `python -m vmsst.export`
   usem3.py        `Usem3Encoder`: the offline reference encoder
@@ -16,6 +14,7 @@
                   --encoder=usem3), shared by every command
   api.py          `vmsst.Encoder`, the public Python API over any of them
 
-Nothing is imported here, so `vmsst.encoding.tokens` (training) pulls in
-neither JAX-side restoring nor TensorFlow.
+Sentences become model inputs in vmsst/model/tokens.py, below the objectives
+that tokenize too. Nothing is imported here: importing one encoder pulls in no
+other.
 """

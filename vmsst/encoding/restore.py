@@ -13,7 +13,7 @@ sentences with what is restored is `encoding.checkpoint.CheckpointEncoder`.
 Directories trained before language ids had their own table (their
 checkpoints lack `language_embed`; languages were `<2xxx>` pieces of their
 spm.model embedded by the token table) still restore: the table is rebuilt
-from those token rows (`vocabulary.legacy_language_rows`), so every path
+from those token rows (`sentencepiece_vocabulary.legacy_language_rows`), so every path
 computes what it did. μ_sem never reads it.
 """
 
@@ -33,7 +33,7 @@ from vmsst import files
 from vmsst.model import models
 from vmsst.model import param_files
 from vmsst.model import partitioning
-from vmsst import vocabulary as vocabulary_lib
+from vmsst import sentencepiece_vocabulary
 from vmsst.model.config import NetworkConfig
 from vmsst.objectives import MODELS
 from vmsst.objectives import nested as nested_lib
@@ -75,7 +75,7 @@ def restore(model_dir: str, *, step: int | None = None,
     raise ValueError(f"dtype={dtype!r}: choose one of {PRECISIONS} (or None for the "
                      f"precision {model_dir} trained with).")
   model, sequence_length, vocab_path = read_model_json(model_dir, dtype, step)
-  vocab = vocabulary_lib.get_vocabulary(vocab_path)
+  vocab = sentencepiece_vocabulary.get_vocabulary(vocab_path)
   mesh = mesh or partitioning.make_mesh()
   manager = ocp.CheckpointManager(files.join(files.abspath(model_dir), "checkpoints"))
   step = manager.latest_step() if step is None else step
@@ -116,7 +116,7 @@ def _legacy_language_table(params: dict[str, Any], vocab: "seqio.SentencePieceVo
                            sharding: jax.sharding.Sharding, model_dir: str) -> jax.Array:
   """`language_embed` of an old checkpoint: its token rows of the `<2xxx>` pieces."""
   token_table = np.asarray(jax.device_get(params["token_embed"]["embedding"]))
-  rows, missing = vocabulary_lib.legacy_language_rows(vocab, token_table)
+  rows, missing = sentencepiece_vocabulary.legacy_language_rows(vocab, token_table)
   logging.warning(
       "%s predates the language table (language_embed): rebuilt from the token rows of "
       "its <2xxx> pieces; %d languages have none and get zero rows%s.", model_dir,

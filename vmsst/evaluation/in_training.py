@@ -5,7 +5,7 @@ mask, side) -> float [B, d] and returns flat {metric: float}; `train` logs
 them to TensorBoard under `retrieval/` and hands them to early stopping. The
 benchmark suite (the rest of this package) scores finished models through a
 `protocol.Encoder` instead; both reach embeddings through
-`encoding.tokens.embed_sentences` and score retrieval with
+`model.tokens.embed_sentences` and score retrieval with
 `tatoeba.retrieval_accuracy`, so in-training and final numbers agree.
 
 Sources are pair side a (English in tasks.heldout's sets), targets side b, so
@@ -21,7 +21,7 @@ from absl import logging
 
 from vmsst.encoding import checkpoint as checkpoint_lib
 from vmsst.encoding import restore
-from vmsst.encoding import tokens as tokens_lib
+from vmsst.model import tokens as tokens_lib
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import tatoeba
 from vmsst.objectives import query_tower

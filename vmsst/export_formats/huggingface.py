@@ -35,7 +35,7 @@ text is text, as in training). The tokenizers-library conversions are not
 exact for our models: their Unigram import drops byte fallback, their
 Precompiled normaliser drops some combining marks (Yoruba) and decomposes
 U+1026 (Myanmar), and NFKC reorders Arabic marks that nmt_nfkc keeps.
-Truncation keeps max_seq_length - 1 pieces and the EOS, as `encoding.tokens`.
+Truncation keeps max_seq_length - 1 pieces and the EOS, as `model.tokens`.
 sentence-transformers reads it through AutoProcessor; AutoTokenizer does too
 for an mT5 export, but on an "xlm-roberta-xl" directory it insists on a
 tokenizers-library tokenizer.json (not shipped: inexact), so plain

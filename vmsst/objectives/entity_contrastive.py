@@ -46,8 +46,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from vmsst import cli
+from vmsst import entity_files
 from vmsst.model import losses
 from vmsst.model import models
+from vmsst.model import tokens as tokens_lib
 from vmsst.objectives import nested as nested_lib
 
 ENTITIES = "entities"
@@ -155,7 +157,7 @@ def load_entity_vectors(path: str, keys: list[str], dim: int, *,
   format): a "count dim" header, word lines "word v_1 ... v_dim" and entity
   lines "ENTITY/Title_with_underscores v_1 ... v_dim". Only entity lines are
   read: a word never fills an entity row (the word "1984" is not the entity
-  "ENTITY/1984"). Titles are normalised as tasks.wiki_entities normalises link
+  "ENTITY/1984"). Titles are normalised as entity_files normalises link
   targets, so they meet the vocabulary's keys in the same space. A vocabulary
   keyed by interlanguage ids (`--interlanguage`) needs `title_to_key`, the
   vectors' language's title -> id table; a title without an id is counted.
@@ -176,7 +178,6 @@ def load_entity_vectors(path: str, keys: list[str], dim: int, *,
       raise ValueError(f"{path}: shape {matrix.shape}, expected {(len(keys), dim)} (one row per "
                        "line of entities.tsv, width EntityContrastive.entity_dim).")
     return matrix, np.ones(len(keys), bool), {"rows_matched": len(keys), "rows_unmatched": 0}
-  from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
   rows = {k: i for i, k in enumerate(keys)}
   matrix, found = np.zeros((len(keys), dim), np.float32), np.zeros(len(keys), bool)
   counts = collections.Counter(entity_lines=0, entity_lines_unused=0, entity_lines_duplicate=0,
@@ -193,7 +194,7 @@ def load_entity_vectors(path: str, keys: list[str], dim: int, *,
         counts["word_lines_skipped"] += 1
         continue
       counts["entity_lines"] += 1
-      key = wiki_entities.normalize_title(fields[0].removeprefix(WIKIPEDIA2VEC_ENTITY))
+      key = entity_files.normalize_title(fields[0].removeprefix(WIKIPEDIA2VEC_ENTITY))
       if title_to_key is not None:
         key = title_to_key.get(key)
       row = rows.get(key)
@@ -213,8 +214,7 @@ def entity_vector_keys(entity_dir: str, title_ids: str | None) -> Mapping[str, s
   Title-keyed vocabularies need none (None); one keyed by interlanguage ids
   needs `title_ids`, and naming it for a title-keyed one is a mistake too.
   """
-  from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
-  by_id = wiki_entities.load_meta(entity_dir).get("entity_keys") == wiki_entities.KEYS_ID
+  by_id = entity_files.load_meta(entity_dir).get("entity_keys") == entity_files.KEYS_ID
   if by_id and not title_ids:
     raise ValueError(
         f"{entity_dir} keys its entities by interlanguage id (tasks.wiki_entities "
@@ -224,7 +224,7 @@ def entity_vector_keys(entity_dir: str, title_ids: str | None) -> Mapping[str, s
   if title_ids and not by_id:
     raise ValueError(f"EntityContrastive.entity_vector_ids is set but {entity_dir} keys its "
                      "entities by title (no --interlanguage): unset it.")
-  return wiki_entities.read_table(title_ids, "id") if by_id else None
+  return entity_files.read_table(title_ids, "id") if by_id else None
 
 
 @gin.configurable
@@ -295,12 +295,11 @@ class EntityContrastive(models.EmbeddingModel):
 
   def _pretrained_rows(self, initial: jax.Array) -> jax.Array:
     """The random table `initial` with the rows entity_vectors has; the match is logged."""
-    from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
     if not self.entity_dir:
       raise ValueError("EntityContrastive.entity_vectors needs entity_dir (its entities.tsv "
                        "names the table's rows).")
     matrix, found, counts = load_entity_vectors(
-        self.entity_vectors, wiki_entities.load_entity_keys(self.entity_dir),
+        self.entity_vectors, entity_files.load_entity_keys(self.entity_dir),
         self.table.entity_dim,
         title_to_key=entity_vector_keys(self.entity_dir, self.entity_vector_ids))
     logging.info("entity table from %s: %d rows matched, %d unmatched (keep their random init); "
@@ -355,7 +354,6 @@ def entity_retrieval(model: EntityContrastive, params, texts: list[str], entitie
   Returns:
     {"accuracy", "mrr", "chance" (100 / N), "sentences"}.
   """
-  from vmsst.encoding import tokens as tokens_lib  # pylint: disable=import-outside-toplevel
   encode = jax.jit(lambda tokens, mask: model.encode(params, tokens, mask))
   sentences = tokens_lib.embed_sentences(encode, vocabulary, list(texts), sequence_length,
                                          batch_size)

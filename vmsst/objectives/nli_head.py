@@ -12,7 +12,7 @@ MLP with 256 hidden units and a 3-way classification head" is read as two
 hidden layers of 256 then the 3-way output layer.
 
 Data: a directory of training files, read once on the host and tokenized
-like every training input (`encoding.tokens`):
+like every training input (`model.tokens`):
   *.tsv    premise<TAB>hypothesis<TAB>label (the XNLI / SuperGLEBer layout)
   *.jsonl  SNLI / MNLI: {"sentence1", "sentence2", "gold_label", ...}
 label in {entailment, neutral, contradiction}; lines without a gold label
@@ -39,6 +39,7 @@ import numpy as np
 from absl import logging
 
 from vmsst.model import losses
+from vmsst.model import tokens
 
 LABELS = ("entailment", "neutral", "contradiction")
 
@@ -92,12 +93,7 @@ def read_nli(path: str) -> tuple[list[str], list[str], np.ndarray, int]:
 @gin.configurable
 def nli_examples(*, path: str = gin.REQUIRED, vocabulary: "seqio.Vocabulary" = gin.REQUIRED,
                  sequence_length: int = gin.REQUIRED) -> NliExamples:
-  """Reads and tokenizes an NLI directory (`read_nli`) with the training truncation.
-
-  encoding.tokens (seqio) is imported here, not at the top, so the objective
-  itself imports where seqio is absent (issue 18: a TensorFlow-free core).
-  """
-  from vmsst.encoding import tokens  # pylint: disable=import-outside-toplevel
+  """Reads and tokenizes an NLI directory (`read_nli`) with the training truncation."""
   premises, hypotheses, labels, skipped = read_nli(path)
   premise, _ = tokens.tokenize_batch(vocabulary, premises, sequence_length)
   hypothesis, _ = tokens.tokenize_batch(vocabulary, hypotheses, sequence_length)

@@ -45,7 +45,7 @@ from vmsst.training import distributed
 from vmsst.training import goodput as goodput_lib
 from vmsst.training import preflight
 from vmsst.training import scalar_writer
-from vmsst import vocabulary as vocabulary_lib
+from vmsst import sentencepiece_vocabulary
 from vmsst_tasks import input_pipeline
 from vmsst_tasks import pretokenized as pretokenized_lib
 from vmsst_tasks.input_pipeline import POSITIONS_DIR, save_position, train_iterator
@@ -60,7 +60,7 @@ def check_vocabulary(mixture_name: str, model: models.EmbeddingModel,
   registered task's, or the one written beside a pre-tokenized stream.
   """
   if pretokenized:
-    vocab = vocabulary_lib.get_vocabulary(files.join(pretokenized,
+    vocab = sentencepiece_vocabulary.get_vocabulary(files.join(pretokenized,
                                                      pretokenized_lib.VOCABULARY_FILE))
     where = f"of {mixture_name} in {pretokenized}"
   else:
@@ -173,7 +173,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     cli.UserError: a mistake found before any state or data (preflight.check_start).
     checkpointing.Preempted: SIGTERM or Ctrl-C arrived; the current step
       was saved (a SystemExit with status checkpointing.PREEMPTED_EXIT_CODE,
-      or cli.INTERRUPTED_EXIT_CODE after Ctrl-C).
+      or INTERRUPTED_EXIT_CODE after Ctrl-C).
     checkpointing.IncompatibleCheckpointError: model_dir holds another
       configuration's checkpoint.
     checkpointing.NoUsableCheckpointError: no checkpoint in model_dir restores.
