@@ -7,7 +7,7 @@ the XLA:CPU tuning switch (vmsst.model.xla_cpu) on and off. Prints one JSON line
 per (shape, vocabulary, objective, tuning): examples/s, MFU against the bf16
 matmul peak measured in the same run, the compiled step's FLOPs, memory per
 device (the allocator's peak where the device reports it, beside the
-compiled step's estimate that vmsst.memory_report prints).
+compiled step's estimate that `vmsst.compile --topology=cpu` prints).
 
 Needs only JAX, flax, optax and orbax: no TensorFlow, seqio or gin (an
 accelerator image, issue 18). `--quick` shrinks everything to run on CPU in

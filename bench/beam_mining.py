@@ -7,7 +7,7 @@ Three measurements, written to --output (results.json, README.md with this comma
      vectors of width --d (bench/mining.py's `_planted`, written where RunInference
      would write them: the pipeline resumes from them), then the IVF stages (train,
      assign, search both ways in --shards key shards) and the pairs, each timed; recall@k
-     against exact on a sample; the in-process IVF miner (`mining.mine`, one index) on
+     against exact on a sample; the in-process IVF miner (`bitext.mine`, one index) on
      the same vectors, timed, and the two pair sets compared.
   2. real sentences end to end: --ntrex_sentences distinct NTREX lines a side (the first
      half of its languages against the second) embedded by the exported SavedModel
@@ -35,7 +35,7 @@ from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 from bench import mining as mining_bench  # noqa: E402
 from vmsst import files  # noqa: E402
-from vmsst import mining  # noqa: E402
+from vmsst.mining import bitext  # noqa: E402
 from vmsst.mining import approximate  # noqa: E402
 from vmsst.mining import beam_pipeline as bp  # noqa: E402
 
@@ -99,7 +99,7 @@ def corpus_scale(n: int, d: int, shards: int, nprobe: int, work: str) -> dict:
   summary["seconds"] = {**summary["recorded_seconds"], "sentences": read_seconds}
   got = {(int(s[1:]), int(t[1:])) for s, t in _pairs_of(summary["pairs"])}
   start = time.perf_counter()
-  pairs, _ = mining.mine(source, target, k=4, index="ivf", ivf=ivf)
+  pairs, _ = bitext.mine(source, target, k=4, index="ivf", ivf=ivf)
   in_process_seconds = time.perf_counter() - start
   want = set(map(tuple, pairs.tolist()))
   planted = set(map(tuple, gold.tolist()))
@@ -153,8 +153,8 @@ def real_end_to_end(saved_model: str, data_dir: str, per_side: int, shards: int,
     sentences = [sum((bp.read_sentence_shard(layout, side, s) for s in range(shards)), [])
                  for side in bp.SIDES]
     start = time.perf_counter()
-    pairs, _ = (mining.mine(x, y, k=4) if index == "exact"
-                else mining.mine(x, y, k=4, index="ivf", ivf=ivf))
+    pairs, _ = (bitext.mine(x, y, k=4) if index == "exact"
+                else bitext.mine(x, y, k=4, index="ivf", ivf=ivf))
     in_process_seconds = time.perf_counter() - start
     want = {(sentences[0][i], sentences[1][j]) for i, j in pairs.tolist()}
     got = _pairs_of(summary["pairs"])
@@ -211,7 +211,7 @@ def _render(results: dict, command: str) -> str:
            "did not run here (its rate is below, on real sentences).", "",
            "| stage | seconds |", "|---|---:|"]
   lines += [f"| {k} | {v:.1f} |" for k, v in scale["stage_seconds"].items() if v is not None]
-  lines += ["", f"In-process `mining.mine(index='ivf')` on the same vectors (training, adding, "
+  lines += ["", f"In-process `bitext.mine(index='ivf')` on the same vectors (training, adding, "
             f"searching both ways and margins, one index per side): {scale['in_process_seconds']:.1f} s. IVF-Flat, {scale['cells']} cells, "
             f"nprobe {scale['ivf']['nprobe']}, {scale['train_size']:,} training points, "
             f"{scale['shards']} shards.", "",

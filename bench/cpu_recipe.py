@@ -25,7 +25,7 @@ import pathlib
 
 from absl import app, flags
 
-from vmsst import learning_curves
+from vmsst.comparison import curves as learning_curves
 
 FLAGS = flags.FLAGS
 

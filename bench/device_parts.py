@@ -181,7 +181,7 @@ class StepRun:
 
 
 def _model_flops(model, batch_size: int) -> float:
-  from vmsst import compile as compile_lib  # pylint: disable=import-outside-toplevel
+  from vmsst.compiler import step as compile_lib  # pylint: disable=import-outside-toplevel
   run = compile_lib.Run(model=model, optimizer=paper_optimizer(), batch_size=batch_size,
                         sequence_length=LENGTH, skip_nonfinite=False)
   return compile_lib.model_flops(run, batch_size)

@@ -147,7 +147,7 @@ def main(argv) -> None:
     print(f"encode benchmark skipped: no real sentences at {DATA / 'ntrex128'}")
     return
   import vmsst  # pylint: disable=import-outside-toplevel
-  from vmsst import export  # pylint: disable=import-outside-toplevel
+  from vmsst.export_formats import saved_model as export  # pylint: disable=import-outside-toplevel
   work = tempfile.mkdtemp(prefix="bench_encode_")
   texts = sentences(FLAGS.sentences)
   spm_path = vocabulary(work, FLAGS.vocab_size)

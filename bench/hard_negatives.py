@@ -37,7 +37,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from vmsst import files  # pylint: disable=wrong-import-position
-from vmsst import learning_curves  # pylint: disable=wrong-import-position
+from vmsst.comparison import curves as learning_curves  # pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 PYTHON = sys.executable

@@ -47,7 +47,7 @@ def commands() -> list[str]:
   """Every command of the index (vmsst/__main__.py), in its order."""
   sys.path.insert(0, str(ROOT))
   from vmsst import __main__ as index  # pylint: disable=import-outside-toplevel
-  return [name for name, _ in index.COMMANDS]
+  return [command.name for command in index.commands()]
 
 
 def heavy_modules(command: str, python: str = sys.executable) -> dict:

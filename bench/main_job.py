@@ -92,7 +92,7 @@ def fresh_clone(workdir: pathlib.Path) -> pathlib.Path:
 def collect(model_dir: pathlib.Path) -> dict:
   """What the results page reports of one trained and evaluated main-job directory."""
   sys.path.insert(0, str(ROOT))
-  from vmsst import learning_curves  # pylint: disable=import-outside-toplevel
+  from vmsst.comparison import curves as learning_curves  # pylint: disable=import-outside-toplevel
   curves = learning_curves.read_curves(model_dir)
   mean = curves[learning_curves.TAG]
   sets = {name: round(value, 2) for name, value in learning_curves.final_values(curves).items()

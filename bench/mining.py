@@ -1,4 +1,4 @@
-r"""Mining: time and peak memory of `vmsst.mining.mine` against faiss-cpu IndexFlatIP.
+r"""Mining: time and peak memory of `vmsst.mining.bitext.mine` against faiss-cpu IndexFlatIP.
 
   .venv/bin/python bench/mining.py [--sizes=10000,100000] [--slice_sizes=1000000] \
       [--dim=512] [--slice=1024] [--quick]
@@ -9,7 +9,7 @@ r"""Mining: time and peak memory of `vmsst.mining.mine` against faiss-cpu IndexF
 Both sides mine the same synthetic unit vectors (d = 512; mining time does
 not depend on the values) with the same code after the search: k = 4
 neighbours in both directions, ratio margin, max retrieval, one-to-one
-(`vmsst.mining.mine`, backend "jax" = ours: one blockwise pass of matrix
+(`vmsst.mining.bitext.mine`, backend "jax" = ours: one blockwise pass of matrix
 products reduced along rows and columns, `neighbors.knn_both`; backend
 "faiss" = the peer: IndexFlatIP exact search, once per direction, as LASER
 mines).
@@ -100,13 +100,13 @@ def _unit(n: int, d: int, seed: int) -> np.ndarray:
 def _child(spec: str) -> dict:
   """One measurement in this process (its memory is this run's alone)."""
   import jax  # pylint: disable=import-outside-toplevel
-  from vmsst import mining  # pylint: disable=import-outside-toplevel
+  from vmsst.mining import bitext  # pylint: disable=import-outside-toplevel
   from vmsst.mining import neighbors  # pylint: disable=import-outside-toplevel
   task, backend, n = spec.split(":")
   n, k = int(n), FLAGS.k
   source, target = _unit(n, FLAGS.dim, 0), _unit(n, FLAGS.dim, 1)
   warm = min(n, 2048)
-  mining.mine(source[:warm], target[:warm], k=k, backend=backend)  # compile outside the timing
+  bitext.mine(source[:warm], target[:warm], k=k, backend=backend)  # compile outside the timing
   if backend == "jax" and task == "mine":  # the search step compiles per block geometry
     rows, _, _ = neighbors.both_block_sizes(n, n, k, num_devices=len(jax.local_devices()))
     neighbors.knn_both(source[:rows], target, k)
@@ -126,7 +126,7 @@ def _child(spec: str) -> dict:
   before = common.rss_mb()
   if task == "mine":
     start = time.perf_counter()
-    pairs, _ = mining.mine(source, target, k=k, backend=backend)
+    pairs, _ = bitext.mine(source, target, k=k, backend=backend)
     seconds, extra = time.perf_counter() - start, {"mined_pairs": len(pairs)}
   else:
     # Medians of --repeats: one slice run on this VM varied 1.1-1.9 s. A slice no
@@ -193,7 +193,7 @@ def _f1(pairs: np.ndarray, want: np.ndarray) -> float:
 
 def _ivf_child(n: int) -> dict:
   """IVF mining of n x n planted sentences: time, memory, recall@k; exact projected beside it."""
-  from vmsst import mining  # pylint: disable=import-outside-toplevel
+  from vmsst.mining import bitext  # pylint: disable=import-outside-toplevel
   from vmsst.mining import approximate  # pylint: disable=import-outside-toplevel
   from vmsst.mining import neighbors  # pylint: disable=import-outside-toplevel
   k, options = FLAGS.k, _ivf_options()
@@ -207,8 +207,8 @@ def _ivf_child(n: int) -> dict:
             "pq": FLAGS.pq, "sq8": FLAGS.sq8,
             "data": "clustered, planted pairs (bench/mining.py _planted)"}
   if n <= FLAGS.f1_size:  # both minings end to end: F1 of IVF against exact and gold
-    exact, _ = mining.mine(source, target, k=k, threshold=1.0)
-    approx, _ = mining.mine(source, target, k=k, threshold=1.0, index="ivf", ivf=options)
+    exact, _ = bitext.mine(source, target, k=k, threshold=1.0)
+    approx, _ = bitext.mine(source, target, k=k, threshold=1.0, index="ivf", ivf=options)
     result |= {"f1_vs_exact": _f1(approx, exact), "f1_exact_vs_gold": _f1(exact, gold),
                "f1_ivf_vs_gold": _f1(approx, gold)}
   rows = min(n, FLAGS.ivf_slice)
@@ -304,7 +304,7 @@ def _ivf_end_to_end(source: np.ndarray, target: np.ndarray, gold: np.ndarray,
 
   Returns the forward neighbours (for recall) and the timings.
   """
-  from vmsst import mining  # pylint: disable=import-outside-toplevel
+  from vmsst.mining import bitext  # pylint: disable=import-outside-toplevel
   from vmsst.mining import approximate  # pylint: disable=import-outside-toplevel
   k, started, builds, searches, found = FLAGS.k, time.perf_counter(), 0.0, 0.0, []
   for queries, keys in ((source, target), (target, source)):
@@ -321,7 +321,7 @@ def _ivf_end_to_end(source: np.ndarray, target: np.ndarray, gold: np.ndarray,
     searches += time.perf_counter() - start
     del index
   start = time.perf_counter()
-  pairs, _ = mining.mined_pairs(mining.Neighbourhoods(*found), threshold=1.0)
+  pairs, _ = bitext.mined_pairs(bitext.Neighbourhoods(*found), threshold=1.0)
   scoring = time.perf_counter() - start
   return found[1], {"seconds": time.perf_counter() - started, "build_seconds": builds / 2,
                     "search_seconds": searches / 2, "scoring_seconds": scoring,
@@ -388,7 +388,7 @@ def _bucc_rows(folder: str, context: dict) -> list[dict]:
   are compared (F1 of the IVF pairs against the exact ones) and recall@k of
   the IVF neighbours is counted.
   """
-  from vmsst import mining  # pylint: disable=import-outside-toplevel
+  from vmsst.mining import bitext  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import bucc  # pylint: disable=import-outside-toplevel
   from vmsst.encoding import protocol  # pylint: disable=import-outside-toplevel
   from vmsst.encoding import usem3  # pylint: disable=import-outside-toplevel
@@ -402,9 +402,9 @@ def _bucc_rows(folder: str, context: dict) -> list[dict]:
     split = bucc.read_split(root, src, trg, exact[name]["evaluated_on"])
     source = encoder.encode(list(split.source.values()))
     target = encoder.encode(list(split.target.values()))
-    hoods = (mining.neighbourhoods(source, target, FLAGS.k),
-             mining.neighbourhoods(source, target, FLAGS.k, ivf=options))
-    want, got = (mining.mined_pairs(hood, threshold=run[name]["margin"]["threshold"])[0]
+    hoods = (bitext.neighbourhoods(source, target, FLAGS.k),
+             bitext.neighbourhoods(source, target, FLAGS.k, ivf=options))
+    want, got = (bitext.mined_pairs(hood, threshold=run[name]["margin"]["threshold"])[0]
                  for hood, run in zip(hoods, (exact, ivf_run)))
     recall = np.mean([len(set(a) & set(b)) / FLAGS.k for a, b in
                       zip(hoods[1].forward_indices.tolist(), hoods[0].forward_indices.tolist())])

@@ -36,7 +36,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
 import vmsst
 from vmsst import files
-from vmsst import mining
+from vmsst.mining import bitext
 from vmsst import text_files
 from vmsst.encoding import quantize
 from vmsst.encoding import similarity
@@ -119,7 +119,7 @@ def mining_f1(encoder, calibration, english: list[str], other: list[str]) -> dic
   for precision in PRECISIONS:
     search = None if precision == "float32" else quantized.QuantizedSearch(
         precision, 4, calibration.normalized_ranges)
-    pairs, _ = mining.mine(x, y, k=4, quantized_search=search)
+    pairs, _ = bitext.mine(x, y, k=4, quantized_search=search)
     out[precision] = best_f1(pairs, gold)
   return out
 
@@ -137,7 +137,7 @@ def search_times(encoder, calibration, data_dir: pathlib.Path) -> dict:
     times = []
     for _ in range(FLAGS.repeats):  # the least of a few: the machine is shared
       start = time.perf_counter()
-      mining.neighbourhoods(x, y, 4, **options)
+      bitext.neighbourhoods(x, y, 4, **options)
       times.append(time.perf_counter() - start)
     out[precision] = min(times)
   return out

@@ -16,7 +16,7 @@ the same code gives the same float32 numbers, so a moved module that changed
 any arithmetic, data order or seed use shows up as a difference.
 
 The objectives train from their CPU run files as `vmsst.compare --preset=cpu`
-trains them (`compare.run_files`: gin/runs/<objective>_cpu.gin, plus an
+trains them (`vmsst.comparison.runs.run_files`: gin/runs/<objective>_cpu.gin, plus an
 ablation's file; its batch size), with TRAIN_STEPS, the seed and the paths
 bound here. Those needing more than the pair data get it here, the same way
 on both sides (`NOTES`).
@@ -111,8 +111,8 @@ class Run:
 
 
 def default_objectives() -> list[str]:
-  from vmsst import compare  # pylint: disable=import-outside-toplevel
-  return [*compare.PRESETS["cpu"].objectives, *EXTRA_OBJECTIVES]
+  from vmsst.comparison import presets  # pylint: disable=import-outside-toplevel
+  return [*presets.PRESETS["cpu"].objectives, *EXTRA_OBJECTIVES]
 
 
 def check_objectives(objectives: Sequence[str]) -> None:
@@ -127,9 +127,9 @@ def check_objectives(objectives: Sequence[str]) -> None:
 def make_run(objective: str, *, side_dir: pathlib.Path, steps: int, seed: int, vocab: str,
              data_dir: str) -> Run:
   """The gin files `vmsst.compare --preset=cpu` trains `objective` from, and our bindings."""
-  from vmsst import compare  # pylint: disable=import-outside-toplevel
-  preset = compare.PRESETS["cpu"]
-  files = compare.run_files(objective, gin_file=[], preset=preset, search_paths=[str(REPO)])
+  from vmsst.comparison import presets, runs  # pylint: disable=import-outside-toplevel
+  preset = presets.PRESETS["cpu"]
+  files = runs.run_files(objective, gin_file=[], preset=preset, search_paths=[str(REPO)])
   bindings = [f"MODEL_DIR = '{side_dir / objective}'", f"TRAIN_STEPS = {steps}",
               f"BATCH_SIZE = {preset.batch_size}", f"train.seed = {seed}",
               "train.eval_every = 0", f"DATA_DIR = '{data_dir}'", f"VOCAB_PATH = '{vocab}'"]
@@ -196,7 +196,7 @@ def commit(checkout: pathlib.Path) -> str:
 
 def final_figures(model_dir: pathlib.Path) -> dict[str, float]:
   """Every scalar the run logged at its last step (timings aside), from its TensorBoard events."""
-  from vmsst import learning_curves  # pylint: disable=import-outside-toplevel
+  from vmsst.comparison import curves as learning_curves  # pylint: disable=import-outside-toplevel
   curves = learning_curves.read_curves(model_dir, prefix="")
   last = max(step for c in curves.values() for step in c["step"])
   return {tag: c["value"][-1] for tag, c in sorted(curves.items())
@@ -342,10 +342,10 @@ def _sha256(path: pathlib.Path) -> str:
 def _meta(objectives: Sequence[str], *, vocab: pathlib.Path, commits: dict,
           checkouts: dict) -> dict:
   """What the page says of the comparison: budget, vocabulary, commits, machine, command."""
-  from vmsst import compare  # pylint: disable=import-outside-toplevel
+  from vmsst.comparison import presets  # pylint: disable=import-outside-toplevel
   left_out = [o for o in default_objectives() if o not in objectives]
   return {**common.machine(), "steps": FLAGS.steps, "seed": FLAGS.seed,
-          "batch_size": compare.PRESETS["cpu"].batch_size, "vocab_sha256": _sha256(vocab),
+          "batch_size": presets.PRESETS["cpu"].batch_size, "vocab_sha256": _sha256(vocab),
           "commits": commits, "checkouts": {s: str(c) for s, c in checkouts.items()},
           "left_out": {o: FLAGS.left_out_reason for o in left_out},
           "command": "python bench/refactor_reproduction.py " + shlex.join(sys.argv[1:])}

@@ -1,4 +1,4 @@
-r"""Downloads the VMSST paper's OPUS training data in Moses format.
+r"""Downloads the paper's OPUS corpora (Moses format).
 
     python -m vmsst_tasks.opus_download --output=DIR [--languages=de,fr,...|all]
         [--corpora=Europarl,Tatoeba@v2022-03-03,...|all] [--pivots=en,es]

@@ -1,4 +1,4 @@
-r"""English triplets (anchor, positive, negative): built from STSb, read from TSV, as a seqio task.
+r"""Builds English triplets from STSb (query-tower tuning).
 
   python -m vmsst_tasks.triplets --stsb_dir=../shared/data/stsb --output=runs/triplets
 

@@ -1,4 +1,4 @@
-r"""Sentences and their hyperlinked entities from a MediaWiki XML dump (EASE data).
+r"""Extracts linked entities from a MediaWiki dump (EASE).
 
   python -m vmsst_tasks.wiki_entities \
       --dump=../shared/data/wiki_entity_sample/enwiki-pages-articles-sample.xml.bz2 \

@@ -11,9 +11,10 @@ import pytest
 from scipy import stats
 
 import vmsst_testing
-from vmsst import compare
+from vmsst.comparison import presets
+from vmsst.comparison import runs as compare
 from vmsst.encoding import restore
-from vmsst import learning_curves
+from vmsst.comparison import curves as learning_curves
 from vmsst.evaluation import suites
 
 
@@ -101,7 +102,7 @@ def test_two_objectives_two_seeds_table_tests_curves_and_resume(data_dir, tiny_v
 @pytest.mark.slow
 def test_the_cpu_preset_trains_each_objective_from_its_run_file(data_dir, tiny_vocab_path,
                                                                  tmp_path):
-  preset = compare.PRESETS["cpu"]
+  preset = presets.PRESETS["cpu"]
   assert preset.objectives == ("vmsst", "bitranslation", "contrastive", "vmsst_contrastive",
                                "vmsst_no_kl")
   assert preset.seeds == (0, 1, 2)
@@ -113,7 +114,7 @@ def test_the_cpu_preset_trains_each_objective_from_its_run_file(data_dir, tiny_v
   # The comparison's budget is its own, whatever the main job's run file trains for.
   assert (preset.steps, preset.batch_size) == (800, 32)
   assert compare.expand_objectives(["all"], preset) == [
-      *preset.objectives, *compare.OTHER_OBJECTIVES]
+      *preset.objectives, *presets.OTHER_OBJECTIVES]
   # The ablation run: vmsst_cpu.gin's settings plus no_kl.gin, the same batch as the others.
   compare.train_objective("vmsst_no_kl", gin_file=[], steps=2, preset=preset,
                           model_dir=str(tmp_path / "seed3" / "vmsst_no_kl"), seed=3,
@@ -166,10 +167,10 @@ def test_query_tower_tunes_the_comparisons_own_contrastive_checkpoint(data_dir, 
 
 
 def test_all_names_every_method_with_its_files():
-  assert compare.expand_objectives(["all"]) == list(compare.ALL_OBJECTIVES)
+  assert compare.expand_objectives(["all"]) == list(presets.ALL_OBJECTIVES)
   assert compare.expand_objectives(["contrastive", "vmsst"]) == ["contrastive", "vmsst"]
-  for objective in compare.ALL_OBJECTIVES:
-    for preset in (None, compare.PRESETS["cpu"]):
+  for objective in presets.ALL_OBJECTIVES:
+    for preset in (None, presets.PRESETS["cpu"]):
       for path in compare.run_files(objective, gin_file=[], preset=preset,
                                     search_paths=[str(vmsst_testing.ROOT)]):
         assert (vmsst_testing.ROOT / path).is_file(), (objective, path)

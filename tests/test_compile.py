@@ -16,7 +16,7 @@ import pytest
 import vmsst_testing
 from vmsst_testing import TINY
 from vmsst import cli
-from vmsst import compile as compile_lib
+from vmsst.compiler import step as compile_lib
 from vmsst.compiler import slices as tpu_slices
 from vmsst.model import partitioning
 from vmsst.training import trainer as trainer_lib

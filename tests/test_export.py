@@ -19,7 +19,7 @@ from absl import flags
 from flax import traverse_util
 
 import vmsst
-from vmsst import export
+from vmsst.export_formats import saved_model as export
 from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
 from vmsst.encoding import saved_model as saved_model_lib
@@ -223,8 +223,8 @@ def test_encoder_from_saved_model_knows_the_length_and_counts_cut_sentences(
 
 
 @pytest.mark.parametrize("rows,length,want", [
-    (0, 0, (1, 8)), (1, 3, (1, 8)), (3, 9, (4, 16)), (5, 16, (8, 16)), (33, 17, (40, 24)),
-    (256, 64, (256, 64)), (257, 41, (304, 48))])
+    (0, 0, (1, 8)), (1, 3, (1, 8)), (3, 9, (4, 16)), (5, 16, (8, 16)), (33, 17, (64, 24)),
+    (256, 64, (256, 64)), (257, 41, (512, 48))])
 def test_calls_are_padded_to_a_bounded_set_of_shapes(rows, length, want):
   """Every new (batch, length) costs an XLA compile in the SavedModel: shapes are bucketed."""
   eos = 1
@@ -238,8 +238,11 @@ def test_calls_are_padded_to_a_bounded_set_of_shapes(rows, length, want):
   np.testing.assert_array_equal(padded[rows:], filler)
 
 
-def test_row_buckets_hold_every_power_of_two_and_waste_at_most_a_quarter():
-  sizes = export.row_buckets()
-  assert {1 << i for i in range(21)} <= set(sizes) and len(sizes) == 67
-  for small, large in zip(sizes, sizes[1:]):
-    assert large <= 1.25 * (small + 1) + 8  # the next call size above n = small + 1
+def test_the_saved_model_pads_rows_by_the_checkpoint_encoders_rule():
+  """One row rule for every encoder: the graph's lookup table is `padded_rows`'s values."""
+  sizes = checkpoint.row_buckets()
+  assert sizes == tuple(1 << i for i in range(21))
+  for rows in [*range(0, 70), 1000, 4097, (1 << 20) - 1, 1 << 20]:
+    assert checkpoint.padded_rows(rows) == min(s for s in sizes if s >= max(rows, 1))
+    padded = export.bucketed(tf.zeros([rows, 3], tf.int32), 64, 1)
+    assert padded.shape[0] == checkpoint.padded_rows(rows)

@@ -52,29 +52,54 @@ def test_teacher_cache_help_lists_the_gin_flags_and_an_example():
   assert "--coordinator_address" not in text  # train's other flags are not this command's
 
 
-def _command_modules() -> list[str]:
-  """Every module of vmsst/ and tasks/ (as vmsst_tasks) that runs as a command."""
-  found = []
+def _modules_with_a_main_guard() -> tuple[list[str], list[str]]:
+  """Modules of vmsst/ and tasks/ (as vmsst_tasks) that run under `python -m`: (top level, below).
+
+  Read independently of the index: a `__main__` guard, not a `def main`.
+  """
+  top, below = [], []
   for folder, package in (("vmsst", "vmsst"), ("tasks", "vmsst_tasks")):
     root = vmsst_testing.ROOT / folder
     for path in root.rglob("*.py"):
       parts = [package, *path.relative_to(root).with_suffix("").parts]
-      if path.name == "__main__.py" and len(parts) > 2:
-        found.append(".".join(parts[:-1]))
-      elif path.name != "__main__.py" and 'if __name__ == "__main__":' in path.read_text():
-        found.append(".".join(parts))
-  return sorted(found)
+      if path.name != "__main__.py" and 'if __name__ == "__main__":' in path.read_text():
+        (top if len(parts) == 2 else below).append(".".join(parts))
+  return sorted(top), sorted(below)
+
+
+def test_the_index_lists_every_command_module_and_no_other():
+  top, below = _modules_with_a_main_guard()
+  assert sorted(c.name for c in index.commands()) == top
+  assert set(below) <= set(index.RENAMED), "a command below the top level: move it up"
+  assert all(c.summary.endswith(".") for c in index.commands()), index.commands()
+  assert max(len(line) for line in index.index().splitlines()) <= 100  # one line a command
+
+
+def test_the_index_puts_the_first_steps_first_and_the_rest_alphabetically():
+  names = [c.name.split(".", 1)[1] for c in index.commands() if c.name.startswith("vmsst.")]
+  ordered = [n for n in index.ORDER if n in names]
+  assert names[:len(ordered)] == ordered
+  assert names[len(ordered):] == sorted(names[len(ordered):])
 
 
 def test_python_m_vmsst_indexes_every_command_and_every_one_the_readme_uses():
   text = _help("vmsst")
   commands = [line.split()[2] for line in text.splitlines() if line.startswith("  python -m ")]
-  assert commands == [name for name, _ in index.COMMANDS]
-  assert sorted(commands) == _command_modules()
+  assert commands == [c.name for c in index.commands()]
   readme = (vmsst_testing.ROOT / "README.md").read_text(encoding="utf-8")
   used = set(re.findall(r"python -m (vmsst[\w.]*)", readme)) - {"vmsst"}
-  assert used <= set(commands), used - set(commands)
+  assert used <= set(commands) | set(index.RENAMED), used - set(commands)  # an old name answers
   assert max(len(line) for line in text.splitlines()) <= 100
+
+
+@pytest.mark.parametrize("args", [("vmsst", "memory_report"), ("vmsst", "vmsst.memory_report"),
+                                  ("vmsst.memory_report",)])
+def test_an_old_name_says_the_new_one_and_runs_nothing(args):
+  done = subprocess.run([sys.executable, "-m", *args, "--gin_file=gin/runs/vmsst_cpu.gin"],
+                        cwd=vmsst_testing.ROOT, capture_output=True, text=True, timeout=300,
+                        check=False)
+  assert done.returncode == 2 and done.stdout == "", done.stderr
+  assert "python -m vmsst.compile --topology=cpu" in done.stderr.splitlines()[-1], done.stderr
 
 
 def test_python_m_vmsst_name_runs_the_command_or_names_the_closest():
@@ -95,7 +120,7 @@ def _own_flags(command: str) -> list[str]:
 
 
 @pytest.mark.slow  # a subprocess per command, most of them import TensorFlow or JAX
-@pytest.mark.parametrize("command", [name for name, _ in index.COMMANDS])
+@pytest.mark.parametrize("command", [c.name for c in index.commands()])
 def test_every_help_exits_0_and_shows_the_commands_own_flags(command):
   text = _help(command, "--help")
   for flag in _own_flags(command):

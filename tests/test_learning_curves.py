@@ -8,7 +8,7 @@ import matplotlib.image
 import pytest
 from clu import metric_writers
 
-from vmsst import learning_curves
+from vmsst.comparison import curves as learning_curves
 
 
 def _write_run(model_dir, points, extra_tag=None):

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from vmsst import mining
+from vmsst.mining import bitext
 from vmsst import mine
 from vmsst.mining import approximate
 from vmsst.evaluation import bucc
@@ -185,9 +185,9 @@ def test_eight_devices_one_device_and_faiss_mine_the_same_pairs(random_task):
   src, trg, table = random_task
   x = np.array([table[s] for s in _distinct(src)])
   y = np.array([table[s] for s in _distinct(trg)])
-  runs = [mining.mine(x, y, key_block=8, devices=jax.devices()),
-          mining.mine(x, y, key_block=8, devices=jax.devices()[:1]),
-          mining.mine(x, y, backend="faiss")]
+  runs = [bitext.mine(x, y, key_block=8, devices=jax.devices()),
+          bitext.mine(x, y, key_block=8, devices=jax.devices()[:1]),
+          bitext.mine(x, y, backend="faiss")]
   for pairs, scores in runs[1:]:
     np.testing.assert_array_equal(pairs, runs[0][0])
     np.testing.assert_allclose(scores, runs[0][1], atol=1e-6)
@@ -246,9 +246,9 @@ def test_sides_of_different_widths_are_an_error(tmp_path):
 
 def test_unknown_margin_or_retrieval():
   with pytest.raises(ValueError, match="margin must be one of"):
-    mining.mine(np.eye(2), np.eye(2), margin="csls", k=1)
+    bitext.mine(np.eye(2), np.eye(2), margin="csls", k=1)
   with pytest.raises(ValueError, match="retrieval must be one of"):
-    mining.mine(np.eye(2), np.eye(2), retrieval="union", k=1)
+    bitext.mine(np.eye(2), np.eye(2), retrieval="union", k=1)
 
 
 # --------------------------------------------------------------------- one real encoder
@@ -334,8 +334,8 @@ def _clustered_task(n: int = 3000, d: int = 32, seed: int = 0):
 @pytest.mark.parametrize("pq,sq8", [(0, False), (8, False), (0, True)])
 def test_ivf_mines_the_pairs_exact_mining_finds(pq, sq8):
   source, target = _clustered_task()
-  want, want_scores = mining.mine(source, target, threshold=1.0)
-  got, got_scores = mining.mine(source, target, threshold=1.0, index="ivf",
+  want, want_scores = bitext.mine(source, target, threshold=1.0)
+  got, got_scores = bitext.mine(source, target, threshold=1.0, index="ivf",
                               ivf=approximate.IvfOptions(nlist=32, nprobe=8, pq=pq,
                                                                    sq8=sq8, train_size=2000))
   same = {tuple(p) for p in want.tolist()} & {tuple(p) for p in got.tolist()}
@@ -350,8 +350,8 @@ def test_ivf_mines_the_pairs_exact_mining_finds(pq, sq8):
 
 def test_ivf_neighbours_of_a_full_probe_are_the_exact_neighbours():
   source, target = _clustered_task(600)
-  want = mining.neighbourhoods(source, target, 4)
-  got = mining.neighbourhoods(source, target, 4,
+  want = bitext.neighbourhoods(source, target, 4)
+  got = bitext.neighbourhoods(source, target, 4,
                             ivf=approximate.IvfOptions(nlist=8, nprobe=8))
   np.testing.assert_array_equal(got.forward_indices, want.forward_indices)
   np.testing.assert_array_equal(got.backward_indices, want.backward_indices)
@@ -361,9 +361,9 @@ def test_ivf_neighbours_of_a_full_probe_are_the_exact_neighbours():
 def test_key_shards_of_a_full_probe_give_the_exact_neighbours():
   """Each shard's index answers for its slice; the merged lists are one exact search's."""
   source, target = _clustered_task(600)
-  want = mining.neighbourhoods(source, target, 4)
+  want = bitext.neighbourhoods(source, target, 4)
   options = approximate.IvfOptions(nlist=4, nprobe=4, shards=3)
-  got = mining.neighbourhoods(source, target, 4, ivf=options)
+  got = bitext.neighbourhoods(source, target, 4, ivf=options)
   np.testing.assert_array_equal(got.forward_indices, want.forward_indices)
   np.testing.assert_array_equal(got.backward_indices, want.backward_indices)
   np.testing.assert_allclose(got.backward_scores, want.backward_scores, atol=1e-5)
@@ -459,7 +459,7 @@ def test_merge_shards_command_needs_no_encoder(tmp_path):
 
 def test_sampled_recall_counts_the_exact_neighbours_found():
   source, target = _clustered_task(600)
-  exact = mining.neighbourhoods(source, target, 4)
+  exact = bitext.neighbourhoods(source, target, 4)
   assert approximate.sampled_recall(source, target, exact.forward_indices,
                                               block=64) == 1.0
   half = exact.forward_indices.copy()
@@ -493,8 +493,8 @@ def test_the_training_sample_grows_with_the_cells_faiss_asks_39_per_cell():
 def test_sq8_keys_rescored_by_exact_cosine_give_the_exact_neighbours_of_a_full_probe():
   """8-bit codes only choose the RERANK * k candidates; their true cosines rank them."""
   source, target = _clustered_task(600)
-  want = mining.neighbourhoods(source, target, 4)
-  got = mining.neighbourhoods(source, target, 4,
+  want = bitext.neighbourhoods(source, target, 4)
+  got = bitext.neighbourhoods(source, target, 4,
                             ivf=approximate.IvfOptions(nlist=8, nprobe=8, sq8=True))
   np.testing.assert_array_equal(got.forward_indices, want.forward_indices)
   np.testing.assert_allclose(got.forward_scores, want.forward_scores, atol=1e-5)
@@ -523,7 +523,7 @@ def test_ivf_streams_memory_mapped_embeddings(tmp_path):
 def test_bad_ivf_options_name_the_flag(options, message):
   source, target = _clustered_task(600)
   with pytest.raises(ValueError, match=message):
-    mining.mine(source, target, index="ivf", ivf=approximate.IvfOptions(**options))
+    bitext.mine(source, target, index="ivf", ivf=approximate.IvfOptions(**options))
 
 
 @pytest.mark.parametrize("flags,message", [

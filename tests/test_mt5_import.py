@@ -24,7 +24,7 @@ from transformers.models.mt5.modeling_mt5 import MT5Attention
 from vmsst_testing import TINY, init_params, random_batch
 from vmsst.model import layer_stacks
 from vmsst.model import layers
-from vmsst import mt5_import
+from vmsst.model import mt5_conversion as mt5_import
 from vmsst.model import param_files
 from vmsst.model import partitioning
 from vmsst.model.config import NetworkConfig

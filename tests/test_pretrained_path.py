@@ -22,9 +22,10 @@ from safetensors.numpy import load_file
 
 import vmsst.training.loop
 import vmsst_testing
-from vmsst import export
+from vmsst.export_formats import saved_model as export
 from vmsst.encoding import checkpoint as checkpoint_lib
-from vmsst import mt5_import
+from vmsst.gin_utils import gin
+from vmsst.model import mt5_conversion as mt5_import
 from vmsst.model import param_files
 from vmsst import sentencepiece_vocabulary
 

@@ -36,7 +36,8 @@ def _bindings(data_dir, vocab_path, model_dir):
 _CHILD = r"""
 import json, sys
 import gin
-from vmsst import files, gin_utils, learning_curves
+from vmsst import files, gin_utils
+from vmsst.comparison import curves as learning_curves
 from vmsst.training import loop
 
 config = json.loads(sys.argv[1])

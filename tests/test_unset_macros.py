@@ -15,7 +15,7 @@ import pytest
 import vmsst.training.loop  # pylint: disable=unused-import  # registers train, what run files bind
 import vmsst_testing
 from vmsst import cli
-from vmsst import compile as compile_command
+from vmsst.compiler import step as compile_step
 from vmsst import gin_utils
 
 ROOT = vmsst_testing.ROOT
@@ -67,16 +67,16 @@ def test_distillation_paper_names_the_teacher_width_with_what_reads_it():
 
 def test_compile_needs_only_what_the_step_is_built_from():
   with pytest.raises(cli.UserError) as error:
-    compile_command.load_run([DISTILLATION], [])
+    compile_step.load_run([DISTILLATION], [])
   assert _named(str(error.value)) == ["TEACHER_DIM"]  # not MODEL_DIR, VOCAB_PATH, ...
-  run = compile_command.load_run([DISTILLATION], ["TEACHER_DIM = 512"])
+  run = compile_step.load_run([DISTILLATION], ["TEACHER_DIM = 512"])
   assert run.model.teacher_dim == 512
 
 
 @pytest.mark.parametrize("run", [p for p in PAPER_RUNS if p.name != "distillation_paper.gin"],
                          ids=lambda p: p.name)
 def test_compile_builds_the_other_paper_runs_with_their_paths_unset(run):
-  gin_utils.parse_gin([str(run)], [], needs=compile_command.STEP_NEEDS)
+  gin_utils.parse_gin([str(run)], [], needs=compile_step.STEP_NEEDS)
   assert gin_utils.unset_macros(("train",))  # the paths stay unset: not the step's
 
 

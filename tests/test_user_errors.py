@@ -268,12 +268,12 @@ def test_wiki_entities_names_a_dump_that_is_none_or_a_bad_output(tmp_path, flags
 @pytest.mark.parametrize("args, named", [
     (("vmsst.vocabulary", "--vocab_size=300", "--sources=multi30k", "--output={tmp}/new/spm"),
      ["--vocab_size=300 is below the", "--character_coverage"]),
-    (("vmsst.memory_report", "--gin_file=gin/runs/vmsst_cpu.gin", "--mesh=data2"),
+    (("vmsst.compile", "--topology=cpu", "--gin_file=gin/runs/vmsst_cpu.gin", "--mesh=data2"),
      ["--mesh=data2", "--mesh=data:16,model:4"]),
-    (("vmsst.memory_report", "--gin_file=gin/runs/vmsst_cpu.gin", "--variants=nonee"),
+    (("vmsst.compile", "--topology=cpu", "--gin_file=gin/runs/vmsst_cpu.gin", "--variants=nonee"),
      ["--variants", "did you mean none?"]),
 ])
-def test_vocabulary_and_memory_report_name_the_flag_to_change(tmp_path, args, named):
+def test_vocabulary_and_compile_name_the_flag_to_change(tmp_path, args, named):
   done = _run(*(a.format(tmp=tmp_path) for a in args))
   assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
   for text in named:

@@ -2,60 +2,108 @@
 
 Each command's `--help` has its flags and an example. `<command>` is a name
 of the index with or without its package (`embed`, `vmsst.embed`,
-`build_data.bucc`, `vmsst_tasks.triplets`, `triplets`).
+`vmsst_tasks.triplets`, `triplets`).
+
+The index is read from the commands themselves, so it cannot drift from
+them: a command is a top-level module of `vmsst` or of `vmsst_tasks` that
+defines `main`, and its line is its docstring's first line. The modules are
+parsed, not imported: the index prints in a fraction of a second, before
+TensorFlow or JAX would load. A command that moved or went keeps its old
+name in RENAMED / REMOVED, so a script written against it fails with the fix.
 """
 
+import ast
+import importlib.util
+import pkgutil
 import runpy
 import sys
+from typing import NamedTuple
 
+import vmsst
 from vmsst import cli
 
-# (command, what it does); kept in the order a new user meets them.
-COMMANDS = (
-    ("vmsst.vocabulary", "train the SentencePiece vocabulary (VOCAB_PATH)"),
-    ("vmsst.train", "train a model from a run file (gin/runs/*.gin)"),
-    ("vmsst.pretokenize", "a run's tokenized stream: train without TensorFlow"),
-    ("vmsst.teacher_cache", "a distillation run's teacher vectors, ahead"),
-    ("vmsst.evaluate", "benchmark suites: results.json, report.md, plots"),
-    ("vmsst.embed", "embed a file, one sentence a line, into a .npy"),
-    ("vmsst.score", "score sentence pairs (a<TAB>b lines) by cosine"),
-    ("vmsst.mine", "mine translation pairs from two files (margin)"),
-    ("vmsst.calibrate", "a model's int8 calibration for --precision"),
-    ("vmsst.hard_negatives", "hard negatives for a corpus's pairs (contrastive)"),
-    ("vmsst.mine_beam", "mining as an Apache Beam pipeline (Dataflow)"),
-    ("vmsst.export", "SavedModel, sentence-transformers or huggingface"),
-    ("vmsst.compare", "train and evaluate objectives: the paper's Table 1"),
-    ("vmsst.mt5_import", "an mT5 checkpoint as initial parameters"),
-    ("vmsst.compile", "a run compiled for a TPU slice here: HBM, FLOPs"),
-    ("vmsst.memory_report", "the same on forced CPU devices (XLA:CPU)"),
-    ("vmsst.learning_curves", "held-out retrieval against step and wall-clock"),
-    ("vmsst.model_json", "write model.json for an older model directory"),
-    ("vmsst.evaluation.preservation", "query-tower tuning: before vs after"),
-    ("vmsst.build_data.bucc", "BUCC-format mining tasks from real translations"),
-    ("vmsst.build_data.question_retrieval", "a question-retrieval KB (STSb-multi-mt, STS16)"),
-    ("vmsst.build_data.clustering", "a MewsC-16-format clustering set from STSb"),
-    ("vmsst.build_data.flores", "NTREX-128 held-out documents, FLORES layout"),
-    ("vmsst_tasks.opus_download", "download the paper's OPUS corpora (Moses)"),
-    ("vmsst_tasks.triplets", "English triplets from STSb (query-tower tuning)"),
-    ("vmsst_tasks.wiki_entities", "sentences + linked entities from a MediaWiki dump"),
-)
+PACKAGES = ("vmsst", "vmsst_tasks")
+# The order a new user meets them; commands not named here follow, alphabetically.
+ORDER = ("vocabulary", "train", "pretokenize", "teacher_cache", "evaluate", "embed", "score",
+         "mine", "calibrate", "hard_negatives", "mine_beam", "export", "compare", "mt5_import",
+         "compile", "learning_curves", "preservation")
+# Old name -> the command that does it now (`cli.renamed` prints it).
+RENAMED = {
+    "vmsst.memory_report": "vmsst.compile --topology=cpu",
+    "vmsst.train.pretokenize": "vmsst.pretokenize",
+    "vmsst.evaluation.preservation": "vmsst.preservation",
+    "vmsst.build_data.bucc": "vmsst.build_bucc",
+    "vmsst.build_data.question_retrieval": "vmsst.build_question_retrieval",
+    "vmsst.build_data.clustering": "vmsst.build_clustering",
+    "vmsst.build_data.flores": "vmsst.build_flores",
+}
+# Old name -> why it has no successor.
+REMOVED = {
+    "vmsst.model_json": "a model directory without model.json is no longer converted by a "
+                        "command: loading one says how to convert it",
+}
+
+
+class Command(NamedTuple):
+  name: str  # the module `python -m` runs, e.g. vmsst.embed
+  summary: str  # its docstring's first line
+
+
+def package_dirs(package: str) -> list[str]:
+  """Where `package`'s modules are, found without importing it (vmsst_tasks imports seqio)."""
+  if package == "vmsst":
+    return list(vmsst.__path__)
+  spec = importlib.util.find_spec(package)
+  return list(spec.submodule_search_locations) if spec else []
+
+
+def read_command(module: pkgutil.ModuleInfo, package: str) -> Command | None:
+  """`module` as a command (its source parsed, never run), or None when it defines no main."""
+  name = f"{package}.{module.name}"
+  tree = ast.parse(module.module_finder.find_spec(name).loader.get_source(name))
+  if not any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body):
+    return None
+  lines = (ast.get_docstring(tree) or "").strip().splitlines()
+  return Command(name, lines[0] if lines else "")
+
+
+def _rank(command: Command) -> tuple:
+  package, short = command.name.split(".", 1)
+  known = short in ORDER and package == "vmsst"
+  return (PACKAGES.index(package), not known, ORDER.index(short) if known else 0, short)
+
+
+def commands() -> list[Command]:
+  """Every command, in the index's order."""
+  found = []
+  for package in PACKAGES:
+    for module in pkgutil.iter_modules(package_dirs(package)):
+      if module.ispkg or module.name == "__main__":
+        continue
+      command = read_command(module, package)
+      if command:
+        found.append(command)
+  return sorted(found, key=_rank)
 
 
 def index() -> str:
   """The command index, one command a line."""
-  width = max(len(name) for name, _ in COMMANDS) + len("python -m ")
+  listed = commands()
+  width = max(len(c.name) for c in listed) + len("python -m ")
   lines = ["vmsst: multilingual sentence embeddings. Commands (python -m <command> --help):"]
-  lines += [f"  {'python -m ' + name:{width}}  {what}" for name, what in COMMANDS]
+  lines += [f"  {'python -m ' + c.name:{width}}  {c.summary}" for c in listed]
   lines.append("From Python: vmsst.Encoder.from_checkpoint(MODEL_DIR).encode(sentences).")
   return "\n".join(lines)
 
 
-def find(name: str) -> str | None:
-  """The command of the index `name` means (its module), or None."""
-  for command, _ in COMMANDS:
-    if name in (command, command.split(".", 1)[1], command.rsplit(".", 1)[1]):
-      return command
-  return None
+def _means(name: str, module: str) -> bool:
+  """Whether `name` names `module`: whole, without its package, or its last part."""
+  return name in (module, module.split(".", 1)[1], module.rsplit(".", 1)[1])
+
+
+def find(name: str, names: list[str]) -> str | None:
+  """The module of `names` that `name` means, or None."""
+  return next((module for module in names if _means(name, module)), None)
 
 
 def main(argv: list[str]) -> int:
@@ -63,9 +111,15 @@ def main(argv: list[str]) -> int:
   if len(argv) == 1 or argv[1] in ("-h", "--help", "help"):
     print(index())
     return 0
-  command = find(argv[1])
+  names = [c.name for c in commands()]
+  command = find(argv[1], names)
+  if command is None and (old := find(argv[1], list(RENAMED))):
+    cli.renamed(old, RENAMED[old])
+  if command is None and (old := find(argv[1], list(REMOVED))):
+    print(f"error: python -m {old} is removed: {REMOVED[old]}.", file=sys.stderr)
+    return cli.USAGE_EXIT_CODE
   if command is None:
-    hint = cli.did_you_mean(argv[1], [c.rsplit(".", 1)[1] for c, _ in COMMANDS])
+    hint = cli.did_you_mean(argv[1], [c.rsplit(".", 1)[1] for c in names])
     print(f"error: no command {argv[1]}; {hint + ' ' if hint else ''}`python -m vmsst` lists "
           "them.", file=sys.stderr)
     return cli.USAGE_EXIT_CODE

@@ -1,4 +1,4 @@
-r"""Writes a model's int8 calibration: each dimension's range over a calibration set.
+r"""Writes a model's int8 calibration for --precision.
 
   python -m vmsst.calibrate --model_dir=runs/contrastive_cpu --input=calibration.txt
   python -m vmsst.calibrate --saved_model=runs/contrastive_cpu/export --input=calibration.txt

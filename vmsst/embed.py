@@ -1,4 +1,4 @@
-r"""Embeds a file of sentences, one per line, into a float32 .npy matrix.
+r"""Embeds a file, one sentence a line, into a float32 .npy.
 
   python -m vmsst.embed --model_dir=runs/vmsst_cpu --input=sentences.txt \
       --output=sentences.npy [--batch_size=256] [--normalize]

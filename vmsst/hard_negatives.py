@@ -1,4 +1,4 @@
-r"""The `python -m vmsst.hard_negatives` command: mined hard negatives for a corpus's pairs.
+r"""Mines hard negatives for a corpus's pairs (contrastive).
 
   python -m vmsst.hard_negatives --model_dir=runs/contrastive_cpu --opus_dir=DIR \
       --output=runs/negatives [--negatives=3] [--candidates=30] \

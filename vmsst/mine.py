@@ -1,4 +1,4 @@
-r"""The `python -m vmsst.mine` command: mines translation pairs from two monolingual files.
+r"""Mines translation pairs from two monolingual files.
 
 A thin command over vmsst/mining/ (neighbour search, margin scores,
 candidates, one-to-one pairs), which the BUCC evaluation shares; this module
@@ -19,7 +19,7 @@ language's tower, as it trained (e.g. --src_language=de --trg_language=en);
 without them, tower a. One-tower models ignore them.
 
 Scores follow Artetxe & Schwenk (2019), "Margin-based parallel corpus mining
-with multilingual sentence embeddings" (formulas in vmsst/mining/__init__.py),
+with multilingual sentence embeddings" (formulas in vmsst/mining/bitext.py),
 with avg(x, y) the mean cosine of x's and y's k nearest neighbours:
 
   --margin=ratio      cos(x, y) / avg(x, y)   (their best; scores around 1)
@@ -35,7 +35,7 @@ Output lines are `score<TAB>src<TAB>trg` (with --output_format=indices
 `score<TAB>src_line<TAB>trg_line`, 0-based line numbers of each sentence's
 first occurrence in its file), by score descending, and no source
 or target sentence appears twice: candidates are kept greedily by score
-while both their sentences are unused (mining.one_to_one; this only changes
+while both their sentences are unused (bitext.one_to_one; this only changes
 fwd, bwd and max). --threshold T then keeps scores >= T; as the greedy pass
 visits candidates by score, thresholding first would keep the same pairs.
 
@@ -108,12 +108,12 @@ from vmsst.encoding import protocol
 from vmsst.encoding import quantize
 from vmsst.mining import approximate
 from vmsst.mining import quantized
-from vmsst import mining
+from vmsst.mining import bitext
 from vmsst import text_files
 
 FLAGS = flags.FLAGS
 
-MARGINS, RETRIEVALS, INDEXES = mining.MARGINS, mining.RETRIEVALS, mining.INDEXES
+MARGINS, RETRIEVALS, INDEXES = bitext.MARGINS, bitext.RETRIEVALS, bitext.INDEXES
 OUTPUT_FORMATS = ("text", "indices")
 STREAM_BLOCK = 65_536  # rows of a memory-mapped .npy checked at a time
 LOW_RECALL = 0.98  # an IVF recall@k below this is reported with the fix
@@ -283,8 +283,8 @@ def mine_files(get_encoder: Callable[[], protocol.UniqueSentences] | None,
     if not side.sentences:
       raise ValueError(f"{side.path} has no sentences to mine ({side.num_lines} lines, none "
                        "with text); give a file with one sentence per line.")
-  mining.check_k(k, len(source.sentences), len(target.sentences))
-  mining.check_scoring(margin, retrieval)
+  bitext.check_k(k, len(source.sentences), len(target.sentences))
+  bitext.check_scoring(margin, retrieval)
   if output_format not in OUTPUT_FORMATS:
     raise ValueError(f"--output_format={output_format}; pick one of {OUTPUT_FORMATS}.")
   ivf = knn_options.get("ivf") or approximate.IvfOptions()
@@ -295,8 +295,8 @@ def mine_files(get_encoder: Callable[[], protocol.UniqueSentences] | None,
                                            "train_size", "seed")}}
   if merge_shards:
     forward, backward = approximate.load_shards(output, meta, k)
-    hood = mining.Neighbourhoods(*forward, *backward)
-    pairs, scores = mining.mined_pairs(hood, margin=margin, retrieval=retrieval,
+    hood = bitext.Neighbourhoods(*forward, *backward)
+    pairs, scores = bitext.mined_pairs(hood, margin=margin, retrieval=retrieval,
                                        threshold=threshold)
     return _write_pairs(source, target, output, pairs, scores, output_format, "", _options_note(
         margin, retrieval, k, threshold, ivf, len(target.sentences), merged=True))
@@ -328,8 +328,8 @@ def mine_files(get_encoder: Callable[[], protocol.UniqueSentences] | None,
     return Summary(source, target, 0, f"shard {shard} of {ivf.shards}: neighbour lists of both "
                    f"directions written to {path}; mine with --merge_shards once all "
                    f"{ivf.shards} are written", truncated)
-  hood = mining.neighbourhoods(x, y, k, progress=progress, **knn_options)
-  pairs, scores = mining.mined_pairs(hood, margin=margin, retrieval=retrieval,
+  hood = bitext.neighbourhoods(x, y, k, progress=progress, **knn_options)
+  pairs, scores = bitext.mined_pairs(hood, margin=margin, retrieval=retrieval,
                                      threshold=threshold)
   note = _options_note(margin, retrieval, k, threshold,
                        ivf if knn_options.get("index", "exact") != "exact" else None, len(y))
@@ -349,7 +349,7 @@ def _quantized_note(search: quantized.QuantizedSearch) -> str:
           f"re-ranked by float cosine{ranges}")
 
 
-def _recall_note(x: np.ndarray, y: np.ndarray, hood: mining.Neighbourhoods, sample: int) -> str:
+def _recall_note(x: np.ndarray, y: np.ndarray, hood: bitext.Neighbourhoods, sample: int) -> str:
   """recall@k of both directions' IVF neighbours on a sample, with the fix when it is low."""
   recalls = (approximate.sampled_recall(x, y, hood.forward_indices, sample),
              approximate.sampled_recall(y, x, hood.backward_indices, sample))
@@ -482,7 +482,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def _search_options() -> dict:
-  """mining.mine()'s search keywords from the flags; a flag of the other --index is an error."""
+  """bitext.mine()'s search keywords from the flags; a flag of the other --index is an error."""
   other = IVF_FLAGS if FLAGS.index == "exact" else EXACT_FLAGS
   given = [f"--{name}" for name in other if FLAGS[name].present]
   if given:
@@ -499,7 +499,7 @@ def _search_options() -> dict:
 
 
 def _quantized_options() -> dict:
-  """mining.mine()'s keywords for --precision: the codes, the calibration, the IVF cells."""
+  """bitext.mine()'s keywords for --precision: the codes, the calibration, the IVF cells."""
   unsupported = [f"--{name}" for name in ("pq", "sq8", "shards", "shard", "merge_shards",
                                           "backend", "train_size") if FLAGS[name].present]
   if unsupported:

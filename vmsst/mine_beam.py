@@ -1,4 +1,4 @@
-r"""The `python -m vmsst.mine_beam` command: `vmsst.mine`'s pairs as an Apache Beam pipeline.
+r"""Mines translation pairs as an Apache Beam pipeline.
 
 For sides past one machine (10^8 sentences and more): read and deduplicate
 (any text files or globs, local or gs://), embed with the exported SavedModel
@@ -35,7 +35,7 @@ from typing import Sequence
 from absl import flags
 
 from vmsst import files
-from vmsst import mining
+from vmsst.mining import bitext
 from vmsst.mining import approximate
 
 FLAGS = flags.FLAGS
@@ -53,11 +53,11 @@ def _define_flags() -> None:
                       "with that language's tower.")
   flags.DEFINE_string("trg_language", None, "Language of --trg, as --src_language.")
   flags.DEFINE_integer("batch_size", 256, "Sentences per RunInference batch.", lower_bound=1)
-  flags.DEFINE_enum("margin", "ratio", list(mining.MARGINS), "As python -m vmsst.mine.")
-  flags.DEFINE_enum("retrieval", "max", list(mining.RETRIEVALS), "As python -m vmsst.mine.")
+  flags.DEFINE_enum("margin", "ratio", list(bitext.MARGINS), "As python -m vmsst.mine.")
+  flags.DEFINE_enum("retrieval", "max", list(bitext.RETRIEVALS), "As python -m vmsst.mine.")
   flags.DEFINE_integer("k", 4, "Neighbours per sentence for the margin and the candidates.")
   flags.DEFINE_float("threshold", None, "Keep pairs scoring >= this (default: all).")
-  flags.DEFINE_enum("index", "exact", list(mining.INDEXES), "exact: brute force per key "
+  flags.DEFINE_enum("index", "exact", list(bitext.INDEXES), "exact: brute force per key "
                     "shard; ivf: faiss inverted file trained once per side.")
   flags.DEFINE_integer("nlist", 0, "--index=ivf: k-means cells (0: 4 * sqrt(sentences)).")
   flags.DEFINE_integer("nprobe", approximate.IvfOptions.nprobe, "--index=ivf: cells per query.")

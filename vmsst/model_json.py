@@ -1,4 +1,4 @@
-"""Writes model.json into a model directory trained before it existed.
+"""Writes model.json into an older model directory.
 
 `encoding.restore.restore` builds the model from MODEL_DIR/model.json alone (no
 gin). Older directories have only config.gin; this command reads it once,

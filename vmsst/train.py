@@ -1,4 +1,4 @@
-r"""Trains a model: `python -m vmsst.train --gin_file=RUN.gin [--gin.MACRO=VALUE ...]`.
+r"""Trains a model from a run file (gin/runs/*.gin).
 
   python -m vmsst.train --gin_file=gin/runs/vmsst_cpu.gin
   python -m vmsst.train --gin_file=gin/runs/vmsst_cpu.gin \

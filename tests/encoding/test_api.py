@@ -10,7 +10,7 @@ import pytest
 import vmsst
 import vmsst.training.loop
 import vmsst_testing
-from vmsst import export
+from vmsst.export_formats import saved_model as export
 from vmsst.encoding.api import Encoder
 from vmsst.encoding import protocol
 from vmsst_testing import HandEncoder

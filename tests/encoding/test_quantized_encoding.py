@@ -17,7 +17,7 @@ import vmsst
 import vmsst_testing
 from vmsst import calibrate
 from vmsst import embed
-from vmsst import export
+from vmsst.export_formats import saved_model as export
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
 from vmsst.encoding import quantize

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from vmsst import mining
+from vmsst.mining import bitext
 from vmsst.build_data import bucc as build_bucc
 from vmsst.mining import approximate
 from vmsst.encoding import protocol
@@ -64,8 +64,8 @@ def _reference(x: np.ndarray, y: np.ndarray, k: int, scoring: str, retrieval: st
   return pairs, scores
 
 
-@pytest.mark.parametrize("scoring,retrieval", list(itertools.product(mining.SCORINGS,
-                                                                   mining.CANDIDATE_RETRIEVALS)))
+@pytest.mark.parametrize("scoring,retrieval", list(itertools.product(bitext.SCORINGS,
+                                                                   bitext.CANDIDATE_RETRIEVALS)))
 def test_candidates_match_full_matrix_reference(scoring, retrieval):
   rng = np.random.default_rng(0)
   # 50 sources, 45 targets; 20 targets are noisy copies of sources so that
@@ -73,8 +73,8 @@ def test_candidates_match_full_matrix_reference(scoring, retrieval):
   x = rng.standard_normal((50, 8))
   y = np.concatenate([x[:20] + 0.6 * rng.standard_normal((20, 8)),
                       rng.standard_normal((25, 8))])
-  hood = mining.neighbourhoods(x, y, 4, query_block=7, key_block=6)
-  pairs, scores = mining.candidates(hood, scoring, retrieval)
+  hood = bitext.neighbourhoods(x, y, 4, query_block=7, key_block=6)
+  pairs, scores = bitext.candidates(hood, scoring, retrieval)
   want_pairs, want_scores = _reference(x, y, 4, scoring, retrieval)
   np.testing.assert_array_equal(pairs, want_pairs)
   np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
@@ -84,20 +84,20 @@ def test_candidates_match_full_matrix_reference(scoring, retrieval):
 def test_max_retrieval_is_one_to_one_and_margin_differs_from_cosine():
   rng = np.random.default_rng(1)
   x, y = rng.standard_normal((50, 8)), rng.standard_normal((50, 8))
-  hood = mining.neighbourhoods(x, y, 4)
-  pairs, _ = mining.candidates(hood, "ratio", "max")
+  hood = bitext.neighbourhoods(x, y, 4)
+  pairs, _ = bitext.candidates(hood, "ratio", "max")
   assert len(set(pairs[:, 0])) == len(set(pairs[:, 1])) == len(pairs)
-  assert not np.array_equal(pairs, mining.candidates(hood, "cosine", "max")[0])
+  assert not np.array_equal(pairs, bitext.candidates(hood, "cosine", "max")[0])
 
 
 def test_intersect_is_the_mutual_subset_of_forward_and_backward():
   rng = np.random.default_rng(3)
   x = rng.standard_normal((40, 8))
   y = np.concatenate([x[:15] + 0.5 * rng.standard_normal((15, 8)), rng.standard_normal((30, 8))])
-  hood = mining.neighbourhoods(x, y, 4)
-  pairs, scores = mining.candidates(hood, "ratio", "intersect")
-  forward = {tuple(p) for p in mining.candidates(hood, "ratio", "forward")[0]}
-  backward = {tuple(p) for p in mining.candidates(hood, "ratio", "backward")[0]}
+  hood = bitext.neighbourhoods(x, y, 4)
+  pairs, scores = bitext.candidates(hood, "ratio", "intersect")
+  forward = {tuple(p) for p in bitext.candidates(hood, "ratio", "forward")[0]}
+  backward = {tuple(p) for p in bitext.candidates(hood, "ratio", "backward")[0]}
   assert {tuple(p) for p in pairs} == forward & backward and len(pairs) >= 10
   assert len(set(pairs[:, 0])) == len(set(pairs[:, 1])) == len(pairs)
   assert scores.dtype == np.float64
@@ -106,19 +106,19 @@ def test_intersect_is_the_mutual_subset_of_forward_and_backward():
 def test_one_to_one_example():
   # (1, 0) scores best and takes source 1 and target 0; (1, 1) and (0, 0) reuse one each.
   np.testing.assert_array_equal(
-      mining.one_to_one(np.array([[0, 0], [1, 0], [1, 1]]), np.array([0.5, 0.9, 0.7])), [1])
+      bitext.one_to_one(np.array([[0, 0], [1, 0], [1, 1]]), np.array([0.5, 0.9, 0.7])), [1])
   # Equal scores: the earlier candidate wins; disjoint ones are all kept, best first.
   np.testing.assert_array_equal(
-      mining.one_to_one(np.array([[0, 1], [0, 2], [3, 4]]), np.array([0.5, 0.5, 0.6])), [2, 0])
-  assert mining.one_to_one(np.zeros((0, 2), np.int64), np.zeros(0)).shape == (0,)
+      bitext.one_to_one(np.array([[0, 1], [0, 2], [3, 4]]), np.array([0.5, 0.5, 0.6])), [2, 0])
+  assert bitext.one_to_one(np.zeros((0, 2), np.int64), np.zeros(0)).shape == (0,)
 
 
 def test_unknown_scoring_or_retrieval_is_an_error():
-  hood = mining.neighbourhoods(np.eye(3), np.eye(3), 2)
+  hood = bitext.neighbourhoods(np.eye(3), np.eye(3), 2)
   with pytest.raises(ValueError, match="scoring must be one of"):
-    mining.candidates(hood, "csls", "max")
+    bitext.candidates(hood, "csls", "max")
   with pytest.raises(ValueError, match="retrieval must be one of"):
-    mining.candidates(hood, "ratio", "union")
+    bitext.candidates(hood, "ratio", "union")
 
 
 # ---------------------------------------------------------- thresholds and F1 by hand
@@ -266,7 +266,7 @@ def test_evaluate_schema_and_table(tmp_path):
   assert pair["evaluated_on"] == "test" and "note" not in pair
   assert pair["sizes"] == {"training": {"source": 10, "target": 10, "gold": 4},
                            "test": {"source": 10, "target": 10, "gold": 4}}
-  assert set(pair["detail"]) == {f"{s}/{r}" for s in mining.SCORINGS for r in bucc.RETRIEVALS}
+  assert set(pair["detail"]) == {f"{s}/{r}" for s in bitext.SCORINGS for r in bucc.RETRIEVALS}
   assert pair["margin"] == pair["detail"]["ratio/max"]
   assert pair["cosine"] == pair["detail"]["cosine/max"]
   assert set(pair["margin"]) == {"precision", "recall", "f1", "threshold", "training_f1"}

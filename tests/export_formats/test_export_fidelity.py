@@ -12,7 +12,7 @@ and exported in every format:
       `Encoder.encode` on NTREX sentences of ten languages (many cut at the
       model's length);
   savedmodel  `import tensorflow_text; tf.saved_model.load(OUT)`, the
-      signatures export.py's docstring names (serving_default, serving_b).
+      signatures export_formats/saved_model.py's docstring names (serving_default, serving_b).
 
 A format that cannot give the embedding must refuse; none does for these
 networks (a network no stock architecture computes is refused by
@@ -171,7 +171,7 @@ def test_the_saved_model_gives_the_embedding(trained, sentences):
   """`import tensorflow_text; tf.saved_model.load(OUT)`: each signature, its tower."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   import tensorflow_text  # pylint: disable=import-outside-toplevel,unused-import
-  from vmsst import export  # pylint: disable=import-outside-toplevel
+  from vmsst.export_formats import saved_model as export  # pylint: disable=import-outside-toplevel
   name, model_dir, work, towers = trained
   output = work / "savedmodel"
   export.export(str(model_dir), str(output))

@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from vmsst import files
 from vmsst import mine
-from vmsst import mining
+from vmsst.mining import bitext
 from vmsst.encoding import protocol
 from vmsst.encoding import saved_model
 from vmsst.mining import approximate
@@ -118,7 +118,7 @@ def test_ivf_pairs_equal_one_in_process_index_over_the_same_rows(tmp_path):
   x, y = (bp.ShardedRows(layout, side)[:] for side in bp.SIDES)
   sentences = [sum((bp.read_sentence_shard(layout, side, s) for s in range(4)), [])
                for side in bp.SIDES]
-  pairs, scores = mining.mine(x, y, k=4, index="ivf", ivf=ivf)
+  pairs, scores = bitext.mine(x, y, k=4, index="ivf", ivf=ivf)
   want = {(sentences[0][i], sentences[1][j]): s for (i, j), s in zip(pairs.tolist(), scores)}
   got = _read_pairs(summary["pairs"])
   _assert_same(got, want)
@@ -141,7 +141,7 @@ def test_key_shards_whose_cells_hold_fewer_than_k_keys_merge_to_one_index(tmp_pa
     summary = _mine_beam(patterns, output, table, settings)
     layout = bp.Layout(str(output), 4)
     x, y = (bp.ShardedRows(layout, side)[:] for side in bp.SIDES)
-    got = mining.neighbourhoods(x, y, 4, ivf=ivf)
+    got = bitext.neighbourhoods(x, y, 4, ivf=ivf)
     merged = bp.merged_neighbourhoods(layout, settings)
     np.testing.assert_array_equal(merged.forward_indices, got.forward_indices)
     np.testing.assert_array_equal(merged.backward_indices, got.backward_indices)
@@ -208,7 +208,7 @@ def test_two_worker_processes_mine_the_pairs_one_worker_mines(tmp_path):
 @pytest.mark.slow  # trains and exports the tiny model
 def test_the_exported_model_through_run_inference_mines_what_mine_mines(
     tiny_model, data_dir, tmp_path):
-  from vmsst import export  # pylint: disable=import-outside-toplevel
+  from vmsst.export_formats import saved_model as export  # pylint: disable=import-outside-toplevel
   exported = tmp_path / "export"
   export.export(str(tiny_model[0]), str(exported))
   for side, name in (("src", "ref.deu"), ("trg", "src.eng")):

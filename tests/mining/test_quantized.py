@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from vmsst import mining
+from vmsst.mining import bitext
 from vmsst.mining import quantized
 
 
@@ -23,8 +23,8 @@ def _planted(n=400, distractors=200, dim=64, noise=0.35, seed=0):
 @pytest.mark.parametrize("precision", ["binary", "ubinary", "int8", "uint8"])
 def test_quantized_mining_with_rerank_finds_the_planted_pairs_float_mining_finds(precision):
   source, target, planted = _planted()
-  float_pairs, _ = mining.mine(source, target, k=4)
-  pairs, scores = mining.mine(source, target, k=4,
+  float_pairs, _ = bitext.mine(source, target, k=4)
+  pairs, scores = bitext.mine(source, target, k=4,
                               quantized_search=quantized.QuantizedSearch(precision))
   assert {tuple(p) for p in pairs.tolist()} == {tuple(p) for p in float_pairs.tolist()}
   found = {tuple(p) for p in pairs.tolist()}
@@ -34,7 +34,7 @@ def test_quantized_mining_with_rerank_finds_the_planted_pairs_float_mining_finds
 
 def test_binary_ivf_search_keeps_the_planted_pairs():
   source, target, planted = _planted(n=2000, distractors=500, dim=128, noise=0.3)
-  pairs, _ = mining.mine(source, target, k=4, index="ivf",
+  pairs, _ = bitext.mine(source, target, k=4, index="ivf",
                          quantized_search=quantized.QuantizedSearch("binary", nprobe=8))
   found = {tuple(p) for p in pairs.tolist()}
   recovered = np.mean([(i, int(planted[i])) in found for i in range(len(source))])
@@ -43,9 +43,9 @@ def test_binary_ivf_search_keeps_the_planted_pairs():
 
 def test_reranked_neighbours_are_the_float_ones_when_every_key_is_a_candidate():
   source, target, _ = _planted(n=50, distractors=10, dim=32)
-  exact = mining.neighbourhoods(source, target, 4)
+  exact = bitext.neighbourhoods(source, target, 4)
   search = quantized.QuantizedSearch("binary", rescore_multiplier=len(target))
-  coarse = mining.neighbourhoods(source, target, 4, quantized_search=search)
+  coarse = bitext.neighbourhoods(source, target, 4, quantized_search=search)
   np.testing.assert_array_equal(coarse.forward_indices, exact.forward_indices)
   np.testing.assert_array_equal(coarse.backward_indices, exact.backward_indices)
   np.testing.assert_allclose(coarse.forward_scores, exact.forward_scores, atol=1e-5)
@@ -62,11 +62,11 @@ def test_rerank_breaks_ties_to_the_lower_index_and_drops_faiss_fillers():
 def test_bad_options_are_errors_naming_the_flag():
   source, target, _ = _planted(n=20, distractors=0, dim=16)
   with pytest.raises(ValueError, match="--rescore_multiplier"):
-    mining.mine(source, target, quantized_search=quantized.QuantizedSearch("binary", 0))
+    bitext.mine(source, target, quantized_search=quantized.QuantizedSearch("binary", 0))
   with pytest.raises(ValueError, match="--index=exact"):
-    mining.mine(source, target, index="ivf", quantized_search=quantized.QuantizedSearch("int8"))
+    bitext.mine(source, target, index="ivf", quantized_search=quantized.QuantizedSearch("int8"))
   with pytest.raises(ValueError, match="--precision=float32"):
-    mining.mine(source, target, quantized_search=quantized.QuantizedSearch("float32"))
+    bitext.mine(source, target, quantized_search=quantized.QuantizedSearch("float32"))
 
 
 def test_mine_files_with_binary_codes_writes_the_float_pairs(tmp_path):

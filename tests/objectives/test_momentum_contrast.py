@@ -19,7 +19,7 @@ import vmsst_testing
 from vmsst_testing import TINY, init_params, random_batch
 from vmsst.training import checkpointing
 from vmsst import embed
-from vmsst import export
+from vmsst.export_formats import saved_model as export
 from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
 from vmsst import mine

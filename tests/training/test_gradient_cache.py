@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from vmsst_testing import TINY, init_params, random_batch
-from vmsst import compile as compile_lib
+from vmsst.compiler import step as compile_lib
 from vmsst.model import partitioning
 from vmsst.objectives import Contrastive
 

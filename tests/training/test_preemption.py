@@ -22,6 +22,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 import vmsst_testing
+from vmsst import cli
 from vmsst.training import checkpointing
 
 # Training runs and subprocesses: the slow tier (`make test-fast` skips them).
@@ -231,7 +232,7 @@ def test_ctrl_c_finishes_the_step_saves_it_and_exits_130(data_dir, tiny_vocab_pa
   finally:
     _kill(process)
   text = log.read_text()
-  assert status == checkpointing.INTERRUPTED_EXIT_CODE == 130, text[-3000:]
+  assert status == cli.INTERRUPTED_EXIT_CODE == 130, text[-3000:]
   assert "KeyboardInterrupt" not in text and "Traceback" not in text
   saved = checkpointing.make_manager(str(model_dir)).all_steps()
   assert 1 < reached <= saved[-1] < STEPS, (saved, reached)

@@ -13,7 +13,7 @@ from vmsst_testing import ROOT
 
 _SCRIPT = r"""
 import json, os, sys
-from vmsst import learning_curves
+from vmsst.comparison import curves as learning_curves
 from vmsst.training import scalar_writer
 
 root = sys.argv[1]

@@ -69,7 +69,6 @@ from vmsst import sts_files
 from vmsst import text_files
 
 STSB_DIR = "stsb-multi-mt"
-STSB_SPLITS = ("train", "dev", "test")
 DEFAULT_PAIRS = ("de-en", "fr-en", "ru-en", "zh-en")
 TASK_DIR = "bucc2018"
 # See step 3 of the module docstring; at 0.4 about 70% of the unique pairs survive.
@@ -82,7 +81,7 @@ Row = list[tuple[str, str]]  # The surviving (xx, en) pairs of one STS row.
 def read_stsb(data_dir: str | pathlib.Path, language: str) -> list[tuple[str, str]]:
   """(sentence1, sentence2) of every row of train, dev and test, in that order."""
   rows = []
-  for split in STSB_SPLITS:
+  for split in sts_files.STSB_SPLITS:
     pairs = sts_files.read_stsb_multi_mt(files.as_path(data_dir) / STSB_DIR, language, split)
     rows += zip(pairs.sentences1, pairs.sentences2)
   return rows

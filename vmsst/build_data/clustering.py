@@ -32,9 +32,6 @@ from vmsst import sts_files
 from vmsst import text_files
 from vmsst.evaluation.clustering import CATEGORIES_SUFFIX, DEFAULT_FOLDER, SENTENCES_SUFFIX
 
-STSB_LANGUAGES = ("de", "en", "es", "fr", "it", "ja", "nl", "pl", "pt", "ru", "zh")
-STSB_SPLITS = ("train", "dev", "test")
-
 
 # ---------------------------------------------------------------- builder
 
@@ -62,7 +59,7 @@ def _labelled_units(data_dir: pathlib.Path) -> tuple[list[tuple[str, int, int, s
   kept, and the distinct ones dropped for having two categories.
   """
   units, categories_of = [], collections.defaultdict(set)
-  for split in STSB_SPLITS:
+  for split in sts_files.STSB_SPLITS:
     stsb = _read_stsb(data_dir, split)
     english = _read_multi_mt(data_dir, "en", split)
     if len(stsb) != len(english):
@@ -100,7 +97,8 @@ def _sample(units: list, max_per_category: int, seed: int) -> list:
 
 
 def build_clustering_task(data_dir: str | pathlib.Path, output: str | pathlib.Path, *,
-                          languages: Sequence[str] = STSB_LANGUAGES, max_per_category: int = 250,
+                          languages: Sequence[str] = sts_files.STSB_MULTI_MT_LANGUAGES,
+                          max_per_category: int = 250,
                           seed: int = 0, name: str = DEFAULT_FOLDER) -> dict:
   """Writes a MewsC-16-format clustering set built from STSb (see module doc).
 
@@ -122,14 +120,15 @@ def build_clustering_task(data_dir: str | pathlib.Path, output: str | pathlib.Pa
     {"folder", "languages", "n", "categories": {category: count}, "source": {counts}}.
   """
   data_dir, folder = files.as_path(data_dir), files.as_path(output) / name
-  unknown = sorted(set(languages) - set(STSB_LANGUAGES))
+  unknown = sorted(set(languages) - set(sts_files.STSB_MULTI_MT_LANGUAGES))
   if unknown:
-    raise ValueError(f"no stsb-multi-mt data for {unknown}; choose from {STSB_LANGUAGES}.")
+    raise ValueError(f"no stsb-multi-mt data for {unknown}; choose from "
+                     f"{sts_files.STSB_MULTI_MT_LANGUAGES}.")
   units, source = _labelled_units(data_dir)
   units = _sample(units, max_per_category, seed)
   folder.mkdir(parents=True, exist_ok=True)
   for lang in languages:
-    rows = {split: _read_multi_mt(data_dir, lang, split) for split in STSB_SPLITS}
+    rows = {split: _read_multi_mt(data_dir, lang, split) for split in sts_files.STSB_SPLITS}
     sentences = [rows[split][row][side] for split, row, side, _ in units]
     text = "".join(s + "\n" for s in sentences).encode("utf-8")
     # mtime=0: the same input writes the same bytes.
@@ -153,7 +152,8 @@ def _define_flags() -> None:
   """Defined only when run as a command, so importing this module adds no flags."""
   flags.DEFINE_string("data_dir", None, "Shared data root (stsb/, stsb-multi-mt/).", required=True)
   flags.DEFINE_string("output", None, "Directory to write <name>/ into.", required=True)
-  flags.DEFINE_list("languages", list(STSB_LANGUAGES), "stsb-multi-mt languages to write.")
+  flags.DEFINE_list("languages", list(sts_files.STSB_MULTI_MT_LANGUAGES),
+                    "stsb-multi-mt languages to write.")
   flags.DEFINE_integer("max_per_category", 250, "Sentences sampled per category.")
   flags.DEFINE_integer("seed", 0, "Seed of the per-category sample.")
 

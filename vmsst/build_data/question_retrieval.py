@@ -39,8 +39,8 @@ from vmsst import sts_files
 from vmsst import text_files
 from vmsst.evaluation.question_retrieval import FOLDER, GOLD, KB, QUERIES
 
-STSB_QUERY_LANGUAGES = ("de", "es", "fr", "it", "ja", "nl", "pl", "pt", "ru", "zh")
-STSB_SPLITS = ("train", "dev", "test")
+# Queries in every STSb-multi-mt language but English, the knowledge base's.
+STSB_QUERY_LANGUAGES = tuple(c for c in sts_files.STSB_MULTI_MT_LANGUAGES if c != "en")
 MIN_SCORE = 4.0
 STS16_QUESTIONS = "sts12-16/raw/STS16/STS.{}.question-question.txt"
 
@@ -97,7 +97,7 @@ def _read_multi_mt(data_dir: pathlib.Path, lang: str, split: str) -> list[tuple[
 def stsb_candidates(data_dir: pathlib.Path, languages: Sequence[str], min_score: float,
                     kb_splits: Sequence[str]) -> tuple[list[Candidate], list[str], list[str]]:
   """(candidates, KB texts, withheld texts) of the stsb_multi_mt set (module doc)."""
-  english = {split: _read_multi_mt(data_dir, "en", split) for split in STSB_SPLITS}
+  english = {split: _read_multi_mt(data_dir, "en", split) for split in sts_files.STSB_SPLITS}
   rows = [i for i, (_, _, score) in enumerate(english["test"]) if score >= min_score]
   candidates = []
   for lang in languages:
@@ -152,7 +152,7 @@ def write_set(folder: pathlib.Path, queries: Mapping[tuple[str, str], set[int]],
 def build_question_retrieval(data_dir: str | pathlib.Path, output: str | pathlib.Path, *,
                              languages: Sequence[str] = STSB_QUERY_LANGUAGES,
                              min_score: float = MIN_SCORE,
-                             kb_splits: Sequence[str] = STSB_SPLITS,
+                             kb_splits: Sequence[str] = sts_files.STSB_SPLITS,
                              sts16: bool = True) -> dict:
   """Writes `output/question_retrieval/{stsb_multi_mt,sts16_questions}/` (module doc).
 
@@ -172,10 +172,10 @@ def build_question_retrieval(data_dir: str | pathlib.Path, output: str | pathlib
   """
   data_dir, folder = files.as_path(data_dir), files.as_path(output) / FOLDER
   bad = sorted(set(languages) - set(STSB_QUERY_LANGUAGES)) + sorted(
-      set(kb_splits) - set(STSB_SPLITS))
+      set(kb_splits) - set(sts_files.STSB_SPLITS))
   if bad:
     raise ValueError(f"unknown languages or splits {bad}; languages come from "
-                     f"{STSB_QUERY_LANGUAGES}, splits from {STSB_SPLITS}.")
+                     f"{STSB_QUERY_LANGUAGES}, splits from {sts_files.STSB_SPLITS}.")
   builders = {"stsb_multi_mt": lambda: stsb_candidates(data_dir, languages, min_score, kb_splits)}
   if sts16:
     builders["sts16_questions"] = lambda: sts16_candidates(data_dir, min_score)
@@ -199,7 +199,8 @@ def _define_flags() -> None:
                       required=True)
   flags.DEFINE_list("languages", list(STSB_QUERY_LANGUAGES), "stsb-multi-mt query languages.")
   flags.DEFINE_float("min_score", MIN_SCORE, "Lowest STS score of a query-gold pair.")
-  flags.DEFINE_list("kb_splits", list(STSB_SPLITS), "stsb-multi-mt splits filling the KB.")
+  flags.DEFINE_list("kb_splits", list(sts_files.STSB_SPLITS),
+                    "stsb-multi-mt splits filling the KB.")
   flags.DEFINE_bool("sts16", True, "Also write the English STS16 question-question set.")
 
 

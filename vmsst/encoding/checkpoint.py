@@ -4,7 +4,9 @@ Sentences are tokenized exactly like training inputs (`model.tokens`) and
 embedded in length buckets: each batch is cut to the smallest bucket that
 holds its longest sentence, so short sentences do not pay for padding to the
 training length (one compiled encoder per bucket), and padded in rows only to
-the next power of two (`_row_bucket`).
+the next power of two (`padded_rows`). These two rules are the serving shapes
+of every encoder: the SavedModel's graph pads to the same
+(`export_formats.saved_model.bucketed`).
 """
 
 import functools
@@ -23,7 +25,7 @@ from vmsst.model import tokens as tokens_lib
 
 # Sentences are padded to the smallest of these that holds the batch's longest
 # (capped at the trained length): one compiled encoder per bucket. The
-# SavedModel's graph pads to the same (export.bucketed). Steps of 8 up to 64
+# SavedModel's graph pads to the same (saved_model.bucketed). Steps of 8 up to 64
 # (the CPU runs' length) rather than powers of two: one sentence at a time ran
 # 8.1 instead of 10.0 ms per sentence in the SavedModel (real NTREX sentences,
 # 6 layers, d = 512; docs/results/benchmarks/README.md) for 8 compiled lengths instead of 4.
@@ -33,6 +35,22 @@ LENGTH_BUCKETS = (8, 16, 24, 32, 40, 48, 56, 64, 96, 128, 192, 256, 384, 512)
 def padded_lengths(max_length: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> list[int]:
   """The padded lengths a model of `max_length` pieces runs at: `buckets` below it, then it."""
   return sorted({b for b in buckets if b < max_length} | {max_length})
+
+
+def padded_rows(rows: int) -> int:
+  """The rows a call of `rows` sentences is padded to: the next power of two (1 for none).
+
+  Padding every call to the full batch made one sentence cost the whole
+  batch's compute (64x the latency at batch 1, 2x at 32); powers of two cost
+  at most twice the rows and keep the compiled shapes to log2(batch) + 1 per
+  length bucket, and are the batch sizes users pick (which then pad nothing).
+  """
+  return 1 << max(0, rows - 1).bit_length()
+
+
+def row_buckets(limit: int = 1 << 20) -> tuple[int, ...]:
+  """Every row count `padded_rows` gives up to `limit`, for a graph that pads by lookup."""
+  return tuple(1 << i for i in range(limit.bit_length()))
 
 
 def serving_params(params, dtype):
@@ -132,14 +150,8 @@ class CheckpointEncoder:
 
 
 def _row_bucket(rows: int, batch_size: int, data_shards: int) -> int:
-  """Rows a call of `rows` sentences is padded to: the next power of two (a multiple of
-  the data shards), at most `batch_size`.
-
-  Padding every call to the full batch made one sentence cost `batch_size`
-  rows of compute (64x the latency at batch 1, 2x at 32); powers of two keep
-  the compiled shapes to log2(batch_size) + 1 per length bucket.
-  """
-  bucket = 1 << max(0, rows - 1).bit_length()
+  """`padded_rows(rows)` as a multiple of the data shards, at most `batch_size`."""
+  bucket = padded_rows(rows)
   return min(-(-bucket // data_shards) * data_shards, batch_size)
 
 

@@ -15,12 +15,13 @@ import numpy as np
 from vmsst import files
 from vmsst import languages as languages_lib
 
-# Where `python -m vmsst.export` leaves its metadata and vocabulary (export.EXTRA_DIR,
-# export.METADATA_FILE, restore.VOCABULARY_FILE; a test holds them equal).
+# Where `python -m vmsst.export` leaves its metadata and vocabulary
+# (export_formats.saved_model's EXTRA_DIR and METADATA_FILE, restore.VOCABULARY_FILE;
+# a test holds them equal).
 EXPORT_EXTRA_DIR = "assets.extra"
 EXPORT_METADATA, EXPORT_VOCABULARY = "vmsst_export.json", "spm.model"
-# A two-tower export's signature of tower b (export.SIDE_B_SIGNATURE), and side a's
-# languages when its metadata predates `side_a_languages` (MomentumContrast's default).
+# A two-tower export's signature of tower b (export_formats.saved_model.SIDE_B_SIGNATURE), and
+# side a's languages when its metadata predates `side_a_languages` (MomentumContrast's default).
 EXPORT_SIDE_B, DEFAULT_SIDE_A = "serving_b", ("eng",)
 
 

@@ -36,11 +36,11 @@ import numpy as np
 from vmsst import files
 from vmsst.encoding import protocol
 from vmsst.mining import approximate
-from vmsst import mining
+from vmsst.mining import bitext
 from vmsst import text_files
 
 SPLITS = ("sample", "training", "test")
-SCORINGS = mining.SCORINGS
+SCORINGS = bitext.SCORINGS
 RETRIEVALS = ("forward", "backward", "max")  # the BUCC detail columns
 HEADLINE = {"cosine": "cosine/max", "margin": "ratio/max"}
 _NO_TEST_GOLD = ("no test gold: figures are on the training split with the threshold tuned "
@@ -309,7 +309,7 @@ def evaluate_pair(encoder: protocol.UniqueSentences, root: pathlib.Path, src: st
   golds = {name: split.gold_indices() for name, split in splits.items()}
   detail = {}
   for scoring, retrieval in itertools.product(SCORINGS, RETRIEVALS):
-    mined = {name: mining.candidates(hood, scoring, retrieval) for name, hood in hoods.items()}
+    mined = {name: bitext.candidates(hood, scoring, retrieval) for name, hood in hoods.items()}
     correct = {name: is_gold(mined[name][0], golds[name]) for name in splits}
     threshold, training_f1 = best_threshold(mined["training"][1], correct["training"],
                                             len(golds["training"]))
@@ -327,14 +327,14 @@ def evaluate_pair(encoder: protocol.UniqueSentences, root: pathlib.Path, src: st
 
 
 def _embed(encoder: protocol.UniqueSentences, split: Split, desc: str, k: int,
-           knn_options: Mapping, languages: tuple[str, str]) -> mining.Neighbourhoods:
+           knn_options: Mapping, languages: tuple[str, str]) -> bitext.Neighbourhoods:
   """Embeds both sides of a split, each by its language's tower, and searches their
   neighbourhoods."""
   source = encoder.encode(list(split.source.values()), desc=f"{desc} source",
                           language=languages[0])
   target = encoder.encode(list(split.target.values()), desc=f"{desc} target",
                           language=languages[1])
-  return mining.neighbourhoods(source, target, k, **knn_options)
+  return bitext.neighbourhoods(source, target, k, **knn_options)
 
 
 def table(results: Mapping) -> str:

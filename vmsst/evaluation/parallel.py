@@ -14,9 +14,9 @@ lower index). Two scorings, as LASER offers:
     100 - xsim, reported as well because it is what Tatoeba tables show.
   * margin: the k = 4 nearest by cosine are rescored by the ratio margin
     cos(x, y) / avg(x, y) of Artetxe & Schwenk (2019) and the best is kept,
-    i.e. `mining.candidates(..., "ratio", "forward")` (k is capped at the
+    i.e. `bitext.candidates(..., "ratio", "forward")` (k is capped at the
     number of lines, as LASER's min(k, n)).
-Both go through `vmsst.mining.neighbourhoods`, so neighbour search is
+Both go through `vmsst.mining.bitext.neighbourhoods`, so neighbour search is
 `neighbors.knn`'s bounded-memory one.
 """
 
@@ -27,7 +27,7 @@ import numpy as np
 from absl import logging
 
 from vmsst import files
-from vmsst import mining
+from vmsst.mining import bitext
 from vmsst.encoding import protocol
 from vmsst import text_files
 
@@ -51,12 +51,12 @@ def xsim_errors(source: np.ndarray, target: np.ndarray, *, k: int = MARGIN_K) ->
     raise ValueError(f"xsim needs two equally long non-empty sides, got {len(source)} and "
                      f"{len(target)} rows.")
   k = min(k, len(source))
-  hood = mining.neighbourhoods(source, target, k)
+  hood = bitext.neighbourhoods(source, target, k)
   errors = {"k": k}
   for suffix, scoring in _SCORINGS.items():
     for retrieval in ("forward", "backward"):
       # One candidate per query row, as (source row, target row): right iff they are equal.
-      pairs, _ = mining.candidates(hood, scoring, retrieval)
+      pairs, _ = bitext.candidates(hood, scoring, retrieval)
       errors[retrieval + suffix] = 100 * float(np.mean(pairs[:, 0] != pairs[:, 1]))
   return errors
 

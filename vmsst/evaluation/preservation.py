@@ -207,7 +207,7 @@ def stsb_multi_mt(towers: Towers, folder: pathlib.Path, *,
   Pairing l1-l2 scores the query tower's sentence1 of row i in l1 against
   the document tower's sentence2 of row i in l2, with row i's English gold.
   """
-  languages = list(languages or sts.STSB_MULTI_MT_LANGUAGES)
+  languages = list(languages or sts_files.STSB_MULTI_MT_LANGUAGES)
   english = sts_files.read_stsb_multi_mt(folder, "en", split)
   queries, documents = {}, {}
   for language in languages:

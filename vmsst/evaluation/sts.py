@@ -42,7 +42,6 @@ from vmsst.sts_files import ScoredPairs
 ENGLISH_STS_YEARS = ("STS12", "STS13", "STS14", "STS15", "STS16")
 # Said next to the STS13 numbers, since they are not comparable to papers that had SMT.
 YEAR_NOTES = {"STS13": "2013 SMT is absent: it is not distributed (licence)."}
-STSB_MULTI_MT_LANGUAGES = ("de", "en", "es", "fr", "it", "ja", "nl", "pl", "pt", "ru", "zh")
 _AVERAGE_NAMES = ("en", "XL(s.)", "XL(d.)", "XL")
 # The official SemEval-2017 evaluation release (STS2017.eval.v1.1) ships track 6
 # (tr-en) with 500 input lines against 250 gold lines (STS2017.gs); the task
@@ -196,7 +195,7 @@ def evaluate_stsb_multi_mt(encoder: protocol.UniqueSentences, folder: Path, *,
   Args:
     encoder: any encoder wrapped in UniqueSentences; each language is encoded once.
     folder: `<data>/stsb-multi-mt`.
-    languages: subset of STSB_MULTI_MT_LANGUAGES (all by default).
+    languages: subset of sts_files.STSB_MULTI_MT_LANGUAGES (all by default).
     split: "train", "dev" or "test".
 
   Returns:
@@ -207,7 +206,7 @@ def evaluate_stsb_multi_mt(encoder: protocol.UniqueSentences, folder: Path, *,
   Raises:
     ValueError: if a language's scores differ from English's on any row.
   """
-  languages = list(languages or STSB_MULTI_MT_LANGUAGES)
+  languages = list(languages or sts_files.STSB_MULTI_MT_LANGUAGES)
   english = sts_files.read_stsb_multi_mt(folder, "en", split)
   embedded = {}
   for language in languages:

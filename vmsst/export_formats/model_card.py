@@ -61,7 +61,7 @@ def heldout(model_dir: str) -> dict[str, float]:
   import logging  # pylint: disable=import-outside-toplevel
   logging.getLogger("tensorboard").setLevel(logging.WARNING)  # its reader narrates each file
   try:
-    from vmsst import learning_curves  # pylint: disable=import-outside-toplevel
+    from vmsst.comparison import curves as learning_curves  # pylint: disable=import-outside-toplevel
     return learning_curves.final_values(learning_curves.read_curves(model_dir))
   except (FileNotFoundError, ImportError):
     return {}

@@ -24,7 +24,7 @@ from its file cache:
                of the other side searched against it; lists with global rows
   pairs.tsv    the shards' lists merged exactly (`approximate.merge_top_k`),
                margins, candidates, one-to-one and threshold by
-               `mining.mined_pairs`: the in-process miner's functions, one home
+               `bitext.mined_pairs`: the in-process miner's functions, one home
 
 The copies of a trained index share its cells, so the merged lists are what
 one index over all keys returns: exact search gives the in-process miner's
@@ -46,7 +46,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.ml.inference import base
 
 from vmsst import files
-from vmsst import mining
+from vmsst.mining import bitext
 from vmsst import text_files
 from vmsst.mining import approximate
 from vmsst.mining import neighbors
@@ -66,7 +66,7 @@ class Settings:
   settings is an error naming the stage rather than a silent mix.
 
   Attributes:
-    margin, retrieval, k, threshold: as `mining.mine`.
+    margin, retrieval, k, threshold: as `bitext.mine`.
     index: "exact" or "ivf".
     ivf: the IVF geometry (`shards` must be 1: the pipeline's shards share the cells).
     shards: sentence shards per side, the unit of embedding and of search.
@@ -86,9 +86,9 @@ class Settings:
 
   def check(self) -> None:
     """Raises ValueError naming the flag, before any stage runs."""
-    mining.check_scoring(self.margin, self.retrieval)
-    if self.index not in mining.INDEXES:
-      raise ValueError(f"--index={self.index}; pick one of {mining.INDEXES}.")
+    bitext.check_scoring(self.margin, self.retrieval)
+    if self.index not in bitext.INDEXES:
+      raise ValueError(f"--index={self.index}; pick one of {bitext.INDEXES}.")
     if self.shards < 1 or self.k < 1 or self.batch_size < 1:
       raise ValueError(f"--shards={self.shards}, --k={self.k} and --batch_size="
                        f"{self.batch_size} must be >= 1.")
@@ -508,16 +508,16 @@ def neighbours_stage(layout: Layout, settings: Settings, options) -> None:
   _tasks_stage(layout, "neighbours", settings, options, search_task, layout.neighbours)
 
 
-# Stage 6: margins, candidates, one-to-one, threshold (mining.mined_pairs).
+# Stage 6: margins, candidates, one-to-one, threshold (bitext.mined_pairs).
 
-def merged_neighbourhoods(layout: Layout, settings: Settings) -> mining.Neighbourhoods:
+def merged_neighbourhoods(layout: Layout, settings: Settings) -> bitext.Neighbourhoods:
   """Both directions' lists over every key shard, merged exactly."""
   merged = []
   for direction in DIRECTIONS:
     lists = [files.load_npz(layout.neighbours(direction, s)) for s in range(settings.shards)]
     merged.extend(approximate.merge_top_k([(l["scores"], l["rows"]) for l in lists],
                                           settings.k))
-  hood = mining.Neighbourhoods(*merged)
+  hood = bitext.Neighbourhoods(*merged)
   for name, rows in (("src->trg", hood.forward_indices), ("trg->src", hood.backward_indices)):
     if (rows < 0).any():
       raise ValueError(f"a {name} query found fewer than k={settings.k} neighbours in its "
@@ -527,7 +527,7 @@ def merged_neighbourhoods(layout: Layout, settings: Settings) -> mining.Neighbou
 
 def pairs_task(_, layout: Layout, settings: Settings) -> None:
   hood = merged_neighbourhoods(layout, settings)
-  pairs, scores = mining.mined_pairs(hood, margin=settings.margin,
+  pairs, scores = bitext.mined_pairs(hood, margin=settings.margin,
                                      retrieval=settings.retrieval, threshold=settings.threshold)
   sentences = [sum((read_sentence_shard(layout, side, s) for s in range(settings.shards)), [])
                for side in SIDES]
@@ -602,7 +602,7 @@ def _run_stage(stage: str, patterns, layout: Layout, settings: Settings, options
     if handlers is None:
       raise ValueError("the embeddings stage needs a model: pass --saved_model.")
     return embeddings_stage(layout, settings, handlers, options, sizes)
-  mining.check_k(settings.k, sum(sizes["src"]), sum(sizes["trg"]))
+  bitext.check_k(settings.k, sum(sizes["src"]), sum(sizes["trg"]))
   if stage == "index":
     width = stage_done(layout, "embeddings", settings)["width"]
     for side in SIDES:

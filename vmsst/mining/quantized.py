@@ -1,6 +1,6 @@
 """Neighbour search over quantized embeddings, re-ranked by the float cosines.
 
-What `mining.neighbourhoods(precision=...)` runs for `python -m vmsst.mine
+What `bitext.neighbourhoods(precision=...)` runs for `python -m vmsst.mine
 --precision`. The keys are held as codes (vmsst/encoding/quantize.py,
 sentence-transformers' layouts), so the index is 32x (binary) or 4x (int8)
 smaller than float32 keys:
@@ -15,7 +15,7 @@ Codes rank coarsely (a Hamming distance has d + 1 values), so each query
 keeps `rescore` x k candidates, and those are re-ranked by the float cosine
 of the full vectors (`rescore_multiplier`, as sentence-transformers'
 `semantic_search_faiss` does): the k kept and their cosines are then float
-ones, and the margin scores of vmsst/mining/__init__.py apply unchanged.
+ones, and the margin scores of vmsst/mining/bitext.py apply unchanged.
 Ties among equal cosines go to the lower index, as in the exact search.
 """
 

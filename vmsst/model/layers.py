@@ -8,7 +8,7 @@ relpos_buckets.
 
 NetworkConfig's T5 switches select T5.1.1 pieces (relative position bias,
 RMS norm, gated-GELU MLP, no biases, unscaled logits) inside the same
-modules, so an mT5 checkpoint maps onto them (vmsst/mt5_import.py).
+modules, so an mT5 checkpoint maps onto them (vmsst/model/mt5_conversion.py).
 """
 
 import contextlib

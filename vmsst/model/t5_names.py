@@ -1,6 +1,6 @@
 """The Hugging Face T5/mT5 tensor names of our parameters, and a reader of their files.
 
-One home for the name map (documented in vmsst/mt5_import.py's docstring),
+One home for the name map (documented in mt5_conversion.py's docstring),
 read forwards by `mt5_import` (mT5 -> a run's initial parameters) and
 backwards by `hf_export` (a T5-switched model -> MT5EncoderModel). Imports
 nothing of the trainer, so both directions stay below `train`.

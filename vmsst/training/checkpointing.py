@@ -19,7 +19,7 @@ Faults it survives:
   lists every parameter whose name or shape differs.
 - SIGTERM (what schedulers send before preempting) or Ctrl-C (SIGINT):
   `PreemptionWatcher` notices it; the loop finishes the step, saves it and
-  exits with `PREEMPTED_EXIT_CODE` (SIGTERM) or `INTERRUPTED_EXIT_CODE`
+  exits with `PREEMPTED_EXIT_CODE` (SIGTERM) or `cli.INTERRUPTED_EXIT_CODE`
   (SIGINT). A second Ctrl-C aborts at once (KeyboardInterrupt).
 """
 
@@ -41,7 +41,6 @@ from vmsst import files
 
 # EX_TEMPFAIL of sysexits.h: "temporary failure, retry" (a scheduler requeues).
 PREEMPTED_EXIT_CODE = 75
-INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as shells report Ctrl-C
 
 
 class IncompatibleCheckpointError(ValueError):
@@ -55,11 +54,11 @@ class NoUsableCheckpointError(RuntimeError):
 class Preempted(SystemExit):
   """SIGTERM or SIGINT arrived; the state was saved.
 
-  `code` is PREEMPTED_EXIT_CODE after SIGTERM, INTERRUPTED_EXIT_CODE after SIGINT.
+  `code` is PREEMPTED_EXIT_CODE after SIGTERM, cli.INTERRUPTED_EXIT_CODE after SIGINT.
   """
 
   def __init__(self, step: int, directory: str, signum: int = signal.SIGTERM):
-    super().__init__(INTERRUPTED_EXIT_CODE if signum == signal.SIGINT else PREEMPTED_EXIT_CODE)
+    super().__init__(cli.INTERRUPTED_EXIT_CODE if signum == signal.SIGINT else PREEMPTED_EXIT_CODE)
     self.step, self.directory, self.signum = step, directory, signum
 
   def __str__(self) -> str:

@@ -173,7 +173,7 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     cli.UserError: a mistake found before any state or data (preflight.check_start).
     checkpointing.Preempted: SIGTERM or Ctrl-C arrived; the current step
       was saved (a SystemExit with status checkpointing.PREEMPTED_EXIT_CODE,
-      or INTERRUPTED_EXIT_CODE after Ctrl-C).
+      or cli.INTERRUPTED_EXIT_CODE after Ctrl-C).
     checkpointing.IncompatibleCheckpointError: model_dir holds another
       configuration's checkpoint.
     checkpointing.NoUsableCheckpointError: no checkpoint in model_dir restores.
