@@ -50,10 +50,6 @@ PENDING = {
     "vmsst.export_formats.saved_model -> vmsst.calibrate": "A/B (calibrate's library)",
     "vmsst.mine -> vmsst.embed": "A (embed's file code into encoding/)",
     "vmsst.score -> vmsst.embed": "A (embed's file code into encoding/)",
-    "vmsst.compare -> vmsst.learning_curves": "B (the comparison harness's library)",
-    "vmsst.export_formats.model_card -> vmsst.learning_curves": "B (model card's curves)",
-    "vmsst.export -> vmsst.calibrate": "A/B (calibrate's library)",
-    "vmsst.memory_report -> vmsst.compile": "B (memory_report removed)",
     "vmsst.training.loop -> vmsst.gin_configurables": "D (gin in one home)",
 }
 
