@@ -99,11 +99,45 @@ def tiers_of(item) -> set[str]:
   return tiers or {"unit"}
 
 
+# The longest test files, longest first (seconds of setup and call each: docs/results/tests/).
+# `make test` hands whole files to its two workers (`--dist loadfile`, so a module's fixtures
+# run once) in collection order: started first, a long file overlaps the short ones on the
+# other worker instead of running alone at the end.
+LONGEST_FIRST = (
+    "tests/test_train.py",
+    "tests/gcs/test_gcs_train.py",
+    "tests/gcs/test_gcs_multihost.py",
+    "tests/test_compare.py",
+    "tests/training/test_train_preflight.py",
+    "tests/gcs/test_gcs_caches.py",
+    "tests/gcs/test_gcs_commands.py",
+    "tests/objectives/test_momentum_contrast.py",
+    "tests/test_compile.py",
+    "tests/training/test_trainer.py",
+    "tests/model/test_network.py",
+    "tests/bench/test_bench.py",
+    "tests/export_formats/test_hf_export.py",
+    "tests/training/test_preemption.py",
+    "tests/export_formats/test_export_fidelity.py",
+    "tests/training/test_multihost.py",
+    "tests/compiler/test_paper_slices.py",
+)
+
+
+def longest_first(items) -> list:
+  """The files of LONGEST_FIRST first, in its order; each file's tests keep their order."""
+  rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+  return sorted(items, key=lambda item: rank.get(item.nodeid.split("::", 1)[0],
+                                                 len(LONGEST_FIRST)))
+
+
 def pytest_collection_modifyitems(items):
-  """Adds each test's tiers as markers, so `-m unit` / `-m integration` select them."""
+  """Adds each test's tiers as markers, so `-m unit` / `-m integration` select them, and
+  puts the longest files first."""
   for item in items:
     for tier in sorted(tiers_of(item) - {mark.name for mark in item.iter_markers()}):
       item.add_marker(getattr(pytest.mark, tier))
+  items[:] = longest_first(items)
 
 
 class _NoProcessInUnitTests:
