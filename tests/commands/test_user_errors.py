@@ -36,7 +36,7 @@ def test_export_and_evaluate_name_the_bad_directory_without_a_traceback(tmp_path
 
 
 def test_a_missing_saved_model_is_named():
-  # A bucket path is checked the same way, on the emulator: tests/test_gcs_commands.py.
+  # A bucket path is checked the same way, on the emulator: tests/gcs/test_gcs_commands.py.
   with pytest.raises(cli.UserError, match="--saved_model=/nonexistent is not a directory"):
     encoder_flags.check_paths(saved_model="/nonexistent")
 

@@ -135,7 +135,7 @@ def test_compare_help_shows_the_flags_its_examples_use():
 
 
 def test_every_command_spells_its_output_flag_output_and_parses_flags_with_absl():
-  repo = pathlib.Path(__file__).resolve().parents[1]
+  repo = pathlib.Path(__file__).resolve().parents[2]
   offenders = []
   for path in sorted(p for d in ("vmsst", "tasks", "bench") for p in (repo / d).rglob("*.py")):
     text = path.read_text(encoding="utf-8")
@@ -146,7 +146,7 @@ def test_every_command_spells_its_output_flag_output_and_parses_flags_with_absl(
 
 
 def test_dataset_builders_live_in_build_data_not_in_evaluation():
-  repo = pathlib.Path(__file__).resolve().parents[1]
+  repo = pathlib.Path(__file__).resolve().parents[2]
   builder = re.compile(r"^def build(_\w*(task|retrieval))?\(", re.M)  # not build_index
   in_evaluation = [p.name for p in sorted((repo / "vmsst" / "evaluation").glob("*.py"))
                    if builder.search(p.read_text(encoding="utf-8"))]

@@ -17,7 +17,7 @@ import pytest
 
 import vmsst.training.loop  # pylint: disable=unused-import (registers the configurables)
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAPER_DOCS = sorted((ROOT / "docs/papers").glob("*.md"))
 REQUIRED = {"MODEL_DIR": "'/tmp/m'", "OPUS_DIR": "'/tmp/opus'", "VOCAB_PATH": "'/tmp/spm.model'",
             "INIT_PARAMS": "'/tmp/init.safetensors'", "INIT_MODEL_DIR": "'/tmp/init'",

@@ -10,7 +10,7 @@ import vmsst.training.loop  # pylint: disable=unused-import (registers train and
 from vmsst.model import models
 from vmsst.objectives import MODELS, Contrastive, VMSST, VMSSTContrastive
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNS = sorted(p for p in (ROOT / "gin/runs").glob("*.gin") if not p.name.startswith("base_"))
 ABLATIONS = sorted((ROOT / "gin/models/ablations").glob("*.gin"))
 REQUIRED = ["MODEL_DIR = '/tmp/m'", "OPUS_DIR = '/tmp/opus'", "VOCAB_PATH = '/tmp/spm.model'",
