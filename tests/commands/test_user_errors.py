@@ -146,8 +146,6 @@ def test_export_and_evaluate_check_flags_before_the_model_loads(tmp_path, args, 
     (("vmsst.learning_curves", "--model_dir={tmp}/run",
       "--output=/proc/curve.png"),
      '--output=/proc/curve.png'),
-    (("vmsst.model_json", "--model_dir={tmp}/run"),
-     '{tmp}/run/config.gin'),
 ])
 def test_the_other_commands_name_a_directory_that_is_no_run_without_a_traceback(tmp_path, args,
                                                                                 message):

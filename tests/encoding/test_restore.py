@@ -1,14 +1,10 @@
 """Restoring a trained directory: same parameters, no gin, clear errors."""
 
-import shutil
-
-import gin
 import jax
 import numpy as np
 import pytest
 
-from vmsst import gin_configurables  # pylint: disable=unused-import  # NetworkConfig for gin
-from vmsst import model_json
+from vmsst.gin_utils import gin
 from vmsst.encoding import restore
 
 
@@ -49,18 +45,3 @@ def test_restore_needs_no_gin_and_leaves_a_callers_config_alone(trained):
   assert restored.model.network_config.num_heads != 3
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored.params), params)
 
-
-def test_directory_older_than_model_json_says_how_to_convert_and_then_restores(trained, tmp_path):
-  model_dir, params = trained
-  old = tmp_path / "old"
-  shutil.copytree(model_dir, old)
-  (old / "model.json").unlink()
-  with pytest.raises(FileNotFoundError, match=r"python -m vmsst.model_json --model_dir="):
-    restore.restore(str(old))
-  try:
-    model_json.convert(str(old))
-  finally:
-    gin.clear_config()
-  assert (old / "model.json").read_text() == (model_dir / "model.json").read_text()
-  restored = restore.restore(str(old))
-  jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored.params), params)

@@ -76,8 +76,7 @@ def check_paths(*, model_dir: str | None = None, saved_model: str | None = None)
     cli.UserError: naming the flag, what is missing and where such a directory comes from.
   """
   needs = [("--model_dir", model_dir, ("model.json", "checkpoints"),
-            "a MODEL_DIR written by `python -m vmsst.train` (an older one with config.gin "
-            "only: `python -m vmsst.model_json --model_dir=DIR` writes its model.json)"),
+            "a MODEL_DIR written by `python -m vmsst.train`"),
            ("--saved_model", saved_model, ("saved_model.pb",),
             "an --output written by `python -m vmsst.export`")]
   for flag, path, markers, what in needs:
@@ -85,7 +84,9 @@ def check_paths(*, model_dir: str | None = None, saved_model: str | None = None)
       continue
     if not files.isdir(path):
       raise cli.UserError(f"{flag}={path} is not a directory; give {what}.")
-    missing = [f for f in markers if not files.exists(files.join(path, f))]
+    missing = [f for f in markers if not files.exists(files.join(path, f))
+               and not (f == "model.json" and files.exists(files.join(path, "config.gin")))]
+    # An earlier vmsst's MODEL_DIR (config.gin only) goes on to restore's one error, naming its fix.
     if missing:
       raise cli.UserError(f"{flag}={path} has no {' or '.join(missing)}; give {what}.")
 

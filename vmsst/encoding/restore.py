@@ -4,17 +4,15 @@ A model directory written by `python -m vmsst.train` holds everything needed:
 `model.json` (objective, network, sequence length, vocabulary file: plain
 data, so restoring needs neither gin nor the training loop and leaves a
 caller's gin config alone), `spm.model` (the vocabulary) and `checkpoints/`.
-Directories older than model.json (config.gin only) get one written once by
-`python -m vmsst.model_json --model_dir=DIR`. Only the parameters are
-restored (orbax partial restore), never the optimizer state, so evaluating a
-24-layer model needs no room for its Adafactor/Adam moments. Embedding
+Only the parameters are restored (orbax partial restore), never the optimizer
+state, so evaluating a 24-layer model needs no room for its Adafactor/Adam
+moments. Embedding
 sentences with what is restored is `encoding.checkpoint.CheckpointEncoder`.
 
-Directories trained before language ids had their own table (their
-checkpoints lack `language_embed`; languages were `<2xxx>` pieces of their
-spm.model embedded by the token table) still restore: the table is rebuilt
-from those token rows (`sentencepiece_vocabulary.legacy_language_rows`), so every path
-computes what it did. μ_sem never reads it.
+A directory an earlier vmsst wrote (no model.json, or a checkpoint without
+the language table `language_embed`) is not read: restoring one is a
+cli.UserError naming the fix, a fresh run started from its parameters
+(`OLD_DIRECTORY_FIX`).
 """
 
 import dataclasses
@@ -27,8 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
-from absl import logging
 
+from vmsst import cli
 from vmsst import files
 from vmsst.model import models
 from vmsst.model import param_files
@@ -88,40 +86,41 @@ def restore(model_dir: str, *, step: int | None = None,
   shardings = partitioning.logical_shardings(boxed, mesh)
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           nn.unbox(boxed), shardings)
-  legacy = _predates_language_table(model_dir, step, abstract)
-  item = {"params": {k: v for k, v in abstract.items() if not (legacy and k == LANGUAGE_TABLE)}}
+  _check_language_table(model_dir, step, abstract)
+  item = {"params": abstract}
   restored = manager.restore(step, args=ocp.args.PyTreeRestore(
       item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
       partial_restore=True))
-  params = restored["params"]
-  if legacy:
-    params = {**params, LANGUAGE_TABLE: {"embedding": _legacy_language_table(
-        params, vocab, shardings[LANGUAGE_TABLE]["embedding"], model_dir)}}
-  return RestoredModel(model=model, params=params, vocabulary=vocab,
+  return RestoredModel(model=model, params=restored["params"], vocabulary=vocab,
                        sequence_length=sequence_length, step=step, mesh=mesh)
 
 
 LANGUAGE_TABLE = "language_embed"
 
 
-def _predates_language_table(model_dir: str, step: int, abstract: dict[str, Any]) -> bool:
-  """The model has a language table and the checkpoint, older, has none."""
+def _check_language_table(model_dir: str, step: int, abstract: dict[str, Any]) -> None:
+  """The model has a language table, so its checkpoint must (earlier ones had `<2xxx>` pieces).
+
+  Raises:
+    cli.UserError: the checkpoint predates the table, naming the fix.
+  """
   if LANGUAGE_TABLE not in abstract:
-    return False
+    return
   metadata = ocp.PyTreeCheckpointer().metadata(param_files.checkpoint_item(model_dir, step))
-  return LANGUAGE_TABLE not in metadata.item_metadata.tree["params"]
+  if LANGUAGE_TABLE not in metadata.item_metadata.tree["params"]:
+    raise cli.UserError(f"{model_dir}: its checkpoint (step {step}) has no language table "
+                        f"(params/{LANGUAGE_TABLE}): "
+                        + OLD_DIRECTORY_FIX.format(model_dir=model_dir))
 
 
-def _legacy_language_table(params: dict[str, Any], vocab: "seqio.SentencePieceVocabulary",
-                           sharding: jax.sharding.Sharding, model_dir: str) -> jax.Array:
-  """`language_embed` of an old checkpoint: its token rows of the `<2xxx>` pieces."""
-  token_table = np.asarray(jax.device_get(params["token_embed"]["embedding"]))
-  rows, missing = sentencepiece_vocabulary.legacy_language_rows(vocab, token_table)
-  logging.warning(
-      "%s predates the language table (language_embed): rebuilt from the token rows of "
-      "its <2xxx> pieces; %d languages have none and get zero rows%s.", model_dir,
-      len(missing), f" (e.g. {missing[:5]})" if missing else "")
-  return jax.device_put(rows, sharding)
+# What a directory an earlier vmsst wrote needs: a run of this version started from its
+# parameters writes model.json and a language table (tests/encoding/test_old_model_dirs.py).
+OLD_DIRECTORY_FIX = (
+    "an earlier vmsst wrote it, and this version does not read such directories. Train a "
+    "fresh MODEL_DIR from its parameters: python -m vmsst.train --gin_file=gin/runs/<the run "
+    "that trained it>.gin --gin.MODEL_DIR=\"'<new directory>'\" "
+    "--gin.train.init_params=\"'{model_dir}'\" (every parameter of the same name and shape "
+    "is loaded; a language table starts fresh); that run writes model.json.")
 
 
 def write_model_json(model_dir: str, model: models.EmbeddingModel, sequence_length: int,
@@ -198,9 +197,8 @@ def read_model_json(model_dir: str, dtype: str | None = None, step: int | None =
   path = files.join(model_dir, MODEL_FILE)
   if not files.exists(path):
     if files.exists(files.join(model_dir, CONFIG_FILE)):
-      raise FileNotFoundError(
-          f"{path} not found: {model_dir} predates model.json; write it once with "
-          f"`python -m vmsst.model_json --model_dir={model_dir}` (reads its config.gin).")
+      raise cli.UserError(f"{path} not found beside {CONFIG_FILE}: "
+                          f"{OLD_DIRECTORY_FIX.format(model_dir=model_dir)}")
     raise FileNotFoundError(f"{path} not found: --model_dir must be a directory written by "
                             "`python -m vmsst.train`.")
   spec = json.loads(files.read_text(path))

@@ -38,6 +38,7 @@ from jax.experimental import multihost_utils
 
 from vmsst import cli
 from vmsst import files
+from vmsst.encoding import restore
 
 # EX_TEMPFAIL of sysexits.h: "temporary failure, retry" (a scheduler requeues).
 PREEMPTED_EXIT_CODE = 75
@@ -215,21 +216,14 @@ def check_compatible(saved: Any, abstract_state: Any, directory: str, step: int)
            for path, s, e in problems[:20]]
   more = [f"  ... and {len(problems) - 20} more"] if len(problems) > 20 else []
   if any(p.startswith("params/language_embed/") and s is None for p, s, _ in problems):
-    more.append(LEGACY_LANGUAGE_HINT.format(directory=os.path.dirname(directory.rstrip("/"))))
+    more.append("  (no params/language_embed: "
+                + restore.OLD_DIRECTORY_FIX.format(model_dir=os.path.dirname(directory.rstrip("/")))
+                + ")")
   raise IncompatibleCheckpointError(
       f"the checkpoint at step {step} in {directory} was written by a different configuration; "
       f"{len(problems)} tensors differ:\n" + "\n".join(shown + more) + "\nSet MODEL_DIR to a "
       "fresh directory for this configuration (or restore the gin settings that wrote it, "
       "see config.gin next to the checkpoints).")
-
-
-LEGACY_LANGUAGE_HINT = (
-    "This checkpoint predates the language table params/language_embed: language ids "
-    "were <2xxx> pieces of its spm.model, embedded by the token table (vmsst/model/network.py). "
-    "Embedding, export and evaluation still read it (vmsst.encoding.restore rebuilds the "
-    "table); to train on, start a fresh MODEL_DIR with "
-    "--gin.train.init_params=\"'{directory}'\" (every other parameter is loaded; the "
-    "language table starts fresh).")
 
 
 def _shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:

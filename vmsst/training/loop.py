@@ -3,8 +3,8 @@ r"""The one training loop: mesh → model state → teacher vectors → data →
 `train` is gin-configurable (`train.model = @VMSST()`, `train.mixture_name`, ...):
 objectives plug in through gin and nothing here knows which one runs. It
 writes the operative gin config to MODEL_DIR/config.gin, whose bindings name
-this configurable `train` (a resume, `vmsst.model_json` and `vmsst.compare`
-read them back: importing this module registers it).
+this configurable `train` (a resume and `vmsst.compare` read them back:
+importing this module registers it).
 
 The command around it is `python -m vmsst.train` (vmsst/train.py:
 flags in flags.py, joining a multi-host job in distributed.py, gin parsing
