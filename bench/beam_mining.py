@@ -43,7 +43,8 @@ FLAGS = flags.FLAGS
 
 def _define_flags() -> None:
   """Under __main__ only: bench scripts are imported side by side by the tests."""
-  flags.DEFINE_integer("n", 1_000_000, "Sentences a side for the corpus-scale run.")
+  flags.DEFINE_integer("n", 1_000_000, "Sentences a side for the corpus-scale run (0: keep "
+                       "--output's recorded one and rerun only the NTREX part).")
   flags.DEFINE_integer("d", 64, "Width of the planted vectors of the corpus-scale run.")
   flags.DEFINE_integer("shards", 8, "The pipeline's shards a side.")
   flags.DEFINE_integer("nprobe", 16, "IVF cells per query (both miners).")
@@ -266,9 +267,16 @@ def main(argv) -> None:
     results["real"] = real_end_to_end(FLAGS.saved_model, FLAGS.data_dir, FLAGS.ntrex_sentences,
                                       FLAGS.shards, FLAGS.work)
     print(json.dumps(results["real"], indent=1), flush=True)
-  results["corpus_scale"] = corpus_scale(FLAGS.n, FLAGS.d, FLAGS.shards, FLAGS.nprobe,
-                                         FLAGS.work)
-  print(json.dumps(results["corpus_scale"], indent=1), flush=True)
+  if FLAGS.n:
+    results["corpus_scale"] = corpus_scale(FLAGS.n, FLAGS.d, FLAGS.shards, FLAGS.nprobe,
+                                           FLAGS.work)
+    print(json.dumps(results["corpus_scale"], indent=1), flush=True)
+  else:  # --n=0: the corpus-scale part as --output's results.json recorded it
+    recorded = json.loads(files.read_text(files.join(FLAGS.output, "results.json")))
+    results["corpus_scale"] = recorded["corpus_scale"]
+    command = recorded["command"] + "\n    " + command
+    results["machine"] = recorded["machine"] + "; the NTREX part: " + results["machine"]
+    results["command"] = command
   rate = results.get("real", {}).get("embed_sentences_per_second")
   results["projection"] = projection(results["corpus_scale"], rate, os.cpu_count(),
                                      FLAGS.dataflow_cores)
