@@ -1,11 +1,9 @@
 """vmsst/sentencepiece_vocabulary.py on the session's tiny real vocabulary: loading, the T5
-ids, legacy language pieces, and seqio's ids, EOS and decoding without seqio."""
+ids, no language pieces, and seqio's ids, EOS and decoding without seqio."""
 
-import numpy as np
 import pytest
 import seqio
 
-import vmsst_testing
 from vmsst import languages
 from vmsst import sentencepiece_vocabulary
 from vmsst import text_files
@@ -29,25 +27,6 @@ def test_new_vocabularies_hold_no_language_symbols(vocab):
   pieces = {vocab.tokenizer.id_to_piece(i) for i in range(vocab.vocab_size)}
   assert not {languages.language_token(code) for code in languages.LANGUAGES} & pieces
   assert len(vocab.encode("<2deu>")) > 1  # Spelled like any other text.
-  with pytest.raises(ValueError, match="has no symbol <2deu>: language ids are indices"):
-    sentencepiece_vocabulary.language_token_id(vocab, "deu")
-
-
-def test_legacy_vocabulary_still_loads_and_gives_its_language_rows(tiny_vocab_path, tmp_path):
-  legacy = sentencepiece_vocabulary.get_vocabulary(
-      vmsst_testing.legacy_vocabulary(tiny_vocab_path, str(tmp_path / "legacy.model")))
-  assert legacy.vocab_size == 2000
-  first = 2000 - len(languages.LANGUAGES)
-  assert sentencepiece_vocabulary.language_token_id(legacy, "de") == (
-      first + languages.language_index("deu"))
-  assert sentencepiece_vocabulary.language_token_id(legacy, "deu") in legacy.encode("x <2deu> y")
-  table = np.arange(2000 * 3, dtype=np.float32).reshape(2000, 3)
-  rows, missing = sentencepiece_vocabulary.legacy_language_rows(legacy, table)
-  assert missing == [] and rows.shape == (len(languages.LANGUAGES), 3)
-  np.testing.assert_array_equal(rows, table[first:])  # Row i: LANGUAGES[i]'s piece.
-  rows, missing = sentencepiece_vocabulary.legacy_language_rows(
-      sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path), table)
-  assert missing == list(languages.LANGUAGES) and not rows.any()
 
 
 def test_byte_fallback_never_gives_unk(vocab):

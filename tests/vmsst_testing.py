@@ -75,27 +75,6 @@ def configure_small_run(data_dir, vocab_path, model_dir, steps: int, objective="
       small_run_bindings(data_dir, vocab_path, model_dir, steps, extra), finalize_config=False)
 
 
-def legacy_vocabulary(path: str, output: str) -> str:
-  """A copy of a SentencePiece model whose last len(LANGUAGES) pieces are `<2xxx>` symbols.
-
-  Stands for a vocabulary trained before language ids had their own table
-  (when vmsst.vocabulary added one user-defined piece per language), at the
-  same size, so old-style checkpoints can be built on the session's model.
-  """
-  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
-  from vmsst import languages  # pylint: disable=import-outside-toplevel
-  proto = sentencepiece_model_pb2.ModelProto()
-  with open(path, "rb") as f:
-    proto.ParseFromString(f.read())
-  first = len(proto.pieces) - len(languages.LANGUAGES)
-  for piece, code in zip(proto.pieces[first:], languages.LANGUAGES):
-    piece.piece, piece.score = languages.language_token(code), 0.0
-    piece.type = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
-  with open(output, "wb") as f:
-    f.write(proto.SerializeToString())
-  return output
-
-
 def assert_user_error(done, *named: str, status: int = 2) -> str:
   """A user's mistake as commands report it: exit `status`, no traceback, and a last stderr
   line `error: …` that names each of `named` (the flag, file or value at fault).

@@ -10,9 +10,9 @@ Language ids are indices into `LANGUAGES` (`language_index`): the network has
 its own [len(LANGUAGES), d] table for them (`language_embed`, see
 vmsst/model/network.py), outside the token vocabulary, so any SentencePiece model
 works unchanged (mT5's included, as the paper uses for every model, §5).
-Vocabularies trained before that hold one `<2xxx>` piece per language
-(`language_token`); they still load, and `sentencepiece_vocabulary.legacy_language_rows`
-reads a checkpoint's language vectors back out of those rows.
+A model directory from before that (its checkpoint has no `language_embed`; its
+vocabulary one `<2xxx>` piece per language, `language_token`) is not read: restoring
+one is an error naming the fix (vmsst/encoding/restore.py).
 
 Merges (one id for what other corpora split), chosen because a retrieval
 model needs one language embedding per written standard that data arrives in:

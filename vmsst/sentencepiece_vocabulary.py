@@ -4,10 +4,7 @@ Ids follow the T5/seqio convention: pad=0, eos=1, unk=2, no bos (mT5's
 spiece.model follows it too, and works as is). The vocabulary holds no language
 symbols: language ids are indices into vmsst.languages.LANGUAGES with their own
 embedding table in the network, so pieces are spent on text only and a
-pretrained model's vocabulary needs nothing added. Vocabularies trained
-before this have one user-defined `<2xxx>` piece per language; they load as
-any other (the pieces are simply never produced from text), and
-`legacy_language_rows` reads an old checkpoint's language vectors out of them.
+pretrained model's vocabulary needs nothing added.
 
 A base module: the data side (vmsst_tasks) loads its vocabulary here, below
 the model. Training one is vmsst_tasks/vocabulary_training.py (command:
@@ -23,11 +20,9 @@ checks both on NTREX).
 
 from typing import Sequence
 
-import numpy as np
 import sentencepiece as spm
 
 from vmsst import files
-from vmsst import languages
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 
@@ -82,45 +77,3 @@ def get_vocabulary(path: str) -> "seqio.SentencePieceVocabulary":
   except ImportError:
     return SentencePieceVocabulary(path)
   return seqio.SentencePieceVocabulary(path, extra_ids=0)
-
-
-def language_token_id(vocab: "seqio.SentencePieceVocabulary", code: str) -> int:
-  """Id of a language's `<2xxx>` piece in a legacy vocabulary (any spelling of its code).
-
-  Raises:
-    ValueError: the vocabulary has no such piece (new vocabularies have none:
-      language ids are `languages.language_index`, not pieces).
-  """
-  token = languages.language_token(code)
-  token_id = vocab.tokenizer.piece_to_id(token)
-  if token_id == vocab.tokenizer.unk_id() or vocab.tokenizer.id_to_piece(token_id) != token:
-    raise ValueError(f"Vocabulary {vocab.sentencepiece_model_file} has no symbol {token}: "
-                     "language ids are indices into vmsst.languages.LANGUAGES "
-                     "(languages.language_index), not vocabulary pieces.")
-  return token_id
-
-
-def legacy_language_rows(vocab: "seqio.SentencePieceVocabulary",
-                         token_table: np.ndarray) -> tuple[np.ndarray, list[str]]:
-  """An old checkpoint's language table, read from its token table.
-
-  Models trained before language ids had their own table embedded a language
-  as the token-table row of its `<2xxx>` piece. Row i of the result is that
-  row for LANGUAGES[i], so `language_embed` reproduces the old network exactly
-  (except the routing of NetworkConfig.num_language_encoders > 1, which
-  followed piece ids).
-
-  Args:
-    vocab: the vocabulary the checkpoint was trained with (MODEL_DIR/spm.model).
-    token_table: its `token_embed/embedding`, float [V, d].
-  Returns:
-    (float32 [len(LANGUAGES), d], the codes without a piece, whose rows are 0).
-  """
-  rows = np.zeros((len(languages.LANGUAGES), token_table.shape[1]), np.float32)
-  missing = []
-  for index, code in enumerate(languages.LANGUAGES):
-    try:
-      rows[index] = token_table[language_token_id(vocab, code)]
-    except ValueError:
-      missing.append(code)
-  return rows, missing
