@@ -5,8 +5,9 @@
                   `UniqueSentences` (each distinct sentence once, longest first),
                   `Truncation`, `PrecomputedEncoder`
   restore.py      a `python -m vmsst.train` directory restored without gin: `restore`,
-                  `RestoredModel`, model.json written and read, the legacy language
-                  table, `restore_document_tower`, `student_params_file`
+                  `RestoredModel`, model.json written and read (an earlier vmsst's
+                  directory: one error naming the fix), `restore_document_tower`,
+                  `student_params_file`
   checkpoint.py   `CheckpointEncoder`: a restored model in length and row buckets
   saved_model.py  `SavedModelEncoder`: an export of `python -m vmsst.export`
   usem3.py        `Usem3Encoder`: the offline reference encoder
