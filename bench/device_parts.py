@@ -81,8 +81,9 @@ def _jax():
 def build_model(objective: str, quick: bool, *, files=None, vocab_size: int | None = None,
                 bindings=()):
   """The objective's model as its gin file and the size files define it."""
-  import gin  # pylint: disable=import-outside-toplevel
-  from vmsst.training import loop  # pylint: disable=import-outside-toplevel,unused-import  # train
+  from vmsst import gin_utils  # pylint: disable=import-outside-toplevel
+  from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
+  gin_utils.register_configurables()
   gin.clear_config()
   gin.add_config_file_search_path(ROOT)
   vocabulary = [f"VOCAB_SIZE = {vocab_size or (300 if quick else PAPER_VOCABULARY)}"]

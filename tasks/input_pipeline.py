@@ -41,11 +41,11 @@ import json
 import os
 from typing import Any, Iterable, Sequence
 
-import gin
 import jax
 from absl import logging
 
 from vmsst import files
+from vmsst.gin_utils import gin
 from vmsst_tasks import pretokenized as pretokenized_lib
 
 # seqio and TensorFlow are imported where the seqio path runs: the

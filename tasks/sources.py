@@ -49,9 +49,9 @@ import pathlib
 from typing import AbstractSet, Iterable, Iterator, NamedTuple
 
 from absl import logging
-import gin
 
 from vmsst import files
+from vmsst.gin_utils import gin
 from vmsst import languages
 from vmsst import text_files
 

@@ -16,7 +16,6 @@ taken once, by one pass in TensorFlow, when the source is built.
 import dataclasses
 import re
 
-import gin
 import seqio
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -24,6 +23,7 @@ import tensorflow_datasets as tfds
 from vmsst_tasks import pair_filters
 from vmsst_tasks import sources
 from vmsst import cli
+from vmsst.gin_utils import gin
 from vmsst import languages
 
 TFDS_TASK_PREFIX = "vmsst_tfds"

@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 
-import gin
 import matplotlib.image
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from vmsst.comparison import runs as compare
 from vmsst.encoding import restore
 from vmsst.comparison import curves as learning_curves
 from vmsst.evaluation import suites
+from vmsst.gin_utils import gin
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,6 @@ conversion leaves fresh), and vmsst.export writes a SavedModel whose
 embeddings equal the checkpoint's.
 """
 
-import gin
 import numpy as np
 import pytest
 import tensorflow as tf

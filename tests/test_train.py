@@ -3,7 +3,7 @@
 import re
 import shutil
 
-import gin
+from vmsst.gin_utils import gin
 import jax
 import numpy as np
 import pytest

@@ -1,9 +1,9 @@
 """`python -m vmsst.train`'s command line: gin parsing and user errors, in-process and fast."""
 
-import gin
 import pytest
 
 import vmsst.training.loop
+from vmsst.gin_utils import gin
 from vmsst.training import preflight
 import vmsst_testing
 from vmsst import cli

@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 
-import gin
 import pytest
 
 import vmsst.training.loop  # pylint: disable=unused-import  # registers train, what run files bind
@@ -17,6 +16,7 @@ import vmsst_testing
 from vmsst import cli
 from vmsst.compiler import step as compile_step
 from vmsst import gin_utils
+from vmsst.gin_utils import gin
 
 ROOT = vmsst_testing.ROOT
 PAPER_RUNS = sorted(p for pattern in ("*_paper.gin", "*_pretrained.gin")

@@ -67,7 +67,9 @@ def small_run_bindings(data_dir, vocab_path, model_dir, steps: int, extra=()) ->
 def configure_small_run(data_dir, vocab_path, model_dir, steps: int, objective="vmsst",
                         extra=()) -> None:
   """Parses gin/runs/<objective>_cpu.gin with `small_run_bindings`."""
-  import gin  # pylint: disable=import-outside-toplevel
+  from vmsst import gin_utils  # pylint: disable=import-outside-toplevel
+  from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
+  gin_utils.register_configurables()
   gin.clear_config()
   gin.add_config_file_search_path(str(ROOT))
   gin.parse_config_files_and_bindings(

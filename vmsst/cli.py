@@ -155,35 +155,6 @@ def flag_values(argv: Sequence[str], name: str) -> list[str]:
   return values
 
 
-NO_RUN_FILE = ("give --gin_file=gin/runs/<run>.gin (the run files: gin/runs/*_cpu.gin here, "
-               "*_paper.gin on a pod; see --help).")
-
-
-def check_gin_files(argv: Sequence[str], *, required: bool = False) -> None:
-  """Each --gin_file exists where parse_gin will look, checked before JAX and TensorFlow load.
-
-  parse_gin resolves a run file from the working directory, then
-  --gin_search_path, then this checkout's root; a miss there costs seconds
-  of imports before gin's own message, so it is caught here first (includes
-  inside the file are still parse_gin's to check).
-
-  Args:
-    required: no --gin_file is an error (train: a run needs its run file).
-  Raises:
-    UserError: naming the file, where it was looked for and the fix.
-  """
-  if required and not flag_values(argv, "gin_file"):
-    raise UserError(NO_RUN_FILE)
-  roots = [*(flag_values(argv, "gin_search_path") or ["."]), CHECKOUT]
-  for path in flag_values(argv, "gin_file"):
-    if "://" in path or files.isfile(path):
-      continue
-    if not any(files.isfile(os.path.join(root, path)) for root in roots):
-      raise UserError(
-          f"--gin_file={path} not found; searched the working directory and {roots}; give a "
-          "run file (gin/runs/*.gin) or pass --gin_search_path=<the directory holding gin/>.")
-
-
 _HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml", "--only_check_args")
 
 

@@ -1,29 +1,50 @@
 """Everything vmsst does with gin, in one place (t5x keeps it in `gin_utils.py`).
 
 - `gin`: gin-config where it is installed, else a stand-in whose decorators are
-  no-ops. The core (network, objectives, optimizers, partitioning, trainer,
-  checkpointing) marks what entrypoints may bind with `@gin.configurable` and
-  `gin.REQUIRED` but must import and train where gin is absent (accelerator
-  images): there nothing is bound, `configurable` returns its argument and
-  `REQUIRED` is a sentinel that fails loudly if an argument is left out.
-- The command line: `rewrite_gin_args` (`--gin.X=Y`, t5x's convention) and
-  `parse_gin`, which parses run files and bindings and turns every mistake into
-  one cli.UserError (a file not found, an unquoted string, an unknown
-  configurable or parameter with "did you mean", a macro nothing reads, a value
-  of another type than the run file's, files that bind no run).
-- `write_operative_config` (MODEL_DIR/config.gin) and `config_bindings`, which
-  reads one back (a resume compares them).
-
-What objects are bindable is vmsst/gin_configurables.py, the gin files' one import.
+  no-ops. Every module that marks what run files may bind imports it as
+  `from vmsst.gin_utils import gin`: the core (network, objectives, optimizers,
+  partitioning, trainer, checkpointing) must import and train where gin is
+  absent (accelerator images): there nothing is bound, `configurable` returns
+  its argument and `REQUIRED` is a sentinel that fails loudly if an argument
+  is left out.
+- What run files can name: `register_configurables()` imports the modules of
+  CONFIGURABLE_MODULES (each holds `@gin.configurable` classes and functions)
+  and binds what lives outside vmsst (EXTERNAL_CONFIGURABLES, `vmsst.float32`,
+  `vmsst.bfloat16`). A run file names a configurable by its short name
+  (`@Contrastive()`, `train.batch_size`, `register_families.families =
+  [@pair_tasks]`, `@get_vocabulary()`), a constant by its full one
+  (`%vmsst.bfloat16`), and imports nothing: `parse_gin` registers first.
+  Where they live: the model core (vmsst.model.config's NetworkConfig,
+  partitioning, param_files), the objectives (vmsst.objectives, MODELS),
+  training (loop's `train`, checkpointing, optimizers, parameter_groups,
+  early_stopping, goodput), evaluation during training (evaluation.in_training),
+  the teacher cache (teachers.cache), TPU slices (compiler.slices) and the data
+  side (vmsst_tasks: input_pipeline, sources, tfds_sources, heldout, and the
+  task families of vmsst_tasks.registry; without seqio, registry_stand_ins
+  under the same names). tests/test_gin_utils.py checks the list is complete.
+- The command line: `define_flags` (`--gin_file`, `--gin_bindings`,
+  `--gin_search_path`, shared by train, compile, compare, teacher_cache,
+  pretokenize and mt5_import), `rewrite_gin_args` (`--gin.X=Y`, t5x's
+  convention), `check_gin_files` (a run file that is not there, before the
+  slow imports) and `parse_gin`, which parses run files and bindings and turns
+  every mistake into one cli.UserError (a file not found, an unquoted string,
+  an unknown configurable or parameter with "did you mean", a macro nothing
+  reads, a value of another type than the run file's, files that bind no run,
+  a macro the command reads left unset).
+- Reading a parsed run: `bound` / `macro` (a binding or None);
+  `write_operative_config` (MODEL_DIR/config.gin) and `config_bindings`,
+  which reads one back (a resume compares them).
 """
 
+import functools
+import importlib
 import inspect
 import logging as python_logging  # gin logs through the root logger
 import os
 import pathlib
 import re
 import types
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from vmsst import cli
 from vmsst import files
@@ -51,6 +72,134 @@ except ImportError:
     return lambda fn: fn
 
   gin = types.SimpleNamespace(configurable=_configurable, REQUIRED=_Required())
+
+
+# Modules holding `@gin.configurable` objects run files name, imported by
+# `register_configurables` (by name: this base layer imports nothing above it
+# until a command asks to parse a run).
+CONFIGURABLE_MODULES = (
+    "vmsst.model.config", "vmsst.model.param_files", "vmsst.model.partitioning",
+    "vmsst.objectives",  # every objective, through MODELS
+    "vmsst.training.loop", "vmsst.training.checkpointing", "vmsst.training.early_stopping",
+    "vmsst.training.goodput", "vmsst.training.optimizers", "vmsst.training.parameter_groups",
+    "vmsst.evaluation.in_training", "vmsst.teachers.cache", "vmsst.compiler.slices",
+    "vmsst_tasks.input_pipeline", "vmsst_tasks.sources",
+)
+
+# The task families need seqio (TensorFlow); an accelerator image has neither and
+# trains on a pre-tokenized stream (train.pretokenized), binding no family: there
+# vmsst_tasks.registry_stand_ins registers the same names, so run files parse.
+SEQIO_CONFIGURABLE_MODULES = (
+    "vmsst_tasks.registry", "vmsst_tasks.registry.pairs", "vmsst_tasks.registry.opus",
+    "vmsst_tasks.registry.distillation", "vmsst_tasks.registry.entities",
+    "vmsst_tasks.registry.triplets", "vmsst_tasks.registry.hard_negatives",
+    "vmsst_tasks.registry.tfds", "vmsst_tasks.tfds_sources",
+)
+
+# Functions defined without gin that run files call: (module, name, the gin module
+# run files and config.gin name it under).
+EXTERNAL_CONFIGURABLES = (
+    ("vmsst_tasks.heldout", "retrieval_sets", "tasks.heldout"),
+    ("vmsst.sentencepiece_vocabulary", "get_vocabulary", "vmsst.vocabulary"),
+)
+
+
+@functools.cache
+def register_configurables() -> None:
+  """Makes every object a run file may name bindable; once per process.
+
+  Every command that parses run files calls it first (`parse_gin` does), so
+  no configurable exists only because some other module happened to be
+  imported, and library code takes plain arguments.
+  """
+  for name in CONFIGURABLE_MODULES:
+    importlib.import_module(name)
+  input_pipeline = importlib.import_module("vmsst_tasks.input_pipeline")
+  if input_pipeline.seqio_available():
+    for name in SEQIO_CONFIGURABLE_MODULES:
+      importlib.import_module(name)
+  else:
+    importlib.import_module("vmsst_tasks.registry_stand_ins").register()
+  for module, name, gin_module in EXTERNAL_CONFIGURABLES:
+    gin.external_configurable(getattr(importlib.import_module(module), name), module=gin_module)
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  gin.constant("vmsst.float32", jnp.float32)
+  gin.constant("vmsst.bfloat16", jnp.bfloat16)
+
+
+FLAG_NAMES = ("gin_file", "gin_bindings", "gin_search_path")
+
+
+class Flags(NamedTuple):
+  """The run-file flags' holders (`.value` once absl has parsed the command line)."""
+  gin_file: Any
+  gin_bindings: Any
+  gin_search_path: Any
+
+
+@functools.cache
+def define_flags() -> Flags:
+  """Defines --gin_file, --gin_bindings (also --gin.X=Y) and --gin_search_path; once per process.
+
+  Every command that reads a run (train, compile, compare, teacher_cache,
+  pretokenize, mt5_import) calls it where it defines its own flags; they are
+  shown under its --help (cli.show_in_help(names=FLAG_NAMES)).
+  """
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  return Flags(
+      flags.DEFINE_multi_string("gin_file", [], "Gin files, applied in order."),
+      flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also via --gin.X=Y)."),
+      flags.DEFINE_multi_string("gin_search_path", ["."],
+                                "Directories gin includes resolve from."))
+
+
+def parse_flags(*, needs: Sequence[str] = ("train",)) -> None:
+  """`parse_gin` of the run the command line gives (`define_flags`'s flags)."""
+  given = define_flags()
+  parse_gin(given.gin_file.value, given.gin_bindings.value, given.gin_search_path.value,
+            needs=needs)
+
+
+NO_RUN_FILE = ("give --gin_file=gin/runs/<run>.gin (the run files: gin/runs/*_cpu.gin here, "
+               "*_paper.gin on a pod; see --help).")
+
+
+def check_gin_files(argv: Sequence[str], *, required: bool = False) -> None:
+  """Each --gin_file exists where parse_gin will look, checked before JAX and TensorFlow load.
+
+  parse_gin resolves a run file from the working directory, then
+  --gin_search_path, then this checkout's root; a miss there costs seconds
+  of imports before gin's own message, so it is caught here first (includes
+  inside the file are still parse_gin's to check).
+
+  Args:
+    required: no --gin_file is an error (train: a run needs its run file).
+  Raises:
+    cli.UserError: naming the file, where it was looked for and the fix.
+  """
+  if required and not cli.flag_values(argv, "gin_file"):
+    raise cli.UserError(NO_RUN_FILE)
+  roots = [*(cli.flag_values(argv, "gin_search_path") or ["."]), cli.CHECKOUT]
+  for path in cli.flag_values(argv, "gin_file"):
+    if "://" in path or files.isfile(path):
+      continue
+    if not any(files.isfile(os.path.join(root, path)) for root in roots):
+      raise cli.UserError(
+          f"--gin_file={path} not found; searched the working directory and {roots}; give a "
+          "run file (gin/runs/*.gin) or pass --gin_search_path=<the directory holding gin/>.")
+
+
+def bound(name: str) -> Any:
+  """A binding or `%MACRO` as gin holds it (`@f`: a ConfigurableReference), None when unbound."""
+  try:
+    return gin.query_parameter(name)
+  except ValueError:
+    return None
+
+
+def macro(name: str) -> Any:
+  """The value of the macro NAME (None when unbound)."""
+  return bound(f"%{name}")
 
 
 def write_operative_config(model_dir: str, name: str = "config.gin") -> None:
@@ -87,6 +236,7 @@ def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
       (a typo); the files are no run file (preflight); a macro `needs`
       reads is set nowhere.
   """
+  register_configurables()
   roots = [*search_paths, *_repository_roots(gin_files)]
   for path in roots:
     gin.add_config_file_search_path(path)
@@ -102,6 +252,8 @@ def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
         f"gin file {misses.missing(roots[-1])!r} not found (in {list(gin_files)} or their "
         f"includes); searched the working directory and {roots}; pass "
         "--gin_search_path=<the directory holding gin/>") from e
+  except ImportError as e:  # a run file's `import` line
+    raise cli.UserError(_import_error(e, gin_files)) from e
   except SyntaxError as e:
     raise cli.UserError(_binding_syntax_hint(e, bindings, before)) from e
   except ValueError as e:  # an unknown configurable or parameter
@@ -136,6 +288,16 @@ class _GinMisses:
     if not self.paths:
       return "(gin did not say which)"
     return self.paths[-1].removeprefix(os.path.join(last_root, ""))
+
+
+def _import_error(error: ImportError, gin_files: Sequence[str]) -> str:
+  """One line for a gin file's `import` of a module that does not import."""
+  text = str(error)
+  module = re.search(r"No module named '([^']+)'", text)
+  where = re.search(r'In file "([^"]+)", line (\d+)', text)
+  return (f"{where.group(1) + ':' + where.group(2) if where else list(gin_files)} imports "
+          f"{module.group(1) if module else text.splitlines()[0]}, which does not import; run "
+          "files need no import line (vmsst.gin_utils registers every configurable): remove it")
 
 
 def _repository_roots(gin_files: Sequence[str]) -> list[str]:
@@ -284,7 +446,7 @@ def parse_errors(error: ValueError, bindings: Sequence[str]) -> cli.UserError:
   if m := _UNKNOWN_CONFIGURABLE.search(first):
     name = m.group(1)
     hint = cli.did_you_mean(name.split(".")[-1], configurables()) or (
-        "see vmsst/gin_configurables.py for what can be bound")
+        "see vmsst/gin_utils.py for what can be bound")
     return cli.UserError(f"{shown}nothing configurable is named {name}; {hint}")
   return cli.UserError(f"{shown}gin: {first}")
 
@@ -385,7 +547,7 @@ def check_run_file(gin_files: Sequence[str]) -> None:
       file of the same name when gin/runs has one), or the unbound parameters.
   """
   if not gin_files:
-    raise cli.UserError(cli.NO_RUN_FILE)
+    raise cli.UserError(NO_RUN_FILE)
   missing = []
   for name in TRAIN_REQUIRED:
     try:

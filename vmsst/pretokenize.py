@@ -68,11 +68,10 @@ def write_run_stream(gin_files, bindings, search_paths, *, output: str,
 
   `examples` defaults to the run's whole stream, train_steps × batch_size.
   """
-  import gin  # pylint: disable=import-outside-toplevel
   from vmsst import gin_utils  # pylint: disable=import-outside-toplevel
+  from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
   from vmsst.teachers import cache as teacher_cache  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import in_training  # pylint: disable=import-outside-toplevel
-  from vmsst.training import loop  # pylint: disable=import-outside-toplevel,unused-import
   from vmsst.training import preflight  # pylint: disable=import-outside-toplevel
   gin_utils.parse_gin(gin_files, bindings, search_paths)
   preflight.check_paths()
@@ -117,10 +116,10 @@ if __name__ == "__main__":
   cli.quiet_startup()  # before TensorFlow and JAX load
   from absl import flags as _flags  # pylint: disable=g-import-not-at-top
   from vmsst import gin_utils as _gin_utils  # pylint: disable=g-import-not-at-top
-  from vmsst.training import flags as _train_flags  # pylint: disable=g-import-not-at-top,unused-import
+  _gin_utils.define_flags()
   _flags.DEFINE_string("output", None, "Directory to write the stream into.", required=True)
   _flags.DEFINE_integer("examples", None, "Examples to write (default: the run's "
                         "train_steps × batch_size).")
-  cli.show_in_help(names=("gin_file", "gin_bindings", "gin_search_path", "output", "examples"))
+  cli.show_in_help(names=(*_gin_utils.FLAG_NAMES, "output", "examples"))
   import sys  # pylint: disable=g-import-not-at-top
   cli.run(main, argv=_gin_utils.rewrite_gin_args(sys.argv))

@@ -20,22 +20,22 @@ from vmsst import gin_utils  # pylint: disable=g-bad-import-order
 
 cli.quiet_startup()  # before TensorFlow and JAX load
 if __name__ == "__main__":  # --help before them too: train's gin flags are all it shows
-  from vmsst.training import flags as _gin_flags  # pylint: disable=unused-import,g-import-not-at-top
-  cli.show_in_help(names=("gin_file", "gin_bindings", "gin_search_path"))
+  gin_utils.define_flags()
+  cli.show_in_help(names=gin_utils.FLAG_NAMES)
   cli.answer_help()
 
 # pylint: disable=wrong-import-position
 import sys
 from typing import Any, Sequence
 
-import gin
 from absl import flags
 
+from vmsst.gin_utils import gin
 from vmsst.teachers import cache as teacher_cache
-from vmsst.training import flags as _train_flags  # pylint: disable=unused-import  # --gin_file
-from vmsst.training import loop  # pylint: disable=unused-import  # registers train
 from vmsst.training import preflight
 from vmsst.evaluation import in_training
+
+gin_utils.define_flags()
 
 
 def _resolved(value: Any) -> Any:
@@ -66,7 +66,6 @@ def fill_run(gin_files: Sequence[str], bindings: Sequence[str],
   preflight.check_paths()
   evaluators = in_training.as_list(_bound("train.evaluator"))
   if (_bound("distillation_tasks.teacher_cache") is None
-      and _bound("register_tasks.teacher_cache") is None  # a config.gin written before families
       and not any(getattr(e, "teacher_cache", None) is not None for e in evaluators)):
     raise cli.UserError(
         f"{' '.join(gin_files)} reads no teacher cache (neither distillation_tasks.teacher_cache "

@@ -14,23 +14,25 @@ vmsst/training/loop.py.
 import sys
 
 from vmsst import cli
+from vmsst import gin_utils
 from vmsst.training import flags as train_flags
+
+GIN_FLAGS = gin_utils.define_flags()
 
 if __name__ == "__main__":  # the command: before seconds of TensorFlow and JAX imports
   cli.quiet_startup()
-  cli.show_in_help(train_flags)
-  cli.check_early(lambda: cli.check_gin_files(sys.argv, required=True))  # --help answered here
+  cli.show_in_help(train_flags, names=gin_utils.FLAG_NAMES)
+  cli.check_early(lambda: gin_utils.check_gin_files(sys.argv, required=True))  # --help answered here
 
 # pylint: disable=wrong-import-position
 import contextlib
 from typing import Sequence
 
-import gin
 import jax
 
 from vmsst.training import checkpointing
 from vmsst import files
-from vmsst import gin_utils
+from vmsst.gin_utils import gin
 from vmsst.training import distributed
 from vmsst.training import loop
 from vmsst.training import preflight
@@ -46,8 +48,7 @@ def main(argv: Sequence[str]) -> None:
   if train_flags.DISTRIBUTED.value or any(v is not None for v in peers.values()):
     distributed.initialize_distributed(
         **peers, peer_timeout_seconds=train_flags.PEER_TIMEOUT_SECONDS.value)
-  gin_utils.parse_gin(train_flags.GIN_FILE.value, train_flags.GIN_BINDINGS.value,
-                      train_flags.GIN_SEARCH_PATH.value)
+  gin_utils.parse_flags()
   preflight.check_paths()
   model_dir = gin.query_parameter("train.model_dir")
   model_dir = model_dir if isinstance(model_dir, str) else gin.query_parameter("%MODEL_DIR")

@@ -60,7 +60,6 @@ tasks through the same families.
 
 from typing import Callable, Mapping, Sequence
 
-import gin
 
 from vmsst_tasks import sources
 from vmsst_tasks import tfds_sources
@@ -72,6 +71,7 @@ from vmsst_tasks.registry import pairs
 from vmsst_tasks.registry import tfds
 from vmsst_tasks.registry import triplets as triplet_family
 from vmsst import cli
+from vmsst.gin_utils import gin
 
 # A family: registers its tasks over the shared inputs, returns their names.
 Family = Callable[[common.RegistrationInputs], Sequence[str]]

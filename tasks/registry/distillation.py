@@ -11,7 +11,6 @@ import functools
 from typing import Any, Protocol, Sequence
 
 from absl import logging
-import gin
 import numpy as np
 import seqio
 import tensorflow as tf
@@ -21,6 +20,7 @@ from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks.registry import common
 from vmsst import files
+from vmsst.gin_utils import gin
 from vmsst import languages
 
 DISTILL_NTREX_TASK = "vmsst_distill_ntrex128"

@@ -11,7 +11,6 @@ import pathlib
 from typing import AbstractSet, Mapping, Sequence
 
 from absl import logging
-import gin
 import seqio
 
 from vmsst_tasks import opus_paper
@@ -20,6 +19,7 @@ from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks.registry import common
 from vmsst import cli
+from vmsst.gin_utils import gin
 
 OPUS_MIXTURE = "vmsst_opus"
 PAPER_MIXTURE = "vmsst_opus_paper"

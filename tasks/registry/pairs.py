@@ -4,13 +4,13 @@ Every run registers it (the CPU runs train on its mixture; the held-out sets
 and the distillation family read the same files).
 """
 
-import gin
 import seqio
 
 from vmsst_tasks import seqio_sources
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import data_counts
 from vmsst import cli
+from vmsst.gin_utils import gin
 
 NTREX_TASK = "vmsst_ntrex128"
 MULTI30K_TASK = "vmsst_multi30k"

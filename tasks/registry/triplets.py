@@ -5,7 +5,7 @@ only registers them as `vmsst_triplets`: a = anchor, b = positive, plus
 `tokens_negative`.
 """
 
-import gin
+from vmsst.gin_utils import gin
 import seqio
 import tensorflow as tf
 

@@ -22,13 +22,13 @@ tests/export_formats/test_hf_export.py).
 import json
 import re
 
-import gin
 import numpy as np
 import pytest
 
 import vmsst
 from vmsst.export_formats import huggingface as hf_export
 from vmsst.export_formats import model_card
+from vmsst.gin_utils import gin
 from vmsst import text_files
 from vmsst.encoding import restore
 from vmsst.model import tokens as tokens_lib

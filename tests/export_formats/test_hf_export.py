@@ -15,13 +15,13 @@ import pathlib
 import subprocess
 import sys
 
-import gin
 import numpy as np
 import pytest
 
 import vmsst
 from vmsst.export_formats import huggingface as hf_export
 from vmsst.encoding import restore
+from vmsst.gin_utils import gin
 from vmsst import text_files
 from vmsst.model import tokens as tokens_lib
 from vmsst.model.config import NetworkConfig

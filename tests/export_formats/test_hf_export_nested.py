@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 
-import gin
 import numpy as np
 import pytest
 
@@ -19,6 +18,7 @@ import vmsst
 from vmsst import cli
 from vmsst.export_formats import huggingface as hf_export
 from vmsst.encoding import restore
+from vmsst.gin_utils import gin
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

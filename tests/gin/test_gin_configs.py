@@ -2,13 +2,16 @@
 
 import pathlib
 
-import gin
 import jax
 import pytest
 
-import vmsst.training.loop  # pylint: disable=unused-import (registers train and its configurables)
+import vmsst.training.loop
+from vmsst import gin_utils
+from vmsst.gin_utils import gin
 from vmsst.model import models
 from vmsst.objectives import MODELS, Contrastive, VMSST, VMSSTContrastive
+
+gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNS = sorted(p for p in (ROOT / "gin/runs").glob("*.gin") if not p.name.startswith("base_"))

@@ -12,10 +12,12 @@ import importlib
 import pathlib
 import re
 
-import gin
 import pytest
 
-import vmsst.training.loop  # pylint: disable=unused-import (registers the configurables)
+from vmsst import gin_utils
+from vmsst.gin_utils import gin
+
+gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAPER_DOCS = sorted((ROOT / "docs/papers").glob("*.md"))

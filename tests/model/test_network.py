@@ -4,13 +4,14 @@ import contextlib
 import dataclasses
 
 import flax.linen as nn
-import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from vmsst_testing import ROOT, TINY, init_params, random_batch
+from vmsst import gin_utils
+from vmsst.gin_utils import gin
 from vmsst.model import layer_stacks
 from vmsst.model import models
 from vmsst.model import partitioning
@@ -19,6 +20,8 @@ from vmsst.languages import LANGUAGES
 from vmsst.model.network import VMSSTNetwork
 from vmsst.objectives import BiTranslation, Contrastive, VMSST
 from vmsst.objectives import bitranslation
+
+gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)
 
 
 def _translation_nll(model, params, target, target_mask, target_lang, source, source_mask):

@@ -2,15 +2,18 @@
 
 import dataclasses
 
-import gin
 import jax
 import pytest
 
 from vmsst_testing import ROOT
+from vmsst import gin_utils
+from vmsst.gin_utils import gin
 from vmsst.model import models
 from vmsst.model.config import NetworkConfig
 from vmsst.languages import LANGUAGES
 from vmsst.objectives import VMSST
+
+gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)
 
 MT5_VOCAB = 250_112
 

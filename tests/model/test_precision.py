@@ -3,7 +3,6 @@
 import dataclasses
 import re
 
-import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,10 +10,14 @@ import optax
 import pytest
 
 from vmsst_testing import ROOT, TINY, init_params, random_batch
+from vmsst import gin_utils
+from vmsst.gin_utils import gin
 from vmsst.model import layers
 from vmsst.model.config import NetworkConfig
 from vmsst.model.network import VMSSTNetwork
 from vmsst.objectives import VMSST
+
+gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)
 
 BF16 = dataclasses.replace(TINY, dtype="bfloat16")
 

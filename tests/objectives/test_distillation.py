@@ -2,7 +2,6 @@
 
 import json
 
-import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 import vmsst.training.loop
 import vmsst_testing
 from vmsst import cli
+from vmsst.gin_utils import gin
 from vmsst.model import models
 from vmsst.teachers import cache as tc
 from vmsst import sentencepiece_vocabulary

@@ -4,7 +4,6 @@ import dataclasses
 import json
 import logging
 
-import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 
 import vmsst.training.loop
 import vmsst_testing
+from vmsst.gin_utils import gin
 from vmsst.model import losses
 from vmsst.model import models
 from vmsst.model import partitioning

@@ -7,7 +7,6 @@ import json
 import flax.linen as nn
 from flax import traverse_util
 from clu import metric_writers
-import gin
 import jax
 import numpy as np
 import optax
@@ -17,6 +16,7 @@ import vmsst
 import vmsst.training.loop
 import vmsst_testing
 from vmsst_testing import TINY, init_params, random_batch
+from vmsst.gin_utils import gin
 from vmsst.training import checkpointing
 from vmsst import embed
 from vmsst.export_formats import saved_model as export

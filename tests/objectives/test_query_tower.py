@@ -3,7 +3,6 @@
 import dataclasses
 import os
 
-import gin
 import jax
 import numpy as np
 import optax
@@ -18,6 +17,7 @@ from vmsst_tasks.registry import triplets as triplet_family
 from vmsst_tasks import triplets as triplets_lib
 from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
+from vmsst.gin_utils import gin
 from vmsst.model import param_files
 from vmsst.training import parameter_groups
 from vmsst.model import partitioning

@@ -15,13 +15,13 @@ import shlex
 import subprocess
 import sys
 
-import gin
 import pytest
 
 import vmsst_testing
 from vmsst_tasks import registry
 from vmsst_tasks.registry import opus
 from vmsst import cli
+from vmsst.gin_utils import gin
 from vmsst import languages
 from vmsst import text_files
 from vmsst_tasks import vocabulary_training

@@ -4,7 +4,6 @@ and the trainer's get_dataset -> batch flow."""
 
 import functools
 
-import gin
 import numpy as np
 import pytest
 import seqio
@@ -15,9 +14,13 @@ from vmsst_tasks.registry import common
 from vmsst_tasks.registry import opus
 from vmsst_tasks.registry import pairs
 from vmsst import cli
+from vmsst import gin_utils
+from vmsst.gin_utils import gin
 from vmsst import languages
 from vmsst import sentencepiece_vocabulary
 from vmsst_tasks.feature_converters import PairFeatureConverter
+
+gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)
 
 LENGTHS = {"tokens_a": 24, "tokens_b": 24}
 BATCH = 8
@@ -255,7 +258,6 @@ def run_inputs(small_data_dir, data_dir, tmp_path_factory):
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
 def test_every_cpu_run_file_registers_the_tasks_it_registered_before(run, run_inputs,
                                                                      tiny_vocab_path, tmp_path):
-  import vmsst.training.loop  # pylint: disable=import-outside-toplevel,unused-import  # train's gin names
   from vmsst.teachers import cache as teacher_cache  # pylint: disable=import-outside-toplevel
   data, entity_dir = run_inputs
   gin.clear_config()

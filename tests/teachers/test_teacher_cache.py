@@ -4,11 +4,11 @@ the teacher stage (fill_stage) and its command, python -m vmsst.teacher_cache.""
 import hashlib
 import json
 
-import gin
 import numpy as np
 import pytest
 
 import vmsst_testing
+from vmsst.gin_utils import gin
 from vmsst.teachers import cache as teacher_cache
 from vmsst.encoding import protocol
 

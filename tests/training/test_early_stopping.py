@@ -2,13 +2,13 @@
 
 import json
 
-import gin
 import jax
 import numpy as np
 import pytest
 
 import vmsst.training.loop
 import vmsst_testing
+from vmsst.gin_utils import gin
 from vmsst.training import early_stopping as es
 from vmsst.encoding import restore
 from vmsst.model import param_files

@@ -1,12 +1,12 @@
 """train(init_params=...): a converted parameter file seeds a fresh run, never a resumed one."""
 
-import gin
 import jax
 import numpy as np
 import pytest
 
 import vmsst.training.loop
 import vmsst_testing
+from vmsst.gin_utils import gin
 from vmsst.model import param_files
 from vmsst import sentencepiece_vocabulary
 

@@ -1,4 +1,4 @@
-"""vmsst/training/flags.py: the run-file flags every such command shares, without the loop's imports.
+"""vmsst/training/flags.py: train's own flags, without the loop's imports (the run-file flags: gin_utils).
 
 A subprocess: what an import pulls in shows only in a fresh interpreter.
 """
@@ -9,9 +9,8 @@ import sys
 
 import vmsst_testing
 
-RUN_FILE_FLAGS = {"gin_file", "gin_bindings", "gin_search_path", "distributed",
-                  "coordinator_address", "num_processes", "process_id", "peer_timeout_seconds",
-                  "resume_with_changes"}
+TRAIN_FLAGS = {"distributed", "coordinator_address", "num_processes", "process_id",
+               "peer_timeout_seconds", "resume_with_changes"}
 
 
 def test_the_flags_are_defined_without_tensorflow_jax_or_the_loop():
@@ -22,5 +21,5 @@ def test_the_flags_are_defined_without_tensorflow_jax_or_the_loop():
   done = subprocess.run([sys.executable, "-c", listing], cwd=vmsst_testing.ROOT,
                         capture_output=True, text=True, timeout=300, check=True)
   found = json.loads(done.stdout.strip().splitlines()[-1])
-  assert set(found["flags"]) == RUN_FILE_FLAGS
+  assert set(found["flags"]) == TRAIN_FLAGS
   assert found["heavy"] == []

@@ -169,10 +169,10 @@ def _json_value(value: Any) -> Any:
 
 def _objective_args(model: models.EmbeddingModel) -> dict[str, Any]:
   """The keyword arguments of the model's constructor that JSON can hold."""
-  import gin  # pylint: disable=import-outside-toplevel  # only to read bindings, never to set
+  from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel  # read, never set
   try:
     bound = gin.get_bindings(type(model))
-  except (ValueError, KeyError):  # not a gin configurable
+  except (ValueError, KeyError, AttributeError):  # not a gin configurable; gin-config absent
     bound = {}
   args = {}
   for name, param in inspect.signature(type(model).__init__).parameters.items():

@@ -15,7 +15,6 @@ each through the tower trained on its language.
 
 from typing import Callable, Mapping, Protocol, Sequence
 
-import gin
 import numpy as np
 from absl import logging
 
@@ -24,6 +23,7 @@ from vmsst.encoding import restore
 from vmsst.model import tokens as tokens_lib
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import tatoeba
+from vmsst.gin_utils import gin
 from vmsst.objectives import query_tower
 
 EmbedFn = Callable[..., np.ndarray]

@@ -21,12 +21,12 @@ import os
 import re
 from typing import Any, Mapping
 
-import gin
 import jax
 import numpy as np
 from absl import logging
 
 from vmsst import files
+from vmsst.gin_utils import gin
 
 Params = dict[str, Any]
 

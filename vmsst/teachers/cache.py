@@ -40,7 +40,6 @@ import json
 import time
 from typing import Callable, Iterable, Sequence
 
-import gin
 import numpy as np
 import tqdm
 from absl import logging
@@ -51,6 +50,7 @@ from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
 from vmsst.encoding import saved_model as saved_model_lib
 from vmsst.encoding import usem3 as usem3_lib
+from vmsst.gin_utils import gin
 
 FORMAT = 1
 KEY_BYTES = 16

@@ -29,11 +29,11 @@ import dataclasses
 import json
 from typing import Any, Mapping, Sequence
 
-import gin
 import jax
 import jax.numpy as jnp
 from absl import logging
 
+from vmsst.gin_utils import gin
 from vmsst.training import checkpointing
 from vmsst import files
 

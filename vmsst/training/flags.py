@@ -1,19 +1,14 @@
-"""`python -m vmsst.train`'s flags, and those of every command that takes a run file.
+"""`python -m vmsst.train`'s own flags: joining a multi-host job, resuming with changes.
 
-vmsst.compile, vmsst.memory_report, vmsst.mt5_import, vmsst.teacher_cache and
-vmsst.compare read a run the way training does (`--gin_file`, `--gin_bindings`
-or `--gin.X=Y`, `--gin_search_path`), so they import this module for those
-flags. It imports absl alone: a command defines its flags, and checks them
-(`cli.check_early`), before the loop's seconds of TensorFlow and JAX imports.
+The run-file flags train shares with compile, compare, teacher_cache,
+pretokenize and mt5_import (`--gin_file`, `--gin_bindings` or `--gin.X=Y`,
+`--gin_search_path`) are vmsst.gin_utils.define_flags'. It imports absl
+alone: a command defines its flags, and checks them (`cli.check_early`),
+before the loop's seconds of TensorFlow and JAX imports.
 """
 
 from absl import flags
 
-GIN_FILE = flags.DEFINE_multi_string("gin_file", [], "Gin files, applied in order.")
-GIN_BINDINGS = flags.DEFINE_multi_string("gin_bindings", [],
-                                         "Gin bindings (also via --gin.X=Y).")
-GIN_SEARCH_PATH = flags.DEFINE_multi_string("gin_search_path", ["."],
-                                            "Directories gin includes resolve from.")
 DISTRIBUTED = flags.DEFINE_bool(
     "distributed", False,
     "Call jax.distributed.initialize() first (multi-host pods; run the same "

@@ -21,7 +21,6 @@ import signal
 import time
 from typing import Any, Iterator, Sequence
 
-import gin
 import jax
 import optax
 import tqdm
@@ -29,6 +28,7 @@ from absl import logging
 
 # No TensorFlow or seqio here: a run on a pre-tokenized stream (train.pretokenized)
 # needs neither (an accelerator image); the seqio path imports them in stage 3.
+from vmsst.gin_utils import gin
 from vmsst.training import checkpointing
 from vmsst.training import early_stopping as early_stopping_lib
 from vmsst import files
@@ -38,7 +38,6 @@ from vmsst.model import models
 from vmsst.model import partitioning
 from vmsst.teachers import cache as teacher_cache
 from vmsst.training import trainer as trainer_lib
-from vmsst import gin_configurables  # pylint: disable=unused-import
 from vmsst import gin_utils
 from vmsst.evaluation import in_training
 from vmsst.training import distributed

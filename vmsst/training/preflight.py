@@ -24,12 +24,11 @@ import os
 import re
 from typing import Any, Sequence
 
-import gin
-
 from vmsst import cli
 from vmsst import files
 from vmsst import gin_utils
 from vmsst.encoding import restore
+from vmsst.gin_utils import gin
 
 # Settings a resume may change without --resume_with_changes: how long to train
 # (raising TRAIN_STEPS is how a run is continued), where MODEL_DIR is spelled,
@@ -49,18 +48,6 @@ UPSTREAM = {
 
 # ------------------------------------------------------------------ paths
 
-def _bound(name: str) -> Any:
-  """A binding or `%MACRO` as gin holds it (`@f`: a ConfigurableReference), None when unbound."""
-  try:
-    return gin.query_parameter(name)
-  except ValueError:
-    return None
-
-
-def _macro(name: str) -> Any:
-  return _bound(f"%{name}")
-
-
 def _local(path: Any) -> bool:
   return isinstance(path, str) and "://" not in path
 
@@ -77,7 +64,7 @@ def check_paths() -> None:
   """
   for macro, exists, what in (("DATA_DIR", files.isdir, "directory"),
                               ("VOCAB_PATH", files.isfile, "file")):
-    path = _macro(macro)
+    path = gin_utils.macro(macro)
     if _local(path) and not exists(path):
       fix = ("train one with `python -m vmsst.vocabulary` (see README)"
              if macro == "VOCAB_PATH" else "point it at the shared corpora")
@@ -85,26 +72,20 @@ def check_paths() -> None:
           f"{macro} = {path!r} is not a {what} (relative paths are taken from the working "
           f"directory, {os.getcwd()}); run from the repository root, {fix}, or pass "
           f"--gin.{macro}=\"'/absolute/path'\"")
-  try:
-    model_dir = gin.query_parameter("train.model_dir")
-  except ValueError:
-    model_dir = None
+  model_dir = gin_utils.bound("train.model_dir")
   if isinstance(model_dir, gin.config.ConfigurableReference) or not _local(model_dir):
-    model_dir = _macro("MODEL_DIR")
+    model_dir = gin_utils.macro("MODEL_DIR")
   if _local(model_dir):
     cli.check_output_path("gin.MODEL_DIR", model_dir, directory=True)
   for macro, (marker, command) in UPSTREAM.items():
-    path = _macro(macro)
+    path = gin_utils.macro(macro)
     if _local(path) and not files.exists(files.join(path, marker)):
       raise cli.UserError(f"{macro} = {path!r} has no {marker}: this run starts from it, so "
                           f"make it first: {_upstream_command(macro, path, command)}; or pass "
                           f"--gin.{macro}=\"'<an existing one>'\"")
   check_opus_dir()
-  try:
-    init = gin.query_parameter("train.init_params")
-  except ValueError:
-    init = None
-  if _local(init) and init != _macro("INIT_MODEL_DIR") and not files.exists(init):
+  init = gin_utils.bound("train.init_params")
+  if _local(init) and init != gin_utils.macro("INIT_MODEL_DIR") and not files.exists(init):
     raise cli.UserError(f"train.init_params = {init!r} does not exist; give a model directory, "
                         "an export of `python -m vmsst.export --format=sentence-transformers`, "
                         "or a file written by `python -m vmsst.mt5_import`.")
@@ -117,13 +98,13 @@ def check_opus_dir() -> None:
   (counted once per process); done here, a misaligned corpus is one line
   before the model state is built, not a traceback after it.
   """
-  registrar = getattr(_bound("train.register_tasks"), "selector", None)
-  families = _bound("register_families.families") or []
+  registrar = getattr(gin_utils.bound("train.register_tasks"), "selector", None)
+  families = gin_utils.bound("register_families.families") or []
   if registrar == "register_families" and any(
       getattr(f, "selector", None) == "opus_tasks" for f in families):
-    path = _bound("opus_tasks.opus_dir")
+    path = gin_utils.bound("opus_tasks.opus_dir")
   elif registrar == "register_tasks":  # a config.gin written before the families
-    path = _bound("register_tasks.opus_dir")
+    path = gin_utils.bound("register_tasks.opus_dir")
   else:
     return
   if isinstance(path, gin.config.ConfigurableReference):  # %OPUS_DIR
@@ -179,11 +160,11 @@ def check_start(*, model, model_dir: str, batch_size: int, sequence_length: int,
       over the devices or hosts, or a MODEL_DIR holding another run.
   """
   from vmsst_tasks import input_pipeline  # pylint: disable=import-outside-toplevel
-  if (getattr(_bound("train.register_tasks"), "selector", None) == "register_families"
+  if (getattr(gin_utils.bound("train.register_tasks"), "selector", None) == "register_families"
       and input_pipeline.seqio_available()):  # without seqio, a pre-tokenized run registers none
     from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel  # TensorFlow: train has it
     registry.check_no_legacy_bindings()
-  vocab_path = _macro("VOCAB_PATH")
+  vocab_path = gin_utils.macro("VOCAB_PATH")
   if _local(vocab_path) and files.isfile(vocab_path):
     import sentencepiece  # pylint: disable=import-outside-toplevel
     pieces = sentencepiece.SentencePieceProcessor(model_file=vocab_path).vocab_size()
