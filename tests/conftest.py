@@ -5,7 +5,9 @@ import gzip
 import inspect
 import os
 import pathlib
+import shutil
 import subprocess
+import tempfile
 
 # Before anything imports jax: eight CPU devices, so sharding tests can build a
 # (data 4 x model 2) mesh on a laptop (`make test` sets the same).
@@ -14,6 +16,14 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 # at start-up and print libtpu's errors: the tests run on the CPU, and compile for
 # TPU slices through compile-only devices (vmsst/compiler/slices.py) without the probe.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent XLA compilation cache for the session, its xdist workers and every process a
+# test starts (they inherit it): tests that train the same small run again (a resume, a rerun
+# in a subprocess) load its programs instead of compiling them (docs/results/tests/). Made by
+# the first process here, which removes it at the end (pytest_unconfigure).
+_OWN_COMPILATION_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _OWN_COMPILATION_CACHE = tempfile.mkdtemp(prefix="vmsst_tests_jax_cache_")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_COMPILATION_CACHE
 from vmsst.compiler import slices as tpu_slices  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 tpu_slices.quiet_libtpu()
@@ -36,6 +46,13 @@ TIERS = {
     "slow": "over ~7 s on 2 cores (training runs, subprocess resume/preemption, "
             "multi-process, bench): out of `make test-fast`, in `make test`",
 }
+
+
+def pytest_unconfigure(config):
+  """Removes the session's compilation cache, where this process made it."""
+  del config
+  if _OWN_COMPILATION_CACHE:
+    shutil.rmtree(_OWN_COMPILATION_CACHE, ignore_errors=True)
 
 
 def pytest_configure(config):
