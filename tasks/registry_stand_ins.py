@@ -17,8 +17,7 @@ from vmsst.gin_utils import gin
 
 # gin name -> the module the real configurable is registered under.
 NAMES = {
-    "register_families": "vmsst_tasks.registry",
-    "register_tasks": "vmsst_tasks.registry",
+    "register_families": "vmsst_tasks.registry.families",
     "pair_tasks": "vmsst_tasks.registry.pairs",
     "opus_tasks": "vmsst_tasks.registry.opus",
     "distillation_tasks": "vmsst_tasks.registry.distillation",

@@ -109,44 +109,6 @@ def test_families_are_selected_in_gin(registered, data_dir, tiny_vocab_path):
     gin.clear_config()
 
 
-def test_an_old_config_gin_binding_registers_the_same_tasks(registered, data_dir,
-                                                            tiny_vocab_path):
-  """What config.gin files written before the families bind: register_tasks.<arg>."""
-  gin.parse_config([f"register_tasks.data_dir = '{data_dir}'",
-                    f"register_tasks.vocabulary_path = '{tiny_vocab_path}'",
-                    "register_tasks.ntrex_seed = 0"])
-  try:
-    assert registry.register_tasks() == registered
-  finally:
-    gin.clear_config()
-
-
-def test_an_old_style_override_beside_the_families_is_an_error_not_ignored(data_dir,
-                                                                           tiny_vocab_path):
-  gin.parse_config(["register_tasks.opus_dir = '/data/mine'"])  # --gin.register_tasks.opus_dir=
-  try:
-    with pytest.raises(cli.UserError, match=r"register_tasks\.opus_dir .* bind "
-                       r"opus_tasks\.opus_dir and list @opus_tasks in register_families\.families"):
-      registry.register_families([pairs.pair_tasks], data_dir=str(data_dir),
-                                 vocabulary_path=tiny_vocab_path)
-  finally:
-    gin.clear_config()
-
-
-def test_legacy_bindings_are_the_families_form_of_an_old_config():
-  old = {"train.register_tasks": "@register_tasks", "register_tasks.data_dir": "%DATA_DIR",
-         "register_tasks.vocabulary_path": "%VOCAB_PATH", "register_tasks.opus_dir": "%OPUS_DIR",
-         "register_tasks.ntrex_seed": "3", "register_tasks.triplets": "'stsb'",
-         "train.batch_size": "%BATCH_SIZE"}
-  assert registry.legacy_bindings(old) == {
-      "train.register_tasks": "@register_families", "register_families.data_dir": "%DATA_DIR",
-      "register_families.vocabulary_path": "%VOCAB_PATH", "opus_tasks.opus_dir": "%OPUS_DIR",
-      "pair_tasks.ntrex_seed": "3", "triplet_tasks.triplets": "'stsb'",
-      "register_families.families": "[@pair_tasks, @opus_tasks, @triplet_tasks]",
-      "train.batch_size": "%BATCH_SIZE"}
-  new = {"train.register_tasks": "@register_families", "opus_tasks.opus_dir": "%OPUS_DIR"}
-  assert registry.legacy_bindings(new) == new  # already the families' form: unchanged
-
 
 # ------------------------------------------------------------------------ OPUS
 

@@ -93,9 +93,6 @@ def test_a_missing_or_wrong_path_is_named_before_data_loads(tmp_path, tiny_vocab
     (["VOCAB_SIZE=2000", "BATCH_SIZE=33"],
      {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
      ["BATCH_SIZE = 33 does not divide over the 2 devices", "--gin.BATCH_SIZE=32 or 34"]),
-    (["VOCAB_SIZE=2000", "register_tasks.opus_dir='/data/mine'"], {},  # the one-call form's
-     ["register_tasks.opus_dir is bound", "bind opus_tasks.opus_dir",
-      "list @opus_tasks in register_families.families"]),
 ])
 def test_the_vocabulary_and_the_batch_are_checked_before_any_state_or_data(
     tmp_path, tiny_vocab_path, bindings, env, named):
@@ -143,25 +140,3 @@ def test_a_resume_names_another_objective_and_refuses_changed_settings_unless_as
   assert restore.read_model_json(str(model_dir), step=4)[1] == 16
   assert restore.read_model_json(str(model_dir))[1] == 16
 
-
-def test_a_config_gin_written_before_the_task_families_resumes_without_changes(tmp_path):
-  """Old directories' config.gin bind register_tasks.<arg>; a resume reads them as the families."""
-  import gin  # pylint: disable=import-outside-toplevel
-  import vmsst.training.loop  # pylint: disable=import-outside-toplevel,unused-import  # train's gin names
-  from vmsst.training import preflight  # pylint: disable=import-outside-toplevel
-  gin.clear_config()
-  gin.add_config_file_search_path(str(vmsst_testing.ROOT))
-  try:
-    gin.parse_config_files_and_bindings([str(vmsst_testing.ROOT / "gin/runs/vmsst_cpu.gin")],
-                                        ["MODEL_DIR = '/tmp/m'"], finalize_config=False)
-    now = gin.config_str()
-    assert "register_families.families = [@pair_tasks]" in now
-    old = "\n".join(line.replace("register_families", "register_tasks")
-                    for line in now.splitlines() if ".families = " not in line)
-    (tmp_path / "config.gin").write_text(old)
-    assert preflight.changed_bindings(str(tmp_path / "config.gin")) == []
-    (tmp_path / "config.gin").write_text(old + "\nregister_tasks.ntrex_seed = 1\n")
-    assert preflight.changed_bindings(str(tmp_path / "config.gin")) == [
-        "pair_tasks.ntrex_seed: 1 -> (unset)"]
-  finally:
-    gin.clear_config()

@@ -7,8 +7,7 @@ errors, a run file that binds `train`, command-line values of the run file's typ
                     the upstream directories a run starts from
                     (INIT_MODEL_DIR / train.init_params, ENTITY_DIR), the
                     OPUS directory (opus_sources.checked_corpora)
-  check_start       inside `train`, with the model built: register_tasks.<arg>
-                    overrides a families run would ignore, the vocabulary's
+  check_start       inside `train`, with the model built: the vocabulary's
                     size against the model's, the batch over the devices and
                     hosts, and what MODEL_DIR already holds (`check_resume`)
 
@@ -103,8 +102,6 @@ def check_opus_dir() -> None:
   if registrar == "register_families" and any(
       getattr(f, "selector", None) == "opus_tasks" for f in families):
     path = gin_utils.bound("opus_tasks.opus_dir")
-  elif registrar == "register_tasks":  # a config.gin written before the families
-    path = gin_utils.bound("register_tasks.opus_dir")
   else:
     return
   if isinstance(path, gin.config.ConfigurableReference):  # %OPUS_DIR
@@ -155,15 +152,9 @@ def check_start(*, model, model_dir: str, batch_size: int, sequence_length: int,
     `resume_with_changes`; empty for a fresh or unchanged run).
 
   Raises:
-    cli.UserError: a register_tasks.<arg> binding the run's register_families
-      would ignore, a vocabulary of another size, a batch that does not divide
+    cli.UserError: a vocabulary of another size, a batch that does not divide
       over the devices or hosts, or a MODEL_DIR holding another run.
   """
-  from vmsst_tasks import input_pipeline  # pylint: disable=import-outside-toplevel
-  if (getattr(gin_utils.bound("train.register_tasks"), "selector", None) == "register_families"
-      and input_pipeline.seqio_available()):  # without seqio, a pre-tokenized run registers none
-    from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel  # TensorFlow: train has it
-    registry.check_no_legacy_bindings()
   vocab_path = gin_utils.macro("VOCAB_PATH")
   if _local(vocab_path) and files.isfile(vocab_path):
     import sentencepiece  # pylint: disable=import-outside-toplevel
@@ -240,14 +231,7 @@ def changed_bindings(config_path: str) -> list[str]:
   if not files.isfile(config_path):
     return []
   before = gin_utils.config_bindings(files.read_text(config_path))
-  # A config.gin (or run file) written before the task families binds
-  # register_tasks.<arg>; both sides compared in the families' form differ
-  # only where the settings do.
   now = gin_utils.config_bindings(gin.config_str())
-  from vmsst_tasks import input_pipeline  # pylint: disable=import-outside-toplevel
-  if input_pipeline.seqio_available():  # a pre-tokenized run without seqio binds no task family
-    from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel  # TensorFlow: only on resume
-    before, now = registry.legacy_bindings(before), registry.legacy_bindings(now)
   return [f"{key}: {before.get(key, '(unset)')} -> {now.get(key, '(unset)')}"
           for key in sorted(before.keys() | now.keys())
           if before.get(key) != now.get(key) and key not in RESUMABLE]
