@@ -11,7 +11,6 @@ that is called anyway raises an error naming the fix.
 tests/tasks/test_registry_stand_ins.py checks the names against the registry's.
 """
 
-
 from vmsst import cli
 from vmsst.gin_utils import gin
 

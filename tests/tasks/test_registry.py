@@ -1,7 +1,6 @@
 """Tests of tasks/registry/: the families, the one-call form old config.gin files name,
 and the trainer's get_dataset -> batch flow."""
 
-
 import functools
 
 import numpy as np
