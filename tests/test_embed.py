@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from vmsst import embed
+from vmsst.encoding import embed_files
 from vmsst.encoding import protocol
 from vmsst.encoding import usem3
 
@@ -39,12 +39,12 @@ def _write(path: pathlib.Path, text: str | bytes) -> pathlib.Path:
 def test_rows_follow_input_lines_with_empty_and_repeated_lines(tmp_path):
   raw = _Counting(TABLE)
   source = _write(tmp_path / "in.txt", "a\n\nb\na\n \n")
-  summary = embed.embed_file(lambda: protocol.UniqueSentences(raw, progress=False), source,
+  summary = embed_files.embed_file(lambda: protocol.UniqueSentences(raw, progress=False), source,
                              tmp_path / "sub" / "out")  # no .npy suffix: written as named
   got = np.load(tmp_path / "sub" / "out")
   assert got.dtype == np.float32 and got.shape == (5, 2)
   np.testing.assert_array_equal(got, [[3, 4], [1, 0], [0, 2], [3, 4], [1, 0]])
-  assert summary == embed.Summary(lines=5, distinct=3, empty=2, dim=2)
+  assert summary == embed_files.Summary(lines=5, distinct=3, empty=2, dim=2)
   assert "5 lines -> float32 [5, 2] (3 distinct encoded; 2 empty line(s)" in str(summary)
   # Each once; " " is read as "" (text_files.read_lines strips every line).
   assert sorted(s for call in raw.calls for s in call) == ["", "a", "b"]
@@ -52,7 +52,7 @@ def test_rows_follow_input_lines_with_empty_and_repeated_lines(tmp_path):
 
 def test_normalize_gives_unit_rows_and_keeps_zero_rows_zero(tmp_path):
   source = _write(tmp_path / "in.txt", "a\nb\nzero\n")
-  embed.embed_file(lambda: protocol.UniqueSentences(protocol.PrecomputedEncoder(TABLE),
+  embed_files.embed_file(lambda: protocol.UniqueSentences(protocol.PrecomputedEncoder(TABLE),
                                                     progress=False),
                    source, tmp_path / "out.npy", normalize=True)
   np.testing.assert_allclose(np.load(tmp_path / "out.npy"), [[0.6, 0.8], [0, 1], [0, 0]])
@@ -62,7 +62,7 @@ def test_line_breaks_other_than_newline_stay_inside_the_sentence(tmp_path):
   source = _write(tmp_path / "in.txt", "a\u2028b\r\nb\n")  # U+2028 kept, CRLF removed
   table = {"a\u2028b": (1.0, 1.0), "b": (0.0, 2.0)}
   encoder = _Counting(table)
-  embed.embed_file(lambda: protocol.UniqueSentences(encoder, progress=False), source,
+  embed_files.embed_file(lambda: protocol.UniqueSentences(encoder, progress=False), source,
                    tmp_path / "out.npy")
   seen = sorted(s for call in encoder.calls for s in call)
   assert seen == ["a\u2028b", "b"] and np.load(tmp_path / "out.npy").shape == (2, 2)
@@ -73,9 +73,9 @@ def test_bad_input_fails_before_the_encoder_is_built(tmp_path):
     raise AssertionError("the encoder must not load for bad input")
   latin1 = _write(tmp_path / "latin1.txt", "ok\nnicht ok: ".encode() + b"\xe9t\xe9\n")
   with pytest.raises(ValueError, match=r"latin1\.txt:2: byte 0xe9 is not UTF-8; re-encode"):
-    embed.embed_file(never, latin1, tmp_path / "out.npy")
+    embed_files.embed_file(never, latin1, tmp_path / "out.npy")
   with pytest.raises(ValueError, match=r"empty\.txt has no lines"):
-    embed.embed_file(never, _write(tmp_path / "empty.txt", ""), tmp_path / "out.npy")
+    embed_files.embed_file(never, _write(tmp_path / "empty.txt", ""), tmp_path / "out.npy")
   assert not (tmp_path / "out.npy").exists()
 
 
@@ -138,7 +138,7 @@ def test_the_summary_counts_sentences_cut_to_the_models_length(tmp_path):
 
   table = {"a b c": (1.0, 0.0), "a b": (0.0, 1.0), "x y z w": (1.0, 1.0)}
   source = _write(tmp_path / "in.txt", "a b c\na b\nx y z w\na b c\n")
-  summary = embed.embed_file(lambda: protocol.UniqueSentences(Words(table), progress=False),
+  summary = embed_files.embed_file(lambda: protocol.UniqueSentences(Words(table), progress=False),
                              source, tmp_path / "o.npy")
   assert str(summary).endswith("; 2 of 3 distinct sentences cut to 3 pieces, EOS included "
                                "(--max_seq_length))")

@@ -48,8 +48,6 @@ PENDING = {
     "vmsst.compare -> vmsst.evaluate": "A/B (a command imported as a library)",
     "vmsst.export_formats.model_card -> vmsst.comparison.curves": "B (model card's curves)",
     "vmsst.export_formats.saved_model -> vmsst.calibrate": "A/B (calibrate's library)",
-    "vmsst.mine -> vmsst.embed": "A (embed's file code into encoding/)",
-    "vmsst.score -> vmsst.embed": "A (embed's file code into encoding/)",
     "vmsst.training.loop -> vmsst.gin_configurables": "D (gin in one home)",
 }
 

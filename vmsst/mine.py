@@ -102,7 +102,7 @@ import numpy as np
 from absl import flags
 
 from vmsst import files
-from vmsst import embed
+from vmsst.encoding import embed_files
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
 from vmsst.encoding import quantize
@@ -233,7 +233,7 @@ class Summary:
   target: Side
   written: int
   options: str
-  truncated: str = ""  # embed.truncation_note of the sides this run embedded
+  truncated: str = ""  # embed_files.truncation_note of the sides this run embedded
 
   def __str__(self) -> str:
     return (f"source {self.source}\ntarget {self.target}\n"
@@ -317,7 +317,7 @@ def mine_files(get_encoder: Callable[[], protocol.UniqueSentences] | None,
     if y is None:
       y = _encode_side(encoder, target, "trg", x.shape[1] if src_embeddings else None,
                        trg_language)
-    truncated = embed.truncation_note(encoder, (source.sentences if not src_embeddings else [])
+    truncated = embed_files.truncation_note(encoder, (source.sentences if not src_embeddings else [])
                                       + (target.sentences if not trg_embeddings else []))
   if shard is not None:
     path = approximate.shard_file(output, shard, ivf.shards)
@@ -398,7 +398,7 @@ def _write_pairs(source: Side, target: Side, output, pairs: np.ndarray, scores: 
   """Writes `score<TAB>src<TAB>trg` lines (sentences or line numbers), best first."""
   columns = ((source.sentences, target.sentences) if output_format == "text"
              else (source.rows.tolist(), target.rows.tolist()))
-  with embed.open_output(output) as f:
+  with embed_files.open_output(output) as f:
     f.writelines(f"{score:.6f}\t{columns[0][i]}\t{columns[1][j]}\n"
                  for score, (i, j) in zip(scores.tolist(), pairs.tolist()))
   return Summary(source, target, len(pairs), options, truncated)
@@ -471,7 +471,7 @@ def main(argv: Sequence[str]) -> None:
                            f"the float [lines, d] .npy of --{flag} (python -m vmsst.embed)")
   cli.check_output_path("output", FLAGS.output)
   search = _search_options()
-  embed.run_file_command(argv, lambda: mine_files(
+  embed_files.run_file_command(argv, lambda: mine_files(
       None if precomputed or FLAGS.merge_shards else encoder_flags.unique_from_flags, FLAGS.src,
       FLAGS.trg, FLAGS.output,
       src_embeddings=FLAGS.src_embeddings, trg_embeddings=FLAGS.trg_embeddings,

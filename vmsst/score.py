@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 from absl import flags
 
-from vmsst import embed
+from vmsst.encoding import embed_files
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
 from vmsst.encoding import similarity
@@ -39,7 +39,7 @@ class Summary:
   """What `score_file` did: pairs scored, and how many have an empty (or blank) side."""
   pairs: int
   empty_sides: int
-  truncated: str = ""  # embed.truncation_note
+  truncated: str = ""  # embed_files.truncation_note
 
   def __str__(self) -> str:
     return f"{self.pairs} pairs scored ({self.empty_sides} with an empty sentence{self.truncated})"
@@ -94,11 +94,11 @@ def score_file(get_encoder: Callable[[], protocol.UniqueSentences],
                      "lines.")
   encoder = get_encoder()
   scores = score_pairs(encoder, first, second)
-  with embed.open_output(output_path) as f:
+  with embed_files.open_output(output_path) as f:
     f.writelines(f"{score:.6f}\n" for score in scores.tolist())
   empty = sum(not a.strip() or not b.strip() for a, b in zip(first, second))
   return Summary(pairs=len(scores), empty_sides=empty,
-                 truncated=embed.truncation_note(encoder, first + second))
+                 truncated=embed_files.truncation_note(encoder, first + second))
 
 
 def _define_flags() -> None:
@@ -112,7 +112,7 @@ def main(argv: Sequence[str]) -> None:
   encoder_flags.check_one()
   cli.check_input_file("input", FLAGS.input, "a UTF-8 file of `sentence_a<TAB>sentence_b` lines")
   cli.check_output_path("output", FLAGS.output)
-  embed.run_file_command(argv, lambda: f"{FLAGS.input}: " + str(score_file(
+  embed_files.run_file_command(argv, lambda: f"{FLAGS.input}: " + str(score_file(
       encoder_flags.unique_from_flags, FLAGS.input, FLAGS.output)), FLAGS.output)
 
 

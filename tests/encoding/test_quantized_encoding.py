@@ -16,7 +16,7 @@ import tensorflow as tf
 import vmsst
 import vmsst_testing
 from vmsst import calibrate
-from vmsst import embed
+from vmsst.encoding import embed_files
 from vmsst.export_formats import saved_model as export
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
@@ -79,7 +79,7 @@ def test_embed_file_writes_each_precisions_dtype_and_shape(model_dir, tmp_path, 
   lines.write_text("\n".join(SENTENCES), encoding="utf-8")
   get_encoder = lambda: protocol.UniqueSentences(
       encoder_flags.make_encoder(model_dir=str(model_dir)))
-  summary = embed.embed_file(get_encoder, lines, tmp_path / "out.npy", precision=precision,
+  summary = embed_files.embed_file(get_encoder, lines, tmp_path / "out.npy", precision=precision,
                              calibration_dir=str(model_dir))
   written = np.load(tmp_path / "out.npy")
   assert written.dtype == quantize.output_dtype(precision)

