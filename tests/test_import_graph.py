@@ -44,8 +44,6 @@ RANK = {layer: rank for rank, peers in enumerate(LAYERS) for layer in peers}
 
 # Edges the reorganisation still moves, each with who moves it; every other edge must hold.
 PENDING = {
-    "vmsst.comparison.runs -> vmsst.evaluate": "B (compare's library over evaluation's)",
-    "vmsst.compare -> vmsst.evaluate": "A/B (a command imported as a library)",
     "vmsst.export_formats.model_card -> vmsst.comparison.curves": "B (model card's curves)",
     "vmsst.export_formats.saved_model -> vmsst.calibrate": "A/B (calibrate's library)",
     "vmsst.training.loop -> vmsst.gin_configurables": "D (gin in one home)",

@@ -42,7 +42,7 @@ from typing import Sequence
 
 from absl import flags
 
-from vmsst import evaluate
+from vmsst.evaluation import runner
 from vmsst import files
 from vmsst.comparison import presets
 
@@ -52,7 +52,7 @@ FLAGS = flags.FLAGS
 def _define_flags() -> None:
   """Only as the entrypoint: the run-file flags, evaluate's suite flags and its own."""
   gin_utils.define_flags()
-  evaluate.define_suite_flags()
+  runner.define_suite_flags()
   flags.DEFINE_enum("preset", None, list(presets.PRESETS),
                     "A named comparison (objectives, seeds, run files, budget, output, suite); "
                     "other flags given explicitly override it.")
@@ -115,7 +115,7 @@ def main(argv: Sequence[str]) -> None:
     raise cli.UserError("--output is required (or a --preset, which names one).")
   cli.check_output_path("output", arguments["output"], directory=True)  # before any training
   checkpointing.quiet_orbax_logs()
-  options = evaluate.options_from_flags(default_training_languages=["ntrex128"])
+  options = runner.options_from_flags(default_training_languages=["ntrex128"])
   logging.info("comparing %s, seeds %s, %d steps each, into %s", arguments["objectives"],
                arguments["seeds"], arguments["steps"], arguments["output"])
   runs.compare(**arguments, reference=FLAGS.reference, bindings=FLAGS.gin_bindings,

@@ -181,10 +181,10 @@ def test_mine_reads_precomputed_embeddings_from_the_bucket(gcs, bucket, workdir,
 
 
 def test_evaluate_writes_results_report_and_plot_into_the_bucket(gcs, bucket, workdir, encoder):
-  from vmsst import evaluate  # pylint: disable=import-outside-toplevel
+  from vmsst.evaluation import runner  # pylint: disable=import-outside-toplevel
   output = files.join(bucket["root"], "out", "eval")
-  results = evaluate.run_suites(encoder, data_dirs=[files.join(bucket["root"], "data")],
-                                suite="tatoeba", output=output)
+  results = runner.run_suites(encoder, data_dirs=[files.join(bucket["root"], "data")],
+                              suite="tatoeba", output=output)
   assert results["_meta"]["suites"] == ["tatoeba"]
   assert results["_meta"]["data_dirs"] == [files.join(bucket["root"], "data")]
   assert objects(gcs, output) == {"results.json", "report.md", "tatoeba.png"}

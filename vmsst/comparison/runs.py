@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from vmsst import evaluate
+from vmsst.evaluation import runner
 from vmsst import files
 from vmsst import gin_utils
 from vmsst.comparison import curves as learning_curves
@@ -160,8 +160,8 @@ def evaluate_once(output: pathlib.Path, make_encoder, key: dict, *, data_dirs: S
   if stamp.is_file() and (output / "results.json").is_file():
     if json.loads(stamp.read_text()) == key:
       return json.loads((output / "results.json").read_text())
-  results = evaluate.run_suites(make_encoder(), data_dirs=data_dirs, suite=suite,
-                                output=str(output), options=options)
+  results = runner.run_suites(make_encoder(), data_dirs=data_dirs, suite=suite,
+                              output=str(output), options=options)
   stamp.write_text(json.dumps(key))
   return results
 

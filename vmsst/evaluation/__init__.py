@@ -8,4 +8,6 @@ Contracts (kept small so a new benchmark is one module):
     returning plain JSON data with every metric ×100, and
     `table(results) -> str` rendering its markdown table for report.md.
   * `suites.SUITES` is the explicit dict from suite name to benchmark.
+  * `runner.run_suites` runs the suites a `--suite` names over an encoder and writes
+    results.json, report.md and the plots (`python -m vmsst.evaluate`, `vmsst.compare`).
 """
