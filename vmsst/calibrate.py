@@ -21,42 +21,15 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
   cli.quiet_startup()
 
 # pylint: disable=wrong-import-position
-from typing import Callable, Sequence
+from typing import Sequence
 
 from absl import flags
 
-from vmsst import files
-from vmsst import text_files
+from vmsst.encoding import calibration
 from vmsst.encoding import flags as encoder_flags
-from vmsst.encoding import protocol
 from vmsst.encoding import quantize
 
 FLAGS = flags.FLAGS
-
-
-def calibration_sentences(path: str) -> list[str]:
-  """The distinct non-blank lines of `path`, in file order.
-
-  Raises:
-    ValueError: naming the file, when it holds fewer than 2 such lines.
-  """
-  sentences = list(dict.fromkeys(line for line in text_files.read_lines(path) if line.strip()))
-  if len(sentences) < 2:
-    raise ValueError(f"{path} has {len(sentences)} distinct non-empty lines; a calibration "
-                     "needs many (thousands of sentences like those the model will embed).")
-  return sentences
-
-
-def calibrate_file(get_encoder: Callable[[], protocol.UniqueSentences], input_path: str,
-                   output_dir: str) -> str:
-  """Embeds the calibration set, saves its ranges in `output_dir`; returns a summary."""
-  sentences = calibration_sentences(input_path)
-  embeddings = get_encoder().encode(sentences, desc=files.name(input_path))
-  calibration = quantize.calibrate(embeddings, files.name(input_path))
-  files.makedirs(output_dir)
-  path = quantize.save(output_dir, calibration)
-  return (f"{input_path}: {len(sentences)} distinct sentences -> per-dimension ranges of "
-          f"{calibration.dimension} dimensions; wrote {path}")
 
 
 def default_output() -> str:
@@ -81,7 +54,7 @@ def main(argv: Sequence[str]) -> None:
   cli.check_input_file("input", FLAGS.input, "a UTF-8 text file, one sentence per line")
   output = FLAGS.output or default_output()
   try:
-    print(calibrate_file(encoder_flags.unique_from_flags, FLAGS.input, output))
+    print(calibration.calibrate_file(encoder_flags.unique_from_flags, FLAGS.input, output))
   except (FileNotFoundError, ValueError) as e:
     raise cli.UserError(str(e)) from e
 

