@@ -44,7 +44,6 @@ RANK = {layer: rank for rank, peers in enumerate(LAYERS) for layer in peers}
 
 # Edges the reorganisation still moves, each with who moves it; every other edge must hold.
 PENDING = {
-    "vmsst.export_formats.model_card -> vmsst.comparison.curves": "B (model card's curves)",
     "vmsst.training.loop -> vmsst.gin_configurables": "D (gin in one home)",
 }
 

@@ -61,8 +61,8 @@ def heldout(model_dir: str) -> dict[str, float]:
   import logging  # pylint: disable=import-outside-toplevel
   logging.getLogger("tensorboard").setLevel(logging.WARNING)  # its reader narrates each file
   try:
-    from vmsst.comparison import curves as learning_curves  # pylint: disable=import-outside-toplevel
-    return learning_curves.final_values(learning_curves.read_curves(model_dir))
+    from vmsst.evaluation import logged_curves  # pylint: disable=import-outside-toplevel
+    return logged_curves.final_values(logged_curves.read_curves(model_dir))
   except (FileNotFoundError, ImportError):
     return {}
 
