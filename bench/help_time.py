@@ -11,7 +11,7 @@ libraries were imported by the time the help was printed:
 
 writes OUTPUT/<label>.json (date, commit, load average before and after, and per
 command: seconds, peak MB, exit code, heavy modules) and rewrites OUTPUT/README.md
-from every <label>.json there. tests/test_help_imports.py uses `heavy_modules`.
+from every <label>.json there. tests/commands/test_help_imports.py uses `heavy_modules`.
 """
 
 import datetime
