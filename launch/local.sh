@@ -88,13 +88,13 @@ fi
 
 if [[ "${EVAL:-1}" == 1 ]]; then
   if [[ ! -d "$TASKS_DIR/bucc2018" ]]; then
-    run "$PY" -m vmsst.build_data.bucc --data_dir="$DATA_DIR" --output="$TASKS_DIR"
+    run "$PY" -m vmsst.build_bucc --data_dir="$DATA_DIR" --output="$TASKS_DIR"
   fi
   if [[ ! -d "$TASKS_DIR/question_retrieval" ]]; then
-    run "$PY" -m vmsst.build_data.question_retrieval --data_dir="$DATA_DIR" --output="$TASKS_DIR"
+    run "$PY" -m vmsst.build_question_retrieval --data_dir="$DATA_DIR" --output="$TASKS_DIR"
   fi
   if [[ "$SUITE" == all && ! -d "$TASKS_DIR/mewsc16" ]]; then
-    run "$PY" -m vmsst.build_data.clustering --data_dir="$DATA_DIR" --output="$TASKS_DIR"
+    run "$PY" -m vmsst.build_clustering --data_dir="$DATA_DIR" --output="$TASKS_DIR"
   fi
   # The held-out retrieval curve (train.eval_every) next to the evaluation report.
   run "$PY" -m vmsst.learning_curves --model_dir="$model_dir" \

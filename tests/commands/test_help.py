@@ -102,6 +102,22 @@ def test_an_old_name_says_the_new_one_and_runs_nothing(args):
   assert "python -m vmsst.compile --topology=cpu" in done.stderr.splitlines()[-1], done.stderr
 
 
+@pytest.mark.parametrize("old, new", [
+    ("vmsst.build_data.bucc", "vmsst.build_bucc"),
+    ("vmsst.build_data.question_retrieval", "vmsst.build_question_retrieval"),
+    ("vmsst.build_data.clustering", "vmsst.build_clustering"),
+    ("vmsst.build_data.flores", "vmsst.build_flores"),
+    ("vmsst.evaluation.preservation", "vmsst.preservation")])
+def test_a_moved_command_names_its_new_module_and_builds_nothing(tmp_path, old, new):
+  done = subprocess.run([sys.executable, "-m", old, "--data_dir=../shared/data",
+                         f"--output={tmp_path}/out"], cwd=vmsst_testing.ROOT,
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert done.returncode == 2 and done.stdout == "", done.stderr
+  assert f"is now python -m {new} (same flags)" in done.stderr.splitlines()[-1], done.stderr
+  assert not (tmp_path / "out").exists()
+  assert index.RENAMED[old] == new
+
+
 def test_python_m_vmsst_name_runs_the_command_or_names_the_closest():
   assert "python -m vmsst.embed --" in _help("vmsst", "embed", "--help")
   done = subprocess.run([sys.executable, "-m", "vmsst", "embd"], cwd=vmsst_testing.ROOT,

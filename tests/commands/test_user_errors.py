@@ -158,7 +158,7 @@ def test_the_other_commands_name_a_directory_that_is_no_run_without_a_traceback(
 def test_the_data_builders_name_a_missing_corpus_or_a_bad_output_without_a_traceback(
     tmp_path, builder):
   (tmp_path / "a_file").write_text("")
-  command = (f"vmsst.build_data.{builder}",)
+  command = (f"vmsst.build_{builder}",)
   for flags, named in [
       ((f"--data_dir={tmp_path}/nowhere", f"--output={tmp_path}/out"),
        f"--data_dir={tmp_path}/nowhere"),

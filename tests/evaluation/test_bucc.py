@@ -377,7 +377,7 @@ def test_build_rejects_bad_options(data_dir, tmp_path):
 
 
 def test_command_line(data_dir, tmp_path):
-  command = [sys.executable, "-m", "vmsst.build_data.bucc", f"--data_dir={data_dir}",
+  command = [sys.executable, "-m", "vmsst.build_bucc", f"--data_dir={data_dir}",
              f"--output={tmp_path}", "--pairs=fr-en", "--aligned_fraction=0.03", "--seed=3"]
   done = subprocess.run(command, capture_output=True, text=True, check=False,
                         cwd=pathlib.Path(__file__).resolve().parents[2])

@@ -1,4 +1,4 @@
-"""vmsst.build_data.flores: NTREX-128's held-out documents in the FLORES layout the suite reads."""
+"""vmsst.build_flores: NTREX-128's held-out documents in the FLORES layout the suite reads."""
 
 import gzip
 import subprocess
@@ -30,7 +30,7 @@ def test_held_out_lines_of_every_training_language_aligned_and_read_back(data_di
 
 
 def test_command_names_a_missing_corpus(tmp_path):
-  done = subprocess.run([sys.executable, "-m", "vmsst.build_data.flores",
+  done = subprocess.run([sys.executable, "-m", "vmsst.build_flores",
                          f"--data_dir={tmp_path}", f"--output={tmp_path}/out"],
                         cwd=vmsst_testing.ROOT, capture_output=True, text=True, check=False)
   vmsst_testing.assert_user_error(done, f"--data_dir={tmp_path}", "ntrex128/DOCUMENT_IDS.tsv")

@@ -46,7 +46,7 @@ def test_parallel_is_located_by_its_two_files_not_a_folder(tmp_path):
 def test_a_miss_names_every_path_searched_and_the_fix(tmp_path):
   message = suites.missing_message("bucc", [tmp_path / "x", tmp_path / "y"])
   assert str(tmp_path / "x" / "bucc2018") in message and str(tmp_path / "y" / "bucc2018") in message
-  assert "python -m vmsst.build_data.bucc" in message
+  assert "python -m vmsst.build_bucc" in message
   shipped = suites.missing_message("tatoeba", [tmp_path])
   assert "pass their root with --data_dir" in shipped
   assert "--src=a.txt --trg=b.txt" in suites.missing_message("parallel", [tmp_path])

@@ -1,6 +1,6 @@
 r"""Builds a BUCC-2018-format mining task from real translations.
 
-    python -m vmsst.build_data.bucc --data_dir=/work/shared/data --output=DIR \
+    python -m vmsst.build_bucc --data_dir=/work/shared/data --output=DIR \
         [--pairs=de-en,fr-en,ru-en,zh-en] [--aligned_fraction=0.025] [--seed=0]
 
 BUCC 2018 itself is not available offline, so this hides real translation
@@ -45,12 +45,6 @@ the mean cosine of a sentence's 4 nearest neighbours, is then less reliable
 than in the paper: pairs in sparse regions get inflated ratios.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
-
-if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
-
-# pylint: disable=wrong-import-position
 import collections
 import json
 import pathlib
@@ -58,13 +52,12 @@ import re
 import zlib
 from typing import Sequence
 
-from absl import flags
 import numpy as np
 from scipy import sparse
 
+from vmsst import cli
 from vmsst import files
 from vmsst.evaluation import bucc
-from vmsst import build_data
 from vmsst import sts_files
 from vmsst import text_files
 
@@ -239,7 +232,7 @@ def _write_notes(root: pathlib.Path, data_dir: pathlib.Path, counts: dict,
   if licence.exists():
     files.copy(licence, root / "LICENSE.stsb-multi-mt")
   text = (f"# BUCC-2018-format mining task built from stsb-multi-mt\n\n"
-          f"{bucc.BUILT_NOTE}: built by `python -m vmsst.build_data.bucc` "
+          f"{bucc.BUILT_NOTE}: built by `python -m vmsst.build_bucc` "
           f"(see that module's docstring for every step) from {data_dir / STSB_DIR} "
           "(PhilipMay/stsb-multi-mt: the STS Benchmark with DeepL translations; licence in "
           "LICENSE.stsb-multi-mt). Gold pairs are real translation rows hidden among "
@@ -250,27 +243,5 @@ def _write_notes(root: pathlib.Path, data_dir: pathlib.Path, counts: dict,
   (root / "README.md").write_text(text, encoding="utf-8")
 
 
-# ---------------------------------------------------------------------------- CLI
-
-
-def _define_flags() -> None:
-  """Defined only when run as a command, so importing this module adds no flags."""
-  flags.DEFINE_string("data_dir", None, "Directory holding stsb-multi-mt/.", required=True)
-  flags.DEFINE_string("output", None, "Where bucc2018/ is written.", required=True)
-  flags.DEFINE_list("pairs", list(DEFAULT_PAIRS), "Language pairs xx-en (BUCC 2018's four).")
-  flags.DEFINE_float("aligned_fraction", 0.025, "Gold pairs as a fraction of each side "
-                     "(BUCC 2018 training: about 2-3%).")
-  flags.DEFINE_integer("seed", 0, "Seed of the shuffles.")
-  flags.DEFINE_float("near_duplicate_jaccard", NEAR_DUPLICATE_JACCARD,
-                     "Content-word Jaccard from which English sentences are near-duplicates.")
-
-
-def main(argv: Sequence[str]) -> None:
-  build_data.run(argv, lambda config: build(
-      config.data_dir, config.output, config.pairs, config.aligned_fraction, config.seed,
-      near_duplicate_jaccard=config.near_duplicate_jaccard), written=TASK_DIR)
-
-
 if __name__ == "__main__":
-  _define_flags()
-  cli.run(main)
+  cli.renamed("vmsst.build_data.bucc", "vmsst.build_bucc")

@@ -9,25 +9,18 @@ STSb's after whitespace normalization, every score equal). Captions
 (MSRvid, images) and news (headlines, MSRpar) are close in topic, so even a
 strong encoder stays well below 100: a comparative, not an absolute, score.
 
-  python -m vmsst.build_data.clustering --data_dir=/work/shared/data --output=DIR
+  python -m vmsst.build_clustering --data_dir=/work/shared/data --output=DIR
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
-
-if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
-
-# pylint: disable=wrong-import-position
 import collections
 import gzip
 import pathlib
 from typing import Sequence
 
-from absl import flags
 import numpy as np
 
+from vmsst import cli
 from vmsst import files
-from vmsst import build_data
 from vmsst import sts_files
 from vmsst import text_files
 from vmsst.evaluation.clustering import CATEGORIES_SUFFIX, DEFAULT_FOLDER, SENTENCES_SUFFIX
@@ -145,25 +138,5 @@ def build_clustering_task(data_dir: str | pathlib.Path, output: str | pathlib.Pa
           "source": source}
 
 
-# ---------------------------------------------------------------- CLI
-
-
-def _define_flags() -> None:
-  """Defined only when run as a command, so importing this module adds no flags."""
-  flags.DEFINE_string("data_dir", None, "Shared data root (stsb/, stsb-multi-mt/).", required=True)
-  flags.DEFINE_string("output", None, "Directory to write <name>/ into.", required=True)
-  flags.DEFINE_list("languages", list(sts_files.STSB_MULTI_MT_LANGUAGES),
-                    "stsb-multi-mt languages to write.")
-  flags.DEFINE_integer("max_per_category", 250, "Sentences sampled per category.")
-  flags.DEFINE_integer("seed", 0, "Seed of the per-category sample.")
-
-
-def main(argv: Sequence[str]) -> None:
-  build_data.run(argv, lambda config: build_clustering_task(
-      config.data_dir, config.output, languages=config.languages,
-      max_per_category=config.max_per_category, seed=config.seed))
-
-
 if __name__ == "__main__":
-  _define_flags()
-  cli.run(main)
+  cli.renamed("vmsst.build_data.clustering", "vmsst.build_clustering")

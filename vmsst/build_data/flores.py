@@ -1,6 +1,6 @@
 r"""Builds a FLORES-layout multi-parallel task from NTREX-128's held-out documents.
 
-    python -m vmsst.build_data.flores --data_dir=../shared/data --output=runs/eval_tasks
+    python -m vmsst.build_flores --data_dir=../shared/data --output=runs/eval_tasks
 
 FLORES-200 is not in ../shared/data, but NTREX-128 has its shape: one file per
 language, line i of every file translating the same English news sentence.
@@ -22,20 +22,11 @@ A line that is not valid UTF-8 in any language drops that line from every
 file (the files must stay aligned); the count is printed and in README.md.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
-
-if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
-
-# pylint: disable=wrong-import-position
 import json
 import pathlib
-from typing import Sequence
 
-from absl import flags
-
+from vmsst import cli
 from vmsst import files
-from vmsst import build_data
 from vmsst_tasks import sources
 
 TASK_DIR = "flores"
@@ -73,31 +64,12 @@ def build(data_dir: str | pathlib.Path, output: str | pathlib.Path) -> dict:
             "documents": len(held_out)}
   (folder.parent / "README.md").write_text(
       "# NTREX-128 held-out documents in the FLORES layout\n\n"
-      "Not FLORES data: built by `python -m vmsst.build_data.flores` (see its docstring) "
+      "Not FLORES data: built by `python -m vmsst.build_flores` (see its docstring) "
       f"from {files.join(data_dir, sources.NTREX_DIR)}, the documents vmsst training holds "
       "out. Licence: NTREX-128's (CC BY-SA 4.0, see its LICENSE.md).\n\n"
       f"Counts: `{json.dumps(counts)}`\n", encoding="utf-8")
   return counts
 
 
-def _define_flags() -> None:
-  """Defined only when run as a command, so importing this module adds no flags."""
-  flags.DEFINE_string("data_dir", None, "Directory holding ntrex128/.", required=True)
-  flags.DEFINE_string("output", None, "Where flores/devtest/ is written.", required=True)
-
-
-def _has_ntrex_documents(data_dir: str) -> None:
-  if not files.isfile(files.join(data_dir, sources.NTREX_DIR, "DOCUMENT_IDS.tsv")):
-    raise cli.UserError(f"--data_dir={data_dir} has no {sources.NTREX_DIR}/DOCUMENT_IDS.tsv; "
-                        "give the root of the shared corpora (../shared/data from the "
-                        "repository, see its README.md).")
-
-
-def main(argv: Sequence[str]) -> None:
-  build_data.run(argv, lambda config: build(config.data_dir, config.output),
-                 check_data=_has_ntrex_documents, written=f"{TASK_DIR}/{SPLIT}", indent=None)
-
-
 if __name__ == "__main__":
-  _define_flags()
-  cli.run(main)
+  cli.renamed("vmsst.build_data.flores", "vmsst.build_flores")

@@ -18,23 +18,15 @@ KB texts are deduplicated (one id per distinct whitespace-normalized text), so
 a gold text has one id. A query text occurring in several rows of one
 language is one query whose gold is the union of the rows' golds.
 
-  python -m vmsst.build_data.question_retrieval --data_dir=/work/shared/data --output=DIR
+  python -m vmsst.build_question_retrieval --data_dir=/work/shared/data --output=DIR
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
-
-if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
-
-# pylint: disable=wrong-import-position
 import collections
 import pathlib
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
-from absl import flags
-
+from vmsst import cli
 from vmsst import files
-from vmsst import build_data
 from vmsst import sts_files
 from vmsst import text_files
 from vmsst.evaluation.question_retrieval import FOLDER, GOLD, KB, QUERIES
@@ -188,28 +180,5 @@ def build_question_retrieval(data_dir: str | pathlib.Path, output: str | pathlib
   return {"folder": str(folder), "sets": summary}
 
 
-# ---------------------------------------------------------------- CLI
-
-
-def _define_flags() -> None:
-  """Defined only when run as a command, so importing this module adds no flags."""
-  flags.DEFINE_string("data_dir", None, "Shared data root (stsb-multi-mt/, sts12-16/).",
-                      required=True)
-  flags.DEFINE_string("output", None, "Directory to write question_retrieval/ into.",
-                      required=True)
-  flags.DEFINE_list("languages", list(STSB_QUERY_LANGUAGES), "stsb-multi-mt query languages.")
-  flags.DEFINE_float("min_score", MIN_SCORE, "Lowest STS score of a query-gold pair.")
-  flags.DEFINE_list("kb_splits", list(sts_files.STSB_SPLITS),
-                    "stsb-multi-mt splits filling the KB.")
-  flags.DEFINE_bool("sts16", True, "Also write the English STS16 question-question set.")
-
-
-def main(argv: Sequence[str]) -> None:
-  build_data.run(argv, lambda config: build_question_retrieval(
-      config.data_dir, config.output, languages=config.languages, min_score=config.min_score,
-      kb_splits=config.kb_splits, sts16=config.sts16))
-
-
 if __name__ == "__main__":
-  _define_flags()
-  cli.run(main)
+  cli.renamed("vmsst.build_data.question_retrieval", "vmsst.build_question_retrieval")

@@ -258,7 +258,7 @@ def evaluate(encoder: protocol.UniqueSentences, folder: str | pathlib.Path, *,
   found = [f"{s}-{t}" for s, t in language_pairs(root)]
   if not found:
     raise ValueError(f"no <src>-<trg>/ mining task under {root} (nor {root}/bucc2018); "
-                     "build one with `python -m vmsst.build_data.bucc`.")
+                     "build one with `python -m vmsst.build_bucc`.")
   missing = sorted(set(pairs or ()) - set(found))
   if missing:
     raise ValueError(f"pairs {missing} are not under {root}; found {found}.")

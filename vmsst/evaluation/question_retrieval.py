@@ -122,7 +122,7 @@ def find_sets(folder: str | pathlib.Path) -> dict[str, pathlib.Path]:
   sets = {p.parent.name: p.parent for p in sorted(folder.glob(f"*/{QUERIES}"))}
   if not sets:
     raise ValueError(f"{folder}: no <set>/{QUERIES}; build a set with `python -m "
-                     f"vmsst.build_data.question_retrieval --data_dir=... --output=DIR`.")
+                     f"vmsst.build_question_retrieval --data_dir=... --output=DIR`.")
   return sets
 
 

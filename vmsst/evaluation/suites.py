@@ -98,12 +98,12 @@ SUITES: dict[str, Suite] = {
                                              index=o.mining_index),
         bucc.table, "BUCC-style bitext mining (F1)",
         "the BUCC 2018 files, or build a BUCC-format task from real sentences with "
-        "`python -m vmsst.build_data.bucc --data_dir=../shared/data --output=DIR` "
+        "`python -m vmsst.build_bucc --data_dir=../shared/data --output=DIR` "
         "and add DIR to --data_dir"),
     "question_retrieval": Suite(
         "question_retrieval", lambda enc, folder, o: question_retrieval.evaluate(enc, folder),
         question_retrieval.table, "Question retrieval (R@1)",
-        "build a retrieval set with `python -m vmsst.build_data.question_retrieval "
+        "build a retrieval set with `python -m vmsst.build_question_retrieval "
         "--data_dir=../shared/data --output=DIR` and add DIR to --data_dir"),
     "xnli": Suite(
         "xnli_de", lambda enc, folder, o: pair_ranking.evaluate(enc, folder),
@@ -112,7 +112,7 @@ SUITES: dict[str, Suite] = {
         "mewsc16", lambda enc, folder, o: clustering.evaluate(enc, folder),
         clustering.table, "Short-text clustering (MewsC-16 protocol, accuracy)",
         "the MewsC-16 files (<lang>_sentences.txt.gz, <lang>_categories.txt), or build a "
-        "set in that format with `python -m vmsst.build_data.clustering --data_dir=... "
+        "set in that format with `python -m vmsst.build_clustering --data_dir=... "
         "--output=DIR` and add DIR to --data_dir"),
     "parallel": Suite(
         None, lambda enc, folder, o: parallel.evaluate(
