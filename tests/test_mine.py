@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from vmsst.mining import bitext
-from vmsst import mine
+from vmsst.mining import file_mining
 from vmsst.mining import approximate
 from vmsst.evaluation import bucc
 from vmsst.encoding import protocol
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-COMBINATIONS = list(itertools.product(mine.MARGINS, mine.RETRIEVALS))
+COMBINATIONS = list(itertools.product(file_mining.MARGINS, file_mining.RETRIEVALS))
 
 
 # --------------------------------------------------------------- the brute-force reference
@@ -109,10 +109,10 @@ def test_random_sentences_match_the_reference(random_task, tmp_path, margin, ret
   ranked = [s for s, _, _ in _reference(src, trg, table, 3, margin, retrieval, None)]
   threshold = (ranked[len(ranked) // 2] + ranked[len(ranked) // 2 + 1]) / 2
   for cut in (None, threshold):
-    summary = mine.mine_files(_encoder(table), tmp_path / "src.txt", tmp_path / "trg.txt",
-                              tmp_path / "out.tsv", src_embeddings=tmp_path / "src.npy",
-                              margin=margin, retrieval=retrieval, k=3, threshold=cut,
-                              progress=False, query_block=5, key_block=9)
+    summary = file_mining.mine_files(_encoder(table), tmp_path / "src.txt", tmp_path / "trg.txt",
+                                     tmp_path / "out.tsv", src_embeddings=tmp_path / "src.npy",
+                                     margin=margin, retrieval=retrieval, k=3, threshold=cut,
+                                     progress=False, query_block=5, key_block=9)
     got = _read_output(tmp_path / "out.tsv")
     want = _reference(src, trg, table, 3, margin, retrieval, cut)
     _assert_same(got, want)
@@ -152,9 +152,9 @@ def test_exact_ties_match_the_reference(tied_task, tmp_path, margin, retrieval, 
   src, trg, table = tied_task
   (tmp_path / "src.txt").write_text("\n".join(src) + "\n")
   (tmp_path / "trg.txt").write_text("\n".join(trg) + "\n")
-  mine.mine_files(_encoder(table), tmp_path / "src.txt", tmp_path / "trg.txt",
-                  tmp_path / "out.tsv", margin=margin, retrieval=retrieval, k=k,
-                  progress=False, query_block=3, key_block=2)
+  file_mining.mine_files(_encoder(table), tmp_path / "src.txt", tmp_path / "trg.txt",
+                         tmp_path / "out.tsv", margin=margin, retrieval=retrieval, k=k,
+                         progress=False, query_block=3, key_block=2)
   got = _read_output(tmp_path / "out.tsv")
   _assert_same(got, _reference(src, trg, table, k, margin, retrieval, None))
 
@@ -169,8 +169,8 @@ def test_ties_break_by_file_order_by_hand(tmp_path):
   (tmp_path / "trg.txt").write_text("p\nq\n")
   for retrieval, want in {"fwd": [("a", "p")], "bwd": [("a", "p")], "max": [("a", "p")],
                           "intersect": [("a", "p")]}.items():
-    mine.mine_files(_encoder(table), tmp_path / "src.txt", tmp_path / "trg.txt",
-                    tmp_path / "out.tsv", retrieval=retrieval, k=2, progress=False)
+    file_mining.mine_files(_encoder(table), tmp_path / "src.txt", tmp_path / "trg.txt",
+                           tmp_path / "out.tsv", retrieval=retrieval, k=2, progress=False)
     assert [(x, y) for _, x, y in _read_output(tmp_path / "out.tsv")] == want, retrieval
   # 1.0 / ((1 + 1) / 2) = 1: the ratio margin of a tie everywhere.
   assert _read_output(tmp_path / "out.tsv")[0][0] == 1.0
@@ -210,14 +210,14 @@ def _never():
 def test_a_tab_inside_a_sentence_names_file_line_and_fix(tmp_path):
   src, trg = _files(tmp_path, "a\nb\n", "p\nq\tr\n")
   with pytest.raises(ValueError, match=r"trg\.txt:2: the sentence holds a TAB.*replace TABs"):
-    mine.mine_files(_never, src, trg, tmp_path / "out.tsv")
+    file_mining.mine_files(_never, src, trg, tmp_path / "out.tsv")
 
 
 def test_k_larger_than_a_side_is_an_error_before_encoding(tmp_path):
   src, trg = _files(tmp_path, "a\nb\nc\nd\n", "p\n\np\nq\n")
   with pytest.raises(ValueError, match=r"--k=3 needs .* 4 source and 2 target sentences; "
                                        r"pass 1 <= --k <= 2"):
-    mine.mine_files(_never, src, trg, tmp_path / "out.tsv", k=3)
+    file_mining.mine_files(_never, src, trg, tmp_path / "out.tsv", k=3)
 
 
 @pytest.mark.parametrize("matrix,message", [
@@ -231,8 +231,9 @@ def test_bad_precomputed_embeddings_name_the_file_and_the_fix(tmp_path, matrix, 
   src, trg = _files(tmp_path, "a\nb\n", "p\nq\n")
   np.save(tmp_path / "src.npy", matrix)
   with pytest.raises(ValueError, match=message):
-    mine.mine_files(_never, src, trg, tmp_path / "out.tsv", src_embeddings=tmp_path / "src.npy",
-                    trg_embeddings=tmp_path / "src.npy", k=1)
+    file_mining.mine_files(_never, src, trg, tmp_path / "out.tsv",
+                           src_embeddings=tmp_path / "src.npy",
+                           trg_embeddings=tmp_path / "src.npy", k=1)
 
 
 def test_sides_of_different_widths_are_an_error(tmp_path):
@@ -240,8 +241,8 @@ def test_sides_of_different_widths_are_an_error(tmp_path):
   np.save(tmp_path / "src.npy", np.ones((1, 3)))
   table = {"p": (1.0, 0.0)}
   with pytest.raises(ValueError, match="3-wide but target ones 2; embed both sides with"):
-    mine.mine_files(_encoder(table), src, trg, tmp_path / "out.tsv", k=1,
-                    src_embeddings=tmp_path / "src.npy")
+    file_mining.mine_files(_encoder(table), src, trg, tmp_path / "out.tsv", k=1,
+                           src_embeddings=tmp_path / "src.npy")
 
 
 def test_unknown_margin_or_retrieval():
@@ -291,8 +292,8 @@ def test_a_precomputed_side_of_another_width_fails_before_the_other_side_is_embe
   encode = raw.encode
   raw.encode = lambda sentences: calls.append(list(sentences)) or encode(sentences)
   with pytest.raises(ValueError, match="source embeddings are 2-wide but target ones 3"):
-    mine.mine_files(lambda: protocol.UniqueSentences(raw, progress=False), src, trg,
-                    tmp_path / "out.tsv", k=1, trg_embeddings=tmp_path / "trg.npy")
+    file_mining.mine_files(lambda: protocol.UniqueSentences(raw, progress=False), src, trg,
+                           tmp_path / "out.tsv", k=1, trg_embeddings=tmp_path / "trg.npy")
   assert calls == [["a"]]  # one sentence to learn the width, not the whole side
 
 
@@ -301,7 +302,7 @@ def test_an_empty_side_is_one_error_naming_the_file(tmp_path, text):
   src, trg = _files(tmp_path, "a\n", text)
   with pytest.raises(ValueError, match=r"trg\.txt has no sentences to mine \(\d lines, none "
                                        r"with text\); give a file with one sentence per line"):
-    mine.mine_files(_never, src, trg, tmp_path / "out.tsv")
+    file_mining.mine_files(_never, src, trg, tmp_path / "out.tsv")
 
 
 def test_indices_output_gives_the_line_numbers_of_both_sides(tmp_path):
@@ -309,8 +310,8 @@ def test_indices_output_gives_the_line_numbers_of_both_sides(tmp_path):
   # a·q = b·p = 0, so the absolute margin keeps a-p and b-q, each scoring 1.
   table = {"a": (1.0, 0.0), "b": (0.0, 1.0), "p": (2.0, 0.0), "q": (0.0, 5.0)}
   src, trg = _files(tmp_path, "\na\na\nb\n", "q\np\n")
-  mine.mine_files(_encoder(table), src, trg, tmp_path / "out.tsv", margin="absolute", k=1,
-                  progress=False, output_format="indices")
+  file_mining.mine_files(_encoder(table), src, trg, tmp_path / "out.tsv", margin="absolute", k=1,
+                         progress=False, output_format="indices")
   lines = (tmp_path / "out.tsv").read_text().splitlines()
   assert sorted(lines) == ["1.000000\t1\t1", "1.000000\t3\t0"]
 
@@ -400,8 +401,8 @@ def _ivf_inputs(tmp_path) -> dict:
 def test_sharded_ivf_bounds_and_summary(tmp_path):
   with pytest.raises(ValueError, match=r"--shards=200 must be between 1 and 150"):
     approximate.shard_slices(600, 200, 4)
-  summary = mine.mine_files(None, output=tmp_path / "ivf.tsv", **_ivf_inputs(tmp_path),
-                            ivf=approximate.IvfOptions(nlist=4, nprobe=4, shards=2))
+  summary = file_mining.mine_files(None, output=tmp_path / "ivf.tsv", **_ivf_inputs(tmp_path),
+                                   ivf=approximate.IvfOptions(nlist=4, nprobe=4, shards=2))
   assert "approximate IVF neighbours (2 key shards of 4 cells, nprobe 4)" in str(summary)
 
 
@@ -409,14 +410,14 @@ def test_shards_searched_apart_and_merged_mine_what_one_run_mines(tmp_path):
   """Two `--shard=i` runs (one machine each) and a merge write the one-run pairs."""
   inputs = _ivf_inputs(tmp_path)
   options = approximate.IvfOptions(nlist=4, nprobe=2, shards=2)
-  mine.mine_files(None, output=tmp_path / "one.tsv", ivf=options, **inputs)
+  file_mining.mine_files(None, output=tmp_path / "one.tsv", ivf=options, **inputs)
   output = tmp_path / "out" / "pairs.tsv"
   for shard in (1, 0):
-    summary = mine.mine_files(None, output=output, ivf=options, shard=shard, **inputs)
+    summary = file_mining.mine_files(None, output=output, ivf=options, shard=shard, **inputs)
     assert f"shard {shard} of 2" in str(summary) and summary.written == 0
   assert not output.exists()
   del inputs["src_embeddings"], inputs["trg_embeddings"]  # a merge needs no vectors
-  summary = mine.mine_files(None, output=output, ivf=options, merge_shards=True, **inputs)
+  summary = file_mining.mine_files(None, output=output, ivf=options, merge_shards=True, **inputs)
   assert "merged from the shard files" in str(summary)
   assert output.read_text() == (tmp_path / "one.tsv").read_text()
 
@@ -425,24 +426,24 @@ def test_sharded_runs_refuse_missing_or_mismatched_shards(tmp_path):
   inputs = _ivf_inputs(tmp_path)
   options = approximate.IvfOptions(nlist=4, nprobe=2, shards=2)
   output = tmp_path / "pairs.tsv"
-  mine.mine_files(None, output=output, ivf=options, shard=0, **inputs)
+  file_mining.mine_files(None, output=output, ivf=options, shard=0, **inputs)
   with pytest.raises(ValueError, match=r"1 of 2 shard files are missing .*shard-00001-of-00002"):
-    mine.mine_files(None, output=output, ivf=options, merge_shards=True, **inputs)
-  mine.mine_files(None, output=output, ivf=dataclasses.replace(options, nprobe=3), shard=1,
-                  **inputs)
+    file_mining.mine_files(None, output=output, ivf=options, merge_shards=True, **inputs)
+  file_mining.mine_files(None, output=output, ivf=dataclasses.replace(options, nprobe=3), shard=1,
+                         **inputs)
   with pytest.raises(ValueError, match=r"shard-00001-of-00002.npz was written with other "
                                        r"\['nprobe'\].*--shard=1"):
-    mine.mine_files(None, output=output, ivf=options, merge_shards=True, **inputs)
+    file_mining.mine_files(None, output=output, ivf=options, merge_shards=True, **inputs)
   for kwargs, message in [
       (dict(ivf=options, shard=2), r"--shard=2 must be in 0..1"),
       (dict(ivf=options, shard=0, merge_shards=True), r"pass one"),
       (dict(ivf=dataclasses.replace(options, shards=1), shard=0), r"--shards=S > 1"),
   ]:
     with pytest.raises(ValueError, match=message):
-      mine.mine_files(None, output=output, **kwargs, **inputs)
+      file_mining.mine_files(None, output=output, **kwargs, **inputs)
   del inputs["trg_embeddings"]
   with pytest.raises(ValueError, match=r"--shard needs --src_embeddings and --trg_embeddings"):
-    mine.mine_files(lambda: None, output=output, ivf=options, shard=0, **inputs)
+    file_mining.mine_files(lambda: None, output=output, ivf=options, shard=0, **inputs)
 
 
 def test_merge_shards_command_needs_no_encoder(tmp_path):
@@ -469,17 +470,17 @@ def test_sampled_recall_counts_the_exact_neighbours_found():
 
 def test_an_ivf_mining_run_reports_its_recall_and_the_fix_when_low(tmp_path):
   inputs = _ivf_inputs(tmp_path)
-  full = mine.mine_files(None, output=tmp_path / "a.tsv", recall_sample=200,
-                         ivf=approximate.IvfOptions(nlist=8, nprobe=8), **inputs)
+  full = file_mining.mine_files(None, output=tmp_path / "a.tsv", recall_sample=200,
+                                ivf=approximate.IvfOptions(nlist=8, nprobe=8), **inputs)
   assert ("recall@4 of the IVF neighbours against exact on 200 / 200 sampled sentences: "
           "1.000 (src->trg) / 1.000 (trg->src)") in str(full)
   assert "raise --nprobe" not in str(full)
   # 8 cells, one probed: some neighbours sit in other cells (recall 0.979 / 0.964 measured).
-  coarse = mine.mine_files(None, output=tmp_path / "b.tsv",
-                           ivf=approximate.IvfOptions(nlist=8, nprobe=1), **inputs)
+  coarse = file_mining.mine_files(None, output=tmp_path / "b.tsv",
+                                  ivf=approximate.IvfOptions(nlist=8, nprobe=1), **inputs)
   assert "below 0.98: raise --nprobe" in str(coarse)
-  skipped = mine.mine_files(None, output=tmp_path / "c.tsv", recall_sample=0,
-                            ivf=approximate.IvfOptions(nlist=8, nprobe=8), **inputs)
+  skipped = file_mining.mine_files(None, output=tmp_path / "c.tsv", recall_sample=0,
+                                   ivf=approximate.IvfOptions(nlist=8, nprobe=8), **inputs)
   assert "recall" not in str(skipped)
 
 
@@ -502,13 +503,13 @@ def test_sq8_keys_rescored_by_exact_cosine_give_the_exact_neighbours_of_a_full_p
 
 def test_ivf_streams_memory_mapped_embeddings(tmp_path):
   inputs = _ivf_inputs(tmp_path)
-  side = mine.read_side(inputs["src"])
-  assert isinstance(mine.load_embeddings(inputs["src_embeddings"], side), np.memmap)
-  summary = mine.mine_files(None, output=tmp_path / "ivf.tsv", **inputs,
-                            ivf=approximate.IvfOptions(nlist=8, nprobe=8))
+  side = file_mining.read_side(inputs["src"])
+  assert isinstance(file_mining.load_embeddings(inputs["src_embeddings"], side), np.memmap)
+  summary = file_mining.mine_files(None, output=tmp_path / "ivf.tsv", **inputs,
+                                   ivf=approximate.IvfOptions(nlist=8, nprobe=8))
   assert "approximate IVF neighbours (8 cells, nprobe 8)" in str(summary)
   del inputs["index"]
-  mine.mine_files(None, output=tmp_path / "exact.tsv", **inputs)
+  file_mining.mine_files(None, output=tmp_path / "exact.tsv", **inputs)
   _assert_same(_read_output(tmp_path / "ivf.tsv"), _read_output(tmp_path / "exact.tsv"))
 
 

@@ -25,7 +25,7 @@ import vmsst_testing
 from vmsst import cli
 from vmsst.encoding import embed_files
 from vmsst import files
-from vmsst import mine
+from vmsst.mining import file_mining
 from vmsst import score
 from vmsst.encoding import checkpoint
 from vmsst.encoding import flags as encoder_flags
@@ -157,9 +157,9 @@ def test_score_and_mine_read_and_write_the_bucket(gcs, bucket, workdir, encoder)
   scores = [float(x) for x in files.read_text(files.join(out, "scores.txt")).split()]
   first, second = SENTENCES[:len(ENGLISH)], ENGLISH
   np.testing.assert_allclose(scores, score.score_pairs(get_encoder(), first, second), atol=2e-6)
-  mine.mine_files(get_encoder, files.join(bucket["root"], "in", "de.txt"),
-                  files.join(bucket["root"], "in", "en.txt"), files.join(out, "mined.tsv"), k=2,
-                  progress=False)
+  file_mining.mine_files(get_encoder, files.join(bucket["root"], "in", "de.txt"),
+                         files.join(bucket["root"], "in", "en.txt"), files.join(out, "mined.tsv"),
+                         k=2, progress=False)
   mined = files.read_text(files.join(out, "mined.tsv")).splitlines()
   assert mined and all(len(line.split("\t")) == 3 for line in mined)
   assert objects(gcs, out) == {"scores.txt", "mined.tsv"}
@@ -171,7 +171,7 @@ def test_mine_reads_precomputed_embeddings_from_the_bucket(gcs, bucket, workdir,
   for side, lines in (("de", SENTENCES), ("en", ENGLISH)):
     embed_files.embed_file(lambda: unique, files.join(bucket["root"], "in", f"{side}.txt"),
                      files.join(out, f"{side}.npy"))
-  run = lambda name, **options: (mine.mine_files(
+  run = lambda name, **options: (file_mining.mine_files(
       lambda: unique, files.join(bucket["root"], "in", "de.txt"),
       files.join(bucket["root"], "in", "en.txt"), files.join(out, name), k=2, progress=False,
       **options), files.read_text(files.join(out, name)))[1]

@@ -11,7 +11,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from vmsst import files
-from vmsst import mine
+from vmsst.mining import file_mining
 from vmsst.mining import bitext
 from vmsst.encoding import protocol
 from vmsst.encoding import saved_model
@@ -62,7 +62,8 @@ def _assert_same(got: dict, want: dict) -> None:
 
 def _in_process(patterns, table, output, **options) -> dict:
   encoder = lambda: protocol.UniqueSentences(protocol.PrecomputedEncoder(table), progress=False)
-  mine.mine_files(encoder, patterns["src"], patterns["trg"], output, progress=False, **options)
+  file_mining.mine_files(encoder, patterns["src"], patterns["trg"], output, progress=False,
+                         **options)
   return _read_pairs(output)
 
 
@@ -220,8 +221,8 @@ def test_the_exported_model_through_run_inference_mines_what_mine_mines(
                    PipelineOptions(ONE_WORKER), {"src": handler, "trg": handler})
   encoder = lambda: protocol.UniqueSentences(saved_model.SavedModelEncoder(str(exported)),
                                              progress=False)
-  mine.mine_files(encoder, patterns["src"], patterns["trg"], tmp_path / "ref.tsv", k=4,
-                  progress=False)
+  file_mining.mine_files(encoder, patterns["src"], patterns["trg"], tmp_path / "ref.tsv", k=4,
+                         progress=False)
   got, want = _read_pairs(summary["pairs"]), _read_pairs(tmp_path / "ref.tsv")
   # RunInference batches sentences otherwise than `mine` does, so cosines can differ in the
   # last float32 bits; at a near-tie that flips the greedy one-to-one pass for a pair (one of

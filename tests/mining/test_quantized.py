@@ -70,7 +70,7 @@ def test_bad_options_are_errors_naming_the_flag():
 
 
 def test_mine_files_with_binary_codes_writes_the_float_pairs(tmp_path):
-  from vmsst import mine  # pylint: disable=g-import-not-at-top
+  from vmsst.mining import file_mining  # pylint: disable=g-import-not-at-top
   source, target, _ = _planted(n=120, distractors=40, dim=64)
   for name, vectors in (("src", source), ("trg", target)):
     (tmp_path / name).write_text("\n".join(f"{name} {i}" for i in range(len(vectors))),
@@ -78,9 +78,10 @@ def test_mine_files_with_binary_codes_writes_the_float_pairs(tmp_path):
     np.save(tmp_path / f"{name}.npy", vectors)
   common = dict(src_embeddings=str(tmp_path / "src.npy"), trg_embeddings=str(tmp_path / "trg.npy"),
                 progress=False)
-  mine.mine_files(None, tmp_path / "src", tmp_path / "trg", tmp_path / "float.tsv", **common)
-  summary = mine.mine_files(None, tmp_path / "src", tmp_path / "trg", tmp_path / "binary.tsv",
-                            quantized_search=quantized.QuantizedSearch("binary"), **common)
+  file_mining.mine_files(None, tmp_path / "src", tmp_path / "trg", tmp_path / "float.tsv", **common)
+  summary = file_mining.mine_files(None, tmp_path / "src", tmp_path / "trg",
+                                   tmp_path / "binary.tsv",
+                                   quantized_search=quantized.QuantizedSearch("binary"), **common)
   assert "binary codes searched" in str(summary)
   pairs = lambda name: {tuple(line.split("\t")[1:]) for line in
                         (tmp_path / name).read_text(encoding="utf-8").splitlines()}

@@ -22,7 +22,7 @@ from vmsst.encoding import embed_files
 from vmsst.export_formats import saved_model as export
 from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
-from vmsst import mine
+from vmsst.mining import file_mining
 from vmsst.model import models
 from vmsst.model import partitioning
 from vmsst.model import tokens as tokens_lib
@@ -390,7 +390,7 @@ def test_tatoeba_embed_and_mine_put_the_non_english_side_through_tower_b(vocab_m
   # mine --src_language/--trg_language: what mining the two towers' vectors gives.
   np.save(tmp_path / "a.npy", tower["a"])
   np.save(tmp_path / "b.npy", tower["b"])
-  run = lambda name, **options: (mine.mine_files(
+  run = lambda name, **options: (file_mining.mine_files(
       get_encoder, tmp_path / "in.txt", tmp_path / "in.txt", tmp_path / name, k=2,
       progress=False, **options), (tmp_path / name).read_text())[1]
   routed = _mined(run("routed.tsv", src_language="deu", trg_language="eng"))
