@@ -2,7 +2,7 @@
 
 vmsst/model/losses.py (info_nce_with_hard_negatives), vmsst/objectives/contrastive.py
 and multitask.py (hard_negatives = K), vmsst/mining/hard_negatives.py and the
-command's grouping (vmsst/hard_negatives.py). The data path that carries the
+command's grouping (vmsst/mining/hard_negative_rows.py). The data path that carries the
 negatives with their pairs: tests/tasks/test_hard_negatives.py.
 """
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from vmsst_testing import TINY, init_params, random_batch
-from vmsst import hard_negatives as command
+from vmsst.mining import hard_negative_rows
 from vmsst.model import losses
 from vmsst.model import models
 from vmsst.model import partitioning
@@ -169,8 +169,8 @@ def test_mined_negatives_are_never_a_translation_of_their_anchor_nor_a_duplicate
            _Pair("Berlin", "Berlin"), _Pair("Tree.", "Baum."),
            _Pair("Hello.", "Salut.", "eng", "fra"), _Pair("Dog.", "Chien.", "eng", "fra")]
   encode = lambda sentences, language: np.ones((len(sentences), 4), np.float32)
-  rows, counts = command.mine_rows(pairs, encode, negatives=3, candidates=5, margin="none",
-                                   margin_value=0.0)
+  rows, counts = hard_negative_rows.mine_rows(pairs, encode, negatives=3, candidates=5,
+                                              margin="none", margin_value=0.0)
   by_anchor = {}
   for pair in pairs:
     by_anchor.setdefault((selection.normalized(pair.text_a), pair.lang_b), set()).add(

@@ -9,6 +9,9 @@
   quantized.py       the search over int8 / binary codes, rescored in float
   beam_pipeline.py   the same mining as an Apache Beam pipeline, past one machine
   hard_negatives.py  hard negatives for training pairs from their neighbours
+  hard_negative_rows.py
+                     `python -m vmsst.hard_negatives`'s library: a corpus's
+                     pairs read, each language pair's negatives mined
   file_mining.py     `python -m vmsst.mine`'s library: two text files (and their
                      .npy embeddings) mined into a TSV of scored pairs
 """
