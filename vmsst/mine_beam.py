@@ -103,24 +103,7 @@ def main(argv: Sequence[str]) -> None:
                                 PipelineOptions(_BEAM_ARGS), handlers)
   except (FileNotFoundError, ValueError) as e:
     raise cli.UserError(str(e)) from e
-  print(describe(summary))
-
-
-def describe(summary: dict) -> str:
-  """The lines the command prints: stages run or skipped, what was read, pairs, recall."""
-  stages = ", ".join(f"{stage} {'skipped (done)' if s is None else f'{s:.1f} s'}"
-                     for stage, s in summary["seconds"].items())
-  lines = [f"stages: {stages}"]
-  for side, counts in summary["counts"].items():
-    lines.append(f"{side}: {counts['lines']} lines, {summary['sentences'][side]} distinct "
-                 f"sentences ({counts['empty']} empty, {counts['duplicates']} repeated, "
-                 f"{counts['not_utf8']} not UTF-8, {counts['tab']} with a TAB skipped)")
-  recall = summary["recall"]
-  if recall:
-    lines.append(f"recall@k against exact on a sample: {recall['forward']:.3f} (src->trg) / "
-                 f"{recall['backward']:.3f} (trg->src)")
-  lines.append(f"{summary['written']} pairs written to {summary['pairs']}")
-  return "\n".join(lines)
+  print(beam_pipeline.describe(summary))
 
 
 if __name__ == "__main__":

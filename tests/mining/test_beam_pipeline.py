@@ -82,6 +82,8 @@ def test_planted_pairs_equal_the_in_process_miners(planted_run, tmp_path):
   patterns, table, _, summary = planted_run
   want = _in_process(patterns, table, tmp_path / "ref.tsv", k=3)
   _assert_same(_read_pairs(summary["pairs"]), want)
+  printed = bp.describe(summary).splitlines()  # what python -m vmsst.mine_beam prints
+  assert printed[-1] == f"{len(want)} pairs written to {summary['pairs']}", printed
   assert len(want) >= 60 and summary["written"] == len(want)
   assert summary["sentences"] == {"src": 90, "trg": 90}
   assert summary["counts"]["src"] == {"lines": 93, "empty": 1, "duplicates": 2, "not_utf8": 0,

@@ -593,6 +593,26 @@ def run(patterns: dict[str, str], output: str, settings: Settings, options,
           "written": done["written"], "recall": done["recall"], "pairs": layout.pairs()}
 
 
+def describe(summary: dict) -> str:
+  """`run`'s summary as `python -m vmsst.mine_beam` prints it.
+
+  Stages run or skipped, what was read, the pairs written, the recall.
+  """
+  stages = ", ".join(f"{stage} {'skipped (done)' if s is None else f'{s:.1f} s'}"
+                     for stage, s in summary["seconds"].items())
+  lines = [f"stages: {stages}"]
+  for side, counts in summary["counts"].items():
+    lines.append(f"{side}: {counts['lines']} lines, {summary['sentences'][side]} distinct "
+                 f"sentences ({counts['empty']} empty, {counts['duplicates']} repeated, "
+                 f"{counts['not_utf8']} not UTF-8, {counts['tab']} with a TAB skipped)")
+  recall = summary["recall"]
+  if recall:
+    lines.append(f"recall@k against exact on a sample: {recall['forward']:.3f} (src->trg) / "
+                 f"{recall['backward']:.3f} (trg->src)")
+  lines.append(f"{summary['written']} pairs written to {summary['pairs']}")
+  return "\n".join(lines)
+
+
 def _run_stage(stage: str, patterns, layout: Layout, settings: Settings, options,
                handlers) -> None:
   if stage == "sentences":
