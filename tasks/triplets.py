@@ -54,7 +54,6 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
 
 # pylint: disable=wrong-import-position
 import collections
-import dataclasses
 import functools
 import json
 import pathlib
@@ -71,6 +70,7 @@ from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
 from vmsst import files
 from vmsst import sts_files
+from vmsst import tallies
 from vmsst import text_files
 
 HIGH, LOW = 4.0, 1.0
@@ -79,16 +79,14 @@ STSB_SPLITS = {"train": "train", "validation": "dev", "test": "test"}
 Triplet = tuple[str, str, str]
 
 
-@dataclasses.dataclass
-class BuildCounts:
-  """What `stsb_triplets` did with each pair it read."""
-  pairs: int = 0
-  not_high: int = 0
-  skipped_identical: int = 0
-  kept: int = 0
-  same_anchor: int = 0
-  same_file: int = 0
-  any_file: int = 0
+class BuildCounts(tallies.Tally):
+  """What `stsb_triplets` did with each pair it read.
+
+  pairs = kept + skipped_identical + not_high; each kept pair also counts
+  under the kind of its negative (same_anchor, same_file or any_file).
+  """
+  NAMES = ("pairs", "not_high", "skipped_identical", "kept", "same_anchor", "same_file",
+           "any_file")
 
 
 def stsb_triplets(stsb_dir: str | pathlib.Path, split: str, *, high: float = HIGH,
@@ -125,7 +123,7 @@ def stsb_triplets(stsb_dir: str | pathlib.Path, split: str, *, high: float = HIG
       kind = "same_file" if by_file.get(source_files[i]) else "any_file"
       pool = by_file[source_files[i]] if kind == "same_file" else everywhere
       negative = _draw(pool, (anchor, positive), rng)
-      setattr(counts, kind, getattr(counts, kind) + 1)
+      counts.add(kind)
     triplets.append((anchor, positive, negative))
   counts.kept = len(triplets)
   return triplets, counts

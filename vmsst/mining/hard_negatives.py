@@ -21,18 +21,17 @@ The first K candidates left, nearest first, are the pair's negatives; a pair
 with fewer left keeps what it has (counted as `short`).
 """
 
-import dataclasses
 from typing import Sequence
 
 import numpy as np
 
+from vmsst import tallies
 from vmsst.mining import neighbors
 
 MARGINS = ("relative", "absolute", "none")
 
 
-@dataclasses.dataclass
-class Counts:
+class Counts(tallies.Tally):
   """What one selection did, summed over language pairs (plain JSON with `as_dict`).
 
   Attributes:
@@ -43,18 +42,7 @@ class Counts:
     negatives: negatives kept, over all pairs.
     short: pairs that kept fewer than K.
   """
-  pairs: int = 0
-  candidates: int = 0
-  translations: int = 0
-  margin: int = 0
-  negatives: int = 0
-  short: int = 0
-
-  def __add__(self, other: "Counts") -> "Counts":
-    return Counts(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
-
-  def as_dict(self) -> dict:
-    return dataclasses.asdict(self)
+  NAMES = ("pairs", "candidates", "translations", "margin", "negatives", "short")
 
 
 def normalized(text: str) -> str:
