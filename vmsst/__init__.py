@@ -2,10 +2,15 @@
 
 `vmsst.Encoder` (vmsst/encoding/api.py) embeds sentences with a trained or
 exported model. It is imported on first use, so `import vmsst` stays cheap
-and pulls in neither JAX nor TensorFlow.
+and pulls in neither JAX nor TensorFlow; it only makes the commands' old
+`python -m` names answer (vmsst/old_names.py).
 """
 
+from vmsst import old_names as _old_names
+
 __all__ = ["Encoder"]
+
+_old_names.install()  # `python -m <a command's old name>` names its successor
 
 
 def __getattr__(name: str):

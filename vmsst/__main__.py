@@ -9,7 +9,7 @@ them: a command is a top-level module of `vmsst` or of `vmsst_tasks` that
 defines `main`, and its line is its docstring's first line. The modules are
 parsed, not imported: the index prints in a fraction of a second, before
 TensorFlow or JAX would load. A command that moved or went keeps its old
-name in RENAMED / REMOVED, so a script written against it fails with the fix.
+name in vmsst/old_names.py, so a script written against it fails with the fix.
 """
 
 import ast
@@ -21,27 +21,13 @@ from typing import NamedTuple
 
 import vmsst
 from vmsst import cli
+from vmsst import old_names
 
 PACKAGES = ("vmsst", "vmsst_tasks")
 # The order a new user meets them; commands not named here follow, alphabetically.
 ORDER = ("vocabulary", "train", "pretokenize", "teacher_cache", "evaluate", "embed", "score",
          "mine", "calibrate", "hard_negatives", "mine_beam", "export", "compare", "mt5_import",
          "compile", "learning_curves", "preservation")
-# Old name -> the command that does it now (`cli.renamed` prints it).
-RENAMED = {
-    "vmsst.memory_report": "vmsst.compile --topology=cpu",
-    "vmsst.train.pretokenize": "vmsst.pretokenize",
-    "vmsst.evaluation.preservation": "vmsst.preservation",
-    "vmsst.build_data.bucc": "vmsst.build_bucc",
-    "vmsst.build_data.question_retrieval": "vmsst.build_question_retrieval",
-    "vmsst.build_data.clustering": "vmsst.build_clustering",
-    "vmsst.build_data.flores": "vmsst.build_flores",
-}
-# Old name -> why it has no successor.
-REMOVED = {
-    "vmsst.model_json": "a model directory without model.json is no longer converted by a "
-                        "command: loading one says how to convert it",
-}
 
 
 class Command(NamedTuple):
@@ -113,11 +99,8 @@ def main(argv: list[str]) -> int:
     return 0
   names = [c.name for c in commands()]
   command = find(argv[1], names)
-  if command is None and (old := find(argv[1], list(RENAMED))):
-    cli.renamed(old, RENAMED[old])
-  if command is None and (old := find(argv[1], list(REMOVED))):
-    print(f"error: python -m {old} is removed: {REMOVED[old]}.", file=sys.stderr)
-    return cli.USAGE_EXIT_CODE
+  if command is None and (old := find(argv[1], [*old_names.RENAMED, *old_names.REMOVED])):
+    cli.old_name(old)
   if command is None:
     hint = cli.did_you_mean(argv[1], [c.rsplit(".", 1)[1] for c in names])
     print(f"error: no command {argv[1]}; {hint + ' ' if hint else ''}`python -m vmsst` lists "

@@ -37,6 +37,7 @@ from absl import flags
 from absl import logging
 
 from vmsst import files
+from vmsst import old_names
 
 USAGE_EXIT_CODE = 2
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as shells report Ctrl-C
@@ -74,13 +75,13 @@ def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[s
   return wrapped
 
 
-def renamed(old: str, new: str) -> None:
-  """A command that moved: `python -m OLD` names its new name and runs nothing (exit 2).
+def old_name(old: str) -> None:
+  """A command's old name: `python -m OLD` names what replaced it and runs nothing (exit 2).
 
   Old names stay answerable so scripts written against them fail with the fix, not with
-  Python's "No module named". The table of them is `vmsst.__main__.RENAMED`.
+  Python's "No module named". The table of them is vmsst/old_names.py.
   """
-  print(f"error: python -m {old} is now python -m {new} (same flags); run that.", file=sys.stderr)
+  print(f"error: {old_names.message(old)}", file=sys.stderr)
   sys.exit(USAGE_EXIT_CODE)
 
 

@@ -18,6 +18,10 @@ from vmsst import gin_utils
 from vmsst.training import flags as train_flags
 
 GIN_FLAGS = gin_utils.define_flags()
+# `python -m vmsst.train.pretokenize` (an old name, from when vmsst.train was a package) looks for
+# a submodule here: an empty __path__ lets that search reach vmsst/old_names.py, which names the
+# command now. Nothing lives below this module.
+__path__ = []  # pylint: disable=invalid-name
 
 if __name__ == "__main__":  # the command: before seconds of TensorFlow and JAX imports
   cli.quiet_startup()

@@ -12,6 +12,7 @@ import pytest
 
 import vmsst_testing
 from vmsst import __main__ as index
+from vmsst import old_names
 
 
 def _help(*args: str) -> str:
@@ -70,7 +71,7 @@ def _modules_with_a_main_guard() -> tuple[list[str], list[str]]:
 def test_the_index_lists_every_command_module_and_no_other():
   top, below = _modules_with_a_main_guard()
   assert sorted(c.name for c in index.commands()) == top
-  assert set(below) <= set(index.RENAMED), "a command below the top level: move it up"
+  assert set(below) <= set(old_names.RENAMED), "a command below the top level: move it up"
   assert all(c.summary.endswith(".") for c in index.commands()), index.commands()
   assert max(len(line) for line in index.index().splitlines()) <= 100  # one line a command
 
@@ -88,34 +89,8 @@ def test_python_m_vmsst_indexes_every_command_and_every_one_the_readme_uses():
   assert commands == [c.name for c in index.commands()]
   readme = (vmsst_testing.ROOT / "README.md").read_text(encoding="utf-8")
   used = set(re.findall(r"python -m (vmsst[\w.]*)", readme)) - {"vmsst"}
-  assert used <= set(commands) | set(index.RENAMED), used - set(commands)  # an old name answers
+  assert used <= set(commands) | set(old_names.RENAMED), used - set(commands)  # an old name answers
   assert max(len(line) for line in text.splitlines()) <= 100
-
-
-@pytest.mark.parametrize("args", [("vmsst", "memory_report"), ("vmsst", "vmsst.memory_report"),
-                                  ("vmsst.memory_report",)])
-def test_an_old_name_says_the_new_one_and_runs_nothing(args):
-  done = subprocess.run([sys.executable, "-m", *args, "--gin_file=gin/runs/vmsst_cpu.gin"],
-                        cwd=vmsst_testing.ROOT, capture_output=True, text=True, timeout=300,
-                        check=False)
-  assert done.returncode == 2 and done.stdout == "", done.stderr
-  assert "python -m vmsst.compile --topology=cpu" in done.stderr.splitlines()[-1], done.stderr
-
-
-@pytest.mark.parametrize("old, new", [
-    ("vmsst.build_data.bucc", "vmsst.build_bucc"),
-    ("vmsst.build_data.question_retrieval", "vmsst.build_question_retrieval"),
-    ("vmsst.build_data.clustering", "vmsst.build_clustering"),
-    ("vmsst.build_data.flores", "vmsst.build_flores"),
-    ("vmsst.evaluation.preservation", "vmsst.preservation")])
-def test_a_moved_command_names_its_new_module_and_builds_nothing(tmp_path, old, new):
-  done = subprocess.run([sys.executable, "-m", old, "--data_dir=../shared/data",
-                         f"--output={tmp_path}/out"], cwd=vmsst_testing.ROOT,
-                        capture_output=True, text=True, timeout=300, check=False)
-  assert done.returncode == 2 and done.stdout == "", done.stderr
-  assert f"is now python -m {new} (same flags)" in done.stderr.splitlines()[-1], done.stderr
-  assert not (tmp_path / "out").exists()
-  assert index.RENAMED[old] == new
 
 
 def test_python_m_vmsst_name_runs_the_command_or_names_the_closest():

@@ -244,4 +244,4 @@ def _write_notes(root: pathlib.Path, data_dir: pathlib.Path, counts: dict,
 
 
 if __name__ == "__main__":
-  cli.renamed("vmsst.build_data.bucc", "vmsst.build_bucc")
+  cli.old_name("vmsst.build_data.bucc")

@@ -139,4 +139,4 @@ def build_clustering_task(data_dir: str | pathlib.Path, output: str | pathlib.Pa
 
 
 if __name__ == "__main__":
-  cli.renamed("vmsst.build_data.clustering", "vmsst.build_clustering")
+  cli.old_name("vmsst.build_data.clustering")

@@ -72,4 +72,4 @@ def build(data_dir: str | pathlib.Path, output: str | pathlib.Path) -> dict:
 
 
 if __name__ == "__main__":
-  cli.renamed("vmsst.build_data.flores", "vmsst.build_flores")
+  cli.old_name("vmsst.build_data.flores")

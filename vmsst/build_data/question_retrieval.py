@@ -181,4 +181,4 @@ def build_question_retrieval(data_dir: str | pathlib.Path, output: str | pathlib
 
 
 if __name__ == "__main__":
-  cli.renamed("vmsst.build_data.question_retrieval", "vmsst.build_question_retrieval")
+  cli.old_name("vmsst.build_data.question_retrieval")

@@ -310,4 +310,4 @@ def report(results: Mapping) -> str:
 
 
 if __name__ == "__main__":
-  cli.renamed("vmsst.evaluation.preservation", "vmsst.preservation")
+  cli.old_name("vmsst.evaluation.preservation")
