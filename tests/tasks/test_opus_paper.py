@@ -86,6 +86,23 @@ def test_table_15_is_registered_as_printed():
   assert opus_paper.PAIR_COUNTS["de"] == 8_707_293 and opus_paper.PAIR_COUNTS["es"] == 4_913_379
 
 
+def test_table_15_rows_are_the_papers_lines(data_dir):
+  """Each row of TABLE_15_AS_PRINTED is a line of the paper's text, in the paper's order."""
+  paper = data_dir.parent / "papers" / "vmsst_wieting2023.txt"
+  if not paper.is_file():
+    pytest.skip(f"the paper's text is not at {paper}")
+  lines = paper.read_text(encoding="utf-8").splitlines()
+  rows = opus_paper.TABLE_15_AS_PRINTED.strip().splitlines()
+  start = lines.index(rows[0])
+  assert lines[start:start + len(rows)] == rows
+  assert lines[start + len(rows)].startswith("Table 15:")
+
+
+def test_a_printed_table_whose_rows_differ_in_length_is_an_error():
+  with pytest.raises(ValueError, match="Table 15: a Language row"):
+    opus_paper._read_printed_table("Language af am\nTraining Pairs 1")  # pylint: disable=protected-access
+
+
 def test_every_language_but_aymara_has_an_english_pair_in_the_opus_catalog(catalog_path):
   releases = [(opus_download._CATALOG_CORPUS.get(c, c), r) for c, r in opus_paper.CORPUS_RELEASES.items()]
   with sqlite3.connect(catalog_path) as db:
