@@ -34,22 +34,10 @@ class SentencePieceVocabulary:
     self.sentencepiece_model_file = sentencepiece_model_file
     self.tokenizer = spm.SentencePieceProcessor(
         model_proto=files.read_bytes(sentencepiece_model_file))
-
-  @property
-  def vocab_size(self) -> int:
-    return self.tokenizer.GetPieceSize()
-
-  @property
-  def eos_id(self) -> int:
-    return self.tokenizer.eos_id()
-
-  @property
-  def pad_id(self) -> int:
-    return self.tokenizer.pad_id()
-
-  @property
-  def unk_id(self) -> int:
-    return self.tokenizer.unk_id()
+    # seqio's names for what the loaded model fixes: read once, they never change.
+    self.vocab_size = self.tokenizer.GetPieceSize()
+    self.eos_id, self.pad_id, self.unk_id = (
+        self.tokenizer.eos_id(), self.tokenizer.pad_id(), self.tokenizer.unk_id())
 
   def encode(self, text: str) -> list[int]:
     return self.tokenizer.EncodeAsIds(text)
