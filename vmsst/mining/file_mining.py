@@ -39,14 +39,17 @@ class Side:
       occurrence (its row in the file's --*_embeddings matrix).
     num_lines: lines in the file.
     empty: lines skipped as empty or whitespace only.
-    duplicates: lines skipped as repeats of an earlier line.
   """
   path: pathlib.Path
   sentences: list[str]
   rows: np.ndarray
   num_lines: int
   empty: int
-  duplicates: int
+
+  @property
+  def duplicates(self) -> int:
+    """Lines skipped as repeats of an earlier line: every line not empty nor a sentence."""
+    return self.num_lines - self.empty - len(self.sentences)
 
   def __str__(self) -> str:
     return (f"{self.path}: {self.num_lines} lines, {len(self.sentences)} distinct sentences "
@@ -61,7 +64,7 @@ def read_side(path: str | pathlib.Path) -> Side:
       a byte that is not UTF-8.
   """
   first_line: dict[str, int] = {}
-  empty = duplicates = 0
+  empty = 0
   lines = text_files.read_lines(path)
   for number, line in enumerate(lines, 1):
     if "\t" in line:
@@ -69,13 +72,10 @@ def read_side(path: str | pathlib.Path) -> Side:
                        "output's columns; replace TABs by spaces (e.g. `tr '\\t' ' '`).")
     if not line.strip():
       empty += 1
-    elif line in first_line:
-      duplicates += 1
     else:
-      first_line[line] = number - 1
+      first_line.setdefault(line, number - 1)
   return Side(files.as_path(path), list(first_line),
-              np.fromiter(first_line.values(), np.int64, len(first_line)), len(lines), empty,
-              duplicates)
+              np.fromiter(first_line.values(), np.int64, len(first_line)), len(lines), empty)
 
 
 def load_embeddings(path: str | pathlib.Path, side: Side) -> np.ndarray:
