@@ -26,6 +26,7 @@ import pathlib
 from absl import app, flags
 
 from vmsst.comparison import curves as learning_curves
+from vmsst.evaluation import logged_curves
 
 FLAGS = flags.FLAGS
 
@@ -81,7 +82,7 @@ def curve_of(table: list[dict]) -> dict:
 
 def rows(name: str, curves: dict[str, dict]) -> list[dict]:
   """One row per evaluation step of a run: step, seconds and every retrieval tag's value."""
-  mean = curves[learning_curves.TAG]
+  mean = curves[logged_curves.TAG]
   out = []
   for i, step in enumerate(mean["step"]):
     row = {"candidate": name, "step": step, "seconds": round(mean["seconds"][i], 1)}
@@ -101,9 +102,9 @@ def main(argv):
     table += earlier
     plotted[earlier[0]["candidate"]] = {0: curve_of(earlier)}
   for name, model_dir in runs.items():
-    curves = learning_curves.read_curves(model_dir)
+    curves = logged_curves.read_curves(model_dir)
     table += rows(name, curves)
-    plotted[name] = {0: curves[learning_curves.TAG]}
+    plotted[name] = {0: curves[logged_curves.TAG]}
   output = pathlib.Path(FLAGS.output)
   output.parent.mkdir(parents=True, exist_ok=True)
   fields = list(dict.fromkeys(key for row in table for key in row))

@@ -37,7 +37,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from vmsst import files  # pylint: disable=wrong-import-position
-from vmsst.comparison import curves as learning_curves  # pylint: disable=wrong-import-position
+from vmsst.evaluation import logged_curves  # pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 PYTHON = sys.executable
@@ -105,7 +105,7 @@ def one_seed(run_dir: pathlib.Path, vocab: pathlib.Path, data_dir: pathlib.Path,
                                     data_dir, seed)
   return {"seconds": {k: round(v) for k, v in seconds.items()},
           "mining": json.loads((negatives_dir / "mining.json").read_text())["mined"],
-          "retrieval": {name: learning_curves.final_values(learning_curves.read_curves(d))
+          "retrieval": {name: logged_curves.final_values(logged_curves.read_curves(d))
                         for name, d in (("baseline", baseline), ("hard_negatives", mined))}}
 
 

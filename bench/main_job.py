@@ -92,12 +92,12 @@ def fresh_clone(workdir: pathlib.Path) -> pathlib.Path:
 def collect(model_dir: pathlib.Path) -> dict:
   """What the results page reports of one trained and evaluated main-job directory."""
   sys.path.insert(0, str(ROOT))
-  from vmsst.comparison import curves as learning_curves  # pylint: disable=import-outside-toplevel
-  curves = learning_curves.read_curves(model_dir)
-  mean = curves[learning_curves.TAG]
-  sets = {name: round(value, 2) for name, value in learning_curves.final_values(curves).items()
+  from vmsst.evaluation import logged_curves  # pylint: disable=import-outside-toplevel
+  curves = logged_curves.read_curves(model_dir)
+  mean = curves[logged_curves.TAG]
+  sets = {name: round(value, 2) for name, value in logged_curves.final_values(curves).items()
           if name not in ("mean", "chance")}
-  chance = learning_curves.final_values(curves).get("chance")
+  chance = logged_curves.final_values(curves).get("chance")
   results = json.loads((model_dir / "eval" / "results.json").read_text())
   score = results["_score"]
   rounded = lambda values: {k: None if v is None else round(v, 1) for k, v in values.items()}

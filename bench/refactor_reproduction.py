@@ -196,8 +196,8 @@ def commit(checkout: pathlib.Path) -> str:
 
 def final_figures(model_dir: pathlib.Path) -> dict[str, float]:
   """Every scalar the run logged at its last step (timings aside), from its TensorBoard events."""
-  from vmsst.comparison import curves as learning_curves  # pylint: disable=import-outside-toplevel
-  curves = learning_curves.read_curves(model_dir, prefix="")
+  from vmsst.evaluation import logged_curves  # pylint: disable=import-outside-toplevel
+  curves = logged_curves.read_curves(model_dir, prefix="")
   last = max(step for c in curves.values() for step in c["step"])
   return {tag: c["value"][-1] for tag, c in sorted(curves.items())
           if c["step"] and c["step"][-1] == last and tag not in TIMINGS

@@ -13,7 +13,7 @@ import vmsst_testing
 from vmsst.comparison import presets
 from vmsst.comparison import runs as compare
 from vmsst.encoding import restore
-from vmsst.comparison import curves as learning_curves
+from vmsst.evaluation import logged_curves
 from vmsst.evaluation import suites
 from vmsst.gin_utils import gin
 
@@ -85,7 +85,7 @@ def test_two_objectives_two_seeds_table_tests_curves_and_resume(data_dir, tiny_v
   image = matplotlib.image.imread(tmp_path / "learning_curves.png")
   assert image.shape[1] > 900
   # The curves hold the in-loop evaluations (steps 2 and 4) of every seed.
-  curve = learning_curves.read_curve(tmp_path / "seed1" / "contrastive")
+  curve = logged_curves.read_curve(tmp_path / "seed1" / "contrastive")
   assert curve["step"] == [2, 4]
 
   # A rerun skips every finished (objective, seed): nothing trained, evaluated or rewritten.

@@ -9,6 +9,7 @@ import pytest
 from clu import metric_writers
 
 from vmsst.comparison import curves as learning_curves
+from vmsst.evaluation import logged_curves
 
 
 def _write_run(model_dir, points, extra_tag=None):
@@ -27,19 +28,19 @@ def _write_run(model_dir, points, extra_tag=None):
 
 def test_curves_read_back_by_step_with_increasing_wall_clock(tmp_path):
   _write_run(tmp_path, [(10, 1.5), (20, 3.0), (30, 4.25)], extra_tag="retrieval/chance")
-  curve = learning_curves.read_curve(tmp_path)
+  curve = logged_curves.read_curve(tmp_path)
   assert curve["step"] == [10, 20, 30]
   assert curve["value"] == pytest.approx([1.5, 3.0, 4.25])
   assert 0 < curve["seconds"][0] < curve["seconds"][1] < curve["seconds"][2] < 60
-  curves = learning_curves.read_curves(tmp_path)
+  curves = logged_curves.read_curves(tmp_path)
   assert set(curves) == {"retrieval/mean", "retrieval/multi30k_eng-fra", "retrieval/chance"}
-  assert learning_curves.final_values(curves) == pytest.approx(
+  assert logged_curves.final_values(curves) == pytest.approx(
       {"mean": 4.25, "multi30k_eng-fra": 5.25, "chance": 0.5})
 
 
 def test_a_run_without_events_names_its_folder(tmp_path):
   with pytest.raises(FileNotFoundError, match=str(tmp_path / "tensorboard")):
-    learning_curves.read_curve(tmp_path)
+    logged_curves.read_curve(tmp_path)
 
 
 def test_plot_has_one_line_per_objective_on_the_steps_all_seeds_share(tmp_path):
@@ -48,7 +49,7 @@ def test_plot_has_one_line_per_objective_on_the_steps_all_seeds_share(tmp_path):
     for seed in (0, 1):
       _write_run(tmp_path / name / str(seed),
                  [(10, 1.0 + offset + seed), (20, 2.0 + offset + seed)] + [(30, 9.0)] * seed)
-      curves.setdefault(name, {})[seed] = learning_curves.read_curve(tmp_path / name / str(seed))
+      curves.setdefault(name, {})[seed] = logged_curves.read_curve(tmp_path / name / str(seed))
   steps, values, seconds = learning_curves._aligned(curves["vmsst"])  # pylint: disable=protected-access
   assert steps == [10, 20]  # step 30 only in seed 1
   assert values.tolist() == [[1.0, 2.0], [2.0, 3.0]] and seconds.shape == (2, 2)

@@ -1,8 +1,9 @@
 """Plots held-out retrieval against step and wall-clock.
 
 One run's curve, read back from training's TensorBoard events by
-`vmsst.comparison.curves` (the main job draws its own next to its evaluation
-report; `vmsst.compare` draws every objective's).
+`vmsst.evaluation.logged_curves` and drawn by `vmsst.comparison.curves` (the
+main job draws its own next to its evaluation report; `vmsst.compare` draws
+every objective's).
 
   python -m vmsst.learning_curves --model_dir=runs/vmsst_cpu [--output=curve.png]
 """
@@ -17,6 +18,7 @@ from absl import flags
 
 from vmsst import files
 from vmsst.comparison import curves as curves_lib
+from vmsst.evaluation import logged_curves
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "The run's MODEL_DIR.", required=True)
 _OUTPUT = flags.DEFINE_string("output", None,
@@ -33,15 +35,15 @@ def main(argv):
                         "by `python -m vmsst.train`.")
   cli.check_output_path("output", output)
   try:
-    curve = curves_lib.read_curve(model_dir)
+    curve = logged_curves.read_curve(model_dir)
   except FileNotFoundError as e:  # the message names the folder and the fix
     raise cli.UserError(str(e)) from e
   if not curve["step"]:
-    raise cli.UserError(f"{model_dir} has no {curves_lib.TAG} events; train with "
+    raise cli.UserError(f"{model_dir} has no {logged_curves.TAG} events; train with "
                         "train.eval_every > 0.")
   files.makedirs(files.parent(output) or ".")
   curves_lib.plot({files.name(model_dir): {0: curve}}, output)
-  print(f"wrote {output}: {curves_lib.TAG} {curve['value'][-1]:.2f}% at step "
+  print(f"wrote {output}: {logged_curves.TAG} {curve['value'][-1]:.2f}% at step "
         f"{curve['step'][-1]}")
 
 

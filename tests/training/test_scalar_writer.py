@@ -13,7 +13,7 @@ from vmsst_testing import ROOT
 
 _SCRIPT = r"""
 import json, os, sys
-from vmsst.comparison import curves as learning_curves
+from vmsst.evaluation import logged_curves
 from vmsst.training import scalar_writer
 
 root = sys.argv[1]
@@ -24,8 +24,8 @@ writer.close()
 quiet = scalar_writer.create_writer(os.path.join(root, "quiet"), just_logging=True)
 quiet.write_scalars(1, {"loss": 1.0})
 quiet.flush()
-print(json.dumps({"kind": type(writer).__name__, "loss": learning_curves.read_curve(root, "loss"),
-                  "final": learning_curves.final_values(learning_curves.read_curves(root)),
+print(json.dumps({"kind": type(writer).__name__, "loss": logged_curves.read_curve(root, "loss"),
+                  "final": logged_curves.final_values(logged_curves.read_curves(root)),
                   "quiet_wrote": os.path.exists(os.path.join(root, "quiet"))}))
 """
 

@@ -37,7 +37,7 @@ _CHILD = r"""
 import json, sys
 import gin
 from vmsst import files, gin_utils
-from vmsst.comparison import curves as learning_curves
+from vmsst.evaluation import logged_curves
 from vmsst.training import loop
 
 config = json.loads(sys.argv[1])
@@ -51,7 +51,7 @@ for steps in (config["steps"] // 2, config["steps"]):  # a run stopped at its ch
 model_dir = config["model_dir"]
 assert files.exists(files.join(model_dir, "spm.model"))
 assert files.exists(files.join(model_dir, "data_counts.json"))
-curve = learning_curves.read_curve(model_dir, "loss")
+curve = logged_curves.read_curve(model_dir, "loss")
 leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
 assert not leaked, leaked
 positions = files.join(model_dir, "data_position")

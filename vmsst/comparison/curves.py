@@ -1,8 +1,8 @@
 """Held-out retrieval against step and wall-clock: the comparison's figure.
 
 What `python -m vmsst.learning_curves` plots for one run and `vmsst.compare` for
-every objective and seed; the curves are read by vmsst/evaluation/logged_curves.py
-(named here too, so the harness has one module to import).
+every objective and seed; the curves themselves are read by
+vmsst/evaluation/logged_curves.py.
 """
 
 import pathlib
@@ -11,7 +11,6 @@ from typing import Mapping
 import numpy as np
 
 from vmsst.evaluation import plots
-from vmsst.evaluation.logged_curves import TAG, final_values, read_curve, read_curves  # noqa: F401  pylint: disable=unused-import
 
 
 def plot(curves: Mapping[str, Mapping[int, dict]], path: pathlib.Path, *,

@@ -24,6 +24,7 @@ from vmsst.comparison import presets
 from vmsst.comparison import stats as comparison_stats
 from vmsst.encoding import checkpoint
 from vmsst.encoding import flags as encoder_flags
+from vmsst.evaluation import logged_curves
 from vmsst.evaluation import paper_score as score_lib
 from vmsst.evaluation import suites as suites_lib
 from vmsst.gin_utils import gin
@@ -116,7 +117,7 @@ def compare(*, objectives: Sequence[str], gin_file: Sequence[str], steps: int, o
           files.as_path(model_dir) / "eval",
           lambda d=model_dir: checkpoint.CheckpointEncoder.from_model_dir(d), {"step": step},
           **evaluation)
-      curves.setdefault(objective, {})[seed] = learning_curves.read_curves(model_dir)
+      curves.setdefault(objective, {})[seed] = logged_curves.read_curves(model_dir)
   reference_results = None
   if reference:
     reference_results = evaluate_once(
@@ -141,7 +142,7 @@ SCORE_DEFINITION = "paper §6.2 (vmsst/evaluation/paper_score.py: paper_score)"
 
 def _run_metrics(results: dict, curves: dict) -> dict:
   """{"retrieval": held-out accuracy per set and "mean" at the last step, "score"} of one run."""
-  final = learning_curves.final_values(curves)
+  final = logged_curves.final_values(curves)
   retrieval = {k: v for k, v in final.items() if k != "chance" and not k.startswith("mse")}
   return {"retrieval": retrieval, "score": score_lib.paper_score(results)["score"]}
 
@@ -170,9 +171,9 @@ def write_outputs(output: pathlib.Path, *, summary: dict, runs: dict, curves: di
                   reference: tuple[str, dict] | None, meta: dict) -> None:
   """table1.md, table1.json and learning_curves.png under `output`."""
   output.mkdir(parents=True, exist_ok=True)
-  learning_curves.plot({name: {seed: c[learning_curves.TAG] for seed, c in by_seed.items()}
+  learning_curves.plot({name: {seed: c[logged_curves.TAG] for seed, c in by_seed.items()}
                         for name, by_seed in curves.items()
-                        if all(learning_curves.TAG in c for c in by_seed.values())},
+                        if all(logged_curves.TAG in c for c in by_seed.values())},
                        output / "learning_curves.png")
   components = {name: [score_lib.paper_score(r) for r in by_seed.values()]
                 for name, by_seed in runs.items()}
