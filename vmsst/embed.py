@@ -45,10 +45,8 @@ def _define_flags() -> None:
   encoder_flags.define()
   flags.DEFINE_string("input", None, "UTF-8 text, one sentence per line.")
   flags.DEFINE_string("output", None, "The .npy to write: float32 [lines, d].")
-  flags.DEFINE_bool("normalize", False, "Scale every row to unit L2 norm.")
-  flags.DEFINE_string("language", None, "Language of the input's lines (e.g. zh): a two-tower "
-                      "model embeds them with that language's tower (default: tower a, "
-                      "English's); other models ignore it.")
+  encoder_flags.define_normalize("every row")
+  encoder_flags.define_language("language", of="the input")
   flags.DEFINE_enum("precision", "float32", list(quantize.PRECISIONS), "The written vectors' "
                     "precision, sentence-transformers' layouts: int8/uint8 [lines, d] by the "
                     "model's calibration (python -m vmsst.calibrate), binary/ubinary [lines, "

@@ -125,9 +125,7 @@ def _define_flags() -> None:
   flags.DEFINE_integer("k", 4, "Neighbours per sentence for the margin and the candidates.")
   flags.DEFINE_float("threshold", None, "Keep pairs scoring >= this (default: all).")
   flags.DEFINE_enum("retrieval", "max", list(bitext.RETRIEVALS), "How candidates are retrieved.")
-  flags.DEFINE_string("src_language", None, "Language of --src (e.g. de): a two-tower model "
-                      "embeds it with that language's tower (default: tower a, English's).")
-  flags.DEFINE_string("trg_language", None, "Language of --trg, as --src_language.")
+  encoder_flags.define_side_languages()
   flags.DEFINE_string("src_embeddings", None, "float [lines, d] .npy of --src (vmsst.embed).")
   flags.DEFINE_string("trg_embeddings", None, "float [lines, d] .npy of --trg (vmsst.embed).")
   flags.DEFINE_enum("index", "exact", list(bitext.INDEXES),

@@ -1,9 +1,12 @@
-"""Which encoder a command uses: the flags evaluate, embed, score and mine share.
+"""Which encoder a command uses, and how: the flags evaluate, embed, score, mine and export share.
 
 Exactly one of --model_dir (a `python -m vmsst.train` directory),
 --saved_model (a `python -m vmsst.export` SavedModel) or --encoder=usem3 (the
-offline reference encoder). Commands call `define()` from their `__main__`
-only, so importing any of them defines no flags.
+offline reference encoder). The flags that mean one thing in every command
+that has them are defined here once: the language that picks a two-tower
+model's tower (`define_language`, `define_side_languages`) and --normalize.
+Commands call `define()` and the others from their `__main__` only, so
+importing any of them defines no flags.
 """
 
 
@@ -17,11 +20,14 @@ from vmsst.encoding import usem3
 
 FLAGS = flags.FLAGS
 _CHOICES = ("model_dir", "saved_model", "encoder")
+# The flags defined here belong to the module that asks for them (absl's key
+# flags): a command's --help lists them as its own.
+flags.disclaim_key_flags()
 
 
 def define() -> None:
   """--model_dir, --saved_model, --encoder, --batch_size."""
-  flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.")
+  define_model_dir()
   flags.DEFINE_string("saved_model", None, "SavedModel exported by python -m vmsst.export.")
   flags.DEFINE_enum("encoder", None, ["usem3"], "A reference encoder instead of a model.")
   flags.DEFINE_integer("batch_size", 256, "Sentences per encoder call.", lower_bound=1)
@@ -32,6 +38,30 @@ def define() -> None:
                        "(a nested size the model was trained with, NestedDims; default: all).",
                        lower_bound=1)
   cli.show_in_help(names=[*_CHOICES, "batch_size", "max_seq_length", "truncate_dim"])
+
+
+def define_model_dir() -> None:
+  """--model_dir alone: for a command that reads a training directory and no other encoder."""
+  flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.")
+
+
+def define_language(name: str, *, of: str) -> None:
+  """--<name>: the language of `of`, which picks a two-tower model's tower (`encode_in`)."""
+  flags.DEFINE_string(name, None, f"Language of {of}, e.g. de: a two-tower model embeds it with "
+                      "that language's tower (default: tower a, English's); other models "
+                      "ignore it.")
+
+
+def define_side_languages(*, when: str = "") -> None:
+  """--src_language and --trg_language: the languages of --src and --trg (`when` they apply)."""
+  for side in ("src", "trg"):
+    define_language(f"{side}_language", of=f"--{side} ({when})" if when else f"--{side}")
+
+
+def define_normalize(rows: str) -> None:
+  """--normalize: `rows` scaled to unit L2 norm, so a dot product of two is their cosine."""
+  flags.DEFINE_bool("normalize", False, f"Scale {rows} to unit L2 norm (a dot product is then "
+                    "the cosine).")
 
 
 def given() -> list[str]:

@@ -19,6 +19,7 @@ from absl import logging
 
 from vmsst import files
 from vmsst import languages
+from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
 from vmsst.evaluation import paper_score as score_lib
 from vmsst.evaluation import report
@@ -43,10 +44,7 @@ def define_suite_flags() -> None:
   flags.DEFINE_string("split", None, "FLORES split: devtest (the default when present) or dev.")
   flags.DEFINE_string("src", None, "--suite=parallel: the source file, one sentence per line.")
   flags.DEFINE_string("trg", None, "--suite=parallel: the target file, line-aligned with --src.")
-  flags.DEFINE_string("src_language", None, "--suite=parallel: --src's language (e.g. de); a "
-                      "two-tower model embeds it with that language's tower (default: tower a).")
-  flags.DEFINE_string("trg_language", None, "--suite=parallel: --trg's language, as "
-                      "--src_language.")
+  encoder_flags.define_side_languages(when="--suite=parallel")
 
 
 def options_from_flags(default_training_languages=None) -> suites_lib.SuiteOptions:

@@ -21,7 +21,7 @@ FORMATS = ("savedmodel", "sentence-transformers", "huggingface")
 
 def define() -> None:
   """Only when run as a command: importers (tests, other entrypoints) own their flags."""
-  flags.DEFINE_string("model_dir", None, "Directory written by python -m vmsst.train.")
+  encoder_flags.define_model_dir()
   flags.DEFINE_enum("format", "savedmodel", list(FORMATS), "savedmodel: TensorFlow "
                     "SavedModel; sentence-transformers: SentenceTransformer(OUT) and "
                     "transformers AutoModel, no custom code; huggingface: transformers' AutoModel "
@@ -29,7 +29,7 @@ def define() -> None:
                     "shows (vmsst/export_formats/huggingface.py).")
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
   flags.DEFINE_string("output", None, "New directory for the SavedModel and params.")
-  flags.DEFINE_bool("normalize", False, "L2-normalise the exported embeddings.")
+  encoder_flags.define_normalize("the exported embeddings")
   flags.DEFINE_string("calibration", None, "A calibration set (one sentence a line) for the "
                       "int8/uint8 signatures; default: --model_dir's quantization.json (python "
                       "-m vmsst.calibrate), if any.")
