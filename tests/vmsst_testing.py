@@ -124,3 +124,16 @@ class Absent(importlib.machinery.PathFinder):
 
 sys.meta_path[:] = [Absent if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
 """
+
+
+def clustered_embeddings(n: int = 3000, d: int = 32, seed: int = 0):
+  """Sources in 30 clusters; the first 2/3 of the targets are noisy translations of sources
+  (shuffled): a mining task whose exact answer IVF search should find (the mining tests)."""
+  rng = np.random.default_rng(seed)
+  centres = rng.standard_normal((30, d)).astype(np.float32) * 2
+  source = centres[rng.integers(0, 30, n)] + rng.standard_normal((n, d)).astype(np.float32)
+  target = source.copy()
+  target[: 2 * n // 3] += 0.3 * rng.standard_normal((2 * n // 3, d)).astype(np.float32)
+  target[2 * n // 3:] = (centres[rng.integers(0, 30, n - 2 * n // 3)]
+                         + rng.standard_normal((n - 2 * n // 3, d)).astype(np.float32))
+  return source, target[rng.permutation(n)]
