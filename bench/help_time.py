@@ -105,13 +105,13 @@ def render(records: list[dict]) -> str:
   header = "| command | " + " | ".join(f"{r['label']} s | {r['label']} MB | {r['label']} loads"
                                        for r in records) + " |"
   lines += [header, "|---|" + "---:|---:|---|" * len(records)]
-  for command in records[-1]["commands"]:
+  for command, names in _rows(records):
     cells = []
-    for r in records:
-      row = r["commands"].get(command)
+    for r, name in zip(records, names):
+      row = r["commands"].get(name)
       cells += (["–"] * 3 if row is None else
                 [f"{row['seconds']:.2f}", str(row["peak_mb"]), ", ".join(row["heavy"]) or "–"])
-    lines.append(f"| `{command}` | " + " | ".join(cells) + " |")
+    lines.append(f"| {command} | " + " | ".join(cells) + " |")
   for r in records:
     rows = r["commands"].values()
     lines.append("")
@@ -120,6 +120,26 @@ def render(records: list[dict]) -> str:
                  f"{sum(1 for x in rows if 'tensorflow' in x['heavy'])} of {len(rows)} helps "
                  "load TensorFlow.")
   return "\n".join(lines) + "\n"
+
+
+def _rows(records: list[dict]) -> list[tuple[str, list[str | None]]]:
+  """(the row's name, the command's name in each record): the last record's commands, each
+  found in an earlier record under the old name it had then (vmsst/old_names.py), and then the
+  earlier records' commands that are old names now."""
+  sys.path.insert(0, str(ROOT))
+  from vmsst import old_names  # pylint: disable=import-outside-toplevel
+  old_by_new = {successor.command: old for old, successor in old_names.RENAMED.items()}
+  rows, shown = [], set()
+  for command in records[-1]["commands"]:
+    names = [next((n for n in (command, old_by_new.get(command)) if n in r["commands"]), None)
+             for r in records]
+    shown.update(names)
+    earlier = sorted({n for n in names if n and n != command})
+    rows.append((f"`{command}`" + "".join(f" (then `{n}`)" for n in earlier), names))
+  for command in dict.fromkeys(c for r in records for c in r["commands"] if c not in shown):
+    rows.append((f"`{command}` (an old name now: vmsst/old_names.py)",
+                 [command if command in r["commands"] else None for r in records]))
+  return rows
 
 
 def _define_flags() -> None:
