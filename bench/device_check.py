@@ -66,6 +66,12 @@ def _define_flags() -> None:
   flags.DEFINE_string("prepare", None, "Write the comparison's data into this directory and "
                       "stop (needs seqio and --data_dir).")
   flags.DEFINE_string("data_dir", "../shared/data", "NTREX-128 and Multi30k (--prepare).")
+  flags.DEFINE_list("objectives", list(device_parts.OBJECTIVES),
+                    "The speed part's objectives (fewer of them: more time for each).")
+  flags.DEFINE_bool("peer", True, "Time sentence-transformers' MultipleNegativesRankingLoss "
+                    "after the speed part (--nopeer: leave its 40 s to the objectives).")
+  flags.DEFINE_float("speed_seconds", None, "The speed part's budget in seconds, shared by its "
+                     "objectives (default: BUDGETS in device_parts.py).")
 
 
 def _child_command(kind: str, args: dict[str, Any]) -> list[str]:
@@ -140,7 +146,9 @@ def _lines_until(process: subprocess.Popen, deadline: float):
 
 def run_parts(out: str, parts: Sequence[str]) -> dict[str, Any]:
   """Every asked part within its budget; the results written after each."""
-  budgets = device_parts.QUICK_BUDGETS if FLAGS.quick else device_parts.BUDGETS
+  budgets = dict(device_parts.QUICK_BUDGETS if FLAGS.quick else device_parts.BUDGETS)
+  if FLAGS.speed_seconds:
+    budgets["speed"] = FLAGS.speed_seconds
   results = {"quick": FLAGS.quick, "budgets_s": budgets, "parts": {}}
   started = time.time()
   if "speed" in parts or "profile" in parts:
@@ -161,7 +169,7 @@ def run_parts(out: str, parts: Sequence[str]) -> dict[str, Any]:
 
 def _speed(budgets: dict[str, float]) -> dict[str, Any]:
   """Each objective in its own process (quick: all in one), then the PyTorch peer."""
-  objectives = list(device_parts.OBJECTIVES)
+  objectives = list(FLAGS.objectives)
   groups = [objectives] if FLAGS.quick else [[o] for o in objectives]
   rows, deadline = [], time.time() + budgets["speed"]
   for index, group in enumerate(groups):
@@ -173,6 +181,8 @@ def _speed(budgets: dict[str, float]) -> dict[str, Any]:
   if FLAGS.quick:
     speed["peer"] = {"skipped": "quick mode: importing torch and sentence-transformers takes "
                                 "longer than the rest of the rehearsal"}
+  elif not FLAGS.peer:
+    speed["peer"] = {"skipped": "--nopeer"}
   elif contrastive is not None:
     speed["peer"] = _one(run_child("peer", {"batch": contrastive["batch"]}, budgets["peer"]))
     if "pairs_per_s" in speed["peer"]:
@@ -223,6 +233,10 @@ def main(argv: Sequence[str]) -> None:
   unknown = sorted(set(FLAGS.parts) - set(PARTS))
   if unknown:
     raise app.UsageError(f"--parts: unknown {unknown}; pick from {PARTS}")
+  unknown = sorted(set(FLAGS.objectives) - set(device_parts.OBJECTIVES))
+  if unknown:
+    raise app.UsageError(f"--objectives: unknown {unknown}; pick from "
+                         f"{list(device_parts.OBJECTIVES)}")
   results = run_parts(FLAGS.output, FLAGS.parts)
   print(device_parts.summary(results), flush=True)
 

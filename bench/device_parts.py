@@ -189,25 +189,42 @@ def _model_flops(model, batch_size: int) -> float:
 
 
 def _largest_batch_run(objective: str, model, quick: bool,
-                       batches: Sequence[int] | None = None) -> tuple[Any, list[dict]]:
+                       batches: Sequence[int] | None = None,
+                       limit: int | None = None) -> tuple[Any, list[dict]]:
   """(a StepRun at the largest batch that fits, the sizes that did not).
 
-  A compiled step whose own memory estimate exceeds the device's limit is not
-  run; the next size tried is the largest whose estimate, scaled from this
-  one (the state fixed, the rest per example), fits: at most two compiles
-  where the first does not fit, on a device that reports its limit.
+  On a device that reports its memory limit, the smallest batch is compiled
+  first and its memory estimate (the state fixed, the rest per example)
+  picks the largest size expected to fit, so no compile is spent on a size
+  that cannot: on a GPU, compiling a step far over the memory (the paper's
+  250k-vocabulary logits at batch 2048 need 130 GB) autotunes each matmul
+  against allocations that fail, for longer than the whole check may take.
+  A size whose own estimate still exceeds the limit falls to the next.
   """
-  tried, ceiling = [], None
-  limit = (_jax().devices()[0].memory_stats() or {}).get("bytes_limit")
-  for batch_size in batches or BATCHES[quick]:
-    if ceiling is not None and batch_size > ceiling:
-      tried.append({"batch": batch_size, "error": "estimated from a larger batch's compile"})
-      continue
+  ladder = list(batches or BATCHES[quick])
+  tried = []
+  limit = limit or (_jax().devices()[0].memory_stats() or {}).get("bytes_limit")
+  if limit and len(ladder) > 1:
+    probe = StepRun(model, ladder[-1])
+    per_example = (probe.compiled_bytes - probe.fixed_bytes) / probe.batch_size
+    ceiling = (0.85 * limit - probe.fixed_bytes) / max(per_example, 1.0)
+    print(f"{objective}: batch {probe.batch_size} compiled in {probe.compile_seconds:.0f} s, "
+          f"{probe.compiled_bytes / 2**30:.1f} GiB; estimated to fit up to batch "
+          f"{ceiling:.0f}", flush=True)
+    tried = [{"batch": b, "error": f"estimated over 85% of the device's "
+                                   f"{limit / 2**30:.0f} GiB from batch {probe.batch_size}"}
+             for b in ladder if b > ceiling]
+    ladder = [b for b in ladder if b <= ceiling] or ladder[-1:]
+    if ladder[0] == probe.batch_size:
+      probe.start().steps(1)
+      return probe, tried
+    del probe
+  for batch_size in ladder:
     try:
       run = StepRun(model, batch_size)
+      print(f"{objective}: batch {batch_size} compiled in {run.compile_seconds:.0f} s",
+            flush=True)
       if limit and run.compiled_bytes > 0.97 * limit:
-        per_example = (run.compiled_bytes - run.fixed_bytes) / batch_size
-        ceiling = (0.9 * limit - run.fixed_bytes) / max(per_example, 1.0)
         raise MemoryError(f"RESOURCE_EXHAUSTED: the compiled step needs "
                           f"{run.compiled_bytes / 2**30:.1f} GiB of {limit / 2**30:.1f}")
       run.start().steps(1)  # warm-up: the first allocation shows a runtime out-of-memory
@@ -238,17 +255,19 @@ def speed(*, quick: bool, objectives) -> None:
     model = build_model(objective, quick)
     run, did_not_fit = _largest_batch_run(objective, model, quick)
     seconds = run.steps(TIMED_STEPS[quick])
-    flops = _model_flops(model, run.batch_size)
     stats = device.memory_stats() or {}
     row = {"objective": objective, "batch": run.batch_size, "did_not_fit": did_not_fit,
            "step_s": seconds, "examples_per_s": run.batch_size / seconds,
-           "model_flops": flops, "mfu": flops / seconds / peak,
            "compile_s": run.compile_seconds, "loss": float(run.metrics["loss"]),
            "peak_memory_gib": stats.get("peak_bytes_in_use", float("nan")) / 2**30,
            "compiled_memory_gib": run.compiled_bytes / 2**30,
            "device": device.device_kind, "bf16_peak_tflops": peak / 1e12}
     print(f"{objective}: batch {run.batch_size}, {row['examples_per_s']:.0f} examples/s, "
-          f"MFU {row['mfu']:.1%}, peak {row['peak_memory_gib']:.1f} GiB", flush=True)
+          f"peak {row['peak_memory_gib']:.1f} GiB", flush=True)
+    emit(row)  # the timing survives a failure in the FLOP count below
+    row["model_flops"] = _model_flops(model, run.batch_size)
+    row["mfu"] = row["model_flops"] / seconds / peak
+    print(f"{objective}: MFU {row['mfu']:.1%}", flush=True)
     emit(row)
     del run
     gc.collect()
@@ -448,7 +467,8 @@ def summary(results: dict[str, Any]) -> str:
     for row in parts["speed"].get("rows", []):
       if "examples_per_s" in row:
         lines.append(f"| {row['objective']} | {row['batch']} | {row['examples_per_s']:.0f} | "
-                     f"{row['mfu']:.1%} | {row['peak_memory_gib']:.1f} | {row['compile_s']:.0f} |")
+                     f"{format(row['mfu'], '.1%') if 'mfu' in row else 'not counted'} | "
+                     f"{row['peak_memory_gib']:.1f} | {row['compile_s']:.0f} |")
       else:
         lines.append(f"| {row.get('objective')} | – | {row.get('error')} | | | |")
     peer_row = parts["speed"].get("peer", {})

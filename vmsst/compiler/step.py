@@ -208,19 +208,28 @@ def model_flops(run: Run, batch_size: int) -> float:
   """FLOPs of one whole train step as written, before XLA optimises it.
 
   Lowered for one CPU device (the global batch, no sharding: nothing is
-  compiled or allocated) and counted by XLA's HLO cost analysis. `run` must be
-  built with MODEL_FLOPS_BINDINGS: under scan the count would hold one layer.
+  compiled or allocated) and counted by XLA's HLO cost analysis. Every input
+  is placed on that CPU device, so the lowering is the CPU's also where the
+  default backend is a GPU, whose lowered programs carry no FLOP count.
+  `run` must be built with MODEL_FLOPS_BINDINGS: under scan the count would
+  hold one layer.
   """
   shapes = run.model.input_shapes(batch_size, run.sequence_length)
   dtypes = run.model.feature_dtypes()
-  batch = {k: jax.ShapeDtypeStruct(s, dtypes[k]) for k, s in shapes.items()}
-  mesh = partitioning.make_mesh(1, 1, devices=jax.devices("cpu")[:1])
+  cpu_device = jax.devices("cpu")[0]
+  cpu = jax.sharding.SingleDeviceSharding(cpu_device)
+  on_cpu = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=cpu)
+  batch = {k: on_cpu(jax.ShapeDtypeStruct(s, dtypes[k])) for k, s in shapes.items()}
+  mesh = partitioning.make_mesh(1, 1, devices=[cpu_device])
   trainer = trainer_lib.Trainer(run.model, run.optimizer, mesh, shapes)
-  state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), trainer.abstract_state)
+  state = jax.tree.map(on_cpu, trainer.abstract_state)
   step = jax.jit(functools.partial(trainer_lib.train_step, run.model, run.optimizer))
   with nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
-    lowered = step.lower(state, batch, abstract_key())
-  return float((lowered.cost_analysis() or {})["flops"])
+    lowered = step.lower(state, batch, on_cpu(abstract_key()))
+  costs = lowered.cost_analysis() or {}
+  if "flops" not in costs:
+    raise ValueError(f"XLA's cost analysis of the lowered step has no 'flops' ({sorted(costs)})")
+  return float(costs["flops"])
 
 
 def _bound(name: str, default: Any = None) -> Any:
