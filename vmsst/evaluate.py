@@ -79,4 +79,5 @@ def main(argv: Sequence[str]) -> None:
 if __name__ == "__main__":
   encoder_flags.define()
   runner.define_suite_flags()
+  cli.show_in_help(runner)
   cli.run(main)

@@ -28,6 +28,7 @@ def _help(*args: str) -> str:
     ("embed", ["--input", "--output", "--normalize"]),
     ("score", ["--input", "--output"]),
     ("mine", ["--src", "--trg", "--k", "--margin"]),
+    ("evaluate", ["--suite", "--output", "--data_dir", "--src", "--trg"]),
 ])
 def test_inference_commands_list_their_own_and_the_encoder_flags(command, own_flags):
   text = _help(f"vmsst.{command}", "--help")
