@@ -12,7 +12,6 @@ import pytest
 
 import vmsst_testing
 from vmsst import __main__ as index
-from vmsst import gin_utils
 from vmsst import old_names
 
 # The commands of vmsst 0.1 before its folders were reorganised (every module with a `__main__`).
@@ -73,11 +72,11 @@ def test_importing_an_old_name_whose_module_is_gone_names_its_successor():
 
 
 def _flags_now(command: str) -> set[str]:
-  """The flags a command's module defines: its own and, where it reads a run file, the gin three."""
-  path = vmsst_testing.ROOT / "vmsst" / f"{command.removeprefix('vmsst.')}.py"
-  text = path.read_text(encoding="utf-8")
-  found = set(re.findall(r"DEFINE_\w+\(\s*[\"'](\w+)[\"']", text))
-  return found | (set(gin_utils.FLAG_NAMES) if "gin_utils.define_flags()" in text else set())
+  """Every flag `python -m command` accepts, wherever it is defined (its --helpfull)."""
+  done = subprocess.run([sys.executable, "-m", command, "--helpfull"], cwd=vmsst_testing.ROOT,
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert done.returncode == 0, done.stderr[-2000:]
+  return set(re.findall(r"^\s+--(?:\[no\])?(\w+):", done.stdout, re.M))
 
 
 @pytest.mark.parametrize("old", sorted(old_names.RENAMED))
