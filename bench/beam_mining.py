@@ -274,8 +274,10 @@ def main(argv) -> None:
   else:  # --n=0: the corpus-scale part as --output's results.json recorded it
     recorded = json.loads(files.read_text(files.join(FLAGS.output, "results.json")))
     results["corpus_scale"] = recorded["corpus_scale"]
-    command = recorded["command"] + "\n    " + command
-    results["machine"] = recorded["machine"] + "; the NTREX part: " + results["machine"]
+    # Its own command and machine only (the first of what a previous --n=0 run recorded).
+    command = recorded["command"].split("\n")[0] + "\n    " + command
+    results["machine"] = (recorded["machine"].split("; the NTREX part: ")[0]
+                          + "; the NTREX part: " + results["machine"])
     results["command"] = command
   rate = results.get("real", {}).get("embed_sentences_per_second")
   results["projection"] = projection(results["corpus_scale"], rate, os.cpu_count(),

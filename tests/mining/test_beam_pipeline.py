@@ -109,6 +109,25 @@ def test_every_margin_and_retrieval_from_the_same_neighbours(planted_run, tmp_pa
   assert len(want) >= 20
 
 
+@pytest.mark.slow  # a pipeline of five key shards and the in-process miner
+def test_shared_vectors_across_key_shards_give_the_in_process_pairs_exactly(tmp_path):
+  # A third of each side's sentences share another's vector, as sentences cut at the same
+  # length do, so neighbour lists and margins tie all over and across the pipeline's key
+  # shards; the in-process miner searches in blocks over the 8 forced devices instead. The
+  # float64 re-score of the one exact search breaks every tie alike: the same pairs and the
+  # same scores, digit for digit.
+  src, trg, table = _planted(n=300, d=32, seed=5)
+  rng = np.random.default_rng(5)
+  for side in "xy":
+    for i in rng.choice(300, 100, replace=False):
+      table[f"{side}{i}"] = table[f"{side}{rng.integers(0, 300)}"]
+  patterns = _write(tmp_path, src, trg)
+  summary = _mine_beam(patterns, tmp_path / "mined", table, bp.Settings(k=4, shards=5))
+  want = _in_process(patterns, table, tmp_path / "ref.tsv", k=4)
+  assert _read_pairs(summary["pairs"]) == want
+  assert len(want) >= 100
+
+
 @pytest.mark.slow  # over ~7 s (four pipelines and the in-process IVF)
 def test_ivf_pairs_equal_one_in_process_index_over_the_same_rows(tmp_path):
   src, trg, table = _planted(n=1500, d=16, seed=1)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from vmsst.mining import approximate
 from vmsst.mining import neighbors
 
 
@@ -32,7 +33,7 @@ def test_jax_matches_brute_force(k, query_block, key_block):
                                   key_block=key_block)
   want_scores, want_indices = _brute_force(queries, keys, k)
   assert scores.shape == indices.shape == (37, k)
-  assert scores.dtype == np.float32 and indices.dtype == np.int64
+  assert scores.dtype == np.float64 and indices.dtype == np.int64
   np.testing.assert_array_equal(indices, want_indices)
   np.testing.assert_allclose(scores, want_scores, atol=1e-5)
   assert np.all(np.diff(scores, axis=1) <= 0)
@@ -85,7 +86,7 @@ def test_faiss_and_jax_agree(k):
                                               backend="faiss")
   np.testing.assert_array_equal(jax_indices, faiss_indices)
   np.testing.assert_allclose(jax_scores, faiss_scores, atol=1e-5)
-  assert faiss_scores.dtype == np.float32 and faiss_indices.dtype == np.int64
+  assert faiss_scores.dtype == np.float64 and faiss_indices.dtype == np.int64
 
 
 def test_scale_of_inputs_does_not_matter():
@@ -120,8 +121,10 @@ def test_eight_devices_match_one_device_and_brute_force(devices, k, key_block):
   for scores, indices in (one, eight, three):
     np.testing.assert_array_equal(indices, want_indices)
     np.testing.assert_allclose(scores, want_scores, atol=1e-5)
-  # Not bit for bit: a slice's matmul may round differently from the whole block's.
-  np.testing.assert_allclose(one[0], eight[0], atol=1e-6)
+  # Bit for bit: a slice's float32 matmul rounds otherwise than the whole block's, but the
+  # float64 re-score depends on the two rows only.
+  np.testing.assert_array_equal(one[0], eight[0])
+  np.testing.assert_array_equal(three[0], eight[0])
 
 
 def test_ties_across_device_slices_resolve_to_the_lower_key_index(devices):
@@ -245,3 +248,83 @@ def test_both_directions_on_chunked_blocks_match_brute_force(devices, num_device
 @pytest.mark.parametrize("num_devices,want", [(1, (1008, 1008, 10)), (8, (1008, 128, 10))])
 def test_both_block_sizes_are_balanced_whole_chunks(num_devices, want):
   assert neighbors.both_block_sizes(10_000, 10_000, 4, num_devices=num_devices) == want
+
+
+# ------------------------------------------- float64 re-score: one answer per geometry
+
+
+def _float64_search(queries: np.ndarray, keys: np.ndarray, k: int):
+  """The definition the re-score implements: float64 unit rows, products summed along d,
+  stable sort (equal cosines keep the lower key row)."""
+  def unit(x):
+    x = x.astype(np.float64)
+    return x / np.sqrt(np.sum(x * x, axis=1, keepdims=True))
+  sims = np.sum(unit(queries)[:, None, :] * unit(keys)[None, :, :], axis=-1)
+  order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+  return np.take_along_axis(sims, order, axis=1), order
+
+
+def _tied(seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """Queries and keys drawn with repeats from 120 vectors (exact ties in groups of up to
+  about ten, as sentences cut at the same length share a vector), and 40 keys copied and
+  moved by about one float32 ulp (near-ties a float32 product's rounding can reorder; a
+  vector gets a few such copies, fewer than neighbors.TIE_MARGIN)."""
+  rng = np.random.default_rng(seed)
+  base = _random(120, 48, seed)
+  keys = base[rng.integers(0, 120, 400)]
+  near = keys[rng.choice(400, 40, replace=False)]
+  near += (1.5e-7 * rng.standard_normal(near.shape)).astype(np.float32)
+  keys = np.concatenate([keys, near])[rng.permutation(440)]
+  return base[rng.integers(0, 120, 150)], keys
+
+
+def _sharded(queries, keys, k, shards, **options):
+  """What the Beam pipeline does: one search per contiguous key shard, lists merged."""
+  bounds = np.linspace(0, len(keys), shards + 1).round().astype(int)
+  lists = []
+  for start, stop in zip(bounds[:-1], bounds[1:]):
+    scores, rows = neighbors.knn(queries, keys[start:stop], min(k, stop - start), **options)
+    lists.append((scores, rows + start))
+  return approximate.merge_top_k(lists, k)
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_ties_give_the_same_scores_and_rows_whatever_the_blocks_devices_and_shards(
+    devices, k):
+  queries, keys = _tied(41)
+  want_scores, want_rows = _float64_search(queries, keys, k)
+  backward_scores, backward_rows = _float64_search(keys, queries, k)
+  both = neighbors.knn_both(queries, keys, k, query_block=32, key_block=64, devices=devices)
+  searches = {
+      "default": neighbors.knn(queries, keys, k),
+      "small blocks, 3 devices": neighbors.knn(queries, keys, k, query_block=17, key_block=13,
+                                               devices=devices[2:5]),
+      "faiss": neighbors.knn(queries, keys, k, backend="faiss", query_block=50),
+      "both directions": both[:2],
+      "7 faiss shards": _sharded(queries, keys, k, 7, backend="faiss"),
+      "5 jax shards": _sharded(queries, keys, k, 5, key_block=16, devices=devices[:1]),
+  }
+  for name, (scores, rows) in searches.items():
+    np.testing.assert_array_equal(rows, want_rows, err_msg=name)
+    np.testing.assert_array_equal(scores, searches["default"][0], err_msg=name)
+    np.testing.assert_allclose(scores, want_scores, rtol=0, atol=1e-15, err_msg=name)
+  np.testing.assert_array_equal(both[3], backward_rows)
+  np.testing.assert_array_equal(both[2], neighbors.knn(keys, queries, k, backend="faiss")[0])
+  np.testing.assert_allclose(both[2], backward_scores, rtol=0, atol=1e-15)
+
+
+def test_rescore_orders_by_float64_cosine_then_the_lower_row_and_drops_fillers():
+  keys = np.array([[1, 0], [0, 1], [1, 0], [3, 1e-7], [1, 1]], np.float32)
+  queries = np.array([[2, 0], [0, 0]], np.float32)  # a zero row scores 0 against every key
+  scores, rows = neighbors.rescore(queries, keys, np.array([[4, 2, -1, 3, 0], [3, 1, 0, -1, 2]]),
+                                   3)
+  # Key 3's float32 cosine rounds to 1.0, tying keys 0 and 2; in float64 it is below them.
+  np.testing.assert_array_equal(rows, [[0, 2, 3], [0, 1, 2]])
+  assert scores[0, 0] == scores[0, 1] == 1.0 and 1 - 1e-14 < scores[0, 2] < 1.0
+  np.testing.assert_array_equal(scores[1], [0, 0, 0])
+  assert scores.dtype == np.float64
+
+
+def test_a_near_tie_just_past_the_kth_float32_place_is_still_a_candidate():
+  assert neighbors.candidates(4, 10**6) == 4 + neighbors.TIE_MARGIN
+  assert neighbors.candidates(4, 6) == 6  # never more than the keys

@@ -18,7 +18,10 @@ search time, the same recall); `pq` > 0 keeps `pq` bytes per key (IVF-PQ,
 64 bytes per key = 64 MB at 10^6, 6.4 GB at 10^8). With either code,
 RERANK * k candidates are re-scored by their exact cosines from the keys (a
 gather of rows per query from the memory map), of which the k best are
-kept: the margin sees true cosines of approximate neighbours.
+kept: the margin sees true cosines of approximate neighbours. IVF-Flat's
+candidates (k + neighbors.TIE_MARGIN) are re-scored the same way, in float64
+as the exact search's (`neighbors.rescore`), so an approximate neighbour's
+score and tie order do not depend on the index's blocks or shards either.
 
 Sharding: faiss runs each search on all CPU cores (OpenMP). The keys can
 also be split into `shards` contiguous slices, as `neighbors.knn` splits a
@@ -33,8 +36,8 @@ and `load_shards` merges the lists the machines wrote (`--merge_shards`). The
 cost: a query probes `nprobe` cells in each slice, about sqrt(shards) times
 the keys one index would scan (more, for higher recall per slice).
 
-Rows come back as `neighbors.knn` returns them: cosines descending, ties by
-the lower key index, indices int64. A row that found fewer than k
+Rows come back as `neighbors.knn` returns them: float64 cosines descending,
+ties by the lower key index, indices int64. A row that found fewer than k
 neighbours (possible only with tiny cells and nprobe) is an error naming
 the fix.
 """
@@ -50,6 +53,7 @@ import tqdm
 from vmsst import cli
 from vmsst import files
 from vmsst.encoding import similarity
+from vmsst.mining import neighbors
 
 TRAIN_PER_CELL = 64  # k-means sample per cell (faiss asks for 39 to 256)
 RERANK = 4  # IVF-PQ / SQ8: candidates per neighbour re-scored by exact cosine
@@ -163,7 +167,7 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions = Ivf
         progress: str | None = None, index=None,
         assignments: tuple[np.ndarray, np.ndarray] | None = None
         ) -> tuple[np.ndarray, np.ndarray]:
-  """Approximate (float32 [n, k] cosines, int64 [n, k] key rows), as `neighbors.knn` returns.
+  """Approximate (float64 [n, k] cosines, int64 [n, k] key rows), as `neighbors.knn` returns.
 
   `queries` and `keys` may be memory-mapped; neither is copied whole. With
   `options.shards` > 1 each key slice is indexed and searched in turn and the
@@ -213,10 +217,11 @@ def shard_knn(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions
 def merge_top_k(lists: Sequence[tuple[np.ndarray, np.ndarray]],
                 k: int) -> tuple[np.ndarray, np.ndarray]:
   """The k best of several (scores, global rows) lists per query: cosines descending, ties
-  by the lower row (what one search over all keys returns)."""
+  by the lower row (`neighbors.best_k`: what one search over all keys returns, as long as
+  the lists hold float64 cosines of `neighbors.rescore`)."""
   scores = np.concatenate([s for s, _ in lists], axis=1)
   indices = np.concatenate([i for _, i in lists], axis=1)
-  return _best_k(scores, indices, k)
+  return neighbors.best_k(scores, indices, k)
 
 
 def sampled_recall(queries: np.ndarray, keys: np.ndarray, found: np.ndarray,
@@ -246,7 +251,7 @@ def sampled_recall(queries: np.ndarray, keys: np.ndarray, found: np.ndarray,
       columns = np.argpartition(-scores, k - 1, axis=1)[:, :k]
     else:
       columns = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
-    best_scores, best_rows = _best_k(
+    best_scores, best_rows = neighbors.best_k(
         np.concatenate([best_scores, np.take_along_axis(scores, columns, axis=1)], axis=1),
         np.concatenate([best_rows, columns + start], axis=1), k)
   hits = [len(set(a) & set(b)) for a, b in zip(found[rows].tolist(), best_rows.tolist())]
@@ -292,55 +297,29 @@ def load_shards(output: str | pathlib.Path, meta: Mapping[str, Any], k: int):
   return merge_top_k(forward, k), merge_top_k(backward, k)
 
 
-def _best_k(scores: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-  order = np.lexsort((indices, -scores), axis=1)[:, :k]
-  return np.take_along_axis(scores, order, axis=1), np.take_along_axis(indices, order, axis=1)
-
-
 def _search(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions,
             progress: str | None, index, assignments=None) -> tuple[np.ndarray, np.ndarray]:
   """One index over all of `keys` (built unless given), searched in blocks of queries."""
   if index is None:
     index = build_index(keys, options, progress)
-  scores = np.empty((len(queries), k), np.float32)
-  indices = np.empty((len(queries), k), np.int64)
-  # Codes rank coarsely: take RERANK * k candidates and keep the k best by true cosine.
+  # Codes rank coarsely: RERANK * k candidates; flat keys: k and a few near-ties. Either way
+  # their float64 cosines from `keys` rank them (`neighbors.rescore`).
   coded = bool(options.pq or options.sq8)
-  candidates = min(RERANK * k, len(keys)) if coded else k
+  depth = min(RERANK * k, len(keys)) if coded else neighbors.candidates(k, len(keys))
+  found = np.empty((len(queries), depth), np.int64)
   for start in tqdm.tqdm(range(0, len(queries), options.block),
                          desc=progress and f"{progress} search", disable=cli.hide_progress(progress is None),
                          leave=False):
     block = similarity.normalize(queries[start:start + options.block])
-    if assignments is None:
-      block_scores, block_indices = index.search(block, candidates)
-    else:  # cells assigned once, for every index sharing them
-      cells = slice(start, start + len(block))
-      block_scores, block_indices = index.search_preassigned(
-          block, candidates, assignments[1][cells], assignments[0][cells])
-    missing = block_indices < 0  # with assignments, a key shard's: the merge fills them
-    if missing.any() and assignments is None:
-      row = start + int(np.flatnonzero((block_indices < 0).any(axis=1))[0])
-      raise ValueError(f"query row {row} found fewer than k={k} neighbours in its "
-                       f"{index.nprobe} cells; raise --nprobe or lower --nlist.")
-    if coded:  # true cosines of the approximate neighbours
-      block_scores = _exact_cosines(block, np.maximum(block_indices, 0), keys)
-    block_scores = np.where(missing, -np.inf, block_scores).astype(np.float32)
     rows = slice(start, start + len(block))
-    scores[rows], indices[rows] = _best_k(block_scores, block_indices, k)
+    if assignments is None:
+      _, found[rows] = index.search(block, depth)
+    else:  # cells assigned once, for every index sharing them
+      _, found[rows] = index.search_preassigned(block, depth, assignments[1][rows],
+                                                assignments[0][rows])
+  scores, indices = neighbors.rescore(queries, keys, found, k)
+  short = (indices < 0).any(axis=1)  # with assignments, a key shard's: the merge fills them
+  if short.any() and assignments is None:
+    raise ValueError(f"query row {int(np.flatnonzero(short)[0])} found fewer than k={k} "
+                     f"neighbours in its {index.nprobe} cells; raise --nprobe or lower --nlist.")
   return scores, indices
-
-
-def _exact_cosines(queries: np.ndarray, indices: np.ndarray, keys: np.ndarray,
-                   chunk: int = 2048) -> np.ndarray:
-  """float32 [q, c]: cosine of each unit query with its c candidate keys, read from `keys`.
-
-  In chunks of queries, so the gathered [chunk, c, d] candidates stay small
-  (a whole 65,536-query block at c = 16, d = 512 would be 2 GiB).
-  """
-  scores = np.empty(indices.shape, np.float32)
-  for start in range(0, len(queries), chunk):
-    part = indices[start:start + chunk]
-    rows = np.unique(part)  # sorted: a memory map reads them in file order
-    exact = similarity.normalize(keys[rows])[np.searchsorted(rows, part)]
-    scores[start:start + chunk] = np.einsum("qd,qkd->qk", queries[start:start + chunk], exact)
-  return scores

@@ -442,9 +442,9 @@ def search_task(task: tuple[str, int], layout: Layout, settings: Settings) -> No
 
 
 def _shard_search(layout: Layout, settings: Settings, key_side: str, keys: np.ndarray, k: int):
-  """(query shard, its cells) -> (float32 [q, k] cosines, int64 [q, k] shard rows)."""
+  """(query shard, its cells) -> (float64 [q, k] cosines, int64 [q, k] shard rows)."""
   if not k:
-    return lambda q, _: (np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64))
+    return lambda q, _: (np.zeros((len(q), 0), np.float64), np.zeros((len(q), 0), np.int64))
   if settings.index == "exact":
     return lambda q, _: neighbors.knn(q, keys, k, backend="faiss")
   index = _load_index(layout, key_side)

@@ -43,9 +43,9 @@ class Neighbourhoods:
   """k nearest neighbours in both directions, all mining needs (O((n + m) k) memory).
 
   Attributes:
-    forward_scores: float32 [n, k] cosines of each source's k nearest targets, descending.
+    forward_scores: float64 [n, k] cosines of each source's k nearest targets, descending.
     forward_indices: int64 [n, k] those targets' rows.
-    backward_scores: float32 [m, k] cosines of each target's k nearest sources, descending.
+    backward_scores: float64 [m, k] cosines of each target's k nearest sources, descending.
     backward_indices: int64 [m, k] those sources' rows.
   """
   forward_scores: np.ndarray

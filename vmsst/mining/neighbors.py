@@ -23,15 +23,21 @@ matrix once and reduces it along rows and columns (half the FLOPs of two
 normalize the keys once per search and keep them on the devices (one
 n_keys x d copy, as faiss's index).
 
-Ties are broken deterministically by the lower key index first. In the jax
-backend this follows from `jax.lax.top_k`, which returns the lower position
-first among equal values: key blocks are visited in increasing order, device
-slices are laid out in key order, and the running top-k is placed before the
-block's per-device candidates, so position order is key-index order in every
-merge. faiss rows are re-sorted by (score descending, index ascending) so
-their order matches; which of several keys tied at the k-th place faiss
-keeps is its own choice (the lower index in the faiss-cpu versions tested,
-see tests/evaluation/test_neighbors.py).
+Every answer is re-scored in float64 (`rescore`). A float32 product rounds
+differently with the geometry of the search (a key shard's matmul against a
+key block's, one device slice against eight), so two searches over the same
+vectors disagreed in the last float32 bit, flipped near-ties and mined
+different pairs (docs/results/beam_mining/README.md). So the float32 search
+only proposes candidates: k + TIE_MARGIN keys (`candidates`: a key that
+float32 rounding pushed just past the k-th place is still there), each
+joined by the lowest rows holding the same vector (`with_twins`: identical
+vectors, common where sentences are cut at the same length, tie exactly
+and however many copies there are, the lower rows win). Each candidate is
+re-scored from the float32 vectors in float64 by one fixed computation per
+(query, key) and ordered by (cosine descending, key row ascending)
+(`best_k`): the same scores and order however the keys are blocked, split
+over devices or sharded over machines. `approximate.merge_top_k` merges
+shards' lists by the same rule.
 """
 
 import functools
@@ -50,6 +56,8 @@ from vmsst.encoding import similarity
 
 Backend = Literal["jax", "faiss"]
 _AXIS = "keys"
+TIE_MARGIN = 4  # float32 candidates past k, re-scored in float64 (`candidates`)
+RESCORE_BLOCK = 1024  # queries re-scored at a time: [1024, k', d] float64 gathered rows
 
 
 def knn(queries: np.ndarray, keys: np.ndarray, k: int, *, query_block: int = 2048,
@@ -73,20 +81,128 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, *, query_block: int = 204
     progress: a tqdm description to show a bar over query blocks; None hides it.
 
   Returns:
-    (scores float32 [nq, k], indices int64 [nq, k]): cosines in descending
-    order and the keys' row indices; equal cosines list the lower index first.
+    (scores float64 [nq, k], indices int64 [nq, k]): cosines in descending
+    order (re-scored in float64, `rescore`) and the keys' row indices; equal
+    cosines list the lower index first.
 
   Raises:
     ValueError: on non-2-D inputs, mismatched widths, k out of range or an
       unknown backend.
   """
   queries, keys = _check(queries, keys, k, query_block, key_block)
+  depth = candidates(k, len(keys))
   if backend == "jax":
     devices = tuple(devices or jax.local_devices())
-    return _knn_jax(queries, keys, k, query_block, key_block, devices, progress)
-  if backend == "faiss":
-    return _knn_faiss(queries, keys, k, query_block, progress)
-  raise ValueError(f"knn backend must be 'jax' or 'faiss', got {backend!r}.")
+    _, found = _knn_jax(queries, keys, depth, query_block, key_block, devices, progress)
+  elif backend == "faiss":
+    _, found = _knn_faiss(queries, keys, depth, query_block, progress)
+  else:
+    raise ValueError(f"knn backend must be 'jax' or 'faiss', got {backend!r}.")
+  return rescore(queries, keys, with_twins(found, keys, k), k)
+
+
+def candidates(k: int, num_keys: int) -> int:
+  """Keys the float32 search proposes per query for the float64 re-score to keep k of.
+
+  Float32 rounding moves a cosine by about 1e-7, so a key among the true k
+  best can rank below keys within 1e-7 of it; with TIE_MARGIN more
+  candidates it is lost only when more than TIE_MARGIN such near-equal keys
+  all outrank it in float32.
+  """
+  return min(num_keys, k + TIE_MARGIN)
+
+
+def rescore(queries: np.ndarray, keys: np.ndarray, found: np.ndarray,
+            k: int) -> tuple[np.ndarray, np.ndarray]:
+  """The k best of each query's candidate keys by float64 cosine, ties to the lower row.
+
+  Why float64 and this computation: every (query, key) cosine is the sum over
+  d of exact products of the rows normalized in float64, reduced along one
+  contiguous axis (numpy's fixed pairwise order), so it depends on the two
+  rows only, never on which other rows were searched with them; identical
+  vectors score identically and the lower row wins.
+
+  Args:
+    queries: float [n, d] rows as searched (need not be unit; memory-mapped is fine).
+    keys: float [m, d] rows (or anything indexable by a sorted int array, as
+      beam_pipeline.ShardedRows).
+    found: int [n, c] candidate key rows, c >= k; -1 marks no candidate (kept
+      last, as -1 with cosine -inf).
+    k: rows kept.
+
+  Returns:
+    (float64 [n, k] cosines descending, int64 [n, k] key rows).
+  """
+  found = np.asarray(found, np.int64)
+  scores = np.empty((len(found), k), np.float64)
+  rows = np.empty((len(found), k), np.int64)
+  for start in range(0, len(found), RESCORE_BLOCK):
+    part = found[start:start + RESCORE_BLOCK]
+    safe = np.where(part < 0, 0, part)
+    unique = np.unique(safe)  # sorted: a memory map is read in file order
+    gathered = _unit64(keys[unique])[np.searchsorted(unique, safe)]  # [q, c, d]
+    block = _unit64(queries[start:start + len(part)])
+    cosines = np.sum(block[:, None, :] * gathered, axis=-1)
+    cosines = np.where(part < 0, -np.inf, cosines)
+    scores[start:start + len(part)], rows[start:start + len(part)] = best_k(cosines, part, k)
+  return scores, rows
+
+
+def with_twins(found: np.ndarray, keys: np.ndarray, k: int) -> np.ndarray:
+  """Candidate rows [n, c'] holding, for each candidate, the first k rows of its vector.
+
+  Why: rows that hold the same vector (sentences cut at the same length, or
+  repeated) tie exactly, and the lower rows must win; but float32 products
+  of equal rows in different blocks or device slices can round apart, so a
+  float32 search may propose any k + TIE_MARGIN copies of a large group.
+  Every copy proposed brings its group's k lowest rows, so the re-score sees
+  them whatever the float32 order. Returns `found` unchanged when no two
+  keys are equal; otherwise sorted rows, each once, -1 filling.
+  """
+  twins = _twin_rows(np.ascontiguousarray(keys), k)
+  if twins is None:
+    return found
+  found = np.asarray(found, np.int64)
+  rows = np.where(found[..., None] >= 0, twins[np.maximum(found, 0)], -1)
+  rows = np.sort(rows.reshape(len(found), -1), axis=1)
+  repeated = np.zeros(rows.shape, bool)
+  repeated[:, 1:] = rows[:, 1:] == rows[:, :-1]
+  return np.where(repeated, -1, rows)
+
+
+def _twin_rows(keys: np.ndarray, k: int) -> np.ndarray | None:
+  """int64 [m, k]: each key's group of equal rows, its k lowest rows (-1 filling); None
+  when every row differs."""
+  if not len(keys):
+    return None
+  whole_rows = keys.view(np.dtype((np.void, keys.dtype.itemsize * keys.shape[1])))[:, 0]
+  _, group, sizes = np.unique(whole_rows, return_inverse=True, return_counts=True)
+  if sizes.max() == 1:
+    return None
+  group = group.reshape(-1)
+  by_group = np.argsort(group, kind="stable")  # rows of group 0, then 1, ..., each ascending
+  starts = np.cumsum(sizes) - sizes
+  lowest = np.full((len(sizes), k), -1, np.int64)
+  for j in range(k):
+    lowest[sizes > j, j] = by_group[starts[sizes > j] + j]
+  return lowest[group]
+
+
+def best_k(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+  """Each row's k best (score, key row) by score descending, then key row ascending.
+
+  The one order of every list here, whether one search made it or shards'
+  lists were merged (approximate.merge_top_k).
+  """
+  order = np.lexsort((rows, -scores), axis=1)[:, :k]
+  return np.take_along_axis(scores, order, axis=1), np.take_along_axis(rows, order, axis=1)
+
+
+def _unit64(rows) -> np.ndarray:
+  """float64 [r, d]: rows scaled to unit L2 norm (zero rows stay zero), row by row."""
+  rows = np.asarray(rows, np.float64)
+  norms = np.sqrt(np.sum(rows * rows, axis=-1, keepdims=True))
+  return rows / np.maximum(norms, 1e-12)
 
 
 def _check(queries, keys, k, query_block, key_block) -> tuple[np.ndarray, np.ndarray]:
@@ -303,11 +419,23 @@ def knn_both(source: np.ndarray, target: np.ndarray, k: int, *,
     progress: a tqdm description for a bar over source blocks.
 
   Returns:
-    (forward scores float32 [n, k], forward indices int64 [n, k],
-     backward scores float32 [m, k], backward indices int64 [m, k]).
+    (forward scores float64 [n, k], forward indices int64 [n, k],
+     backward scores float64 [m, k], backward indices int64 [m, k]), re-scored
+    in float64 as `knn`'s.
   """
   source, target = _check(source, target, k, query_block, key_block)
   _check(target, source, k, query_block, key_block)
+  forward, backward = _float32_both(source, target, min(candidates(k, len(target)),
+                                                        candidates(k, len(source))),
+                                    query_block, key_block, devices, progress)
+  return (*rescore(source, target, with_twins(forward, target, k), k),
+          *rescore(target, source, with_twins(backward, source, k), k))
+
+
+def _float32_both(source: np.ndarray, target: np.ndarray, k: int, query_block: int,
+                  key_block: int, devices: Sequence[jax.Device] | None,
+                  progress: str | None) -> tuple[np.ndarray, np.ndarray]:
+  """`knn_both`'s float32 pass: (int [n, k] forward, int [m, k] backward candidate rows)."""
   devices = tuple(devices or jax.local_devices())
   n, m = len(source), len(target)
   query_block, per_device, blocks_per_device = both_block_sizes(
@@ -335,8 +463,7 @@ def knn_both(source: np.ndarray, target: np.ndarray, k: int, *,
     pending = (start, min(start + query_block, n), rows)
   if pending is not None:
     _collect(pending, *forward)
-  backward = tuple(np.asarray(x).reshape(-1, k)[:m] for x in columns)
-  return forward[0], forward[1], backward[0], backward[1].astype(np.int64)
+  return forward[1], np.asarray(columns[1]).reshape(-1, k)[:m]
 
 
 def both_block_sizes(num_queries: int, num_keys: int, k: int, *, num_devices: int,

@@ -25,6 +25,7 @@ import numpy as np
 
 from vmsst.encoding import quantize
 from vmsst.encoding import similarity
+from vmsst.mining import neighbors
 
 QUERY_BLOCK = 4096  # queries re-ranked at a time: QUERY_BLOCK * candidates * d floats
 KEY_BLOCK = 65_536  # int8 keys decoded at a time
@@ -137,23 +138,10 @@ def _int8_candidates(query_codes, key_codes, depth: int, precision: str,
 
 def rerank(queries: np.ndarray, keys: np.ndarray, candidates: np.ndarray,
            k: int) -> tuple[np.ndarray, np.ndarray]:
-  """The k candidates of highest float cosine: (float32 [n, k] descending, int64 [n, k]).
+  """The k candidates of highest float cosine: (float64 [n, k] descending, int64 [n, k]).
 
-  queries, keys: unit-norm float rows; candidates: int [n, c] key rows
-  (-1, faiss' filler when fewer keys exist, never kept). Equal cosines keep
-  the lower key index first.
+  candidates: int [n, c] key rows (-1, faiss' filler when fewer keys exist,
+  never kept). The exact search's re-score (`neighbors.rescore`), so equal
+  cosines keep the lower key index first and scores equal the exact search's.
   """
-  scores_out = np.empty((len(queries), k), np.float32)
-  indices_out = np.empty((len(queries), k), np.int64)
-  for start in range(0, len(queries), QUERY_BLOCK):
-    rows = candidates[start:start + QUERY_BLOCK]
-    valid = rows >= 0
-    safe = np.where(valid, rows, 0)
-    cosines = np.einsum("qd,qcd->qc", queries[start:start + QUERY_BLOCK],
-                        np.asarray(keys[safe.ravel()], np.float32).reshape(*safe.shape, -1))
-    cosines = np.where(valid, cosines, -np.inf).astype(np.float32)
-    # Sort by cosine descending, then by key index ascending (the exact search's ties).
-    order = np.lexsort((safe, -cosines), axis=1)[:, :k]
-    scores_out[start:start + len(rows)] = np.take_along_axis(cosines, order, axis=1)
-    indices_out[start:start + len(rows)] = np.take_along_axis(safe, order, axis=1)
-  return scores_out, indices_out
+  return neighbors.rescore(queries, keys, candidates, k)
