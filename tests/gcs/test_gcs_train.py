@@ -28,6 +28,7 @@ from vmsst.training import early_stopping as es
 from vmsst import files
 from vmsst.model import param_files
 from vmsst import sentencepiece_vocabulary
+from vmsst_tasks import heldout
 
 pytestmark = pytest.mark.slow
 
@@ -39,15 +40,33 @@ EXTRA = ["train.evaluator = None", "train.log_every = 1", "BATCH_SIZE = 8",
          "NetworkConfig.emb_dim = 32", "NetworkConfig.mlp_dim = 64"]
 
 
-def upload_data(gcs, small_data_dir: pathlib.Path, root: str) -> str:
-  """The tiny run's corpora in the bucket: NTREX / Multi30k heads, Tatoeba, an OPUS folder.
+# The corpora's files in the bucket: Multi30k's heads, NTREX in the languages of its held-out
+# retrieval sets (and its pivots and Multi30k's), Tatoeba in Multi30k's. Every run reads each
+# NTREX file twice (each split's counts) and each Tatoeba file (the filter of its test
+# sentences), a fifth of a second a file through the emulator: all of them cost each run about
+# a minute, and no check here depends on how many languages there are.
+BUCKET_FILES = {
+    "ntrex128": ("DOCUMENT_IDS.tsv", "newstest2019-src.eng.txt.gz",
+                 *(f"newstest2019-ref.{code}.txt.gz"
+                   for code in sorted({"spa", "ces", *heldout.NTREX_TARGETS}))),
+    "tatoeba": tuple(f"v1/tatoeba.{code}-eng.{side}" for code in ("deu", "fra", "ces")
+                     for side in (code, "eng")),
+}
+
+
+def upload_data(gcs, small_data_dir: pathlib.Path, root: str, staging: pathlib.Path) -> str:
+  """The tiny run's corpora in the bucket (Multi30k heads, BUCKET_FILES), an OPUS folder.
 
   Uploaded as `gsutil cp -r` does (objects, no directory markers), the way a user fills a
-  bucket; the OPUS files are written through vmsst.files.
+  bucket; the OPUS files are written through vmsst.files. `staging` holds the links uploaded.
   """
   prefix = root[len(f"gs://{gcs.bucket}/"):]
-  for corpus in ("ntrex128", "multi30k", "tatoeba"):  # small_data_dir links the whole Tatoeba
-    assert gcs.upload_tree(small_data_dir / corpus, f"{prefix}/data/{corpus}")
+  assert gcs.upload_tree(small_data_dir / "multi30k", f"{prefix}/data/multi30k")
+  for corpus, names in BUCKET_FILES.items():
+    for name in names:
+      (staging / corpus / name).parent.mkdir(parents=True, exist_ok=True)
+      (staging / corpus / name).symlink_to(small_data_dir / corpus / name)
+    assert gcs.upload_tree(staging / corpus, f"{prefix}/data/{corpus}") == len(names)
   opus = files.join(root, "opus")
   files.write_text(files.join(opus, "Europarl.de-en.de"), "".join(f"das Haus {i}\n"
                                                                    for i in range(30)))
@@ -129,10 +148,10 @@ def assert_equal_trees(a, b) -> None:
 
 
 @pytest.fixture(name="bucket", scope="module")
-def _bucket(gcs, small_data_dir, tiny_vocab_path):
+def _bucket(gcs, small_data_dir, tiny_vocab_path, tmp_path_factory):
   """(data, vocabulary, init_params) in a fresh prefix of the bucket."""
   root = gcs.path(f"train-{uuid.uuid4().hex[:8]}")
-  bucket_data = upload_data(gcs, small_data_dir, root)
+  bucket_data = upload_data(gcs, small_data_dir, root, tmp_path_factory.mktemp("bucket_data"))
   vocab = files.join(root, "spm", "tiny.model")
   files.copy(tiny_vocab_path, vocab)
   size = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
@@ -180,6 +199,8 @@ def test_a_changed_setting_is_refused_without_resume_with_changes(bucket, straig
 
 def test_kill_9_then_the_same_command_resumes_from_the_bucket_to_the_same_model(
     bucket, straight, tmp_path):
+  # Also the SIGKILL test of tests/training/test_preemption.py: the same run killed and resumed,
+  # its files in the bucket.
   model_dir = files.join(bucket["root"], "runs", "killed")
   cmd = command(bindings(bucket["data"], bucket["vocab"], model_dir, bucket["init"],
                          extra=["make_manager.save_interval_steps = 2"]))
@@ -191,17 +212,29 @@ def test_kill_9_then_the_same_command_resumes_from_the_bucket_to_the_same_model(
       assert process.poll() is None, log.read_text()[-4000:]
       assert time.monotonic() < deadline, log.read_text()[-4000:]
       time.sleep(0.05)
+    reached = max(int(s) for s in STEP_LINE.findall(log.read_text()))
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
   finally:
     finish(process, log)
+  # Whatever was complete survives; a save cut short is only a temporary dir.
   saved = ocp.CheckpointManager(files.join(model_dir, "checkpoints")).all_steps()
-  assert saved and STEPS not in saved, saved
+  assert saved and max(saved) <= reached and STEPS not in saved, (saved, reached)
+  # The data position is written right after its checkpoint.
+  assert files.glob(files.join(model_dir, "data_position", str(max(saved)), "*.position.json"))
+  # Goodput: the killed run's progress (logged every step here) is in MODEL_DIR.
+  progress = json.loads(files.read_text(files.join(model_dir, "progress.json")))["step"]
+  assert max(saved) <= progress <= reached + 1, (saved, progress, reached)
   status, resumed = run(cmd, tmp_path, tmp_path / "resumed.txt")
   assert status == 0, resumed[-4000:]
   assert f"Restoring checkpoint at step {max(saved)}" in resumed, resumed[-4000:]
   assert f"data position of step {max(saved)} restored" in resumed, resumed[-4000:]
-  assert min(int(s) for s in STEP_LINE.findall(resumed)) == max(saved) + 1
+  first_step = min(int(s) for s in STEP_LINE.findall(resumed))
+  assert first_step == max(saved) + 1
+  # The exit line counts the steps done again between the checkpoint and that progress.
+  line = re.search(r"goodput <?\d+%: .*", resumed).group(0)  # <1%: mostly start-up
+  assert ("redone steps" in line) == (progress > first_step), (line, progress, first_step)
+  assert not [n for n in files.listdir(files.join(model_dir, "checkpoints")) if "tmp" in n]
   assert_equal_trees(final_state(model_dir), final_state(straight[0]))
   assert not local_gs_folders(tmp_path)
 
