@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from vmsst import files
 from vmsst.mining import approximate
 from vmsst.mining import neighbors
 
@@ -328,3 +329,74 @@ def test_rescore_orders_by_float64_cosine_then_the_lower_row_and_drops_fillers()
 def test_a_near_tie_just_past_the_kth_float32_place_is_still_a_candidate():
   assert neighbors.candidates(4, 10**6) == 4 + neighbors.TIE_MARGIN
   assert neighbors.candidates(4, 6) == 6  # never more than the keys
+
+
+def _twin_rows_by_whole_rows(keys: np.ndarray, k: int):
+  """The definition `_twin_rows` implements: rows sorted bytewise as wholes (np.unique over
+  the rows as bytes), each group's k lowest rows, -1 filling; None when every row differs."""
+  keys = np.ascontiguousarray(keys)
+  whole = keys.view(np.dtype((np.void, keys.dtype.itemsize * keys.shape[1])))[:, 0]
+  _, group, sizes = np.unique(whole, return_inverse=True, return_counts=True)
+  if sizes.max() == 1:
+    return None
+  members = [np.flatnonzero(group.reshape(-1) == g)[:k] for g in range(len(sizes))]
+  lowest = np.array([np.pad(rows, (0, k - len(rows)), constant_values=-1) for rows in members])
+  return lowest[group.reshape(-1)]
+
+
+def _planted_twins(seed: int) -> np.ndarray:
+  """500 random rows in which 60 rows are overwritten by copies of 25 others (groups of
+  2 to about 6, spread over the whole matrix and so over any blocks), a group of 0.0
+  rows, a -0.0 row (other bytes than 0.0: not its twin) and two NaN rows (same bytes)."""
+  rng = np.random.default_rng(seed)
+  keys = _random(500, 12, seed)
+  sources = rng.choice(500, 25, replace=False)
+  targets = rng.choice(np.setdiff1d(np.arange(500), sources), 60, replace=False)
+  keys[targets] = keys[rng.choice(sources, 60)]
+  keys[[3, 250, 499]] = 0.0
+  keys[100] = -0.0
+  keys[[7, 411]] = np.nan
+  return keys
+
+
+@pytest.mark.parametrize("block", [1, 37, 64, 10_000])
+@pytest.mark.parametrize("k", [1, 3])
+def test_twin_rows_equal_the_whole_row_sort_in_any_blocks(block, k):
+  keys = _planted_twins(block + k)
+  got = neighbors._twin_rows(keys, k, block=block)
+  want = _twin_rows_by_whole_rows(keys, k)
+  np.testing.assert_array_equal(got, want)
+  assert got[100].tolist() == [100] + [-1] * (k - 1)  # -0.0 is not 0.0's twin
+  assert got[3, 0] == got[499, 0] == 3 and got[411, 0] == 7
+
+
+def test_twin_rows_read_a_memory_map_in_blocks(tmp_path):
+  keys = _planted_twins(5)
+  files.save_npy(str(tmp_path / "keys.npy"), keys)
+  mapped = files.load_npy(str(tmp_path / "keys.npy"), mmap=True)
+  assert isinstance(mapped, np.memmap)
+  np.testing.assert_array_equal(neighbors._twin_rows(mapped, 4, block=64),
+                                _twin_rows_by_whole_rows(keys, 4))
+
+
+def test_a_hash_collision_never_joins_different_rows():
+  keys = _planted_twins(9)
+  sign = lambda rows: (np.asarray(rows)[:, 0] > 0).astype(np.uint64)  # two hashes in all
+  one = lambda rows: np.zeros(len(rows), np.uint64)  # every row collides
+  for row_hash in (sign, one):
+    for block in (16, 10_000):
+      np.testing.assert_array_equal(
+          neighbors._twin_rows(keys, 3, block=block, row_hash=row_hash),
+          _twin_rows_by_whole_rows(keys, 3))
+  distinct = _random(40, 6, 3)
+  assert neighbors._twin_rows(distinct, 2, row_hash=one) is None
+  assert neighbors._twin_rows(distinct, 2) is None
+
+
+def test_no_twins_leave_the_candidates_as_they_are():
+  keys = _random(30, 4, 2)
+  found = np.array([[3, 1, -1], [0, 29, 5]])
+  assert neighbors.with_twins(found, keys, 2) is found
+  keys[29] = keys[1]
+  np.testing.assert_array_equal(neighbors.with_twins(found, keys, 2),
+                                [[-1, -1, -1, 1, 3, 29], [-1, -1, 0, 1, 5, 29]])
