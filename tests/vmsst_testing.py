@@ -5,6 +5,7 @@ tests run where an accelerator image has only JAX: the helpers that build
 gin runs import those inside.
 """
 
+import gzip
 import pathlib
 
 import flax.linen as nn
@@ -137,3 +138,12 @@ def clustered_embeddings(n: int = 3000, d: int = 32, seed: int = 0):
   target[2 * n // 3:] = (centres[rng.integers(0, 30, n - 2 * n // 3)]
                          + rng.standard_normal((n - 2 * n // 3, d)).astype(np.float32))
   return source, target[rng.permutation(n)]
+
+
+def ntrex_translations(data_dir, n: int) -> tuple[list[str], list[str]]:
+  """The first n German sentences of NTREX-128 and their English sources, line for line."""
+  ntrex = pathlib.Path(data_dir) / "ntrex128"
+  with gzip.open(ntrex / "newstest2019-ref.deu.txt.gz", "rt") as de, \
+       gzip.open(ntrex / "newstest2019-src.eng.txt.gz", "rt") as en:
+    return ([next(de).rstrip("\n") for _ in range(n)],
+            [next(en).rstrip("\n") for _ in range(n)])
