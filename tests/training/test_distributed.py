@@ -79,3 +79,50 @@ def test_after_a_failed_collective_a_peer_that_left_is_named_at_once(capsys):
   assert exits == [69]
   assert capsys.readouterr().err.startswith(
       "error: lost process 0 of 2 (host a, pid 3): left the job; this process stops too")
+
+
+class SteppedClock:
+  """time.monotonic and time.sleep of the watchdog's module, advanced by the test."""
+
+  def __init__(self, monkeypatch, on_sleep):
+    self.now = 0.0
+    self._on_sleep = on_sleep
+    monkeypatch.setattr(distributed.time, "monotonic", lambda: self.now)
+    monkeypatch.setattr(distributed.time, "sleep", self.sleep)
+
+  def sleep(self, seconds):
+    self.now += seconds
+    self._on_sleep(self.now)
+
+
+def test_a_killed_peer_is_named_even_when_each_check_is_slow(monkeypatch, capsys):
+  """On a loaded host each read of the store can take most of a beat: the wait
+  must still outlast `timeout` after the dead peer's last beat was first seen.
+  Giving up earlier lets the process exit into JAX's shutdown, which waits for
+  the dead peer until the backstop aborts it (SIGABRT, not 69)."""
+  exits = []
+
+  class SlowStore(DictStore):
+    def key_value_dir_get(self, prefix):
+      clock.now += 0.7  # the round trip under load
+      return super().key_value_dir_get(prefix)
+
+  store = SlowStore()
+  clock = SteppedClock(monkeypatch, lambda now: None)
+  store.key_value_set("vmsst/alive/1", "41", allow_overwrite=True)  # its last beat
+  survivor = distributed.PeerWatchdog(store, 0, 2, timeout=5.0, exit_fn=exits.append)
+  survivor.hosts = {1: "host b, pid 7"}
+  survivor.wait_for_lost_peer(RuntimeError("Gloo all-reduce failed"))
+  assert exits == [69]
+  assert "lost process 1 of 2 (host b, pid 7): silent for 5 s" in capsys.readouterr().err
+
+
+def test_a_failed_collective_with_every_peer_alive_returns_within_beats(monkeypatch):
+  """Not a lost peer: the error goes on up after a beat or two, not after the timeout."""
+  store, exits = DictStore(), []
+  clock = SteppedClock(monkeypatch, lambda now: store.key_value_set(
+      "vmsst/alive/1", str(now), allow_overwrite=True))
+  store.key_value_set("vmsst/alive/1", "0", allow_overwrite=True)
+  survivor = distributed.PeerWatchdog(store, 0, 2, timeout=60.0, exit_fn=exits.append)
+  survivor.wait_for_lost_peer(RuntimeError("some other XLA error"))
+  assert exits == [] and clock.now <= 2 * 6.0

@@ -155,17 +155,30 @@ class PeerWatchdog:
   def wait_for_lost_peer(self, error: BaseException) -> None:
     """After a failed collective: exits naming the lost peer once known; returns if none is.
 
-    Waits at most the timeout and two beats: a peer killed outright is
-    silent by then, one that exited on its own counts at once.
+    Returns as soon as every peer has beaten since the failure (the error was
+    not a lost peer). A peer killed outright is named `timeout` after its last
+    beat was first seen, and that sighting may come late on a loaded host: the
+    wait is counted from this first check, not from the failure, because
+    returning too early lets the process exit through JAX's shutdown, which
+    waits for the dead peer until the backstop aborts it.
     """
     logging.warning("a collective failed (%s); waiting up to %.0f s for the peer watchdog to "
                     "name a lost process", str(error).strip().splitlines()[0][:200],
                     self._clock.timeout)
-    deadline = time.monotonic() + self._clock.timeout + 2 * self._interval
-    while time.monotonic() < deadline:
+    first: dict[int, str] | None = None
+    deadline = 0.0
+    while True:
       lost = self._check(exited_counts=True)
       if lost:
         self._exit_naming(lost, "left the job" if self._all_exited(lost) else None)
+        return
+      beats = self._clock.beats()
+      if first is None:
+        first = beats
+        deadline = time.monotonic() + 1.5 * self._clock.timeout + 2 * self._interval
+      elif first and all(beats.get(p) != beat for p, beat in first.items()):
+        return  # every peer is alive
+      if time.monotonic() > deadline:
         return
       time.sleep(self._interval)
 
