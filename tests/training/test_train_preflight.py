@@ -1,32 +1,101 @@
-"""`python -m vmsst.train`'s mistakes, run as a user runs them: one `error:` line, exit 2.
+"""`python -m vmsst.train`'s mistakes as a user meets them: one `error:` line, exit 2.
 
-Each is found before any training data loads (vmsst/training/preflight.py), so
-each subprocess ends in seconds; a failed start leaves no MODEL_DIR. The
-resume checks (another objective, changed settings) need a trained directory
-and are in the slow tier.
+Each is found before any training data loads (vmsst/training/preflight.py); a
+failed start leaves no MODEL_DIR. Most cases run train's `main` in this
+process, the way the command runs it once its imports are done: absl parses
+the command line (`cli.parse_flags`, as `cli.run` does) and `cli.user_errors`
+turns the mistake into the `error:` line and exit 2. One subprocess per kind
+of ending (the check before the imports, a gin parse error, a wrong type, not
+a run file, a path, a check inside `train`) runs the real command as well.
+The resume checks train a directory first and are in the slow tier.
 """
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from typing import NamedTuple
 
+from absl import flags
+from absl.testing import flagsaver
 import pytest
 
-import vmsst_testing
+from vmsst import cli
+from vmsst import gin_utils
+from vmsst import train
 from vmsst.encoding import restore
+from vmsst.gin_utils import gin
+import vmsst_testing
+
+# Registering imports TensorFlow, whose import starts a process (h5py asks `uname -p`): done
+# once here, while the module loads, so the in-process cases stay in the unit tier.
+gin_utils.register_configurables()
 
 RUN = "--gin_file=gin/runs/vmsst_cpu.gin"
 
 
+class Done(NamedTuple):
+  """How a command ended: its exit status and what it wrote to stderr (a subprocess has both)."""
+  returncode: int
+  stderr: str
+
+
 def _train(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+  """The command itself, from the repository root."""
   return subprocess.run([sys.executable, "-m", "vmsst.train", *args], cwd=vmsst_testing.ROOT,
                         capture_output=True, text=True, timeout=600, check=False,
                         env={**os.environ, **(env or {})})
 
 
-def _one_error_line(done: subprocess.CompletedProcess) -> str:
-  """The last stderr line, checked to be the only `error:` line, with exit 2 and no traceback."""
+@contextlib.contextmanager
+def _flags_of(argv: list[str]):
+  """absl's flags parsed from `argv` as the command parses them; put back as they were after."""
+  parsed = flags.FLAGS.is_parsed()
+  with flagsaver.flagsaver():
+    flags.FLAGS.unparse_flags()
+    try:
+      cli.parse_flags(argv)
+      yield
+    finally:
+      flags.FLAGS.unparse_flags()
+      if parsed:
+        flags.FLAGS.mark_as_parsed()
+
+
+@pytest.fixture
+def train_here(monkeypatch, capfd):
+  """`train_here(*args)`: `python -m vmsst.train ARGS` past its imports, in this process.
+
+  The same flags parsing and the same `main` under `cli.user_errors` as the
+  command, from the repository root as `_train` runs it (relative paths in run
+  files are the working directory's); gin's config and absl's flags are put
+  back after each call, so cases stay independent. Returns a Done; stderr is
+  read at the file descriptor, C++ and log lines included, as a subprocess's is.
+  """
+  monkeypatch.chdir(vmsst_testing.ROOT)
+
+  def run(*args: str) -> Done:
+    argv = gin_utils.rewrite_gin_args(["vmsst.train", *args])
+    capfd.readouterr()
+    status = 0
+    gin.clear_config()
+    try:
+      with _flags_of(argv):
+        cli.user_errors(train.main)(argv)
+    except SystemExit as e:
+      status = e.code
+    finally:
+      gin.clear_config()
+    return Done(status, capfd.readouterr().err)
+
+  return run
+
+
+def _one_error_line(done: Done) -> str:
+  """The last stderr line, checked to be the only `error:` line, with exit 2 and no traceback.
+
+  `done`: a Done, or a finished subprocess (the same two fields)."""
   assert done.returncode == 2, done.stderr[-3000:]
   assert "Traceback" not in done.stderr, done.stderr[-3000:]
   lines = done.stderr.splitlines()
@@ -34,100 +103,129 @@ def _one_error_line(done: subprocess.CompletedProcess) -> str:
   return lines[-1]
 
 
-SLOW = pytest.mark.slow  # each subprocess imports TensorFlow, JAX and seqio first: 5-13 s
-
-
-@pytest.mark.parametrize("args, named", [
-    ((), ["--gin_file=gin/runs/"]),  # found before those imports: under a second
-    ((RUN, "--gin.train.eval_evry=3"), ["--gin.train.eval_evry=3", "did you mean eval_every?"]),
-    pytest.param((RUN, "--gin.train.lerning_rate=3"), ["lerning_rate", "train takes:", "seed"],
-                 marks=SLOW),
-    pytest.param((RUN, "--gin.trian.seed=1"), ["--gin.trian.seed=1", "did you mean train?"],
-                 marks=SLOW),
-    pytest.param((RUN, "--gin.RetrievalEvaluatr.batch_size=1"),
-                 ["did you mean RetrievalEvaluator?"], marks=SLOW),
-    pytest.param((RUN, "--gin.TRAIN_STEPS=abc"),
-                 ["TRAIN_STEPS takes an integer", "--gin.TRAIN_STEPS=1600"], marks=SLOW),
-    ((RUN, "--gin.TRAIN_STEPS='30'"), ["TRAIN_STEPS takes an integer", "--gin.TRAIN_STEPS=30"]),
-    pytest.param((RUN, "--gin.MODEL_DIR=7"),
-                 ["MODEL_DIR takes a string", "--gin.MODEL_DIR=\"'7'\""], marks=SLOW),
-    pytest.param((RUN, "--gin.TRAIN_STEP=3"), ["TRAIN_STEP", "did you mean TRAIN_STEPS?"],
-                 marks=SLOW),
-    (("--gin_file=gin/models/contrastive.gin", "--gin.TRAIN_STEPS=3"),
-     ["--gin_file=gin/models/contrastive.gin is not a run file",
-      "--gin_file=gin/runs/contrastive_cpu.gin"]),
-])
-def test_a_gin_mistake_is_one_line_naming_the_binding_and_the_fix(args, named):
-  line = _one_error_line(_train(*args))
+def _names_all(line: str, named: list[str]) -> None:
   for text in named:
     assert text in line, line
   assert "quotes" not in line or "MODEL_DIR" in line  # a number is not steered to a string
 
 
-@pytest.mark.parametrize("run, bindings, named", [
+NO_RUN_FILE = ((), ["--gin_file=gin/runs/"])
+UNKNOWN_PARAMETER = ((RUN, "--gin.train.eval_evry=3"),
+                     ["--gin.train.eval_evry=3", "did you mean eval_every?"])
+WRONG_TYPE = ((RUN, "--gin.TRAIN_STEPS='30'"),
+              ["TRAIN_STEPS takes an integer", "--gin.TRAIN_STEPS=30"])
+NOT_A_RUN_FILE = (("--gin_file=gin/models/contrastive.gin", "--gin.TRAIN_STEPS=3"),
+                  ["--gin_file=gin/models/contrastive.gin is not a run file",
+                   "--gin_file=gin/runs/contrastive_cpu.gin"])
+
+
+@pytest.mark.parametrize("args, named", [
+    NO_RUN_FILE, UNKNOWN_PARAMETER, WRONG_TYPE, NOT_A_RUN_FILE,
+    ((RUN, "--gin.train.lerning_rate=3"), ["lerning_rate", "train takes:", "seed"]),
+    ((RUN, "--gin.trian.seed=1"), ["--gin.trian.seed=1", "did you mean train?"]),
+    ((RUN, "--gin.RetrievalEvaluatr.batch_size=1"), ["did you mean RetrievalEvaluator?"]),
+    ((RUN, "--gin.TRAIN_STEPS=abc"), ["TRAIN_STEPS takes an integer", "--gin.TRAIN_STEPS=1600"]),
+    ((RUN, "--gin.MODEL_DIR=7"), ["MODEL_DIR takes a string", "--gin.MODEL_DIR=\"'7'\""]),
+    ((RUN, "--gin.TRAIN_STEP=3"), ["TRAIN_STEP", "did you mean TRAIN_STEPS?"]),
+])
+def test_a_gin_mistake_is_one_line_naming_the_binding_and_the_fix(train_here, args, named):
+  _names_all(_one_error_line(train_here(*args)), named)
+
+
+@pytest.mark.parametrize("args, named", [NO_RUN_FILE, UNKNOWN_PARAMETER, WRONG_TYPE,
+                                         NOT_A_RUN_FILE])
+def test_the_command_itself_ends_a_gin_mistake_so(args, named):
+  """The first before TensorFlow and JAX load (under a second), the others after (5-13 s)."""
+  _names_all(_one_error_line(_train(*args)), named)
+
+
+PATH_CASES = [
     ("vmsst_cpu", ["MODEL_DIR='{tmp}/a_file'"], ["--gin.MODEL_DIR={tmp}/a_file is a file"]),
     ("query_tower_cpu", ["MODEL_DIR='{tmp}/q'"],
      ["INIT_MODEL_DIR = 'runs/contrastive_cpu'", "--gin_file=gin/runs/contrastive_cpu.gin"]),
-    pytest.param("entity_contrastive_cpu", ["MODEL_DIR='{tmp}/e'", "ENTITY_DIR='{tmp}/nowhere'"],
-                 ["ENTITY_DIR = '{tmp}/nowhere' has no meta.json", "vmsst_tasks.wiki_entities"],
-                 marks=SLOW),
-    pytest.param("vmsst_cpu", ["MODEL_DIR='{tmp}/m'", "VOCAB_PATH='{tmp}/nowhere.model'"],
-                 ["VOCAB_PATH = '{tmp}/nowhere.model' is not a file",
-                  "python -m vmsst.vocabulary"], marks=SLOW),
-])
-def test_a_missing_or_wrong_path_is_named_before_data_loads(tmp_path, tiny_vocab_path, run,
-                                                            bindings, named):
+    ("entity_contrastive_cpu", ["MODEL_DIR='{tmp}/e'", "ENTITY_DIR='{tmp}/nowhere'"],
+     ["ENTITY_DIR = '{tmp}/nowhere' has no meta.json", "vmsst_tasks.wiki_entities"]),
+    ("vmsst_cpu", ["MODEL_DIR='{tmp}/m'", "VOCAB_PATH='{tmp}/nowhere.model'"],
+     ["VOCAB_PATH = '{tmp}/nowhere.model' is not a file", "python -m vmsst.vocabulary"]),
+]
+
+
+def _path_args(tmp_path, vocab_path, run: str, bindings: list[str]) -> list[str]:
   (tmp_path / "a_file").write_text("")
-  args = [f"--gin_file=gin/runs/{run}.gin", f"--gin.VOCAB_PATH='{tiny_vocab_path}'",
+  return [f"--gin_file=gin/runs/{run}.gin", f"--gin.VOCAB_PATH='{vocab_path}'",
           *(f"--gin.{b.format(tmp=tmp_path)}" for b in bindings)]
-  line = _one_error_line(_train(*args))
+
+
+def _names_the_path(line: str, tmp_path, named: list[str]) -> None:
   for text in named:
     assert text.format(tmp=tmp_path) in line, line
   assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # no MODEL_DIR made
 
 
-@pytest.mark.slow  # 8-12 s each: the model and the held-out sets are built first
-@pytest.mark.parametrize("bindings, env, named", [
-    (["VOCAB_SIZE=5000"], {}, ["has 2000 pieces", "NetworkConfig.vocab_size is 5000",
-                               "--gin.VOCAB_SIZE=2000"]),
-    (["VOCAB_SIZE=2000", "BATCH_SIZE=33"],
-     {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
-     ["BATCH_SIZE = 33 does not divide over the 2 devices", "--gin.BATCH_SIZE=32 or 34"]),
-])
-def test_the_vocabulary_and_the_batch_are_checked_before_any_state_or_data(
-    tmp_path, tiny_vocab_path, bindings, env, named):
-  args = [RUN, f"--gin.VOCAB_PATH='{tiny_vocab_path}'", f"--gin.MODEL_DIR='{tmp_path}/m'",
+@pytest.mark.parametrize("run, bindings, named", PATH_CASES)
+def test_a_missing_or_wrong_path_is_named_before_data_loads(train_here, tmp_path,
+                                                            tiny_vocab_path, run, bindings,
+                                                            named):
+  line = _one_error_line(train_here(*_path_args(tmp_path, tiny_vocab_path, run, bindings)))
+  _names_the_path(line, tmp_path, named)
+
+
+def test_the_command_itself_ends_a_wrong_path_so(tmp_path, tiny_vocab_path):
+  run, bindings, named = PATH_CASES[0]
+  line = _one_error_line(_train(*_path_args(tmp_path, tiny_vocab_path, run, bindings)))
+  _names_the_path(line, tmp_path, named)
+
+
+def _start_args(tmp_path, vocab_path, bindings: list[str]) -> list[str]:
+  return [RUN, f"--gin.VOCAB_PATH='{vocab_path}'", f"--gin.MODEL_DIR='{tmp_path}/m'",
           "--gin.retrieval_sets.max_pairs=20", *(f"--gin.{b}" for b in bindings)]
-  line = _one_error_line(_train(*args, env=env))
-  for text in named:
+
+
+def test_the_vocabulary_is_checked_before_any_state_or_data(train_here, tmp_path,
+                                                            tiny_vocab_path):
+  """Inside `train`, with the model built (gin's "In call to configurable" note left out)."""
+  line = _one_error_line(train_here(*_start_args(tmp_path, tiny_vocab_path, ["VOCAB_SIZE=5000"])))
+  for text in ["has 2000 pieces", "NetworkConfig.vocab_size is 5000", "--gin.VOCAB_SIZE=2000"]:
     assert text in line, line
   assert not (tmp_path / "m").exists()
 
 
-@pytest.mark.slow  # trains 2 steps, then resumes 2 more
+@pytest.mark.slow  # 8-12 s: the model and the held-out sets are built first
+def test_the_command_checks_the_batch_over_the_devices_before_any_state_or_data(
+    tmp_path, tiny_vocab_path):
+  line = _one_error_line(_train(*_start_args(tmp_path, tiny_vocab_path,
+                                             ["VOCAB_SIZE=2000", "BATCH_SIZE=33"]),
+                                env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}))
+  for text in ["BATCH_SIZE = 33 does not divide over the 2 devices", "--gin.BATCH_SIZE=32 or 34"]:
+    assert text in line, line
+  assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.integration  # trains 2 steps, then resumes 2 more (train's main, in this process)
+@pytest.mark.slow
 def test_a_resume_names_another_objective_and_refuses_changed_settings_unless_asked(
-    tmp_path, data_dir, tiny_vocab_path):
+    train_here, tmp_path, small_data_dir, tiny_vocab_path):
   model_dir = tmp_path / "run"
   small = [f"--gin.{b}" for b in vmsst_testing.small_run_bindings(
-      data_dir, tiny_vocab_path, model_dir, steps=2,
-      extra=["retrieval_sets.max_pairs = 20", "BATCH_SIZE = 8"])]
+      small_data_dir, tiny_vocab_path, model_dir, steps=2,
+      extra=["BATCH_SIZE = 8", "train.evaluator = None", "NetworkConfig.num_encoder_layers = 1"])]
   contrastive = "--gin_file=gin/runs/contrastive_cpu.gin"
-  first = _train(contrastive, *small)
+  first = train_here(contrastive, *small)
   assert first.returncode == 0, first.stderr[-3000:]
   config = (model_dir / "config.gin").read_text()
 
-  line = _one_error_line(_train(RUN, *small, "--gin.TRAIN_STEPS=4"))
+  line = _one_error_line(train_here(RUN, *small, "--gin.TRAIN_STEPS=4"))
   assert "holds a contrastive model" in line and "trains vmsst" in line, line
   assert "predates" not in line and "init_params" not in line
 
   changed = [*small, "--gin.TRAIN_STEPS=4", "--gin.SEQUENCE_LENGTH=16",
              "--gin.inverse_sqrt_schedule.peak_learning_rate=0.001"]
-  line = _one_error_line(_train(contrastive, *changed))
+  line = _one_error_line(train_here(contrastive, *changed))
   assert "SEQUENCE_LENGTH: 32 -> 16" in line and "peak_learning_rate: 0.003 -> 0.001" in line
   assert "--resume_with_changes" in line and "TRAIN_STEPS" not in line
   assert (model_dir / "config.gin").read_text() == config  # refused: nothing rewritten
 
-  resumed = _train(contrastive, *changed, "--resume_with_changes")
+  resumed = train_here(contrastive, *changed, "--resume_with_changes")
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert (model_dir / "config-2.gin").read_text() == config
   assert "SEQUENCE_LENGTH = 16" in (model_dir / "config.gin").read_text()
@@ -139,4 +237,3 @@ def test_a_resume_names_another_objective_and_refuses_changed_settings_unless_as
   assert restore.read_model_json(str(model_dir), step=2)[1] == 32
   assert restore.read_model_json(str(model_dir), step=4)[1] == 16
   assert restore.read_model_json(str(model_dir))[1] == 16
-
