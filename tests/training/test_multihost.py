@@ -94,15 +94,21 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _spawn(args: list[str], devices: int, log: pathlib.Path) -> subprocess.Popen:
-  """`python -m vmsst.train ARGS` in its own session (killable as a group).
+@pytest.fixture(name="jax_cache", scope="module")
+def _jax_cache(tmp_path_factory) -> pathlib.Path:
+  """One persistent compilation cache for every run of this module: the runs build the
+  same programs, so only the first 2-process phase compiles them (the 1-process
+  reference, on 2 devices, compiles its own once)."""
+  return tmp_path_factory.mktemp("jax_cache")
 
-  The runs share a persistent compilation cache next to the log, so the
-  second 2-process phase reuses the first one's compiled programs.
-  """
+
+def _spawn(args: list[str], devices: int, log: pathlib.Path,
+           cache: pathlib.Path) -> subprocess.Popen:
+  """`python -m vmsst.train ARGS` in its own session (killable as a group), compiling
+  through the persistent cache `cache`."""
   env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
              JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
-             JAX_COMPILATION_CACHE_DIR=str(log.parent / "jax_cache"),
+             JAX_COMPILATION_CACHE_DIR=str(cache),
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
   with open(log, "w") as out:
@@ -110,12 +116,12 @@ def _spawn(args: list[str], devices: int, log: pathlib.Path) -> subprocess.Popen
                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _run_all(runs: list[tuple[list[str], int, pathlib.Path]]) -> None:
+def _run_all(runs: list[tuple[list[str], int, pathlib.Path]], cache: pathlib.Path) -> None:
   """Starts every run, waits for all; kills every process group on any exit."""
   procs = []
   try:
     for args, devices, log in runs:
-      procs.append(_spawn(args, devices, log))
+      procs.append(_spawn(args, devices, log, cache))
     deadline = time.monotonic() + TIMEOUT_S
     while any(proc.poll() is None for proc in procs):
       # A crashed process fails the test at once (its peers would wait for it).
@@ -181,14 +187,14 @@ def _what_happened(log: str) -> str:
 
 
 def test_a_process_killed_stops_its_peer_with_one_line_and_a_restart_resumes(
-    small_data_dir, tiny_vocab_path, tmp_path):
+    small_data_dir, tiny_vocab_path, tmp_path, jax_cache):
   steps, timeout = 8, 5
   model_dir = tmp_path / "two"
   runs = _two_processes(small_data_dir, tiny_vocab_path, model_dir, steps, tmp_path, "killed",
                         extra=[f"--peer_timeout_seconds={timeout}"])
   procs = []
   try:
-    procs = [_spawn(*run) for run in runs]
+    procs = [_spawn(*run, jax_cache) for run in runs]
     _wait_for_step(procs, runs[1][2], 5)
     procs[1].send_signal(signal.SIGKILL)
     # The survivor stops on its own, well before JAX's backstop would abort it.
@@ -209,7 +215,7 @@ def test_a_process_killed_stops_its_peer_with_one_line_and_a_restart_resumes(
   # model of one uninterrupted run.
   _run_all(_two_processes(small_data_dir, tiny_vocab_path, model_dir, steps, tmp_path, "again")
            + [(_train_args(_bindings(small_data_dir, tiny_vocab_path, tmp_path / "one", steps)),
-               2, tmp_path / "one.log")])
+               2, tmp_path / "one.log")], jax_cache)
   resumed = (tmp_path / "again_process0.log").read_text()
   assert re.search(r"Restoring checkpoint at step [2-6] ", resumed), resumed[-3000:]
   one = traverse_util.flatten_dict(jax.device_get(restore.restore(str(tmp_path / "one")).params))
@@ -220,12 +226,12 @@ def test_a_process_killed_stops_its_peer_with_one_line_and_a_restart_resumes(
 
 
 def test_sigterm_to_both_processes_saves_one_step_and_exits_75(small_data_dir, tiny_vocab_path,
-                                                               tmp_path):
+                                                               tmp_path, jax_cache):
   model_dir = tmp_path / "two"
   runs = _two_processes(small_data_dir, tiny_vocab_path, model_dir, 400, tmp_path, "term")
   procs = []
   try:
-    procs = [_spawn(*run) for run in runs]
+    procs = [_spawn(*run, jax_cache) for run in runs]
     _wait_for_step(procs, runs[0][2], 3)
     for proc in procs:
       proc.send_signal(signal.SIGTERM)
@@ -244,13 +250,14 @@ def test_sigterm_to_both_processes_saves_one_step_and_exits_75(small_data_dir, t
 
 
 def test_losing_process_0_stops_the_other_with_jax_naming_the_leader(small_data_dir,
-                                                                      tiny_vocab_path, tmp_path):
+                                                                      tiny_vocab_path, tmp_path,
+                                                                      jax_cache):
   # Process 0 holds the coordination service: its loss is JAX's to report (within seconds).
   runs = _two_processes(small_data_dir, tiny_vocab_path, tmp_path / "two", 400, tmp_path,
                         "leader", extra=["--peer_timeout_seconds=5"])
   procs = []
   try:
-    procs = [_spawn(*run) for run in runs]
+    procs = [_spawn(*run, jax_cache) for run in runs]
     _wait_for_step(procs, runs[1][2], 3)
     procs[0].send_signal(signal.SIGKILL)
     status = _exit_status(procs[1], 60)
