@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vmsst_testing import ROOT, TINY, init_params, random_batch
+from vmsst_testing import ROOT, TINY, init_params, param_shapes, random_batch
 from vmsst import gin_utils
 from vmsst.gin_utils import gin
 from vmsst.model import layer_stacks
@@ -33,16 +33,18 @@ def _translation_nll(model, params, target, target_mask, target_lang, source, so
 def test_decoder_sees_the_source_only_through_the_latent():
   model = VMSST(TINY)
   params = init_params(model)
+  # One compile for the four calls (same shapes); op by op, each call dispatched every primitive.
+  translation_nll = jax.jit(lambda *args: _translation_nll(model, *args))
   b1, b2 = random_batch(seed=1), random_batch(seed=2)
   args = (b1["tokens_a"], b1["mask_a"], b1["lang_a"])
-  different = _translation_nll(model, params, *args, b1["tokens_b"], b1["mask_b"])
-  other = _translation_nll(model, params, *args, b2["tokens_b"], b2["mask_b"])
+  different = translation_nll(params, *args, b1["tokens_b"], b1["mask_b"])
+  other = translation_nll(params, *args, b2["tokens_b"], b2["mask_b"])
   assert not np.allclose(different, other)  # the source matters ...
   # ... but once μ_sem cannot depend on the source, no other path carries it.
   params = jax.tree.map(lambda x: x, params)
   params["semantic_head"]["mu"]["kernel"] = jnp.zeros_like(params["semantic_head"]["mu"]["kernel"])
-  same_1 = _translation_nll(model, params, *args, b1["tokens_b"], b1["mask_b"])
-  same_2 = _translation_nll(model, params, *args, b2["tokens_b"], b2["mask_b"])
+  same_1 = translation_nll(params, *args, b1["tokens_b"], b1["mask_b"])
+  same_2 = translation_nll(params, *args, b2["tokens_b"], b2["mask_b"])
   np.testing.assert_allclose(same_1, same_2, rtol=1e-6)
   assert not any("cross" in "/".join(map(str, p)) for p, _ in
                  jax.tree_util.tree_flatten_with_path(params)[0])
@@ -139,8 +141,8 @@ def test_without_decoder_language_embedding_only_the_elbo_sees_the_language_id()
   batch = random_batch()
   relabelled = {**batch, "lang_a": (batch["lang_a"] + 1) % len(LANGUAGES),
                 "lang_b": (batch["lang_b"] + 3) % len(LANGUAGES)}
-  _, before = model.loss_fn(params, batch, jax.random.key(0), step=10)
-  _, after = model.loss_fn(params, relabelled, jax.random.key(0), step=10)
+  terms = jax.jit(lambda b: model.loss_fn(params, b, jax.random.key(0), step=10)[1])
+  before, after = terms(batch), terms(relabelled)  # one compile: the same shapes
   np.testing.assert_allclose(before["translation_nll"], after["translation_nll"], rtol=1e-6)
   assert not np.isclose(before["reconstruction_nll"], after["reconstruction_nll"], rtol=1e-6)
 
@@ -220,7 +222,7 @@ def test_remat_keeps_parameters_loss_and_gradients():
   loss, grads = _loss_and_grads(plain, params, batch, rng)
   for policy in ("full", "dots_saveable"):
     model = VMSST(dataclasses.replace(MEMORY_CFG, remat=policy))
-    assert jax.tree.structure(init_params(model)) == jax.tree.structure(params)
+    assert jax.tree.structure(param_shapes(model)) == jax.tree.structure(params)
     remat_loss, remat_grads = _loss_and_grads(model, params, batch, rng)
     np.testing.assert_allclose(remat_loss, loss, rtol=1e-6)
     assert _max_difference(remat_grads, grads) < 1e-5
@@ -250,7 +252,7 @@ def test_scan_layers_is_the_same_network_on_stacked_parameters(architecture):
   loss, grads = _loss_and_grads(plain, params, batch, rng)
   for remat in ("none", "full"):
     model = VMSST(dataclasses.replace(cfg, scan_layers=True, remat=remat))
-    scanned_init = init_params(model)
+    scanned_init = param_shapes(model)  # shapes only: no initialiser runs
     stacked = layer_stacks.stack_layer_params(params)
     assert jax.tree.structure(scanned_init) == jax.tree.structure(stacked)
     wi = "wi_0" if cfg.gated_mlp else "wi"
