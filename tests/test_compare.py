@@ -97,6 +97,27 @@ def test_two_objectives_two_seeds_table_tests_curves_and_resume(data_dir, tiny_v
   assert again["trained"] == []
   assert [f.stat().st_mtime_ns for f in watched] == before
   assert again["summary"]["objectives"] == result["summary"]["objectives"]
+  _assert_query_tower_tunes_the_contrastive_run(tmp_path / "seed0", data_dir, tiny_vocab_path)
+
+
+def _assert_query_tower_tunes_the_contrastive_run(seed_dir, data_dir, tiny_vocab_path):
+  """The query tower tunes the comparison's own contrastive checkpoint (its sibling run).
+
+  Run beside a finished comparison's contrastive run, so no contrastive model is
+  trained for this alone.
+  """
+  shrink = _shrink(data_dir, tiny_vocab_path, ["train.evaluator = None"])
+  run = lambda model_dir: compare.train_objective(
+      "query_tower", gin_file=["gin/runs/base_compare_cpu.gin"], steps=1,
+      model_dir=str(model_dir), bindings=shrink, search_paths=[str(vmsst_testing.ROOT)])
+  with pytest.raises(Exception, match="contrastive"):  # nothing to start from beside it
+    run(seed_dir.parent / "no_comparison" / "query_tower")
+  run(seed_dir / "query_tower")
+  tuned = restore.restore(str(seed_dir / "query_tower")).params
+  start = restore.restore(str(seed_dir / "contrastive")).params
+  # Embeddings are frozen in query-tower tuning: copied from the contrastive run, not re-initialised.
+  np.testing.assert_array_equal(tuned["token_embed"]["embedding"],
+                                start["token_embed"]["embedding"])
 
 
 @pytest.mark.slow
@@ -144,26 +165,6 @@ def test_an_objective_overlay_is_applied_after_the_shared_body(data_dir, tiny_vo
   assert "MomentumContrast.queue_size = 4096" in config
   assert "MomentumContrast.momentum = 0.99" in config
   assert (tmp_path / "momentum_contrast" / "checkpoints" / "2").is_dir()
-
-
-@pytest.mark.slow
-def test_query_tower_tunes_the_comparisons_own_contrastive_checkpoint(data_dir, tiny_vocab_path,
-                                                                      tmp_path):
-  shrink = [b for b in vmsst_testing.small_run_bindings(data_dir, tiny_vocab_path, "unused", 0,
-                                                        extra=["train.evaluator = None"])
-            if not b.startswith(("MODEL_DIR", "TRAIN_STEPS"))]
-  run = lambda objective, steps: compare.train_objective(
-      objective, gin_file=["gin/runs/base_compare_cpu.gin"], steps=steps,
-      model_dir=str(tmp_path / objective), bindings=shrink, search_paths=[str(vmsst_testing.ROOT)])
-  with pytest.raises(Exception, match="contrastive"):  # nothing to start from yet
-    run("query_tower", 1)
-  run("contrastive", 2)
-  run("query_tower", 1)
-  tuned = restore.restore(str(tmp_path / "query_tower")).params
-  start = restore.restore(str(tmp_path / "contrastive")).params
-  # Embeddings are frozen in query-tower tuning: copied from the contrastive run, not re-initialised.
-  np.testing.assert_array_equal(tuned["token_embed"]["embedding"],
-                                start["token_embed"]["embedding"])
 
 
 def test_all_names_every_method_with_its_files():
