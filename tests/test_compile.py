@@ -11,16 +11,24 @@ import sys
 
 import jax
 import optax
+from absl import flags
+from absl.testing import flagsaver
 import pytest
 
 import vmsst_testing
 from vmsst_testing import TINY
 from vmsst import cli
+from vmsst import gin_utils
+from vmsst.gin_utils import gin
 from vmsst.compiler import step as compile_lib
 from vmsst.compiler import slices as tpu_slices
 from vmsst.model import partitioning
 from vmsst.training import trainer as trainer_lib
 from vmsst.objectives import VMSST
+
+# Registering imports TensorFlow, whose import starts a process (h5py asks `uname -p`): done
+# once here, while the module loads, so the in-process command cases stay in the unit tier.
+gin_utils.register_configurables()
 
 # Small but layer-dominated: 4-layer stacks over 32 tokens, a small vocabulary,
 # so the kept activations (not the logits) decide the temp memory.
@@ -100,6 +108,9 @@ def needs_libtpu():
     pytest.skip(f"libtpu is not installed: {tpu_slices.INSTALL_COMMAND}")
 
 
+RUN = "--gin_file=gin/runs/vmsst_cpu.gin"
+
+
 def compile_command(*args: str) -> subprocess.CompletedProcess:
   """`python -m vmsst.compile ARGS` as a user runs it."""
   return subprocess.run([sys.executable, "-m", "vmsst.compile", *args], cwd=vmsst_testing.ROOT,
@@ -111,13 +122,14 @@ def tiny_run(bindings=()) -> compile_lib.Run:
 
 
 @pytest.mark.tpu
-def test_a_run_compiles_for_a_v4_slice_with_memory_and_flops_per_chip(tmp_path):
+def test_a_run_compiles_for_a_v4_slice_with_memory_and_flops_per_chip(tmp_path, compile_here):
   """The command on v4-8 (4 chips, one host): exit 0, every per-chip figure, and the
-  model's FLOP count agreeing with the compiler's where that one is complete."""
+  model's FLOP count agreeing with the compiler's where that one is complete. Then,
+  in this process through the command's `main`, `--reuse` of its record: the same
+  program (lowered by another process) takes the record, another batch compiles."""
   needs_libtpu()
   out = tmp_path / "report.json"
-  done = compile_command("--gin_file=gin/runs/vmsst_cpu.gin", "--topology=v4-8",
-                         f"--output={out}")
+  done = compile_command(RUN, "--topology=v4-8", f"--output={out}")
   assert done.returncode == 0, done.stderr[-2000:]
   report = json.loads(out.read_text())
   memory = report["memory_per_chip"]
@@ -134,18 +146,18 @@ def test_a_run_compiles_for_a_v4_slice_with_memory_and_flops_per_chip(tmp_path):
   for words in ("lower bound", "estimate", "HBM", "FLOPs per step"):
     assert words in done.stdout
   # The same program again: the record stands, nothing is compiled.
-  again = compile_command("--gin_file=gin/runs/vmsst_cpu.gin", "--topology=v4-8",
-                          f"--reuse={out}", f"--output={tmp_path / 'again.json'}")
-  assert again.returncode == 0, again.stderr[-2000:]
-  assert "its report stands" in again.stdout
+  status, stdout, stderr = compile_here(RUN, "--topology=v4-8", f"--reuse={out}",
+                                        f"--output={tmp_path / 'again.json'}")
+  assert status == 0, stderr[-2000:]
+  assert "its report stands" in stdout
   assert json.loads((tmp_path / "again.json").read_text()) == {**report, "reused": str(out)}
   # Another batch is another program: compiled, with its own fingerprint.
-  other = compile_command("--gin_file=gin/runs/vmsst_cpu.gin", "--topology=v4-8",
-                          "--batch_size=16", f"--reuse={out}",
-                          f"--output={tmp_path / 'other.json'}")
-  assert other.returncode == 0, other.stderr[-2000:]
-  assert "compiling" in other.stdout and "its report stands" not in other.stdout
-  assert json.loads((tmp_path / "other.json").read_text())["program"] != report["program"]
+  status, stdout, stderr = compile_here(RUN, "--topology=v4-8", "--batch_size=16",
+                                        f"--reuse={out}", f"--output={tmp_path / 'other.json'}")
+  assert status == 0, stderr[-2000:]
+  assert "compiling" in stdout and "its report stands" not in stdout
+  other = json.loads((tmp_path / "other.json").read_text())
+  assert other["batch_size"] == 16 and other["fits"] and other["program"] != report["program"]
 
 
 def test_the_program_fingerprint_follows_the_step_not_the_process():
@@ -204,18 +216,91 @@ def test_a_step_that_does_not_fit_exits_3_with_the_compilers_message():
   assert "memory" in done.stdout.lower() and "v5e-1" in done.stderr
 
 
+def _one_error_line(status: int, stdout: str, stderr: str) -> str:
+  """Exit 2, no traceback, and exactly one `error:` line, which is returned."""
+  del stdout
+  assert status == 2 and "Traceback" not in stderr, (status, stderr[-2000:])
+  errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+  assert len(errors) == 1, stderr[-2000:]
+  return errors[0]
+
+
+@pytest.fixture(scope="module")
+def compile_module():
+  """vmsst.compile imported here; its flags removed again after this module's tests.
+
+  The command defines its flags at import: left defined, another test file in
+  this process that defines a flag of the same name (--output) would fail.
+  """
+  from vmsst import compile as command  # pylint: disable=import-outside-toplevel
+  yield command
+  for name in [n for n in flags.FLAGS if flags.FLAGS.find_module_defining_flag(n) == command.__name__]:
+    delattr(flags.FLAGS, name)
+  sys.modules.pop(command.__name__)
+
+
+@pytest.fixture
+def compile_here(compile_module, monkeypatch, capfd):
+  """`compile_here(*args)`: `python -m vmsst.compile ARGS` past its imports, in this process:
+  absl's parsing and `main` under `cli.user_errors`, as `cli.run` runs them. Returns
+  (exit status, stdout, stderr), read at the file descriptors; flags and gin put back after."""
+  monkeypatch.chdir(vmsst_testing.ROOT)
+
+  def run(*args: str) -> tuple[int, str, str]:
+    argv = gin_utils.rewrite_gin_args(["vmsst.compile", *args])
+    capfd.readouterr()
+    status, parsed = 0, flags.FLAGS.is_parsed()
+    try:
+      with flagsaver.flagsaver():
+        flags.FLAGS.unparse_flags()
+        cli.parse_flags(argv)
+        cli.user_errors(compile_module.main)(argv)
+    except SystemExit as e:
+      status = e.code
+    finally:
+      flags.FLAGS.unparse_flags()
+      if parsed:
+        flags.FLAGS.mark_as_parsed()
+      gin.clear_config()
+    out, err = capfd.readouterr()
+    return status, out, err
+
+  return run
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--topology=v4-6"], "--topology"), (["--topology=v9-8"], "--topology"),
+    (["--topology=v4-8", "--mesh=data:2,model:2"], "--mesh"),
+    (["--topology=v4-8", "--num_slices=0"], "--num_slices"),
+    (["--topology=cpu", "--variants=nonee"], "--variants")])
+def test_flag_mistakes_are_one_error_line_naming_the_flag(compile_here, args, flag):
+  """Found from the flags alone: the command finds them before JAX and libtpu load."""
+  assert flag in _one_error_line(*compile_here("--gin_file=gin/runs/vmsst_cpu.gin", *args))
+
+
+def test_a_run_naming_no_slice_without_topology_is_one_error_line(compile_here):
+  assert "target_slice" in _one_error_line(*compile_here("--gin_file=gin/runs/vmsst_cpu.gin"))
+  assert "--gin_file" in _one_error_line(*compile_here("--topology=v4-8"))
+
+
 @pytest.mark.tpu
-def test_mistakes_are_one_error_line_naming_the_flag():
+def test_a_batch_that_does_not_divide_over_the_slice_names_the_flag(compile_here):
   needs_libtpu()
-  for args, flag in ((["--topology=v4-6"], "--topology"), (["--topology=v9-8"], "--topology"),
-                     (["--topology=v4-8", "--batch_size=30"], "--batch_size"),
-                     (["--topology=v4-8", "--mesh=data:2,model:2"], "--mesh")):
-    done = compile_command("--gin_file=gin/runs/vmsst_cpu.gin", *args)
-    assert done.returncode == 2, (args, done.stderr[-1000:])
-    error = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert len(error) == 1 and flag in error[0], (args, error)
-  done = compile_command("--gin_file=gin/runs/vmsst_cpu.gin")
-  assert done.returncode == 2 and "target_slice" in done.stderr
+  assert "--batch_size" in _one_error_line(*compile_here(
+      "--gin_file=gin/runs/vmsst_cpu.gin", "--topology=v4-8", "--batch_size=30"))
+
+
+def test_the_command_answers_a_flag_mistake_before_importing_jax():
+  """The whole command, end to end: one error line and exit 2, JAX never imported
+  (`-X importtime` lists every module the process imported)."""
+  done = subprocess.run([sys.executable, "-X", "importtime", "-m", "vmsst.compile",
+                         "--gin_file=gin/runs/vmsst_cpu.gin", "--topology=v4-6"],
+                        cwd=vmsst_testing.ROOT, capture_output=True, text=True, timeout=300,
+                        check=False)
+  assert "--topology" in _one_error_line(done.returncode, done.stdout, done.stderr)
+  imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+              if line.startswith("import time:")]
+  assert "absl.flags" in imported and "jax" not in imported and "libtpu" not in imported
 
 
 @pytest.mark.tpu

@@ -38,28 +38,16 @@ Exit status: 0 the step fits every chip; 3 it does not (the compiler's
 out-of-memory message is printed, as the pod would fail); 2 a usage error.
 """
 
+import sys
+
+from absl import flags
+
 from vmsst import cli  # pylint: disable=g-bad-import-order
 from vmsst import gin_utils  # pylint: disable=g-bad-import-order
 from vmsst.compiler import slices as tpu_slices  # pylint: disable=g-bad-import-order
+from vmsst.compiler import variants as variants_lib  # pylint: disable=g-bad-import-order
 
-if __name__ == "__main__":  # the command, not an import: before JAX and libtpu load
-  cli.quiet_startup()
-  tpu_slices.quiet_libtpu()
-
-# pylint: disable=wrong-import-position
-import dataclasses
-import functools
-import json
-import sys
-from typing import Sequence
-
-import jax
-from absl import flags
-
-from vmsst import files
-from vmsst.compiler import step as step_lib
-from vmsst.model import partitioning
-
+GIN_FLAGS = gin_utils.define_flags()
 _TOPOLOGY = flags.DEFINE_string(
     "topology", None, "A TPU slice (v4-128, v5e-256, v5p-128, v6e-64, or v4:4x4x2); 'cpu' for "
     "forced host devices (with --mesh), 'local' for this machine's devices. Default: the run "
@@ -71,13 +59,62 @@ _FIND_MAX = flags.DEFINE_bool("find_max_batch", False,
                               "Binary-search the largest global batch that fits.")
 _MESH = flags.DEFINE_string("mesh", None, "With --topology=cpu: data:N,model:M.")
 _VARIANTS = flags.DEFINE_list("variants", [],
-                              f"With --topology=cpu: any of {list(step_lib.VARIANTS)}.")
+                              f"With --topology=cpu: any of {list(variants_lib.VARIANTS)}.")
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the report as JSON to this file.")
 _PRINT_SLICE = flags.DEFINE_bool("print_slice", False,
                                  "Print the run file's target slice and exit.")
 _REUSE = flags.DEFINE_string("reuse", None, "A report (JSON) of this run: when the step's "
                              "program is the one it was compiled from, report it instead "
                              "of compiling again.")
+_HOST = ("cpu", "local")  # the --topology values that are not a TPU slice
+
+
+def check_flags() -> None:
+  """The mistakes the flags alone show, found before JAX and libtpu load (seconds).
+
+  Run by the command before its imports (`cli.check_early`) and again by
+  `main`; what needs the run file (its slice, its mesh, a batch that divides
+  over it) is checked once it is parsed.
+
+  Raises:
+    cli.UserError: naming the flag and the fix.
+  """
+  if not GIN_FLAGS.gin_file.value:
+    raise cli.UserError("give the run to compile: --gin_file=gin/runs/<run>.gin")
+  if _OUTPUT.value:  # before minutes of compiling
+    cli.check_output_path("output", _OUTPUT.value)
+  if _NUM_SLICES.value is not None and _NUM_SLICES.value < 1:
+    raise cli.UserError(f"--num_slices={_NUM_SLICES.value}: give at least 1")
+  if _TOPOLOGY.value not in (None, *_HOST):
+    try:
+      tpu_slices.parse(_TOPOLOGY.value, _NUM_SLICES.value or 1)
+    except ValueError as e:
+      raise cli.UserError(f"--topology: {e}") from e
+  if (_MESH.value or _VARIANTS.value) and _TOPOLOGY.value not in _HOST:
+    raise cli.UserError("--mesh and --variants go with --topology=cpu or local; on a TPU "
+                        "slice the run file's make_mesh bindings decide the mesh")
+  for variant in _VARIANTS.value:
+    if variant not in variants_lib.VARIANTS:
+      raise cli.UserError(f"--variants: no variant {variant}; "
+                          f"{cli.did_you_mean(variant, variants_lib.VARIANTS, 'the variants')}")
+
+
+if __name__ == "__main__":  # the command, not an import: before JAX and libtpu load
+  cli.quiet_startup()
+  tpu_slices.quiet_libtpu()
+  cli.check_early(lambda: (gin_utils.check_gin_files(sys.argv), check_flags()))
+
+# pylint: disable=wrong-import-position
+import dataclasses
+import functools
+import json
+from typing import Sequence
+
+import jax
+
+from vmsst import files
+from vmsst.compiler import step as step_lib
+from vmsst.model import partitioning
 
 
 def run_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> tpu_slices.Slice:
@@ -150,10 +187,6 @@ def report_record(record: dict) -> int:
 def report_host_variants(gin_files: Sequence[str], bindings: Sequence[str]) -> int:
   """--topology=cpu|local: the memory table of each variant (XLA:CPU or this machine)."""
   data, model = step_lib.parse_mesh(_MESH.value or "data:1,model:1")
-  for variant in _VARIANTS.value:
-    if variant not in step_lib.VARIANTS:
-      raise cli.UserError(f"--variants: no variant {variant}; "
-                          f"{cli.did_you_mean(variant, step_lib.VARIANTS, 'the variants')}")
   if _TOPOLOGY.value == "cpu":  # before the first backend use
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", data * model)
@@ -181,24 +214,16 @@ def report_host_variants(gin_files: Sequence[str], bindings: Sequence[str]) -> i
 
 def main(argv: Sequence[str]) -> None:
   del argv
-  given = gin_utils.define_flags()
-  gin_files, bindings = given.gin_file.value, given.gin_bindings.value
-  if not gin_files:
-    raise cli.UserError("give the run to compile: --gin_file=gin/runs/<run>.gin")
-  if _OUTPUT.value:  # before minutes of compiling
-    cli.check_output_path("output", _OUTPUT.value)
+  check_flags()  # again: the command checked them before its imports, an importer has not
+  gin_files, bindings = GIN_FLAGS.gin_file.value, GIN_FLAGS.gin_bindings.value
   if _PRINT_SLICE.value:
     target = run_slice(gin_files, bindings)
     print(target.cloud_accelerator_type, target.num_slices)
     return
-  if _TOPOLOGY.value in ("cpu", "local"):
+  if _TOPOLOGY.value in _HOST:
     sys.exit(report_host_variants(gin_files, bindings))
-  if _MESH.value or _VARIANTS.value:
-    raise cli.UserError("--mesh and --variants go with --topology=cpu or local; on a TPU "
-                        "slice the run file's make_mesh bindings decide the mesh")
   sys.exit(report_slice(gin_files, bindings))
 
 
 if __name__ == "__main__":
-  gin_utils.define_flags()
   cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))

@@ -27,6 +27,7 @@ from vmsst import files
 from vmsst import gin_utils
 from vmsst.gin_utils import gin
 from vmsst.compiler import slices as tpu_slices
+from vmsst.compiler import variants
 from vmsst.model import partitioning
 from vmsst.training import trainer as trainer_lib
 
@@ -36,18 +37,8 @@ STEPS_FOR_DAYS = 100_000
 UTILISATION_FOR_DAYS = 0.4
 DOES_NOT_FIT_EXIT_CODE = 3
 
-# name -> gin bindings applied after the run's own (variants of one run).
-VARIANTS = {
-    "none": ["NetworkConfig.remat = 'none'", "NetworkConfig.scan_layers = False"],
-    "remat": ["NetworkConfig.remat = 'full'", "NetworkConfig.scan_layers = False"],
-    "remat_factorized": ["NetworkConfig.remat = 'full'", "NetworkConfig.scan_layers = False",
-                         "NetworkConfig.factorized_output = True"],
-    "scan": ["NetworkConfig.remat = 'none'", "NetworkConfig.scan_layers = True"],
-    "scan_remat": ["NetworkConfig.remat = 'full'", "NetworkConfig.scan_layers = True"],
-}
-# The step as written: layers unrolled (a `while` body is counted once) and
-# nothing recomputed (model FLOPs, the convention of MFU).
-MODEL_FLOPS_BINDINGS = VARIANTS["none"]
+VARIANTS = variants.VARIANTS  # name -> gin bindings after the run's own
+MODEL_FLOPS_BINDINGS = variants.MODEL_FLOPS_BINDINGS  # layers unrolled, nothing recomputed
 
 
 @dataclasses.dataclass(frozen=True)
