@@ -234,7 +234,8 @@ def compile_module():
   """
   from vmsst import compile as command  # pylint: disable=import-outside-toplevel
   yield command
-  for name in [n for n in flags.FLAGS if flags.FLAGS.find_module_defining_flag(n) == command.__name__]:
+  defined_here = lambda name: flags.FLAGS.find_module_defining_flag(name) == command.__name__
+  for name in [n for n in flags.FLAGS if defined_here(n)]:
     delattr(flags.FLAGS, name)
   sys.modules.pop(command.__name__)
 
@@ -275,11 +276,11 @@ def compile_here(compile_module, monkeypatch, capfd):
     (["--topology=cpu", "--variants=nonee"], "--variants")])
 def test_flag_mistakes_are_one_error_line_naming_the_flag(compile_here, args, flag):
   """Found from the flags alone: the command finds them before JAX and libtpu load."""
-  assert flag in _one_error_line(*compile_here("--gin_file=gin/runs/vmsst_cpu.gin", *args))
+  assert flag in _one_error_line(*compile_here(RUN, *args))
 
 
 def test_a_run_naming_no_slice_without_topology_is_one_error_line(compile_here):
-  assert "target_slice" in _one_error_line(*compile_here("--gin_file=gin/runs/vmsst_cpu.gin"))
+  assert "target_slice" in _one_error_line(*compile_here(RUN))
   assert "--gin_file" in _one_error_line(*compile_here("--topology=v4-8"))
 
 
@@ -287,14 +288,14 @@ def test_a_run_naming_no_slice_without_topology_is_one_error_line(compile_here):
 def test_a_batch_that_does_not_divide_over_the_slice_names_the_flag(compile_here):
   needs_libtpu()
   assert "--batch_size" in _one_error_line(*compile_here(
-      "--gin_file=gin/runs/vmsst_cpu.gin", "--topology=v4-8", "--batch_size=30"))
+      RUN, "--topology=v4-8", "--batch_size=30"))
 
 
 def test_the_command_answers_a_flag_mistake_before_importing_jax():
   """The whole command, end to end: one error line and exit 2, JAX never imported
   (`-X importtime` lists every module the process imported)."""
   done = subprocess.run([sys.executable, "-X", "importtime", "-m", "vmsst.compile",
-                         "--gin_file=gin/runs/vmsst_cpu.gin", "--topology=v4-6"],
+                         RUN, "--topology=v4-6"],
                         cwd=vmsst_testing.ROOT, capture_output=True, text=True, timeout=300,
                         check=False)
   assert "--topology" in _one_error_line(done.returncode, done.stdout, done.stderr)
