@@ -122,18 +122,17 @@ def tiers_of(item) -> set[str]:
 # other worker instead of running alone at the end.
 LONGEST_FIRST = (
     "tests/gcs/test_gcs_train.py",
-    "tests/test_compile.py",
-    "tests/training/test_train_preflight.py",
-    "tests/objectives/test_momentum_contrast.py",
-    "tests/gcs/test_gcs_multihost.py",
     "tests/export_formats/test_export_fidelity.py",
-    "tests/model/test_network.py",
-    "tests/bench/test_bench.py",
     "tests/training/test_multihost.py",
-    "tests/gcs/test_gcs_caches.py",
     "tests/test_compare.py",
+    "tests/gcs/test_gcs_multihost.py",
+    "tests/objectives/test_momentum_contrast.py",
+    "tests/gcs/test_gcs_caches.py",
     "tests/test_train.py",
+    "tests/test_compile.py",
+    "tests/model/test_network.py",
     "tests/training/test_preemption.py",
+    "tests/bench/test_bench.py",
     "tests/gcs/test_gcs_commands.py",
     "tests/training/test_trainer.py",
     "tests/mining/test_beam_pipeline.py",
@@ -143,6 +142,7 @@ LONGEST_FIRST = (
     "tests/tasks/test_own_corpus.py",
     "tests/commands/test_user_errors.py",
     "tests/bench/test_device_check.py",
+    "tests/training/test_train_preflight.py",
     "tests/compiler/test_paper_slices.py",
 )
 
