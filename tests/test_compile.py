@@ -22,6 +22,7 @@ from vmsst import gin_utils
 from vmsst.gin_utils import gin
 from vmsst.compiler import step as compile_lib
 from vmsst.compiler import slices as tpu_slices
+from vmsst.compiler import variants
 from vmsst.model import partitioning
 from vmsst.training import trainer as trainer_lib
 from vmsst.objectives import VMSST
@@ -197,11 +198,11 @@ def test_under_scan_the_compilers_flops_are_incomplete_and_the_models_are_not():
   needs_libtpu()
   mesh = compile_lib.target_mesh(tpu_slices.parse("v4-8").devices())
   layers = ["NetworkConfig.num_encoder_layers = 4"]
-  scanned = compile_lib.compile_step(tiny_run(layers + compile_lib.VARIANTS["scan"]), mesh, 32)
-  unrolled = compile_lib.compile_step(tiny_run(layers + compile_lib.VARIANTS["none"]), mesh, 32)
+  scanned = compile_lib.compile_step(tiny_run(layers + variants.VARIANTS["scan"]), mesh, 32)
+  unrolled = compile_lib.compile_step(tiny_run(layers + variants.VARIANTS["none"]), mesh, 32)
   assert unrolled.flops_complete and not scanned.flops_complete
   assert scanned.compiler_flops < 0.6 * unrolled.compiler_flops
-  model = compile_lib.model_flops(tiny_run(layers + compile_lib.MODEL_FLOPS_BINDINGS), 32) / 4
+  model = compile_lib.model_flops(tiny_run(layers + variants.MODEL_FLOPS_BINDINGS), 32) / 4
   # At this size the compiler's own additions (collectives, layout) are ~10%;
   # at the paper's sizes the two agree within 1-2% (docs/results/tpu_compile/).
   assert model == pytest.approx(unrolled.compiler_flops, rel=0.15)

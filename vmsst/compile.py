@@ -155,7 +155,7 @@ def report_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> int:
       compiled = tried[batch]
   else:
     compiled = step_lib.compile_step(run, mesh, batch, hbm_bytes=target.hbm_bytes)
-  flops_run = step_lib.load_run(gin_files, list(bindings) + step_lib.MODEL_FLOPS_BINDINGS)
+  flops_run = step_lib.load_run(gin_files, list(bindings) + variants_lib.MODEL_FLOPS_BINDINGS)
   report = step_lib.Report(
       run_file=",".join(gin_files), slice_name=target.name, chips=target.chips,
       mesh=dict(mesh.shape), batch_size=batch, compiled=compiled,
@@ -197,7 +197,7 @@ def report_host_variants(gin_files: Sequence[str], bindings: Sequence[str]) -> i
   mesh = partitioning.make_mesh(data, model, devices=devices[:data * model])
   rows = {}
   for variant in _VARIANTS.value or ["as_run"]:
-    run = step_lib.load_run(gin_files, list(bindings) + step_lib.VARIANTS.get(variant, []))
+    run = step_lib.load_run(gin_files, list(bindings) + variants_lib.VARIANTS.get(variant, []))
     batch = _BATCH.value or run.batch_size
     step_lib.check_batch(batch, mesh)
     compiled = step_lib.compile_step(run, mesh, batch)

@@ -91,6 +91,6 @@ def test_the_message_says_truly_how_the_old_flags_map(old):
 
 
 def test_memory_reports_successor_runs_every_variant_as_it_did():
-  from vmsst.compiler import step  # pylint: disable=import-outside-toplevel
+  from vmsst.compiler import variants  # pylint: disable=import-outside-toplevel
   command = old_names.RENAMED["vmsst.memory_report"].command
-  assert f"--variants={','.join(step.VARIANTS)}" in command.split()
+  assert f"--variants={','.join(variants.VARIANTS)}" in command.split()

@@ -27,7 +27,6 @@ from vmsst import files
 from vmsst import gin_utils
 from vmsst.gin_utils import gin
 from vmsst.compiler import slices as tpu_slices
-from vmsst.compiler import variants
 from vmsst.model import partitioning
 from vmsst.training import trainer as trainer_lib
 
@@ -37,8 +36,6 @@ STEPS_FOR_DAYS = 100_000
 UTILISATION_FOR_DAYS = 0.4
 DOES_NOT_FIT_EXIT_CODE = 3
 
-VARIANTS = variants.VARIANTS  # name -> gin bindings after the run's own
-MODEL_FLOPS_BINDINGS = variants.MODEL_FLOPS_BINDINGS  # layers unrolled, nothing recomputed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +199,7 @@ def model_flops(run: Run, batch_size: int) -> float:
   compiled or allocated) and counted by XLA's HLO cost analysis. Every input
   is placed on that CPU device, so the lowering is the CPU's also where the
   default backend is a GPU, whose lowered programs carry no FLOP count.
-  `run` must be built with MODEL_FLOPS_BINDINGS: under scan the count would
+  `run` must be built with `variants.MODEL_FLOPS_BINDINGS`: under scan the count would
   hold one layer.
   """
   shapes = run.model.input_shapes(batch_size, run.sequence_length)
