@@ -12,14 +12,12 @@ import sys
 import jax
 import optax
 from absl import flags
-from absl.testing import flagsaver
 import pytest
 
 import vmsst_testing
 from vmsst_testing import TINY
 from vmsst import cli
 from vmsst import gin_utils
-from vmsst.gin_utils import gin
 from vmsst.compiler import step as compile_lib
 from vmsst.compiler import slices as tpu_slices
 from vmsst.compiler import variants
@@ -243,31 +241,11 @@ def compile_module():
 
 @pytest.fixture
 def compile_here(compile_module, monkeypatch, capfd):
-  """`compile_here(*args)`: `python -m vmsst.compile ARGS` past its imports, in this process:
-  absl's parsing and `main` under `cli.user_errors`, as `cli.run` runs them. Returns
-  (exit status, stdout, stderr), read at the file descriptors; flags and gin put back after."""
+  """`compile_here(*args)`: `python -m vmsst.compile ARGS` past its imports, in this process
+  (`vmsst_testing.command_here`): (exit status, stdout, stderr)."""
   monkeypatch.chdir(vmsst_testing.ROOT)
-
-  def run(*args: str) -> tuple[int, str, str]:
-    argv = gin_utils.rewrite_gin_args(["vmsst.compile", *args])
-    capfd.readouterr()
-    status, parsed = 0, flags.FLAGS.is_parsed()
-    try:
-      with flagsaver.flagsaver():
-        flags.FLAGS.unparse_flags()
-        cli.parse_flags(argv)
-        cli.user_errors(compile_module.main)(argv)
-    except SystemExit as e:
-      status = e.code
-    finally:
-      flags.FLAGS.unparse_flags()
-      if parsed:
-        flags.FLAGS.mark_as_parsed()
-      gin.clear_config()
-    out, err = capfd.readouterr()
-    return status, out, err
-
-  return run
+  return lambda *args: vmsst_testing.command_here(compile_module.main, "vmsst.compile", args,
+                                                  capfd)
 
 
 @pytest.mark.parametrize("args, flag", [

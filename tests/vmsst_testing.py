@@ -7,11 +7,17 @@ gin runs import those inside.
 
 import gzip
 import pathlib
+from typing import Callable, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
 import numpy as np
+from absl import flags
+from absl.testing import flagsaver
 
+from vmsst import cli
+from vmsst import gin_utils
+from vmsst.gin_utils import gin
 from vmsst.model import models
 from vmsst.model.config import NetworkConfig
 from vmsst.languages import LANGUAGES
@@ -93,6 +99,42 @@ def assert_user_error(done, *named: str, status: int = 2) -> str:
   for name in named:
     assert name in last, (name, last)
   return last
+
+
+class Ended(NamedTuple):
+  """How a command ended: the fields of a finished subprocess, so one check reads both."""
+  returncode: int
+  stdout: str
+  stderr: str
+
+
+def command_here(main: Callable, prog: str, args: Sequence[str], capfd) -> Ended:
+  """`python -m PROG ARGS` past its imports, in this process: absl parses the command line
+  (`cli.parse_flags`, as `cli.run` does) and `main` runs under `cli.user_errors`, so a
+  mistake ends as the command's does (the `error:` line, exit 2). Output is read at the
+  file descriptors (`capfd`), C++ and log lines included; absl's flags and gin's config
+  are put back after, so calls stay independent. Run from the directory the command
+  would be (relative paths in run files are the working directory's)."""
+  argv = gin_utils.rewrite_gin_args([prog, *args])
+  capfd.readouterr()
+  status, parsed = 0, flags.FLAGS.is_parsed()
+  gin.clear_config()
+  try:
+    with flagsaver.flagsaver():
+      flags.FLAGS.unparse_flags()
+      try:
+        cli.parse_flags(argv)
+        cli.user_errors(main)(argv)
+      finally:
+        flags.FLAGS.unparse_flags()
+        if parsed:
+          flags.FLAGS.mark_as_parsed()
+  except SystemExit as e:
+    status = e.code
+  finally:
+    gin.clear_config()
+  out, err = capfd.readouterr()
+  return Ended(status, out, err)
 
 
 class HandEncoder:

@@ -10,22 +10,16 @@ a run file, a path, a check inside `train`) runs the real command as well.
 The resume checks train a directory first and are in the slow tier.
 """
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
-from typing import NamedTuple
 
-from absl import flags
-from absl.testing import flagsaver
 import pytest
 
-from vmsst import cli
 from vmsst import gin_utils
 from vmsst import train
 from vmsst.encoding import restore
-from vmsst.gin_utils import gin
 import vmsst_testing
 
 # Registering imports TensorFlow, whose import starts a process (h5py asks `uname -p`): done
@@ -35,12 +29,6 @@ gin_utils.register_configurables()
 RUN = "--gin_file=gin/runs/vmsst_cpu.gin"
 
 
-class Done(NamedTuple):
-  """How a command ended: its exit status and what it wrote to stderr (a subprocess has both)."""
-  returncode: int
-  stderr: str
-
-
 def _train(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
   """The command itself, from the repository root."""
   return subprocess.run([sys.executable, "-m", "vmsst.train", *args], cwd=vmsst_testing.ROOT,
@@ -48,54 +36,18 @@ def _train(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
                         env={**os.environ, **(env or {})})
 
 
-@contextlib.contextmanager
-def _flags_of(argv: list[str]):
-  """absl's flags parsed from `argv` as the command parses them; put back as they were after."""
-  parsed = flags.FLAGS.is_parsed()
-  with flagsaver.flagsaver():
-    flags.FLAGS.unparse_flags()
-    try:
-      cli.parse_flags(argv)
-      yield
-    finally:
-      flags.FLAGS.unparse_flags()
-      if parsed:
-        flags.FLAGS.mark_as_parsed()
-
-
 @pytest.fixture
 def train_here(monkeypatch, capfd):
-  """`train_here(*args)`: `python -m vmsst.train ARGS` past its imports, in this process.
-
-  The same flags parsing and the same `main` under `cli.user_errors` as the
-  command, from the repository root as `_train` runs it (relative paths in run
-  files are the working directory's); gin's config and absl's flags are put
-  back after each call, so cases stay independent. Returns a Done; stderr is
-  read at the file descriptor, C++ and log lines included, as a subprocess's is.
-  """
+  """`train_here(*args)`: `python -m vmsst.train ARGS` past its imports, in this process
+  (`vmsst_testing.command_here`), from the repository root as `_train` runs it."""
   monkeypatch.chdir(vmsst_testing.ROOT)
-
-  def run(*args: str) -> Done:
-    argv = gin_utils.rewrite_gin_args(["vmsst.train", *args])
-    capfd.readouterr()
-    status = 0
-    gin.clear_config()
-    try:
-      with _flags_of(argv):
-        cli.user_errors(train.main)(argv)
-    except SystemExit as e:
-      status = e.code
-    finally:
-      gin.clear_config()
-    return Done(status, capfd.readouterr().err)
-
-  return run
+  return lambda *args: vmsst_testing.command_here(train.main, "vmsst.train", args, capfd)
 
 
-def _one_error_line(done: Done) -> str:
+def _one_error_line(done: vmsst_testing.Ended) -> str:
   """The last stderr line, checked to be the only `error:` line, with exit 2 and no traceback.
 
-  `done`: a Done, or a finished subprocess (the same two fields)."""
+  `done`: an Ended, or a finished subprocess (the same fields)."""
   assert done.returncode == 2, done.stderr[-3000:]
   assert "Traceback" not in done.stderr, done.stderr[-3000:]
   lines = done.stderr.splitlines()
