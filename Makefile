@@ -14,7 +14,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 # pytest-xdist on both cores, whole files per worker, longest first (why: above `test`).
-PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder
+PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart=0
 
 .PHONY: train test test-fast test-integration test-bench test-tpu test-core-jax-next bench
 
@@ -35,6 +35,9 @@ train: $(STAMP)
 # trained model, an export, a run into the emulator's bucket) are built once, not once
 # per worker; --no-loadscope-reorder keeps the order tests/conftest.py gives them, the
 # longest files first (LONGEST_FIRST), so none of them starts last and runs alone.
+# --max-worker-restart=0: a worker that dies (a signal from native code) fails its test
+# and ends the run with xdist's report; with loadfile, a restarted worker is handed the
+# same test again and the run hangs once every worker has died on it.
 test: $(STAMP)
 	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(VENV)/bin/python -m pytest tests -q $(PARALLEL) --strict-markers -m "not tpu_all_runs" $(ARGS)
 
