@@ -168,3 +168,13 @@ def test_k_outside_the_vocabulary_is_refused(k):
   with pytest.raises(ValueError, match="0 < K <= vocab_size"):
     losses.softmax_candidates(batch["tokens_a"], batch["mask_a"], TINY.vocab_size, k,
                               jax.random.key(0))
+
+
+def test_diagonal_is_jnp_diagonal_and_its_gradient_without_a_conditional():
+  matrix = jax.random.normal(jax.random.key(0), (5, 5))
+  np.testing.assert_array_equal(losses.diagonal(matrix), jnp.diagonal(matrix))
+  weights = jnp.arange(5.0)
+  grad = jax.grad(lambda m: jnp.sum(losses.diagonal(m) * weights))(matrix)
+  np.testing.assert_array_equal(grad, jnp.diag(weights))
+  program = jax.jit(jax.grad(lambda m: jnp.sum(losses.diagonal(m)))).lower(matrix).as_text()
+  assert "stablehlo.case" not in program  # jnp.diagonal's would hold one

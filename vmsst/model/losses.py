@@ -162,10 +162,26 @@ def symmetric_info_nce(a: Array, b: Array, temperature: float,
   sim_ab = _mask_duplicates(sim, duplicates_b, eye)
   sim_ba = _mask_duplicates(sim.T, duplicates_a, eye)
   labels = jnp.arange(sim.shape[0])
-  loss_ab = -jnp.mean(jnp.diagonal(jax.nn.log_softmax(sim_ab, axis=-1)))
-  loss_ba = -jnp.mean(jnp.diagonal(jax.nn.log_softmax(sim_ba, axis=-1)))
+  loss_ab = -jnp.mean(diagonal(jax.nn.log_softmax(sim_ab, axis=-1)))
+  loss_ba = -jnp.mean(diagonal(jax.nn.log_softmax(sim_ba, axis=-1)))
   hits = jnp.concatenate([jnp.argmax(sim_ab, -1) == labels, jnp.argmax(sim_ba, -1) == labels])
   return 0.5 * (loss_ab + loss_ba), jnp.mean(hits.astype(jnp.float32))
+
+
+def diagonal(matrix: Array) -> Array:
+  """`matrix[i, i]` of a square [n, n] matrix, as one gather (and, in the gradient, one
+  scatter) that the compiler orders with the step's other collectives.
+
+  Not `jnp.diagonal`: for a square matrix it lowers to a platform-dependent `conditional`
+  that holds the gather. With the matrix sharded over devices, the partitioner puts the
+  gather's collectives inside that conditional, and XLA:CPU does not keep them in one order
+  with the step's other collectives: with several CPU devices one device waited in the
+  conditional's all-gather while the others waited in a later all-to-all, until XLA aborted
+  the process (docs/results/tests/). The gather here is the conditional's own default branch,
+  the one every backend took, so the values are the same.
+  """
+  rows = jnp.arange(matrix.shape[0])
+  return matrix[rows, rows]
 
 
 def _mask_duplicates(sim: Array, duplicates: Array | None, eye: Array) -> Array:
@@ -212,6 +228,6 @@ def info_nce_with_hard_negatives(a: Array, b: Array, negatives: Array, valid: Ar
   sim_ba = _mask_duplicates(sim.T, duplicates_a, eye)
   labels = jnp.arange(sim.shape[0])
   loss_ab = -jnp.mean(jax.nn.log_softmax(sim_ab, axis=-1)[labels, labels])
-  loss_ba = -jnp.mean(jnp.diagonal(jax.nn.log_softmax(sim_ba, axis=-1)))
+  loss_ba = -jnp.mean(diagonal(jax.nn.log_softmax(sim_ba, axis=-1)))
   hits = jnp.concatenate([jnp.argmax(sim_ab, -1) == labels, jnp.argmax(sim_ba, -1) == labels])
   return 0.5 * (loss_ab + loss_ba), jnp.mean(hits.astype(jnp.float32))

@@ -122,7 +122,7 @@ def entity_contrast(sentences: jax.Array, entity_vectors: jax.Array, ids: jax.Ar
                    hard)
   logits = jnp.concatenate([in_batch, hard], axis=-1) if slots > 1 else in_batch
   valid = (positive >= 0).astype(jnp.float32)
-  nll = -jnp.diagonal(jax.nn.log_softmax(logits, axis=-1)[:, :batch])
+  nll = -losses.diagonal(jax.nn.log_softmax(logits, axis=-1)[:, :batch])
   hits = (jnp.argmax(logits, axis=-1) == jnp.arange(batch)).astype(jnp.float32)
   rows = jnp.sum(valid).clip(1.0)
   return jnp.sum(nll * valid) / rows, jnp.sum(hits * valid) / rows
