@@ -37,7 +37,6 @@ UTILISATION_FOR_DAYS = 0.4
 DOES_NOT_FIT_EXIT_CODE = 3
 
 
-
 @dataclasses.dataclass(frozen=True)
 class StepMemory:
   """Bytes per device of one compiled train step (and its compile seconds)."""
