@@ -126,3 +126,63 @@ def test_a_failed_collective_with_every_peer_alive_returns_within_beats(monkeypa
   survivor = distributed.PeerWatchdog(store, 0, 2, timeout=60.0, exit_fn=exits.append)
   survivor.wait_for_lost_peer(RuntimeError("some other XLA error"))
   assert exits == [] and clock.now <= 2 * 6.0
+
+
+def test_any_exception_out_of_the_loop_asks_the_watchdog_but_an_exit_does_not(monkeypatch):
+  """A peer killed during a checkpoint's cross-process sync raises a ValueError, not a
+  JaxRuntimeError: which error a lost peer causes depends on where this process was."""
+  asked = []
+
+  class Recorder:
+    def wait_for_lost_peer(self, error):
+      asked.append(type(error))
+
+  monkeypatch.setattr(distributed, "_watchdog", Recorder())
+  for error in (ValueError("UNKNOWN: Gloo AllGather failed"), RuntimeError("Gloo all-reduce"),
+                FloatingPointError("non-finite"), SystemExit(75)):
+    with pytest.raises(type(error)):
+      with distributed.lost_peers_named():
+        raise error
+  with distributed.lost_peers_named():
+    pass
+  assert asked == [ValueError, RuntimeError, FloatingPointError]  # Preempted is a SystemExit
+
+
+def test_a_peer_that_leaves_during_the_wait_stopped_alongside_and_is_not_blamed(monkeypatch):
+  """The same error on every process: a peer that exits after the first check was
+  beating after the failure, so this process raises its own error (no exit 69)."""
+  store, exits = DictStore(), []
+  clock = SteppedClock(monkeypatch, lambda now: store.key_value_set(
+      "vmsst/alive/1", distributed._EXITED, allow_overwrite=True))
+  store.key_value_set("vmsst/alive/1", "41", allow_overwrite=True)
+  survivor = distributed.PeerWatchdog(store, 0, 2, timeout=60.0, exit_fn=exits.append)
+  survivor.wait_for_lost_peer(FloatingPointError("non-finite loss"))
+  assert exits == [] and clock.now <= 2 * 6.0
+
+
+def test_after_leaving_the_watchdog_stops_beating_but_still_names_a_silent_peer(monkeypatch):
+  """At exit JAX's shutdown barrier waits for every process: a peer killed then is
+  named by the watchdog, and the 'exited' beat is never overwritten."""
+  store, exits, now = DictStore(), [], [0.0]
+  monkeypatch.setattr(distributed.time, "monotonic", lambda: now[0])
+  store.key_value_set("vmsst/alive/1", "7", allow_overwrite=True)
+  watchdog = distributed.PeerWatchdog(store, 0, 2, timeout=5.0, exit_fn=exits.append)
+  assert watchdog._check(exited_counts=False) == []
+  watchdog.leave()
+  assert store.values["vmsst/alive/0"] == distributed._EXITED
+  now[0] = 6.0
+  assert watchdog._check(exited_counts=False) == [1]
+  assert store.values["vmsst/alive/0"] == distributed._EXITED
+
+
+def test_after_leaving_an_unreachable_service_ends_the_watch():
+  """Once JAX's shutdown is over the service is gone: that loses nobody."""
+
+  class GoneStore(DictStore):
+    def key_value_dir_get(self, prefix):
+      raise RuntimeError("the client was shut down")
+
+  watchdog = distributed.PeerWatchdog(GoneStore(), 1, 2, timeout=5.0, exit_fn=[].append)
+  watchdog.leave()
+  assert watchdog._check(exited_counts=False) == []
+  assert watchdog._stop.is_set()

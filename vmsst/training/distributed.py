@@ -127,6 +127,8 @@ class PeerWatchdog:
     self._clock = PeerClock(timeout)
     self._interval = max(0.2, timeout / 10)
     self._stop = threading.Event()
+    self._leaving = threading.Event()  # leave() ran: the last beat stays "exited"
+    self._publishing = threading.Lock()  # no numbered beat may overwrite "exited"
     self._exiting = threading.Lock()  # the thread and a failed collective may both find the loss
     self._exit = exit_fn
     self._beat = 0
@@ -143,17 +145,26 @@ class PeerWatchdog:
     self._publish(str(self._beat))
     self._thread.start()
 
-  def stop(self, *, exited: bool = True) -> None:
-    """Stops watching; `exited` tells the peers this process left on its own."""
-    self._stop.set()
-    if exited:
+  def leave(self) -> None:
+    """At exit: tells the peers this process left on its own, and goes on watching them.
+
+    JAX's shutdown, which runs next, waits in a barrier for every process: a
+    peer killed now would hold it there until the backstop aborts this process
+    with a stack dump. So the thread still names a silent peer, without beating,
+    until the coordination service stops answering (the shutdown is over).
+    """
+    with self._publishing:
+      self._leaving.set()
       try:
         self._publish(_EXITED)
       except Exception:  # pylint: disable=broad-except  # the service may be gone already
-        pass
+        self._stop.set()
 
   def wait_for_lost_peer(self, error: BaseException) -> None:
-    """After a failed collective: exits naming the lost peer once known; returns if none is.
+    """After the loop raised: exits naming the lost peer once known; returns if none is.
+
+    Any error counts, not only JaxRuntimeError: a peer killed in the middle of a
+    checkpoint save fails orbax's cross-process sync with a ValueError.
 
     Returns as soon as every peer has beaten since the failure (the error was
     not a lost peer). A peer killed outright is named `timeout` after its last
@@ -161,14 +172,20 @@ class PeerWatchdog:
     wait is counted from this first check, not from the failure, because
     returning too early lets the process exit through JAX's shutdown, which
     waits for the dead peer until the backstop aborts it.
+
+    A peer that had already exited at the first check left the job (its own
+    error, printed in its log). One that exits during the wait was beating
+    after the failure: the same error stopped it too, so this process raises
+    its own error rather than blaming that peer.
     """
-    logging.warning("a collective failed (%s); waiting up to %.0f s for the peer watchdog to "
-                    "name a lost process", str(error).strip().splitlines()[0][:200],
+    logging.warning("the training loop failed (%s: %s); waiting up to %.0f s for the peer "
+                    "watchdog to name a lost process", type(error).__name__,
+                    str(error).strip().splitlines()[0][:200] if str(error).strip() else "",
                     self._clock.timeout)
     first: dict[int, str] | None = None
     deadline = 0.0
     while True:
-      lost = self._check(exited_counts=True)
+      lost = self._check(exited_counts=first is None)
       if lost:
         self._exit_naming(lost, "left the job" if self._all_exited(lost) else None)
         return
@@ -177,7 +194,7 @@ class PeerWatchdog:
         first = beats
         deadline = time.monotonic() + 1.5 * self._clock.timeout + 2 * self._interval
       elif first and all(beats.get(p) != beat for p, beat in first.items()):
-        return  # every peer is alive
+        return  # every peer is alive (or left alongside this process)
       if time.monotonic() > deadline:
         return
       time.sleep(self._interval)
@@ -193,11 +210,16 @@ class PeerWatchdog:
     """Beats once and reads every beat; the coordination service unreachable loses process 0."""
     now = time.monotonic()
     try:
-      self._beat += 1
-      self._publish(str(self._beat))
+      with self._publishing:
+        if not self._leaving.is_set():
+          self._beat += 1
+          self._publish(str(self._beat))
       beats = {int(key.rsplit("/", 1)[-1]): value
                for key, value in self._client.key_value_dir_get(_BEATS)}
     except Exception:  # pylint: disable=broad-except  # the coordination service is gone
+      if self._leaving.is_set():  # JAX's shutdown is over, or its own abort names process 0
+        self._stop.set()
+        return []
       beats = {p: v for p, v in self._clock.beats().items() if p != 0}
     beats.pop(self._process, None)
     self._clock.observe(beats, now)
@@ -228,28 +250,29 @@ def lost_line(lost: list[int], hosts: dict[int, str], count: int, how: str) -> s
 
 
 def start_watchdog(peer_timeout_seconds: float) -> PeerWatchdog:
-  """Starts this process's PeerWatchdog; it stops (and says 'exited') when Python exits."""
+  """Starts this process's PeerWatchdog; it says 'exited' when Python exits (leave)."""
   global _watchdog
   from jax._src import distributed as jax_distributed  # pylint: disable=import-outside-toplevel
   _watchdog = PeerWatchdog(jax_distributed.global_state.client, jax.process_index(),
                            jax.process_count(), peer_timeout_seconds)
   _watchdog.start()
   # Registered after jax's own clean-up, so it runs first: the service still answers.
-  atexit.register(_watchdog.stop)
+  atexit.register(_watchdog.leave)
   return _watchdog
 
 
 class lost_peers_named:  # pylint: disable=invalid-name  # used as a context manager
-  """Around the training loop: a collective that fails because a peer died names it.
+  """Around the training loop: an error raised because a peer died names that peer.
 
-  Without a watchdog (one process) it does nothing.
+  Every Exception is checked (PeerWatchdog.wait_for_lost_peer): which one a
+  dead peer causes depends on where this process was (a step's collective, a
+  checkpoint's sync). Without a watchdog (one process) it does nothing.
   """
 
   def __enter__(self) -> "lost_peers_named":
     return self
 
   def __exit__(self, exc_type, error, traceback) -> bool:
-    if (error is not None and _watchdog is not None
-        and isinstance(error, jax.errors.JaxRuntimeError)):
+    if _watchdog is not None and isinstance(error, Exception):
       _watchdog.wait_for_lost_peer(error)
     return False

@@ -264,10 +264,11 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
 
   # Stage 5: the last evaluation, everything on disk.
   progress.close()
-  with goodput.timing("evaluation"):
-    retrieval = evaluate(evaluator, trainer, state.params, int(state.step), writer)
-  with goodput.timing("checkpoints"):
-    manager.wait_until_finished()  # the last asynchronous save committed
+  with distributed.lost_peers_named():  # the last save's commit syncs with every process
+    with goodput.timing("evaluation"):
+      retrieval = evaluate(evaluator, trainer, state.params, int(state.step), writer)
+    with goodput.timing("checkpoints"):
+      manager.wait_until_finished()  # the last asynchronous save committed
   _log_goodput(goodput, writer, int(state.step), model_dir, steps=int(state.step) - logged_step,
                previous_step=previous_step, final=True)
   writer.flush()
