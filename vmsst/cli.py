@@ -50,6 +50,13 @@ class UserError(Exception):
   """Bad input a user can fix; the message names the file or flag and the fix."""
 
 
+def first_line(error: BaseException, limit: int = 300) -> str:
+  """`Type: first line` of an error for a log line: tensorstore's and XLA's run to pages."""
+  lines = str(error).strip().splitlines()
+  text = f"{type(error).__name__}: {lines[0] if lines else ''}"
+  return text if len(text) <= limit else text[:limit] + " ..."
+
+
 def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[str]], object]:
   """`main` as a command runs it: quiet logs, UserError as `error: <message>` and exit 2.
 

@@ -186,13 +186,13 @@ def _what_happened(log: str) -> str:
   return "\n".join(line[:300] for line in log.splitlines() if any(k in line for k in keys))[-6000:]
 
 
-def _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, jax_cache, *, steps: int,
-                    after_step: int, timeout: int = 5) -> None:
-  """Two processes train; process 1 is killed once it logged `after_step`. The
+def _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, jax_cache, model_dir, *,
+                    steps: int, after_step: int, timeout: int = 5) -> None:
+  """Two processes train into `model_dir`; process 1 is killed once it logged `after_step`. The
   survivor must stop on its own, well before JAX's backstop would abort it,
   with exit status 69 and one line naming process 1."""
-  runs = _two_processes(small_data_dir, tiny_vocab_path, tmp_path / "two", steps, tmp_path,
-                        "killed", extra=[f"--peer_timeout_seconds={timeout}"])
+  runs = _two_processes(small_data_dir, tiny_vocab_path, model_dir, steps, tmp_path, "killed",
+                        extra=[f"--peer_timeout_seconds={timeout}"])
   procs = []
   try:
     procs = [_spawn(*run, jax_cache) for run in runs]
@@ -217,7 +217,7 @@ def test_a_process_killed_stops_its_peer_with_one_line_and_a_restart_resumes(
     small_data_dir, tiny_vocab_path, tmp_path, jax_cache):
   steps = 8
   model_dir = tmp_path / "two"
-  _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, jax_cache, steps=steps,
+  _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, jax_cache, model_dir, steps=steps,
                   after_step=5)
   # Both restarted: they resume from the last complete checkpoint to the
   # model of one uninterrupted run.
@@ -237,7 +237,8 @@ def test_a_process_killed_as_a_checkpoint_save_begins_stops_its_peer_with_one_li
     small_data_dir, tiny_vocab_path, tmp_path, jax_cache):
   # Step 6 is logged just before its save: the survivor fails in orbax's
   # cross-process sync (a ValueError or a JaxRuntimeError), not in a train step.
-  _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, jax_cache, steps=8, after_step=6)
+  _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, jax_cache, tmp_path / "two",
+                  steps=8, after_step=6)
 
 
 def test_sigterm_to_both_processes_saves_one_step_and_exits_75(small_data_dir, tiny_vocab_path,

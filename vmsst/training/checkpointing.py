@@ -133,7 +133,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state: Any) -> Any |
     return state
   raise NoUsableCheckpointError(
       f"none of the checkpoints in {manager.directory} restores "
-      f"({'; '.join(f'step {s}: {_first_line(e)}' for s, e in failures)}). Nothing was "
+      f"({'; '.join(f'step {s}: {cli.first_line(e)}' for s, e in failures)}). Nothing was "
       "restored and training was not restarted from scratch: repair or move that directory "
       "aside to start afresh, or set MODEL_DIR to a new directory.")
 
@@ -161,7 +161,7 @@ def _warn_unreadable(manager: ocp.CheckpointManager, step: int, error: Exception
                      failures: list[tuple[int, Exception]]) -> None:
   failures.append((step, error))
   logging.warning("checkpoint step %d in %s does not restore (%s); trying the previous one",
-                  step, manager.directory, _first_line(error))
+                  step, manager.directory, cli.first_line(error))
 
 
 def _read_metadata(manager: ocp.CheckpointManager, step: int) -> Any:
@@ -169,13 +169,6 @@ def _read_metadata(manager: ocp.CheckpointManager, step: int) -> Any:
   if metadata is None:
     raise ValueError("no readable item metadata (_METADATA missing?)")
   return metadata
-
-
-def _first_line(error: Exception, limit: int = 300) -> str:
-  """Tensorstore errors run to pages of JSON; the first line names the failure."""
-  lines = str(error).strip().splitlines()
-  text = f"{type(error).__name__}: {lines[0] if lines else ''}"
-  return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def _set_aside(manager: ocp.CheckpointManager, bad_steps: list[int]) -> None:

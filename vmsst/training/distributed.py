@@ -178,10 +178,8 @@ class PeerWatchdog:
     after the failure: the same error stopped it too, so this process raises
     its own error rather than blaming that peer.
     """
-    logging.warning("the training loop failed (%s: %s); waiting up to %.0f s for the peer "
-                    "watchdog to name a lost process", type(error).__name__,
-                    str(error).strip().splitlines()[0][:200] if str(error).strip() else "",
-                    self._clock.timeout)
+    logging.warning("the training loop failed (%s); waiting up to %.0f s for the peer "
+                    "watchdog to name a lost process", cli.first_line(error), self._clock.timeout)
     first: dict[int, str] | None = None
     deadline = 0.0
     while True:
