@@ -82,6 +82,13 @@ class NetworkConfig:
       instead of `<stack>/layer_<i>/...`): one compiled layer body, so the
       24-layer step compiles in a fraction of the time. Same parameter
       count; convert an unscanned tree with layer_stacks.stack_layer_params.
+    vocab_tile_tokens: the decoder's vocabulary head (output projection,
+      softmax, NLL, argmax) runs over at most this many tokens per device at
+      a time, forward and backward (vmsst/model/vocab_tiling.py): no
+      [tokens, V] logits exist beyond one tile, the same loss and gradient.
+      0 computes the whole batch's logits at once. The candidate softmax
+      (softmax_candidates) always takes the whole-logit path: its K columns
+      are small.
   """
 
   vocab_size: int = 8000
@@ -111,6 +118,7 @@ class NetworkConfig:
   tie_output_embedding: bool = False
   remat: str = "none"
   scan_layers: bool = False
+  vocab_tile_tokens: int = 2048
 
   def __post_init__(self):
     # One canonical np.dtype whether gin gave 'bfloat16' or code jnp.bfloat16:
@@ -119,6 +127,9 @@ class NetworkConfig:
     if self.remat not in REMAT_NAMES:
       raise ValueError(f"NetworkConfig.remat is {self.remat!r}; choose one of "
                        f"{REMAT_NAMES} in the gin file (gin/models/memory/remat.gin).")
+    if self.vocab_tile_tokens < 0:
+      raise ValueError(f"NetworkConfig.vocab_tile_tokens is {self.vocab_tile_tokens}; give "
+                       "the tokens of one tile per device (> 0), or 0 for whole logits.")
 
 
 REMAT_NAMES = ("none", "full", "dots_saveable")

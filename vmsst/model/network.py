@@ -38,6 +38,11 @@ from vmsst.model.config import NetworkConfig
 Array = jax.Array
 
 
+# The parameters `output_logits` reads: the vocabulary head, run a tile at a time by
+# vmsst.model.vocab_tiling (token_embed only when tie_output_embedding puts it there).
+OUTPUT_HEAD = ("output_projection", "output_bottleneck", "token_embed")
+
+
 class VMSSTNetwork(nn.Module):
   """Encoders and decoder sharing only the token and language embedding tables."""
 
@@ -128,9 +133,22 @@ class VMSSTNetwork(nn.Module):
              candidates: Array | None = None) -> Array:
     """Teacher-forced decoder logits, float32 [B, L, V] (or [B, L, K]).
 
+    `decoder_states` then `output_logits`: the whole [B, L, V] array at once.
+    The objectives' full-vocabulary path does not call this; it hands the
+    states to `vocab_tiling.sequence_nll`, which runs `output_logits` a tile
+    of tokens at a time. Kept for the candidate softmax, initialisation and
+    callers that want the logits themselves.
+
     With `candidates` (int32 [K] vocabulary ids, losses.softmax_candidates)
     the logits are those K columns only: a CPU training speed-up whose
     softmax is over the candidates (default: the whole vocabulary).
+    """
+    h = self.decoder_states(targets, target_mask, languages, latent, deterministic)
+    return self.output_logits(h, self.latent_per_position(latent, h), candidates)
+
+  def decoder_states(self, targets: Array, target_mask: Array, languages: Array,
+                     latent: Array, deterministic: bool = True) -> Array:
+    """The decoder's final states h, cfg.dtype [B, L, d]: everything before the vocabulary.
 
     The input is targets shifted right behind a start position: the target
     language's row of `language_embed`, or, when `decoder_language_embedding`
@@ -162,29 +180,37 @@ class VMSSTNetwork(nn.Module):
     attention_mask = layers.causal_attention_mask(input_mask)
     for layer in self.decoder_layers:
       x = layer(x, latent, attention_mask, deterministic, bias)
-    h = self.decoder_norm(x)
-    return self._output_logits(h, latent, candidates)
+    return self.decoder_norm(x)
 
-  def _output_logits(self, h: Array, latent: Array, candidates: Array | None = None) -> Array:
-    """concat(h, z) → vocabulary; 3d × V, or 3d × d then d × V when factorized.
+  @staticmethod
+  def latent_per_position(latent: Array, h: Array) -> Array:
+    """latent [B, k] repeated at each of h's positions, h's dtype [B, L, k]: the
+    logits read concat(h, z) at every position (the latent injected at the logits)."""
+    return jnp.broadcast_to(latent[:, None, :], h.shape[:2] + latent.shape[-1:]).astype(h.dtype)
 
-    With tie_output_embedding the h rows are the embedding table: h Eᵀ plus
-    a projection of z alone. `candidates` restricts the vocabulary columns.
+  def output_logits(self, h: Array, z: Array, candidates: Array | None = None) -> Array:
+    """concat(h, z) → vocabulary logits, float32 [..., V]; 3d × V, or 3d × d then d × V
+    when factorized.
+
+    h [..., d] and z [..., k] share their leading axes: [B, L] for a batch of
+    sentences, [tokens] for a tile of `vocab_tiling`. With tie_output_embedding
+    the h rows are the embedding table: h Eᵀ plus a projection of z alone.
+    `candidates` restricts the vocabulary columns. Reads only the parameters
+    `OUTPUT_HEAD` names.
     """
-    z = jnp.broadcast_to(latent[:, None, :], h.shape[:2] + latent.shape[-1:])
+    axes = ("batch", "length", "vocab") if h.ndim == 3 else ("batch", "vocab")
     if self.cfg.tie_output_embedding:
       table = jnp.asarray(self.embed.embedding, h.dtype)
       if candidates is not None:
         table = jnp.take(table, candidates, axis=0)
-      logits = (jnp.einsum("bld,vd->blv", h, table)
+      logits = (jnp.einsum("...d,vd->...v", h, table)
                 + self.output_projection(z.astype(h.dtype), candidates))
-      return nn.with_logical_constraint(logits.astype(jnp.float32),
-                                        ("batch", "length", "vocab"))
+      return nn.with_logical_constraint(logits.astype(jnp.float32), axes)
     joined = jnp.concatenate([h, z.astype(h.dtype)], axis=-1)
     if self.cfg.factorized_output:
       joined = self.output_bottleneck(joined)
     logits = self.output_projection(joined, candidates)
-    return nn.with_logical_constraint(logits.astype(jnp.float32), ("batch", "length", "vocab"))
+    return nn.with_logical_constraint(logits.astype(jnp.float32), axes)
 
   def __call__(self, batch: dict[str, Array], deterministic: bool = True) -> Array:
     """Runs every path once; used only to create all parameters at init."""

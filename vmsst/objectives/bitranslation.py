@@ -8,13 +8,16 @@ The translation terms (`translation_latent`, `decode_nll`, `pair_sum`,
 whose loss carries the same bitranslation term.
 """
 
+import functools
+
 from vmsst.gin_utils import gin
 import jax
 import jax.numpy as jnp
 
 from vmsst.model import losses
 from vmsst.model import models
-from vmsst.model.network import VMSSTNetwork
+from vmsst.model import vocab_tiling
+from vmsst.model.network import OUTPUT_HEAD, VMSSTNetwork
 from vmsst.objectives import nested as nested_lib
 
 Array = jax.Array
@@ -28,6 +31,10 @@ def decode_nll(model: models.EmbeddingModel, params, targets: Array, mask: Array
                softmax_candidates: int = 0) -> tuple[Array, Array, dict[str, Array]]:
   """Per-sentence NLL and correct-token counts of decoding `targets` from `latent`.
 
+  Over the whole vocabulary the decoder hands back its states and the head
+  runs a tile of tokens at a time (`vocab_tiling.sequence_nll`,
+  NetworkConfig.vocab_tile_tokens; 0 there computes whole logits).
+
   With `softmax_candidates` = K, 0 < K < V, the softmax runs over K
   vocabulary ids (the batch's targets, then uniform draws;
   losses.softmax_candidates), so NLLs and accuracies are over those K; K ≥ V
@@ -37,16 +44,30 @@ def decode_nll(model: models.EmbeddingModel, params, targets: Array, mask: Array
   id did not fit in K (left out of the loss; 0 whenever K ≥ the batch's
   distinct targets), empty with the full softmax.
   """
-  candidates, labels, loss_mask, extra = None, targets, mask, {}
-  if 0 < softmax_candidates < model.network_config.vocab_size:
+  cfg = model.network_config
+  if 0 < softmax_candidates < cfg.vocab_size:
     key = jax.random.PRNGKey(0) if rng is None else jax.random.fold_in(rng, CANDIDATE_STREAM)
     candidates, labels, found = losses.softmax_candidates(
-        targets, mask, model.network_config.vocab_size, softmax_candidates, key)
-    loss_mask = jnp.where(found, mask, 0)
-    extra = {"softmax_candidates_missed": jnp.sum(mask * ~found).astype(jnp.float32)}
-  logits = model.apply(params, targets, mask, languages, latent, rng is None, candidates,
-                       method=VMSSTNetwork.decode, rng=rng)
-  return (*losses.sequence_nll(logits, labels, loss_mask), extra)
+        targets, mask, cfg.vocab_size, softmax_candidates, key)
+    logits = model.apply(params, targets, mask, languages, latent, rng is None, candidates,
+                         method=VMSSTNetwork.decode, rng=rng)
+    return (*losses.sequence_nll(logits, labels, jnp.where(found, mask, 0)),
+            {"softmax_candidates_missed": jnp.sum(mask * ~found).astype(jnp.float32)})
+  if not cfg.vocab_tile_tokens:
+    logits = model.apply(params, targets, mask, languages, latent, rng is None,
+                         method=VMSSTNetwork.decode, rng=rng)
+    return (*losses.sequence_nll(logits, targets, mask), {})
+  h = model.apply(params, targets, mask, languages, latent, rng is None,
+                  method=VMSSTNetwork.decoder_states, rng=rng)
+  z = VMSSTNetwork.latent_per_position(latent, h)
+  head = {k: params[k] for k in OUTPUT_HEAD if k in params}
+  return (*vocab_tiling.sequence_nll(functools.partial(_head_logits, model), head, (h, z),
+                                     targets, mask, cfg.vocab_tile_tokens), {})
+
+
+def _head_logits(model: models.EmbeddingModel, head_params, inputs) -> Array:
+  """The vocabulary logits of one tile of (h, z) rows."""
+  return model.apply(head_params, *inputs, method=VMSSTNetwork.output_logits)
 
 
 def pair_sum(x: Array) -> Array:
