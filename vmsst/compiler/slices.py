@@ -191,15 +191,24 @@ def has_libtpu() -> bool:
   return importlib.util.find_spec("libtpu") is not None
 
 
+SMALLEST = "smallest"  # `vmsst.compile --topology=smallest`: the run's smallest_accelerator_type
+
+
 @gin.configurable
-def target_slice(accelerator_type: str | None = None, num_slices: int = 1) -> Slice | None:
+def target_slice(accelerator_type: str | None = None, num_slices: int = 1,
+                 smallest_accelerator_type: str | None = None,
+                 smallest: bool = False) -> Slice | None:
   """The slice a run file is written for (None: the run names none).
 
   Bound in each `gin/runs/*_paper.gin`; `train` never reads it (it runs on
   whatever devices it is started on), `vmsst.compile` compiles for it and
-  `launch/tpu.sh` creates it.
+  `launch/tpu.sh` creates it. `smallest_accelerator_type` names the smallest
+  slice the run's step was compiled to fit at the same batch (a decoding run
+  with the tiled vocabulary head: docs/results/tpu_compile/); `smallest=True`
+  (`vmsst.compile --topology=smallest`) returns that one, None if unnamed.
   """
-  return parse(accelerator_type, num_slices) if accelerator_type else None
+  name = smallest_accelerator_type if smallest else accelerator_type
+  return parse(name, num_slices) if name else None
 
 
 def quiet_libtpu() -> None:

@@ -118,7 +118,7 @@ class NetworkConfig:
   tie_output_embedding: bool = False
   remat: str = "none"
   scan_layers: bool = False
-  vocab_tile_tokens: int = 2048
+  vocab_tile_tokens: int = 1024
 
   def __post_init__(self):
     # One canonical np.dtype whether gin gave 'bfloat16' or code jnp.bfloat16:
