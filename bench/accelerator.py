@@ -5,7 +5,9 @@ Synthetic batches at the paper's shapes (d = 1024, 16 heads of 64, MLP 4096,
 with f32 parameters, each objective's real train step (vmsst.training.trainer), with
 the XLA:CPU tuning switch (vmsst.model.xla_cpu) on and off. Prints one JSON line
 per (shape, vocabulary, objective, tuning): examples/s, MFU against the bf16
-matmul peak measured in the same run, the compiled step's FLOPs, memory per
+matmul peak measured in the same run, the model's FLOPs (`model_flops`: the
+same step with its layers unrolled and whole logits, lowered, not compiled;
+the compiled step counts the vocabulary head's tile loop once), memory per
 device (the allocator's peak where the device reports it, beside the
 compiled step's estimate that `vmsst.compile --topology=cpu` prints).
 
@@ -26,6 +28,7 @@ from vmsst import cli  # pylint: disable=g-bad-import-order
 
 cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 
+import dataclasses
 import json
 import os
 import sys
@@ -105,17 +108,30 @@ def bf16_peak_flops(n: int) -> float:
   return 2 * n**3 / best
 
 
+def model_flops(objective: str, cfg: NetworkConfig, batch_size: int, length: int) -> float:
+  """The model's FLOPs of one train step: vmsst.compiler.step.model_flops of the same model
+  with its layers unrolled, nothing recomputed and the vocabulary head as whole logits
+  (what variants.MODEL_FLOPS_BINDINGS binds), lowered on the CPU, not compiled. The
+  compiled step's own count holds the tiled head's loop body once (vmsst/model/vocab_tiling.py).
+  """
+  from vmsst.compiler import step as compile_lib  # pylint: disable=import-outside-toplevel
+  whole = dataclasses.replace(cfg, vocab_tile_tokens=0, remat="none", scan_layers=False)
+  run = compile_lib.Run(model=MODELS[objective](whole),
+                        optimizer=optimizers.adafactor(learning_rate=1e-4),
+                        batch_size=batch_size, sequence_length=length, skip_nonfinite=False)
+  return compile_lib.model_flops(run, batch_size)
+
+
 def measure(objective: str, cfg: NetworkConfig, batch_size: int, length: int, steps: int,
-            peak: float, tuned: bool) -> dict:
-  """One objective's step with the tuning switch set to `tuned`: rate, MFU, memory."""
+            peak: float, tuned: bool, flops: float) -> dict:
+  """One objective's step with the tuning switch set to `tuned`: rate, MFU (of the model's
+  `flops`, `model_flops`), memory."""
   with xla_cpu.tuning(tuned):
     mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
     model = MODELS[objective](cfg)
     trainer = trainer_lib.Trainer(model, optimizers.adafactor(learning_rate=1e-4), mesh,
                                   model.input_shapes(batch_size, length))
-    compiled = trainer.compile_step(jax.random.key(0))
-    flops = (compiled.cost_analysis() or {}).get("flops", float("nan"))
-    estimate = compiled.memory_analysis()
+    estimate = trainer.compile_step(jax.random.key(0)).memory_analysis()
     state = trainer.initialize(jax.random.key(0))
     batch = synthetic_batch(batch_size, length, cfg.vocab_size)
     state, metrics = trainer.step(state, batch, jax.random.key(1))
@@ -130,7 +146,7 @@ def measure(objective: str, cfg: NetworkConfig, batch_size: int, length: int, st
                - estimate.alias_size_in_bytes + estimate.temp_size_in_bytes)
   return {"objective": objective, "layers": cfg.num_encoder_layers, "vocab": cfg.vocab_size,
           "xla_cpu_tuning": tuned, "examples_per_s": batch_size / seconds,
-          "step_s": seconds, "step_flops": flops, "mfu": flops / seconds / peak,
+          "step_s": seconds, "model_flops": flops, "mfu": flops / seconds / peak,
           "loss": float(metrics["loss"]),
           "memory_peak_gib": stats.get("peak_bytes_in_use", float("nan")) / 2**30,
           "memory_estimate_gib": estimated / 2**30}
@@ -151,7 +167,8 @@ def main(argv: Sequence[str]) -> None:
     for vocab in vocabs:
       cfg = network_config(depth, vocab, quick)
       for objective in FLAGS.objectives:
-        rows = [measure(objective, cfg, batch_size, length, steps, peak, tuned)
+        flops = model_flops(objective, cfg, batch_size, length)  # one count for both rows
+        rows = [measure(objective, cfg, batch_size, length, steps, peak, tuned, flops)
                 for tuned in (True, False)]
         for row in rows:
           print(json.dumps(row), flush=True)

@@ -1,6 +1,7 @@
 r"""The accelerator check: speed, a profile and a short comparison, in one command under 8 minutes.
 
   python bench/device_check.py --output=DIR [--parts=speed,profile,comparison] [--data=DATA]
+      [--microbatches=N]
   python bench/device_check.py --prepare=DATA --data_dir=../shared/data    # here, once (seqio)
   python bench/device_check.py --output=DIR --quick --data=DATA            # a CPU rehearsal
 
@@ -10,13 +11,21 @@ the device command, what travels with it, and the figures):
   6-layer random-init architecture, built from the run files' own gin files
   (gin/models/<objective>.gin + sizes/6l.gin + precision/bf16.gin: T5.1.1
   layers, d = 1024, vocabulary 250,112, length 32; bf16 compute, f32
-  parameters, Adafactor as base_paper.gin binds it), at the largest batch of
-  2048, 1024, ... that fits; examples/s, MFU from the model's FLOPs as
-  vmsst.compile counts them (unrolled, before XLA) against a bf16 matmul
-  peak measured in the same process, the allocator's peak memory (one
-  process per objective, so the peak is the objective's own); then
-  sentence-transformers' MultipleNegativesRankingLoss at the same shape
-  under bf16 autocast on the same GPU (bench/train_throughput.py's peer).
+  parameters, Adafactor as base_paper.gin binds it; the decoder's vocabulary
+  head in tiles, NetworkConfig.vocab_tile_tokens), at the largest batch of
+  2048, 1024, ... that fits: the step is first compiled (not run) at the two
+  smallest, and XLA's memory_analysis of each, extrapolated linearly in the
+  batch, estimates the largest that fits the device (an 80 GB one where it
+  reports no limit), where the search starts (the estimate is in each row);
+  examples/s, MFU from the model's FLOPs (vmsst.compiler.step.model_flops:
+  unrolled, whole logits, lowered before XLA; the compiled step counts the
+  tile loop's body once) against a bf16 matmul peak measured in the same
+  process, the allocator's peak memory (one process per objective, so the
+  peak is the objective's own); VMSST at the paper's batch 2048 in
+  --microbatches accumulated microbatches (Trainer(microbatches=N)), in its
+  own process; then sentence-transformers' MultipleNegativesRankingLoss at
+  the same shape under bf16 autocast on the same GPU
+  (bench/train_throughput.py's peer).
 - profile: a jax.profiler trace of a few steps of the slowest objective,
   summarised to its top operations by device time (the trace stays behind).
 - comparison: Contrastive, VMSST and BiTranslation at 6 layers, d = 512,
@@ -72,6 +81,9 @@ def _define_flags() -> None:
                     "after the speed part (--nopeer: leave its 40 s to the objectives).")
   flags.DEFINE_float("speed_seconds", None, "The speed part's budget in seconds, shared by its "
                      "objectives (default: BUDGETS in device_parts.py).")
+  flags.DEFINE_integer("microbatches", 1, "The speed part also times VMSST at the paper's batch "
+                       "(2048; --quick: 16) in this many accumulated microbatches "
+                       "(Trainer(microbatches=N)), when --objectives has vmsst.")
 
 
 def _child_command(kind: str, args: dict[str, Any]) -> list[str]:
@@ -120,12 +132,25 @@ def _one(done: dict[str, Any]) -> dict[str, Any]:
   return {k: v for k, v in done.items() if k != "results"}
 
 
+def _failure(done: dict[str, Any]) -> dict[str, Any]:
+  return {k: v for k, v in done.items() if k not in ("results", "seconds")}
+
+
 def _by_objective(done: dict[str, Any], objectives: Sequence[str]) -> list[dict[str, Any]]:
-  """A child's per-objective results, and its failure for each objective it did not reach."""
+  """A child's per-objective results (the last of each), and its failure for each objective it
+  did not reach or did not finish (a row without MFU: its estimate, or timing, and why)."""
   results = {r["objective"]: r for r in done["results"]}
-  failure = {k: v for k, v in done.items() if k not in ("results", "seconds")}
-  return [results.get(o, {"objective": o, **(failure or {"error": "no result"})})
+  failure = _failure(done)
+  return [{**results[o], **failure} if o in results and "mfu" not in results[o]
+          else results.get(o, {"objective": o, **(failure or {"error": "no result"})})
           for o in objectives]
+
+
+def _paper_rows(done: dict[str, Any]) -> list[dict[str, Any]]:
+  """Takes the paper-batch rows (device_parts.paper_batch_row) out of a speed child's results."""
+  rows = [r for r in done["results"] if r.get("paper_batch")]
+  done["results"] = [r for r in done["results"] if not r.get("paper_batch")]
+  return rows
 
 
 def _lines_until(process: subprocess.Popen, deadline: float):
@@ -149,7 +174,8 @@ def run_parts(out: str, parts: Sequence[str]) -> dict[str, Any]:
   budgets = dict(device_parts.QUICK_BUDGETS if FLAGS.quick else device_parts.BUDGETS)
   if FLAGS.speed_seconds:
     budgets["speed"] = FLAGS.speed_seconds
-  results = {"quick": FLAGS.quick, "budgets_s": budgets, "parts": {}}
+  results = {"quick": FLAGS.quick, "budgets_s": budgets, "microbatches": FLAGS.microbatches,
+             "parts": {}}
   started = time.time()
   if "speed" in parts or "profile" in parts:
     speed = _speed(budgets) if "speed" in parts else {}
@@ -168,14 +194,25 @@ def run_parts(out: str, parts: Sequence[str]) -> dict[str, Any]:
 
 
 def _speed(budgets: dict[str, float]) -> dict[str, Any]:
-  """Each objective in its own process (quick: all in one), then the PyTorch peer."""
+  """Each objective in its own process (quick: all in one), VMSST at the paper's batch in
+  --microbatches microbatches (its own process; quick: the same one), then the PyTorch peer."""
   objectives = list(FLAGS.objectives)
+  paper = {"microbatches": FLAGS.microbatches} if "vmsst" in objectives else None
   groups = [objectives] if FLAGS.quick else [[o] for o in objectives]
+  children = len(groups) + (paper is not None and not FLAGS.quick)
   rows, deadline = [], time.time() + budgets["speed"]
-  for index, group in enumerate(groups):
-    share = (deadline - time.time()) / (len(groups) - index)
-    rows += _by_objective(run_child("speed", {"objectives": group}, share), group)
   speed = {"rows": rows}
+  for index, group in enumerate(groups):
+    share = (deadline - time.time()) / (children - index)
+    args = {"objectives": group, **({"paper_batch": paper} if FLAGS.quick and paper else {})}
+    done = run_child("speed", args, share)
+    paper_rows = _paper_rows(done)
+    rows += _by_objective(done, group)
+    if FLAGS.quick and paper:  # the same child's last row
+      last = paper_rows[-1] if paper_rows else {"error": "no result"}
+      speed["paper_batch"] = last if "mfu" in last else {**last, **_failure(done)}
+  if paper is not None and not FLAGS.quick:
+    speed["paper_batch"] = _paper_batch(rows, paper, deadline)
   contrastive = next((r for r in rows if r.get("objective") == "contrastive" and "batch" in r),
                      None)
   if FLAGS.quick:
@@ -189,6 +226,30 @@ def _speed(budgets: dict[str, float]) -> dict[str, Any]:
       speed["peer"]["contrastive_over_peer"] = (contrastive["examples_per_s"]
                                                 / speed["peer"]["pairs_per_s"])
   return speed
+
+
+def _paper_batch(rows: list[dict[str, Any]], paper: dict[str, Any],
+                 deadline: float) -> dict[str, Any]:
+  """VMSST at the paper's batch in its own process, unless its row is there already (one
+  microbatch) or its memory estimate says a microbatch cannot fit (no compile spent)."""
+  batch, microbatches = device_parts.PAPER_BATCH[False], paper["microbatches"]
+  vmsst = next((r for r in rows if r.get("objective") == "vmsst"), {})
+  about = {"objective": "vmsst", "paper_batch": True, "batch": batch,
+           "microbatches": microbatches, "microbatch": batch // microbatches}
+  if microbatches == 1 and vmsst.get("batch") == batch and "examples_per_s" in vmsst:
+    return {**about, "skipped": "the VMSST row is at the paper's batch already"}
+  estimate = vmsst.get("memory_estimate")
+  refused = device_parts.refuse_paper_batch(estimate, batch, microbatches)
+  if refused:
+    return {**about, "error": refused}
+  done = run_child("speed", {"objectives": [],
+                             "paper_batch": {**paper, "estimate": estimate}},
+                   max(deadline - time.time(), 1.0))
+  found = _paper_rows(done)
+  if found and "mfu" in found[-1]:
+    return {**found[-1], "seconds": done["seconds"]}
+  return {**about, **(found[-1] if found else {}), **(_failure(done) or {}),
+          "seconds": done["seconds"]}
 
 
 def _slowest(speed: dict[str, Any]) -> dict[str, Any]:
@@ -233,6 +294,10 @@ def main(argv: Sequence[str]) -> None:
   unknown = sorted(set(FLAGS.parts) - set(PARTS))
   if unknown:
     raise app.UsageError(f"--parts: unknown {unknown}; pick from {PARTS}")
+  paper_batch = device_parts.PAPER_BATCH[FLAGS.quick]
+  if FLAGS.microbatches < 1 or paper_batch % FLAGS.microbatches:
+    raise app.UsageError(f"--microbatches={FLAGS.microbatches}: give a divisor of the paper's "
+                         f"batch {paper_batch}")
   unknown = sorted(set(FLAGS.objectives) - set(device_parts.OBJECTIVES))
   if unknown:
     raise app.UsageError(f"--objectives: unknown {unknown}; pick from "

@@ -52,11 +52,25 @@ OBJECTIVES = {"contrastive": "gin/models/contrastive.gin",
 COMPARED = ("contrastive", "vmsst", "bitranslation")
 BUDGETS = {"speed": 215.0, "peer": 40.0, "profile": 45.0, "comparison": 150.0}
 # Quick: limits for a slow CI machine, not what the rehearsal takes.
-QUICK_BUDGETS = {"speed": 240.0, "peer": 0.0, "profile": 90.0, "comparison": 240.0}
+QUICK_BUDGETS = {"speed": 270.0, "peer": 0.0, "profile": 90.0, "comparison": 240.0}
 COMPARISON_TRAIN_SECONDS = {False: 20.0, True: 1.0}  # per objective, after its first evaluation
 PAPER_VOCABULARY, LENGTH = 250_112, 32
 BATCHES = {False: (2048, 1024, 512, 256, 128), True: (16, 8)}
+# The paper's batch (VMSST §6.4), timed with --microbatches = N accumulated microbatches
+# (quick: the ladder's largest).
+PAPER_BATCH = {False: 2048, True: 16}
+# The batch search's memory: the device's own limit where it reports one, else an 80 GB
+# device's (an H100's or A100's; XLA:CPU in --quick reports none). A batch is expected to
+# fit when its step's estimate stays under HEADROOM of it.
+ASSUMED_DEVICE_BYTES, HEADROOM = 80e9, 0.85
+# --quick estimates VMSST's memory alone (its estimate feeds the paper-batch row): the same
+# code as every objective's on a device, two compiles fewer each for the test suite's time;
+# the others compile once, at the largest quick batch, which the estimate would pick.
+QUICK_ESTIMATED = ("vmsst",)
 TIMED_STEPS = {False: 10, True: 2}
+# The bf16 peak's matmul size (quick: 512, where a CPU gets about 1.4x the FLOP/s of 256, so
+# a toy step's MFU of whole-logit model FLOPs stays well under 1 on a loaded machine).
+PEAK_MATMUL = {False: 8192, True: 512}
 # The speed part's shape: the 6-layer paper runs' files (quick: tiny.gin made smaller).
 SIZE_FILES = {False: ["gin/models/sizes/6l.gin", "gin/models/precision/bf16.gin"],
               True: ["gin/models/sizes/tiny.gin", "gin/models/precision/bf16.gin"]}
@@ -138,16 +152,18 @@ def _out_of_memory(error: Exception) -> bool:
 
 
 class StepRun:
-  """One objective's compiled train step at one batch size; `start` allocates its state."""
+  """One objective's compiled train step at one batch size (in `microbatches` accumulated
+  microbatches, trainer.train_step); `start` allocates its state."""
 
-  def __init__(self, model, batch_size: int):
+  def __init__(self, model, batch_size: int, microbatches: int = 1):
     jax = _jax()
     from vmsst.model import partitioning  # pylint: disable=import-outside-toplevel
     from vmsst.training import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
-    self.batch_size = batch_size
+    self.batch_size, self.microbatches = batch_size, microbatches
     mesh = partitioning.make_mesh(1, 1, devices=jax.devices()[:1])
     shapes = model.input_shapes(batch_size, LENGTH)
-    self.trainer = trainer_lib.Trainer(model, paper_optimizer(), mesh, shapes)
+    self.trainer = trainer_lib.Trainer(model, paper_optimizer(), mesh, shapes,
+                                       microbatches=microbatches)
     started = time.perf_counter()
     self.compiled = self.trainer.compile_step(jax.random.key(0))
     self.compile_seconds = time.perf_counter() - started
@@ -181,54 +197,99 @@ class StepRun:
     return (time.perf_counter() - start) / n
 
 
-def _model_flops(model, batch_size: int) -> float:
-  from vmsst.compiler import step as compile_lib  # pylint: disable=import-outside-toplevel
-  run = compile_lib.Run(model=model, optimizer=paper_optimizer(), batch_size=batch_size,
-                        sequence_length=LENGTH, skip_nonfinite=False)
-  return compile_lib.model_flops(run, batch_size)
+_FLOPS: dict[tuple[str, int], float] = {}
+
+
+def model_flops(objective: str, quick: bool, batch_size: int) -> float:
+  """The model's FLOPs of one step of `objective` at `batch_size`, the numerator of MFU.
+
+  vmsst.compiler.step.model_flops of the same model built with
+  variants.MODEL_FLOPS_BINDINGS (layers unrolled, nothing recomputed, the
+  vocabulary head as whole logits), lowered on the CPU and not compiled. Not
+  the compiled step's count: the tiled head is a loop whose body XLA's cost
+  analysis counts once (vmsst/model/vocab_tiling.py), as are microbatches.
+  """
+  key = (objective, batch_size)
+  if key not in _FLOPS:
+    from vmsst.compiler import step as compile_lib  # pylint: disable=import-outside-toplevel
+    from vmsst.compiler import variants  # pylint: disable=import-outside-toplevel
+    model = build_model(objective, quick, bindings=variants.MODEL_FLOPS_BINDINGS)
+    run = compile_lib.Run(model=model, optimizer=paper_optimizer(), batch_size=batch_size,
+                          sequence_length=LENGTH, skip_nonfinite=False)
+    _FLOPS[key] = compile_lib.model_flops(run, batch_size)
+  return _FLOPS[key]
+
+
+def estimate_memory(objective: str, model, batches: Sequence[int],
+                    limit: float | None) -> tuple[dict[str, Any], dict[int, StepRun]]:
+  """(the memory estimate, {batch: its compiled StepRun}) from the two smallest of `batches`.
+
+  The step is compiled (not run: nothing is allocated) at both, by this
+  device's own compiler (XLA:CPU in --quick); XLA's memory_analysis of each
+  (arguments + outputs - aliased + temporaries) gives a line in the batch:
+  the fixed bytes (the state) and the bytes per example. The estimate is the
+  largest batch whose line stays under HEADROOM of `limit` (the device's; an
+  80 GB device's where it reports none), and of an 80 GB device.
+  """
+  jax = _jax()
+  small, large = sorted(set(batches))[:2]
+  probes = {b: StepRun(model, b) for b in (small, large)}
+  used = {b: probe.compiled_bytes for b, probe in probes.items()}
+  per_example = max((used[large] - used[small]) / (large - small), 1.0)
+  fixed = used[small] - per_example * small
+  device = jax.devices()[0]
+  fits = lambda memory: int((HEADROOM * memory - fixed) // per_example)
+  estimate = {"probe_batches": [small, large],
+              "probe_gib": [used[small] / 2**30, used[large] / 2**30],
+              "probe_compile_s": [probes[b].compile_seconds for b in (small, large)],
+              "fixed_gib": fixed / 2**30, "per_example_mib": per_example / 2**20,
+              "compiler": f"{device.platform} ({device.device_kind})",
+              "limit_gib": (limit or ASSUMED_DEVICE_BYTES) / 2**30,
+              "limit_from": "the device" if limit else "an 80 GB device (none reported)",
+              "headroom": HEADROOM, "max_batch": fits(limit or ASSUMED_DEVICE_BYTES),
+              "max_batch_80gb": fits(ASSUMED_DEVICE_BYTES)}
+  print(f"{objective}: compiled at batch {small} ({used[small] / 2**30:.2f} GiB) and {large} "
+        f"({used[large] / 2**30:.2f} GiB) in {sum(estimate['probe_compile_s']):.0f} s: "
+        f"{estimate['fixed_gib']:.2f} GiB + {estimate['per_example_mib']:.2f} MiB per example, "
+        f"estimated to fit up to batch {estimate['max_batch']} in {estimate['limit_gib']:.0f} GiB "
+        f"({estimate['max_batch_80gb']} in 80 GB)", flush=True)
+  return estimate, probes
 
 
 def _largest_batch_run(objective: str, model, quick: bool,
                        batches: Sequence[int] | None = None,
-                       limit: int | None = None) -> tuple[Any, list[dict]]:
-  """(a StepRun at the largest batch that fits, the sizes that did not).
+                       limit: int | None = None) -> tuple[Any, list[dict], dict | None]:
+  """(a StepRun at the largest batch that fits, the sizes that did not, the memory estimate).
 
-  On a device that reports its memory limit, the smallest batch is compiled
-  first and its memory estimate (the state fixed, the rest per example)
-  picks the largest size expected to fit, so no compile is spent on a size
-  that cannot: on a GPU, compiling a step far over the memory (the paper's
-  250k-vocabulary logits at batch 2048 need 130 GB) autotunes each matmul
-  against allocations that fail, for longer than the whole check may take.
-  A size whose own estimate still exceeds the limit falls to the next.
+  With more than one size to try, `estimate_memory` compiles the step at the
+  two smallest first and the search starts at the largest size expected to
+  fit, so no compile is spent on one that cannot: on a GPU, compiling a step
+  far over the memory autotunes each matmul against allocations that fail,
+  for longer than the whole check may take (the first lease lost its time
+  so). A size that still does not fit (its compiled estimate over the
+  device's limit, or out of memory at its first step) falls to the next.
   """
-  ladder = list(batches or BATCHES[quick])
-  tried = []
+  ladder = sorted(batches or BATCHES[quick], reverse=True)
   limit = limit or (_jax().devices()[0].memory_stats() or {}).get("bytes_limit")
-  if limit and len(ladder) > 1:
-    probe = StepRun(model, ladder[-1])
-    per_example = (probe.compiled_bytes - probe.fixed_bytes) / probe.batch_size
-    ceiling = (0.85 * limit - probe.fixed_bytes) / max(per_example, 1.0)
-    print(f"{objective}: batch {probe.batch_size} compiled in {probe.compile_seconds:.0f} s, "
-          f"{probe.compiled_bytes / 2**30:.1f} GiB; estimated to fit up to batch "
-          f"{ceiling:.0f}", flush=True)
-    tried = [{"batch": b, "error": f"estimated over 85% of the device's "
-                                   f"{limit / 2**30:.0f} GiB from batch {probe.batch_size}"}
-             for b in ladder if b > ceiling]
-    ladder = [b for b in ladder if b <= ceiling] or ladder[-1:]
-    if ladder[0] == probe.batch_size:
-      probe.start().steps(1)
-      return probe, tried
-    del probe
+  tried, estimate, probes = [], None, {}
+  if len(set(ladder)) > 1:
+    estimate, probes = estimate_memory(objective, model, ladder, limit)
+    tried = [{"batch": b, "error": f"estimated over {HEADROOM:.0%} of "
+                                   f"{estimate['limit_gib']:.0f} GiB"}
+             for b in ladder if b > estimate["max_batch"]]
+    ladder = [b for b in ladder if b <= estimate["max_batch"]] or ladder[-1:]
   for batch_size in ladder:
     try:
-      run = StepRun(model, batch_size)
-      print(f"{objective}: batch {batch_size} compiled in {run.compile_seconds:.0f} s",
-            flush=True)
+      run = probes.pop(batch_size, None)
+      if run is None:
+        run = StepRun(model, batch_size)
+        print(f"{objective}: batch {batch_size} compiled in {run.compile_seconds:.0f} s",
+              flush=True)
       if limit and run.compiled_bytes > 0.97 * limit:
         raise MemoryError(f"RESOURCE_EXHAUSTED: the compiled step needs "
                           f"{run.compiled_bytes / 2**30:.1f} GiB of {limit / 2**30:.1f}")
       run.start().steps(1)  # warm-up: the first allocation shows a runtime out-of-memory
-      return run, tried
+      return run, tried, estimate
     except Exception as e:  # pylint: disable=broad-except
       if not _out_of_memory(e):
         raise
@@ -245,15 +306,24 @@ def emit(result: dict[str, Any]) -> None:
   print("RESULT " + json.dumps(result), flush=True)
 
 
-def speed(*, quick: bool, objectives) -> None:
-  """Emits a row of examples/s, MFU and memory per objective, at its largest batch that fits."""
+def speed(*, quick: bool, objectives, paper_batch: dict[str, Any] | None = None) -> None:
+  """Emits a row of examples/s, MFU and memory per objective, at its largest batch that fits;
+  then, with `paper_batch` ({"microbatches": N, "estimate": VMSST's, optional}), VMSST's row
+  at the paper's batch in N microbatches (`paper_batch_row`)."""
   jax = _jax()
-  peak = bf16_peak_flops(256 if quick else 8192)
+  peak = bf16_peak_flops(PEAK_MATMUL[quick])
   device = jax.devices()[0]
   print(f"{device.device_kind}: bf16 matmul peak {peak / 1e12:.1f} TFLOP/s", flush=True)
+  estimates = {}
   for objective in objectives:
     model = build_model(objective, quick)
-    run, did_not_fit = _largest_batch_run(objective, model, quick)
+    tile_tokens = model.network_config.vocab_tile_tokens
+    batches = None if not quick or objective in QUICK_ESTIMATED else BATCHES[quick][:1]
+    run, did_not_fit, estimates[objective] = _largest_batch_run(objective, model, quick,
+                                                                batches)
+    if estimates[objective]:  # replaced by the row below
+      emit({"objective": objective, "memory_estimate": estimates[objective],
+            "error": "estimated only: the step was not timed"})
     seconds = run.steps(TIMED_STEPS[quick])
     stats = device.memory_stats() or {}
     row = {"objective": objective, "batch": run.batch_size, "did_not_fit": did_not_fit,
@@ -261,16 +331,95 @@ def speed(*, quick: bool, objectives) -> None:
            "compile_s": run.compile_seconds, "loss": float(run.metrics["loss"]),
            "peak_memory_gib": stats.get("peak_bytes_in_use", float("nan")) / 2**30,
            "compiled_memory_gib": run.compiled_bytes / 2**30,
+           "memory_estimate": estimates[objective], "vocab_tile_tokens": tile_tokens,
            "device": device.device_kind, "bf16_peak_tflops": peak / 1e12}
     print(f"{objective}: batch {run.batch_size}, {row['examples_per_s']:.0f} examples/s, "
           f"peak {row['peak_memory_gib']:.1f} GiB", flush=True)
     emit(row)  # the timing survives a failure in the FLOP count below
-    row["model_flops"] = _model_flops(model, run.batch_size)
+    del run
+    gc.collect()
+    row["model_flops"] = model_flops(objective, quick, row["batch"])
     row["mfu"] = row["model_flops"] / seconds / peak
     print(f"{objective}: MFU {row['mfu']:.1%}", flush=True)
     emit(row)
-    del run
-    gc.collect()
+  if paper_batch is not None:
+    paper_batch_row(quick=quick, peak=peak, microbatches=paper_batch["microbatches"],
+                    estimate=paper_batch.get("estimate") or estimates.get("vmsst"))
+
+
+def refuse_paper_batch(estimate: dict[str, Any] | None, batch: int,
+                       microbatches: int) -> str | None:
+  """Why VMSST at `batch` in `microbatches` microbatches is not tried, or None.
+
+  Refused when N does not divide the batch, or when a microbatch is over
+  VMSST's memory estimate (its row's `memory_estimate`; the float32 gradient
+  sum, one copy of the parameters, is not in it: the compiled step's own
+  figure is checked before it runs).
+  """
+  if batch % microbatches:
+    return f"--microbatches={microbatches} does not divide the batch {batch}"
+  if estimate is None or batch // microbatches <= estimate["max_batch"]:
+    return None
+  enough = microbatches
+  while batch // enough > estimate["max_batch"] and enough < batch:
+    enough *= 2
+  return (f"a microbatch of {batch // microbatches} is estimated over "
+          f"{estimate['headroom']:.0%} of {estimate['limit_gib']:.0f} GiB (VMSST fits up to "
+          f"batch {estimate['max_batch']}); --microbatches={enough} would fit")
+
+
+def paper_batch_row(*, quick: bool, microbatches: int, estimate: dict[str, Any] | None = None,
+                    peak: float | None = None) -> None:
+  """Emits VMSST's row at the paper's batch (PAPER_BATCH) in `microbatches` microbatches
+  (Trainer(microbatches=N): one update from N accumulated microbatches), or why it did not run.
+
+  The row is marked "paper_batch"; MFU from the model's FLOPs of the whole batch.
+  """
+  jax = _jax()
+  batch, objective = PAPER_BATCH[quick], "vmsst"
+  row = {"objective": objective, "paper_batch": True, "batch": batch,
+         "microbatches": microbatches, "microbatch": batch // microbatches}
+  refused = refuse_paper_batch(estimate, batch, microbatches)
+  if refused:
+    print(f"{objective}: batch {batch} in {microbatches} microbatches not tried: {refused}",
+          flush=True)
+    emit({**row, "error": refused})
+    return
+  peak = peak or bf16_peak_flops(PEAK_MATMUL[quick])
+  device = jax.devices()[0]
+  limit = (device.memory_stats() or {}).get("bytes_limit")
+  model = build_model(objective, quick)
+  run = StepRun(model, batch, microbatches)
+  row.update(compile_s=run.compile_seconds, compiled_memory_gib=run.compiled_bytes / 2**30,
+             vocab_tile_tokens=model.network_config.vocab_tile_tokens,
+             device=device.device_kind, bf16_peak_tflops=peak / 1e12)
+  print(f"{objective}: batch {batch} in {microbatches} microbatches compiled in "
+        f"{run.compile_seconds:.0f} s, {row['compiled_memory_gib']:.1f} GiB", flush=True)
+  try:
+    if limit and run.compiled_bytes > 0.97 * limit:
+      raise MemoryError(f"RESOURCE_EXHAUSTED: the compiled step needs "
+                        f"{run.compiled_bytes / 2**30:.1f} GiB of {limit / 2**30:.1f}")
+    run.start().steps(1)
+  except Exception as e:  # pylint: disable=broad-except
+    if not _out_of_memory(e):
+      raise
+    emit({**row, "error": str(e).splitlines()[0][:200]})
+    return
+  seconds = run.steps(TIMED_STEPS[quick])
+  stats = device.memory_stats() or {}
+  row.update(step_s=seconds, examples_per_s=batch / seconds, loss=float(run.metrics["loss"]),
+             peak_memory_gib=stats.get("peak_bytes_in_use", float("nan")) / 2**30)
+  print(f"{objective}: batch {batch} in {microbatches} microbatches, "
+        f"{row['examples_per_s']:.0f} examples/s, peak {row['peak_memory_gib']:.1f} GiB",
+        flush=True)
+  emit(row)
+  del run
+  gc.collect()
+  row["model_flops"] = model_flops(objective, quick, batch)
+  row["mfu"] = row["model_flops"] / seconds / peak
+  print(f"{objective}: batch {batch} in {microbatches} microbatches, MFU {row['mfu']:.1%}",
+        flush=True)
+  emit(row)
 
 
 def peer(*, quick: bool, batch: int) -> dict[str, Any]:
@@ -296,7 +445,7 @@ def profile(*, quick: bool, objective: str, batch: int | None = None,
   """A jax.profiler trace of `steps` steps of `objective` (at speed's batch), as its top ops."""
   jax = _jax()
   model = build_model(objective, quick)
-  run, _ = _largest_batch_run(objective, model, quick, [batch] if batch else None)
+  run, _, _ = _largest_batch_run(objective, model, quick, [batch] if batch else None)
   trace_dir = tempfile.mkdtemp(prefix="vmsst-trace-")
   with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
     seconds = run.steps(steps)
@@ -471,6 +620,27 @@ def summary(results: dict[str, Any]) -> str:
                      f"{row['peak_memory_gib']:.1f} | {row['compile_s']:.0f} |")
       else:
         lines.append(f"| {row.get('objective')} | – | {row.get('error')} | | | |")
+    paper = parts["speed"].get("paper_batch")
+    if paper:
+      name = (f"vmsst, {paper.get('microbatches')} microbatches of {paper.get('microbatch')}"
+              if "microbatches" in paper else "vmsst at the paper's batch")
+      if "examples_per_s" in paper:
+        lines.append(f"| {name} | {paper['batch']} | {paper['examples_per_s']:.0f} | "
+                     f"{format(paper['mfu'], '.1%') if 'mfu' in paper else 'not counted'} | "
+                     f"{paper['peak_memory_gib']:.1f} | {paper['compile_s']:.0f} |")
+      else:
+        lines.append(f"| {name} | {paper.get('batch', '–')} | "
+                     f"{paper.get('error') or paper.get('skipped')} | | | |")
+    estimates = [(row["objective"], row["memory_estimate"])
+                 for row in parts["speed"].get("rows", []) if row.get("memory_estimate")]
+    if estimates:
+      lines += ["", "Memory estimate before the search (XLA's memory_analysis of the step "
+                "compiled at two batches, a line through them):", "",
+                "| objective | compiled at | fixed GiB | MiB per example | fits up to | "
+                "in 80 GB |", "|---|---|---|---|---|---|"]
+      lines += [f"| {name} | {e['probe_batches']} on {e['compiler']} | {e['fixed_gib']:.2f} | "
+                f"{e['per_example_mib']:.2f} | {e['max_batch']} ({e['limit_gib']:.0f} GiB, "
+                f"{e['headroom']:.0%}) | {e['max_batch_80gb']} |" for name, e in estimates]
     peer_row = parts["speed"].get("peer", {})
     lines += ["", f"sentence-transformers peer: {json.dumps(peer_row)}", ""]
   if "profile" in parts:

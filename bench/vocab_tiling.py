@@ -11,15 +11,16 @@ Parts (each writes <output>/<part>.json, the records, and <part>.md, their table
               measurement behind the default tile (the memory a tile saves against
               the scan steps it adds). A whole paper step compiles in 5-15 minutes
               here; the head alone in seconds.
-  cpu_memory  the same run's step at batch 128 and 1024 compiled by XLA:CPU for one
-              device (`memory_analysis()`), whole head against tiled: the proxy for an
+  cpu_memory  the same run's step at batch 128 and 1024 in bfloat16 (the device
+              check's precision) compiled by XLA:CPU for one device (`memory_analysis()`), whole head against tiled: the proxy for an
               80 GB GPU, which compiled batch 128 to 53.3 GiB with the whole head
               (docs/results/device/).
   main_job    `make train`'s step (gin/runs/vmsst_cpu.gin: the candidate softmax over
               2,048 ids) against the full-vocabulary softmax, whole and tiled, timed
               side by side in interleaved rounds on one random batch.
-  paper_cpu   the 6-layer paper shape's step (V = 250,112) at a reduced batch on this
-              CPU, whole head against tiled, interleaved: what the tiles cost in time.
+  paper_cpu   the paper shape's step (d = 1,024, V = 250,112; one layer per stack, which
+              leaves the head as it is) at a reduced batch on this CPU, whole head against tiled (tiles smaller than the batch's tokens, so
+              there are several), interleaved: what the tiles cost in time.
 """
 
 from vmsst import cli  # pylint: disable=g-bad-import-order
@@ -53,6 +54,10 @@ GIB = 2.0 ** 30
 PAPER_RUN = "gin/runs/vmsst_6l_paper.gin"
 MAIN_RUN = "gin/runs/vmsst_cpu.gin"
 TILE = "NetworkConfig.vocab_tile_tokens"
+# paper_cpu: one layer per stack. The head is the paper's (3d = 3,072 -> 250,112); two 6-layer
+# paper steps side by side need more than this machine's 24 GB (the first try was killed).
+ONE_LAYER = [f"NetworkConfig.{k}=1" for k in ("num_encoder_layers", "num_language_encoder_layers",
+                                              "num_decoder_layers")]
 FLAGS = flags.FLAGS
 
 
@@ -63,7 +68,11 @@ def _define_flags() -> None:
                     "head_tiles: tile sizes (0: the whole-logit head).")
   flags.DEFINE_string("topology", "v4-16", "head_tiles: the slice whose chip compiles.")
   flags.DEFINE_list("cpu_batches", ["128", "1024"], "cpu_memory: global batches.")
-  flags.DEFINE_integer("paper_batch", 2, "paper_cpu: the reduced batch.")
+  flags.DEFINE_integer("paper_batch", 4, "paper_cpu: the reduced batch.")
+  flags.DEFINE_integer("paper_tile", 256, "paper_cpu: the tile (below the batch's tokens, so "
+                       "the head runs in more than one).")
+  flags.DEFINE_string("cpu_dtype", "bfloat16", "cpu_memory: the compute dtype (the device "
+                      "check's, which measured the 53.3 GiB).")
   flags.DEFINE_integer("rounds", 3, "Interleaved timing rounds (the median is kept).")
   flags.DEFINE_integer("main_steps", 10, "main_job: steps per timed round.")
 
@@ -154,11 +163,12 @@ def cpu_memory(_: pathlib.Path) -> list[dict]:
   records = []
   for batch in map(int, FLAGS.cpu_batches):
     for tile in (0, None):
-      bindings = [f"train.batch_size={batch}"] + ([f"{TILE}={tile}"] if tile == 0 else [])
+      bindings = ([f"train.batch_size={batch}", f"NetworkConfig.dtype='{FLAGS.cpu_dtype}'"]
+                  + ([f"{TILE}={tile}"] if tile == 0 else []))
       run = compiler_step.load_run([PAPER_RUN], bindings)
       compiled = compiler_step.compile_step(run, mesh, batch)
       memory = compiled.memory
-      records.append({"batch_size": batch,
+      records.append({"batch_size": batch, "dtype": FLAGS.cpu_dtype,
                       "tile_tokens": run.model.network_config.vocab_tile_tokens,
                       "temp_bytes": memory.temp, "peak_bytes": memory.peak,
                       "arguments_bytes": memory.arguments,
@@ -178,25 +188,13 @@ def cpu_memory_table(records: list[dict]) -> str:
 
 
 def _timer(run_file: str, bindings: list[str], steps: int):
-  """(seconds per step of a compiled step on one random batch, run-file name)."""
+  """A timer of `run_file`'s compiled step (with `bindings`) on one random batch."""
   run = compiler_step.load_run([run_file], bindings)
   cfg = run.model.network_config
   batch = train_throughput.random_batch(run.batch_size, run.sequence_length, cfg.vocab_size)
   trainer = trainer_lib.Trainer(run.model, run.optimizer, partitioning.make_mesh(),
                                 {k: v.shape for k, v in batch.items()})
-  rng = jax.random.key(0)
-  state = {"state": trainer.initialize(rng)}
-  batch = trainer.global_batch(batch)
-
-  def timed() -> float:
-    start = time.perf_counter()
-    for _ in range(steps):
-      state["state"], metrics = trainer.step(state["state"], batch, rng)
-    jax.block_until_ready(metrics)
-    return (time.perf_counter() - start) / steps
-
-  timed()  # compiles
-  return timed
+  return train_throughput.step_timer(trainer, batch, steps)
 
 
 def timed_variants(run_file: str, variants: dict[str, list[str]], steps: int) -> list[dict]:
@@ -215,9 +213,9 @@ def main_job(_: pathlib.Path) -> list[dict]:
 
 
 def paper_cpu(_: pathlib.Path) -> list[dict]:
-  batch = [f"train.batch_size={FLAGS.paper_batch}"]
-  return timed_variants(PAPER_RUN, {"tiled head": batch,
-                                    "whole logits": batch + [f"{TILE}=0"]}, 1)
+  batch = [f"train.batch_size={FLAGS.paper_batch}"] + ONE_LAYER
+  return timed_variants(PAPER_RUN, {f"tiled head, {FLAGS.paper_tile}-token tiles": batch + [
+      f"{TILE}={FLAGS.paper_tile}"], "whole logits": batch + [f"{TILE}=0"]}, 1)
 
 
 def time_table(records: list[dict]) -> str:

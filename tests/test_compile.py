@@ -23,7 +23,7 @@ from vmsst.compiler import slices as tpu_slices
 from vmsst.compiler import variants
 from vmsst.model import partitioning
 from vmsst.training import trainer as trainer_lib
-from vmsst.objectives import VMSST
+from vmsst.objectives import Distillation, VMSST
 
 # Registering imports TensorFlow, whose import starts a process (h5py asks `uname -p`): done
 # once here, while the module loads, so the in-process command cases stay in the unit tier.
@@ -95,9 +95,17 @@ def test_max_batch_search_finds_the_largest_fitting_multiple_of_the_data_axis():
     fit = lambda run, mesh, batch, limit=limit: compile_lib.Compiled(
         memory=compile_lib.StepMemory(0, 0, 0, 0, 0, 0, 0, 0.0) if batch <= limit else None,
         oom_message=None if batch <= limit else "RESOURCE_EXHAUSTED")
-    found, tried = compile_lib.find_max_batch(None, mesh, start, compile_fn=fit)
+    found, tried = compile_lib.find_max_batch(_STAND_IN_RUN, mesh, start, compile_fn=fit)
     assert found == limit // 4 * 4, (limit, start)
     assert len(tried) <= 2 * (max(start, limit) // 4).bit_length() + 2  # logarithmic
+  # Microbatches divide over the data axis too: 2 of them, multiples of 8.
+  found, _ = compile_lib.find_max_batch(dataclasses.replace(_STAND_IN_RUN, microbatches=2), mesh,
+                                        32, compile_fn=fit)
+  assert found == 4096 // 8 * 8
+
+
+_STAND_IN_RUN = compile_lib.Run(model=None, optimizer=None, batch_size=0, sequence_length=0,
+                                skip_nonfinite=False)  # what find_max_batch reads of a run
 
 
 # --- The TPU compiler (the `tpu` tier) ---------------------------------------
@@ -118,6 +126,23 @@ def compile_command(*args: str) -> subprocess.CompletedProcess:
 
 def tiny_run(bindings=()) -> compile_lib.Run:
   return compile_lib.load_run(["gin/runs/contrastive_cpu.gin"], list(bindings))
+
+
+def test_a_run_reads_train_microbatches_and_refuses_them_for_in_batch_negatives():
+  run = compile_lib.load_run(["gin/runs/vmsst_cpu.gin"], ["train.microbatches = 2"])
+  assert run.microbatches == 2 and tiny_run().microbatches == 1
+  with pytest.raises(cli.UserError, match="train.microbatches = 2.*gradient_cache_chunk"):
+    tiny_run(["train.microbatches = 2"])
+  with pytest.raises(cli.UserError, match="--batch_size=20 in train.microbatches = 4"):
+    compile_lib.check_batch(20, _mesh(2, 1), microbatches=4)
+
+
+def test_the_compiled_step_is_the_accumulating_one():
+  """lower_step builds the Trainer with run.microbatches: the tokens as 2 microbatches of 4."""
+  text = lambda n: compile_lib.lower_step(compile_lib.Run(
+      Distillation(TINY, teacher_dim=5), optax.sgd(0.1), 8, 12, False, microbatches=n),
+      _mesh(2, 1), 8)[1].as_text()
+  assert "tensor<2x4x12xi32>" in text(2) and "tensor<2x4x12xi32>" not in text(1)
 
 
 @pytest.mark.tpu
@@ -261,6 +286,11 @@ def test_flag_mistakes_are_one_error_line_naming_the_flag(compile_here, args, fl
 def test_a_run_naming_no_slice_without_topology_is_one_error_line(compile_here):
   assert "target_slice" in _one_error_line(*compile_here(RUN))
   assert "--gin_file" in _one_error_line(*compile_here("--topology=v4-8"))
+
+
+def test_the_smallest_slice_of_a_run_naming_none_is_one_error_line(compile_here):
+  assert "target_slice.smallest_accelerator_type" in _one_error_line(
+      *compile_here(RUN, "--topology=smallest"))
 
 
 @pytest.mark.tpu

@@ -27,6 +27,8 @@ estimate.
                      XLA:CPU's memory analysis on forced host devices (the
                      remat / scan variants).
   --topology=local   the devices of this machine.
+  --topology=smallest  the smallest slice the run file names as fitting its
+                     batch (`target_slice.smallest_accelerator_type`).
   --print_slice      prints the run file's slice (`v4-64 1`) and exits: what
                      `launch/tpu.sh` creates.
   --reuse=RECORD.json  lowers the step (seconds) and, when its program is the
@@ -50,8 +52,9 @@ from vmsst.compiler import variants as variants_lib  # pylint: disable=g-bad-imp
 GIN_FLAGS = gin_utils.define_flags()
 _TOPOLOGY = flags.DEFINE_string(
     "topology", None, "A TPU slice (v4-128, v5e-256, v5p-128, v6e-64, or v4:4x4x2); 'cpu' for "
-    "forced host devices (with --mesh), 'local' for this machine's devices. Default: the run "
-    "file's target_slice.accelerator_type.")
+    "forced host devices (with --mesh), 'local' for this machine's devices, 'smallest' for the "
+    "run file's target_slice.smallest_accelerator_type. Default: the run file's "
+    "target_slice.accelerator_type.")
 _NUM_SLICES = flags.DEFINE_integer("num_slices", None, "Slices joined over DCN (default: "
                                    "the run file's target_slice.num_slices, else 1).")
 _BATCH = flags.DEFINE_integer("batch_size", None, "Global batch (default: the run's).")
@@ -85,7 +88,7 @@ def check_flags() -> None:
     cli.check_output_path("output", _OUTPUT.value)
   if _NUM_SLICES.value is not None and _NUM_SLICES.value < 1:
     raise cli.UserError(f"--num_slices={_NUM_SLICES.value}: give at least 1")
-  if _TOPOLOGY.value not in (None, *_HOST):
+  if _TOPOLOGY.value not in (None, tpu_slices.SMALLEST, *_HOST):
     try:
       tpu_slices.parse(_TOPOLOGY.value, _NUM_SLICES.value or 1)
     except ValueError as e:
@@ -120,12 +123,17 @@ from vmsst.model import partitioning
 def run_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> tpu_slices.Slice:
   """--topology / --num_slices, else the run file's target_slice."""
   step_lib.load_gin_only(gin_files, bindings)
-  named = tpu_slices.target_slice()  # the run file's binding (gin supplies it)
+  smallest = _TOPOLOGY.value == tpu_slices.SMALLEST
+  named = tpu_slices.target_slice(smallest=smallest)  # the run file's binding (gin supplies it)
+  if smallest and named is None:
+    raise cli.UserError(f"{list(gin_files)} names no smallest slice "
+                        "(target_slice.smallest_accelerator_type); pass --topology=v4-16 or "
+                        "similar")
   if _TOPOLOGY.value is None and named is None:
     raise cli.UserError(f"{list(gin_files)} names no slice (target_slice.accelerator_type); "
                         "pass --topology=v4-128 or similar")
   try:
-    if _TOPOLOGY.value is None:
+    if _TOPOLOGY.value is None or smallest:
       return dataclasses.replace(named, num_slices=_NUM_SLICES.value or named.num_slices)
     return tpu_slices.parse(_TOPOLOGY.value, _NUM_SLICES.value or 1)
   except ValueError as e:
@@ -139,7 +147,7 @@ def report_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> int:
   run = step_lib.load_run(gin_files, bindings)
   mesh = step_lib.target_mesh(devices)
   batch = _BATCH.value or run.batch_size
-  step_lib.check_batch(batch, mesh)
+  step_lib.check_batch(batch, mesh, run.microbatches)
   if _REUSE.value and not _FIND_MAX.value:
     record = step_lib.reusable_record(_REUSE.value, run, mesh, batch)
     if record is not None:
@@ -199,7 +207,7 @@ def report_host_variants(gin_files: Sequence[str], bindings: Sequence[str]) -> i
   for variant in _VARIANTS.value or ["as_run"]:
     run = step_lib.load_run(gin_files, list(bindings) + variants_lib.VARIANTS.get(variant, []))
     batch = _BATCH.value or run.batch_size
-    step_lib.check_batch(batch, mesh)
+    step_lib.check_batch(batch, mesh, run.microbatches)
     compiled = step_lib.compile_step(run, mesh, batch)
     if not compiled.fits:
       print(compiled.oom_message, file=sys.stderr)

@@ -45,8 +45,8 @@ def test_quick_check_runs_every_part_without_tensorflow(data, tmp_path):
   out = tmp_path / "out"
   env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), str(ROOT)])}
   done = subprocess.run([sys.executable, "bench/device_check.py", f"--output={out}", "--quick",
-                         f"--data={data}"], cwd=ROOT, capture_output=True, text=True,
-                        timeout=600, check=False, env=env)
+                         f"--data={data}", "--microbatches=2"], cwd=ROOT, capture_output=True,
+                        text=True, timeout=700, check=False, env=env)
   assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
   results = json.loads((out / "device_check.json").read_text())
   parts = results["parts"]
@@ -56,6 +56,18 @@ def test_quick_check_runs_every_part_without_tensorflow(data, tmp_path):
   for row in rows.values():
     assert row["batch"] == 16 and row["examples_per_s"] > 0, row
     assert 0 < row["mfu"] < 1 and row["model_flops"] > 0 and row["compiled_memory_gib"] > 0
+  # VMSST's search started from XLA:CPU's estimate for an 80 GB device (quick: VMSST's alone),
+  # its step compiled at two batches; the tiled head, not whole logits.
+  estimate = rows["vmsst"]["memory_estimate"]
+  assert estimate["probe_batches"] == [8, 16] and estimate["max_batch"] >= 16, estimate
+  assert estimate["limit_from"].startswith("an 80 GB") and estimate["per_example_mib"] > 0
+  assert rows["vmsst"]["vocab_tile_tokens"] > 0
+  # VMSST at the paper's batch (quick: 16) in 2 accumulated microbatches, its MFU from the
+  # model's FLOPs of the whole batch (the same count as the one-pass row at that batch).
+  paper = parts["speed"]["paper_batch"]
+  assert paper["microbatches"] == 2 and paper["batch"] == 16 and paper["examples_per_s"] > 0
+  assert paper["model_flops"] == rows["vmsst"]["model_flops"] and 0 < paper["mfu"] < 1, paper
+  assert "peak_memory_gib" in paper and paper["compiled_memory_gib"] > 0
   assert "quick mode" in parts["speed"]["peer"]["skipped"]
   slowest = min(rows.values(), key=lambda r: r["examples_per_s"])["objective"]
   profile = parts["profile"]
@@ -70,6 +82,7 @@ def test_quick_check_runs_every_part_without_tensorflow(data, tmp_path):
     assert all(0 <= average[k] <= 100 for k in ("forward", "backward"))
   summary = (out / "device_check.md").read_text()
   assert "## Speed" in summary and "## Profile" in summary and "## Comparison" in summary
+  assert "2 microbatches of 8" in summary and "Memory estimate" in summary
 
 
 README = ROOT / "docs/results/device/README.md"

@@ -6,6 +6,7 @@ import pytest
 
 import vmsst_testing
 from vmsst.compiler import slices as tpu_slices
+from vmsst.gin_utils import gin
 
 
 @pytest.mark.parametrize("name, shape, chips, cloud", [
@@ -58,3 +59,15 @@ def test_every_paper_run_names_a_slice_that_exists():
     named = binding.findall(path.read_text())
     assert named, f"{path.name} names no slice"
     tpu_slices.parse(named[-1])
+
+
+def test_a_run_names_its_smallest_slice_beside_its_paper_slice():
+  gin.clear_config()
+  gin.parse_config(["target_slice.accelerator_type = 'v4-64'",
+                    "target_slice.smallest_accelerator_type = 'v4-16'"])
+  try:
+    assert tpu_slices.target_slice().name == "v4-64"
+    assert tpu_slices.target_slice(smallest=True).name == "v4-16"
+  finally:
+    gin.clear_config()
+  assert tpu_slices.target_slice(smallest=True) is None

@@ -84,3 +84,33 @@ def test_objectives_with_extra_parameters_declare_them_as_modules():
     assert type(model).get_initial_variables is models.EmbeddingModel.get_initial_variables
     assert set(model.extra_modules()) == {name}
     assert name in _plain(model)
+
+
+def test_pair_keys_split_one_key_and_keep_keys_already_per_pair():
+  typed = jax.random.key(3)
+  keys = models.pair_keys(typed, 4)
+  assert keys.shape == (4,)
+  np.testing.assert_array_equal(jax.random.key_data(keys),
+                                jax.random.key_data(jax.random.split(typed, 4)))
+  assert models.pair_keys(keys, 4) is keys  # a microbatch's keys, split by the trainer
+  raw = jax.random.PRNGKey(3)
+  assert models.pair_keys(raw, 2).shape == (2, 2)  # a raw key [2] is one key, not two
+  assert models.pair_keys(models.pair_keys(raw, 2), 2).shape == (2, 2)
+  assert models.pair_keys(None, 4) is None
+  with pytest.raises(ValueError, match="3 pair keys for a batch of 4"):
+    models.pair_keys(keys[:3], 4)
+
+
+def test_side_keys_are_the_pair_keys_folded_with_the_side():
+  keys = models.pair_keys(jax.random.key(0), 3)
+  rows = jax.random.key_data(models.side_keys(keys))
+  assert rows.shape[0] == 6
+  for i in range(3):
+    for side in (0, 1):
+      np.testing.assert_array_equal(
+          rows[side * 3 + i], jax.random.key_data(jax.random.fold_in(keys[i], side)))
+
+
+def test_the_mean_over_pairs_objectives_are_those_without_in_batch_negatives():
+  mean = {name for name, cls in MODELS.items() if cls.loss_is_mean_over_pairs}
+  assert mean == {"vmsst", "bitranslation", "distillation"}

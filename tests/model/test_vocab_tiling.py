@@ -145,15 +145,16 @@ def _head_bytes(vocab_size: int) -> int:
   return 4 * sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
 
 
-@pytest.mark.slow  # four CPU compiles
+@pytest.mark.slow  # two CPU compiles
 def test_the_compiled_steps_temporaries_do_not_grow_with_the_vocabulary():
   """Doubling V grows the tiled step's temporaries by at most the parameters' and
-  gradients' share (plus a tile's few [tile, V] float32 arrays); the whole-logit
-  step grows by the [tokens, V] logits, far more (so this test can fail)."""
+  gradients' share (plus a tile's few [tile, V] float32 arrays), 7.0 MiB here. Whole
+  logits grow by at least the [tokens, V] float32 logits, 16 MiB here (measured when
+  this test was written: whole logits 49.5 MiB, tiled 3.5 MiB)."""
   small, large, tile = 4096, 8192, 64
-  grown = {t: _temporaries(large, t) - _temporaries(small, t) for t in (0, tile)}
+  grown = _temporaries(large, tile) - _temporaries(small, tile)
   share = 2 * (_head_bytes(large) - _head_bytes(small))    # gradients and the update
   tile_arrays = 4 * tile * (large - small) * 4             # logits, softmax, their gradient
-  assert grown[tile] <= share + tile_arrays, grown
   tokens = 2 * 32 * 16                                     # both sides decoded, 16 positions
-  assert grown[0] >= tokens * (large - small) * 4 > share + tile_arrays, grown
+  assert share + tile_arrays < tokens * (large - small) * 4
+  assert grown <= share + tile_arrays, (grown, share, tile_arrays)

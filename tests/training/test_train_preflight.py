@@ -10,6 +10,7 @@ a run file, a path, a check inside `train`) runs the real command as well.
 The resume checks train a directory first and are in the slow tier.
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -17,8 +18,10 @@ import sys
 
 import pytest
 
+from vmsst import cli
 from vmsst import gin_utils
 from vmsst import train
+from vmsst.training import preflight
 from vmsst.encoding import restore
 import vmsst_testing
 
@@ -140,6 +143,39 @@ def test_the_vocabulary_is_checked_before_any_state_or_data(train_here, tmp_path
   for text in ["has 2000 pieces", "NetworkConfig.vocab_size is 5000", "--gin.VOCAB_SIZE=2000"]:
     assert text in line, line
   assert not (tmp_path / "m").exists()
+
+
+def test_microbatches_of_an_in_batch_objective_are_one_line_naming_gradient_caching(
+    train_here, tmp_path, tiny_vocab_path):
+  """Contrastive's negatives are the rest of its batch: microbatches would shrink them."""
+  line = _one_error_line(train_here(
+      "--gin_file=gin/runs/contrastive_cpu.gin", *_start_args(tmp_path, tiny_vocab_path, [
+          "VOCAB_SIZE=2000", "train.microbatches=2"])[1:]))
+  for text in ["train.microbatches = 2", "Contrastive", "Contrastive.gradient_cache_chunk"]:
+    assert text in line, line
+  assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("name", ["vmsst_contrastive", "entity_contrastive", "momentum_contrast",
+                                  "query_tower"])
+def test_every_in_batch_objective_refuses_microbatches(name):
+  from vmsst.objectives import MODELS  # pylint: disable=import-outside-toplevel
+  args = {"entity_contrastive": dict(num_entities=7)}.get(name, {})
+  model = MODELS[name](dataclasses.replace(vmsst_testing.TINY, dropout_rate=0.1), **args)
+  with pytest.raises(cli.UserError, match="train.microbatches = 4.*gradient_cache_chunk"):
+    preflight.check_microbatches(model, 8, 4)
+
+
+@pytest.mark.parametrize("batch, microbatches, data, named", [
+    (8, 3, 1, ["train.microbatches = 3 does not divide the batch size 8", "2, 4, 8"]),
+    (8, 4, 4, ["leaves 2 pairs per microbatch", "4 devices", "multiple of 16"]),
+    (8, 0, 1, ["train.microbatches = 0"])])
+def test_microbatches_must_split_the_batch_and_its_shards(batch, microbatches, data, named):
+  from vmsst.objectives import MODELS  # pylint: disable=import-outside-toplevel
+  with pytest.raises(cli.UserError) as raised:
+    preflight.check_microbatches(MODELS["vmsst"](vmsst_testing.TINY), batch, microbatches, data)
+  _names_all(str(raised.value), named)
+  preflight.check_microbatches(MODELS["vmsst"](vmsst_testing.TINY), 8, 2, 4)  # 4 pairs, 4 shards
 
 
 @pytest.mark.slow  # 8-12 s: the model and the held-out sets are built first

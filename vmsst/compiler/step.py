@@ -28,6 +28,7 @@ from vmsst import gin_utils
 from vmsst.gin_utils import gin
 from vmsst.compiler import slices as tpu_slices
 from vmsst.model import partitioning
+from vmsst.training import preflight
 from vmsst.training import trainer as trainer_lib
 
 
@@ -90,6 +91,7 @@ class Run:
   batch_size: int
   sequence_length: int
   skip_nonfinite: bool
+  microbatches: int = 1  # train.microbatches: the accumulating step (trainer.train_step)
 
 
 def bytes_per_device(tree: Any) -> int:
@@ -132,7 +134,8 @@ def lower_step(run: Run, mesh: jax.sharding.Mesh, batch_size: int) -> tuple[Any,
   """`run`'s train step as `train` builds it, lowered for `mesh`: (trainer, lowered)."""
   trainer = trainer_lib.Trainer(run.model, run.optimizer, mesh,
                                 run.model.input_shapes(batch_size, run.sequence_length),
-                                skip_nonfinite=run.skip_nonfinite)
+                                skip_nonfinite=run.skip_nonfinite,
+                                microbatches=run.microbatches)
   return trainer, trainer.lower_step(abstract_key())
 
 
@@ -199,7 +202,10 @@ def model_flops(run: Run, batch_size: int) -> float:
   is placed on that CPU device, so the lowering is the CPU's also where the
   default backend is a GPU, whose lowered programs carry no FLOP count.
   `run` must be built with `variants.MODEL_FLOPS_BINDINGS`: under scan the count would
-  hold one layer.
+  hold one layer. For the same reason the step is lowered without
+  `run.microbatches`: the accumulating step does the same arithmetic (plus
+  one add per parameter and microbatch) in a scan whose body the analysis
+  would count once (measured: half the FLOPs at 2 microbatches).
   """
   shapes = run.model.input_shapes(batch_size, run.sequence_length)
   dtypes = run.model.feature_dtypes()
@@ -254,8 +260,11 @@ def load_run(gin_files: Sequence[str], bindings: Sequence[str]) -> Run:
   if model is None or optimizer is None or batch is None or length is None:
     raise cli.UserError(f"{list(gin_files)} binds no train.model / optimizer / batch_size / "
                         "sequence_length: give a run file (gin/runs/*.gin), not a model file")
+  microbatches = int(_bound("train.microbatches", 1))
+  preflight.check_microbatches(model, int(batch), microbatches)  # an in-batch objective: refused
   return Run(model, optimizer, int(batch), int(length),
-             skip_nonfinite=bool(_bound("train.skip_nonfinite_steps", 0)))
+             skip_nonfinite=bool(_bound("train.skip_nonfinite_steps", 0)),
+             microbatches=microbatches)
 
 
 def target_mesh(devices: Sequence[Any]) -> jax.sharding.Mesh:
@@ -266,22 +275,27 @@ def target_mesh(devices: Sequence[Any]) -> jax.sharding.Mesh:
     raise cli.UserError(f"the run's mesh does not fit {len(devices)} chips: {e}") from e
 
 
-def check_batch(batch_size: int, mesh: jax.sharding.Mesh) -> None:
+def check_batch(batch_size: int, mesh: jax.sharding.Mesh, microbatches: int = 1) -> None:
+  """The batch divides over the data axis, and each of `microbatches` microbatches too."""
   data = mesh.shape["data"]
   if batch_size % data:
     raise cli.UserError(f"--batch_size={batch_size} does not divide over the data axis "
                         f"({data}); pick a multiple of {data}")
+  if batch_size % (data * microbatches):
+    raise cli.UserError(f"--batch_size={batch_size} in train.microbatches = {microbatches} "
+                        f"microbatches does not divide over the data axis ({data}); pick a "
+                        f"multiple of {data * microbatches}")
 
 
 def find_max_batch(run: Run, mesh: jax.sharding.Mesh, start: int,
                    compile_fn=compile_step) -> tuple[int, dict[int, Compiled]]:
-  """The largest global batch (a multiple of the data axis) whose step fits.
+  """The largest global batch (a multiple of the data axis × run.microbatches) whose step fits.
 
   Doubles from `start` until a step does not fit (or halves until one does),
   then bisects between the last that fit and the first that did not. Returns
   (the batch, 0 if not even one row per data shard fits; every compile tried).
   """
-  unit = mesh.shape["data"]
+  unit = mesh.shape["data"] * run.microbatches
   tried: dict[int, Compiled] = {}
 
   def fits(rows: int) -> bool:

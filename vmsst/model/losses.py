@@ -28,6 +28,11 @@ def reparameterize(rng: Array, mu: Array, logvar: Array) -> Array:
   return mu + jnp.exp(0.5 * logvar) * eps
 
 
+def reparameterize_rows(keys: Array, mu: Array, logvar: Array) -> Array:
+  """`reparameterize` with row i's ε drawn from keys[i] alone: mu, logvar [B, d], keys [B]."""
+  return jax.vmap(reparameterize)(keys, mu, logvar)
+
+
 def linear_annealing(step: Array, anneal_steps: int) -> Array:
   """KL weight rising linearly from 0 at step 0 to 1 at `anneal_steps`.
 

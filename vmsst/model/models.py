@@ -11,6 +11,14 @@ Batch contract (produced by vmsst_tasks.feature_converters.PairFeatureConverter)
   sem_side            int32 [B]     0: side a feeds q(z_sem) in the ELBO, 1: b
 Anything more (a teacher's vectors, linked entities, a triplet's negative)
 is declared by the objective that needs it, in its `extra_features`.
+
+Randomness keyed by the pair: an objective whose loss is a mean over pairs
+(`loss_is_mean_over_pairs`) draws every dropout mask and noise sample of a
+pair from that pair's own key (`pair_keys`), never from the batch's, so a
+sentence's masks do not depend on which rows share its batch. The trainer can
+then split a batch into microbatches (`train.microbatches`) and get the
+update of the whole batch. Its `loss_fn` takes the step's one key (split here
+into the batch's pair keys) or the pair keys themselves (a microbatch's).
 """
 
 import abc
@@ -20,6 +28,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vmsst.model import layers
 from vmsst.model import losses
 from vmsst.model.config import NetworkConfig
 from vmsst.model.network import VMSSTNetwork
@@ -50,6 +59,49 @@ def dummy_batch(shapes: Mapping[str, tuple[int, ...]],
           for k, shape in shapes.items()}
 
 
+def is_one_key(rng: Array) -> bool:
+  """A single PRNG key (typed, shape []; or raw uint32 [2]), not one per row."""
+  if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    return rng.ndim == 0
+  return rng.shape == (2,)
+
+
+def pair_keys(rng: Array | None, batch_size: int) -> Array | None:
+  """One key per pair, [batch_size] (raw keys: [batch_size, 2]); None stays None.
+
+  Args:
+    rng: the step's one key, split here into `batch_size` keys; or already
+      one key per pair (a microbatch's, split by the trainer from the whole
+      batch's), returned as it is.
+  Raises:
+    ValueError: per-pair keys for another number of pairs.
+  """
+  if rng is None:
+    return None
+  if is_one_key(rng):
+    return jax.random.split(rng, batch_size)
+  if rng.shape[0] != batch_size:
+    raise ValueError(f"{rng.shape[0]} pair keys for a batch of {batch_size} pairs.")
+  return rng
+
+
+def stream_keys(keys: Array | None, *streams: int) -> Array | None:
+  """Each row's key folded with `streams` in turn: an independent stream per use."""
+  if keys is None:
+    return None
+  for stream in streams:
+    keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, stream)
+  return keys
+
+
+def side_keys(keys: Array | None) -> Array | None:
+  """Row keys of a `both_sides` stack [2B] from pair keys [B]: side a's row of
+  pair i fold_in(keys[i], 0), side b's fold_in(keys[i], 1)."""
+  if keys is None:
+    return None
+  return jnp.concatenate([stream_keys(keys, 0), stream_keys(keys, 1)], axis=0)
+
+
 def init_all_paths(module: VMSSTNetwork, batch: Batch) -> Array:
   """Creates semantic, language and decoder parameters (VMSST family)."""
   return module(batch)
@@ -75,6 +127,12 @@ class EmbeddingModel(abc.ABC):
   """
 
   init_paths: Callable[[VMSSTNetwork, Batch], Array] = staticmethod(init_all_paths)
+
+  # True when the loss is a mean over pairs of per-pair terms and every random
+  # draw is keyed by the pair (module doc): the mean of microbatches' gradients
+  # is then the batch's, so `train.microbatches` may split the batch. False for
+  # in-batch negatives (a pair's loss depends on the rest of its batch).
+  loss_is_mean_over_pairs: bool = False
 
   def __init__(self, network_config: NetworkConfig):
     self.network_config = network_config
@@ -152,6 +210,23 @@ class EmbeddingModel(abc.ABC):
     """(μ_sem [B, d], aux) — the encoder path every objective shares."""
     return self.apply(params, tokens, mask, rng is None, method=VMSSTNetwork.encode_semantic,
                       rng=rng)
+
+  def apply_rows(self, params, *args, method: Callable, row_keys: Array | None) -> Any:
+    """`apply` with row i's dropout masks drawn from row_keys[i] (layers.row_dropout_keys).
+
+    The apply key is fixed, so the masks depend on the row keys only; None
+    runs without dropout. `args` carry the method's own `deterministic`.
+    """
+    if row_keys is None:
+      return self.apply(params, *args, method=method)
+    with layers.row_dropout_keys(row_keys):
+      return self.apply(params, *args, method=method, rng=jax.random.key(0))
+
+  def semantic_rows(self, params, tokens: Array, mask: Array,
+                    row_keys: Array | None) -> tuple[Array, dict[str, Array]]:
+    """`semantic` with a dropout key per row, row_keys [B] (None: no dropout)."""
+    return self.apply_rows(params, tokens, mask, row_keys is None,
+                           method=VMSSTNetwork.encode_semantic, row_keys=row_keys)
 
   def encode(self, params, tokens: Array, mask: Array) -> Array:
     """Sentence embeddings μ_sem, float32 [B, d] (not normalised)."""

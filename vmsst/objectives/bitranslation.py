@@ -6,6 +6,14 @@ loss = −log p(x_a | μ_sem(x_b)) − log p(x_b | μ_sem(x_a)), the decoder fed
 The translation terms (`translation_latent`, `decode_nll`, `pair_sum`,
 `translation_metrics`) live here and are shared with VMSST (variational.py),
 whose loss carries the same bitranslation term.
+
+Every dropout mask is drawn from the pair's own key (models.pair_keys): the
+encoder's rows from stream ENCODER_STREAM, the decoder's (each prefix width's
+[a; b] translations, then VMSST's reconstructions) from DECODER_STREAM and
+the copy's number, each side folded in (models.side_keys). A sentence's masks
+then do not depend on which microbatch it falls in, so `train.microbatches`
+gives the update of the whole batch (up to the order of float sums); only
+the candidate softmax (`softmax_candidates`) draws once per microbatch.
 """
 
 import functools
@@ -24,6 +32,23 @@ Array = jax.Array
 
 # fold_in stream of the candidate draw, apart from the decoder's dropout keys.
 CANDIDATE_STREAM = 0x5A
+# fold_in streams of a pair's key (models.pair_keys): the semantic encoder's
+# dropout, the decoder's (variational.py adds its language encoder and noise).
+ENCODER_STREAM, DECODER_STREAM = 0, 1
+
+
+def encoder_row_keys(keys: Array | None) -> Array | None:
+  """The semantic encoder's dropout keys of the [a; b] rows [2B], from pair keys [B]."""
+  return models.side_keys(models.stream_keys(keys, ENCODER_STREAM))
+
+
+def decoder_row_keys(keys: Array | None, copies: int) -> Array | None:
+  """Dropout keys of `copies` stacked [a; b] decodes, [copies·2B], from pair keys [B]:
+  copy c's rows fold the pair's key with DECODER_STREAM, c and the side."""
+  if keys is None:
+    return None
+  return jnp.concatenate([models.side_keys(models.stream_keys(keys, DECODER_STREAM, copy))
+                          for copy in range(copies)], axis=0)
 
 
 def decode_nll(model: models.EmbeddingModel, params, targets: Array, mask: Array,
@@ -43,26 +68,41 @@ def decode_nll(model: models.EmbeddingModel, params, targets: Array, mask: Array
   candidate metrics: `softmax_candidates_missed`, counted target tokens whose
   id did not fit in K (left out of the loss; 0 whenever K ≥ the batch's
   distinct targets), empty with the full softmax.
+
+  `rng`: the decoder's dropout key, or one key per row of `targets` (each
+  row's masks then drawn from its own key, `_decoder_apply`), or None (no
+  dropout). The candidate draw is one per call (from the first row's key):
+  with microbatches each draws its own candidates, so the candidate softmax
+  is the one term whose update depends on `train.microbatches`.
   """
   cfg = model.network_config
   if 0 < softmax_candidates < cfg.vocab_size:
-    key = jax.random.PRNGKey(0) if rng is None else jax.random.fold_in(rng, CANDIDATE_STREAM)
+    key = jax.random.PRNGKey(0) if rng is None else jax.random.fold_in(
+        rng if models.is_one_key(rng) else rng[0], CANDIDATE_STREAM)  # one draw per batch
     candidates, labels, found = losses.softmax_candidates(
         targets, mask, cfg.vocab_size, softmax_candidates, key)
-    logits = model.apply(params, targets, mask, languages, latent, rng is None, candidates,
-                         method=VMSSTNetwork.decode, rng=rng)
+    logits = _decoder_apply(model, params, targets, mask, languages, latent, rng is None,
+                            candidates, method=VMSSTNetwork.decode, rng=rng)
     return (*losses.sequence_nll(logits, labels, jnp.where(found, mask, 0)),
             {"softmax_candidates_missed": jnp.sum(mask * ~found).astype(jnp.float32)})
   if not cfg.vocab_tile_tokens:
-    logits = model.apply(params, targets, mask, languages, latent, rng is None,
-                         method=VMSSTNetwork.decode, rng=rng)
+    logits = _decoder_apply(model, params, targets, mask, languages, latent, rng is None,
+                            method=VMSSTNetwork.decode, rng=rng)
     return (*losses.sequence_nll(logits, targets, mask), {})
-  h = model.apply(params, targets, mask, languages, latent, rng is None,
-                  method=VMSSTNetwork.decoder_states, rng=rng)
+  h = _decoder_apply(model, params, targets, mask, languages, latent, rng is None,
+                     method=VMSSTNetwork.decoder_states, rng=rng)
   z = VMSSTNetwork.latent_per_position(latent, h)
   head = {k: params[k] for k in OUTPUT_HEAD if k in params}
   return (*vocab_tiling.sequence_nll(functools.partial(_head_logits, model), head, (h, z),
                                      targets, mask, cfg.vocab_tile_tokens), {})
+
+
+def _decoder_apply(model: models.EmbeddingModel, params, *args, method, rng: Array | None):
+  """`model.apply` of a decoder method with `rng` one key, or row keys [rows]
+  (EmbeddingModel.apply_rows: row i's dropout masks from rng[i] alone)."""
+  if rng is None or models.is_one_key(rng):
+    return model.apply(params, *args, method=method, rng=rng)
+  return model.apply_rows(params, *args, method=method, row_keys=rng)
 
 
 def _head_logits(model: models.EmbeddingModel, head_params, inputs) -> Array:
@@ -163,6 +203,7 @@ class BiTranslation(models.EmbeddingModel):
   """Translation in both directions through the semantic bottleneck."""
 
   init_paths = staticmethod(models.init_translation_paths)
+  loss_is_mean_over_pairs = True
 
   def __init__(self, network_config, *, softmax_candidates: int = 0,
                nested: nested_lib.NestedDims | None = None):
@@ -180,15 +221,17 @@ class BiTranslation(models.EmbeddingModel):
     self.nested = nested_lib.checked(nested, network_config.emb_dim, "BiTranslation")
 
   def loss_fn(self, params, batch, dropout_rng, step=0):
-    encoder_rng, decoder_rng = jax.random.split(dropout_rng)
+    """`dropout_rng`: the step's key, the batch's pair keys [B], or None (no dropout)."""
+    keys = models.pair_keys(dropout_rng, batch["tokens_a"].shape[0])
     tokens, mask, languages = models.both_sides(batch)
-    mu_a, mu_b = models.split_halves(self.semantic(params, tokens, mask, encoder_rng)[0])
+    mu_a, mu_b = models.split_halves(
+        self.semantic_rows(params, tokens, mask, encoder_row_keys(keys))[0])
     sizes = nested_sizes(self.nested, mu_a.shape[-1])
     latent = nested_translation_latents(mu_a, mu_b, 0, sizes)
     n = len(sizes)
     nll, correct, extra = decode_nll(self, params, repeat_rows(tokens, n), repeat_rows(mask, n),
-                                     repeat_rows(languages, n), latent, decoder_rng,
-                                     self.softmax_candidates)
+                                     repeat_rows(languages, n), latent,
+                                     decoder_row_keys(keys, n), self.softmax_candidates)
     loss = jnp.mean(nested_translation_sum(self.nested, nll))
     metrics = nested_translation_metrics(self.nested, nll, correct, mask) | extra
     return loss, metrics | {"loss": loss}

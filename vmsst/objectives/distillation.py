@@ -13,6 +13,11 @@ teacher's T, a learned linear head W [d, T] (parameters `teacher_head`)
 maps μ_sem into the teacher's space; `encode` returns f(x), so held-out MSE,
 `python -m vmsst.evaluate` and export all see the distilled embedding.
 
+The student's dropout masks are drawn from each pair's own key
+(models.pair_keys; side a's row fold_in(key, 0), side b's fold_in(key, 1)),
+so a sentence's masks do not depend on which microbatch it falls in and
+`train.microbatches` gives the whole batch's update.
+
 Starting the student from one of our checkpoints: `encoding.restore.student_params_file`
 writes its embedding table and semantic encoder to a file that
 `train.init_params` loads (the head keeps its fresh initialisation).
@@ -76,6 +81,7 @@ class Distillation(models.EmbeddingModel):
   """Student encoder (μ_sem, plus a head when widths differ) regressed onto a teacher."""
 
   init_paths = staticmethod(models.init_semantic_path)
+  loss_is_mean_over_pairs = True
 
   def __init__(self, network_config, *, teacher_dim: int = 512,
                nested: nested_lib.NestedDims | None = None):
@@ -117,8 +123,9 @@ class Distillation(models.EmbeddingModel):
     if "teacher" not in batch:
       raise KeyError("Distillation needs batch['teacher']: train on a vmsst_distill_* task "
                      "(gin/runs/distillation_cpu.gin).")
-    tokens, mask, _ = models.both_sides(batch)
-    mu = self.semantic(params, tokens, mask, dropout_rng)[0]
+    tokens, mask, _ = models.both_sides(batch)  # dropout: the step's key, pair keys [B] or None
+    keys = models.pair_keys(dropout_rng, batch["tokens_a"].shape[0])
+    mu = self.semantic_rows(params, tokens, mask, models.side_keys(keys))[0]
     source, target = models.split_halves(self.project(params, mu))
     teacher = batch["teacher"]
     loss, metrics = nested_lib.nested_loss(self.nested, teacher.shape[-1], lambda k: (

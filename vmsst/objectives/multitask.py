@@ -23,6 +23,8 @@ from vmsst.objectives.variational import VMSST
 class VMSSTContrastive(VMSST):
   """Multitask: contrastive + multitask_weight · VMSST."""
 
+  loss_is_mean_over_pairs = False  # the contrastive term's negatives are the batch's
+
   def __init__(self, network_config, *, multitask_weight: float = 0.0005,
                similarity: str = "dot", temperature: float = 1.0, hard_negatives: int = 0,
                **vmsst_kwargs):

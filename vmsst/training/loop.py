@@ -125,7 +125,8 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
           seed: int = 0, log_every: int = 50, eval_every: int = 0,
           init_params: str | None = None, skip_nonfinite_steps: int = 0,
           early_stopping: early_stopping_lib.EarlyStopping | None = None,
-          resume_with_changes: bool = False, pretokenized: str | None = None) -> dict[str, Any]:
+          resume_with_changes: bool = False, pretokenized: str | None = None,
+          microbatches: int = 1) -> dict[str, Any]:
   """Trains `model` on `mixture_name` for `train_steps`; resumes from model_dir.
 
   Args:
@@ -165,6 +166,14 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
       for this run: its stream (the same batches for the seed) is read from
       there instead of through seqio, registering nothing; neither TensorFlow
       nor seqio is imported (an accelerator image).
+    microbatches: N > 1 makes each optimizer update from N microbatches of
+      batch_size / N pairs, their gradients accumulated under jit
+      (trainer.train_step): the update of N = 1 with the activations of a
+      microbatch (plus a float32 gradient accumulator). Only for objectives whose loss is a mean over pairs
+      (VMSST, BiTranslation, Distillation); in-batch-negative objectives are
+      refused (use Contrastive.gradient_cache_chunk). Steps, schedules, KL
+      annealing, logs, checkpoints and the data position count optimizer
+      updates; logged metrics are means over the microbatches.
   Returns:
     {"start_step", "step", "final_metrics", "loss_history" [(step, loss)],
      "retrieval", "params", "skipped_steps"} for callers and tests.
@@ -186,12 +195,14 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   changes = preflight.check_start(model=model, model_dir=model_dir, batch_size=batch_size,
                                   sequence_length=sequence_length, mesh=mesh,
                                   process_count=jax.process_count(),
-                                  resume_with_changes=resume_with_changes)
+                                  resume_with_changes=resume_with_changes,
+                                  microbatches=microbatches)
 
   # Stage 2: model state (initialised in its shards or restored).
   trainer = trainer_lib.Trainer(model, optimizer, mesh,
                                 model.input_shapes(batch_size, sequence_length),
-                                skip_nonfinite=skip_nonfinite_steps > 0)
+                                skip_nonfinite=skip_nonfinite_steps > 0,
+                                microbatches=microbatches)
   manager = checkpointing.make_manager(model_dir)
   state = _restore_or_initialize(trainer, manager, seed=seed, init_params=init_params,
                                  goodput=goodput)

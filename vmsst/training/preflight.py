@@ -9,7 +9,8 @@ errors, a run file that binds `train`, command-line values of the run file's typ
                     OPUS directory (opus_sources.checked_corpora)
   check_start       inside `train`, with the model built: the vocabulary's
                     size against the model's, the batch over the devices and
-                    hosts, and what MODEL_DIR already holds (`check_resume`)
+                    hosts, `train.microbatches` (`check_microbatches`), and
+                    what MODEL_DIR already holds (`check_resume`)
 
 A resume checks what it resumes: model.json's objective and network must be
 this run's, and bindings that changed since config.gin are listed and
@@ -143,8 +144,46 @@ def vocabulary_hint(where: str, pieces: int, vocab_size: int) -> str:
           "vocabulary).")
 
 
+def check_microbatches(model, batch_size: int, microbatches: int, data: int = 1) -> None:
+  """`train.microbatches` = N fits the objective and the batch (vmsst.training.trainer).
+
+  Args:
+    data: the devices of the mesh's data axis, over which each microbatch's
+      B / N pairs are sharded (1: not checked).
+  Raises:
+    cli.UserError: N < 1; N > 1 for an objective whose pairs are each other's
+      negatives (`EmbeddingModel.loss_is_mean_over_pairs` False: a microbatch
+      would contrast a pair with B / N - 1 others instead of B - 1); N not
+      dividing the batch, or B / N not dividing over the data axis.
+  """
+  if microbatches < 1:
+    raise cli.UserError(f"train.microbatches = {microbatches}: give 1 (the whole batch at once) "
+                        "or more (gradient accumulation).")
+  if microbatches == 1:
+    return
+  if not getattr(model, "loss_is_mean_over_pairs", False):
+    raise cli.UserError(
+        f"train.microbatches = {microbatches}: {type(model).__name__} contrasts each pair with "
+        "the other pairs of its batch, so microbatches would shrink its negatives to a "
+        "microbatch's; set --gin.train.microbatches=1 and, to fit the batch, use gradient "
+        "caching (Contrastive.gradient_cache_chunk: the whole batch's negatives in a chunk's "
+        "memory) or lower BATCH_SIZE.")
+  if batch_size % microbatches:
+    divisors = [n for n in range(2, min(batch_size, 64) + 1) if batch_size % n == 0][:6]
+    raise cli.UserError(f"train.microbatches = {microbatches} does not divide the batch size "
+                        f"{batch_size} (BATCH_SIZE); give a divisor of it, e.g. "
+                        f"{', '.join(map(str, divisors)) or '1'}.")
+  rows = batch_size // microbatches
+  if rows % data:
+    raise cli.UserError(
+        f"train.microbatches = {microbatches} leaves {rows} pairs per microbatch (batch size "
+        f"{batch_size}), which do not divide over the {data} devices of the data axis; make "
+        f"BATCH_SIZE a multiple of {microbatches * data} or lower train.microbatches.")
+
+
 def check_start(*, model, model_dir: str, batch_size: int, sequence_length: int, mesh,
-                process_count: int, resume_with_changes: bool) -> list[str]:
+                process_count: int, resume_with_changes: bool,
+                microbatches: int = 1) -> list[str]:
   """`train`'s checks once its model and mesh exist, before any state or data.
 
   Returns:
@@ -153,7 +192,8 @@ def check_start(*, model, model_dir: str, batch_size: int, sequence_length: int,
 
   Raises:
     cli.UserError: a vocabulary of another size, a batch that does not divide
-      over the devices or hosts, or a MODEL_DIR holding another run.
+      over the devices or hosts, microbatches that cannot split it
+      (`check_microbatches`), or a MODEL_DIR holding another run.
   """
   vocab_path = gin_utils.macro("VOCAB_PATH")
   if _local(vocab_path) and files.isfile(vocab_path):
@@ -170,6 +210,7 @@ def check_start(*, model, model_dir: str, batch_size: int, sequence_length: int,
       raise cli.UserError(
           f"BATCH_SIZE = {batch_size} does not divide over {what}; give a multiple of {count}, "
           f"e.g. --gin.BATCH_SIZE={lower or upper} or {upper}.")
+  check_microbatches(model, batch_size, microbatches, data)
   return check_resume(model_dir, model, sequence_length, resume_with_changes=resume_with_changes)
 
 

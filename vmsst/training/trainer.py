@@ -8,6 +8,16 @@ An objective with state between steps (momentum encoders, queues) keeps it in
 `TrainState.model_state` through the three `EmbeddingModel` hooks
 `init_model_state`, `loss_fn_with_state` and `update_model_state`; for every
 other objective it is an empty dict and the step is unchanged.
+
+Gradient accumulation (`microbatches` = N, gin `train.microbatches`): one
+optimizer update of the batch from N microbatches run one after the other
+under jax.lax.scan, the float32 gradients summed and divided by N. Only for
+an objective whose loss is a mean over pairs with every draw keyed by the pair
+(`EmbeddingModel.loss_is_mean_over_pairs`): the mean of the microbatches'
+gradients is then the batch's, and the update that of N = 1 up to the order
+of float sums. Objectives with in-batch negatives are refused (their
+negatives would shrink to a microbatch's; `Contrastive.gradient_cache_chunk`
+keeps the whole batch's in a chunk's memory).
 """
 
 import functools
@@ -59,9 +69,67 @@ def model_state_rng(rng: Array) -> Array:
   return jax.random.fold_in(rng, 1)
 
 
+def check_microbatches(model: models.EmbeddingModel, batch_size: int, microbatches: int) -> None:
+  """Raises ValueError unless `microbatches` can split this model's batch of `batch_size`."""
+  if microbatches < 1:
+    raise ValueError(f"train.microbatches = {microbatches}: give 1 (no accumulation) or more.")
+  if microbatches == 1:
+    return
+  if not model.loss_is_mean_over_pairs:
+    raise ValueError(
+        f"train.microbatches = {microbatches}: {type(model).__name__} contrasts each pair with "
+        "the rest of its batch, so a microbatch would train on fewer negatives; use gradient "
+        "caching instead (Contrastive.gradient_cache_chunk: the whole batch's negatives in a "
+        "chunk's memory).")
+  if batch_size % microbatches:
+    raise ValueError(f"train.microbatches = {microbatches} does not divide the batch size "
+                     f"{batch_size}; give a divisor of it.")
+
+
+def microbatch_split(x: Array, microbatches: int) -> Array:
+  """[B, ...] -> [N, B/N, ...]: microbatch j holds rows j, j + N, j + 2N, ...
+
+  Strided, not contiguous: the batch is sharded over "data" in contiguous
+  blocks, so each microbatch takes B/N/data rows from every device's block and
+  stays sharded (as Contrastive.chunked_embeddings' chunks).
+  """
+  return jnp.swapaxes(x.reshape((x.shape[0] // microbatches, microbatches) + x.shape[1:]), 0, 1)
+
+
+def accumulated_gradients(model: models.EmbeddingModel, state: TrainState, batch: models.Batch,
+                          step_rng: Array, microbatches: int):
+  """(loss, metrics, aux, gradients) of `batch` from `microbatches` microbatches.
+
+  Microbatch j gets the rows `microbatch_split` gives it and their pair keys
+  (models.pair_keys of the step's key for the whole batch, split alike), so
+  every pair draws what it draws in one pass. Gradients are summed in float32
+  and divided by N (each microbatch's loss is a mean over its pairs); the loss
+  and every metric are means over the microbatches (a batch-wide ratio or count
+  is then the mean of the microbatches'); aux is stacked [N, ...].
+  """
+  batch_size = next(iter(batch.values())).shape[0]
+  check_microbatches(model, batch_size, microbatches)
+  split = functools.partial(microbatch_split, microbatches=microbatches)
+  inputs = jax.tree.map(split, dict(batch)), split(models.pair_keys(step_rng, batch_size))
+  grad_fn = jax.value_and_grad(model.loss_fn_with_state, has_aux=True)  # in params only
+
+  def accumulate(total, microbatch):
+    rows, keys = microbatch
+    (loss, (metrics, aux)), grads = grad_fn(state.params, state.model_state, rows, keys,
+                                            state.step)
+    total = jax.tree.map(lambda t, g: t + g.astype(jnp.float32), total, grads)
+    return total, (loss, metrics, aux)
+
+  zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params)
+  total, (loss, metrics, aux) = jax.lax.scan(accumulate, zeros, inputs)
+  grads = jax.tree.map(lambda t, p: (t / microbatches).astype(p.dtype), total, state.params)
+  mean = lambda x: jnp.mean(x, axis=0)
+  return mean(loss), jax.tree.map(mean, metrics), aux, grads
+
+
 def train_step(model: models.EmbeddingModel, optimizer: optax.GradientTransformation,
                state: TrainState, batch: models.Batch, rng: Array, *,
-               skip_nonfinite: bool = False) -> tuple[TrainState, dict]:
+               skip_nonfinite: bool = False, microbatches: int = 1) -> tuple[TrainState, dict]:
   """One optimizer update, then the objective's model-state update.
 
   Args:
@@ -73,15 +141,25 @@ def train_step(model: models.EmbeddingModel, optimizer: optax.GradientTransforma
       optimizer and model state as they were (the batch is skipped) but still
       advance `step`, so the data position and the step's rng stay those of
       an uninterrupted run.
+    microbatches: N > 1 accumulates the gradient of N strided microbatches
+      (`accumulated_gradients`, module doc) for one update; the objective's
+      metrics are then means over the microbatches. 1: the whole batch at once.
   Returns:
     (new state, scalar metrics: the objective's, grad_norm, update_norm and
     `nonfinite`, float32 1.0 if this step's loss/gradient/update had a NaN or
     Inf, else 0.0; the loop reads it every step).
+  Raises:
+    ValueError: N > 1 for an objective with in-batch negatives, or N not
+      dividing the batch (check_microbatches).
   """
   step_rng = jax.random.fold_in(rng, state.step)
-  grad_fn = jax.value_and_grad(model.loss_fn_with_state, has_aux=True)  # in params only
-  (loss, (metrics, aux)), grads = grad_fn(state.params, state.model_state, batch, step_rng,
-                                          state.step)
+  if microbatches == 1:
+    grad_fn = jax.value_and_grad(model.loss_fn_with_state, has_aux=True)  # in params only
+    (loss, (metrics, aux)), grads = grad_fn(state.params, state.model_state, batch, step_rng,
+                                            state.step)
+  else:
+    loss, metrics, aux, grads = accumulated_gradients(model, state, batch, step_rng,
+                                                      microbatches)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   model_state = model.update_model_state(state.model_state, params, aux)
@@ -121,10 +199,17 @@ class Trainer:
 
   def __init__(self, model: models.EmbeddingModel, optimizer: optax.GradientTransformation,
                mesh: Mesh, input_shapes: Mapping[str, tuple[int, ...]], *,
-               skip_nonfinite: bool = False):
-    """`skip_nonfinite`: see `train_step` (a NaN/Inf step leaves the state as it was)."""
+               skip_nonfinite: bool = False, microbatches: int = 1):
+    """`skip_nonfinite`: see `train_step` (a NaN/Inf step leaves the state as it was);
+    `microbatches`: see `train_step` (ValueError here when it cannot split the batch)."""
     self.model, self.optimizer, self.mesh = model, optimizer, mesh
     self.input_shapes = dict(input_shapes)
+    batch_size = next(iter(self.input_shapes.values()))[0]
+    check_microbatches(model, batch_size, microbatches)
+    if microbatches > 1 and (batch_size // microbatches) % mesh.shape["data"]:
+      raise ValueError(f"train.microbatches = {microbatches} leaves {batch_size // microbatches} "
+                       f"pairs per microbatch (batch size {batch_size}), which do not divide "
+                       f"over the {mesh.shape['data']} devices of the data axis.")
     self.feature_dtypes = model.feature_dtypes()
     boxed = jax.eval_shape(
         functools.partial(init_state, model, optimizer, input_shapes=self.input_shapes),
@@ -145,7 +230,8 @@ class Trainer:
     self.batch_shardings = {k: partitioning.batch_sharding(mesh) for k in self.input_shapes}
     self._init = jax.jit(self._unboxed_init, out_shardings=self.state_shardings)
     self._step = jax.jit(functools.partial(train_step, model, optimizer,
-                                           skip_nonfinite=skip_nonfinite),
+                                           skip_nonfinite=skip_nonfinite,
+                                           microbatches=microbatches),
                          in_shardings=(self.state_shardings, self.batch_shardings,
                                        partitioning.replicated(mesh)),
                          out_shardings=(self.state_shardings, partitioning.replicated(mesh)),
