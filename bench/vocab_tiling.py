@@ -18,9 +18,11 @@ Parts (each writes <output>/<part>.json, the records, and <part>.md, their table
   main_job    `make train`'s step (gin/runs/vmsst_cpu.gin: the candidate softmax over
               2,048 ids) against the full-vocabulary softmax, whole and tiled, timed
               side by side in interleaved rounds on one random batch.
-  paper_cpu   the paper shape's step (d = 1,024, V = 250,112; one layer per stack, which
-              leaves the head as it is) at a reduced batch on this CPU, whole head against tiled (tiles smaller than the batch's tokens, so
-              there are several), interleaved: what the tiles cost in time.
+  paper_cpu   the paper's vocabulary head and loss (3d = 3,072 -> 250,112, float32),
+              forward and backward, at a reduced batch's tokens on this CPU, whole logits
+              against tiles smaller than the tokens, interleaved: what the tiles cost in
+              time. (A whole paper step twice, for side-by-side timing, needs more than
+              this machine's 24 GB.)
 """
 
 from vmsst import cli  # pylint: disable=g-bad-import-order
@@ -54,10 +56,6 @@ GIB = 2.0 ** 30
 PAPER_RUN = "gin/runs/vmsst_6l_paper.gin"
 MAIN_RUN = "gin/runs/vmsst_cpu.gin"
 TILE = "NetworkConfig.vocab_tile_tokens"
-# paper_cpu: one layer per stack. The head is the paper's (3d = 3,072 -> 250,112); two 6-layer
-# paper steps side by side need more than this machine's 24 GB (the first try was killed).
-ONE_LAYER = [f"NetworkConfig.{k}=1" for k in ("num_encoder_layers", "num_language_encoder_layers",
-                                              "num_decoder_layers")]
 FLAGS = flags.FLAGS
 
 
@@ -68,9 +66,9 @@ def _define_flags() -> None:
                     "head_tiles: tile sizes (0: the whole-logit head).")
   flags.DEFINE_string("topology", "v4-16", "head_tiles: the slice whose chip compiles.")
   flags.DEFINE_list("cpu_batches", ["128", "1024"], "cpu_memory: global batches.")
-  flags.DEFINE_integer("paper_batch", 4, "paper_cpu: the reduced batch.")
-  flags.DEFINE_integer("paper_tile", 256, "paper_cpu: the tile (below the batch's tokens, so "
-                       "the head runs in more than one).")
+  flags.DEFINE_integer("paper_tokens", 512, "paper_cpu: decoded tokens (a reduced batch).")
+  flags.DEFINE_integer("paper_tile", 128, "paper_cpu: the tile (below the tokens, so the head "
+                       "runs in several).")
   flags.DEFINE_string("cpu_dtype", "bfloat16", "cpu_memory: the compute dtype (the device "
                       "check's, which measured the 53.3 GiB).")
   flags.DEFINE_integer("rounds", 3, "Interleaved timing rounds (the median is kept).")
@@ -100,6 +98,28 @@ def _head_shapes(tokens: int, width: int, vocab: int, sharding=None):
           struct((tokens // 32, 32, width), jnp.float32), struct((tokens // 32, 32), jnp.int32))
 
 
+def _random_head_inputs(tokens: int, width: int, vocab: int):
+  """(head parameters, inputs, targets) of `_head_shapes`, random, on the CPU."""
+  cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+  rng = np.random.default_rng(0)
+  return (jax.tree.map(lambda s: jnp.asarray(
+      rng.integers(0, vocab, s.shape) if s.dtype == jnp.int32 else
+      0.02 * rng.standard_normal(s.shape, np.float32), s.dtype), tree)
+      for tree in _head_shapes(tokens, width, vocab, cpu))
+
+
+def _head_timer(tile: int, args):
+  """Seconds of one call of `_head_loss(tile)` on `args`, compiled first."""
+  step = _head_loss(tile)
+  jax.block_until_ready(step(*args))  # compiles
+
+  def timed() -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(step(*args))
+    return time.perf_counter() - start
+  return timed
+
+
 def head_tiles(_: pathlib.Path) -> list[dict]:
   """The head alone at the paper's per-chip shape on a v4-16 (256 pairs a chip: 4 decodes
   x 32 positions = 32,768 tokens, 3d = 3,072, V = 250,112, float32), compiled by the TPU
@@ -123,24 +143,10 @@ def head_tiles(_: pathlib.Path) -> list[dict]:
                       "tpu_temp_bytes": compiled.memory_analysis().temp_size_in_bytes,
                       "tpu_flops": (compiled.cost_analysis() or {}).get("flops")})
     print(records[-1], flush=True)
-  cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
-  rng = np.random.default_rng(0)
-  params, x, targets = (jax.tree.map(lambda s: jnp.asarray(
-      rng.integers(0, 32768, s.shape) if s.dtype == jnp.int32 else
-      0.02 * rng.standard_normal(s.shape), s.dtype), tree)
-      for tree in _head_shapes(4096, 512, 32768, cpu))
+  params, x, targets = _random_head_inputs(4096, 512, 32768)
 
-  def timer(tile):
-    step = _head_loss(tile)
-    jax.block_until_ready(step(params, x, targets))  # compiles
-
-    def timed() -> float:
-      start = time.perf_counter()
-      jax.block_until_ready(step(params, x, targets))
-      return time.perf_counter() - start
-    return timed
-
-  seconds = common.interleaved({t: timer(t) for t in tiles}, FLAGS.rounds, settle_seconds=1.0)
+  seconds = common.interleaved({t: _head_timer(t, (params, x, targets)) for t in tiles},
+                               FLAGS.rounds, settle_seconds=1.0)
   for record in records:
     record["cpu_seconds_4096_tokens_512_to_32768"] = seconds[record["tile_tokens"]]
   return records
@@ -213,9 +219,16 @@ def main_job(_: pathlib.Path) -> list[dict]:
 
 
 def paper_cpu(_: pathlib.Path) -> list[dict]:
-  batch = [f"train.batch_size={FLAGS.paper_batch}"] + ONE_LAYER
-  return timed_variants(PAPER_RUN, {f"tiled head, {FLAGS.paper_tile}-token tiles": batch + [
-      f"{TILE}={FLAGS.paper_tile}"], "whole logits": batch + [f"{TILE}=0"]}, 1)
+  """The paper's head and loss (3d = 3,072 -> 250,112, float32), forward and backward, on
+  `paper_tokens` tokens: whole logits against `paper_tile`-token tiles, interleaved."""
+  params, x, targets = _random_head_inputs(FLAGS.paper_tokens, 3072, 250112)
+
+  names = {f"tiled head, {FLAGS.paper_tile}-token tiles": FLAGS.paper_tile, "whole logits": 0}
+  seconds = common.interleaved({name: _head_timer(tile, (params, x, targets))
+                                for name, tile in names.items()},
+                               FLAGS.rounds, settle_seconds=1.0)
+  return [{"variant": name, "tokens": FLAGS.paper_tokens, "seconds_per_step": seconds[name],
+           **common.machine()} for name in names]
 
 
 def time_table(records: list[dict]) -> str:

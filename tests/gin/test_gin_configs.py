@@ -81,6 +81,7 @@ def test_run_file_registers_its_mixture_by_families_pairs_first(run):
 # own ELBO weight, not restated by the paper, is VMSST's for that setting).
 VMSST_PAPER = {
     "vmsst_6l_paper": (0.0, 0.1, 0.1), "vmsst_24l_paper": (0.0, 0.1, 0.1),
+    "vmsst_24l_small_paper": (0.0, 0.1, 0.1),  # the 24-layer batch in two microbatches
     "vmsst_24l_pretrained": (0.0, 0.025, 0.025),
     "bitranslation_6l_paper": (0.0, None, None), "bitranslation_24l_paper": (0.0, None, None),
     "bitranslation_24l_pretrained": (0.0, None, None),
