@@ -33,8 +33,11 @@ from vmsst.gin_utils import gin
 # Settings a resume may change without --resume_with_changes: how long to train
 # (raising TRAIN_STEPS is how a run is continued), where MODEL_DIR is spelled,
 # what starts a fresh run (ignored on resume) and how often to log or evaluate.
+# train.microbatches: the same update whatever N (randomness is keyed by the pair), so a
+# run may resume on fewer chips with its batch in microbatches.
 RESUMABLE = ("TRAIN_STEPS", "train.train_steps", "MODEL_DIR", "train.model_dir",
-             "INIT_MODEL_DIR", "train.init_params", "train.log_every", "train.eval_every")
+             "INIT_MODEL_DIR", "train.init_params", "train.log_every", "train.eval_every",
+             "train.microbatches")
 
 # The upstream directories a run file may start from: macro -> (what must be in it,
 # the command that writes it when no run file of gin/runs trains into that path).
