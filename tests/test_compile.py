@@ -137,6 +137,7 @@ def test_a_run_reads_train_microbatches_and_refuses_them_for_in_batch_negatives(
     compile_lib.check_batch(20, _mesh(2, 1), microbatches=4)
 
 
+@pytest.mark.slow  # compiles a step twice
 def test_the_compiled_step_is_the_accumulating_one():
   """lower_step builds the Trainer with run.microbatches: the tokens as 2 microbatches of 4."""
   text = lambda n: compile_lib.lower_step(compile_lib.Run(
