@@ -16,7 +16,7 @@ from vmsst.model import losses
 from vmsst.model import models
 from vmsst.model import partitioning
 from vmsst.model import vocab_tiling
-from vmsst.objectives import BiTranslation, VMSST, VMSSTContrastive
+from vmsst.objectives import BiTranslation, VMSSTContrastive
 from vmsst.objectives.nested import NestedDims
 from vmsst.training import trainer as trainer_lib
 
@@ -99,12 +99,12 @@ def test_every_decoding_objective_gives_the_whole_logit_loss_metrics_and_gradien
 
 @pytest.mark.slow  # three compiles
 def test_bfloat16_tiles_differ_from_float32_no_more_than_whole_bfloat16_logits_do():
-  f32 = VMSST(dataclasses.replace(TINY, vocab_tile_tokens=0))
+  f32 = BiTranslation(dataclasses.replace(TINY, vocab_tile_tokens=0))
   bf16 = dataclasses.replace(TINY, dtype="bfloat16")
   params, batch = init_params(f32), random_batch()
   reference = _loss_and_grads(f32, params, batch)
-  whole = _loss_and_grads(VMSST(dataclasses.replace(bf16, vocab_tile_tokens=0)), params, batch)
-  tiled = _loss_and_grads(VMSST(dataclasses.replace(bf16, vocab_tile_tokens=7)), params, batch)
+  whole = _loss_and_grads(BiTranslation(dataclasses.replace(bf16, vocab_tile_tokens=0)), params, batch)
+  tiled = _loss_and_grads(BiTranslation(dataclasses.replace(bf16, vocab_tile_tokens=7)), params, batch)
   loss_drift = abs(float(whole[0] - reference[0]))
   assert abs(float(tiled[0] - reference[0])) <= 2 * loss_drift + 1e-6 * abs(float(reference[0]))
   assert _relative_error(tiled[2], reference[2]) <= 2 * _relative_error(whole[2], reference[2])
