@@ -152,16 +152,16 @@ def sequence_nll(logits_fn: LogitsFn, head_params: Any, inputs: Any, targets: Ar
     logits_fn, head_params: as `token_nll`.
     inputs: a tree of [B, L, ...] arrays, the head's inputs at each position.
     targets: int [B, L]; mask: int [B, L], 1 on tokens that count.
-    tile_tokens: the most tokens of one tile on one device; when one tile
-      holds them all, the logits are computed whole (plain autodiff, nothing
+    tile_tokens: the most tokens of one tile on one device (0: whole
+      logits); when one tile holds them all, the logits are computed whole (plain autodiff, nothing
       recomputed: a small batch pays nothing for the tiles).
   Returns:
     (nll float32 [B] summed over each sentence's counted tokens,
      correct float32 [B] argmax hits on counted tokens).
   """
   rows, length = targets.shape
-  tiles = tile_count(rows * length, tile_tokens, data_shards())
-  if tiles == 1:  # one tile holds every token: whole logits, nothing recomputed
+  tiles = tile_count(rows * length, tile_tokens, data_shards()) if tile_tokens else 1
+  if tiles == 1:  # one tile holds every token (or 0 asked for whole logits): nothing recomputed
     return losses.sequence_nll(logits_fn(head_params, inputs), targets, mask)
   flat = jax.tree.map(lambda x: x.reshape((rows * length,) + x.shape[2:]), inputs)
   nll, hits = token_nll(logits_fn, tiles, head_params, flat, targets.reshape(-1))

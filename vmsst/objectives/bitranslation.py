@@ -85,10 +85,6 @@ def decode_nll(model: models.EmbeddingModel, params, targets: Array, mask: Array
                             candidates, method=VMSSTNetwork.decode, rng=rng)
     return (*losses.sequence_nll(logits, labels, jnp.where(found, mask, 0)),
             {"softmax_candidates_missed": jnp.sum(mask * ~found).astype(jnp.float32)})
-  if not cfg.vocab_tile_tokens:
-    logits = _decoder_apply(model, params, targets, mask, languages, latent, rng is None,
-                            method=VMSSTNetwork.decode, rng=rng)
-    return (*losses.sequence_nll(logits, targets, mask), {})
   h = _decoder_apply(model, params, targets, mask, languages, latent, rng is None,
                      method=VMSSTNetwork.decoder_states, rng=rng)
   z = VMSSTNetwork.latent_per_position(latent, h)
