@@ -4,11 +4,11 @@ r"""Exports: SavedModel, sentence-transformers, huggingface.
       [--step=N] [--normalize] [--platforms=cpu] [--dtype=bfloat16]
   python -m vmsst.export --format=sentence-transformers --model_dir=DIR --output=OUT
 
---format=sentence-transformers writes a directory that SentenceTransformer(OUT)
-and transformers' AutoModel load with no custom code; --format=huggingface one
-for plain transformers, whose model card's code pools and projects:
-vmsst/export_formats/huggingface.py. The SavedModel (the default) and its
-contract: vmsst/export_formats/saved_model.py.
+--format=sentence-transformers writes a directory that SentenceTransformer(OUT),
+mteb and transformers' AutoModel (with the card's pooling) load with no custom
+code; --format=huggingface the same directory, its model card leading with the
+plain transformers code: vmsst/export_formats/huggingface.py. The SavedModel (the
+default) and its contract: vmsst/export_formats/saved_model.py.
 """
 
 from vmsst import cli  # pylint: disable=g-bad-import-order

@@ -1,33 +1,35 @@
-"""Every export format, loaded as its own documentation says, gives `Encoder.encode`'s vectors.
+"""Every export format, loaded by every loader that accepts it, gives `Encoder.encode`'s vectors.
 
 For each objective the project trains (each encoder shape an export meets: one
 tower with μ_sem, a distillation student's teacher head after μ_sem, two towers
 by language side, a tuned query tower beside its frozen document tower, the
 T5-switched network as MT5EncoderModel) a 2-step model is trained on real data
-and exported in every format:
+and exported in every format, and loaded by every loader a user reaches for:
 
-  sentence-transformers, huggingface  the code block of the export's README.md
-      (its model card) is run as written, only PATH and the example sentences
-      replaced, and must leave `vectors` with cosine >= 0.9999 to
-      `Encoder.encode` on NTREX sentences of ten languages (many cut at the
-      model's length);
+  sentence-transformers, huggingface  (one directory; the format picks the card's
+      first loader) every code block of the export's README.md (its model card:
+      sentence-transformers, and plain transformers with AutoProcessor, the
+      encoder class, mean pooling and the Dense modules) run as written, only PATH
+      and the example sentences replaced; `SentenceTransformer(PATH)` and mteb's
+      loader on every tower. Each must give cosine >= 0.9999 to `Encoder.encode` on
+      NTREX sentences of ten languages (many cut at the model's length);
   savedmodel  `import tensorflow_text; tf.saved_model.load(OUT)`, the
-      signatures export_formats/saved_model.py's docstring names (serving_default, serving_b).
+      signatures export_formats/saved_model.py's docstring names (serving_default,
+      serving_b); SentenceTransformer, mteb and AutoModel refuse the directory
+      naming --format=sentence-transformers.
 
-A format that cannot give the embedding must refuse; none does for these
-networks (a network no stock architecture computes is refused by
-tests/export_formats/test_hf_export.py).
+A network no stock architecture computes is refused by the transformers formats
+(tests/export_formats/test_hf_export.py, and the last test here).
 """
 
 import json
-import re
 
+import export_loading
 import numpy as np
 import pytest
 
 import vmsst
 from vmsst.export_formats import huggingface as hf_export
-from vmsst.export_formats import model_card
 from vmsst.gin_utils import gin
 from vmsst import text_files
 from vmsst.encoding import restore
@@ -126,46 +128,29 @@ def _reference(model_dir: str, texts: dict[str, list[str]]) -> np.ndarray:
   return _REFERENCES[key]
 
 
-def _assert_close(vectors, reference, what: str) -> None:
-  vectors = np.asarray(vectors, np.float32)
-  assert vectors.shape == reference.shape, (what, vectors.shape, reference.shape)
-  cosine = np.sum(vectors * reference, -1) / (
-      np.linalg.norm(vectors, axis=-1) * np.linalg.norm(reference, axis=-1))
-  print(f"{what}: min cosine {cosine.min():.7f} over {len(cosine)} sentences")
-  assert cosine.min() >= 0.9999, (what, cosine.min(), np.argsort(cosine)[:5])
-
-
-def run_card(export_dir, texts: list[str], card: str | None = None) -> dict:
-  """Runs the model card's python block as written: PATH is `export_dir`, the example
-  sentences ours. Returns its variables (`vectors`, and `batch` where it tokenizes)."""
-  card = card or (export_dir / "README.md").read_text(encoding="utf-8")
-  blocks = re.findall(r"```python\n(.*?)```", card, re.S)
-  assert len(blocks) == 1, blocks
-  code = blocks[0]
-  assert model_card.SENTENCES in code, code
-  code = code.replace(model_card.SENTENCES, f"sentences = {json.dumps(texts)}")
-  scope: dict = {}
-  code = code.replace("PATH", str(export_dir))
-  exec(compile(code, "README.md", "exec"), scope)  # pylint: disable=exec-used
-  return scope
-
-
 @pytest.mark.parametrize("fmt", hf_export.FORMATS)
-def test_the_model_cards_code_gives_the_embedding(trained, fmt, sentences):
+def test_every_loader_of_either_format_gives_the_embedding(trained, fmt, sentences):
+  """The card's code blocks, SentenceTransformer(PATH) and mteb's loader, on every tower."""
   name, model_dir, work, towers = trained
   output = work / fmt
   hf_export.export(str(model_dir), str(output), fmt=fmt)
   card = (output / "README.md").read_text(encoding="utf-8")
+  assert len(export_loading.card_blocks(card)) == 2, card  # sentence-transformers, transformers
   for subdir, _, reference_dir, codes in towers:
     texts = {c: sentences[c] for c in codes}
+    flat = sum(texts.values(), [])
+    reference = _reference(reference_dir, texts)
     if subdir:  # another tower: the card's code on the subdirectory its Towers section names
       assert f"`{subdir}`" in card, card
-    scope = run_card(output / subdir, sum(texts.values(), []), card)
-    if "batch" in scope:  # the card tokenizes itself: through the entry point it names
-      assert_training_ids(model_dir, sum(texts.values(), []), scope["batch"])
-    vectors = scope["vectors"]
-    vectors = vectors.numpy() if hasattr(vectors, "numpy") else vectors
-    _assert_close(vectors, _reference(reference_dir, texts), f"{name} {fmt} {subdir or '.'}")
+    where = f"{name} {fmt} {subdir or '.'}"
+    for i, scope in enumerate(export_loading.run_card(output / subdir, flat, card)):
+      if "batch" in scope:  # the card tokenizes itself: through the entry point it names
+        assert_training_ids(model_dir, flat, scope["batch"])
+      export_loading.assert_close(scope["vectors"], reference, f"{where} card block {i}")
+    export_loading.assert_close(export_loading.sentence_transformer(output / subdir).encode(flat),
+                                reference, f"{where} SentenceTransformer")
+    mteb_model = export_loading.mteb_model(output / subdir)
+    export_loading.assert_close(mteb_model.model.encode(flat), reference, f"{where} mteb")
 
 
 def assert_training_ids(model_dir, texts: list[str], batch) -> None:
@@ -191,7 +176,11 @@ def test_the_saved_model_gives_the_embedding(trained, sentences):
       continue  # the query tower's document tower is its own SavedModel, exported from its run
     texts = {c: sentences[c] for c in codes}
     got = loaded.signatures[signature](text=tf.constant(sum(texts.values(), [])))["embeddings"]
-    _assert_close(got.numpy(), _reference(reference_dir, texts), f"{name} savedmodel {signature}")
+    export_loading.assert_close(got.numpy(), _reference(reference_dir, texts),
+                                f"{name} savedmodel {signature}")
+  if name == "vmsst":  # the transformers-side loaders refuse it, naming the format they read
+    for loader, message in export_loading.refusals(output).items():
+      assert "--format=sentence-transformers" in message, (loader, message)
 
 
 @pytest.mark.parametrize("config", [{"rms_norm": True}, {"num_heads": 3, "head_dim": 16}])

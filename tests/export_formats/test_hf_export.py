@@ -224,17 +224,23 @@ def test_a_distillation_student_exports_its_teacher_head_after_mu():
   assert head.shape == (48, 32) and head_bias is None
 
 
-def test_huggingface_format_is_a_stock_transformer_without_sentence_transformers_modules(
+def test_huggingface_format_is_the_same_directory_with_a_transformers_card(
     original_export, tmp_path):
-  import transformers  # pylint: disable=import-outside-toplevel
-  model_dir, _, _ = original_export
+  """One export serves every loader: --format=huggingface writes the sentence-transformers
+  modules too (SentenceTransformer(PATH) on it used to mean-pool without μ_sem), and differs
+  only in the card's first code block and library_name."""
+  model_dir, st_dir, _ = original_export
   metadata = hf_export.export(str(model_dir), str(tmp_path / "hf"), fmt="huggingface")
   assert metadata["format"] == "huggingface"
-  assert not (tmp_path / "hf" / "modules.json").exists()
-  model, loading = transformers.AutoModel.from_pretrained(str(tmp_path / "hf"),
-                                                          output_loading_info=True)
-  assert type(model).__name__ == "XLMRobertaXLModel"
-  assert not loading["missing_keys"] and not loading["unexpected_keys"]
+  listing = {d: sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
+             for d in (st_dir, tmp_path / "hf")}
+  assert listing[st_dir] == listing[tmp_path / "hf"] and "modules.json" in listing[st_dir]
+  for name in listing[st_dir]:
+    if name not in ("README.md", hf_export.METADATA_FILE):
+      assert (st_dir / name).read_bytes() == (tmp_path / "hf" / name).read_bytes(), name
+  card = (tmp_path / "hf" / "README.md").read_text(encoding="utf-8")
+  assert "library_name: transformers" in card
+  assert card.index("AutoProcessor") < card.index("SentenceTransformer(\"PATH\")")
 
 
 def test_query_tower_exports_the_tuned_tower_and_the_frozen_document_tower(

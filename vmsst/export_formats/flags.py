@@ -23,10 +23,10 @@ def define() -> None:
   """Only when run as a command: importers (tests, other entrypoints) own their flags."""
   encoder_flags.define_model_dir()
   flags.DEFINE_enum("format", "savedmodel", list(FORMATS), "savedmodel: TensorFlow "
-                    "SavedModel; sentence-transformers: SentenceTransformer(OUT) and "
-                    "transformers AutoModel, no custom code; huggingface: transformers' AutoModel "
-                    "plus projections.safetensors, pooled and projected as its model card "
-                    "shows (vmsst/export_formats/huggingface.py).")
+                    "SavedModel; sentence-transformers and huggingface: one directory that "
+                    "SentenceTransformer(OUT), mteb and transformers' AutoModel (pooled and "
+                    "projected as the model card shows) all read, no custom code; the format "
+                    "picks the loader the card leads with (vmsst/export_formats/huggingface.py).")
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
   flags.DEFINE_string("output", None, "New directory for the SavedModel and params.")
   encoder_flags.define_normalize("the exported embeddings")

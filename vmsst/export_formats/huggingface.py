@@ -45,12 +45,17 @@ transformers users of that architecture load `AutoProcessor` or
 sentence-transformers modules: the transformer at the root, mean pooling over
 every real token (EOS included, `layers.masked_mean`), then the μ_sem
 projection (`semantic_head/mu`) as a Dense with identity activation, and for
-a distillation student its teacher head as a second Dense. --format=huggingface
-writes the transformer, the tokenizer and the same projections as one file,
-`projections.safetensors` (`0.weight`, `0.bias`, `1.weight`: applied in order
-after mean pooling); its card's code is plain transformers and PyTorch, and
-says that SentenceTransformer(OUT) there would skip the projections (it finds
-no modules.json and mean-pools alone). Weights are safetensors only.
+a distillation student its teacher head as a second Dense. Both formats write
+this one directory, `modules.json` beside `config.json` as hub models
+commonly ship, so every loader a user reaches for gives the embedding:
+SentenceTransformer(OUT) (mteb loads through it), and AutoModel with the
+pooling and the Dense modules as the card's transformers code applies them.
+`--format` chooses which loader the model card leads with (its
+`library_name`): sentence-transformers, or huggingface for plain
+transformers. A model directory's int8 calibration (`quantization.json`,
+`python -m vmsst.calibrate`) is copied beside them, and the card shows how
+sentence-transformers' `quantize_embeddings` reads it. Weights are
+safetensors only.
 
 Objectives with two towers export both: momentum contrast with separate towers
 writes tower a at the root and tower b under `tower_b/` (side-a languages,
@@ -67,6 +72,7 @@ import numpy as np
 from flax import traverse_util
 
 from vmsst import files
+from vmsst.encoding import quantize
 from vmsst.encoding import restore
 from vmsst.model import param_files
 from vmsst.model import t5_names
@@ -75,12 +81,20 @@ from vmsst.model.config import NetworkConfig
 FORMATS = ("sentence-transformers", "huggingface")
 METADATA_FILE = "vmsst_export.json"
 TOKENIZER_FILE = "spm_char.model"  # SpeechT5Tokenizer's vocab_files_names
-PROJECTIONS_FILE = "projections.safetensors"  # --format=huggingface: the Dense layers
 TOWER_B_DIR = "tower_b"
 DOCUMENT_TOWER_DIR = "document_tower"
 PUBLISHABLE = "gin/models/sizes/mt5_base.gin (the T5 switches: an MT5EncoderModel export)"
 # The refusal names the format that gives this network's embedding (export.py: model.encode).
 SAVEDMODEL_WORKS = "--format=savedmodel exports any network with its embedding."
+
+
+# The model_type of the config.json a SavedModel export writes so that transformers'
+# loaders (SentenceTransformer, AutoModel, mteb's) refuse it naming the format they read:
+# transformers puts an unknown model_type in its error.
+SAVEDMODEL_MODEL_TYPE = (
+    "vmsst-savedmodel: this directory is a TensorFlow SavedModel (tf.saved_model.load); for "
+    "SentenceTransformer, AutoModel or mteb export with python -m vmsst.export "
+    "--format=sentence-transformers")
 
 
 class Unsupported(ValueError):
@@ -272,6 +286,13 @@ def write_tokenizer(output: str, sp_model: bytes, max_seq_length: int) -> None:
       "padding_side": "right", "truncation_side": "right"})
 
 
+def write_refusal(saved_model_dir: str) -> None:
+  """A SavedModel export's config.json, whose model_type makes transformers' loaders
+  refuse the directory with a message naming the format they read (not a bare "no
+  config.json", nor a model loaded from the wrong files)."""
+  _write_json(files.join(saved_model_dir, "config.json"), {"model_type": SAVEDMODEL_MODEL_TYPE})
+
+
 def _write_json(path: str, value: Any) -> None:
   files.write_text(path, json.dumps(value, indent=2))
 
@@ -336,22 +357,6 @@ def record_nested_dims(output: str, model, metadata: dict[str, Any]) -> None:
   metadata["nested_dims"] = list(nested.sizes)
 
 
-def write_projections(output: str, projections: list[Projection]) -> None:
-  """`projections.safetensors`: `<i>.weight` [out, in] and `<i>.bias`, i in application order.
-
-  The huggingface format's stand-in for sentence-transformers' Dense modules,
-  so plain transformers code (the card's) reaches the embedding, not token states.
-  """
-  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
-  tensors = {}
-  for i, (weight, bias) in enumerate(projections):
-    tensors[f"{i}.weight"] = np.ascontiguousarray(weight, np.float32)
-    if bias is not None:
-      tensors[f"{i}.bias"] = np.ascontiguousarray(bias, np.float32)
-  with files.local_output(files.join(output, PROJECTIONS_FILE)) as local:  # local disk only
-    save_file(tensors, local, metadata={"format": "pt"})
-
-
 # ---------------------------------------------------------------- export
 
 def towers(restored: restore.RestoredModel, model_dir: str
@@ -397,18 +402,16 @@ def _write_export(output: str, model_dir: str, restored: restore.RestoredModel, 
     target = files.join(output, subdir)
     arch = write_transformer(target, cfg, flat, restored.vocabulary.sp_model, length)
     projections = heads(tower.model, params, side)
-    if fmt == "sentence-transformers":
-      write_sentence_transformer(target, cfg.emb_dim, projections, length)
-      # Its save re-wrote the transformer through the class it loaded: back to ours
-      # (MT5Model's decoder norm, the tokenizer config AutoProcessor reads).
-      write_transformer(target, cfg, flat, restored.vocabulary.sp_model, length)
-      record_nested_dims(target, restored.model, metadata)
-    else:
-      write_projections(target, projections)
+    write_sentence_transformer(target, cfg.emb_dim, projections, length)
+    # Its save re-wrote the transformer through the class it loaded: back to ours
+    # (MT5Model's decoder norm, the tokenizer config AutoProcessor reads).
+    write_transformer(target, cfg, flat, restored.vocabulary.sp_model, length)
+    record_nested_dims(target, restored.model, metadata)
     metadata["architecture"] = arch
     metadata["projections"] = len(projections)
     metadata["dimension"] = int(projections[-1][0].shape[0])
     metadata["towers"][subdir or "."] = _tower_role(restored.model, subdir)
+  metadata["calibrated"] = copy_calibration(model_dir, output)
   from vmsst.export_formats import model_card  # pylint: disable=import-outside-toplevel
   metadata["mteb"] = model_card.mteb_fields(model_dir, metadata)  # mteb's ModelMeta fields
   files.write_text(files.join(output, "README.md"), model_card.render(model_dir, metadata))
@@ -416,6 +419,20 @@ def _write_export(output: str, model_dir: str, restored: restore.RestoredModel, 
   for name in (restore.MODEL_FILE, restore.CONFIG_FILE):
     if files.exists(files.join(model_dir, name)):
       files.copy(files.join(model_dir, name), files.join(output, name))
+
+
+def copy_calibration(model_dir: str, output: str) -> bool:
+  """The model directory's int8 calibration beside the export's root tower, if it has one.
+
+  Its ranges are the ones `Encoder.encode(precision="int8")` uses, so
+  sentence-transformers' `quantize_embeddings(vectors, "int8", ranges=...)` gives the same
+  codes (the card shows it); without them that function would measure each batch anew.
+  """
+  source = files.join(model_dir, quantize.CALIBRATION_FILE)
+  if not files.exists(source):
+    return False
+  files.copy(source, files.join(output, quantize.CALIBRATION_FILE))
+  return True
 
 
 def _tower_role(model, subdir: str) -> str:
@@ -444,8 +461,15 @@ def load_params(path: str, params: Any) -> Any:
 
 
 def is_export(path: str) -> bool:
-  """A directory this module wrote (or any with a transformers config.json)."""
-  return files.isfile(files.join(path, "config.json"))
+  """A directory with a transformers config.json (this module's, or another's it refuses).
+
+  A SavedModel export's config.json (`write_refusal`) is not one: its parameters are
+  read as `param_files` reads them.
+  """
+  config = files.join(path, "config.json")
+  if not files.isfile(config):
+    return False
+  return json.loads(files.read_text(config)).get("model_type") != SAVEDMODEL_MODEL_TYPE
 
 
 def export_params(export_dir: str, shapes: Mapping[str, tuple[int, ...]]

@@ -68,57 +68,80 @@ def heldout(model_dir: str) -> dict[str, float]:
 
 
 def _transformers_note(metadata: Mapping[str, Any]) -> list[str]:
-  """How plain transformers reads this directory (and, without sentence-transformers'
-  modules, how to get the embedding)."""
-  lines = []
+  """How each loader reads this directory: the same embedding through either."""
   if metadata["architecture"] == "mt5":
-    lines.append("`AutoModel.from_pretrained` loads an `MT5Model` whose decoder has no layers "
-                 "(use `.encoder`), or load `MT5EncoderModel`; `AutoTokenizer` loads the "
-                 "SentencePiece tokenizer.")
+    auto = ("`AutoModel.from_pretrained` loads an `MT5Model` whose decoder has no layers "
+            "(use `.encoder`), or load `MT5EncoderModel`; `AutoTokenizer` loads the "
+            "SentencePiece tokenizer.")
   else:
-    lines.append("`AutoModel.from_pretrained` loads an `XLMRobertaXLModel`; load the "
-                 "SentencePiece tokenizer with `AutoProcessor.from_pretrained` (as "
-                 "sentence-transformers does) or `SpeechT5Tokenizer`.")
-  if metadata["format"] == "huggingface":
-    lines.append("This directory holds the transformer, its tokenizer and the projections "
-                 "(`projections.safetensors`): the sentence embedding is the mean of "
-                 "`last_hidden_state` over the real tokens (EOS included), then each "
-                 "projection in turn, as the code below does. `SentenceTransformer(PATH)` on "
-                 "this directory would mean-pool without the projections (not the embedding): "
-                 "export with `--format=sentence-transformers` for that loader.")
-  return lines + [""]
+    auto = ("`AutoModel.from_pretrained` loads an `XLMRobertaXLModel`; load the "
+            "SentencePiece tokenizer with `AutoProcessor.from_pretrained` (as "
+            "sentence-transformers does) or `SpeechT5Tokenizer`.")
+  return ["`SentenceTransformer(PATH)` (and mteb, which loads through it) gives the "
+          "embedding; so does plain transformers: the mean of `last_hidden_state` over the "
+          "real tokens (EOS included), then each Dense module `modules.json` lists, as the "
+          "second code block does. " + auto, ""]
 
 
 SENTENCES = 'sentences = ["Ein Mann fährt Fahrrad.", "A man rides a bike."]'
 
 
 def usage(metadata: Mapping[str, Any]) -> list[str]:
-  """The card's code block: the one way to load this format, ending with `vectors`.
+  """The card's code blocks, one per loader, each ending with `vectors`; the format's
+  own loader first.
 
-  tests/export_formats/test_export_fidelity.py runs it as written (PATH replaced), so what the
-  card shows is what is tested. The tokenizer is read with AutoProcessor: it
-  honours tokenizer_config's processor_class for both architectures, where
-  AutoTokenizer insists on a tokenizers-library file for "xlm-roberta-xl".
+  tests/export_formats/test_export_fidelity.py runs each as written (PATH replaced), so
+  what the card shows is what is tested.
   """
-  if metadata["format"] != "huggingface":
-    return ["```python", "from sentence_transformers import SentenceTransformer", SENTENCES,
-            "model = SentenceTransformer(\"PATH\")", "vectors = model.encode(sentences)", "```"]
+  blocks = [_sentence_transformers_code(metadata), _transformers_code(metadata)]
+  if metadata["format"] == "huggingface":
+    blocks.reverse()
+  return blocks[0] + [""] + blocks[1]
+
+
+def _sentence_transformers_code(metadata: Mapping[str, Any]) -> list[str]:
+  """SentenceTransformer(PATH); a nested model's truncate_dim, and a calibrated model's int8
+  codes (`quantization.json`'s ranges: the codes `Encoder.encode(precision="int8")` gives)."""
+  lines = ["```python", "from sentence_transformers import SentenceTransformer", SENTENCES,
+           "model = SentenceTransformer(\"PATH\")", "vectors = model.encode(sentences)"]
+  if metadata.get("nested_dims"):
+    lines.append(f"# nested sizes {metadata['nested_dims']}: SentenceTransformer(\"PATH\", "
+                 "truncate_dim=k) keeps the first k dimensions")
+  if metadata.get("calibrated"):
+    lines += ["# int8 codes with the model's calibrated ranges (the same buckets every call):",
+              "import json", "import numpy as np",
+              "from sentence_transformers import quantize_embeddings",
+              "ranges = np.array(json.load(open(\"PATH/quantization.json\"))[\"ranges\"])",
+              "codes = quantize_embeddings(vectors, precision=\"int8\", "
+              "ranges=ranges[:, :vectors.shape[1]])"]
+  return lines + ["```"]
+
+
+def _transformers_code(metadata: Mapping[str, Any]) -> list[str]:
+  """AutoProcessor and the encoder class, mean pooling, then the Dense modules in order.
+
+  The tokenizer is read with AutoProcessor: it honours tokenizer_config's
+  processor_class for both architectures, where AutoTokenizer insists on a
+  tokenizers-library file for "xlm-roberta-xl".
+  """
   model_class = "MT5EncoderModel" if metadata["architecture"] == "mt5" else "AutoModel"
   return [
-      "```python", "import torch", "from safetensors.torch import load_file",
+      "```python", "import json", "import torch", "from safetensors.torch import load_file",
       f"from transformers import AutoProcessor, {model_class}", SENTENCES,
       "tokenizer = AutoProcessor.from_pretrained(\"PATH\")",
       f"model = {model_class}.from_pretrained(\"PATH\").eval()",
-      "projections = load_file(\"PATH/projections.safetensors\")",
+      "modules = json.load(open(\"PATH/modules.json\"))",
+      "dense = [load_file(f\"PATH/{m['path']}/model.safetensors\") for m in modules",
+      "         if m[\"type\"].endswith(\"Dense\")]",
       "batch = tokenizer(sentences, padding=True, truncation=True, return_tensors=\"pt\")",
       "with torch.no_grad():",
       "    states = model(input_ids=batch[\"input_ids\"],",
       "                   attention_mask=batch[\"attention_mask\"]).last_hidden_state",
       "mask = batch[\"attention_mask\"].unsqueeze(-1).to(states.dtype)",
       "vectors = (states * mask).sum(1) / mask.sum(1)",
-      f"for i in range({metadata['projections']}):",
-      "    vectors = torch.nn.functional.linear(vectors, projections[f\"{i}.weight\"],",
-      "                                         projections.get(f\"{i}.bias\"))",
+      "for layer in dense:",
+      "    vectors = torch.nn.functional.linear(vectors, layer[\"linear.weight\"],",
+      "                                         layer.get(\"linear.bias\"))",
       "```"]
 
 

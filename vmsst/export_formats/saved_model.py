@@ -65,6 +65,9 @@ Files written under --output:
   params.npz          every parameter (all paths, not only μ_sem's), named by
                       its flax path joined with "/"
   params_index.json   name -> shape, dtype, logical axes, in_saved_model
+  config.json         no model: its model_type makes SentenceTransformer(OUT),
+                      AutoModel and mteb refuse the directory naming
+                      --format=sentence-transformers (huggingface.write_refusal)
 """
 
 import json
@@ -82,6 +85,7 @@ from vmsst import files
 from vmsst.encoding import checkpoint
 from vmsst.encoding import quantize
 from vmsst.encoding import restore
+from vmsst.export_formats import huggingface
 from vmsst.model import losses
 from vmsst.model import models
 
@@ -129,6 +133,7 @@ def export(model_dir: str, output_dir: str, *, step: int | None = None,
   signatures.update(quantized_signatures(module, calibrated, normalize))
   tf.saved_model.save(module, output_dir, signatures=signatures)
   write_params(restored.model, params, restored.sequence_length, output_dir, exported)
+  huggingface.write_refusal(output_dir)  # SentenceTransformer(OUT) names the right format
   metadata = {
       "format_version": FORMAT_VERSION,
       "model_dir": files.abspath(model_dir),
