@@ -42,14 +42,20 @@ the training length (the converter passes it through at that static width).
 
 from vmsst import cli  # pylint: disable=g-bad-import-order
 
+
+def _define_flags() -> None:
+  """The command's flags, defined before its imports so `--help` answers without them."""
+  from absl import flags as absl_flags  # pylint: disable=import-outside-toplevel
+  absl_flags.DEFINE_string("stsb_dir", "../shared/data/stsb", "The STS Benchmark folder.")
+  absl_flags.DEFINE_string("msmarco", None, "msmarco-triplets.jsonl.gz: write the query-tower "
+                           "paper's MSMARCO splits instead of STSb's.")
+  absl_flags.DEFINE_string("output", None, "Where train/validation/test.tsv go.", required=True)
+  absl_flags.DEFINE_integer("seed", 0, "Seed of the same_file / any_file negative draws.")
+
+
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
-  from absl import flags as _flags  # pylint: disable=g-import-not-at-top
-  _flags.DEFINE_string("stsb_dir", "../shared/data/stsb", "The STS Benchmark folder.")
-  _flags.DEFINE_string("msmarco", None, "msmarco-triplets.jsonl.gz: write the query-tower "
-                       "paper's MSMARCO splits instead of STSb's.")
-  _flags.DEFINE_string("output", None, "Where train/validation/test.tsv go.", required=True)
-  _flags.DEFINE_integer("seed", 0, "Seed of the same_file / any_file negative draws.")
+  _define_flags()
   cli.answer_help()  # before seqio and TensorFlow
 
 # pylint: disable=wrong-import-position
@@ -292,17 +298,29 @@ FLAGS = flags.FLAGS
 
 
 def main(argv: Sequence[str]) -> None:
-  del argv
-  output = files.as_path(FLAGS.output)
+  cli.check_no_arguments(argv)
   if FLAGS.msmarco:
-    for name, rows in msmarco_splits(FLAGS.msmarco).items():
-      write_tsv(output / f"{name}.tsv", rows)
-      print(f"{output / f'{name}.tsv'}: {len(rows)} triplets")
-    return
-  for name, split in STSB_SPLITS.items():
-    rows, counts = stsb_triplets(FLAGS.stsb_dir, split, seed=FLAGS.seed)
+    cli.check_input_file("msmarco", FLAGS.msmarco, "the sentence-transformers "
+                         "msmarco-triplets.jsonl.gz")
+  cli.check_output_path("output", FLAGS.output, directory=True)
+  try:
+    splits = _build_splits()
+  except (FileNotFoundError, ValueError) as e:  # the message names the file and the fix
+    raise cli.UserError(str(e)) from e
+  output = files.as_path(FLAGS.output)
+  for name, (rows, note) in splits.items():
     write_tsv(output / f"{name}.tsv", rows)
-    print(f"{output / f'{name}.tsv'}: {counts}")
+    print(f"{output / f'{name}.tsv'}: {note}")
+
+
+def _build_splits() -> dict[str, tuple[list[Triplet], object]]:
+  """{split: (its triplets, what to print of them)}: every split built before any is written,
+  so a bad input leaves no partial output behind."""
+  if FLAGS.msmarco:
+    return {name: (rows, f"{len(rows)} triplets")
+            for name, rows in msmarco_splits(FLAGS.msmarco).items()}
+  return {name: stsb_triplets(FLAGS.stsb_dir, split, seed=FLAGS.seed)
+          for name, split in STSB_SPLITS.items()}
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 import vmsst_testing
+from vmsst import compare as command
 from vmsst.comparison import presets
 from vmsst.comparison import runs as compare
 from vmsst.encoding import restore
@@ -188,3 +189,18 @@ def test_bad_flags_fail_in_one_line_before_training(flag, named, tmp_path):
   vmsst_testing.assert_user_error(done, *named)
   assert len([line for line in done.stderr.splitlines() if line.startswith("error:")]) == 1
   assert not any(tmp_path.iterdir())  # nothing trained
+
+
+def test_typed_steps_curve_points_and_reference_override_the_preset():
+  """What `python -m vmsst.compare` hands the comparison from its flags (its `main` would train
+  for minutes; the comparison itself runs in the tests above)."""
+  preset = presets.PRESETS["cpu"]
+  with vmsst_testing.typed_flags(command, ["--preset=cpu", "--objectives=vmsst", "--steps=7",
+                                           "--curve_points=3", "--reference=usem3"]):
+    arguments = command._resolve_flags()  # pylint: disable=protected-access
+  assert (arguments["steps"], arguments["curve_points"], arguments["reference"]) == (
+      7, 3, "usem3")
+  assert arguments["objectives"] == ["vmsst"] and arguments["seeds"] == preset.seeds
+  with vmsst_testing.typed_flags(command, ["--preset=cpu"]):
+    arguments = command._resolve_flags()  # pylint: disable=protected-access
+  assert arguments["steps"] == preset.steps and arguments["reference"] is None

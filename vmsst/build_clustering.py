@@ -27,11 +27,16 @@ def main(argv: Sequence[str]) -> None:
       max_per_category=config.max_per_category, seed=config.seed))
 
 
-if __name__ == "__main__":
+def _define_flags() -> None:
+  """The data root, --output and the sample: under `__main__` only, so an import defines none."""
   flags.DEFINE_string("data_dir", None, "Shared data root (stsb/, stsb-multi-mt/).", required=True)
   flags.DEFINE_string("output", None, "Directory to write <name>/ into.", required=True)
   flags.DEFINE_list("languages", list(sts_files.STSB_MULTI_MT_LANGUAGES),
                     "stsb-multi-mt languages to write.")
   flags.DEFINE_integer("max_per_category", 250, "Sentences sampled per category.")
   flags.DEFINE_integer("seed", 0, "Seed of the per-category sample.")
+
+
+if __name__ == "__main__":
+  _define_flags()
   cli.run(main)

@@ -28,7 +28,9 @@ def main(argv: Sequence[str]) -> None:
       kb_splits=config.kb_splits, sts16=config.sts16))
 
 
-if __name__ == "__main__":
+def _define_flags() -> None:
+  """The data root, --output, the query languages and the KB: under `__main__` only, so an
+  import defines none."""
   flags.DEFINE_string("data_dir", None, "Shared data root (stsb-multi-mt/, sts12-16/).",
                       required=True)
   flags.DEFINE_string("output", None, "Directory to write question_retrieval/ into.",
@@ -40,4 +42,8 @@ if __name__ == "__main__":
   flags.DEFINE_list("kb_splits", list(sts_files.STSB_SPLITS),
                     "stsb-multi-mt splits filling the KB.")
   flags.DEFINE_bool("sts16", True, "Also write the English STS16 question-question set.")
+
+
+if __name__ == "__main__":
+  _define_flags()
   cli.run(main)

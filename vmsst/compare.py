@@ -105,7 +105,8 @@ def _resolve_flags() -> dict:
       seeds=[int(s) for s in FLAGS.seeds] if given("seeds") or preset is None else preset.seeds,
       output=FLAGS.output or (preset.output if preset else None),
       data_dirs=FLAGS.data_dir if given("data_dir") or preset is None else preset.data_dirs,
-      suite=FLAGS.suite if given("suite") or preset is None else preset.suite)
+      suite=FLAGS.suite if given("suite") or preset is None else preset.suite,
+      reference=FLAGS.reference, curve_points=FLAGS.curve_points)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -118,9 +119,8 @@ def main(argv: Sequence[str]) -> None:
   options = runner.options_from_flags(default_training_languages=["ntrex128"])
   logging.info("comparing %s, seeds %s, %d steps each, into %s", arguments["objectives"],
                arguments["seeds"], arguments["steps"], arguments["output"])
-  runs.compare(**arguments, reference=FLAGS.reference, bindings=FLAGS.gin_bindings,
-               options=options, search_paths=FLAGS.gin_search_path,
-               curve_points=FLAGS.curve_points)
+  runs.compare(**arguments, bindings=FLAGS.gin_bindings, options=options,
+               search_paths=FLAGS.gin_search_path)
   print(files.read_text(files.join(arguments["output"], "table1.md")))
 
 

@@ -39,6 +39,14 @@ from vmsst.evaluation import report
 from vmsst.evaluation import runner
 
 
+def _define_flags() -> None:
+  """The encoder flags, the suites' and --output (as embed, score and mine: under `__main__`
+  only, so an import defines none)."""
+  encoder_flags.define()
+  runner.define_suite_flags()
+  cli.show_in_help(runner)
+
+
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   f = flags.FLAGS
@@ -77,7 +85,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  encoder_flags.define()
-  runner.define_suite_flags()
-  cli.show_in_help(runner)
+  _define_flags()
   cli.run(main)

@@ -97,7 +97,9 @@ def main(argv: Sequence[str]) -> None:
            else "by no margin (--margin=none)"))
 
 
-if __name__ == "__main__":
+def _define_flags() -> None:
+  """The encoder flags, the corpus (--opus_dir, or --src/--trg and their languages), --output
+  and the negatives' filter: under `__main__` only, so an import defines none."""
   encoder_flags.define()
   flags.DEFINE_string("opus_dir", None, "An OPUS-layout directory: <corpus>.<l1>-<l2>.<l1>/.<l2> "
                       "(Moses) or .tsv files, .gz optional.")
@@ -114,4 +116,8 @@ if __name__ == "__main__":
                     "Filter against the positive: relative (s <= p - |p|*m), absolute "
                     "(s <= p - m) or none.")
   flags.DEFINE_float("margin_value", 0.05, "m of --margin.", lower_bound=0.0)
+
+
+if __name__ == "__main__":
+  _define_flags()
   cli.run(main)

@@ -73,7 +73,8 @@ blocks, so memory is bounded by the index, not by the sides
 vmsst/encoding/quantize.py) searches codes instead of float vectors:
 Hamming distance over packed sign bits (faiss IndexBinaryFlat, IndexBinaryIVF
 with --index=ivf; 32x smaller keys), or int8 codes by the model's calibration
-(python -m vmsst.calibrate; without one, the two sides' own ranges). Each
+(python -m vmsst.calibrate; without one, or with --truncate_dim, the two sides'
+own ranges: the codes are compared within this one search only). Each
 sentence's --rescore_multiplier x k candidates are re-ranked by float cosine,
 then scored by the margin as usual (mining/quantized.py; F1 and speed in
 docs/results/quantized/README.md).
@@ -134,8 +135,9 @@ def _define_flags() -> None:
   flags.DEFINE_enum("precision", "float32", list(quantize.PRECISIONS), "Search codes instead "
                     "of float32 vectors (sentence-transformers' layouts): binary/ubinary by "
                     "Hamming distance (faiss IndexBinaryFlat, IndexBinaryIVF with --index=ivf), "
-                    "int8/uint8 by the model's calibration (python -m vmsst.calibrate; else "
-                    "the sides' ranges); the candidates re-ranked by float cosine.")
+                    "int8/uint8 by the model's calibration (python -m vmsst.calibrate; without one "
+                    "or with --truncate_dim, the sides' ranges); the candidates re-ranked by "
+                    "float cosine.")
   flags.DEFINE_integer("rescore_multiplier", 4, "--precision: candidates per sentence from the "
                        "codes, in units of --k, re-ranked by float cosine.", lower_bound=1)
   flags.DEFINE_integer("nlist", 0, "--index=ivf: k-means cells (0: 4 * sqrt(sentences)).")
@@ -215,7 +217,9 @@ def _quantized_options() -> dict:
                         f"{FLAGS.precision}; drop them or use --precision=float32.")
   ranges = None
   directory = quantize.calibration_dir(model_dir=FLAGS.model_dir, saved_model=FLAGS.saved_model)
-  if FLAGS.precision in quantize.CALIBRATED and directory:
+  # The calibration holds the full vectors' unit-norm ranges; a prefix renormalised has others,
+  # so a --truncate_dim search measures its sides' own, as without a calibration.
+  if FLAGS.precision in quantize.CALIBRATED and directory and FLAGS.truncate_dim is None:
     try:
       calibration = quantize.load(directory)
     except ValueError as e:

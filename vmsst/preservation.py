@@ -25,8 +25,27 @@ from vmsst.evaluation import preservation
 FLAGS = flags.FLAGS
 
 
+def check_flags() -> None:
+  """The two model directories, the triplets and --output, checked before either model loads.
+
+  Raises:
+    cli.UserError: naming the flag, what is wrong and what to give.
+  """
+  for flag, what in (("before", "the original MODEL_DIR (python -m vmsst.train)"),
+                     ("after", "its query-tower-tuned MODEL_DIR (python -m vmsst.train with "
+                               "gin/runs/query_tower_cpu.gin)")):
+    path = FLAGS[flag].value
+    if not files.exists(files.join(path, "model.json")):
+      raise cli.UserError(f"--{flag}={path} has no model.json; give {what}.")
+  if FLAGS.triplets:
+    cli.check_input_file("triplets", FLAGS.triplets, "a TSV of anchor<TAB>positive<TAB>negative "
+                         "lines (python -m vmsst_tasks.triplets)")
+  cli.check_output_path("output", FLAGS.output, directory=True)
+
+
 def main(argv: Sequence[str]) -> None:
-  del argv
+  cli.check_no_arguments(argv)
+  check_flags()
   from vmsst.encoding import checkpoint  # pylint: disable=import-outside-toplevel
   from vmsst.encoding import restore  # pylint: disable=import-outside-toplevel
   from vmsst.objectives import query_tower  # pylint: disable=import-outside-toplevel
@@ -46,7 +65,8 @@ def main(argv: Sequence[str]) -> None:
   print(preservation.report(results))
 
 
-if __name__ == "__main__":
+def _define_flags() -> None:
+  """The two models, the data and --output: under `__main__` only, so an import defines none."""
   flags.DEFINE_string("before", None, "The original model directory.", required=True)
   flags.DEFINE_string("after", None, "The query-tower-tuned model directory.", required=True)
   flags.DEFINE_string("data_dir", "../shared/data", "Root of the evaluation data.")
@@ -55,4 +75,8 @@ if __name__ == "__main__":
   flags.DEFINE_list("tatoeba_languages", None, "Tatoeba codes (default: all present).")
   flags.DEFINE_float("margin", 0.1, "m of the held-out cosine triplet loss (QueryTower.margin).")
   flags.DEFINE_string("output", None, "Directory for preservation.json / .md.", required=True)
+
+
+if __name__ == "__main__":
+  _define_flags()
   cli.run(main)

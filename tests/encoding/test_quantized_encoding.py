@@ -1,13 +1,12 @@
-"""--precision end to end on a trained directory: calibrate, Encoder.encode, embed, export.
+"""--precision end to end on a trained directory: calibrate, Encoder.encode, embed, mine, export.
 
 A copy of the session's tiny model (4 steps: parity, not quality, is tested) is
 calibrated once; the SavedModel's serving_<precision> signatures must give the
 codes `Encoder.encode(precision=)` gives from the same export's float vectors.
 """
 
+import pathlib
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +14,9 @@ import tensorflow as tf
 
 import vmsst
 import vmsst_testing
+from vmsst import calibrate
+from vmsst import embed
+from vmsst import mine
 from vmsst.encoding import calibration as calibration_lib
 from vmsst.encoding import embed_files
 from vmsst.export_formats import saved_model as export
@@ -29,14 +31,19 @@ SENTENCES = ["A man rides a bicycle.", "Ein Mann fährt mit dem Fahrrad über di
              "रजल", "Der Hund schläft.", "The dog sleeps.", "Le chien dort."]
 
 
+def _calibration_set(folder) -> str:
+  """calibration.txt in `folder`: SENTENCES twice and 50 more (59 distinct, 60 with "")."""
+  path = folder / "calibration.txt"
+  path.write_text("\n".join(SENTENCES * 2 + [f"Satz {i}." for i in range(50)]), encoding="utf-8")
+  return path
+
+
 @pytest.fixture(scope="module")
 def model_dir(tiny_model, tmp_path_factory):
   """A calibrated copy of the tiny model (the session's stays uncalibrated)."""
   copy = tmp_path_factory.mktemp("quantized") / "model"
   shutil.copytree(tiny_model[0], copy)
-  calibration_set = copy.parent / "calibration.txt"
-  calibration_set.write_text("\n".join(SENTENCES * 2 + [f"Satz {i}." for i in range(50)]),
-                             encoding="utf-8")
+  calibration_set = _calibration_set(copy.parent)
   get_encoder = lambda: protocol.UniqueSentences(encoder_flags.make_encoder(model_dir=str(copy)))
   summary = calibration_lib.calibrate_file(get_encoder, str(calibration_set), str(copy))
   assert "59 distinct sentences" in summary  # SENTENCES less the empty line, and 50
@@ -88,16 +95,81 @@ def test_embed_file_writes_each_precisions_dtype_and_shape(model_dir, tmp_path, 
       summary)
 
 
-def test_embed_command_precision_flag(model_dir, tmp_path):
+def test_calibrate_then_embed_int8_on_the_command_line(tiny_model, model_dir, tmp_path, capfd):
+  """Typed as the README shows: embed --precision=int8 on an uncalibrated model is one error
+  line naming vmsst.calibrate; `calibrate` writes the fixture's calibration (same sentences);
+  then embed writes the float vectors' codes by it."""
+  copy = tmp_path / "model"
+  shutil.copytree(tiny_model[0], copy)
   lines = tmp_path / "lines.txt"
   lines.write_text("\n".join(SENTENCES), encoding="utf-8")
-  run = lambda *args: subprocess.run(
-      [sys.executable, "-m", "vmsst.embed", f"--model_dir={model_dir}", f"--input={lines}",
-       *args], cwd=vmsst_testing.ROOT, capture_output=True, text=True, timeout=600, check=False)
-  done = run(f"--output={tmp_path / 'int8.npy'}", "--precision=int8")
+  embed_int8 = lambda: vmsst_testing.run_here(embed, [
+      f"--model_dir={copy}", f"--input={lines}", f"--output={tmp_path / 'int8.npy'}",
+      "--precision=int8"], capfd)
+  vmsst_testing.assert_user_error(embed_int8(), "vmsst.calibrate", quantize.CALIBRATION_FILE)
+  done = vmsst_testing.run_here(
+      calibrate, [f"--model_dir={copy}", f"--input={_calibration_set(tmp_path)}"], capfd)
+  assert done.returncode == 0, done.stderr[-2000:]
+  written, fixture = quantize.load(str(copy)), quantize.load(str(model_dir))
+  assert written.sentences == fixture.sentences == 59
+  np.testing.assert_allclose(written.ranges, fixture.ranges, atol=1e-6)
+  done = embed_int8()
   assert done.returncode == 0, done.stderr[-2000:]
   assert "int8: int8 [10," in done.stdout
-  assert np.load(tmp_path / "int8.npy").dtype == np.int8
+  codes = np.load(tmp_path / "int8.npy")
+  want = quantize.quantize(vmsst.Encoder.from_checkpoint(str(copy)).encode(SENTENCES), "int8",
+                           written.ranges)
+  assert codes.dtype == np.int8 and codes.shape == want.shape
+  # Another batching of the same model rounds in the last bits: a bucket's edge moves by one.
+  assert np.abs(codes.astype(int) - want.astype(int)).max() <= 1
+  assert np.mean(codes != want) < 0.02
+
+
+def _mine_rows(capfd, *args: str) -> list[str]:
+  done = vmsst_testing.run_here(mine, args, capfd)
+  assert done.returncode == 0, done.stderr[-2000:]
+  output = [a.split("=", 1)[1] for a in args if a.startswith("--output=")][-1]
+  return pathlib.Path(output).read_text(encoding="utf-8").splitlines()
+
+
+def test_mine_precision_flags_with_a_calibration_mine_the_float_pairs(model_dir, data_dir,
+                                                                       tmp_path, capfd):
+  """--precision=int8 (the model's calibration), binary and ubinary: with candidates as deep as
+  the sides (--rescore_multiplier x --k = 12 rows), the float re-rank sees every key, so the
+  pairs and scores are the float search's, to the digit; so too at --truncate_dim."""
+  german, english = vmsst_testing.ntrex_translations(data_dir, 12)
+  (tmp_path / "de.txt").write_text("\n".join(german) + "\n", encoding="utf-8")
+  (tmp_path / "en.txt").write_text("\n".join(english[::-1]) + "\n", encoding="utf-8")
+  common = [f"--model_dir={model_dir}", f"--src={tmp_path / 'de.txt'}",
+            f"--trg={tmp_path / 'en.txt'}", "--k=2"]
+  floats = _mine_rows(capfd, *common, f"--output={tmp_path / 'float32.tsv'}")
+  assert floats
+  for precision in ("int8", "binary", "ubinary"):
+    rows = _mine_rows(capfd, *common, f"--precision={precision}", "--rescore_multiplier=6",
+                      f"--output={tmp_path / precision}.tsv")
+    assert rows == floats, precision
+  # A prefix renormalised has other ranges than the calibration's full vectors: int8 at
+  # --truncate_dim measures the two sides' own, as without a calibration.
+  cut = _mine_rows(capfd, *common, "--truncate_dim=8", f"--output={tmp_path / 'cut.tsv'}")
+  assert _mine_rows(capfd, *common, "--truncate_dim=8", "--precision=int8",
+                    "--rescore_multiplier=6", f"--output={tmp_path / 'cut_int8.tsv'}") == cut
+
+
+def test_mine_int8_without_a_calibration_uses_the_sides_and_a_broken_one_names_calibrate(
+    tiny_model, model_dir, tmp_path, capfd):
+  """mine's documented rule: no calibration beside the model, the two sides' own ranges (the
+  codes are compared within this one search only); an unreadable one is one error line
+  naming the file and vmsst.calibrate."""
+  (tmp_path / "de.txt").write_text("\n".join(SENTENCES[:4]) + "\n", encoding="utf-8")
+  (tmp_path / "en.txt").write_text("\n".join(SENTENCES[7:]) + "\n", encoding="utf-8")
+  common = [f"--src={tmp_path / 'de.txt'}", f"--trg={tmp_path / 'en.txt'}", "--k=1",
+            "--precision=int8", f"--output={tmp_path / 'pairs.tsv'}"]
+  assert _mine_rows(capfd, f"--model_dir={tiny_model[0]}", *common)
+  broken = tmp_path / "broken"
+  shutil.copytree(model_dir, broken)
+  (broken / quantize.CALIBRATION_FILE).write_text("{}", encoding="utf-8")
+  done = vmsst_testing.run_here(mine, [f"--model_dir={broken}", *common], capfd)
+  vmsst_testing.assert_user_error(done, quantize.CALIBRATION_FILE, "vmsst.calibrate")
 
 
 def test_saved_model_precision_signatures_equal_encoder_encode(exported, model_dir):

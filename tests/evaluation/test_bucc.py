@@ -378,12 +378,14 @@ def test_build_rejects_bad_options(data_dir, tmp_path):
 
 def test_command_line(data_dir, tmp_path):
   command = [sys.executable, "-m", "vmsst.build_bucc", f"--data_dir={data_dir}",
-             f"--output={tmp_path}", "--pairs=fr-en", "--aligned_fraction=0.03", "--seed=3"]
+             f"--output={tmp_path}", "--pairs=fr-en", "--aligned_fraction=0.03", "--seed=3",
+             "--near_duplicate_jaccard=0.5"]
   done = subprocess.run(command, capture_output=True, text=True, check=False,
                         cwd=pathlib.Path(__file__).resolve().parents[2])
   assert done.returncode == 0, done.stderr
   assert bucc.language_pairs(tmp_path / "bucc2018") == [("fr", "en")]
-  assert '"aligned_fraction": 0.03' in (tmp_path / "bucc2018" / "README.md").read_text()
+  readme = (tmp_path / "bucc2018" / "README.md").read_text()
+  assert '"aligned_fraction": 0.03' in readme and '"near_duplicate_jaccard": 0.5' in readme
 
 
 @pytest.mark.parametrize("jaccard,want", [(0.4, [True, False, True]), (0.6, [True] * 3)])

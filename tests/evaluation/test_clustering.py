@@ -1,10 +1,14 @@
-"""Clustering accuracy by hand, the MewsC-16 reader, and the STSb-derived builder."""
+"""Clustering accuracy by hand, the MewsC-16 reader, and the STSb-derived builder (its command
+as typed)."""
 
 import gzip
+import json
 
 import numpy as np
 import pytest
 
+import vmsst_testing
+from vmsst import build_clustering as command
 from vmsst.build_data import clustering as build_clustering
 from vmsst.evaluation import clustering
 from vmsst.encoding import protocol
@@ -94,9 +98,11 @@ def test_one_category_is_an_error(tmp_path):
     clustering.evaluate(_encoder({"one": [1, 0], "two": [0, 1]}), tmp_path)
 
 
-def test_builder_on_real_data(data_dir, tmp_path):
-  summary = build_clustering.build_clustering_task(data_dir, tmp_path, languages=("en", "de"),
-                                                   max_per_category=20)
+def test_builder_on_real_data(data_dir, tmp_path, capfd):
+  done = vmsst_testing.run_here(command, [f"--data_dir={data_dir}", f"--output={tmp_path}",
+                                          "--languages=en,de", "--max_per_category=20"], capfd)
+  assert done.returncode == 0, done.stderr[-2000:]
+  summary = json.loads(done.stdout)
   folder = tmp_path / "mewsc16"
   assert summary["n"] == 180 and len(summary["categories"]) == 9
   assert set(summary["categories"]) >= {"MSRvid", "images", "headlines", "answer-answer"}

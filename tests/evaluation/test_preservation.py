@@ -1,4 +1,5 @@
-"""Preservation report: improvement I, z-tests by hand, per-pair rows, the asymmetric towers."""
+"""Preservation report: improvement I, z-tests by hand, per-pair rows, the asymmetric towers,
+and the command's checks of what is typed before a model loads."""
 
 import gzip
 import math
@@ -6,6 +7,8 @@ import math
 import numpy as np
 import pytest
 
+import vmsst_testing
+from vmsst import preservation as command
 from vmsst.encoding import protocol
 from vmsst.evaluation import preservation as pv
 
@@ -161,3 +164,22 @@ def test_report_lists_counts_and_rows():
   assert "| sts spearman | en-de | 80.00 | 70.00 | -5.90 | worse |" in text
   assert "| all | 0 | 1 | 0 |" in text and "tatoeba/v1" in text
   assert np.isclose(results["rows"][0]["p_value"], 2 * 1.8e-9, rtol=0.5)
+
+
+@pytest.mark.parametrize("typed, named", [
+    (["--before={tmp}/nowhere", "--after={model}"], "--before={tmp}/nowhere"),
+    (["--before={model}", "--after={tmp}/nowhere"], "--after={tmp}/nowhere"),
+    (["--before={model}", "--after={model}", "--triplets={tmp}/none.tsv"],
+     "--triplets={tmp}/none.tsv"),
+])
+def test_the_command_names_a_model_or_triplets_file_that_is_not_there(tmp_path, capfd, typed,
+                                                                     named):
+  """Found before either model loads: a directory with model.json passes the check (it would
+  fail only at the restore), so the error comes from the typed flag."""
+  (tmp_path / "model").mkdir()
+  (tmp_path / "model" / "model.json").write_text("{}")
+  fill = lambda text: text.format(tmp=tmp_path, model=tmp_path / "model")
+  done = vmsst_testing.run_here(command, [*map(fill, typed), f"--output={tmp_path / 'out'}"],
+                                capfd)
+  vmsst_testing.assert_user_error(done, fill(named))
+  assert not (tmp_path / "out").exists()

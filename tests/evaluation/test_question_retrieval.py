@@ -1,8 +1,11 @@
-"""Question-retrieval R@1 by hand, the reader's checks, the builder on real data, usem3."""
+"""Question-retrieval R@1 by hand, the reader's checks, the builder on real data (its command
+as typed), usem3."""
 
 import numpy as np
 import pytest
 
+import vmsst_testing
+from vmsst import build_question_retrieval as command
 from vmsst.encoding import protocol
 from vmsst.encoding import usem3
 from vmsst.build_data import question_retrieval as build_qr
@@ -119,8 +122,13 @@ def test_builder_on_real_data(data_dir, tmp_path):
   assert first == {p: p.read_bytes() for p in folder.rglob("*.tsv")}  # Deterministic.
 
 
-def test_builder_withholds_the_english_source(data_dir, tmp_path):
-  build_qr.build_question_retrieval(data_dir, tmp_path, languages=("de",), sts16=False)
+def test_builder_command_withholds_the_english_source(data_dir, tmp_path, capfd):
+  """Typed with every flag (in this process); --nosts16 leaves the STS16 set out."""
+  done = vmsst_testing.run_here(command, [
+      f"--data_dir={data_dir}", f"--output={tmp_path}", "--languages=de", "--nosts16",
+      "--min_score=4.0", "--kb_splits=train,dev,test"], capfd)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert not (tmp_path / "question_retrieval" / "sts16_questions").exists()
   data = qr.read_set(tmp_path / "question_retrieval" / "stsb_multi_mt")
   kb = set(data.kb)
   # Test row 4 (score 4.2): "A man is cutting up a cucumber." / "A man is slicing a

@@ -4,13 +4,14 @@
 the bucket; `evaluate`, `embed`, `score` and `mine` with inputs and outputs there. Each
 runs from an empty working directory: a bucket path that lost its scheme (`pathlib` makes
 `gs:/bucket/...`) would show there, or in the temporary directory, as a local `gs:` folder.
-`embed`, `export` and `score --saved_model` run as the commands a pod user types; the others
-call the command's library function in this process (the same code below the flag parsing),
-which keeps the file quick. TensorFlow's own reads of the bucket (a SavedModel) run in a
-command only: in this process its client would wait on the emulator's proxy, whose threads
-need the GIL it holds.
+`evaluate`, `embed`, `score` and `mine` are typed as a pod user types them, flags and all, and
+run in this process (`vmsst_testing.run_here`: absl's parsing and the command's `main`, without
+a process's seconds of imports); `export` and `score --saved_model` run as processes:
+TensorFlow's own reads of the bucket (a SavedModel) would wait, in this process, on the
+emulator's proxy, whose threads need the GIL it holds.
 """
 
+import json
 import os
 import pathlib
 import subprocess
@@ -23,11 +24,13 @@ import pytest
 
 import vmsst_testing
 from vmsst import cli
-from vmsst.encoding import embed_files
+from vmsst import embed
+from vmsst import evaluate
 from vmsst import files
-from vmsst.mining import file_mining
+from vmsst import mine
 from vmsst import score
 from vmsst.encoding import checkpoint
+from vmsst.encoding import embed_files
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
 
@@ -122,13 +125,19 @@ def test_files_streams_renames_and_local_copies_in_the_bucket(gcs, workdir):
   assert objects(gcs, root) == {"a.txt", "b.txt.gz", "moved/deep/d.txt", "out/e.txt"}
 
 
-def test_embed_command_reads_the_model_and_input_from_the_bucket_and_writes_there(
-    gcs, bucket, workdir, encoder):
-  output = files.join(bucket["root"], "out", "embed", "de.npy")
-  done = run_command("vmsst.embed", f"--model_dir={bucket['model']}",
-                     f"--input={files.join(bucket['root'], 'in', 'de.txt')}",
-                     f"--output={output}", cwd=workdir)
+def _typed(command, *args: str, capfd) -> vmsst_testing.Ended:
+  """`python -m <command> ARGS` in this process; the test fails on any exit but 0."""
+  done = vmsst_testing.run_here(command, args, capfd)
   assert done.returncode == 0, done.stderr[-3000:]
+  return done
+
+
+def test_embed_command_reads_the_model_and_input_from_the_bucket_and_writes_there(
+    gcs, bucket, workdir, encoder, capfd):
+  output = files.join(bucket["root"], "out", "embed", "de.npy")
+  done = _typed(embed, f"--model_dir={bucket['model']}",
+                f"--input={files.join(bucket['root'], 'in', 'de.txt')}", f"--output={output}",
+                capfd=capfd)
   assert f"wrote {output}" in done.stdout + done.stderr
   assert objects(gcs, files.join(bucket["root"], "out", "embed")) == {"de.npy"}
   got = files.load_npy(output)
@@ -136,57 +145,67 @@ def test_embed_command_reads_the_model_and_input_from_the_bucket_and_writes_ther
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_a_missing_bucket_model_or_input_is_one_error_line(bucket, workdir):
+def test_a_missing_bucket_model_or_input_is_one_error_line(bucket, workdir, capfd):
   missing = files.join(bucket["root"], "no_such_model")
   with pytest.raises(cli.UserError, match=f"--model_dir={missing} is not a directory"):
     encoder_flags.check_paths(model_dir=missing)
   with pytest.raises(cli.UserError, match="has no model.json"):
     encoder_flags.check_paths(model_dir=files.join(bucket["root"], "in"))
-  done = run_command("vmsst.embed", f"--model_dir={bucket['model']}",
-                     f"--input={files.join(bucket['root'], 'in', 'nothing.txt')}",
-                     f"--output={files.join(bucket['root'], 'out', 'x.npy')}", cwd=workdir)
+  done = vmsst_testing.run_here(embed, [
+      f"--model_dir={bucket['model']}", f"--input={files.join(bucket['root'], 'in', 'nothing.txt')}",
+      f"--output={files.join(bucket['root'], 'out', 'x.npy')}"], capfd)
   vmsst_testing.assert_user_error(done, "input", "nothing.txt")
 
 
-def test_score_and_mine_read_and_write_the_bucket(gcs, bucket, workdir, encoder):
+def test_score_and_mine_commands_read_and_write_the_bucket(gcs, bucket, workdir, encoder, capfd):
   get_encoder = lambda: protocol.UniqueSentences(encoder, progress=False)
   out = files.join(bucket["root"], "out", "pairs")
-  summary = score.score_file(get_encoder, files.join(bucket["root"], "in", "pairs.tsv"),
-                             files.join(out, "scores.txt"))
-  assert summary.pairs == len(ENGLISH)
+  model = f"--model_dir={bucket['model']}"
+  done = _typed(score, model, f"--input={files.join(bucket['root'], 'in', 'pairs.tsv')}",
+                f"--output={files.join(out, 'scores.txt')}", capfd=capfd)
+  assert f"{len(ENGLISH)} pairs scored" in done.stdout
   scores = [float(x) for x in files.read_text(files.join(out, "scores.txt")).split()]
   first, second = SENTENCES[:len(ENGLISH)], ENGLISH
   np.testing.assert_allclose(scores, score.score_pairs(get_encoder(), first, second), atol=2e-6)
-  file_mining.mine_files(get_encoder, files.join(bucket["root"], "in", "de.txt"),
-                         files.join(bucket["root"], "in", "en.txt"), files.join(out, "mined.tsv"),
-                         k=2, progress=False)
+  _typed(mine, model, f"--src={files.join(bucket['root'], 'in', 'de.txt')}",
+         f"--trg={files.join(bucket['root'], 'in', 'en.txt')}",
+         f"--output={files.join(out, 'mined.tsv')}", "--k=2", capfd=capfd)
   mined = files.read_text(files.join(out, "mined.tsv")).splitlines()
   assert mined and all(len(line.split("\t")) == 3 for line in mined)
   assert objects(gcs, out) == {"scores.txt", "mined.tsv"}
 
 
-def test_mine_reads_precomputed_embeddings_from_the_bucket(gcs, bucket, workdir, encoder):
-  unique = protocol.UniqueSentences(encoder, progress=False)
+def test_mine_command_reads_precomputed_embeddings_from_the_bucket(gcs, bucket, workdir, encoder,
+                                                                   capfd):
+  """The .npy files written by the library with the module's encoder (the embed command's own
+  bucket run is the first test): one model restore here, not three."""
   out = files.join(bucket["root"], "out", "precomputed")
-  for side, lines in (("de", SENTENCES), ("en", ENGLISH)):
+  model = f"--model_dir={bucket['model']}"
+  sides = [f"--src={files.join(bucket['root'], 'in', 'de.txt')}",
+           f"--trg={files.join(bucket['root'], 'in', 'en.txt')}", "--k=2"]
+  unique = protocol.UniqueSentences(encoder, progress=False)
+  for side in ("de", "en"):
     embed_files.embed_file(lambda: unique, files.join(bucket["root"], "in", f"{side}.txt"),
-                     files.join(out, f"{side}.npy"))
-  run = lambda name, **options: (file_mining.mine_files(
-      lambda: unique, files.join(bucket["root"], "in", "de.txt"),
-      files.join(bucket["root"], "in", "en.txt"), files.join(out, name), k=2, progress=False,
-      **options), files.read_text(files.join(out, name)))[1]
-  assert run("from_npy.tsv", src_embeddings=files.join(out, "de.npy"),
-             trg_embeddings=files.join(out, "en.npy")) == run("encoded.tsv")
+                           files.join(out, f"{side}.npy"))
+  _typed(mine, *sides, f"--src_embeddings={files.join(out, 'de.npy')}",
+         f"--trg_embeddings={files.join(out, 'en.npy')}",
+         f"--output={files.join(out, 'from_npy.tsv')}", capfd=capfd)
+  _typed(mine, model, *sides, f"--output={files.join(out, 'encoded.tsv')}", capfd=capfd)
+  assert (files.read_text(files.join(out, "from_npy.tsv"))
+          == files.read_text(files.join(out, "encoded.tsv")))
   assert objects(gcs, out) == {"de.npy", "en.npy", "from_npy.tsv", "encoded.tsv"}
 
 
-def test_evaluate_writes_results_report_and_plot_into_the_bucket(gcs, bucket, workdir, encoder):
-  from vmsst.evaluation import runner  # pylint: disable=import-outside-toplevel
+def test_evaluate_command_writes_results_report_and_plot_into_the_bucket(gcs, bucket, workdir,
+                                                                         capfd):
   output = files.join(bucket["root"], "out", "eval")
-  results = runner.run_suites(encoder, data_dirs=[files.join(bucket["root"], "data")],
-                              suite="tatoeba", output=output)
+  data = files.join(bucket["root"], "data")
+  done = _typed(evaluate, f"--model_dir={bucket['model']}", f"--data_dir={data}",
+                "--suite=tatoeba", f"--output={output}", capfd=capfd)
+  assert f"wrote {output}/results.json" in done.stdout
+  results = json.loads(files.read_text(files.join(output, "results.json")))
   assert results["_meta"]["suites"] == ["tatoeba"]
-  assert results["_meta"]["data_dirs"] == [files.join(bucket["root"], "data")]
+  assert results["_meta"]["data_dirs"] == [data]
   assert objects(gcs, output) == {"results.json", "report.md", "tatoeba.png"}
   assert files.read_bytes(files.join(output, "tatoeba.png")).startswith(b"\x89PNG")
   assert "tatoeba" in files.read_text(files.join(output, "report.md")).lower()

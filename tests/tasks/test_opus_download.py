@@ -9,6 +9,7 @@ import zipfile
 
 import pytest
 
+import vmsst_testing
 from vmsst_tasks import opus_download
 from vmsst_tasks import opus_paper
 
@@ -199,6 +200,23 @@ def test_fetch_reports_a_corrupt_download_and_deletes_it(tmp_path, catalog_path)
   assert len(report.failed) == 1 and str(bad) in report.failed[0]
   assert not bad.exists()
   assert not (out / "Tatoeba.en-de.en").exists()
+
+
+def test_command_with_corpora_pivots_and_keep_zips_extracts_and_keeps_the_zip(tmp_path,
+                                                                             catalog_path, capfd):
+  """Typed (in this process), offline: the zip is already where the download would put it."""
+  out = tmp_path / "opus"
+  zip_dir = out / opus_download.ZIP_SUBDIR
+  zip_dir.mkdir(parents=True)
+  kept = make_opus_zip(zip_dir / "Europarl_v8_moses_de-en.txt.zip", "Europarl", "en", "de",
+                       ["one", "two"], ["eins", "zwei"])
+  done = vmsst_testing.run_here(opus_download, [
+      f"--output={out}", "--languages=de", "--pivots=en", "--corpora=Europarl@v8", "--keep_zips",
+      f"--opus_db={catalog_path}"], capfd)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert "(1 jobs, 1 languages, pivots en, corpora Europarl@v8)" in done.stdout
+  assert (out / "Europarl.en-de.de").read_text() == "eins\nzwei\n"
+  assert kept.exists()
 
 
 # -------------------------------------------------------------------- dry run

@@ -1,12 +1,17 @@
-"""The STSb triplet rule on a hand-written file, and the negative's padding.
+"""The STSb triplet rule on a hand-written file, the negative's padding, and the command as
+typed (in this process).
 
 (The real STSb split, the TSV reader and the seqio task are exercised in
 tests/objectives/test_query_tower.py, whose objective consumes them.)
 """
 
+import gzip
+import json
+
 import numpy as np
 import pytest
 
+import vmsst_testing
 from vmsst_tasks import triplets
 
 ROWS = [  # file, score, sentence1, sentence2 (STSb's TAB-only csv layout)
@@ -66,3 +71,29 @@ def test_pad_negative_trims_appends_eos_and_zero_pads(ids, want):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   got = triplets.pad_negative(tf.constant(ids, tf.int32), 5).numpy()
   np.testing.assert_array_equal(got, want)
+
+
+def test_command_writes_the_three_splits_from_stsb_dir(tmp_path, capfd):
+  for split in ("train", "dev", "test"):
+    _write_stsb(tmp_path, split)
+  done = vmsst_testing.run_here(triplets, [f"--stsb_dir={tmp_path}", "--seed=0",
+                                           f"--output={tmp_path / 'out'}"], capfd)
+  assert done.returncode == 0, done.stderr[-2000:]
+  for name, split in (("train", "train"), ("validation", "dev"), ("test", "test")):
+    lines = (tmp_path / "out" / f"{name}.tsv").read_text(encoding="utf-8").splitlines()
+    rows = [tuple(line.split("\t")) for line in lines]
+    assert rows and rows == triplets.stsb_triplets(tmp_path, split, seed=0)[0], name
+
+
+def test_command_names_an_msmarco_file_too_short_for_the_splits_and_writes_nothing(tmp_path,
+                                                                                    capfd):
+  path = tmp_path / "msmarco-triplets.jsonl.gz"
+  with gzip.open(path, "wt", encoding="utf-8") as f:
+    f.write(json.dumps({"query": "q", "pos": ["p"], "neg": ["n"]}) + "\n")
+  done = vmsst_testing.run_here(triplets, [f"--msmarco={path}", f"--output={tmp_path / 'out'}"],
+                                capfd)
+  vmsst_testing.assert_user_error(done, str(path))
+  assert not (tmp_path / "out").exists()
+  done = vmsst_testing.run_here(triplets, [f"--stsb_dir={tmp_path / 'nowhere'}",
+                                           f"--output={tmp_path / 'out'}"], capfd)
+  vmsst_testing.assert_user_error(done, str(tmp_path / "nowhere"))

@@ -7,6 +7,7 @@ import pytest
 import sentencepiece as spm
 
 import vmsst_testing
+from vmsst import vocabulary
 from vmsst_tasks import vocabulary_training
 
 
@@ -41,3 +42,15 @@ def test_a_rerun_trains_the_same_vocabulary_when_the_corpus_is_sampled(data_dir,
             for i in range(processor.get_piece_size())]
 
   assert pieces("first") == pieces("second")
+
+
+def test_the_command_trains_on_its_input_sentence_size_sample(data_dir, tmp_path, capfd):
+  """`vocabulary --input_sentence_size=40` (typed, in this process): 40 sampled Multi30k
+  sentences cannot fill 2000 pieces (the session's tiny vocabulary takes its 2000 from 4000
+  sentences), so SentencePiece's refusal, one error line naming --vocab_size, shows the sample
+  was what it trained on."""
+  done = vmsst_testing.run_here(vocabulary, [
+      f"--data_dir={data_dir}", "--sources=multi30k", "--vocab_size=2000",
+      "--input_sentence_size=40", f"--output={tmp_path / 'vocab' / 'spm'}"], capfd)
+  vmsst_testing.assert_user_error(done, "--vocab_size=2000")
+  assert not (tmp_path / "vocab").exists()

@@ -129,6 +129,20 @@ def test_interlanguage_table_maps_titles_to_ids_and_drops_unmapped(tmp_path):
     we.extract(dump, interlanguage=str(table), min_links=0)
 
 
+def test_interlanguage_flag_keys_the_written_entities_by_id(tmp_path, capfd):
+  dump = _dump(tmp_path, [("A", 0, "The [[Rhine_river|Rhine]] meets the [[Main (river)|Main]] "
+                                   "at [[Mainz]] city.")])
+  table = tmp_path / "ill.tsv"
+  table.write_text("rhine river\tQ584\nMain (river)\tQ1670\n")
+  done = vmsst_testing.run_here(we, [f"--dump={dump}", f"--output={tmp_path / 'out'}",
+                                     f"--interlanguage={table}", "--min_links=0",
+                                     "--heldout_fraction=0"], capfd)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert json.loads((tmp_path / "out" / "meta.json").read_text())["entity_keys"] == (
+      entity_files.KEYS_ID)
+  assert sorted(entity_files.load_entity_keys(str(tmp_path / "out"))) == ["Q1670", "Q584"]
+
+
 def test_hard_negatives_share_the_type_and_are_not_on_the_page(tmp_path):
   dump = _dump(tmp_path, [
       ("Rome", 0, "[[Paris]] is bigger than [[Lyon]] in size.\nThe [[Seine]] runs through it."),
@@ -153,18 +167,22 @@ def test_hard_negatives_share_the_type_and_are_not_on_the_page(tmp_path):
   assert len(draws) > 1  # Paris's one negative depends on the seed
 
 
-def test_written_directory_loads_as_entity_rows(tmp_path):
+def test_written_directory_loads_as_entity_rows(tmp_path, capfd):
+  """Written by the command as typed (in this process): --types, --num_hard_negatives, --lang."""
   dump = _dump(tmp_path, [("P1", 0, "[[Paris]] is bigger than [[Lyon]] in size."),
                           ("P2", 0, "[[Berlin]] is a city in Germany.")])
   types = tmp_path / "types.tsv"
   types.write_text("Paris\tcity\nLyon\tcity\nBerlin\tcity\n")
-  we.build(str(dump), str(tmp_path / "out"), types=str(types), heldout_fraction=0, min_links=0)
+  done = vmsst_testing.run_here(we, [
+      f"--dump={dump}", f"--output={tmp_path / 'out'}", f"--types={types}",
+      "--num_hard_negatives=1", "--heldout_fraction=0", "--min_links=0", "--lang=deu"], capfd)
+  assert done.returncode == 0, done.stderr[-2000:]
   meta = json.loads((tmp_path / "out" / "meta.json").read_text())
   assert meta["num_entities"] == 3 and meta["num_hard_negatives"] == 1
   assert meta["entity_keys"] == entity_files.KEYS_TITLE and meta["min_links"] == 0
   keys = entity_files.load_entity_keys(str(tmp_path / "out"))
   texts, langs, ids = we.load_split(str(tmp_path / "out"), "train")
-  assert langs == ["eng"] * 3 and ids.dtype == np.int32 and ids.shape == (3, 2)
+  assert langs == ["deu"] * 3 and ids.dtype == np.int32 and ids.shape == (3, 2)
   assert [keys[i] for i in ids[:, 0]] == ["Paris", "Lyon", "Berlin"]
   assert keys[ids[2, 1]] in ("Paris", "Lyon") and texts[2] == "Berlin is a city in Germany."
   assert we.load_split(str(tmp_path / "out"), "validation")[2].shape == (0, 2)
