@@ -159,11 +159,12 @@ def command_flags(define: Callable[[], None]):
       gin_utils.define_flags.cache_clear()
 
 
-def run_here(command: types.ModuleType, args: Sequence[str], capfd) -> Ended:
+def run_here(command: types.ModuleType, args: Sequence[str], capfd,
+             define: Callable[[], None] | None = None) -> Ended:
   """`python -m <command> ARGS` in this process (`command_here`), with the command's own flags
-  (`command._define_flags`) defined for this call only: how a test types a command line
-  without the seconds a process spends importing JAX and TensorFlow."""
-  with command_flags(command._define_flags):  # pylint: disable=protected-access
+  (`define`, by default `command._define_flags`) defined for this call only: how a test types
+  a command line without the seconds a process spends importing JAX and TensorFlow."""
+  with command_flags(define or command._define_flags):  # pylint: disable=protected-access
     return command_here(command.main, command.__name__, args, capfd)
 
 

@@ -27,11 +27,6 @@ NOT_TYPING = (HERE, TESTS / "commands" / "test_help.py")
 # Flags no test types, each with why. Keep it short: a flag that is cheap to type belongs in a
 # test instead (e.g. one more argument to an existing command-line test).
 ALLOWED = {
-    "calibration": "export's: vmsst/export_formats/ and its tests are being reworked "
-                   "(another change); `export --calibration` is tested through the library "
-                   "(tests/encoding/test_quantized_encoding.py)",
-    "platforms": "export's: as --calibration (vmsst/export_formats/ is being reworked)",
-    "dtype": "export's: as --calibration (vmsst/export_formats/ is being reworked)",
     "find_max_batch": "compile's: a search of TPU compiles (libtpu, minutes); "
                       "step.find_max_batch is tested in tests/test_compile.py",
     "sts_languages": "preservation's: its effect needs a query-tower-tuned model (minutes of "

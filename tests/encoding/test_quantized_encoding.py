@@ -5,6 +5,7 @@ calibrated once; the SavedModel's serving_<precision> signatures must give the
 codes `Encoder.encode(precision=)` gives from the same export's float vectors.
 """
 
+import json
 import pathlib
 import shutil
 
@@ -16,9 +17,11 @@ import vmsst
 import vmsst_testing
 from vmsst import calibrate
 from vmsst import embed
+from vmsst import export as export_command
 from vmsst import mine
 from vmsst.encoding import calibration as calibration_lib
 from vmsst.encoding import embed_files
+from vmsst.export_formats import flags as export_flags
 from vmsst.export_formats import saved_model as export
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
@@ -194,14 +197,21 @@ def test_saved_model_precision_signatures_equal_encoder_encode(exported, model_d
     assert np.mean(from_checkpoint != served) < 0.1, precision
 
 
-def test_export_calibration_flag_measures_the_ranges_at_export(model_dir, tmp_path):
+def test_export_calibration_flag_measures_the_ranges_at_export(model_dir, tmp_path, capfd):
+  """`export --calibration` typed (in this process), with --dtype and --platforms: the
+  export's record says what they asked for."""
   uncalibrated = tmp_path / "model"
   shutil.copytree(model_dir, uncalibrated)
   (uncalibrated / quantize.CALIBRATION_FILE).unlink()
   sentences = tmp_path / "calibration.txt"
   sentences.write_text("\n".join(f"Sentence number {i}." for i in range(30)), encoding="utf-8")
-  metadata = export.export(str(uncalibrated), str(tmp_path / "export"),
-                           calibration=str(sentences))
+  done = vmsst_testing.run_here(export_command, [
+      f"--model_dir={uncalibrated}", f"--output={tmp_path / 'export'}",
+      f"--calibration={sentences}", "--dtype=bfloat16", "--platforms=cpu"], capfd,
+      define=export_flags.define)
+  assert done.returncode == 0, done.stderr[-2000:]
+  metadata = json.loads((tmp_path / "export" / export.EXTRA_DIR / export.METADATA_FILE).read_text())
+  assert (metadata["dtype"], metadata["platforms"]) == ("bfloat16", ["cpu"])
   assert "serving_int8" in metadata["signatures"]
   saved = quantize.load(str(tmp_path / "export" / export.EXTRA_DIR))
   assert (saved.sentences, saved.source) == (30, "calibration.txt")
