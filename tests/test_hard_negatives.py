@@ -222,7 +222,7 @@ def test_the_command_writes_each_pairs_negatives_and_never_its_translation(
   english[7] = ""  # an empty side: skipped and counted
   done = _command(f"--model_dir={tiny_model[0]}", *_moses(tmp_path, german, english),
                   f"--output={tmp_path / 'neg'}", "--negatives=3", "--candidates=10",
-                  "--margin_value=0.1")
+                  "--margin=relative", "--margin_value=0.1")
   assert done.returncode == 0, done.stderr[-3000:]
   assert "read=40 kept=39 skipped=1 (empty_side=1)" in done.stdout
   assert "within the relative margin 0.1" in done.stdout

@@ -95,8 +95,9 @@ def _mine_here(capfd, *args: str) -> list[tuple[float, str, str]]:
 def test_output_format_threshold_query_block_and_recall_sample_flags(tmp_path, capfd):
   """Clustered vectors (no model): --output_format=indices names the lines of the text run's
   pairs, --threshold keeps its rows scoring at least T, --query_block=7 (blocks that do not
-  divide the 300 rows) finds the same pairs as one block, and --recall_sample sizes the IVF
-  search's recall sample."""
+  divide the 300 rows) finds the same pairs as one block, --recall_sample sizes the IVF
+  search's recall sample, and --sq8 / --pq=4 (cells trained on --train_size rows) still pair
+  nearly every sentence; --pq with a sample too small to train its codes is one error line."""
   source, target = vmsst_testing.clustered_embeddings(300)
   src, trg = _files(tmp_path, "".join(f"s{i}\n" for i in range(300)),
                     "".join(f"t{i}\n" for i in range(300)))
@@ -119,6 +120,14 @@ def test_output_format_threshold_query_block_and_recall_sample_flags(tmp_path, c
                                        f"--output={tmp_path / 'ivf.tsv'}"], capfd)
   assert done.returncode == 0, done.stderr[-2000:]
   assert "against exact on 50 / 50 sampled sentences" in done.stdout
+  ivf = [*common, "--index=ivf", "--nlist=4", "--nprobe=4", f"--output={tmp_path / 'codes.tsv'}"]
+  for compressed in ("--sq8", "--pq=4"):  # 4 cells, all probed: exact but for the codes
+    done = vmsst_testing.run_here(mine, [*ivf, "--train_size=256", compressed], capfd)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(_read_output(tmp_path / "codes.tsv")) > len(text) * 0.9, compressed
+  # 256 centroids per sub-vector cannot be trained on 200 rows: one line naming both flags.
+  done = vmsst_testing.run_here(mine, [*ivf, "--train_size=200", "--pq=4"], capfd)
+  vmsst_testing.assert_user_error(done, "--pq=4", "--train_size")
 
 
 @pytest.mark.slow  # the session's tiny trained model

@@ -6,6 +6,11 @@ child process runs each command of the index (`python -m vmsst`, vmsst/__main__.
 `python -m` would, with `cli.run` stopped before `main`, and lists the flags it defined. The
 tests are then searched for `--name` (or `--noname`); `--help` listings (test_help.py) do not
 count, as they type nothing.
+
+By name: a flag two commands define (mine's and mine_beam's --k, each encoder flag on every
+inference command) counts as typed when a test types it on either. A name has one meaning
+across commands (vmsst/encoding/flags.py defines the shared ones once), so a typed flag is
+parsed and used; what a command does with it is that command's tests' to check.
 """
 
 import json

@@ -19,6 +19,7 @@ from vmsst.mining import approximate
 from vmsst.mining import beam_pipeline as bp
 
 import vmsst_testing
+from vmsst import mine_beam
 
 ONE_WORKER = ["--runner=DirectRunner"]
 TWO_PROCESSES = ONE_WORKER + ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
@@ -263,3 +264,35 @@ def test_the_command_names_the_flag_of_a_missing_input(tmp_path):
                            f"--trg={tmp_path}/trg.txt", f"--output={tmp_path}/out",
                            "--runner=DirectRunner"], capture_output=True, text=True, check=False)
     vmsst_testing.assert_user_error(done, named)
+
+
+@pytest.mark.slow  # three pipelines
+def test_the_command_as_typed_searches_a_finished_embedding_stage_again(tmp_path, capfd,
+                                                                       monkeypatch):
+  """`python -m vmsst.mine_beam` typed (in this process) over an output whose sentence and
+  embedding stages a first run finished (the planted vectors: no SavedModel to give), its
+  search stages removed: --k, --margin, --retrieval and --threshold give the in-process
+  miner's pairs; --index=ivf with its flags searches the same vectors and reports its recall."""
+  src, trg, table = _planted()
+  patterns = _write(tmp_path, src, trg)
+  layout = bp.Layout(str(tmp_path / "mined"), 2)
+  _mine_beam(patterns, layout.output, table, bp.Settings(k=3, shards=2))
+  monkeypatch.setattr(mine_beam, "_BEAM_ARGS", list(ONE_WORKER))  # what its __main__ splits off
+  typed = [f"--src={patterns['src']}", f"--trg={patterns['trg']}", f"--output={layout.output}",
+           "--shards=2"]
+  searches = [["--k=2", "--margin=distance", "--retrieval=intersect", "--threshold=0.0"],
+              ["--index=ivf", "--nlist=4", "--nprobe=4", "--sq8", "--train_size=90",
+               "--recall_sample=20"]]
+  for search in searches:
+    for stage in ("index", "assign", "neighbours"):
+      if files.exists(layout.stage(stage)):
+        files.rmtree(layout.stage(stage))
+    files.remove(layout.marker("pairs"))
+    done = vmsst_testing.run_here(mine_beam, [*typed, *search], capfd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "embeddings skipped (done)" in done.stdout
+    if search is searches[0]:
+      _assert_same(_read_pairs(layout.pairs()), _in_process(
+          patterns, table, tmp_path / "want.tsv", k=2, margin="distance", retrieval="intersect",
+          threshold=0.0))
+  assert "recall@k against exact on a sample" in done.stdout and _read_pairs(layout.pairs())

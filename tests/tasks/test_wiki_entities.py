@@ -168,14 +168,16 @@ def test_hard_negatives_share_the_type_and_are_not_on_the_page(tmp_path):
 
 
 def test_written_directory_loads_as_entity_rows(tmp_path, capfd):
-  """Written by the command as typed (in this process): --types, --num_hard_negatives, --lang."""
+  """Written by the command as typed (in this process): --types, --num_hard_negatives, --lang,
+  --seed."""
   dump = _dump(tmp_path, [("P1", 0, "[[Paris]] is bigger than [[Lyon]] in size."),
                           ("P2", 0, "[[Berlin]] is a city in Germany.")])
   types = tmp_path / "types.tsv"
   types.write_text("Paris\tcity\nLyon\tcity\nBerlin\tcity\n")
   done = vmsst_testing.run_here(we, [
       f"--dump={dump}", f"--output={tmp_path / 'out'}", f"--types={types}",
-      "--num_hard_negatives=1", "--heldout_fraction=0", "--min_links=0", "--lang=deu"], capfd)
+      "--num_hard_negatives=1", "--heldout_fraction=0", "--min_links=0", "--lang=deu",
+      "--seed=3"], capfd)
   assert done.returncode == 0, done.stderr[-2000:]
   meta = json.loads((tmp_path / "out" / "meta.json").read_text())
   assert meta["num_entities"] == 3 and meta["num_hard_negatives"] == 1

@@ -56,6 +56,7 @@ from vmsst.encoding import similarity
 from vmsst.mining import neighbors
 
 TRAIN_PER_CELL = 64  # k-means sample per cell (faiss asks for 39 to 256)
+PQ_CENTROIDS = 256  # 8-bit product-quantizer codes: 2**8 centroids per sub-vector to train
 RERANK = 4  # IVF-PQ / SQ8: candidates per neighbour re-scored by exact cosine
 
 
@@ -103,6 +104,11 @@ class IvfOptions:
     if self.cells(num_keys) > num_keys:
       raise ValueError(f"--nlist={self.nlist} exceeds the {num_keys} keys; pass --nlist=0 "
                        "(automatic) or use --index=exact for so few sentences.")
+    if self.pq and self.training_keys(num_keys) < PQ_CENTROIDS:  # faiss would abort the training
+      raise ValueError(f"--pq={self.pq} trains {PQ_CENTROIDS} centroids per sub-vector, but its "
+                       f"sample holds {self.training_keys(num_keys)} of the {num_keys} keys; "
+                       f"give --train_size >= {PQ_CENTROIDS} (a side of at least "
+                       f"{PQ_CENTROIDS} sentences) or drop --pq (--sq8 or exact keys).")
 
   def training_keys(self, num_keys: int) -> int:
     """Keys sampled for k-means: `train_size`, or TRAIN_PER_CELL per cell (>= 100,000).
