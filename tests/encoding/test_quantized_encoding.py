@@ -128,9 +128,12 @@ def test_calibrate_then_embed_int8_on_the_command_line(tiny_model, model_dir, tm
   assert np.mean(codes != want) < 0.02
 
 
-def _mine_rows(capfd, *args: str) -> list[str]:
+def _mine_rows(capfd, *args: str, ranges: str = "") -> list[str]:
+  """`python -m vmsst.mine ARGS` in this process: its --output's lines; its summary names the
+  int8 `ranges` it used ("calibration", "two sides") where given."""
   done = vmsst_testing.run_here(mine, args, capfd)
   assert done.returncode == 0, done.stderr[-2000:]
+  assert ranges in done.stdout, done.stdout
   output = [a.split("=", 1)[1] for a in args if a.startswith("--output=")][-1]
   return pathlib.Path(output).read_text(encoding="utf-8").splitlines()
 
@@ -149,13 +152,15 @@ def test_mine_precision_flags_with_a_calibration_mine_the_float_pairs(model_dir,
   assert floats
   for precision in ("int8", "binary", "ubinary"):
     rows = _mine_rows(capfd, *common, f"--precision={precision}", "--rescore_multiplier=6",
-                      f"--output={tmp_path / precision}.tsv")
+                      f"--output={tmp_path / precision}.tsv",
+                      ranges="ranges of the model's calibration" if precision == "int8" else "")
     assert rows == floats, precision
   # A prefix renormalised has other ranges than the calibration's full vectors: int8 at
   # --truncate_dim measures the two sides' own, as without a calibration.
   cut = _mine_rows(capfd, *common, "--truncate_dim=8", f"--output={tmp_path / 'cut.tsv'}")
   assert _mine_rows(capfd, *common, "--truncate_dim=8", "--precision=int8",
-                    "--rescore_multiplier=6", f"--output={tmp_path / 'cut_int8.tsv'}") == cut
+                    "--rescore_multiplier=6", f"--output={tmp_path / 'cut_int8.tsv'}",
+                    ranges="ranges measured on the two sides") == cut
 
 
 def test_mine_int8_without_a_calibration_uses_the_sides_and_a_broken_one_names_calibrate(
@@ -167,7 +172,8 @@ def test_mine_int8_without_a_calibration_uses_the_sides_and_a_broken_one_names_c
   (tmp_path / "en.txt").write_text("\n".join(SENTENCES[7:]) + "\n", encoding="utf-8")
   common = [f"--src={tmp_path / 'de.txt'}", f"--trg={tmp_path / 'en.txt'}", "--k=1",
             "--precision=int8", f"--output={tmp_path / 'pairs.tsv'}"]
-  assert _mine_rows(capfd, f"--model_dir={tiny_model[0]}", *common)
+  assert _mine_rows(capfd, f"--model_dir={tiny_model[0]}", *common,
+                    ranges="ranges measured on the two sides")
   broken = tmp_path / "broken"
   shutil.copytree(model_dir, broken)
   (broken / quantize.CALIBRATION_FILE).write_text("{}", encoding="utf-8")
