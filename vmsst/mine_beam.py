@@ -2,10 +2,11 @@ r"""Mines translation pairs as an Apache Beam pipeline.
 
 For sides past one machine (10^8 sentences and more): read and deduplicate
 (any text files or globs, local or gs://), embed with the exported SavedModel
-(Beam's RunInference), train the IVF cells on a sample, search both ways in
-key shards, margins and threshold (vmsst/mining/beam_pipeline.py has the
-stages). Every stage writes its files under --output with a `_DONE` marker,
-so running the same command again resumes after the last finished stage.
+(a RunInference model handler, a task per shard), train the IVF cells on a
+sample, search both ways in key shards, margins per shard, one-to-one and
+threshold (vmsst/mining/beam_pipeline.py has the stages). Every stage writes
+its files under --output with a `_DONE` marker, so running the same command
+again resumes after the last finished stage.
 
   python -m vmsst.mine_beam --src='news.de.*' --trg='news.en.*' --saved_model=EXPORT \
       --output=mined/ --index=ivf --shards=8 --runner=DirectRunner
@@ -14,6 +15,11 @@ so running the same command again resumes after the last finished stage.
   python -m vmsst.mine_beam --src='gs://B/de/*' --trg='gs://B/en/*' --saved_model=gs://B/export \
       --output=gs://B/mined --index=ivf --sq8 --shards=256 --runner=DataflowRunner \
       --project=P --region=us-central1 --temp_location=gs://B/tmp --setup_file=./setup.py
+
+  # Dask (a Slurm or Kubernetes cluster; launch/slurm_mine.sh starts one on Slurm):
+  python -m vmsst.mine_beam --src='/shared/de/*' --trg='/shared/en/*' --saved_model=EXPORT \
+      --output=/shared/mined --index=ivf --shards=64 --runner=DaskRunner \
+      --dask_client_address=tcp://SCHEDULER:8786
 
 --margin, --retrieval, --k, --threshold and the IVF flags mean what they
 mean for `python -m vmsst.mine` and give its pairs (exact search: the same
@@ -100,7 +106,8 @@ def main(argv: Sequence[str]) -> None:
       for side, language in (("src", FLAGS.src_language), ("trg", FLAGS.trg_language))}
   try:
     summary = beam_pipeline.run({"src": FLAGS.src, "trg": FLAGS.trg}, FLAGS.output, settings,
-                                PipelineOptions(_BEAM_ARGS), handlers)
+                                PipelineOptions(beam_pipeline.beam_arguments(_BEAM_ARGS)),
+                                handlers)
   except (FileNotFoundError, ValueError) as e:
     raise cli.UserError(str(e)) from e
   print(beam_pipeline.describe(summary))

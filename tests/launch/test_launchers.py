@@ -180,3 +180,29 @@ def test_local_takes_the_vocabulary_size_from_the_run_file(data_dir, tmp_path):
   # The main job keeps base_cpu.gin's 8,000 pieces in runs/vocab.
   main = dry_run("local.sh", [], DATA_DIR=str(data_dir), EVAL="0", PY="python")
   assert "--gin.VOCAB_SIZE=8000" in main[-1] and "--gin.VOCAB_PATH='runs/vocab/spm.model'" in main[-1]
+
+
+def test_slurm_mine_starts_a_dask_cluster_and_mines_on_it(tmp_path):
+  args = ["--src=/shared/de/*.gz", "--trg=/shared/en/*.gz", "--output=/shared/mined",
+          "--index=ivf", "--threshold=1.06"]
+  schedule = str(tmp_path / "dask scheduler.json")  # a space: quoted through every line
+  start, mine, stop = dry_run("slurm_mine.sh", args, WORKERS="3", CORES="4", PARTITION="cpu",
+                              SCHEDULER_FILE=schedule, PY=sys.executable)
+  assert start[:2] == [sys.executable, "launch/slurm_dask_cluster.py"] and start[-1] == "&"
+  assert option(start, "--workers") == "3" and option(start, "--scheduler_file") == schedule
+  waits, run = mine[:mine.index("done;") + 1], mine[mine.index("done;") + 1:]
+  assert waits[:3] == ["until", "[[", "-s"] and waits[3] == schedule
+  assert run == [sys.executable, "-m", "vmsst.mine_beam", *args, "--runner=DaskRunner",
+                 f"--dask_scheduler_file={schedule}"]
+  assert stop == ["kill", "%1"]
+  # Line 1 for real up to the submission: dask-jobqueue's worker job script.
+  script = subprocess.run([*start[:-1], "--job_script"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=True).stdout
+  assert "#SBATCH -p cpu" in script and "#SBATCH --cpus-per-task=4" in script
+  assert f"{sys.executable} -m distributed.cli.dask_worker" in script
+  assert "--nthreads 4" in script and not (tmp_path / "dask scheduler.json").exists()
+
+
+def test_slurm_mine_rejects_bad_worker_counts():
+  assert "positive integers" in failure("slurm_mine.sh", [], WORKERS="0")
+  assert "positive integers" in failure("slurm_mine.sh", [], CORES="many")

@@ -1,6 +1,7 @@
 """The Beam miner (vmsst/mining/beam_pipeline.py, `python -m vmsst.mine_beam`) against the
 in-process miner on the same files: the same pairs (exact search; IVF: one in-process index over
-the same rows), one worker or two processes, resumption, bad input."""
+the same rows), one worker, two processes or Beam's Dask runner on a two-process Dask cluster,
+the sharded pairs step against the one-task one on ties, resumption, bad input."""
 
 import pathlib
 import subprocess
@@ -46,8 +47,8 @@ def _write(tmp_path, src, trg) -> dict:
 
 
 def _mine_beam(patterns, output, table, settings, argv=ONE_WORKER) -> dict:
-  handler = None if table is None else bp.PrecomputedHandler(table)
-  return bp.run(patterns, str(output), settings, PipelineOptions(argv),
+  handler = None if table is None else bp.PrecomputedHandler(table, batch_size=7)
+  return bp.run(patterns, str(output), settings, PipelineOptions(bp.beam_arguments(argv)),
                 None if handler is None else {"src": handler, "trg": handler})
 
 
@@ -98,12 +99,13 @@ def test_planted_pairs_equal_the_in_process_miners(planted_run, tmp_path):
 def test_every_margin_and_retrieval_from_the_same_neighbours(planted_run, tmp_path, margin,
                                                             retrieval, threshold):
   patterns, table, mined, _ = planted_run
-  for stage in ("sentences", "embeddings", "neighbours"):  # resumed: only the pairs are new
+  for stage in ("sentences", "embeddings", "neighbours", "merge"):  # resumed: margins are new
     files.copytree(mined / stage, tmp_path / "mined" / stage)
   settings = bp.Settings(margin=margin, retrieval=retrieval, k=3, threshold=threshold,
                          shards=3)
   summary = _mine_beam(patterns, tmp_path / "mined", None, settings)
-  assert [s is None for s in summary["seconds"].values()] == [True, True, True, False]
+  assert [s is None for s in summary["seconds"].values()] == [True, True, True, True, False,
+                                                              False]
   want = _in_process(patterns, table, tmp_path / "ref.tsv", margin=margin,
                      retrieval=retrieval, k=3, threshold=threshold)
   _assert_same(_read_pairs(summary["pairs"]), want)
@@ -169,8 +171,8 @@ def test_key_shards_whose_cells_hold_fewer_than_k_keys_merge_to_one_index(tmp_pa
     np.testing.assert_array_equal(merged.forward_indices, got.forward_indices)
     np.testing.assert_array_equal(merged.backward_indices, got.backward_indices)
     assert summary["written"] > 0
-    assert any((files.load_npz(layout.neighbours(d, s))["rows"] < 0).any()
-               for d in bp.DIRECTIONS for s in range(4))  # the case this test is about
+    assert any((files.load_npz(layout.lists(d, s, q))["rows"] < 0).any()
+               for d in bp.DIRECTIONS for s in range(4) for q in range(4))  # this test's case
 
 
 @pytest.mark.slow  # over ~7 s (two runs of the pipeline)
@@ -184,15 +186,16 @@ def test_a_rerun_skips_the_finished_stages_and_search_tasks(tmp_path):
             for stage in ("sentences", "embeddings", "neighbours")
             for p in files.find(layout.stage(stage))}
   # Interrupted during the search: one task's file and the later markers gone.
-  for path in (layout.neighbours("backward", 1), layout.marker("neighbours"),
-               layout.marker("pairs")):
+  later = [layout.marker(stage) for stage in ("neighbours", "merge", "candidates", "pairs")]
+  for path in (layout.neighbours("backward", 1), *later):
     files.remove(path)
   second = _mine_beam(patterns, tmp_path / "mined", None, settings)  # no model: not embedded
   assert second["seconds"]["sentences"] is None and second["seconds"]["embeddings"] is None
   assert second["seconds"]["neighbours"] is not None
   after = {p: pathlib.Path(p).stat().st_mtime_ns for p in before if files.exists(p)}
   redone = {p for p in before if before[p] != after.get(p)}
-  assert redone == {layout.neighbours("backward", 1), layout.marker("neighbours")}
+  assert redone == {layout.neighbours("backward", 1), layout.marker("neighbours"),
+                    *(layout.lists("backward", 1, q) for q in range(2))}
   _assert_same(_read_pairs(second["pairs"]), _read_pairs(first["pairs"]))
   with pytest.raises(ValueError, match="sentences"):  # other settings: not mixed in
     _mine_beam(patterns, tmp_path / "mined", table, bp.Settings(k=3, shards=5))
@@ -229,7 +232,7 @@ def test_two_worker_processes_mine_the_pairs_one_worker_mines(tmp_path):
 
 
 @pytest.mark.slow  # trains and exports the tiny model
-def test_the_exported_model_through_run_inference_mines_what_mine_mines(
+def test_the_exported_model_through_its_model_handler_mines_what_mine_mines(
     tiny_model, data_dir, tmp_path):
   from vmsst.export_formats import saved_model as export  # pylint: disable=import-outside-toplevel
   exported = tmp_path / "export"
@@ -284,7 +287,7 @@ def test_the_command_as_typed_searches_a_finished_embedding_stage_again(tmp_path
               ["--index=ivf", "--nlist=4", "--nprobe=4", "--sq8", "--train_size=90",
                "--recall_sample=20"]]
   for search in searches:
-    for stage in ("index", "assign", "neighbours"):
+    for stage in ("index", "assign", "neighbours", "merge", "candidates"):
       if files.exists(layout.stage(stage)):
         files.rmtree(layout.stage(stage))
     files.remove(layout.marker("pairs"))
@@ -296,3 +299,116 @@ def test_the_command_as_typed_searches_a_finished_embedding_stage_again(tmp_path
           patterns, table, tmp_path / "want.tsv", k=2, margin="distance", retrieval="intersect",
           threshold=0.0))
   assert "recall@k against exact on a sample" in done.stdout and _read_pairs(layout.pairs())
+
+
+@pytest.mark.slow  # five pipelines, then three for each scoring
+def test_the_sharded_pairs_step_on_ties_equals_the_one_task_step(tmp_path):
+  # Half of each side repeats another's vector: margins tie across query shards, candidates
+  # tie in score between the forward and backward lists. The merge, candidates and pairs
+  # stages (per query shard, then one task) must give what `bitext.mined_pairs` gives over
+  # the same merged lists in one task, digit for digit and in the same order.
+  src, trg, table = _planted(n=48, d=6, seed=7)
+  rng = np.random.default_rng(7)
+  for side in "xy":
+    for i in rng.choice(48, 24, replace=False):
+      table[f"{side}{i}"] = table[f"{side}{rng.integers(0, 8)}"]
+  patterns = _write(tmp_path, src, trg)
+  first = _mine_beam(patterns, tmp_path / "mined", table, bp.Settings(k=3, shards=4))
+  layout = bp.Layout(str(tmp_path / "mined"), 4)
+  for margin, retrieval in [("ratio", "max"), ("distance", "intersect"), ("absolute", "max"),
+                            ("ratio", "fwd"), ("distance", "bwd")]:
+    settings = bp.Settings(margin=margin, retrieval=retrieval, k=3, shards=4)
+    for stage in ("candidates", "pairs"):
+      files.rmtree(layout.stage(stage)) if stage != "pairs" else files.remove(
+          layout.marker("pairs"))
+    summary = _mine_beam(patterns, layout.output, None, settings)
+    pairs, scores = bitext.mined_pairs(bp.merged_neighbourhoods(layout, settings),
+                                       margin=margin, retrieval=retrieval)
+    sentences = [sum((bp.read_sentence_shard(layout, side, s) for s in range(4)), [])
+                 for side in bp.SIDES]
+    want = [f"{score:.6f}\t{sentences[0][i]}\t{sentences[1][j]}"
+            for score, (i, j) in zip(scores.tolist(), pairs.tolist())]
+    assert files.read_text(summary["pairs"]).splitlines() == want, (margin, retrieval)
+    assert summary["written"] == len(want) >= 10
+  tied = np.concatenate([files.load_npz(layout.candidates(d, s))["scores"]
+                         for d in bp.DIRECTIONS for s in range(4)])
+  assert len(tied) - len(np.unique(tied)) >= 10 and first["written"]  # the case tested
+
+
+def test_dask_runner_arguments_name_the_runner_and_spread_each_element():
+  assert bp.beam_arguments(["--runner=DaskRunner", "--dask_client_address=tcp://h:1"]) == [
+      f"--runner={bp.DASK_RUNNER}", "--dask_client_address=tcp://h:1",
+      "--dask_partition_size=1"]
+  assert bp.beam_arguments(["--runner=DaskRunner", "--dask_npartitions=8"])[-1] == (
+      "--dask_npartitions=8")
+  assert bp.beam_arguments(ONE_WORKER) == ONE_WORKER
+
+
+@pytest.fixture(scope="module", name="dask_cluster")
+def _dask_cluster():
+  """A Dask cluster of two worker processes on 127.0.0.1, one thread each; Beam's flags."""
+  from dask import distributed  # pylint: disable=import-outside-toplevel
+  with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                host="127.0.0.1", dashboard_address=None) as cluster:
+    yield cluster, ["--runner=DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
+
+
+def _tasks_per_worker(cluster) -> list[int]:
+  with cluster.get_client() as client:
+    return sorted(client.run(lambda dask_worker: dask_worker.state.executed_count).values())
+
+
+def _files_written(layout, settings) -> dict:
+  """How many files each stage wrote: on Dask a step can fail to run with no error."""
+  count = lambda stage, suffix: sum(p.endswith(suffix) for p in files.find(layout.stage(stage)))
+  stages = [("sentences", f"-of-{settings.shards:05d}.txt"), ("embeddings", ".npy"),
+            ("neighbours", ".npz"),
+            ("merge", "-means.npy"), ("candidates", ".npz")]
+  return {stage: count(stage, suffix) for stage, suffix in stages}
+
+
+@pytest.mark.slow  # a Dask cluster and eleven pipelines
+@pytest.mark.integration  # the cluster's worker processes
+def test_dask_runner_mines_the_in_process_miners_pairs(dask_cluster, tmp_path):
+  cluster, argv = dask_cluster
+  src, trg, table = _planted(n=36, seed=4)
+  src += src[:3]  # the last of three source files holds only lines seen earlier
+  patterns = _write(tmp_path, src, trg)  # the in-process miner reads them as one file
+  (tmp_path / "src").mkdir()
+  for number, part in enumerate((src[:20], src[20:-3], src[-3:])):
+    (tmp_path / "src" / f"part-{number}.txt").write_text("\n".join(part) + "\n")
+  settings = bp.Settings(k=3, shards=3)
+  before = _tasks_per_worker(cluster)
+  summary = _mine_beam({**patterns, "src": str(tmp_path / "src" / "part-*.txt")},
+                       tmp_path / "mined", table, settings, argv)
+  want = _in_process(patterns, table, tmp_path / "ref.tsv", k=3)
+  _assert_same(_read_pairs(summary["pairs"]), want)
+  assert summary["written"] == len(want) >= 20
+  assert summary["sentences"] == {"src": 36, "trg": 36}
+  assert summary["counts"]["src"] == {"lines": 42, "empty": 1, "duplicates": 5, "not_utf8": 0,
+                                      "tab": 0}
+  layout = bp.Layout(str(tmp_path / "mined"), 3)
+  assert _files_written(layout, settings) == {"sentences": 6, "embeddings": 6,
+                                              "neighbours": 18, "merge": 6, "candidates": 6}
+  after = _tasks_per_worker(cluster)
+  assert min(b - a for a, b in zip(before, after)) > 0  # both workers ran tasks
+
+
+@pytest.mark.slow  # two runs of the IVF pipeline
+@pytest.mark.integration  # the cluster's worker processes
+def test_dask_runner_mines_the_direct_runners_ivf_pairs(dask_cluster, tmp_path):
+  _, argv = dask_cluster
+  src, trg, table = _planted(n=48, d=8, seed=6)
+  patterns = _write(tmp_path, src, trg)
+  ivf = approximate.IvfOptions(nlist=4, nprobe=2, train_size=48)
+  settings = bp.Settings(index="ivf", ivf=ivf, k=3, shards=2, recall_sample=20)
+  direct = _mine_beam(patterns, tmp_path / "direct", table, settings)
+  dask = _mine_beam(patterns, tmp_path / "dask", table, settings, argv)
+  assert files.read_text(dask["pairs"]) == files.read_text(direct["pairs"])
+  assert dask["written"] == direct["written"] >= 10
+  assert (dask["counts"], dask["recall"]) == (direct["counts"], direct["recall"])
+  for output in ("direct", "dask"):
+    layout = bp.Layout(str(tmp_path / output), 2)
+    assert _files_written(layout, settings) == {"sentences": 4, "embeddings": 4,
+                                                "neighbours": 8, "merge": 4, "candidates": 4}
+    assert sum(p.endswith(".npz") for p in files.find(layout.stage("assign"))) == 4

@@ -2,7 +2,8 @@
 
 `python -m vmsst.mine` holds both sides in one process; at 10^8 sentences a
 side that is a week of one machine. This pipeline runs the same mining as
-stages on any Beam runner (the DirectRunner here, Dataflow at scale), each
+stages on any Beam runner (the DirectRunner here, Dask on a Slurm or Kubernetes
+cluster, Dataflow), each
 stage writing its files under one output directory and a `_DONE` marker
 last, so a rerun skips every finished stage (and every finished search task
 of an unfinished one), as facebookresearch/stopes' global mining resumes
@@ -13,25 +14,43 @@ from its file cache:
                are not UTF-8 or hold a TAB, keep each sentence's first occurrence;
                rows in file order as `vmsst.mine` numbers them (so ties break
                alike), cut into S contiguous shards
-  embeddings/  each shard embedded by Beam's RunInference with the exported
-               SavedModel (`SavedModelHandler`), one .npy per shard
+  embeddings/  one task per shard: embedded in batches by a RunInference model handler
+               (`SavedModelHandler` for the exported SavedModel), one .npy per shard
   index/       --index=ivf: each side's IVF cells trained once on a sample
                (`approximate.trained_index`, the in-process geometry)
   assign/      --index=ivf: one task per (direction, query shard): each query's
                nprobe cells among the other side's, found once for every key shard
   neighbours/  one task per (direction, key shard): the key shard added to a
                copy of the trained index (or searched exactly), every query
-               of the other side searched against it; lists with global rows
-  pairs.tsv    the shards' lists merged exactly (`approximate.merge_top_k`),
-               margins, candidates, one-to-one and threshold by
-               `bitext.mined_pairs`: the in-process miner's functions, one home
+               of the other side searched against it; lists with global rows,
+               a file per query shard
+  merge/       one task per (direction, query shard): its lists of every key shard
+               merged exactly (`approximate.merge_top_k`) and each row's mean
+               cosine, its share of the margin
+  candidates/  one task per (direction, query shard): each row's best candidate by
+               margin (`bitext.margin_scores`, `best_of_rows`), the other side's means
+               read for its neighbours' rows only
+  pairs.tsv    one task: the candidates in row order, `bitext.retrieved` (one-to-one for
+               max, mutual for intersect) and the threshold: the in-process miner's
+               functions, one home
 
 The copies of a trained index share its cells, so the merged lists are what
 one index over all keys returns: exact search gives the in-process miner's
 pairs, IVF-Flat the pairs of an in-process IVF over the same rows (codes,
 --sq8 / --pq, re-rank each shard's candidates, so at least as many true
-neighbours). The last stage holds both sides' neighbour lists, O((n + m) k),
-in one worker: 10^9 a side is 64 GB, the bound of this design.
+neighbours). Two steps are single tasks, both bounded: the IVF cells are
+trained once a side on a sample (`IvfOptions.train_size`, as stopes trains
+its index; assigning and searching are spread), and the last stage holds one
+candidate a row, 24 bytes (10^9 a side: 48 GB), for the greedy one-to-one
+pass, which is sequential by definition; it reads only the paired sentences.
+
+Beam's Dask runner (2.77) has limits every stage here avoids (`beam_arguments`,
+docs/results/beam_mining/): it computes only the last transform a pipeline
+applies, so each pipeline is one chain; outputs a DoFn emits in `finish_bundle`
+are dropped (RunInference's BatchElements loses each bundle's last batch;
+WriteToText writes nothing), so each task writes its own files and the driver
+checks they are there; it has no metrics, so the bad-input counts travel as data;
+it computes a side input anew in each task that reads it.
 """
 
 import dataclasses
@@ -41,9 +60,8 @@ from typing import Any, Iterable, Sequence
 import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
-from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.ml.inference import base
+from apache_beam.utils import shared
 
 from vmsst import files
 from vmsst.mining import bitext
@@ -54,10 +72,24 @@ from vmsst.encoding import saved_model
 
 SIDES = ("src", "trg")
 DIRECTIONS = {"forward": ("src", "trg"), "backward": ("trg", "src")}  # (queries, keys)
-STAGES = ("sentences", "embeddings", "index", "assign", "neighbours", "pairs")
+STAGES = ("sentences", "embeddings", "index", "assign", "neighbours", "merge", "candidates",
+          "pairs")
 IVF_ONLY = ("index", "assign")
 DONE = "_DONE"
 COUNTERS = ("lines", "empty", "not_utf8", "tab")
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+
+
+def beam_arguments(argv: Sequence[str]) -> list[str]:
+  """Beam's flags as its runners take them: `--runner=DaskRunner` by its module path (Beam 2.77
+  knows it by no short name), and unless --dask_npartitions or --dask_partition_size says
+  otherwise, one element a Dask partition: the Dask runner puts a Create's first 128
+  elements in one partition, one Dask task, and its Reshuffle does nothing, so a stage's
+  few tasks (a shard each) would all run on one worker."""
+  argv = [f"--runner={DASK_RUNNER}" if a == "--runner=DaskRunner" else a for a in argv]
+  dask = any(a == f"--runner={DASK_RUNNER}" for a in argv)
+  sized = any(a.startswith(("--dask_npartitions", "--dask_partition_size")) for a in argv)
+  return argv + (["--dask_partition_size=1"] if dask and not sized else [])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +132,8 @@ class Settings:
     """The settings a stage's files depend on (its marker's contents)."""
     share = {"sentences": {"shards": self.shards}, "embeddings": {}, "index": {
         "ivf": dataclasses.asdict(self.ivf)}, "assign": {},
-             "neighbours": {"k": self.k, "index": self.index}}
+             "neighbours": {"k": self.k, "index": self.index}, "merge": {},
+             "candidates": {"margin": self.margin}}
     if stage == "pairs":
       return dataclasses.asdict(self)
     settings = {}
@@ -121,6 +154,10 @@ class Layout:
   def sentences(self, side: str, shard: int) -> str:
     return files.join(self.stage("sentences"), f"{side}-{shard:05d}-of-{self.shards:05d}.txt")
 
+  def part(self, side: str, number: int) -> str:
+    """Input file `number`'s first occurrences, in line order."""
+    return files.join(self.stage("sentences"), "parts", f"{side}-{number:06d}.txt")
+
   def embeddings(self, side: str, shard: int) -> str:
     return files.join(self.stage("embeddings"), f"{side}-{shard:05d}-of-{self.shards:05d}.npy")
 
@@ -131,7 +168,19 @@ class Layout:
     return files.join(self.stage("assign"), f"{direction}-queries-{shard:05d}.npz")
 
   def neighbours(self, direction: str, shard: int) -> str:
-    return files.join(self.stage("neighbours"), f"{direction}-keys-{shard:05d}.npz")
+    """A search task's last file, written after its lists: the task is done."""
+    return files.join(self.stage("neighbours"), f"{direction}-keys-{shard:05d}.done")
+
+  def lists(self, direction: str, key_shard: int, query_shard: int) -> str:
+    return files.join(self.stage("neighbours"),
+                      f"{direction}-keys-{key_shard:05d}-queries-{query_shard:05d}.npz")
+
+  def merged(self, direction: str, shard: int, name: str) -> str:
+    """name: "scores", "rows" (the merged lists) or "means" (`bitext.row_means`)."""
+    return files.join(self.stage("merge"), f"{direction}-queries-{shard:05d}-{name}.npy")
+
+  def candidates(self, direction: str, shard: int) -> str:
+    return files.join(self.stage("candidates"), f"{direction}-queries-{shard:05d}.npz")
 
   def pairs(self) -> str:
     return files.join(self.output, "pairs.tsv")
@@ -182,32 +231,35 @@ def input_files(pattern: str, flag: str) -> list[str]:
   return paths
 
 
-def numbered_lines(element: tuple[int, str]) -> Iterable[tuple[str, tuple[int, int]]]:
-  """(sentence, (file, line)) for each line `vmsst.mine` would keep; the rest counted.
+def read_file(element: tuple[int, str]) -> tuple[int, list[tuple[int, str]], dict]:
+  """(file, [(line, sentence)] `vmsst.mine` would keep, the file's counts of what it skipped).
 
   A file is the unit of reading (web crawls come as many files), split on "\n" only
-  and cleaned as `text_files.read_lines` does, so the sentences are `mine`'s.
+  and cleaned as `text_files.read_lines` does, so the sentences are `mine`'s. The
+  counts travel as data, not Beam metrics: the Dask runner has none.
   """
   number, path = element
-  count = lambda name: Metrics.counter("vmsst_mine_beam", name).inc()
+  counts = dict.fromkeys(COUNTERS + ("kept",), 0)
   with FileSystems.open(path) as f:  # .gz and other suffixes decompressed by Beam
     data = f.read()
   lines = data.split(b"\n")
   if lines and lines[-1] == b"":
     lines.pop()
+  kept = []
   for line_number, raw in enumerate(lines):
-    count("lines")
     try:
       line = text_files.clean_line(raw.decode("utf-8"))
     except UnicodeDecodeError:
-      count("not_utf8")
+      counts["not_utf8"] += 1
       continue
     if "\t" in line or "\0" in line:  # counted as "tab": a TAB would split the columns; NUL: binary
-      count("tab")
+      counts["tab"] += 1
     elif not line.strip():
-      count("empty")
+      counts["empty"] += 1
     else:
-      yield line, (number, line_number)
+      kept.append((line_number, line))
+  counts.update(lines=len(lines), kept=len(kept))
+  return number, kept, counts
 
 
 def shard_bounds(total: int, shards: int) -> np.ndarray:
@@ -215,20 +267,39 @@ def shard_bounds(total: int, shards: int) -> np.ndarray:
   return np.linspace(0, total, shards + 1).round().astype(np.int64)
 
 
-def rows_of_file(element, per_file: dict, shards: int):
-  """A file's first occurrences in line order, as (shard, (row, sentence)); rows count up
-  in file order over all files, so row order is `vmsst.mine`'s (ties to the earlier)."""
-  number, lines = element
-  offset = sum(n for f, n in per_file.items() if f < number)
-  bounds = shard_bounds(sum(per_file.values()), shards)
-  for rank, (_, sentence) in enumerate(sorted(lines)):
-    row = offset + rank
-    yield int(np.searchsorted(bounds, row, side="right") - 1), (row, sentence)
+def write_part(element, layout: Layout, side: str) -> tuple[int, int, dict]:
+  """A file's first occurrences, in line order, to its part file: (file, how many, counts).
+
+  element: (file, [(line, sentence) first seen in this file] + [its counts dict]); the
+  counts ride in the same group so a file whose every line was seen earlier still reports.
+  """
+  number, values = element
+  counts = next(v for v in values if isinstance(v, dict))
+  sentences = [sentence for _, sentence in sorted(v for v in values if not isinstance(v, dict))]
+  files.write_text(layout.part(side, number), "".join(s + "\n" for s in sentences))
+  return number, len(sentences), counts
 
 
-def write_sentence_shard(element, layout: Layout, side: str) -> None:
-  shard, rows = element
-  sentences = [sentence for _, sentence in sorted(rows)]
+def write_read_summary(parts: list, layout: Layout, side: str) -> None:
+  """The side's per-file sizes and summed counts, the last step of the read pipeline."""
+  total = dict.fromkeys(COUNTERS + ("kept",), 0)
+  for _, _, counts in parts:
+    for name, value in counts.items():
+      total[name] += value
+  sizes = [n for _, n, _ in sorted(parts)]
+  files.write_text(_counts_file(layout, side), json.dumps({"counts": total, "parts": sizes}))
+
+
+def write_sentence_shard(shard: int, layout: Layout, side: str, parts: list[int]) -> None:
+  """Shard `shard` of the side's rows (file order, first occurrences), from the part files
+  it overlaps: rows are `vmsst.mine`'s, so ties break alike."""
+  starts = np.cumsum([0] + parts)
+  bounds = shard_bounds(int(starts[-1]), layout.shards)
+  first, last = bounds[shard], bounds[shard + 1]
+  sentences = []
+  for number in np.flatnonzero((starts[:-1] < last) & (starts[1:] > first)).tolist():
+    lines = files.read_text(layout.part(side, number)).split("\n")[:-1]
+    sentences += lines[max(first - starts[number], 0):last - starts[number]]
   files.write_text(layout.sentences(side, shard), "".join(s + "\n" for s in sentences))
 
 
@@ -237,63 +308,80 @@ def read_sentence_shard(layout: Layout, side: str, shard: int) -> list[str]:
   return text.split("\n")[:-1]
 
 
-def _side_pipeline(pipeline, paths: list[str], layout: Layout, side: str, shards: int) -> None:
-  numbered = (pipeline | beam.Create(list(enumerate(paths))) | "spread files" >> beam.Reshuffle()
-              | "read" >> beam.FlatMap(numbered_lines))
-  _ = (numbered | "kept" >> beam.combiners.Count.Globally()
-       | beam.Map(lambda n: files.write_text(_kept_file(layout, side), str(n))))
-  by_file = (numbered | "first occurrence" >> beam.CombinePerKey(min)
-             | beam.Map(lambda kv: (kv[1][0], (kv[1][1], kv[0]))))
-  per_file = by_file | "per file" >> beam.combiners.Count.PerKey()
-  _ = (by_file | "by file" >> beam.GroupByKey()
-       | beam.FlatMap(rows_of_file, beam.pvalue.AsDict(per_file), shards)
-       | "by shard" >> beam.GroupByKey()
-       | beam.Map(write_sentence_shard, layout, side))
+def _read_pipeline(pipeline, paths: list[str], layout: Layout, side: str) -> None:
+  """Read, first occurrences, a part file per input file; one chain, no side input (the
+  Dask runner computes only the last step, and a side input anew in every task)."""
+  read = (pipeline | beam.Create(list(enumerate(paths))) | "spread files" >> beam.Reshuffle()
+          | "read" >> beam.Map(read_file))
+  firsts = (read | beam.FlatMap(lambda r: ((line, (r[0], n)) for n, line in r[1]))
+            | "first occurrence" >> beam.CombinePerKey(min)
+            | beam.Map(lambda kv: (kv[1][0], (kv[1][1], kv[0]))))
+  counts = read | "counts" >> beam.Map(lambda r: (r[0], r[2]))
+  _ = ((firsts, counts) | beam.Flatten() | "by file" >> beam.GroupByKey()
+       | beam.Map(write_part, layout, side) | beam.combiners.ToList()
+       | beam.Map(write_read_summary, layout, side))
 
 
-def _kept_file(layout: Layout, side: str) -> str:
-  return files.join(layout.stage("sentences"), f"{side}.kept")
+def _counts_file(layout: Layout, side: str) -> str:
+  return files.join(layout.stage("sentences"), f"{side}.counts.json")
 
 
 def sentences_stage(patterns: dict[str, str], layout: Layout, settings: Settings,
                     options) -> None:
   """Reads, cleans and deduplicates each side into `settings.shards` shard files of rows
-  in file order (first occurrences)."""
+  in file order (first occurrences): a pipeline of one task per file, then one of one task
+  per shard.
+
+  Raises:
+    ValueError: a side with no sentence, or a runner that did not write what it reported.
+  """
   paths = {side: input_files(patterns[side], side) for side in SIDES}
-  counts = {}
+  counts, sizes = {}, {}
   for side in SIDES:
     pipeline = beam.Pipeline(options=options)
-    _side_pipeline(pipeline, paths[side], layout, side, settings.shards)
-    counts[side] = _counters(_run(pipeline))
-  for side in SIDES:  # a shard of no rows (fewer sentences than shards) still gets its file
-    for shard in range(settings.shards):
-      if not files.exists(layout.sentences(side, shard)):
-        files.write_text(layout.sentences(side, shard), "")
-  sizes = {side: [len(read_sentence_shard(layout, side, s)) for s in range(settings.shards)]
-           for side in SIDES}
-  for side in SIDES:
-    kept = int(files.read_text(_kept_file(layout, side))) if files.exists(
-        _kept_file(layout, side)) else 0
-    counts[side]["duplicates"] = kept - sum(sizes[side])
-    if not sum(sizes[side]):
+    _read_pipeline(pipeline, paths[side], layout, side)
+    _run(pipeline)
+    summary = _written_summary(layout, side, len(paths[side]))
+    counts[side], parts = summary["counts"], summary["parts"]
+    counts[side]["duplicates"] = counts[side].pop("kept") - sum(parts)
+    if not sum(parts):
       raise ValueError(f"--{side}={patterns[side]} holds no sentence to mine ({counts[side]}); "
                        "give UTF-8 text files, one sentence per line.")
+    pipeline = beam.Pipeline(options=options)
+    _ = (pipeline | beam.Create(range(settings.shards)) | beam.Reshuffle()
+         | beam.Map(write_sentence_shard, layout, side, parts))
+    _run(pipeline)
+    sizes[side] = [len(read_sentence_shard(layout, side, s)) if files.exists(
+        layout.sentences(side, s)) else -1 for s in range(settings.shards)]
+    if sizes[side] != np.diff(shard_bounds(sum(parts), settings.shards)).tolist():
+      raise ValueError(f"{layout.stage('sentences')} holds {side} shards of {sizes[side]} "
+                       f"sentences where the pipeline read {sum(parts)}; rerun with a new "
+                       "--output.")
   mark_done(layout, "sentences", settings, sizes=sizes, counts=counts, inputs=paths)
 
 
+def _written_summary(layout: Layout, side: str, inputs: int) -> dict:
+  """The read pipeline's summary, checked against its inputs: a step that did not run is an
+  error, not a side with fewer sentences."""
+  path = _counts_file(layout, side)
+  summary = json.loads(files.read_text(path)) if files.exists(path) else {"parts": []}
+  if len(summary["parts"]) != inputs:
+    raise ValueError(f"the runner read {len(summary['parts'])} of the {inputs} --{side} "
+                     f"files (summary: {path}); rerun, or run with --runner=DirectRunner to "
+                     "see why.")
+  return summary
+
+
 def _run(pipeline):
+  """Runs a pipeline to its end; a Dask runner's client (one a run) is closed after it."""
   result = pipeline.run()
-  result.wait_until_finish()
+  try:
+    result.wait_until_finish()
+  finally:
+    client = getattr(result, "client", None)
+    if client is not None:
+      client.close()
   return result
-
-
-def _counters(result) -> dict:
-  """The stage's bad-input counts from Beam's metrics (zeros for counters never bumped)."""
-  counts = dict.fromkeys(COUNTERS, 0)
-  for counter in result.metrics().query(MetricsFilter().with_namespace(
-      "vmsst_mine_beam"))["counters"]:
-    counts[counter.key.metric.name] += counter.committed or counter.attempted or 0
-  return counts
 
 
 # Stage 2: embed.
@@ -322,15 +410,37 @@ class SavedModelHandler(base.ModelHandler[str, base.PredictionResult, Any]):
     return [base.PredictionResult(s, v) for s, v in zip(batch, vectors)]
 
 
-def _keyed_sentences(shard: int, layout: Layout, side: str):
-  for row, sentence in enumerate(read_sentence_shard(layout, side, shard)):
-    yield (shard, row), sentence
+class EmbedShard(beam.DoFn):
+  """One sentence shard embedded in batches by its side's model handler, to one .npy.
+
+  Why not RunInference: its BatchElements emits each bundle's last batch from
+  `finish_bundle`, which the Dask runner drops (sentences silently missing); a
+  shard task also needs no shuffle of vectors. The handlers are RunInference's
+  (`load_model`, `run_inference`), and the model is shared by the threads of a
+  worker process as RunInference shares it (`apache_beam.utils.shared`).
+  """
+
+  def __init__(self, handlers: dict, layout: "Layout", batch_size: int):
+    self._handlers, self._layout, self._batch_size = handlers, layout, batch_size
+    self._shared = {side: shared.Shared() for side in handlers}
+
+  def setup(self):
+    self._models = {side: self._shared[side].acquire(handler.load_model)
+                    for side, handler in self._handlers.items()}
+
+  def process(self, element: tuple[str, int]):
+    side, shard = element
+    sentences = read_sentence_shard(self._layout, side, shard)
+    handler, model = self._handlers[side], self._models[side]
+    vectors = [np.asarray(result.inference, np.float32)
+               for start in range(0, len(sentences), self._batch_size)
+               for result in handler.run_inference(
+                   sentences[start:start + self._batch_size], model)]
+    write_embedding_shard(self._layout, side, shard, np.stack(vectors))
+    yield element
 
 
-def write_embedding_shard(element, layout: Layout, side: str) -> None:
-  shard, rows = element
-  rows = sorted(rows, key=lambda r: r[0])
-  matrix = np.stack([np.asarray(v, np.float32) for _, v in rows])
+def write_embedding_shard(layout: "Layout", side: str, shard: int, matrix: np.ndarray) -> None:
   bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
   if len(bad):
     raise ValueError(f"the model embedded sentence {bad[0]} of "
@@ -346,19 +456,17 @@ def _save_atomically(path: str, matrix: np.ndarray) -> None:
 
 def embeddings_stage(layout: Layout, settings: Settings, handlers: dict, options,
                      sizes: dict) -> None:
-  """Each sentence shard embedded by RunInference; shards already written are skipped."""
-  from apache_beam.ml.inference.base import KeyedModelHandler, RunInference  # pylint: disable=import-outside-toplevel
+  """One task per sentence shard not yet embedded, both sides in one chain."""
+  todo = [(side, s) for side in SIDES for s in range(settings.shards)
+          if sizes[side][s] and not files.exists(layout.embeddings(side, s))]
   pipeline = beam.Pipeline(options=options)
-  for side in SIDES:
-    todo = [s for s in range(settings.shards)
-            if sizes[side][s] and not files.exists(layout.embeddings(side, s))]
-    _ = (pipeline | f"{side} shards" >> beam.Create(todo) | f"{side} spread" >> beam.Reshuffle()
-         | f"{side} sentences" >> beam.FlatMap(_keyed_sentences, layout, side)
-         | f"{side} embed" >> RunInference(KeyedModelHandler(handlers[side]))
-         | f"{side} by shard" >> beam.Map(lambda kv: (kv[0][0], (kv[0][1], kv[1].inference)))
-         | f"{side} group" >> beam.GroupByKey()
-         | f"{side} write" >> beam.Map(write_embedding_shard, layout, side))
+  _ = (pipeline | beam.Create(todo) | beam.Reshuffle()
+       | beam.ParDo(EmbedShard(handlers, layout, settings.batch_size)))
   _run(pipeline)
+  missing = [layout.embeddings(*t) for t in todo if not files.exists(layout.embeddings(*t))]
+  if missing:
+    raise ValueError(f"{len(missing)} embedding tasks wrote no file ({missing[0]}); rerun to "
+                     "do what is missing.")
   widths = {files.load_npy(layout.embeddings(side, s), mmap=True).shape[1]
             for side in SIDES for s in range(settings.shards) if sizes[side][s]}
   if len(widths) != 1:
@@ -372,18 +480,20 @@ def embeddings_stage(layout: Layout, settings: Settings, handlers: dict, options
 
 
 class ShardedRows:
-  """A side's embedding shards as one float32 [rows, d] matrix, read lazily by rows.
+  """A side's embedding shards as one float32 [rows, d] matrix, read lazily by rows (or any
+  row-sharded .npy files: `paths`).
 
   What the in-process search functions (approximate.trained_index,
   sampled_recall) take as a memory-mapped .npy: `len`, `shape`, slices and
-  sorted row arrays.
+  row arrays.
   """
 
-  def __init__(self, layout: Layout, side: str):
-    self.parts = [files.load_npy(layout.embeddings(side, s), mmap=True)
-                  for s in range(layout.shards)]
+  def __init__(self, layout: Layout | None = None, side: str | None = None, *,
+               paths: Sequence[str] = ()):
+    paths = paths or [layout.embeddings(side, s) for s in range(layout.shards)]
+    self.parts = [files.load_npy(path, mmap=True) for path in paths]
     self.starts = np.cumsum([0] + [len(p) for p in self.parts])
-    self.shape = (int(self.starts[-1]), self.parts[0].shape[1])
+    self.shape = (int(self.starts[-1]), *self.parts[0].shape[1:])
 
   def __len__(self) -> int:
     return self.shape[0]
@@ -392,7 +502,7 @@ class ShardedRows:
     if isinstance(rows, slice):
       rows = np.arange(*rows.indices(len(self)))
     rows = np.asarray(rows, np.int64)
-    out = np.empty((len(rows), self.shape[1]), np.float32)
+    out = np.empty((len(rows), *self.shape[1:]), self.parts[0].dtype)
     part = np.searchsorted(self.starts, rows, side="right") - 1
     for p in np.unique(part):
       picked = part == p
@@ -421,10 +531,10 @@ def index_stage(layout: Layout, settings: Settings, options) -> None:
 # Stages 4 and 5: cells assigned, k-NN both ways, one task per (direction, shard).
 
 def search_task(task: tuple[str, int], layout: Layout, settings: Settings) -> None:
-  """The queries' k nearest keys within one key shard, as global key rows, to one file."""
+  """The queries' k nearest keys within one key shard, as global key rows: a file per query
+  shard (what a merge task reads), then the task's `.done` file."""
   direction, shard = task
-  path = layout.neighbours(direction, shard)
-  if files.exists(path):  # resumption inside the stage
+  if files.exists(layout.neighbours(direction, shard)):  # resumption inside the stage
     return
   query_side, key_side = DIRECTIONS[direction]
   queries = ShardedRows(layout, query_side)
@@ -432,13 +542,15 @@ def search_task(task: tuple[str, int], layout: Layout, settings: Settings) -> No
   keys = np.asarray(keys_all.parts[shard], np.float32)
   k = min(settings.k, len(keys))
   search = _shard_search(layout, settings, key_side, keys, k)
-  lists = [search(np.asarray(part, np.float32), _assigned(layout, settings, direction, s))
-           for s, part in enumerate(queries.parts) if len(part)]
-  scores = np.concatenate([s for s, _ in lists])
-  rows = np.concatenate([r for _, r in lists])
-  rows = np.where(rows < 0, -1, rows + keys_all.starts[shard])  # -1: not in this shard's cells
-  files.save_npz(path + ".partial.npz", scores=scores, rows=rows)
-  files.rename(path + ".partial.npz", path)
+  for query_shard, part in enumerate(queries.parts):
+    scores, rows = (search(np.asarray(part, np.float32),
+                           _assigned(layout, settings, direction, query_shard)) if len(part)
+                    else (np.zeros((0, k)), np.zeros((0, k), np.int64)))
+    rows = np.where(rows < 0, -1, rows + keys_all.starts[shard])  # -1: not in its cells
+    path = layout.lists(direction, shard, query_shard)
+    files.save_npz(path + ".partial.npz", scores=scores, rows=rows)
+    files.rename(path + ".partial.npz", path)
+  files.write_text(layout.neighbours(direction, shard), "")
 
 
 def _shard_search(layout: Layout, settings: Settings, key_side: str, keys: np.ndarray, k: int):
@@ -508,29 +620,86 @@ def neighbours_stage(layout: Layout, settings: Settings, options) -> None:
   _tasks_stage(layout, "neighbours", settings, options, search_task, layout.neighbours)
 
 
-# Stage 6: margins, candidates, one-to-one, threshold (bitext.mined_pairs).
+# Stage 6: the key shards' lists merged, one task per (direction, query shard).
+
+def merge_task(task: tuple[str, int], layout: Layout, settings: Settings) -> None:
+  """One query shard's k best over every key shard, and each row's mean cosine."""
+  direction, shard = task
+  if files.exists(layout.merged(direction, shard, "means")):  # written last: the task is done
+    return
+  lists = [files.load_npz(layout.lists(direction, key_shard, shard))
+           for key_shard in range(settings.shards)]
+  scores, rows = approximate.merge_top_k([(l["scores"], l["rows"]) for l in lists], settings.k)
+  if (rows < 0).any():
+    name = "src->trg" if direction == "forward" else "trg->src"
+    raise ValueError(f"a {name} query found fewer than k={settings.k} neighbours in its "
+                     f"{settings.ivf.nprobe} cells; raise --nprobe or lower --nlist.")
+  for name, array in (("scores", scores), ("rows", rows), ("means", bitext.row_means(scores))):
+    _save_atomically(layout.merged(direction, shard, name), array)
+
+
+def merge_stage(layout: Layout, settings: Settings, options) -> None:
+  _tasks_stage(layout, "merge", settings, options, merge_task,
+               lambda d, s: layout.merged(d, s, "means"))
+
 
 def merged_neighbourhoods(layout: Layout, settings: Settings) -> bitext.Neighbourhoods:
-  """Both directions' lists over every key shard, merged exactly."""
-  merged = []
-  for direction in DIRECTIONS:
-    lists = [files.load_npz(layout.neighbours(direction, s)) for s in range(settings.shards)]
-    merged.extend(approximate.merge_top_k([(l["scores"], l["rows"]) for l in lists],
-                                          settings.k))
-  hood = bitext.Neighbourhoods(*merged)
-  for name, rows in (("src->trg", hood.forward_indices), ("trg->src", hood.backward_indices)):
-    if (rows < 0).any():
-      raise ValueError(f"a {name} query found fewer than k={settings.k} neighbours in its "
-                       f"{settings.ivf.nprobe} cells; raise --nprobe or lower --nlist.")
-  return hood
+  """Both directions' merged lists, whole (for tests and small runs: O((n + m) k))."""
+  whole = lambda d, name: np.concatenate([files.load_npy(layout.merged(d, s, name))
+                                          for s in range(settings.shards)])
+  return bitext.Neighbourhoods(whole("forward", "scores"), whole("forward", "rows"),
+                               whole("backward", "scores"), whole("backward", "rows"))
 
+
+# Stage 7: each row's best candidate, one task per (direction, query shard).
+
+def candidates_task(task: tuple[str, int], layout: Layout, settings: Settings) -> None:
+  """`bitext`'s best candidate of each of the shard's rows; the other side's means are read
+  (memory-mapped) at its neighbours' rows only."""
+  direction, shard = task
+  path = layout.candidates(direction, shard)
+  if files.exists(path):
+    return
+  cosines = files.load_npy(layout.merged(direction, shard, "scores"))
+  others = files.load_npy(layout.merged(direction, shard, "rows"))
+  first = _shard_starts(layout, DIRECTIONS[direction][0])[shard]
+  rows = np.broadcast_to(first + np.arange(len(others))[:, None], others.shape)
+  scoring = bitext.MARGINS[settings.margin]
+  means = (None, None)
+  if scoring != "cosine":
+    own = files.load_npy(layout.merged(direction, shard, "means"))[:, None]
+    other = "backward" if direction == "forward" else "forward"
+    gathered = ShardedRows(paths=[layout.merged(other, s, "means")
+                                  for s in range(settings.shards)])[others.ravel()]
+    means = (own, gathered.reshape(others.shape))
+  backward = direction == "backward"
+  sources, targets = (others, rows) if backward else (rows, others)
+  pairs, scores = bitext.best_of_rows(bitext.margin_scores(
+      cosines, *(means[::-1] if backward else means), scoring), sources, targets)
+  files.save_npz(path + ".partial.npz", pairs=pairs, scores=scores)
+  files.rename(path + ".partial.npz", path)
+
+
+def _shard_starts(layout: Layout, side: str) -> np.ndarray:
+  sizes = json.loads(files.read_text(layout.marker("sentences")))["sizes"][side]
+  return np.cumsum([0] + sizes)
+
+
+def candidates_stage(layout: Layout, settings: Settings, options) -> None:
+  _tasks_stage(layout, "candidates", settings, options, candidates_task, layout.candidates)
+
+
+# Stage 8: one-to-one and threshold, one task over one candidate a row.
 
 def pairs_task(_, layout: Layout, settings: Settings) -> None:
-  hood = merged_neighbourhoods(layout, settings)
-  pairs, scores = bitext.mined_pairs(hood, margin=settings.margin,
-                                     retrieval=settings.retrieval, threshold=settings.threshold)
-  sentences = [sum((read_sentence_shard(layout, side, s) for s in range(settings.shards)), [])
-               for side in SIDES]
+  """`bitext.mined_pairs` over the shards' candidates in row order: the one-task pairs."""
+  best = {d: [files.load_npz(layout.candidates(d, s)) for s in range(settings.shards)]
+          for d in DIRECTIONS}
+  forward, backward = ((np.concatenate([c["pairs"] for c in best[d]]),
+                        np.concatenate([c["scores"] for c in best[d]])) for d in DIRECTIONS)
+  pairs, scores = bitext.selected(*bitext.retrieved(
+      forward, backward, bitext.RETRIEVALS[settings.retrieval]), settings.threshold)
+  sentences = [_sentences_at(layout, side, pairs[:, i]) for i, side in enumerate(SIDES)]
   with files.open(layout.pairs() + ".partial", "w") as f:
     f.writelines(f"{score:.6f}\t{sentences[0][i]}\t{sentences[1][j]}\n"
                  for score, (i, j) in zip(scores.tolist(), pairs.tolist()))
@@ -538,17 +707,33 @@ def pairs_task(_, layout: Layout, settings: Settings) -> None:
   recall = None
   if settings.index == "ivf" and settings.recall_sample:
     x, y = ShardedRows(layout, "src"), ShardedRows(layout, "trg")
-    recall = {"forward": approximate.sampled_recall(x, y, hood.forward_indices,
+    found = {d: ShardedRows(paths=[layout.merged(d, s, "rows") for s in range(settings.shards)])
+             for d in DIRECTIONS}
+    recall = {"forward": approximate.sampled_recall(x, y, found["forward"],
                                                     settings.recall_sample),
-              "backward": approximate.sampled_recall(y, x, hood.backward_indices,
+              "backward": approximate.sampled_recall(y, x, found["backward"],
                                                      settings.recall_sample)}
   mark_done(layout, "pairs", settings, written=len(pairs), recall=recall)
+
+
+def _sentences_at(layout: Layout, side: str, rows: np.ndarray) -> dict[int, str]:
+  """{row: sentence} for the given rows only, a shard at a time (not the whole side)."""
+  wanted, starts, found = set(rows.tolist()), _shard_starts(layout, side), {}
+  for shard in range(layout.shards):
+    if any(starts[shard] <= r < starts[shard + 1] for r in wanted):
+      for row, sentence in enumerate(read_sentence_shard(layout, side, shard), starts[shard]):
+        if row in wanted:
+          found[row] = sentence
+  return found
 
 
 def pairs_stage(layout: Layout, settings: Settings, options) -> None:
   pipeline = beam.Pipeline(options=options)
   _ = pipeline | beam.Create([None]) | beam.Map(pairs_task, layout, settings)
   _run(pipeline)
+  if not files.exists(layout.marker("pairs")):
+    raise ValueError(f"the runner wrote no {layout.marker('pairs')}: its task did not run; "
+                     "rerun, or run with --runner=DirectRunner to see why.")
 
 
 def run(patterns: dict[str, str], output: str, settings: Settings, options,
@@ -630,9 +815,9 @@ def _run_stage(stage: str, patterns, layout: Layout, settings: Settings, options
     return index_stage(layout, settings, options)
   if stage == "assign":
     return assign_stage(layout, settings, options)
-  if stage == "neighbours":
-    return neighbours_stage(layout, settings, options)
-  return pairs_stage(layout, settings, options)
+  stage_functions = {"neighbours": neighbours_stage, "merge": merge_stage,
+                     "candidates": candidates_stage, "pairs": pairs_stage}
+  return stage_functions[stage](layout, settings, options)
 
 
 class PrecomputedHandler(base.ModelHandler[str, base.PredictionResult, Any]):

@@ -100,23 +100,41 @@ def neighbourhoods(source: np.ndarray, target: np.ndarray, k: int = 4, *,
   return Neighbourhoods(*forward, *backward)
 
 
-def _score(cosines: np.ndarray, sources: np.ndarray, targets: np.ndarray,
-           hood: Neighbourhoods, scoring: str) -> np.ndarray:
-  """float64 scores of candidate pairs (any matching shapes) given their cosines.
+def row_means(cosines: np.ndarray) -> np.ndarray:
+  """float64 [r] mean cosine of each row's k neighbours: a row's share of the margin."""
+  return cosines.mean(axis=1, dtype=np.float64)
 
-  The ratio assumes positive neighbourhood means, as the cosines of a useful
+
+def margin_scores(cosines: np.ndarray, source_means, target_means,
+                  scoring: str) -> np.ndarray:
+  """float64 scores of candidate pairs given their cosines and their rows' `row_means`.
+
+  All of the same shape (the means gathered at each pair's source and target;
+  unused for "cosine"), so a shard of rows is scored as the whole would be. The
+  ratio assumes positive neighbourhood means, as the cosines of a useful
   encoder's nearest neighbours are; the distance margin has no such caveat.
   """
   cosines = cosines.astype(np.float64)
   if scoring == "cosine":
     return cosines
-  average = (hood.forward_scores.mean(axis=1, dtype=np.float64)[sources]
-             + hood.backward_scores.mean(axis=1, dtype=np.float64)[targets]) / 2
+  average = (source_means + target_means) / 2
   if scoring == "ratio":
     return cosines / average
   if scoring == "distance":
     return cosines - average
   raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}.")
+
+
+def best_of_rows(scores: np.ndarray, sources: np.ndarray,
+                 targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Each row's best-scoring candidate of [r, k] candidates: (int64 [r, 2] pairs, float64 [r]).
+
+  Equal scores: the earlier column, the nearer neighbour by cosine.
+  """
+  best = np.argmax(scores, axis=1)
+  take = lambda a: np.take_along_axis(a, best[:, None], axis=1)[:, 0]
+  pairs = np.stack([take(sources), take(targets)], axis=1).astype(np.int64)
+  return pairs, take(scores)
 
 
 def _best_per_row(hood: Neighbourhoods, backward: bool,
@@ -126,11 +144,9 @@ def _best_per_row(hood: Neighbourhoods, backward: bool,
   others = hood.backward_indices if backward else hood.forward_indices
   rows = np.broadcast_to(np.arange(len(others))[:, None], others.shape)
   sources, targets = (others, rows) if backward else (rows, others)
-  scores = _score(cosines, sources, targets, hood, scoring)
-  best = np.argmax(scores, axis=1)  # equal scores: the nearer neighbour by cosine
-  take = lambda a: np.take_along_axis(a, best[:, None], axis=1)[:, 0]
-  pairs = np.stack([take(sources), take(targets)], axis=1).astype(np.int64)
-  return pairs, take(scores)
+  means = (None, None) if scoring == "cosine" else (
+      row_means(hood.forward_scores)[sources], row_means(hood.backward_scores)[targets])
+  return best_of_rows(margin_scores(cosines, *means, scoring), sources, targets)
 
 
 def candidates(hood: Neighbourhoods, scoring: str = "ratio",
@@ -152,7 +168,16 @@ def candidates(hood: Neighbourhoods, scoring: str = "ratio",
     raise ValueError(f"retrieval must be one of {CANDIDATE_RETRIEVALS}, got {retrieval!r}.")
   if retrieval in ("forward", "backward"):
     return _best_per_row(hood, retrieval == "backward", scoring)
-  forward, backward = _best_per_row(hood, False, scoring), _best_per_row(hood, True, scoring)
+  return retrieved(_best_per_row(hood, False, scoring), _best_per_row(hood, True, scoring),
+                   retrieval)
+
+
+def retrieved(forward: tuple[np.ndarray, np.ndarray], backward: tuple[np.ndarray, np.ndarray],
+              retrieval: str) -> tuple[np.ndarray, np.ndarray]:
+  """`candidates` from every source's and every target's best candidate (`best_of_rows`, rows
+  in order): what a sharded miner merges, so its pairs are the one-task miner's."""
+  if retrieval in ("forward", "backward"):
+    return forward if retrieval == "forward" else backward
   if retrieval == "intersect":
     # backward[0] row j is target j's best (source, j); mutual if it names the same source.
     mutual = backward[0][forward[0][:, 1], 0] == forward[0][:, 0]
@@ -226,6 +251,12 @@ def mined_pairs(hood: Neighbourhoods, *, margin: str = "ratio", retrieval: str =
                 threshold: float | None = None) -> tuple[np.ndarray, np.ndarray]:
   """`mine`'s pairs and scores from neighbourhoods already searched (exact or approximate)."""
   pairs, scores = candidates(hood, MARGINS[margin], RETRIEVALS[retrieval])
+  return selected(pairs, scores, threshold)
+
+
+def selected(pairs: np.ndarray, scores: np.ndarray,
+             threshold: float | None) -> tuple[np.ndarray, np.ndarray]:
+  """Candidates kept one-to-one, best first, and at or above the threshold (`mined_pairs`)."""
   keep = one_to_one(pairs, scores)
   pairs, scores = pairs[keep], scores[keep]
   if threshold is not None:
