@@ -34,6 +34,10 @@ from its file cache:
                max, mutual for intersect) and the threshold: the in-process miner's
                functions, one home
 
+This module holds the reading and embedding stages and `run`; the settings, file
+layout, markers and runner plumbing are `beam_layout.py`'s, the search stages (index to
+pairs) `beam_search.py`'s.
+
 The copies of a trained index share its cells, so the merged lists are what
 one index over all keys returns: exact search gives the in-process miner's
 pairs, IVF-Flat the pairs of an in-process IVF over the same rows (codes,
@@ -55,7 +59,8 @@ it computes a side input anew in each task that reads it.
 
 import dataclasses
 import json
-from typing import Any, Iterable, Sequence
+import time
+from typing import Any, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -64,150 +69,17 @@ from apache_beam.ml.inference import base
 from apache_beam.utils import shared
 
 from vmsst import files
-from vmsst.mining import bitext
 from vmsst import text_files
-from vmsst.mining import approximate
-from vmsst.mining import neighbors
 from vmsst.encoding import saved_model
-
-SIDES = ("src", "trg")
-DIRECTIONS = {"forward": ("src", "trg"), "backward": ("trg", "src")}  # (queries, keys)
-STAGES = ("sentences", "embeddings", "index", "assign", "neighbours", "merge", "candidates",
-          "pairs")
-IVF_ONLY = ("index", "assign")
-DONE = "_DONE"
-COUNTERS = ("lines", "empty", "not_utf8", "tab")
-DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
-
-
-def beam_arguments(argv: Sequence[str]) -> list[str]:
-  """Beam's flags as its runners take them: `--runner=DaskRunner` by its module path (Beam 2.77
-  knows it by no short name), and unless --dask_npartitions or --dask_partition_size says
-  otherwise, one element a Dask partition: the Dask runner puts a Create's first 128
-  elements in one partition, one Dask task, and its Reshuffle does nothing, so a stage's
-  few tasks (a shard each) would all run on one worker."""
-  argv = [f"--runner={DASK_RUNNER}" if a == "--runner=DaskRunner" else a for a in argv]
-  dask = any(a == f"--runner={DASK_RUNNER}" for a in argv)
-  sized = any(a.startswith(("--dask_npartitions", "--dask_partition_size")) for a in argv)
-  return argv + (["--dask_partition_size=1"] if dask and not sized else [])
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-  """What the pairs depend on; a stage's marker records its share, so a rerun with other
-  settings is an error naming the stage rather than a silent mix.
-
-  Attributes:
-    margin, retrieval, k, threshold: as `bitext.mine`.
-    index: "exact" or "ivf".
-    ivf: the IVF geometry (`shards` must be 1: the pipeline's shards share the cells).
-    shards: sentence shards per side, the unit of embedding and of search.
-    recall_sample: --index=ivf: queries per direction whose exact neighbours
-      measure recall@k in the summary (0 skips it).
-    batch_size: sentences per RunInference batch.
-  """
-  margin: str = "ratio"
-  retrieval: str = "max"
-  k: int = 4
-  threshold: float | None = None
-  index: str = "exact"
-  ivf: approximate.IvfOptions = approximate.IvfOptions()
-  shards: int = 4
-  recall_sample: int = 1000
-  batch_size: int = 256
-
-  def check(self) -> None:
-    """Raises ValueError naming the flag, before any stage runs."""
-    bitext.check_scoring(self.margin, self.retrieval)
-    if self.index not in bitext.INDEXES:
-      raise ValueError(f"--index={self.index}; pick one of {bitext.INDEXES}.")
-    if self.shards < 1 or self.k < 1 or self.batch_size < 1:
-      raise ValueError(f"--shards={self.shards}, --k={self.k} and --batch_size="
-                       f"{self.batch_size} must be >= 1.")
-    if self.ivf.shards != 1:
-      raise ValueError("the pipeline's --shards share one trained index; the in-process "
-                       "miner's separately trained key slices (IvfOptions.shards) do not apply.")
-
-  def stage_settings(self, stage: str) -> dict:
-    """The settings a stage's files depend on (its marker's contents)."""
-    share = {"sentences": {"shards": self.shards}, "embeddings": {}, "index": {
-        "ivf": dataclasses.asdict(self.ivf)}, "assign": {},
-             "neighbours": {"k": self.k, "index": self.index}, "merge": {},
-             "candidates": {"margin": self.margin}}
-    if stage == "pairs":
-      return dataclasses.asdict(self)
-    settings = {}
-    for name in STAGES[:STAGES.index(stage) + 1]:
-      settings.update(share[name])
-    return json.loads(json.dumps(settings))
-
-
-class Layout:
-  """Where each stage keeps its files under the output directory."""
-
-  def __init__(self, output: str, shards: int):
-    self.output, self.shards = output, shards
-
-  def stage(self, stage: str) -> str:
-    return files.join(self.output, stage) if stage != "pairs" else self.output
-
-  def sentences(self, side: str, shard: int) -> str:
-    return files.join(self.stage("sentences"), f"{side}-{shard:05d}-of-{self.shards:05d}.txt")
-
-  def part(self, side: str, number: int) -> str:
-    """Input file `number`'s first occurrences, in line order."""
-    return files.join(self.stage("sentences"), "parts", f"{side}-{number:06d}.txt")
-
-  def embeddings(self, side: str, shard: int) -> str:
-    return files.join(self.stage("embeddings"), f"{side}-{shard:05d}-of-{self.shards:05d}.npy")
-
-  def index(self, side: str) -> str:
-    return files.join(self.stage("index"), f"{side}.faiss")
-
-  def assignments(self, direction: str, shard: int) -> str:
-    return files.join(self.stage("assign"), f"{direction}-queries-{shard:05d}.npz")
-
-  def neighbours(self, direction: str, shard: int) -> str:
-    """A search task's last file, written after its lists: the task is done."""
-    return files.join(self.stage("neighbours"), f"{direction}-keys-{shard:05d}.done")
-
-  def lists(self, direction: str, key_shard: int, query_shard: int) -> str:
-    return files.join(self.stage("neighbours"),
-                      f"{direction}-keys-{key_shard:05d}-queries-{query_shard:05d}.npz")
-
-  def merged(self, direction: str, shard: int, name: str) -> str:
-    """name: "scores", "rows" (the merged lists) or "means" (`bitext.row_means`)."""
-    return files.join(self.stage("merge"), f"{direction}-queries-{shard:05d}-{name}.npy")
-
-  def candidates(self, direction: str, shard: int) -> str:
-    return files.join(self.stage("candidates"), f"{direction}-queries-{shard:05d}.npz")
-
-  def pairs(self) -> str:
-    return files.join(self.output, "pairs.tsv")
-
-  def marker(self, stage: str) -> str:
-    return files.join(self.stage(stage), DONE if stage != "pairs" else "pairs.json")
-
-
-def stage_done(layout: Layout, stage: str, settings: Settings) -> dict | None:
-  """The stage's marker record when it finished with these settings; None when not run.
-
-  Raises:
-    ValueError: the stage finished with other settings (naming the directory).
-  """
-  marker = layout.marker(stage)
-  if not files.exists(marker):
-    return None
-  record = json.loads(files.read_text(marker))
-  if record.get("settings") != settings.stage_settings(stage):
-    raise ValueError(f"{layout.stage(stage)} was written with {record.get('settings')}, not "
-                     f"{settings.stage_settings(stage)}; pass a new --output or remove it.")
-  return record
-
-
-def mark_done(layout: Layout, stage: str, settings: Settings, **record) -> None:
-  files.write_text(layout.marker(stage), json.dumps(
-      {"settings": settings.stage_settings(stage), **record}, indent=1, sort_keys=True))
+from vmsst.mining import bitext
+# What callers reach through this module (`bp.Layout`, `bp.Settings`, ...) lives in these two.
+from vmsst.mining.beam_layout import (  # pylint: disable=unused-import
+    COUNTERS, DASK_RUNNER, DIRECTIONS, DONE, IVF_ONLY, SIDES, STAGES, Layout, Settings,
+    ShardedRows, beam_arguments, mark_done, read_sentence_shard, run_pipeline,
+    save_atomically, shard_bounds, stage_done)
+from vmsst.mining.beam_search import (  # pylint: disable=unused-import
+    assign_stage, candidates_stage, index_stage, merge_stage, merged_neighbourhoods,
+    neighbours_stage, pairs_stage)
 
 
 # Stage 1: read and deduplicate.
@@ -262,11 +134,6 @@ def read_file(element: tuple[int, str]) -> tuple[int, list[tuple[int, str]], dic
   return number, kept, counts
 
 
-def shard_bounds(total: int, shards: int) -> np.ndarray:
-  """Row boundaries of contiguous shards whose sizes differ by at most one."""
-  return np.linspace(0, total, shards + 1).round().astype(np.int64)
-
-
 def write_part(element, layout: Layout, side: str) -> tuple[int, int, dict]:
   """A file's first occurrences, in line order, to its part file: (file, how many, counts).
 
@@ -303,11 +170,6 @@ def write_sentence_shard(shard: int, layout: Layout, side: str, parts: list[int]
   files.write_text(layout.sentences(side, shard), "".join(s + "\n" for s in sentences))
 
 
-def read_sentence_shard(layout: Layout, side: str, shard: int) -> list[str]:
-  text = files.read_text(layout.sentences(side, shard))
-  return text.split("\n")[:-1]
-
-
 def _read_pipeline(pipeline, paths: list[str], layout: Layout, side: str) -> None:
   """Read, first occurrences, a part file per input file; one chain, no side input (the
   Dask runner computes only the last step, and a side input anew in every task)."""
@@ -340,7 +202,7 @@ def sentences_stage(patterns: dict[str, str], layout: Layout, settings: Settings
   for side in SIDES:
     pipeline = beam.Pipeline(options=options)
     _read_pipeline(pipeline, paths[side], layout, side)
-    _run(pipeline)
+    run_pipeline(pipeline)
     summary = _written_summary(layout, side, len(paths[side]))
     counts[side], parts = summary["counts"], summary["parts"]
     counts[side]["duplicates"] = counts[side].pop("kept") - sum(parts)
@@ -350,7 +212,7 @@ def sentences_stage(patterns: dict[str, str], layout: Layout, settings: Settings
     pipeline = beam.Pipeline(options=options)
     _ = (pipeline | beam.Create(range(settings.shards)) | beam.Reshuffle()
          | beam.Map(write_sentence_shard, layout, side, parts))
-    _run(pipeline)
+    run_pipeline(pipeline)
     sizes[side] = [len(read_sentence_shard(layout, side, s)) if files.exists(
         layout.sentences(side, s)) else -1 for s in range(settings.shards)]
     if sizes[side] != np.diff(shard_bounds(sum(parts), settings.shards)).tolist():
@@ -370,18 +232,6 @@ def _written_summary(layout: Layout, side: str, inputs: int) -> dict:
                      f"files (summary: {path}); rerun, or run with --runner=DirectRunner to "
                      "see why.")
   return summary
-
-
-def _run(pipeline):
-  """Runs a pipeline to its end; a Dask runner's client (one a run) is closed after it."""
-  result = pipeline.run()
-  try:
-    result.wait_until_finish()
-  finally:
-    client = getattr(result, "client", None)
-    if client is not None:
-      client.close()
-  return result
 
 
 # Stage 2: embed.
@@ -445,13 +295,7 @@ def write_embedding_shard(layout: "Layout", side: str, shard: int, matrix: np.nd
   if len(bad):
     raise ValueError(f"the model embedded sentence {bad[0]} of "
                      f"{layout.sentences(side, shard)} as non-finite numbers.")
-  _save_atomically(layout.embeddings(side, shard), matrix)
-
-
-def _save_atomically(path: str, matrix: np.ndarray) -> None:
-  """A crash mid-write leaves no file a rerun would take for done."""
-  files.save_npy(path + ".partial.npy", matrix)
-  files.rename(path + ".partial.npy", path)
+  save_atomically(layout.embeddings(side, shard), matrix)
 
 
 def embeddings_stage(layout: Layout, settings: Settings, handlers: dict, options,
@@ -462,7 +306,7 @@ def embeddings_stage(layout: Layout, settings: Settings, handlers: dict, options
   pipeline = beam.Pipeline(options=options)
   _ = (pipeline | beam.Create(todo) | beam.Reshuffle()
        | beam.ParDo(EmbedShard(handlers, layout, settings.batch_size)))
-  _run(pipeline)
+  run_pipeline(pipeline)
   missing = [layout.embeddings(*t) for t in todo if not files.exists(layout.embeddings(*t))]
   if missing:
     raise ValueError(f"{len(missing)} embedding tasks wrote no file ({missing[0]}); rerun to "
@@ -477,263 +321,6 @@ def embeddings_stage(layout: Layout, settings: Settings, handlers: dict, options
       if not sizes[side][shard]:
         files.save_npy(layout.embeddings(side, shard), np.zeros((0, *widths), np.float32))
   mark_done(layout, "embeddings", settings, width=widths.pop())
-
-
-class ShardedRows:
-  """A side's embedding shards as one float32 [rows, d] matrix, read lazily by rows (or any
-  row-sharded .npy files: `paths`).
-
-  What the in-process search functions (approximate.trained_index,
-  sampled_recall) take as a memory-mapped .npy: `len`, `shape`, slices and
-  row arrays.
-  """
-
-  def __init__(self, layout: Layout | None = None, side: str | None = None, *,
-               paths: Sequence[str] = ()):
-    paths = paths or [layout.embeddings(side, s) for s in range(layout.shards)]
-    self.parts = [files.load_npy(path, mmap=True) for path in paths]
-    self.starts = np.cumsum([0] + [len(p) for p in self.parts])
-    self.shape = (int(self.starts[-1]), *self.parts[0].shape[1:])
-
-  def __len__(self) -> int:
-    return self.shape[0]
-
-  def __getitem__(self, rows) -> np.ndarray:
-    if isinstance(rows, slice):
-      rows = np.arange(*rows.indices(len(self)))
-    rows = np.asarray(rows, np.int64)
-    out = np.empty((len(rows), *self.shape[1:]), self.parts[0].dtype)
-    part = np.searchsorted(self.starts, rows, side="right") - 1
-    for p in np.unique(part):
-      picked = part == p
-      local = rows[picked] - self.starts[p]
-      out[picked] = (self.parts[p][local[0]:local[-1] + 1] if np.all(np.diff(local) == 1)
-                     else self.parts[p][local])
-    return out
-
-
-# Stage 3: train the IVF cells.
-
-def train_side(side: str, layout: Layout, settings: Settings) -> None:
-  import faiss  # pylint: disable=import-outside-toplevel
-  index = approximate.trained_index(ShardedRows(layout, side), settings.ivf)
-  files.write_bytes(layout.index(side), faiss.serialize_index(index).tobytes())
-
-
-def index_stage(layout: Layout, settings: Settings, options) -> None:
-  pipeline = beam.Pipeline(options=options)
-  _ = (pipeline | beam.Create(list(SIDES)) | beam.Reshuffle()
-       | beam.Map(train_side, layout, settings))
-  _run(pipeline)
-  mark_done(layout, "index", settings)
-
-
-# Stages 4 and 5: cells assigned, k-NN both ways, one task per (direction, shard).
-
-def search_task(task: tuple[str, int], layout: Layout, settings: Settings) -> None:
-  """The queries' k nearest keys within one key shard, as global key rows: a file per query
-  shard (what a merge task reads), then the task's `.done` file."""
-  direction, shard = task
-  if files.exists(layout.neighbours(direction, shard)):  # resumption inside the stage
-    return
-  query_side, key_side = DIRECTIONS[direction]
-  queries = ShardedRows(layout, query_side)
-  keys_all = ShardedRows(layout, key_side)
-  keys = np.asarray(keys_all.parts[shard], np.float32)
-  k = min(settings.k, len(keys))
-  search = _shard_search(layout, settings, key_side, keys, k)
-  for query_shard, part in enumerate(queries.parts):
-    scores, rows = (search(np.asarray(part, np.float32),
-                           _assigned(layout, settings, direction, query_shard)) if len(part)
-                    else (np.zeros((0, k)), np.zeros((0, k), np.int64)))
-    rows = np.where(rows < 0, -1, rows + keys_all.starts[shard])  # -1: not in its cells
-    path = layout.lists(direction, shard, query_shard)
-    files.save_npz(path + ".partial.npz", scores=scores, rows=rows)
-    files.rename(path + ".partial.npz", path)
-  files.write_text(layout.neighbours(direction, shard), "")
-
-
-def _shard_search(layout: Layout, settings: Settings, key_side: str, keys: np.ndarray, k: int):
-  """(query shard, its cells) -> (float64 [q, k] cosines, int64 [q, k] shard rows)."""
-  if not k:
-    return lambda q, _: (np.zeros((len(q), 0), np.float64), np.zeros((len(q), 0), np.int64))
-  if settings.index == "exact":
-    return lambda q, _: neighbors.knn(q, keys, k, backend="faiss")
-  index = _load_index(layout, key_side)
-  options = settings.ivf
-  for start in range(0, len(keys), options.block):
-    index.add(approximate.similarity.normalize(keys[start:start + options.block]))
-  index.nprobe = min(options.nprobe, index.nlist)
-  return lambda q, cells: approximate.knn(q, keys, k, options, index=index, assignments=cells)
-
-
-def _assigned(layout: Layout, settings: Settings, direction: str, shard: int):
-  if settings.index == "exact":
-    return None
-  saved = files.load_npz(layout.assignments(direction, shard))
-  return saved["scores"], saved["cells"]
-
-
-def _load_index(layout: Layout, side: str):
-  import faiss  # pylint: disable=import-outside-toplevel
-  return faiss.deserialize_index(np.frombuffer(files.read_bytes(layout.index(side)), np.uint8))
-
-
-def assign_task(task: tuple[str, int], layout: Layout, settings: Settings) -> None:
-  """One query shard's nprobe nearest cells of the other side's index, to one file."""
-  direction, shard = task
-  path = layout.assignments(direction, shard)
-  if files.exists(path):
-    return
-  query_side, key_side = DIRECTIONS[direction]
-  queries = files.load_npy(layout.embeddings(query_side, shard))
-  index = _load_index(layout, key_side)
-  nprobe = min(settings.ivf.nprobe, index.nlist)
-  scores = np.zeros((len(queries), nprobe), np.float32)
-  cells = np.zeros((len(queries), nprobe), np.int64)
-  for start in range(0, len(queries), settings.ivf.block):
-    rows = slice(start, start + settings.ivf.block)
-    scores[rows], cells[rows] = index.quantizer.search(
-        approximate.similarity.normalize(queries[rows]), nprobe)
-  files.save_npz(path + ".partial.npz", scores=scores, cells=cells)
-  files.rename(path + ".partial.npz", path)
-
-
-def assign_stage(layout: Layout, settings: Settings, options) -> None:
-  _tasks_stage(layout, "assign", settings, options, assign_task, layout.assignments)
-
-
-def _tasks_stage(layout: Layout, stage: str, settings: Settings, options, task, output) -> None:
-  """One Beam task per (direction, shard), each skipped when its file exists."""
-  tasks = [(d, s) for d in DIRECTIONS for s in range(settings.shards)]
-  pipeline = beam.Pipeline(options=options)
-  _ = (pipeline | beam.Create(tasks) | beam.Reshuffle() | beam.Map(task, layout, settings))
-  _run(pipeline)
-  missing = [output(*t) for t in tasks if not files.exists(output(*t))]
-  if missing:
-    raise ValueError(f"{len(missing)} {stage} tasks wrote no file ({missing[0]}); rerun to "
-                     "do what is missing.")
-  mark_done(layout, stage, settings)
-
-
-def neighbours_stage(layout: Layout, settings: Settings, options) -> None:
-  _tasks_stage(layout, "neighbours", settings, options, search_task, layout.neighbours)
-
-
-# Stage 6: the key shards' lists merged, one task per (direction, query shard).
-
-def merge_task(task: tuple[str, int], layout: Layout, settings: Settings) -> None:
-  """One query shard's k best over every key shard, and each row's mean cosine."""
-  direction, shard = task
-  if files.exists(layout.merged(direction, shard, "means")):  # written last: the task is done
-    return
-  lists = [files.load_npz(layout.lists(direction, key_shard, shard))
-           for key_shard in range(settings.shards)]
-  scores, rows = approximate.merge_top_k([(l["scores"], l["rows"]) for l in lists], settings.k)
-  if (rows < 0).any():
-    name = "src->trg" if direction == "forward" else "trg->src"
-    raise ValueError(f"a {name} query found fewer than k={settings.k} neighbours in its "
-                     f"{settings.ivf.nprobe} cells; raise --nprobe or lower --nlist.")
-  for name, array in (("scores", scores), ("rows", rows), ("means", bitext.row_means(scores))):
-    _save_atomically(layout.merged(direction, shard, name), array)
-
-
-def merge_stage(layout: Layout, settings: Settings, options) -> None:
-  _tasks_stage(layout, "merge", settings, options, merge_task,
-               lambda d, s: layout.merged(d, s, "means"))
-
-
-def merged_neighbourhoods(layout: Layout, settings: Settings) -> bitext.Neighbourhoods:
-  """Both directions' merged lists, whole (for tests and small runs: O((n + m) k))."""
-  whole = lambda d, name: np.concatenate([files.load_npy(layout.merged(d, s, name))
-                                          for s in range(settings.shards)])
-  return bitext.Neighbourhoods(whole("forward", "scores"), whole("forward", "rows"),
-                               whole("backward", "scores"), whole("backward", "rows"))
-
-
-# Stage 7: each row's best candidate, one task per (direction, query shard).
-
-def candidates_task(task: tuple[str, int], layout: Layout, settings: Settings) -> None:
-  """`bitext`'s best candidate of each of the shard's rows; the other side's means are read
-  (memory-mapped) at its neighbours' rows only."""
-  direction, shard = task
-  path = layout.candidates(direction, shard)
-  if files.exists(path):
-    return
-  cosines = files.load_npy(layout.merged(direction, shard, "scores"))
-  others = files.load_npy(layout.merged(direction, shard, "rows"))
-  first = _shard_starts(layout, DIRECTIONS[direction][0])[shard]
-  rows = np.broadcast_to(first + np.arange(len(others))[:, None], others.shape)
-  scoring = bitext.MARGINS[settings.margin]
-  means = (None, None)
-  if scoring != "cosine":
-    own = files.load_npy(layout.merged(direction, shard, "means"))[:, None]
-    other = "backward" if direction == "forward" else "forward"
-    gathered = ShardedRows(paths=[layout.merged(other, s, "means")
-                                  for s in range(settings.shards)])[others.ravel()]
-    means = (own, gathered.reshape(others.shape))
-  backward = direction == "backward"
-  sources, targets = (others, rows) if backward else (rows, others)
-  pairs, scores = bitext.best_of_rows(bitext.margin_scores(
-      cosines, *(means[::-1] if backward else means), scoring), sources, targets)
-  files.save_npz(path + ".partial.npz", pairs=pairs, scores=scores)
-  files.rename(path + ".partial.npz", path)
-
-
-def _shard_starts(layout: Layout, side: str) -> np.ndarray:
-  sizes = json.loads(files.read_text(layout.marker("sentences")))["sizes"][side]
-  return np.cumsum([0] + sizes)
-
-
-def candidates_stage(layout: Layout, settings: Settings, options) -> None:
-  _tasks_stage(layout, "candidates", settings, options, candidates_task, layout.candidates)
-
-
-# Stage 8: one-to-one and threshold, one task over one candidate a row.
-
-def pairs_task(_, layout: Layout, settings: Settings) -> None:
-  """`bitext.mined_pairs` over the shards' candidates in row order: the one-task pairs."""
-  best = {d: [files.load_npz(layout.candidates(d, s)) for s in range(settings.shards)]
-          for d in DIRECTIONS}
-  forward, backward = ((np.concatenate([c["pairs"] for c in best[d]]),
-                        np.concatenate([c["scores"] for c in best[d]])) for d in DIRECTIONS)
-  pairs, scores = bitext.selected(*bitext.retrieved(
-      forward, backward, bitext.RETRIEVALS[settings.retrieval]), settings.threshold)
-  sentences = [_sentences_at(layout, side, pairs[:, i]) for i, side in enumerate(SIDES)]
-  with files.open(layout.pairs() + ".partial", "w") as f:
-    f.writelines(f"{score:.6f}\t{sentences[0][i]}\t{sentences[1][j]}\n"
-                 for score, (i, j) in zip(scores.tolist(), pairs.tolist()))
-  files.rename(layout.pairs() + ".partial", layout.pairs())
-  recall = None
-  if settings.index == "ivf" and settings.recall_sample:
-    x, y = ShardedRows(layout, "src"), ShardedRows(layout, "trg")
-    found = {d: ShardedRows(paths=[layout.merged(d, s, "rows") for s in range(settings.shards)])
-             for d in DIRECTIONS}
-    recall = {"forward": approximate.sampled_recall(x, y, found["forward"],
-                                                    settings.recall_sample),
-              "backward": approximate.sampled_recall(y, x, found["backward"],
-                                                     settings.recall_sample)}
-  mark_done(layout, "pairs", settings, written=len(pairs), recall=recall)
-
-
-def _sentences_at(layout: Layout, side: str, rows: np.ndarray) -> dict[int, str]:
-  """{row: sentence} for the given rows only, a shard at a time (not the whole side)."""
-  wanted, starts, found = set(rows.tolist()), _shard_starts(layout, side), {}
-  for shard in range(layout.shards):
-    if any(starts[shard] <= r < starts[shard + 1] for r in wanted):
-      for row, sentence in enumerate(read_sentence_shard(layout, side, shard), starts[shard]):
-        if row in wanted:
-          found[row] = sentence
-  return found
-
-
-def pairs_stage(layout: Layout, settings: Settings, options) -> None:
-  pipeline = beam.Pipeline(options=options)
-  _ = pipeline | beam.Create([None]) | beam.Map(pairs_task, layout, settings)
-  _run(pipeline)
-  if not files.exists(layout.marker("pairs")):
-    raise ValueError(f"the runner wrote no {layout.marker('pairs')}: its task did not run; "
-                     "rerun, or run with --runner=DirectRunner to see why.")
 
 
 def run(patterns: dict[str, str], output: str, settings: Settings, options,
@@ -753,7 +340,6 @@ def run(patterns: dict[str, str], output: str, settings: Settings, options,
     ValueError: bad settings, a pattern matching no file, a side with no
       sentence, a stage written with other settings (each naming the fix).
   """
-  import time  # pylint: disable=import-outside-toplevel
   settings.check()
   layout = Layout(output, settings.shards)
   seconds = {}
