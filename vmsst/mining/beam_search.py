@@ -18,6 +18,8 @@ from vmsst.mining.beam_layout import (DIRECTIONS, SIDES, Layout, Settings, Shard
 # Stage 3: train the IVF cells.
 
 def train_side(side: str, layout: Layout, settings: Settings) -> None:
+  """One side's IVF cells, trained on a sample (`IvfOptions.train_size`): a single task a side,
+  bounded by the sample rather than the side, as stopes trains its index."""
   import faiss  # pylint: disable=import-outside-toplevel
   index = approximate.trained_index(ShardedRows(layout, side), settings.ivf)
   files.write_bytes(layout.index(side), faiss.serialize_index(index).tobytes())
@@ -28,6 +30,9 @@ def index_stage(layout: Layout, settings: Settings, options) -> None:
   _ = (pipeline | beam.Create(list(SIDES)) | beam.Reshuffle()
        | beam.Map(train_side, layout, settings))
   run_pipeline(pipeline)
+  missing = [layout.index(side) for side in SIDES if not files.exists(layout.index(side))]
+  if missing:
+    raise ValueError(f"the index task wrote no {missing[0]}; rerun to train what is missing.")
   mark_done(layout, "index", settings)
 
 
@@ -202,13 +207,15 @@ def pairs_task(_, layout: Layout, settings: Settings) -> None:
 
 
 def _sentences_at(layout: Layout, side: str, rows: np.ndarray) -> dict[int, str]:
-  """{row: sentence} for the given rows only, a shard at a time (not the whole side)."""
-  wanted, starts, found = set(rows.tolist()), shard_starts(layout, side), {}
+  """{row: sentence} for the given rows only, reading only the shards that hold them."""
+  starts, wanted = shard_starts(layout, side), np.unique(rows)
+  cuts = np.searchsorted(wanted, starts)  # wanted[cuts[s]:cuts[s + 1]] lie in shard s
+  found = {}
   for shard in range(layout.shards):
-    if any(starts[shard] <= r < starts[shard + 1] for r in wanted):
-      for row, sentence in enumerate(read_sentence_shard(layout, side, shard), starts[shard]):
-        if row in wanted:
-          found[row] = sentence
+    if cuts[shard] < cuts[shard + 1]:
+      lines = read_sentence_shard(layout, side, shard)
+      for row in wanted[cuts[shard]:cuts[shard + 1]].tolist():
+        found[row] = lines[row - starts[shard]]
   return found
 
 
