@@ -51,7 +51,7 @@ class Settings:
     shards: sentence shards per side, the unit of embedding and of search.
     recall_sample: --index=ivf: queries per direction whose exact neighbours
       measure recall@k in the summary (0 skips it).
-    batch_size: sentences per RunInference batch.
+    batch_size: sentences per batch of the model handler.
   """
   margin: str = "ratio"
   retrieval: str = "max"

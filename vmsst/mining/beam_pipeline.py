@@ -270,18 +270,23 @@ class EmbedShard(beam.DoFn):
   worker process as RunInference shares it (`apache_beam.utils.shared`).
   """
 
-  def __init__(self, handlers: dict, layout: "Layout", batch_size: int):
+  def __init__(self, handlers: dict, layout: Layout, batch_size: int):
     self._handlers, self._layout, self._batch_size = handlers, layout, batch_size
     self._shared = {side: shared.Shared() for side in handlers}
 
   def setup(self):
-    self._models = {side: self._shared[side].acquire(handler.load_model)
-                    for side, handler in self._handlers.items()}
+    self._models = {}
+
+  def _model(self, side: str):
+    """A side's model, loaded at its first shard: a task of one side loads only its model."""
+    if side not in self._models:
+      self._models[side] = self._shared[side].acquire(self._handlers[side].load_model)
+    return self._models[side]
 
   def process(self, element: tuple[str, int]):
     side, shard = element
     sentences = read_sentence_shard(self._layout, side, shard)
-    handler, model = self._handlers[side], self._models[side]
+    handler, model = self._handlers[side], self._model(side)
     vectors = [np.asarray(result.inference, np.float32)
                for start in range(0, len(sentences), self._batch_size)
                for result in handler.run_inference(
@@ -290,7 +295,7 @@ class EmbedShard(beam.DoFn):
     yield element
 
 
-def write_embedding_shard(layout: "Layout", side: str, shard: int, matrix: np.ndarray) -> None:
+def write_embedding_shard(layout: Layout, side: str, shard: int, matrix: np.ndarray) -> None:
   bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
   if len(bad):
     raise ValueError(f"the model embedded sentence {bad[0]} of "
@@ -332,7 +337,8 @@ def run(patterns: dict[str, str], output: str, settings: Settings, options,
     patterns: {"src": ..., "trg": ...}: comma-separated files or globs, local or gs://.
     output: the directory of the stages' files and pairs.tsv.
     settings: the mining settings.
-    options: Beam's PipelineOptions (the runner and its settings).
+    options: Beam's PipelineOptions (the runner and its settings), built from
+      `beam_arguments(argv)`: the Dask runner needs what it adds.
     handlers: {"src": ..., "trg": ...} RunInference model handlers (SavedModelHandler);
       needed only while the embeddings stage is not done.
 
