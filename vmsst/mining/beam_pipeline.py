@@ -3,17 +3,17 @@
 `python -m vmsst.mine` holds both sides in one process; at 10^8 sentences a
 side that is a week of one machine. This pipeline runs the same mining as
 stages on any Beam runner (the DirectRunner here, Dask on a Slurm or Kubernetes
-cluster, Dataflow), each
-stage writing its files under one output directory and a `_DONE` marker
-last, so a rerun skips every finished stage (and every finished search task
-of an unfinished one), as facebookresearch/stopes' global mining resumes
-from its file cache:
+cluster, Dataflow), each stage writing its files under one output directory
+and a `_DONE` marker last, so a rerun skips every finished stage (and every
+finished search task of an unfinished one), as facebookresearch/stopes' global
+mining resumes from its file cache:
 
   sentences/   read every file of a side (local or gs:// globs, Beam's
                filesystems; a file per task), drop empty lines, count lines that
-               are not UTF-8 or hold a TAB, keep each sentence's first occurrence;
-               rows in file order as `vmsst.mine` numbers them (so ties break
-               alike), cut into S contiguous shards
+               are not UTF-8 or hold a TAB, keep each sentence's first occurrence
+               (a part file per input file); rows in file order as `vmsst.mine`
+               numbers them (so ties break alike), cut into S contiguous shards,
+               one task per shard reading the parts it overlaps
   embeddings/  one task per shard: embedded in batches by a RunInference model handler
                (`SavedModelHandler` for the exported SavedModel), one .npy per shard
   index/       --index=ivf: each side's IVF cells trained once on a sample
@@ -157,10 +157,12 @@ def write_read_summary(parts: list, layout: Layout, side: str) -> None:
   files.write_text(_counts_file(layout, side), json.dumps({"counts": total, "parts": sizes}))
 
 
-def write_sentence_shard(shard: int, layout: Layout, side: str, parts: list[int]) -> None:
-  """Shard `shard` of the side's rows (file order, first occurrences), from the part files
-  it overlaps: rows are `vmsst.mine`'s, so ties break alike."""
-  starts = np.cumsum([0] + parts)
+def write_sentence_shard(task: tuple[str, int], layout: Layout, parts: dict) -> None:
+  """Shard `shard` of a side's rows (file order, first occurrences), from the part files it
+  overlaps (`parts`: each side's sizes of its part files): rows are `vmsst.mine`'s, so ties
+  break alike."""
+  side, shard = task
+  starts = np.cumsum([0] + parts[side])
   bounds = shard_bounds(int(starts[-1]), layout.shards)
   first, last = bounds[shard], bounds[shard + 1]
   sentences = []
@@ -170,18 +172,19 @@ def write_sentence_shard(shard: int, layout: Layout, side: str, parts: list[int]
   files.write_text(layout.sentences(side, shard), "".join(s + "\n" for s in sentences))
 
 
-def _read_pipeline(pipeline, paths: list[str], layout: Layout, side: str) -> None:
+@beam.ptransform_fn
+def _ReadSide(pbegin, paths: list[str], layout: Layout, side: str):  # pylint: disable=invalid-name
   """Read, first occurrences, a part file per input file; one chain, no side input (the
   Dask runner computes only the last step, and a side input anew in every task)."""
-  read = (pipeline | beam.Create(list(enumerate(paths))) | "spread files" >> beam.Reshuffle()
+  read = (pbegin | beam.Create(list(enumerate(paths))) | "spread files" >> beam.Reshuffle()
           | "read" >> beam.Map(read_file))
   firsts = (read | beam.FlatMap(lambda r: ((line, (r[0], n)) for n, line in r[1]))
             | "first occurrence" >> beam.CombinePerKey(min)
             | beam.Map(lambda kv: (kv[1][0], (kv[1][1], kv[0]))))
   counts = read | "counts" >> beam.Map(lambda r: (r[0], r[2]))
-  _ = ((firsts, counts) | beam.Flatten() | "by file" >> beam.GroupByKey()
-       | beam.Map(write_part, layout, side) | beam.combiners.ToList()
-       | beam.Map(write_read_summary, layout, side))
+  return ((firsts, counts) | beam.Flatten() | "by file" >> beam.GroupByKey()
+          | beam.Map(write_part, layout, side) | beam.combiners.ToList()
+          | beam.Map(write_read_summary, layout, side))
 
 
 def _counts_file(layout: Layout, side: str) -> str:
@@ -191,34 +194,36 @@ def _counts_file(layout: Layout, side: str) -> str:
 def sentences_stage(patterns: dict[str, str], layout: Layout, settings: Settings,
                     options) -> None:
   """Reads, cleans and deduplicates each side into `settings.shards` shard files of rows
-  in file order (first occurrences): a pipeline of one task per file, then one of one task
-  per shard.
+  in file order (first occurrences): a pipeline of one task per file, both sides' chains
+  ending in one step, then one of one task per shard.
 
   Raises:
     ValueError: a side with no sentence, or a runner that did not write what it reported.
   """
   paths = {side: input_files(patterns[side], side) for side in SIDES}
-  counts, sizes = {}, {}
+  pipeline = beam.Pipeline(options=options)
+  ends = [pipeline | f"read {side}" >> _ReadSide(paths[side], layout, side) for side in SIDES]
+  _ = ends | "both sides" >> beam.Flatten()
+  run_pipeline(pipeline)
+  counts, parts, sizes = {}, {}, {}
   for side in SIDES:
-    pipeline = beam.Pipeline(options=options)
-    _read_pipeline(pipeline, paths[side], layout, side)
-    run_pipeline(pipeline)
     summary = _written_summary(layout, side, len(paths[side]))
-    counts[side], parts = summary["counts"], summary["parts"]
-    counts[side]["duplicates"] = counts[side].pop("kept") - sum(parts)
-    if not sum(parts):
+    counts[side], parts[side] = summary["counts"], summary["parts"]
+    counts[side]["duplicates"] = counts[side].pop("kept") - sum(parts[side])
+    if not sum(parts[side]):
       raise ValueError(f"--{side}={patterns[side]} holds no sentence to mine ({counts[side]}); "
                        "give UTF-8 text files, one sentence per line.")
-    pipeline = beam.Pipeline(options=options)
-    _ = (pipeline | beam.Create(range(settings.shards)) | beam.Reshuffle()
-         | beam.Map(write_sentence_shard, layout, side, parts))
-    run_pipeline(pipeline)
+  pipeline = beam.Pipeline(options=options)
+  _ = (pipeline | beam.Create([(side, s) for side in SIDES for s in range(settings.shards)])
+       | beam.Reshuffle() | beam.Map(write_sentence_shard, layout, parts))
+  run_pipeline(pipeline)
+  for side in SIDES:
     sizes[side] = [len(read_sentence_shard(layout, side, s)) if files.exists(
         layout.sentences(side, s)) else -1 for s in range(settings.shards)]
-    if sizes[side] != np.diff(shard_bounds(sum(parts), settings.shards)).tolist():
+    if sizes[side] != np.diff(shard_bounds(sum(parts[side]), settings.shards)).tolist():
       raise ValueError(f"{layout.stage('sentences')} holds {side} shards of {sizes[side]} "
-                       f"sentences where the pipeline read {sum(parts)}; rerun with a new "
-                       "--output.")
+                       f"sentences where the pipeline read {sum(parts[side])}; rerun with a "
+                       "new --output.")
   mark_done(layout, "sentences", settings, sizes=sizes, counts=counts, inputs=paths)
 
 
