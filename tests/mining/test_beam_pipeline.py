@@ -112,6 +112,17 @@ def test_every_margin_and_retrieval_from_the_same_neighbours(planted_run, tmp_pa
   assert len(want) >= 20
 
 
+def _tied(n: int, d: int, seed: int, copies: int, sources: int):
+  """`_planted` with `copies` sentences of each side given the vector of one of its first
+  `sources` (ties in neighbour lists, margins and candidate scores)."""
+  src, trg, table = _planted(n=n, d=d, seed=seed)
+  rng = np.random.default_rng(seed)
+  for side in "xy":
+    for i in rng.choice(n, copies, replace=False):
+      table[f"{side}{i}"] = table[f"{side}{rng.integers(0, sources)}"]
+  return src, trg, table
+
+
 @pytest.mark.slow  # a pipeline of five key shards and the in-process miner
 def test_shared_vectors_across_key_shards_give_the_in_process_pairs_exactly(tmp_path):
   # A third of each side's sentences share another's vector, as sentences cut at the same
@@ -119,11 +130,7 @@ def test_shared_vectors_across_key_shards_give_the_in_process_pairs_exactly(tmp_
   # shards; the in-process miner searches in blocks over the 8 forced devices instead. The
   # float64 re-score of the one exact search breaks every tie alike: the same pairs and the
   # same scores, digit for digit.
-  src, trg, table = _planted(n=300, d=32, seed=5)
-  rng = np.random.default_rng(5)
-  for side in "xy":
-    for i in rng.choice(300, 100, replace=False):
-      table[f"{side}{i}"] = table[f"{side}{rng.integers(0, 300)}"]
+  src, trg, table = _tied(n=300, d=32, seed=5, copies=100, sources=300)
   patterns = _write(tmp_path, src, trg)
   summary = _mine_beam(patterns, tmp_path / "mined", table, bp.Settings(k=4, shards=5))
   want = _in_process(patterns, table, tmp_path / "ref.tsv", k=4)
@@ -307,11 +314,7 @@ def test_the_sharded_pairs_step_on_ties_equals_the_one_task_step(tmp_path):
   # tie in score between the forward and backward lists. The merge, candidates and pairs
   # stages (per query shard, then one task) must give what `bitext.mined_pairs` gives over
   # the same merged lists in one task, digit for digit and in the same order.
-  src, trg, table = _planted(n=48, d=6, seed=7)
-  rng = np.random.default_rng(7)
-  for side in "xy":
-    for i in rng.choice(48, 24, replace=False):
-      table[f"{side}{i}"] = table[f"{side}{rng.integers(0, 8)}"]
+  src, trg, table = _tied(n=48, d=6, seed=7, copies=24, sources=8)
   patterns = _write(tmp_path, src, trg)
   first = _mine_beam(patterns, tmp_path / "mined", table, bp.Settings(k=3, shards=4))
   layout = bp.Layout(str(tmp_path / "mined"), 4)
