@@ -122,13 +122,13 @@ def test_commands_are_quiet_by_default_and_verbose_with_verbosity_1(tiny_model, 
   (tmp_path / "in.txt").write_text("A man rides a bicycle.\nHallo.\n")
   embed = ("vmsst.embed", f"--model_dir={model_dir}", f"--input={tmp_path / 'in.txt'}",
            f"--output={tmp_path / 'out.npy'}")
-  for args in (embed, ("vmsst.export", f"--model_dir={model_dir}",
-                       f"--output={tmp_path / 'export'}")):
-    done = _command(*args)
+  ended = [_command(*args) for args in (embed, ("vmsst.export", f"--model_dir={model_dir}",
+                                                  f"--output={tmp_path / 'export'}"))]
+  for done in ended:
     assert done.returncode == 0, done.stderr[-3000:]
     assert not _noise(done.stderr), done.stderr[-3000:]
     assert "\r" not in done.stderr  # stderr is a pipe here: no progress-bar frames in a log
-  assert "2 lines -> float32 [2," in _command(*embed).stdout  # the summary stays
+  assert "2 lines -> float32 [2," in ended[0].stdout  # the summary stays
   lines = [f"Sentence number {i} of the corpus." for i in range(400)]
   for side in "ab":
     (tmp_path / f"{side}.txt").write_text("\n".join(lines) + "\n")
