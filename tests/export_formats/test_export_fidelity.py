@@ -66,8 +66,10 @@ def sentences(data_dir) -> dict[str, list[str]]:
 def _objective_bindings(name, tiny_model, data_dir, tmp_path) -> list[str]:
   """What each objective needs beyond the pair data, made from local files."""
   if name == "distillation":  # the tiny VMSST run is the teacher: 64 dims; head 32 -> 64
+    # Two steps read a few batches: the teacher encodes those sources, not every one.
     return [f"Teacher.model_dir = '{tiny_model[0]}'",
-            f"TEACHER_CACHE_DIR = '{tmp_path / 'teacher_cache'}'"]
+            f"TEACHER_CACHE_DIR = '{tmp_path / 'teacher_cache'}'",
+            "distillation_tasks.max_sources = 64"]
   if name == "query_tower":
     return [f"INIT_MODEL_DIR = '{tiny_model[0]}'"]
   if name == "entity_contrastive":

@@ -43,20 +43,21 @@ import numpy as np
 import torch
 import transformers
 from sentence_transformers import SentenceTransformer
-export, sentences_file, output = sys.argv[1:]
-sentences = json.load(open(sentences_file, encoding="utf-8"))
-model = SentenceTransformer(export, device="cpu")
-embeddings = model.encode(sentences, batch_size=64, convert_to_numpy=True)
-tokenizer = model.tokenizer
-ids = tokenizer(sentences, truncation=True, max_length=model.max_seq_length)["input_ids"]
-auto, loading = transformers.AutoModel.from_pretrained(export, output_loading_info=True)
-leaked = sorted(k for k, m in sys.modules.items() if m and k.split(".")[0] in BLOCKED)
-assert not leaked, leaked
-json.dump({"ids": ids, "auto_class": type(auto).__name__,
-           "missing": sorted(loading["missing_keys"]),
-           "unexpected": sorted(loading["unexpected_keys"]),
-           "max_seq_length": model.max_seq_length}, open(output + ".json", "w"))
-np.save(output + ".npy", embeddings)
+args = sys.argv[1:]  # (export, sentences file, output) per export, all in this process
+for export, sentences_file, output in zip(args[0::3], args[1::3], args[2::3]):
+  sentences = json.load(open(sentences_file, encoding="utf-8"))
+  model = SentenceTransformer(export, device="cpu")
+  embeddings = model.encode(sentences, batch_size=64, convert_to_numpy=True)
+  tokenizer = model.tokenizer
+  ids = tokenizer(sentences, truncation=True, max_length=model.max_seq_length)["input_ids"]
+  auto, loading = transformers.AutoModel.from_pretrained(export, output_loading_info=True)
+  leaked = sorted(k for k, m in sys.modules.items() if m and k.split(".")[0] in BLOCKED)
+  assert not leaked, leaked
+  json.dump({"ids": ids, "auto_class": type(auto).__name__,
+             "missing": sorted(loading["missing_keys"]),
+             "unexpected": sorted(loading["unexpected_keys"]),
+             "max_seq_length": model.max_seq_length}, open(output + ".json", "w"))
+  np.save(output + ".npy", embeddings)
 """
 
 
@@ -105,23 +106,39 @@ def t5_export(t5_model, tmp_path_factory):
   return t5_model, output, hf_export.export(str(t5_model), str(output))
 
 
-def load_in_torch(export_dir: pathlib.Path, sentences: list[str], work: pathlib.Path):
-  """(embeddings, token ids, AutoModel class, max_seq_length) from a fresh PyTorch process."""
-  (work / "sentences.json").write_text(json.dumps(sentences), encoding="utf-8")
+def load_all_in_torch(exports, work: pathlib.Path) -> list:
+  """(embeddings, {token ids, AutoModel class, max_seq_length, ...}) of each (export_dir,
+  sentences), from one fresh PyTorch process: each export is loaded from its own directory,
+  so exports and towers need no process each."""
+  args = []
+  for i, (export_dir, sentences) in enumerate(exports):
+    (work / f"sentences_{i}.json").write_text(json.dumps(sentences), encoding="utf-8")
+    args += [str(export_dir), str(work / f"sentences_{i}.json"), str(work / f"out_{i}")]
   env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
          "CUDA_VISIBLE_DEVICES": ""}
-  run = subprocess.run([sys.executable, "-c", _TORCH_ONLY, str(export_dir),
-                        str(work / "sentences.json"), str(work / "out")], cwd=work, env=env,
+  run = subprocess.run([sys.executable, "-c", _TORCH_ONLY, *args], cwd=work, env=env,
                        capture_output=True, text=True, timeout=600, check=False)
   assert run.returncode == 0, run.stderr[-3000:]
-  info = json.loads((work / "out.json").read_text(encoding="utf-8"))
-  return np.load(work / "out.npy"), info
+  return [(np.load(work / f"out_{i}.npy"),
+           json.loads((work / f"out_{i}.json").read_text(encoding="utf-8")))
+          for i in range(len(exports))]
 
 
-def assert_same_embeddings(model_dir, export_dir, sentences, work, architecture):
+@pytest.fixture(scope="module")
+def torch_loaded(original_export, t5_export, sentences, tmp_path_factory):
+  """{fixture name: what `load_all_in_torch` gives} for both architectures' exports, loaded
+  in one fresh PyTorch process."""
+  names = ("original_export", "t5_export")
+  loaded = load_all_in_torch([(original_export[1], sentences), (t5_export[1], sentences)],
+                             tmp_path_factory.mktemp("torch"))
+  return dict(zip(names, loaded))
+
+
+def assert_same_embeddings(model_dir, loaded, sentences, architecture):
   """Per-sentence cosine >= 0.9999 with Encoder.encode, and identical truncated ids;
-  `architecture` is the class AutoModel loads."""
-  embeddings, info = load_in_torch(export_dir, sentences, work)
+  `loaded` is `load_all_in_torch`'s (embeddings, info) of the export, `architecture` the
+  class AutoModel loads."""
+  embeddings, info = loaded
   assert info["auto_class"] == architecture
   assert not info["missing"] and not info["unexpected"], info  # every weight, nothing fresh
   reference = vmsst.Encoder.from_checkpoint(str(model_dir), dtype="float32").encode(sentences)
@@ -140,21 +157,23 @@ def assert_same_embeddings(model_dir, export_dir, sentences, work, architecture)
   return cosine
 
 
-def test_original_architecture_exports_as_xlm_roberta_xl(original_export, sentences, tmp_path):
+def test_original_architecture_exports_as_xlm_roberta_xl(original_export, torch_loaded,
+                                                         sentences):
   model_dir, export_dir, metadata = original_export
   assert metadata["architecture"] == "xlm-roberta-xl"
   assert not list(export_dir.rglob("*.bin"))  # safetensors only
-  assert_same_embeddings(model_dir, export_dir, sentences, tmp_path, "XLMRobertaXLModel")
+  assert_same_embeddings(model_dir, torch_loaded["original_export"], sentences,
+                         "XLMRobertaXLModel")
   card = (export_dir / "README.md").read_text(encoding="utf-8")
   assert f"objective **VMSST**, {metadata['step']} steps" in card
   assert "CC BY-SA 4.0" in card  # NTREX's license, read from its SOURCE.md
 
 
-def test_t5_switched_network_exports_as_mt5_encoder(t5_export, sentences, tmp_path):
-  model_dir, export_dir, metadata = t5_export
+def test_t5_switched_network_exports_as_mt5_encoder(t5_export, torch_loaded, sentences):
+  model_dir, _, metadata = t5_export
   assert metadata["architecture"] == "mt5"
   # AutoModel gives MT5Model (its decoder has no layers); sentence-transformers MT5EncoderModel.
-  assert_same_embeddings(model_dir, export_dir, sentences, tmp_path, "MT5Model")
+  assert_same_embeddings(model_dir, torch_loaded["t5_export"], sentences, "MT5Model")
 
 
 @pytest.mark.parametrize("which", ["original_export", "t5_export"])
@@ -203,12 +222,12 @@ def test_momentum_contrast_exports_each_tower_for_its_languages(two_tower_export
   assert sorted(metadata["towers"]) == [".", hf_export.TOWER_B_DIR]
   encoder = vmsst.Encoder.from_checkpoint(str(model_dir), dtype="float32")
   files = sources.ntrex_files(data_dir)
-  for subdir, language in (("", "eng"), (hf_export.TOWER_B_DIR, "deu")):
-    texts = text_files.read_lines(files[language])[:100]
-    work = tmp_path / (subdir or "root")
-    work.mkdir()
-    embeddings, _ = load_in_torch(export_dir / subdir, texts, work)
-    reference = encoder.encode(texts, language=language)
+  towers = (("", "eng"), (hf_export.TOWER_B_DIR, "deu"))
+  texts = {language: text_files.read_lines(files[language])[:100] for _, language in towers}
+  loaded = load_all_in_torch([(export_dir / subdir, texts[language])
+                              for subdir, language in towers], tmp_path)
+  for (_, language), (embeddings, _) in zip(towers, loaded):
+    reference = encoder.encode(texts[language], language=language)
     cosine = np.sum(embeddings * reference, -1) / (
         np.linalg.norm(embeddings, axis=-1) * np.linalg.norm(reference, axis=-1))
     assert cosine.min() >= 0.9999, (language, cosine.min())
@@ -252,10 +271,10 @@ def test_query_tower_exports_the_tuned_tower_and_the_frozen_document_tower(
   assert sorted(metadata["towers"]) == [".", hf_export.DOCUMENT_TOWER_DIR]
   texts = sentences[::10]
   # The document tower is the starting model, frozen; the root is the tuned query tower.
-  for subdir, reference_dir in (("", model_dir), (hf_export.DOCUMENT_TOWER_DIR, init_dir)):
-    work = tmp_path / (subdir or "root")
-    work.mkdir()
-    embeddings, _ = load_in_torch(tmp_path / "st" / subdir, texts, work)
+  towers = (("", model_dir), (hf_export.DOCUMENT_TOWER_DIR, init_dir))
+  loaded = load_all_in_torch([(tmp_path / "st" / subdir, texts) for subdir, _ in towers],
+                             tmp_path)
+  for (subdir, reference_dir), (embeddings, _) in zip(towers, loaded):
     reference = vmsst.Encoder.from_checkpoint(str(reference_dir), dtype="float32").encode(texts)
     cosine = np.sum(embeddings * reference, -1) / (
         np.linalg.norm(embeddings, axis=-1) * np.linalg.norm(reference, axis=-1))
