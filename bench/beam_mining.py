@@ -245,25 +245,6 @@ def real_end_to_end(saved_model: str, data_dir: str, per_side: int, shards: int,
   return results
 
 
-# How each stage's work grows with n a side (nlist = 4 sqrt(n) cells, 64 training points a
-# cell, k neighbours a row): the assignment (n x cells) and the search (n x nprobe x n / cells)
-# as n^1.5, the rest as n.
-GROWTH = {"sentences": 1.0, "index": 1.0, "assign": 1.5, "neighbours": 1.5, "merge": 1.0,
-          "candidates": 1.0, "pairs": 1.0}
-# The stages that do not spread over workers, with why: their hours are this machine's wall
-# seconds grown with n, a bound for one task on one worker as fast as this machine.
-SINGLE_TASK = {"index": "one training task a side, on the sample (64 points a cell)",
-               "pairs": "one task: one-to-one is greedy by score over every candidate"}
-
-
-def projection_rates(scale: dict) -> tuple[str, dict, int]:
-  """The runner whose stage seconds the projection grows: Dask's (processes, as on a
-  cluster) where it ran, else the DirectRunner's; and the cores those seconds used."""
-  runners = scale["runners"]
-  name = "dask" if "dask" in runners else "direct"
-  return name, runners[name]["stage_seconds"], runners[name].get("workers", os.cpu_count())
-
-
 SIZES = (10 ** 8, 10 ** 9)
 WORKER_COUNTS = (100, 1000)
 SINGLE_TASK = {"index": "1 task a side", "pairs": "1 task"}
