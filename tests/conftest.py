@@ -179,6 +179,30 @@ def _unit_tests_start_no_process(request, monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", _NoProcessInUnitTests)
 
 
+def one_device_flags(flags: str) -> str:
+  """XLA_FLAGS with one forced host device instead of the tests' eight."""
+  kept = [f for f in flags.split() if not f.startswith("--xla_force_host_platform_device_count")]
+  return " ".join([*kept, "--xla_force_host_platform_device_count=1"])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _processes_started_by_tests_use_one_device():
+  """A process a test starts simulates one CPU device, not eight, unless the test says so.
+
+  This process keeps its eight (its backend is made here, before the variable changes;
+  XLA reads it once): the sharding tests build their meshes in it. A command started on
+  eight simulated devices compiles and steps a sharded program over two cores, about a
+  fifth slower than unsharded (docs/results/tests/); a test that needs a sharded child sets
+  XLA_FLAGS in the child's environment (tests/training/test_multihost.py does). Set by a
+  fixture, not at import: xdist starts its workers from the controller's environment.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.devices()
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setenv("XLA_FLAGS", one_device_flags(os.environ.get("XLA_FLAGS", "")))
+    yield
+
+
 @pytest.fixture(scope="session")
 def gcs(tmp_path_factory):
   """A Cloud Storage bucket on 127.0.0.1 (`gcs.path(...)` → `gs://…`), for the session.

@@ -75,7 +75,12 @@ def small_run_bindings(data_dir, vocab_path, model_dir, steps: int, extra=()) ->
 
 def configure_small_run(data_dir, vocab_path, model_dir, steps: int, objective="vmsst",
                         extra=()) -> None:
-  """Parses gin/runs/<objective>_cpu.gin with `small_run_bindings`."""
+  """Parses gin/runs/<objective>_cpu.gin with `small_run_bindings`, on one device.
+
+  One device of the eight the tests simulate (make_mesh.devices_per_process): a small run
+  in this process compiles and steps faster unsharded (docs/results/tests/); a test of
+  sharding builds its mesh itself, or passes `make_mesh.devices_per_process = -1` in `extra`.
+  """
   from vmsst import gin_utils  # pylint: disable=import-outside-toplevel
   from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
   gin_utils.register_configurables()
@@ -83,7 +88,9 @@ def configure_small_run(data_dir, vocab_path, model_dir, steps: int, objective="
   gin.add_config_file_search_path(str(ROOT))
   gin.parse_config_files_and_bindings(
       [str(ROOT / f"gin/runs/{objective}_cpu.gin")],
-      small_run_bindings(data_dir, vocab_path, model_dir, steps, extra), finalize_config=False)
+      small_run_bindings(data_dir, vocab_path, model_dir, steps,
+                         ["make_mesh.devices_per_process = 1", *extra]),
+      finalize_config=False)
 
 
 def assert_user_error(done, *named: str, status: int = 2) -> str:

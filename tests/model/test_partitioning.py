@@ -1,5 +1,7 @@
 """Mesh construction and the logical-axis rules."""
 
+import types
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -17,6 +19,17 @@ def test_mesh_fills_the_data_axis_and_rejects_impossible_shapes():
     partitioning.make_mesh(model_parallelism=len(devices) + 1, devices=devices)
   with pytest.raises(ValueError, match="needs"):
     partitioning.make_mesh(data_parallelism=len(devices) + 1, devices=devices)
+
+
+def test_devices_per_process_keeps_the_first_of_each_process_in_order():
+  mesh = partitioning.make_mesh(devices_per_process=2)
+  assert list(mesh.devices.flat) == jax.devices()[:2]
+  two_hosts = [types.SimpleNamespace(process_index=p, id=i) for p in (0, 1) for i in range(3)]
+  kept = partitioning._first_of_each_process(two_hosts, 2)  # pylint: disable=protected-access
+  assert [(d.process_index, d.id) for d in kept] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+  for count in (0, len(jax.devices()) + 1):
+    with pytest.raises(ValueError, match="devices_per_process"):
+      partitioning.make_mesh(devices_per_process=count)
 
 
 def test_rules_split_wide_weight_axes_over_model_and_batch_over_data():
