@@ -186,8 +186,11 @@ def test_a_run_compiles_for_a_v4_slice_with_memory_and_flops_per_chip(tmp_path, 
 
 
 def test_the_program_fingerprint_follows_the_step_not_the_process():
-  """Two lowerings of one step give one fingerprint; another batch size another."""
-  run = compile_lib.Run(VMSST(SMALL), optax.adam(1e-3), 16, 32, False)
+  """Two lowerings of one step give one fingerprint; another batch size another.
+
+  On TINY: a fingerprint is of any lowered step, and SMALL's four layers took ~3x the
+  tracing."""
+  run = compile_lib.Run(VMSST(TINY), optax.adam(1e-3), 16, 12, False)
   mesh = _mesh(2, 1)
   first = compile_lib.program_fingerprint(compile_lib.lower_step(run, mesh, 16)[1],
                                           mesh.devices.flat)
@@ -233,10 +236,11 @@ def test_under_scan_the_compilers_flops_are_incomplete_and_the_models_are_not():
 
 
 @pytest.mark.tpu
-def test_a_step_that_does_not_fit_exits_3_with_the_compilers_message():
+def test_a_step_that_does_not_fit_exits_3_with_the_compilers_message(compile_here):
+  """In this process (`compile_here`): a child would spend ~7 s CPU importing JAX first."""
   needs_libtpu()
-  done = compile_command("--gin_file=gin/runs/vmsst_cpu.gin", "--topology=v5e-1",
-                         "--batch_size=262144")
+  done = compile_here("--gin_file=gin/runs/vmsst_cpu.gin", "--topology=v5e-1",
+                      "--batch_size=262144")
   assert done.returncode == compile_lib.DOES_NOT_FIT_EXIT_CODE, done.stderr[-2000:]
   assert "memory" in done.stdout.lower() and "v5e-1" in done.stderr
 
