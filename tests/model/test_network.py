@@ -282,8 +282,10 @@ def test_scanned_and_rematerialised_decoder_is_still_causal():
   params = init_params(model)
   batch = random_batch()
   latent = jax.random.normal(jax.random.key(0), (4, 2 * TINY.emb_dim))
-  decode = lambda tokens: model.apply(params, tokens, jnp.ones_like(tokens), batch["lang_a"],
-                                      latent, True, method=VMSSTNetwork.decode)
+  # One compile for both calls (same shapes); op by op, each dispatched every primitive.
+  decode = jax.jit(lambda tokens: model.apply(params, tokens, jnp.ones_like(tokens),
+                                              batch["lang_a"], latent, True,
+                                              method=VMSSTNetwork.decode))
   changed = batch["tokens_a"].copy()
   changed[:, 5] = (changed[:, 5] + 7) % 300
   base, after = decode(batch["tokens_a"]), decode(changed)
