@@ -76,7 +76,8 @@ def _define_flags() -> None:
   flags.DEFINE_bool("matched_precision", True, "Also time the checkpoint and the peer at the "
                     "other precision (the peer's bfloat16 is torch.autocast).")
   flags.DEFINE_float("settle_seconds", 2.0, "Idle time before each timed measurement.")
-  flags.DEFINE_bool("quick", False, "Smoke mode: 2 layers, d = 64, 128 sentences, one round.")
+  flags.DEFINE_bool("quick", False, "Smoke mode: 2 layers, d = 64, 128 sentences, one round, "
+                    "the peer at float32 only.")
 
 
 def sentences(count: int) -> list[str]:
@@ -200,7 +201,10 @@ def measure(encoders: dict, cfg, spm_path: str, texts: list[str], batch_size: in
   import math  # pylint: disable=import-outside-toplevel
   timers = {name: encode_timer(encoder, texts, batch_size) for name, encoder in encoders.items()}
   if common.have_sentence_transformers():
-    for d in dtypes:  # each in a process of its own: see common.TimerProcess
+    # Quick: the peer at float32 alone, one PyTorch process start per batch size fewer (the
+    # smoke run's figures mean nothing; --matched_precision still times ours at both).
+    peer_dtypes = ["float32"] if FLAGS.quick else dtypes
+    for d in peer_dtypes:  # each in a process of its own: see common.TimerProcess
       timers[f"peer@{d}"] = common.TimerProcess(peer_timer, cfg, spm_path, FLAGS.length, d,
                                                 texts, batch_size)
   else:
