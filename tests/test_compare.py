@@ -26,8 +26,10 @@ def _clean_gin():
 
 
 def _shrink(data_dir, tiny_vocab_path, extra=()):
-  return [b for b in vmsst_testing.small_run_bindings(data_dir, tiny_vocab_path, "unused", 0,
-                                                      extra=extra)
+  """The small run's bindings on one device, as `vmsst_testing.configure_small_run` trains."""
+  return [b for b in vmsst_testing.small_run_bindings(
+      data_dir, tiny_vocab_path, "unused", 0,
+      extra=["make_mesh.devices_per_process = 1", *extra])
           if not b.startswith(("MODEL_DIR", "TRAIN_STEPS"))]
 
 
@@ -156,9 +158,7 @@ def test_unknown_objective_is_a_clear_error(tmp_path):
 def test_an_objective_overlay_is_applied_after_the_shared_body(data_dir, tiny_vocab_path,
                                                                tmp_path):
   """momentum_contrast's paper queue (409,600) is shrunk by gin/runs/compare/momentum_contrast.gin."""
-  shrink = [b for b in vmsst_testing.small_run_bindings(data_dir, tiny_vocab_path, "unused", 0,
-                                                        extra=["train.evaluator = None"])
-            if not b.startswith(("MODEL_DIR", "TRAIN_STEPS"))]
+  shrink = _shrink(data_dir, tiny_vocab_path, ["train.evaluator = None"])
   compare.train_objective("momentum_contrast", gin_file=["gin/runs/base_compare_cpu.gin"],
                           steps=2, model_dir=str(tmp_path / "momentum_contrast"), bindings=shrink,
                           search_paths=[str(vmsst_testing.ROOT)])
