@@ -30,6 +30,7 @@ def _translation_nll(model, params, target, target_mask, target_lang, source, so
   return bitranslation.decode_nll(model, params, target, target_mask, target_lang, latent, None)[0]
 
 
+@pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_decoder_sees_the_source_only_through_the_latent():
   model = VMSST(TINY)
   params = init_params(model)
