@@ -29,7 +29,7 @@ def _shrink(data_dir, tiny_vocab_path, extra=()):
   """The small run's bindings on one device, as `vmsst_testing.configure_small_run` trains."""
   return [b for b in vmsst_testing.small_run_bindings(
       data_dir, tiny_vocab_path, "unused", 0,
-      extra=["make_mesh.devices_per_process = 1", *extra])
+      extra=[vmsst_testing.ONE_DEVICE, *extra])
           if not b.startswith(("MODEL_DIR", "TRAIN_STEPS"))]
 
 

@@ -73,13 +73,17 @@ def small_run_bindings(data_dir, vocab_path, model_dir, steps: int, extra=()) ->
       "RetrievalEvaluator.batch_size = 64", *extra]
 
 
+# A small run on one of the eight simulated devices (make_mesh.devices_per_process): it compiles
+# and steps faster unsharded (docs/results/tests/).
+ONE_DEVICE = "make_mesh.devices_per_process = 1"
+
+
 def configure_small_run(data_dir, vocab_path, model_dir, steps: int, objective="vmsst",
                         extra=()) -> None:
   """Parses gin/runs/<objective>_cpu.gin with `small_run_bindings`, on one device.
 
-  One device of the eight the tests simulate (make_mesh.devices_per_process): a small run
-  in this process compiles and steps faster unsharded (docs/results/tests/); a test of
-  sharding builds its mesh itself, or passes `make_mesh.devices_per_process = -1` in `extra`.
+  One device (ONE_DEVICE); a test of sharding builds its mesh itself, or passes
+  `make_mesh.devices_per_process = -1` in `extra`.
   """
   from vmsst import gin_utils  # pylint: disable=import-outside-toplevel
   from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
@@ -89,7 +93,7 @@ def configure_small_run(data_dir, vocab_path, model_dir, steps: int, objective="
   gin.parse_config_files_and_bindings(
       [str(ROOT / f"gin/runs/{objective}_cpu.gin")],
       small_run_bindings(data_dir, vocab_path, model_dir, steps,
-                         ["make_mesh.devices_per_process = 1", *extra]),
+                         [ONE_DEVICE, *extra]),
       finalize_config=False)
 
 

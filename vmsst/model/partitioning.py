@@ -87,8 +87,9 @@ def _first_of_each_process(devices: list[jax.Device], count: int) -> list[jax.De
     if seen[device.process_index] <= count:
       kept.append(device)
   if count < 1 or any(n < count for n in seen.values()):
-    raise ValueError(f"make_mesh.devices_per_process={count}: each process has "
-                     f"{sorted(set(seen.values()))} devices; give 1 to that count, or -1 for all.")
+    raise ValueError(f"make_mesh.devices_per_process={count}: the processes have "
+                     f"{sorted(set(seen.values()))} devices each; give from 1 to the fewest, "
+                     "or -1 for all.")
   return kept
 
 
