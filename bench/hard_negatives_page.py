@@ -103,12 +103,31 @@ def spread(values: list[float], sign: str = "") -> str:
 
 
 def at_baseline_time(run_: dict) -> tuple[float, int] | None:
-  """(held-out mean, step) of the mined run's last evaluation no later, in seconds since its
-  first event, than the baseline's last: the two at the same wall time. None if none was."""
-  limit = run_["curve"]["baseline"]["seconds"][-1]
+  """(held-out mean, step) of the mined run's last evaluation within the baseline's time: the
+  two at the same cost. None if none was.
+
+  With CPU seconds (each run's own user + system time on its one core, what an idle core's
+  wall time would be, also on a shared machine) the mined run's seconds are spread evenly over
+  its steps; without them, seconds since each run's first event.
+  """
   mined = run_["curve"]["hard_negatives"]
-  within = [i for i, s in enumerate(mined["seconds"]) if s <= limit]
+  cpu = run_.get("cpu_seconds") or {}
+  if cpu.get("baseline") and cpu.get("hard_negatives"):
+    per_step = cpu["hard_negatives"] / mined["step"][-1]
+    within = [i for i, s in enumerate(mined["step"]) if s * per_step <= cpu["baseline"]]
+  else:
+    limit = run_["curve"]["baseline"]["seconds"][-1]
+    within = [i for i, s in enumerate(mined["seconds"]) if s <= limit]
   return (mined["value"][within[-1]], mined["step"][within[-1]]) if within else None
+
+
+def time_name(runs: dict) -> str:
+  return "CPU time" if by_cpu(runs) else "wall time"
+
+
+def by_cpu(runs: dict) -> bool:
+  """Whether every run has its CPU seconds (the time the page matches and reports)."""
+  return all((r.get("cpu_seconds") or {}).get("baseline") for r in runs.values())
 
 
 def data_sentence(results: dict) -> str:
@@ -156,7 +175,7 @@ def spread_rows(results: dict) -> list[str]:
   matched = [at_baseline_time(r) for r in runs.values()]
   if all(matched):
     without = values("baseline", "mean")
-    rows.append(f"| mean, with negatives at the baseline's wall time (steps "
+    rows.append(f"| mean, with negatives at the baseline's {time_name(runs)} (steps "
                 f"{', '.join(str(s) for _, s in matched)}) | {spread(without)} | "
                 f"{spread([v for v, _ in matched])} | "
                 f"{spread([v - a for (v, _), a in zip(matched, without)], '+')} |")
@@ -170,6 +189,21 @@ def baseline_mining(run_: dict, negatives: int) -> str:
           f"negatives for {m['pairs']:,} pairs, {m['short']:,} with fewer than {negatives}; of "
           f"{m['candidates']:,} neighbours, {m['translations']:,} translations and "
           f"{m['margin']:,} within the margin)")
+
+
+def run_seconds_intro(runs: dict) -> str:
+  if by_cpu(runs):
+    return ("Time of each run (s), `python -m vmsst.train` from start to exit, evaluations "
+            "included: CPU (its own user + system time on its one core, what an idle core's wall "
+            "time is) and, in brackets, wall (longer where the machine was shared):")
+  return ("Wall time of each run (s), `python -m vmsst.train` from start to exit, evaluations "
+          "included:")
+
+
+def run_time(run_: dict, arm: str) -> str:
+  """A run's seconds: "CPU (wall)" when its CPU seconds were recorded, else wall."""
+  wall, cpu = run_["seconds"][arm], (run_.get("cpu_seconds") or {}).get(arm)
+  return f"{cpu:,} ({wall:,} wall)" if cpu else f"{wall:,}"
 
 
 def render_spread(results: dict) -> str:
@@ -195,15 +229,16 @@ def render_spread(results: dict) -> str:
            "",
            "Each cell: the mean over the seeds (in brackets the lowest and the highest seed's "
            "value).", "",
-           *spread_rows(results), "", "Wall time of each run (s), `python -m vmsst.train` "
-           "from start to exit, evaluations included:", ""]
+           *spread_rows(results), "", run_seconds_intro(runs), ""]
   for seed, run_ in runs.items():
-    sec = run_["seconds"]
-    lines.append(f"- seed {seed}: without {sec['baseline']:,}, with hard negatives "
-                 f"{sec['hard_negatives']:,}" + (baseline_mining(run_, results["negatives"])
-                                                 if "mining" in run_ else "") + ".")
-  matched = ("; the row \"at the baseline's wall time\" is the mined run's last evaluation "
-             "within the baseline's seconds (since each run's first event)"
+    lines.append(f"- seed {seed}: without {run_time(run_, 'baseline')}, with hard negatives "
+                 f"{run_time(run_, 'hard_negatives')}"
+                 + (baseline_mining(run_, results["negatives"]) if "mining" in run_ else "")
+                 + ".")
+  matched = (f"; the row \"at the baseline's {time_name(runs)}\" is the mined run's last "
+             "evaluation within the baseline's "
+             + ("CPU seconds (the mined run's spread evenly over its steps)" if by_cpu(runs)
+                else "seconds (since each run's first event)")
              if all(at_baseline_time(r) for r in runs.values()) else "")
   lines += ["", f"A step with hard negatives encodes (2 + K)·B sentences instead of 2B{matched}.",
             "", "Regenerate:", "", "```bash", results["command"], "```", ""]

@@ -61,6 +61,20 @@ def test_a_seeds_page_gives_each_set_with_its_lowest_and_highest_seed_and_the_ma
   assert text.rstrip().endswith("```bash\npython bench/hard_negatives.py --seeds=0,1\n```")
 
 
+def test_with_cpu_seconds_the_page_matches_the_runs_by_cpu_time_and_gives_both_times():
+  """On a shared machine each run's CPU seconds, not its wall time, say what an idle core costs:
+  the mined run's 2,900 CPU s over 1,500 steps put the baseline's 1,100 at step 568, so its last
+  evaluation by then is step 500."""
+  runs = {"0": {**_seed(0.0, 16.0), "cpu_seconds": {"baseline": 1100, "hard_negatives": 2900}}}
+  results = {"format": 2, "command": "python bench/hard_negatives.py", "run_file": "c",
+             "miner": "baseline", "corpus": "recipe", "lines": None, "pairs": 10, "steps": 1500,
+             "negatives": 3, "margin": "none", "margin_value": 0.05, "candidates": 30,
+             "cores": [0, 1], "runs": runs}
+  text = page.render(results, RESULTS)
+  assert "| mean, with negatives at the baseline's CPU time (steps 500) |" in text
+  assert "- seed 0: without 1,100 (1,200 wall), with hard negatives 2,900 (2,950 wall)." in text
+
+
 def _bench(*args):
   return subprocess.run([sys.executable, str(ROOT / "bench" / "hard_negatives.py"), *args],
                         capture_output=True, text=True, check=False, timeout=300)
