@@ -1,5 +1,7 @@
 """End to end on the real data: the loss falls, retrieval beats chance, resume works."""
 
+import contextlib
+import io
 import re
 import shutil
 
@@ -44,22 +46,6 @@ def test_short_vmsst_run_learns_and_retrieves_far_above_chance(data_dir, tiny_vo
   assert "VMSST" in (tmp_path / "vmsst" / "config.gin").read_text()
 
 
-def test_resume_continues_from_the_saved_step_and_matches_an_uninterrupted_run(
-    data_dir, tiny_vocab_path, tmp_path):
-  # The NaN tests' batch and data (SMALL): the same programs, compiled once for the file.
-  common = ["make_manager.save_interval_steps = 4", *SMALL]
-  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "resumed", steps=8, extra=common)
-  first = vmsst.training.loop.train()
-  assert (first["start_step"], first["step"]) == (0, 8)
-  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "resumed", steps=12, extra=common)
-  resumed = vmsst.training.loop.train()
-  assert (resumed["start_step"], resumed["step"]) == (8, 12)
-  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "straight", steps=12, extra=common)
-  straight = vmsst.training.loop.train()
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-               jax.device_get(resumed["params"]), jax.device_get(straight["params"]))
-
-
 NAN_RUN = ["make_manager.save_interval_steps = 2", "train.log_every = 100", *SMALL]
 # Adafactor's update is ~lr x parameter RMS, ~1e28 here: its squared norm overflows
 # float32, so from step 5 on every step is non-finite.
@@ -68,12 +54,35 @@ HUGE_LR = "inverse_sqrt_schedule.peak_learning_rate = 1e30"
 
 @pytest.fixture(scope="module")
 def four_good_steps(data_dir, tiny_vocab_path, tmp_path_factory):
-  """(model_dir with checkpoints 2 and 4, params at step 4): copied by each NaN test."""
+  """(model_dir with checkpoints 2 and 4, params at step 4, the run's result, its progress bar,
+  the schedule's peak and warm-up): copied or read by each test below, so the file trains
+  these four steps once."""
   model_dir = tmp_path_factory.mktemp("nan") / "four"
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=4, extra=NAN_RUN)
-  result = vmsst.training.loop.train()
+  schedule = (gin.query_parameter("inverse_sqrt_schedule.peak_learning_rate"),
+              gin.query_parameter("inverse_sqrt_schedule.warmup_steps"))
+  bar = io.StringIO()
+  with contextlib.redirect_stderr(bar):  # tqdm's default file: sys.stderr when the bar starts
+    result = vmsst.training.loop.train()
   gin.clear_config()
-  return model_dir, jax.device_get(result["params"])
+  return model_dir, jax.device_get(result["params"]), result, bar.getvalue(), schedule
+
+
+def test_resume_continues_from_the_saved_step_and_matches_an_uninterrupted_run(
+    four_good_steps, data_dir, tiny_vocab_path, tmp_path):
+  # The fixture's finished 4-step run, continued to 8 (TRAIN_STEPS raised), against a straight
+  # 8-step run; the NaN tests' batch and data (NAN_RUN): the same programs, compiled once.
+  assert (four_good_steps[2]["start_step"], four_good_steps[2]["step"]) == (0, 4)
+  shutil.copytree(four_good_steps[0], tmp_path / "resumed")
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "resumed", steps=8,
+                                    extra=NAN_RUN)
+  resumed = vmsst.training.loop.train()
+  assert (resumed["start_step"], resumed["step"]) == (4, 8)
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, tmp_path / "straight", steps=8,
+                                    extra=NAN_RUN)
+  straight = vmsst.training.loop.train()
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               jax.device_get(resumed["params"]), jax.device_get(straight["params"]))
 
 
 def _continue_to_8(four_good_steps, data_dir, tiny_vocab_path, model_dir, extra):
@@ -120,31 +129,25 @@ def test_more_bad_steps_in_a_row_than_allowed_stop_the_run(
 
 
 def test_a_rerun_with_fewer_steps_than_the_checkpoint_leaves_the_directory_as_it_was(
-    data_dir, tiny_vocab_path, tmp_path, caplog):
+    four_good_steps, data_dir, tiny_vocab_path, tmp_path, caplog):
   model_dir = tmp_path / "done"
-  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=3, extra=SMALL)
-  vmsst.training.loop.train()
+  shutil.copytree(four_good_steps[0], model_dir)  # a finished 4-step run
   before = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
-  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=2, extra=SMALL)
+  vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=2, extra=NAN_RUN)
   with caplog.at_level("WARNING"):
     result = vmsst.training.loop.train()
-  assert (result["start_step"], result["step"]) == (3, 3)
-  assert "already at step 3 ≥ TRAIN_STEPS (2), nothing to do" in caplog.text
+  assert (result["start_step"], result["step"]) == (4, 4)
+  assert "already at step 4 ≥ TRAIN_STEPS (2), nothing to do" in caplog.text
   assert {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()} == before
-  assert "TRAIN_STEPS = 3" in (model_dir / "config.gin").read_text()
+  assert "TRAIN_STEPS = 4" in (model_dir / "config.gin").read_text()
 
 
-def test_learning_rate_is_logged_and_the_bar_shows_the_loss_every_step(
-    data_dir, tiny_vocab_path, tmp_path, capsys):
-  vmsst_testing.configure_small_run(
-      data_dir, tiny_vocab_path, tmp_path / "lr", steps=3,
-      extra=[*SMALL, "train.log_every = 100"])
-  peak = gin.query_parameter("inverse_sqrt_schedule.peak_learning_rate")
-  warmup = gin.query_parameter("inverse_sqrt_schedule.warmup_steps")
-  result = vmsst.training.loop.train()
-  # Step 3's update is optax's count 2: peak * min(2 / warmup, sqrt(warmup / 2)).
+@pytest.mark.integration  # trains (in its fixture), as the rest of the file
+def test_learning_rate_is_logged_and_the_bar_shows_the_loss_every_step(four_good_steps):
+  """Read off the fixture's run (log_every 100: only its saved steps 2 and 4 are logged)."""
+  _, _, result, bar, (peak, warmup) = four_good_steps
+  # Step 4's update is optax's count 3: peak * min(3 / warmup, sqrt(warmup / 3)).
   np.testing.assert_allclose(result["final_metrics"]["learning_rate"],
-                             peak * min(2 / warmup, (warmup / 2) ** 0.5), rtol=1e-6)
-  bar = capsys.readouterr().err
-  # Step 1 is not a logged step (log_every 100): the bar shows its loss all the same.
-  assert re.search(r"1/3 \[[^\]]*loss=\d", bar), bar[-2000:]
+                             peak * min(3 / warmup, (warmup / 3) ** 0.5), rtol=1e-6)
+  # Step 1 is not a logged step: the bar shows its loss all the same.
+  assert re.search(r"1/4 \[[^\]]*loss=\d", bar), bar[-2000:]

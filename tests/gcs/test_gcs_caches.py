@@ -3,7 +3,8 @@
 The teacher cache is filled by the run's teacher stage (what `python -m vmsst.teacher_cache`
 runs) into gs://, read back by a new instance, and a second fill encodes nothing. seqio's cache
 is written by its own Beam job (`python -m seqio.scripts.cache_tasks_main`, the DirectRunner)
-to gs://, and `train` with `train_iterator.use_cached` reads it from there.
+to gs://, and `train` with `train_iterator.use_cached` reads it from there (its `main` in this
+process, `test_gcs_train.train_here`: a process would add only its seconds of imports).
 """
 
 import json
@@ -72,7 +73,8 @@ def _write_moses(directory: str, corpus: str, l1: str, l2: str, lines1, lines2) 
                      "".join(f"{t}\n" for t in lines))
 
 
-def test_seqio_cache_job_writes_to_the_bucket_and_train_reads_it_there(gcs, bucket, tmp_path):
+def test_seqio_cache_job_writes_to_the_bucket_and_train_reads_it_there(gcs, bucket, tmp_path,
+                                                                      capfd, monkeypatch):
   opus_dir, cache = files.join(bucket["root"], "cache_opus"), files.join(bucket["root"], "seqio")
   _write_moses(opus_dir, "Europarl", "en", "de", [f"the house {i}" for i in range(40)],
                [f"das Haus {i}" for i in range(40)])
@@ -93,13 +95,13 @@ def test_seqio_cache_job_writes_to_the_bucket_and_train_reads_it_there(gcs, buck
     listed = files.listdir(files.join(cache, task))
     assert "stats.train.json" in listed and any(n.startswith("train.tfrecord") for n in listed), (
         listed)
+  # train's `main` in this process, on one of its devices (a process adds only its imports).
   model_dir = files.join(bucket["root"], "runs", "from_cache")
-  cmd = gcs_train.command(gcs_train.bindings(
+  done = gcs_train.train_here(gcs_train.bindings(
       bucket["data"], bucket["vocab"], model_dir, steps=2, opus=opus_dir,
-      extra=["train.mixture_name = 'vmsst_opus_paper'", "train_iterator.use_cached = True",
-             f"train_iterator.cache_dirs = ['{cache}']"]))
-  status, log = gcs_train.run(cmd, tmp_path, tmp_path / "train.txt")
-  assert status == 0, log[-4000:]
-  assert sorted(int(s) for s in gcs_train.STEP_LINE.findall(log)) == [1, 2], log[-4000:]
-  assert files.exists(files.join(model_dir, "checkpoints", "2"))
+      extra=[vmsst_testing.ONE_DEVICE, "train.mixture_name = 'vmsst_opus_paper'",
+             "train_iterator.use_cached = True", f"train_iterator.cache_dirs = ['{cache}']"]),
+      tmp_path / "train", capfd, monkeypatch)
+  assert done.returncode == 0, done.stderr[-4000:]
+  assert files.exists(files.join(model_dir, "checkpoints", "2"))  # a fresh run: steps 1 and 2
   assert not gcs_train.local_gs_folders(tmp_path)

@@ -5,7 +5,10 @@ MODEL_DIR, VOCAB_PATH, the data (NTREX-128 and Multi30k folders, an OPUS directo
 empty working directory, so a path that lost its scheme (`gs:/bucket/...`) would show up there
 as a local `gs:` folder. One uninterrupted run serves the checks of what lands where; a run
 killed with SIGKILL and rerun must resume from the bucket, with its data position, to the
-same model.
+same model. The early-stopping run trains on the bucket's OPUS directory, so it also serves
+the check of that stream (its stopping does not depend on the data). The commands that end
+before their first step (a refused resume, an unknown mixture) run `main` in this process
+(`vmsst_testing.command_here`): a process would add only its seconds of imports.
 """
 
 import json
@@ -15,6 +18,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -28,6 +32,7 @@ from vmsst.training import early_stopping as es
 from vmsst import files
 from vmsst.model import param_files
 from vmsst import sentencepiece_vocabulary
+from vmsst import train
 from vmsst_tasks import heldout
 
 pytestmark = pytest.mark.slow
@@ -128,6 +133,19 @@ def run(cmd: list[str], workdir: pathlib.Path, log: pathlib.Path) -> tuple[int, 
   return process.returncode, text
 
 
+def train_here(gin_bindings: list[str], workdir: pathlib.Path, capfd,
+               monkeypatch) -> vmsst_testing.Ended:
+  """`command(gin_bindings)` past its imports, in this process
+  (`vmsst_testing.command_here`), from `workdir` with a temporary directory of its own (both
+  checked for `gs:` folders), as `run_env` gives a process."""
+  (workdir / "tmp").mkdir(parents=True, exist_ok=True)
+  monkeypatch.chdir(workdir)
+  monkeypatch.setenv("TMPDIR", str(workdir / "tmp"))
+  monkeypatch.setattr(tempfile, "tempdir", str(workdir / "tmp"))
+  return vmsst_testing.command_here(train.main, "vmsst.train",
+                                    command(gin_bindings)[3:], capfd)
+
+
 def local_gs_folders(*roots: pathlib.Path) -> list[str]:
   """Any local folder named like a bucket path that lost its scheme (`gs:`)."""
   return [str(p) for root in roots for p in root.rglob("gs:*")]
@@ -187,12 +205,12 @@ def test_every_file_of_a_run_lands_in_the_bucket(gcs, straight):
   assert f"starting from the parameters in {init}" in log, log[-4000:]
 
 
-def test_a_changed_setting_is_refused_without_resume_with_changes(bucket, straight, tmp_path):
+def test_a_changed_setting_is_refused_without_resume_with_changes(bucket, straight, tmp_path,
+                                                                  capfd, monkeypatch):
   model_dir, _, _ = straight
   changed = bindings(bucket["data"], bucket["vocab"], model_dir, bucket["init"],
                      extra=["make_manager.save_interval_steps = 3", "inverse_sqrt_schedule.peak_learning_rate = 1e-2"])
-  done = subprocess.run(command(changed), cwd=tmp_path, env=run_env(tmp_path),
-                        capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+  done = train_here(changed, tmp_path, capfd, monkeypatch)
   vmsst_testing.assert_user_error(done, "--resume_with_changes")
   assert not local_gs_folders(tmp_path)
 
@@ -239,54 +257,68 @@ def test_kill_9_then_the_same_command_resumes_from_the_bucket_to_the_same_model(
   assert not local_gs_folders(tmp_path)
 
 
-def test_early_stopping_keeps_its_state_and_best_checkpoint_in_the_bucket(gcs, bucket, tmp_path):
-  # The retrieval evaluator's "chance" never falls: step 1 is the last improvement, steps 2
-  # and 3 are idle, patience 2 stops at step 3, whose checkpoint holds step 1's parameters.
+@pytest.fixture(name="stopped", scope="module")
+def _stopped(bucket, tmp_path_factory):
+  """The early-stopping run, trained on the bucket's OPUS directory: (model_dir, its
+  bindings, its log, the working directory)."""
+  # The retrieval evaluator's "chance" never falls, whatever the training data: step 1 is the
+  # last improvement, steps 2 and 3 are idle, patience 2 stops at step 3, whose checkpoint
+  # holds step 1's parameters. One device, as run_env gives the process, named so that the
+  # same command in this process (eight devices) uses one too.
+  workdir = tmp_path_factory.mktemp("gcs_stopped")
   model_dir = files.join(bucket["root"], "runs", "stopped")
-  cmd = command(bindings(bucket["data"], bucket["vocab"], model_dir, bucket["init"], steps=20,
-                         extra=["train.evaluator = @RetrievalEvaluator()", "train.eval_every = 1",
-                                "train.early_stopping = @EarlyStopping()",
-                                "EarlyStopping.metrics = ['chance']", "EarlyStopping.patience = 2",
-                                "EarlyStopping.directory = %MODEL_DIR",
-                                "retrieval_sets.max_pairs = 16",
-                                "make_manager.save_interval_steps = 1",
-                                "make_manager.max_to_keep = 5"]))
-  status, log = run(cmd, tmp_path, tmp_path / "stopped.txt")
+  gin_bindings = bindings(bucket["data"], bucket["vocab"], model_dir, bucket["init"], steps=20,
+                          opus=files.join(bucket["root"], "opus"),
+                          extra=[vmsst_testing.ONE_DEVICE, "train.mixture_name = 'vmsst_opus'",
+                                 "train.evaluator = @RetrievalEvaluator()", "train.eval_every = 1",
+                                 "train.early_stopping = @EarlyStopping()",
+                                 "EarlyStopping.metrics = ['chance']", "EarlyStopping.patience = 2",
+                                 "EarlyStopping.directory = %MODEL_DIR",
+                                 "retrieval_sets.max_pairs = 16",
+                                 "make_manager.save_interval_steps = 1",
+                                 "make_manager.max_to_keep = 5"])
+  status, log = run(command(gin_bindings), workdir, workdir / "stopped.txt")
   assert status == 0, log[-4000:]
+  return model_dir, gin_bindings, log, workdir
+
+
+def test_early_stopping_keeps_its_state_and_best_checkpoint_in_the_bucket(
+    stopped, tmp_path, capfd, caplog, monkeypatch):
+  model_dir, gin_bindings, _, workdir = stopped
   state = json.loads(files.read_text(files.join(model_dir, es.STATE_FILE)))
   assert state["best_step"] == 1 and state["stopped"], state
-  manager = ocp.CheckpointManager(files.join(model_dir, "checkpoints"))
-  assert manager.all_steps()[-1] == 3 and 1 in manager.all_steps(), manager.all_steps()
-  best, stopped = final_state(model_dir, 1)["params"], final_state(model_dir, 3)["params"]
-  assert_equal_trees(stopped, best)
+  saved = ocp.CheckpointManager(files.join(model_dir, "checkpoints")).all_steps()
+  assert saved[-1] == 3 and 1 in saved, saved
+  best, stopped_at = final_state(model_dir, 1)["params"], final_state(model_dir, 3)["params"]
+  assert_equal_trees(stopped_at, best)
+  assert not local_gs_folders(workdir)
+  # The same command finds the run stopped in the bucket and trains nothing: it ends before
+  # its data, so it runs in this process (its warnings are caplog's records here).
+  done = train_here(gin_bindings, tmp_path, capfd, monkeypatch)
+  assert done.returncode == 0, done.stderr[-4000:]
+  assert "stopped early at an earlier run" in caplog.text, caplog.text[-4000:]
+  assert "nothing to do" in caplog.text, caplog.text[-4000:]
+  # A step trained would have saved (save_interval_steps = 1).
+  assert ocp.CheckpointManager(files.join(model_dir, "checkpoints")).all_steps() == saved
   assert not local_gs_folders(tmp_path)
-  # The same command finds the run stopped in the bucket and trains nothing.
-  status, again = run(cmd, tmp_path, tmp_path / "again.txt")
-  assert status == 0 and "stopped early at an earlier run" in again, again[-4000:]
-  assert not STEP_LINE.findall(again)
 
 
-def test_train_streams_an_opus_directory_from_the_bucket(gcs, bucket, tmp_path):
+def test_train_streams_an_opus_directory_from_the_bucket(stopped):
   # The paper runs' input: OPUS Moses files read by tf.data straight from gs://.
-  model_dir = files.join(bucket["root"], "runs", "opus")
-  cmd = command(bindings(bucket["data"], bucket["vocab"], model_dir, steps=2,
-                         opus=files.join(bucket["root"], "opus"),
-                         extra=["train.mixture_name = 'vmsst_opus'"]))
-  status, log = run(cmd, tmp_path, tmp_path / "opus.txt")
-  assert status == 0, log[-4000:]
-  assert sorted(int(s) for s in STEP_LINE.findall(log)) == [1, 2], log[-4000:]
+  model_dir, _, log, workdir = stopped
+  assert sorted(int(s) for s in STEP_LINE.findall(log)) == [1, 2, 3], log[-4000:]
   counts = json.loads(files.read_text(files.join(model_dir, "data_counts.json")))
+  assert counts["mixture"] == "vmsst_opus", counts
   assert counts["total"]["train"]["read"] == 30, counts["total"]  # the 30 pairs in the bucket
-  assert not local_gs_folders(tmp_path)
-  del gcs
+  assert not local_gs_folders(workdir)
 
 
 def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_bucket_model_dir(
-    gcs, bucket, tmp_path):
+    bucket, tmp_path, capfd, monkeypatch):
   model_dir = files.join(bucket["root"], "failed_run")
   failing = bindings(bucket["data"], bucket["vocab"], model_dir,
-                     extra=["train.mixture_name = 'no_such_mixture'"])
-  code, log = run(command(failing), tmp_path, tmp_path / "train.log")
-  assert code != 0 and "no_such_mixture" in log, log[-3000:]
+                     extra=[vmsst_testing.ONE_DEVICE, "train.mixture_name = 'no_such_mixture'"])
+  with pytest.raises(ValueError, match="no_such_mixture"):  # the command's traceback, exit 1
+    train_here(failing, tmp_path, capfd, monkeypatch)
   assert not files.exists(files.join(model_dir, "config.gin")), files.glob(f"{model_dir}/*")
   assert not local_gs_folders(tmp_path)
