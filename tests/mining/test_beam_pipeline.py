@@ -228,14 +228,13 @@ def test_bad_lines_are_counted_and_a_glob_matching_nothing_names_the_flag(tmp_pa
 
 @pytest.mark.slow  # worker processes
 @pytest.mark.integration
-def test_two_worker_processes_mine_the_pairs_one_worker_mines(tmp_path):
-  src, trg, table = _planted(n=300, seed=2)
-  patterns = _write(tmp_path, src, trg)
-  settings = bp.Settings(k=3, shards=3)
-  one = _mine_beam(patterns, tmp_path / "one", table, settings)
-  two = _mine_beam(patterns, tmp_path / "two", table, settings, TWO_PROCESSES)
+def test_two_worker_processes_mine_the_pairs_one_worker_mines(planted_run, tmp_path):
+  """The module's planted run is the one worker's: the same files and settings again, in two
+  worker processes (each pipeline starts its own two; most of this test's seconds)."""
+  patterns, table, _, one = planted_run
+  two = _mine_beam(patterns, tmp_path / "two", table, bp.Settings(k=3, shards=3), TWO_PROCESSES)
   assert files.read_text(one["pairs"]) == files.read_text(two["pairs"])
-  assert one["counts"] == two["counts"]
+  assert one["counts"] == two["counts"] and two["written"] == one["written"] >= 60
 
 
 @pytest.mark.slow  # trains and exports the tiny model
@@ -264,16 +263,19 @@ def test_the_exported_model_through_its_model_handler_mines_what_mine_mines(
   np.testing.assert_allclose([got[p] for p in common], [want[p] for p in common], atol=2e-6)
 
 
-@pytest.mark.slow  # two commands' imports
-def test_the_command_names_the_flag_of_a_missing_input(tmp_path):
+@pytest.mark.slow  # a command's imports
+def test_the_command_names_the_flag_of_a_missing_input(tmp_path, capfd, monkeypatch):
+  """As typed, in its own process (its `__main__` hands --runner to Beam), and, for the
+  SavedModel check that `main` makes before any pipeline, in this one."""
   (tmp_path / "trg.txt").write_text("a\n")
-  for args, named in (([f"--src={tmp_path}/missing*.txt", "--saved_model=" + str(tmp_path)],
-                       "--saved_model"),
-                      ([f"--src={tmp_path}/missing*.txt"], "--src")):
-    done = subprocess.run([sys.executable, "-m", "vmsst.mine_beam", *args,
-                           f"--trg={tmp_path}/trg.txt", f"--output={tmp_path}/out",
-                           "--runner=DirectRunner"], capture_output=True, text=True, check=False)
-    vmsst_testing.assert_user_error(done, named)
+  common = [f"--src={tmp_path}/missing*.txt", f"--trg={tmp_path}/trg.txt",
+            f"--output={tmp_path}/out"]
+  done = subprocess.run([sys.executable, "-m", "vmsst.mine_beam", *common,
+                         "--runner=DirectRunner"], capture_output=True, text=True, check=False)
+  vmsst_testing.assert_user_error(done, "--src")
+  monkeypatch.setattr(mine_beam, "_BEAM_ARGS", list(ONE_WORKER))  # what its __main__ splits off
+  done = vmsst_testing.run_here(mine_beam, [*common, f"--saved_model={tmp_path}"], capfd)
+  vmsst_testing.assert_user_error(done, "--saved_model")
 
 
 @pytest.mark.slow  # three pipelines

@@ -216,19 +216,25 @@ def _max_difference(a, b):
 
 @pytest.mark.slow
 def test_remat_keeps_parameters_loss_and_gradients():
-  """With dropout on: remat replays the same dropout masks in the backward pass."""
+  """With dropout on: remat replays the same dropout masks in the backward pass.
+
+  One layer a stack (TINY): remat wraps each layer on its own, and one puts every kind
+  (semantic and language encoder, decoder) under each policy; a second layer a stack only
+  lengthened the three compiles (the scan test below keeps two, which stacking needs).
+  """
+  cfg = dataclasses.replace(TINY, dropout_rate=0.1)
   batch, rng = random_batch(), jax.random.key(3)
-  plain = VMSST(MEMORY_CFG)
+  plain = VMSST(cfg)
   params = init_params(plain)
   loss, grads = _loss_and_grads(plain, params, batch, rng)
   for policy in ("full", "dots_saveable"):
-    model = VMSST(dataclasses.replace(MEMORY_CFG, remat=policy))
+    model = VMSST(dataclasses.replace(cfg, remat=policy))
     assert jax.tree.structure(param_shapes(model)) == jax.tree.structure(params)
     remat_loss, remat_grads = _loss_and_grads(model, params, batch, rng)
     np.testing.assert_allclose(remat_loss, loss, rtol=1e-6)
     assert _max_difference(remat_grads, grads) < 1e-5
   with pytest.raises(ValueError, match="NetworkConfig.remat"):
-    dataclasses.replace(MEMORY_CFG, remat="everything")
+    dataclasses.replace(cfg, remat="everything")
 
 
 # T5.1.1's switches (gin/models/sizes/mt5_large.gin), the architecture of every
@@ -238,33 +244,36 @@ T5_1_1 = dict(relative_attention=True, rms_norm=True, gated_mlp=True, projection
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("architecture", [{}, T5_1_1], ids=["original", "t5_1_1"])
-def test_scan_layers_is_the_same_network_on_stacked_parameters(architecture):
+@pytest.mark.parametrize("architecture,remat", [({}, "none"), (T5_1_1, "full")],
+                         ids=["original", "t5_1_1"])
+def test_scan_layers_is_the_same_network_on_stacked_parameters(architecture, remat):
   """Scanned layers split the dropout key per layer, so compare without dropout.
 
   The unscanned parameters stacked by layer_stacks.stack_layer_params give the
   scanned network the same loss and the stacked gradients (under T5.1.1's
   switches too: each stack's one relative position bias is shared by the scan).
+  The scan body is rematerialised or not whatever the architecture
+  (layer_stacks.scanned_layers), so each architecture takes one remat setting:
+  T5.1.1 the paper's 24-layer runs' (scan.gin with remat.gin), the original none.
   """
   cfg = dataclasses.replace(MEMORY_CFG, dropout_rate=0.0, **architecture)
   batch, rng = random_batch(), jax.random.key(3)
   plain = VMSST(cfg)
   params = init_params(plain)
   loss, grads = _loss_and_grads(plain, params, batch, rng)
-  for remat in ("none", "full"):
-    model = VMSST(dataclasses.replace(cfg, scan_layers=True, remat=remat))
-    scanned_init = param_shapes(model)  # shapes only: no initialiser runs
-    stacked = layer_stacks.stack_layer_params(params)
-    assert jax.tree.structure(scanned_init) == jax.tree.structure(stacked)
-    wi = "wi_0" if cfg.gated_mlp else "wi"
-    assert stacked["semantic_encoder"]["layers"]["mlp"][wi]["kernel"].shape == (
-        2, cfg.emb_dim, cfg.mlp_dim)
-    assert "decoder_layer_0" not in scanned_init and "decoder" in scanned_init
-    count = lambda tree: sum(x.size for x in jax.tree.leaves(tree))
-    assert count(scanned_init) == count(params)
-    scan_loss, scan_grads = _loss_and_grads(model, stacked, batch, rng)
-    np.testing.assert_allclose(scan_loss, loss, rtol=1e-6)
-    assert _max_difference(scan_grads, layer_stacks.stack_layer_params(grads)) < 1e-5
+  model = VMSST(dataclasses.replace(cfg, scan_layers=True, remat=remat))
+  scanned_init = param_shapes(model)  # shapes only: no initialiser runs
+  stacked = layer_stacks.stack_layer_params(params)
+  assert jax.tree.structure(scanned_init) == jax.tree.structure(stacked)
+  wi = "wi_0" if cfg.gated_mlp else "wi"
+  assert stacked["semantic_encoder"]["layers"]["mlp"][wi]["kernel"].shape == (
+      2, cfg.emb_dim, cfg.mlp_dim)
+  assert "decoder_layer_0" not in scanned_init and "decoder" in scanned_init
+  count = lambda tree: sum(x.size for x in jax.tree.leaves(tree))
+  assert count(scanned_init) == count(params)
+  scan_loss, scan_grads = _loss_and_grads(model, stacked, batch, rng)
+  np.testing.assert_allclose(scan_loss, loss, rtol=1e-6)
+  assert _max_difference(scan_grads, layer_stacks.stack_layer_params(grads)) < 1e-5
 
 
 def test_scanned_parameters_carry_the_replicated_layers_axis():

@@ -153,18 +153,23 @@ def test_ema_update_is_exact_and_zero_momentum_copies_the_base_encoder(shared_to
 
 @pytest.fixture(scope="module")
 def separate_towers_run():
-  """5 steps of B = 4 into queues of K = 16 (the ring wraps once), separate towers.
+  """5 steps of B = 8 into queues of K = 32 (the ring wraps once), separate towers.
+
+  B, K and the optimizer are those of the one-device run of
+  test_data4_model2_equals_single_device_with_the_queue_split_over_data[True]: the same
+  initialiser and step programs, which that test then loads from the session's compilation
+  cache (tests/conftest.py) instead of compiling them again.
 
   Returns the trainer, the live final state, and host copies: the initial
   and after-3-steps model states and the keys [B, d] each step should enqueue.
   """
-  model = MomentumContrast(TINY, momentum=0.9, queue_size=16, separate_towers=True)
-  trainer = _trainer(model)
+  model = MomentumContrast(TINY, momentum=0.9, queue_size=32, separate_towers=True)
+  trainer = _trainer(model, 8)
   embed = jax.jit(model.embed_side, static_argnums=2)
   state = trainer.initialize(jax.random.key(0))
   run = {"trainer": trainer, "initial": jax.device_get(state.model_state), "keys": []}
   for step in range(5):
-    batch = random_batch(seed=step)
+    batch = random_batch(batch_size=8, seed=step)
     momentum = jax.device_get(state.model_state["momentum"])
     run["keys"].append({s: _normalize(embed(momentum, batch, s)) for s in "ab"})
     state, _ = trainer.step(state, batch, jax.random.key(1))
@@ -177,15 +182,15 @@ def separate_towers_run():
 def test_queues_hold_the_last_keys_in_order_oldest_overwritten_first(separate_towers_run):
   run = separate_towers_run
   after_3, final = run["after_3"], run["final"]
-  assert int(after_3["queue_pointer"]) == 12 and int(final["queue_pointer"]) == 4
+  assert int(after_3["queue_pointer"]) == 24 and int(final["queue_pointer"]) == 8
   for s in "ab":
-    keys = np.concatenate([k[s] for k in run["keys"]])  # 20 keys, oldest first
-    # N·B = 12 ≤ K: rows 0..11 are the keys in order, rows 12..15 untouched.
-    np.testing.assert_allclose(after_3[f"queue_{s}"][:12], keys[:12], rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(after_3[f"queue_{s}"][12:], run["initial"][f"queue_{s}"][12:])
-    # N·B = 20 > K: the last 16 keys, read from the pointer (the oldest) on.
+    keys = np.concatenate([k[s] for k in run["keys"]])  # 40 keys, oldest first
+    # N·B = 24 ≤ K: rows 0..23 are the keys in order, rows 24..31 untouched.
+    np.testing.assert_allclose(after_3[f"queue_{s}"][:24], keys[:24], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(after_3[f"queue_{s}"][24:], run["initial"][f"queue_{s}"][24:])
+    # N·B = 40 > K: the last 32 keys, read from the pointer (the oldest) on.
     oldest_first = np.roll(final[f"queue_{s}"], -int(final["queue_pointer"]), axis=0)
-    np.testing.assert_allclose(oldest_first, keys[-16:], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(oldest_first, keys[-32:], rtol=1e-5, atol=1e-6)
 
 
 @needs_8_devices
@@ -222,7 +227,8 @@ def test_checkpoint_round_trip_restores_the_model_state_and_resumes_identically(
   restored = checkpointing.restore_latest(manager, trainer.abstract_state)
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored), jax.device_get(state))
   assert restored.model_state["queue_a"].sharding == trainer.state_shardings.model_state["queue_a"]
-  after = [jax.device_get(trainer.step(s, random_batch(seed=7), jax.random.key(1))[0])
+  after = [jax.device_get(trainer.step(s, random_batch(batch_size=8, seed=7),
+                                       jax.random.key(1))[0])
            for s in (restored, state)]  # `state` is donated last: nothing reads it afterwards
   jax.tree.map(np.testing.assert_array_equal, after[0], after[1])
 
@@ -508,10 +514,12 @@ def test_two_tower_export_serves_each_tower_and_scores_a_against_b(data_dir, tin
                                                                     tmp_path):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_text  # pylint: disable=g-import-not-at-top,unused-import  # SentencePiece ops
+  # The run only has to leave two towers to export: one layer, eight pairs a step.
   vmsst_testing.configure_small_run(
       data_dir, tiny_vocab_path, tmp_path / "m", steps=2, objective="momentum_contrast",
       extra=["train.evaluator = None", "train.mixture_name = 'vmsst_multi30k'",
-             "MomentumContrast.queue_size = 64", "MomentumContrast.separate_towers = True"])
+             "MomentumContrast.queue_size = 64", "MomentumContrast.separate_towers = True",
+             "NetworkConfig.num_encoder_layers = 1", "BATCH_SIZE = 8"])
   vmsst.training.loop.train()
   gin.clear_config()
   metadata = export.export(str(tmp_path / "m"), str(tmp_path / "export"))
