@@ -16,6 +16,11 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 # at start-up and print libtpu's errors: the tests run on the CPU, and compile for
 # TPU slices through compile-only devices (vmsst/compiler/slices.py) without the probe.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# OpenMP threads (PyTorch's, faiss's; this process's and every process a test starts) sleep at a
+# barrier instead of spinning: the suite's two workers and their children share two cores, and a
+# thread spinning for one that is not running burns the CPU the other needs (a batch-1 PyTorch
+# encode took 400-800 ms a call instead of 2-6 ms). Only speeds change; no test checks a speed.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # One persistent XLA compilation cache for the session, its xdist workers and every process a
 # test starts (they inherit it): tests that train the same small run again (a resume, a rerun
 # in a subprocess) load its programs instead of compiling them (docs/results/tests/). Made by

@@ -21,21 +21,6 @@ import common  # pylint: disable=wrong-import-position
 KEYS = {"name", "ours", "peer", "unit", "ratio", "target", "higher_is_better", "met"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _openmp_threads_sleep_when_idle():
-  """The scripts' OpenMP threads (PyTorch's peer, faiss) sleep at a barrier instead of spinning.
-
-  On a machine busier than its cores (the suite's two workers and their children on two), a
-  thread spinning at a barrier waits for one that is not running: the peer's batch-1 encode
-  (a 2-layer BERT) took 400-800 ms a call instead of 2-6 ms, nearly all of it CPU spent
-  spinning: a quarter of the encode test's CPU. Only speeds change, and no test here checks
-  how fast anything is.
-  """
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-    yield
-
-
 def _have_sentence_transformers() -> bool:
   """Whether the scripts' peer is installed, found without importing it here: the scripts
   import it in their own processes, and its import (PyTorch's) costs this one about 7 s of CPU.

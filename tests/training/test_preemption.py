@@ -34,9 +34,12 @@ pytestmark = pytest.mark.slow
 # missed a save) and must be stopped before the last step: steps are cheap, margin is not.
 STEPS = 16
 TIMEOUT_S = 900  # per subprocess: ~80 s alone, minutes on a shared, loaded machine
-# Tiny and short, so one run takes seconds; logging every step shows progress.
+# Tiny and short, so one run takes seconds (test_multihost.py's model: its size is not what is
+# tested); logging every step shows progress.
 EXTRA = ["train.evaluator = None", "train.log_every = 1", "BATCH_SIZE = 8",
-         "train.mixture_name = 'vmsst_multi30k'"]
+         "train.mixture_name = 'vmsst_multi30k'", "SEQUENCE_LENGTH = 16",
+         "NetworkConfig.emb_dim = 32", "NetworkConfig.mlp_dim = 64",
+         "NetworkConfig.num_encoder_layers = 1"]
 STEP_LINE = re.compile(r"\] \[(\d+)\] .*loss=")
 
 
@@ -166,6 +169,9 @@ def _sigkill_during_a_save(command, model_dir: pathlib.Path, log: pathlib.Path,
   half-written."""
   process = _start(command, log, run_env)
   try:
+    # No save after step 1 begins before step 1 is logged: the 2-ms watch starts there, not
+    # through the seconds of start-up.
+    _wait_for_step(process, log, 1)
     saving = _kill_when_a_save_starts(process, model_dir, after_step=1)
     assert process.wait(timeout=60) == -signal.SIGKILL
   finally:
