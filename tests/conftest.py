@@ -1,6 +1,7 @@
 """The test tiers (unit, integration, tpu, slow) and the session fixtures shared by the data
 and model tests: the real data and a tiny vocabulary."""
 
+import functools
 import gzip
 import inspect
 import os
@@ -16,6 +17,12 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 # at start-up and print libtpu's errors: the tests run on the CPU, and compile for
 # TPU slices through compile-only devices (vmsst/compiler/slices.py) without the probe.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# XLA compiles the tests' programs without its optimisations (this process and every process
+# a test starts): their models are tiny, so compiling is most of their time (test_train.py and
+# test_trainer.py, one core each side by side: 262 CPU s against 322 s, docs/results/tests/).
+# Compiled reports (vmsst.compiler.step.compile_step) keep the compiler's default: they
+# describe the program a pod runs.
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
 # OpenMP threads (PyTorch's, faiss's; this process's and every process a test starts) sleep at a
 # barrier instead of spinning: the suite's two workers and their children share two cores, and a
 # thread spinning for one that is not running burns the CPU the other needs (a batch-1 PyTorch
@@ -86,6 +93,7 @@ STARTS_A_PROCESS = ("subprocess.", "sys.executable", "multiprocessing.")
 TRAINS = ("loop.train(",)
 
 
+@functools.cache  # a module's helpers are read once, not once per test that calls them
 def _code(function) -> str:
   try:
     return inspect.getsource(function)

@@ -6,20 +6,11 @@ both must find the same latest step in the bucket when restarted. Each of the 2 
 1 CPU device and the 1-process run beside them 2, so all build the same ("data" 2, "model" 1)
 mesh; with two addends a cross-device sum cannot be reordered, and the two runs' train states
 are expected bitwise equal (the same check on local disk is tests/training/test_multihost.py's,
-after a process is killed). The 1-process run is the command's `main` in this process
-(`vmsst_testing.command_here`) on 2 of its 8 devices: the same mesh and programs, from the same
-bucket, without a process's seconds of imports.
-
-The model is test_multihost.py's (one encoder layer), and the processes compile through the
-session's persistent cache (JAX_COMPILATION_CACHE_DIR, tests/conftest.py): whichever of the two
-files runs second in a session loads what the first compiled, for process 0 and for the
-1-process run (process 1 compiles every time: test_multihost.py's `_spawn` says why).
+after a process is killed).
 """
 
-import os
 import re
 import socket
-import tempfile
 import time
 
 import jax
@@ -28,16 +19,13 @@ import pytest
 
 import test_gcs_train as gcs_train
 from test_gcs_train import _bucket  # pylint: disable=unused-import  (the `bucket` fixture)
-import vmsst_testing
 from vmsst import files
-from vmsst import train
 from vmsst.encoding import restore
 
 pytestmark = pytest.mark.slow
 
 # Each host reads its block of the global batch ('slice'), so 2 processes train as 1 does.
-HOST_BINDINGS = ["train_iterator.host_data = 'slice'", "make_manager.save_interval_steps = 2",
-                 "NetworkConfig.num_encoder_layers = 1"]  # test_multihost.py's model (docstring)
+HOST_BINDINGS = ["train_iterator.host_data = 'slice'", "make_manager.save_interval_steps = 2"]
 STEPS = 4
 
 
@@ -53,41 +41,22 @@ def _command(bucket, model_dir: str, steps: int, *flags: str) -> list[str]:
                            *flags)
 
 
-def _env(workdir) -> dict[str, str]:
-  """gcs_train.run_env's, compiling through the session's persistent cache (docstring)."""
-  return dict(gcs_train.run_env(workdir),
-              JAX_COMPILATION_CACHE_DIR=os.environ["JAX_COMPILATION_CACHE_DIR"])
-
-
-def _one_process(bucket, model_dir: str, workdir, capfd, monkeypatch) -> None:
-  """The 1-process run of STEPS steps into `model_dir`: the command on 2 devices of this
-  process, from an empty working directory with a temporary directory of its own (under the
-  test's, checked for `gs:` folders), as gcs_train.run_env gives a process."""
-  (workdir / "tmp").mkdir(parents=True)
-  monkeypatch.chdir(workdir)
-  monkeypatch.setenv("TMPDIR", str(workdir / "tmp"))
-  monkeypatch.setattr(tempfile, "tempdir", str(workdir / "tmp"))
-  done = vmsst_testing.command_here(
-      train.main, "vmsst.train",
-      _command(bucket, model_dir, STEPS, "--gin_bindings=make_mesh.devices_per_process = 2")[3:],
-      capfd)
-  assert done.returncode == 0, done.stderr[-4000:]
-
-
 def _two_processes(bucket, model_dir: str, steps: int, workdir, phase: str,
-                   meanwhile=None) -> list[str]:
-  """Starts both processes and calls `meanwhile()` while they go, then waits for them (a
-  crash of either fails at once); their logs."""
+                   one_process_dir: str | None = None) -> list[str]:
+  """Starts both processes (and, with `one_process_dir`, a 1-process run of STEPS steps into
+  it beside them), waits for all (a crash of any fails at once); the two processes' logs."""
   port = _free_port()
   cmd = _command(bucket, model_dir, steps, f"--coordinator_address=127.0.0.1:{port}",
                  "--num_processes=2")
   logs = [workdir / f"{phase}_process{i}.txt" for i in range(2)]
-  env = _env(workdir)
+  env = gcs_train.run_env(workdir)
   processes = [gcs_train.start(cmd + [f"--process_id={i}"], workdir, logs[i], env)
                for i in range(2)]
+  if one_process_dir:
+    logs.append(workdir / "one_process.txt")
+    processes.append(gcs_train.start(_command(bucket, one_process_dir, STEPS), workdir, logs[2],
+                                     gcs_train.run_env(workdir, devices=2)))
   try:
-    if meanwhile:
-      meanwhile()
     deadline = time.monotonic() + gcs_train.TIMEOUT_S
     while any(p.poll() is None for p in processes):
       for process, log in zip(processes, logs):
@@ -98,7 +67,7 @@ def _two_processes(bucket, model_dir: str, steps: int, workdir, phase: str,
     texts = [gcs_train.finish(p, log) for p, log in zip(processes, logs)]
   for process, text in zip(processes, texts):
     assert process.returncode == 0, text[-4000:]
-  return texts
+  return texts[:2]
 
 
 def _params(model_dir: str, step: int | None = None):
@@ -106,13 +75,12 @@ def _params(model_dir: str, step: int | None = None):
 
 
 def test_two_processes_train_into_and_resume_from_the_bucket_as_one_process_trains(
-    gcs, bucket, tmp_path, capfd, monkeypatch):
+    gcs, bucket, tmp_path):
   model_dir = files.join(bucket["root"], "runs", "two_processes")
   one_process_dir = files.join(bucket["root"], "runs", "one_process")
   # Phase 1: the 2-process run stops at step 2 (a cooperative save) while the 1-process
   # reference trains straight to step STEPS; phase 2: both processes restore step 2 together.
-  _two_processes(bucket, model_dir, 2, tmp_path, "first", meanwhile=lambda: _one_process(
-      bucket, one_process_dir, tmp_path / "one_process", capfd, monkeypatch))
+  _two_processes(bucket, model_dir, 2, tmp_path, "first", one_process_dir)
   _two_processes(bucket, model_dir, STEPS, tmp_path, "second")
   checkpoints = files.join(model_dir, "checkpoints")
   assert [s for s in (2, 4) if files.exists(files.join(checkpoints, str(s)))] == [2, 4]

@@ -9,12 +9,9 @@ Device counts: each of the 2 processes sees 1 CPU device
 (XLA_FLAGS=--xla_force_host_platform_device_count=1) and the 1-process run
 sees 2, so both build the same ("data" 2, "model" 1) mesh; with two
 addends a cross-device sum cannot be reordered, and the parameters are
-expected bitwise equal. The 1-process run is the command's `main` in this process
-(`vmsst_testing.command_here`) on 2 of its 8 devices (`make_mesh.devices_per_process = 2`): the
-same mesh and programs without a process's seconds of imports. Two processes stopping at a
-checkpoint and resuming together to the 1-process run's state is
-tests/gcs/test_gcs_multihost.py's check, into a bucket as a pod runs; here they resume after one
-of them was killed.
+expected bitwise equal. Two processes stopping at a checkpoint and resuming together to the
+1-process run's state is tests/gcs/test_gcs_multihost.py's check, into a bucket as a pod runs;
+here they resume after one of them was killed.
 """
 
 import os
@@ -35,7 +32,6 @@ import seqio
 import vmsst_testing
 from vmsst_tasks import registry
 from vmsst_tasks.input_pipeline import train_iterator
-from vmsst import train
 from vmsst.training import distributed
 from vmsst.encoding import restore
 
@@ -47,14 +43,14 @@ GLOBAL_BATCH = 8
 TIMEOUT_S = 400  # per phase; a healthy phase takes well under a minute on 2 idle cores
 
 
-def _bindings(data_dir, vocab_path, model_dir, steps: int, extra=()) -> list[str]:
+def _bindings(data_dir, vocab_path, model_dir, steps: int) -> list[str]:
   return vmsst_testing.small_run_bindings(
       data_dir, vocab_path, model_dir, steps,
       extra=[f"BATCH_SIZE = {GLOBAL_BATCH}", "train.evaluator = None",
              "make_manager.save_interval_steps = 2", "train.log_every = 1",
              "train_iterator.host_data = 'slice'",  # the 2-process run equals the 1-process one
              "SEQUENCE_LENGTH = 16", "NetworkConfig.emb_dim = 32", "NetworkConfig.mlp_dim = 64",
-             "NetworkConfig.num_encoder_layers = 1", *extra])
+             "NetworkConfig.num_encoder_layers = 1"])
 
 
 def test_host_slices_are_blocks_of_the_one_process_batch(small_data_dir, tiny_vocab_path):
@@ -98,15 +94,21 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _spawn(args: list[str], log: pathlib.Path) -> subprocess.Popen:
-  """`python -m vmsst.train ARGS` as one of 2 processes (1 CPU device) in its own session
-  (killable as a group), compiling through the session's persistent cache
-  (JAX_COMPILATION_CACHE_DIR, tests/conftest.py). The runs build the same programs, and
-  tests/gcs/test_gcs_multihost.py's build them too: process 0 of the session's first 2-process
-  phase compiles them, every later process 0 loads them. Process 1 compiles in every phase:
-  JAX writes cache entries from process 0 only, and on CPU process 1's keys differ."""
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
+@pytest.fixture(name="jax_cache", scope="module")
+def _jax_cache(tmp_path_factory) -> pathlib.Path:
+  """One persistent compilation cache for every run of this module: the runs build the
+  same programs, so only the first 2-process phase compiles them (the 1-process
+  reference, on 2 devices, compiles its own once)."""
+  return tmp_path_factory.mktemp("jax_cache")
+
+
+def _spawn(args: list[str], devices: int, log: pathlib.Path,
+           cache: pathlib.Path) -> subprocess.Popen:
+  """`python -m vmsst.train ARGS` in its own session (killable as a group), compiling
+  through the persistent cache `cache`."""
+  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
              JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
+             JAX_COMPILATION_CACHE_DIR=str(cache),
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
   with open(log, "w") as out:
@@ -114,24 +116,21 @@ def _spawn(args: list[str], log: pathlib.Path) -> subprocess.Popen:
                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _run_all(runs: list[tuple[list[str], pathlib.Path]], meanwhile=None) -> None:
-  """Starts every run and calls `meanwhile()` while they go, then waits for all; kills every
-  process group on any exit."""
+def _run_all(runs: list[tuple[list[str], int, pathlib.Path]], cache: pathlib.Path) -> None:
+  """Starts every run, waits for all; kills every process group on any exit."""
   procs = []
   try:
-    for args, log in runs:
-      procs.append(_spawn(args, log))
-    if meanwhile:
-      meanwhile()
+    for args, devices, log in runs:
+      procs.append(_spawn(args, devices, log, cache))
     deadline = time.monotonic() + TIMEOUT_S
     while any(proc.poll() is None for proc in procs):
       # A crashed process fails the test at once (its peers would wait for it).
-      for proc, (_, log) in zip(procs, runs):
+      for proc, (_, _, log) in zip(procs, runs):
         assert proc.poll() in (None, 0), (
             f"{proc.args} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
       assert time.monotonic() < deadline, f"runs still going after {TIMEOUT_S} s"
       time.sleep(0.5)
-    for proc, (_, log) in zip(procs, runs):
+    for proc, (_, _, log) in zip(procs, runs):
       assert proc.returncode == 0, (
           f"{proc.args} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
   finally:
@@ -173,11 +172,11 @@ def _exit_status(proc: subprocess.Popen, limit_s: float) -> int:
 
 
 def _two_processes(small_data_dir, tiny_vocab_path, model_dir, steps, tmp_path, phase,
-                   extra=()) -> list[tuple[list[str], pathlib.Path]]:
+                   extra=()) -> list[tuple[list[str], int, pathlib.Path]]:
   port = _free_port()
   return [(_train_args(_bindings(small_data_dir, tiny_vocab_path, model_dir, steps))
            + [f"--coordinator_address=localhost:{port}", "--num_processes=2",
-              f"--process_id={i}", *extra], tmp_path / f"{phase}_process{i}.log")
+              f"--process_id={i}", *extra], 1, tmp_path / f"{phase}_process{i}.log")
           for i in range(2)]
 
 
@@ -187,8 +186,8 @@ def _what_happened(log: str) -> str:
   return "\n".join(line[:300] for line in log.splitlines() if any(k in line for k in keys))[-6000:]
 
 
-def _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, model_dir, *, steps: int,
-                    after_step: int, timeout: int = 5) -> None:
+def _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, jax_cache, model_dir, *,
+                    steps: int, after_step: int, timeout: int = 5) -> None:
   """Two processes train into `model_dir`; process 1 is killed once it logged `after_step`. The
   survivor must stop on its own, well before JAX's backstop would abort it,
   with exit status 69 and one line naming process 1."""
@@ -196,8 +195,8 @@ def _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, model_dir, *, ste
                         extra=[f"--peer_timeout_seconds={timeout}"])
   procs = []
   try:
-    procs = [_spawn(*run) for run in runs]
-    _wait_for_step(procs, runs[1][1], after_step)
+    procs = [_spawn(*run, jax_cache) for run in runs]
+    _wait_for_step(procs, runs[1][2], after_step)
     procs[1].send_signal(signal.SIGKILL)
     status = _exit_status(procs[0], timeout + 60)
   finally:
@@ -205,7 +204,7 @@ def _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, model_dir, *, ste
       if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
       proc.wait(timeout=30)
-  survivor = runs[0][1].read_text()
+  survivor = runs[0][2].read_text()
   assert status == distributed.HOST_LOST_EXIT_CODE == 69, _what_happened(survivor)
   lines = [line for line in survivor.splitlines() if line.startswith("error: lost process")]
   assert len(lines) == 1, survivor[-3000:]
@@ -215,30 +214,18 @@ def _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, model_dir, *, ste
 
 
 def test_a_process_killed_stops_its_peer_with_one_line_and_a_restart_resumes(
-    small_data_dir, tiny_vocab_path, tmp_path, capfd, monkeypatch):
-  # Killed after step 3, in step 4 (a save step: interval 2): the restart resumes from the last
-  # complete save (step 2, or 1 if step 2's asynchronous commit was cut short) and trains on to
-  # step 6, past saves of its own.
-  steps = 6
+    small_data_dir, tiny_vocab_path, tmp_path, jax_cache):
+  steps = 8
   model_dir = tmp_path / "two"
-  _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, model_dir, steps=steps,
-                  after_step=3)
-
-  def one_process():
-    """The uninterrupted run: the same command on 2 devices of this process (module
-    docstring), while the 2 processes resume."""
-    monkeypatch.chdir(ROOT)  # the run file's includes are relative to the repository
-    done = vmsst_testing.command_here(train.main, "vmsst.train", _train_args(_bindings(
-        small_data_dir, tiny_vocab_path, tmp_path / "one", steps,
-        ["make_mesh.devices_per_process = 2"])), capfd)
-    assert done.returncode == 0, done.stderr[-3000:]
-
+  _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, jax_cache, model_dir, steps=steps,
+                  after_step=5)
   # Both restarted: they resume from the last complete checkpoint to the
   # model of one uninterrupted run.
-  _run_all(_two_processes(small_data_dir, tiny_vocab_path, model_dir, steps, tmp_path, "again"),
-           meanwhile=one_process)
+  _run_all(_two_processes(small_data_dir, tiny_vocab_path, model_dir, steps, tmp_path, "again")
+           + [(_train_args(_bindings(small_data_dir, tiny_vocab_path, tmp_path / "one", steps)),
+               2, tmp_path / "one.log")], jax_cache)
   resumed = (tmp_path / "again_process0.log").read_text()
-  assert re.search(r"Restoring checkpoint at step [1-4] ", resumed), resumed[-3000:]
+  assert re.search(r"Restoring checkpoint at step [2-6] ", resumed), resumed[-3000:]
   one = traverse_util.flatten_dict(jax.device_get(restore.restore(str(tmp_path / "one")).params))
   two = traverse_util.flatten_dict(jax.device_get(restore.restore(str(model_dir)).params))
   assert one.keys() == two.keys() and len(one) > 10
@@ -247,21 +234,21 @@ def test_a_process_killed_stops_its_peer_with_one_line_and_a_restart_resumes(
 
 
 def test_a_process_killed_as_a_checkpoint_save_begins_stops_its_peer_with_one_line(
-    small_data_dir, tiny_vocab_path, tmp_path):
-  # Step 4 is logged just before its save: the survivor fails in orbax's
+    small_data_dir, tiny_vocab_path, tmp_path, jax_cache):
+  # Step 6 is logged just before its save: the survivor fails in orbax's
   # cross-process sync (a ValueError or a JaxRuntimeError), not in a train step.
-  _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, tmp_path / "two", steps=6,
-                  after_step=4)
+  _kill_process_1(small_data_dir, tiny_vocab_path, tmp_path, jax_cache, tmp_path / "two",
+                  steps=8, after_step=6)
 
 
 def test_sigterm_to_both_processes_saves_one_step_and_exits_75(small_data_dir, tiny_vocab_path,
-                                                               tmp_path):
+                                                               tmp_path, jax_cache):
   model_dir = tmp_path / "two"
   runs = _two_processes(small_data_dir, tiny_vocab_path, model_dir, 400, tmp_path, "term")
   procs = []
   try:
-    procs = [_spawn(*run) for run in runs]
-    _wait_for_step(procs, runs[0][1], 3)
+    procs = [_spawn(*run, jax_cache) for run in runs]
+    _wait_for_step(procs, runs[0][2], 3)
     for proc in procs:
       proc.send_signal(signal.SIGTERM)
     statuses = [_exit_status(proc, TIMEOUT_S) for proc in procs]
@@ -270,7 +257,7 @@ def test_sigterm_to_both_processes_saves_one_step_and_exits_75(small_data_dir, t
       if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
       proc.wait(timeout=30)
-  logs = [run[1].read_text() for run in runs]
+  logs = [run[2].read_text() for run in runs]
   assert statuses == [75, 75], [log[-3000:] for log in logs]
   saved = [re.findall(r"preempted \(SIGTERM\): saved step (\d+) ", log) for log in logs]
   assert saved[0] == saved[1] and len(saved[0]) == 1, saved
@@ -279,14 +266,15 @@ def test_sigterm_to_both_processes_saves_one_step_and_exits_75(small_data_dir, t
 
 
 def test_losing_process_0_stops_the_other_with_jax_naming_the_leader(small_data_dir,
-                                                                      tiny_vocab_path, tmp_path):
+                                                                      tiny_vocab_path, tmp_path,
+                                                                      jax_cache):
   # Process 0 holds the coordination service: its loss is JAX's to report (within seconds).
   runs = _two_processes(small_data_dir, tiny_vocab_path, tmp_path / "two", 400, tmp_path,
                         "leader", extra=["--peer_timeout_seconds=5"])
   procs = []
   try:
-    procs = [_spawn(*run) for run in runs]
-    _wait_for_step(procs, runs[1][1], 3)
+    procs = [_spawn(*run, jax_cache) for run in runs]
+    _wait_for_step(procs, runs[1][2], 3)
     procs[0].send_signal(signal.SIGKILL)
     status = _exit_status(procs[1], 60)
   finally:
@@ -294,7 +282,7 @@ def test_losing_process_0_stops_the_other_with_jax_naming_the_leader(small_data_
       if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
       proc.wait(timeout=30)
-  survivor = runs[1][1].read_text()
+  survivor = runs[1][2].read_text()
   assert status != 0, survivor[-3000:]
   assert "the leader task was preempted/died/restarted" in survivor or (
       "error: lost process 0 of 2" in survivor), survivor[-3000:]

@@ -139,6 +139,14 @@ def lower_step(run: Run, mesh: jax.sharding.Mesh, batch_size: int) -> tuple[Any,
   return trainer, trainer.lower_step(abstract_key())
 
 
+# XLA's default optimisation, whatever this process was told (XLA_FLAGS, JAX's
+# jax_disable_most_optimizations): a report describes the program the slice's compiler builds
+# by default, so a setting meant for this machine's own programs (the test suite compiles its
+# tiny models unoptimised) does not change a step's memory or whether it fits.
+REPORT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 3,
+                           "xla_llvm_disable_expensive_passes": False}
+
+
 def compile_step(run: Run, mesh: jax.sharding.Mesh, batch_size: int,
                  hbm_bytes: int | None = None) -> Compiled:
   """Compiles `run`'s train step for `mesh` at `batch_size` and measures it.
@@ -153,7 +161,7 @@ def compile_step(run: Run, mesh: jax.sharding.Mesh, batch_size: int,
   program = program_fingerprint(lowered, mesh.devices.flat)
   try:
     with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.LOGICAL_AXIS_RULES):
-      compiled = lowered.compile()
+      compiled = lowered.compile(compiler_options=REPORT_COMPILER_OPTIONS)
   except Exception as e:  # pylint: disable=broad-except (XlaRuntimeError: not importable stably)
     if not is_out_of_memory(e):
       raise
