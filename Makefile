@@ -21,9 +21,7 @@ PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart=0
 $(STAMP): setup.py
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	# --no-compile: Python compiles what it imports on first use; pip would compile every
-	# module of TensorFlow, PyTorch and JAX, most of which nothing here imports.
-	$(VENV)/bin/pip install --quiet --no-compile -e '.[test,tpu,cache]'
+	$(VENV)/bin/pip install --quiet -e '.[test,tpu,cache]'
 	# Apache Beam without its declared protobuf < 7 (setup.py's "cache" extra says why).
 	$(VENV)/bin/pip install --quiet --no-deps apache-beam==2.77.0
 	touch $(STAMP)

@@ -330,6 +330,9 @@ def usem3_seeds(run_dir: pathlib.Path, vocab: pathlib.Path, data_dir: pathlib.Pa
       else:
         jobs[(seed, arm)] = train_args(dirs[(seed, arm)], vocab, source, negatives, data_dir,
                                        seed)
+  # The baselines first: they take about 2/5 of a run with negatives, so a sitting too short
+  # for all six runs still ends with finished ones (the next keeps them).
+  jobs = dict(sorted(jobs.items(), key=lambda job: job[0][1] != "baseline"))
   if cores():
     ran = run_on_cores(jobs, cores(), on_end=lambda name, sec: record_seconds(run_dir, name, sec))
   else:
