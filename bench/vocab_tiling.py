@@ -131,7 +131,7 @@ def head_tiles(_: pathlib.Path) -> list[dict]:
   for tile in tiles:
     lowered = _head_loss(tile).lower(*_head_shapes(32768, 3072, 250112, sharding))
     try:
-      compiled = lowered.compile()
+      compiled = lowered.compile(compiler_options=compiler_step.REPORT_COMPILER_OPTIONS)
     except Exception as e:  # pylint: disable=broad-except (the compiler's out-of-memory)
       if not compiler_step.is_out_of_memory(e):
         raise
