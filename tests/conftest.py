@@ -216,6 +216,21 @@ def _processes_started_by_tests_use_one_device():
     yield
 
 
+@pytest.fixture
+def optimized_compiles(monkeypatch):
+  """XLA's optimising compile for one test (and the processes it starts): for the runs of
+  hundreds of steps that check learning, where the suite's unoptimised programs
+  (JAX_DISABLE_MOST_OPTIMIZATIONS above) lose more in steps than they save in compiling
+  (the 300-step VMSST run, alone on one core: 89 CPU s optimised, 109 s not). XLA reads the
+  option per compile, and the persistent cache keys programs by their compile options."""
+  import jax  # pylint: disable=g-import-not-at-top
+  before = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", False)
+  monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "false")
+  yield
+  jax.config.update("jax_disable_most_optimizations", before)
+
+
 @pytest.fixture(scope="session")
 def gcs(tmp_path_factory):
   """A Cloud Storage bucket on 127.0.0.1 (`gcs.path(...)` → `gs://…`), for the session.

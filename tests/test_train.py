@@ -28,6 +28,7 @@ def _clean_gin():
   gin.clear_config()
 
 
+@pytest.mark.usefixtures("optimized_compiles")
 def test_short_vmsst_run_learns_and_retrieves_far_above_chance(data_dir, tiny_vocab_path,
                                                                tmp_path):
   # Multi30k only (4 languages, short captions, most within 20 pieces) so that 300 CPU steps
