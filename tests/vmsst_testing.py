@@ -7,7 +7,9 @@ gin runs import those inside.
 
 import contextlib
 import gzip
+import importlib
 import pathlib
+import sys
 import types
 from typing import Callable, NamedTuple, Sequence
 
@@ -177,6 +179,33 @@ def run_here(command: types.ModuleType, args: Sequence[str], capfd,
   a command line without the seconds a process spends importing JAX and TensorFlow."""
   with command_flags(define or command._define_flags):  # pylint: disable=protected-access
     return command_here(command.main, command.__name__, args, capfd)
+
+
+@contextlib.contextmanager
+def command_module(name: str, define: Callable[[], None] | None = None):
+  """The command module `name` (e.g. "vmsst.embed") for the `with` block, its flags defined
+  for the block only: by `define`, else by its `_define_flags` (`command_flags`), else by its
+  import, where a command defines them at import (vmsst.compile, vmsst.learning_curves). Such a
+  module imported here is forgotten after with its flags (from sys.modules and its package), so
+  the next import, this helper's or a test module's, defines them again."""
+  fresh = name not in sys.modules
+  module = importlib.import_module(name)
+  define = define or getattr(module, "_define_flags", None)
+  try:
+    if define is None:
+      yield module
+    else:
+      with command_flags(define):
+        yield module
+  finally:
+    own = [n for n in flags.FLAGS if flags.FLAGS.find_module_defining_flag(n) == name]
+    if fresh and define is None and own:
+      for flag in own:
+        delattr(flags.FLAGS, flag)
+      sys.modules.pop(name, None)
+      package, _, child = name.rpartition(".")
+      if getattr(sys.modules.get(package), child, None) is module:
+        delattr(sys.modules[package], child)
 
 
 @contextlib.contextmanager

@@ -27,7 +27,9 @@ def main(argv: Sequence[str]) -> None:
       near_duplicate_jaccard=config.near_duplicate_jaccard), written=bucc.TASK_DIR)
 
 
-if __name__ == "__main__":
+def _define_flags() -> None:
+  """The data root, --output, the pairs and the sample: under `__main__` only, so an import
+  defines none."""
   flags.DEFINE_string("data_dir", None, "Directory holding stsb-multi-mt/.", required=True)
   flags.DEFINE_string("output", None, "Where bucc2018/ is written.", required=True)
   flags.DEFINE_list("pairs", list(bucc.DEFAULT_PAIRS), "Language pairs xx-en (BUCC 2018's four).")
@@ -36,4 +38,8 @@ if __name__ == "__main__":
   flags.DEFINE_integer("seed", 0, "Seed of the shuffles.")
   flags.DEFINE_float("near_duplicate_jaccard", bucc.NEAR_DUPLICATE_JACCARD,
                      "Content-word Jaccard from which English sentences are near-duplicates.")
+
+
+if __name__ == "__main__":
+  _define_flags()
   cli.run(main)

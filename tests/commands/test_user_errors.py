@@ -1,6 +1,16 @@
 """One error style across commands: a user's mistake is one `error:` line and exit 2.
 
-Subprocesses, since the exit status and what reaches stderr are the behaviour.
+Most cases run the command in this process (the `here` fixture, `vmsst_testing.command_here`):
+absl parses the typed command line (`cli.parse_flags`, as `cli.run` does) and the command's
+`main` runs under `cli.user_errors`, which prints the `error:` line and exits 2, as in a process
+once its imports are done. The exit status and what reaches the file descriptors are checked as
+a process's would be, without its seconds of importing JAX, TensorFlow and seqio.
+
+Subprocesses stay where only a process shows the behaviour: a check answered before the
+command's imports (`-X importtime` lists them), absl's own parse errors (that `cli.run` hands
+absl's parsing to `cli.parse_flags`, not absl's FATAL and exit 1), `--distributed` (it joins a
+JAX job, which this process, its backend started, cannot) and, end to end, export's and
+evaluate's missing directory (one check before the imports, one after).
 """
 
 import subprocess
@@ -10,6 +20,7 @@ import pytest
 
 import vmsst_testing
 from vmsst.encoding import flags as encoder_flags
+from vmsst.export_formats import flags as export_flags
 from vmsst import cli
 
 
@@ -23,6 +34,23 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                         capture_output=True, text=True, timeout=300, check=False)
 
 
+# How a command defines its flags, where not by its `_define_flags` (or at import).
+DEFINE = {"vmsst.export": export_flags.define}
+
+
+@pytest.fixture
+def here(monkeypatch, capfd):
+  """`here(command, *args)`: `python -m COMMAND ARGS` in this process, from the repository root
+  (where `_run` starts it): an `Ended` with a finished process's fields."""
+  monkeypatch.chdir(vmsst_testing.ROOT)
+
+  def run(command: str, *args: str) -> vmsst_testing.Ended:
+    with vmsst_testing.command_module(command, DEFINE.get(command)) as module:
+      return vmsst_testing.command_here(module.main, command, args, capfd)
+
+  return run
+
+
 @pytest.mark.parametrize("args, message", [
     (("vmsst.export", "--model_dir={tmp}/nowhere", "--output={tmp}/out"),
      '--model_dir={tmp}/nowhere'),
@@ -31,6 +59,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 ])
 def test_export_and_evaluate_name_the_bad_directory_without_a_traceback(tmp_path, args,
                                                                         message):
+  """The whole command, end to end: export's check before its imports, evaluate's after."""
   done = _run(*(a.format(tmp=tmp_path) for a in args))
   vmsst_testing.assert_user_error(done, *_named(message, tmp=tmp_path))
 
@@ -94,9 +123,9 @@ LINES = "give a UTF-8 text file, one sentence per line."
       "--trg_embeddings={tmp}/b.npy", "--output={tmp}/pairs.out"),
      '--trg_embeddings={tmp}/b.npy'),
 ])
-def test_bad_paths_are_one_error_line_before_any_encoder_loads(tmp_path, args, message):
+def test_bad_paths_are_one_error_line_before_any_encoder_loads(here, tmp_path, args, message):
   _bad_paths(tmp_path)
-  done = _run(*(a.format(tmp=tmp_path) for a in args))
+  done = here(*(a.format(tmp=tmp_path) for a in args))
   if message is None:  # absl's bound: the flag is named
     vmsst_testing.assert_user_error(done, args[-1].split("=")[0])
   else:
@@ -104,7 +133,10 @@ def test_bad_paths_are_one_error_line_before_any_encoder_loads(tmp_path, args, m
   assert not (tmp_path / "o.npy").exists() and not (tmp_path / "o.txt").exists()
 
 
-@pytest.mark.parametrize("args, message", [  # each under 4 s: export fails before its imports
+# Out of the unit tier: export's module imports TensorFlow (whose import starts a process: h5py
+# asks `uname -p`) and evaluate's its suites', a few seconds once per process.
+@pytest.mark.integration
+@pytest.mark.parametrize("args, message", [
     (("vmsst.export", "--model_dir={model}", "--output={tmp}/full"),
      '--output={tmp}/full'),
     (("vmsst.export", "--model_dir={model}", "--output={tmp}/a_file/export"),
@@ -129,11 +161,11 @@ def test_bad_paths_are_one_error_line_before_any_encoder_loads(tmp_path, args, m
     (("vmsst.evaluate", "--model_dir={model}"),
      '--output'),
 ])
-def test_export_and_evaluate_check_flags_before_the_model_loads(tmp_path, args, message):
+def test_export_and_evaluate_check_flags_before_the_model_loads(here, tmp_path, args, message):
   """A model directory that cannot restore: the error is about the other flag, so it came first."""
   _bad_paths(tmp_path)
   model = _fake_model_dir(tmp_path)
-  done = _run(*(a.format(tmp=tmp_path, model=model) for a in args))
+  done = here(*(a.format(tmp=tmp_path, model=model) for a in args))
   vmsst_testing.assert_user_error(done, *_named(message, tmp=tmp_path, model=model))
 
 
@@ -147,16 +179,17 @@ def test_export_and_evaluate_check_flags_before_the_model_loads(tmp_path, args, 
       "--output=/proc/curve.png"),
      '--output=/proc/curve.png'),
 ])
-def test_the_other_commands_name_a_directory_that_is_no_run_without_a_traceback(tmp_path, args,
-                                                                                message):
+def test_the_other_commands_name_a_directory_that_is_no_run_without_a_traceback(here, tmp_path,
+                                                                                args, message):
   (tmp_path / "run").mkdir()
-  done = _run(*(a.format(tmp=tmp_path) for a in args))
+  done = here(*(a.format(tmp=tmp_path) for a in args))
   vmsst_testing.assert_user_error(done, *_named(message, tmp=tmp_path))
 
 
+@pytest.mark.integration  # build_clustering's imports take a second, once per process
 @pytest.mark.parametrize("builder", ["bucc", "clustering", "question_retrieval"])
 def test_the_data_builders_name_a_missing_corpus_or_a_bad_output_without_a_traceback(
-    tmp_path, builder):
+    here, tmp_path, builder):
   (tmp_path / "a_file").write_text("")
   command = (f"vmsst.build_{builder}",)
   for flags, named in [
@@ -165,10 +198,9 @@ def test_the_data_builders_name_a_missing_corpus_or_a_bad_output_without_a_trace
       ((f"--data_dir={tmp_path}", f"--output={tmp_path}/a_file"), f"--output={tmp_path}/a_file"),
       # an empty data dir: the first STS file the builder reads
       ((f"--data_dir={tmp_path}", f"--output={tmp_path}/out"), f"{tmp_path}/stsb")]:
-    vmsst_testing.assert_user_error(_run(*command, *flags), named)
+    vmsst_testing.assert_user_error(here(*command, *flags), named)
 
 
-@pytest.mark.slow  # 8 s each: the command imports seqio (TensorFlow) before main
 @pytest.mark.parametrize("flags, message", [
     (("--data_dir={tmp}/nowhere",),
      '--data_dir={tmp}/nowhere'),
@@ -180,17 +212,18 @@ def test_the_data_builders_name_a_missing_corpus_or_a_bad_output_without_a_trace
     (("--data_dir={tmp}", "--output={tmp}/a_file/spm"),
      '--output={tmp}/a_file/spm'),
 ])
-def test_the_vocabulary_command_names_a_bad_corpus_or_output_without_a_traceback(tmp_path, flags,
-                                                                                 message):
+def test_the_vocabulary_command_names_a_bad_corpus_or_output_without_a_traceback(here, tmp_path,
+                                                                                 flags, message):
   (tmp_path / "a_file").write_text("")
   args = [a.format(tmp=tmp_path) for a in flags]
   if not any(a.startswith("--output") for a in args):
     args.append(f"--output={tmp_path}/spm")
-  done = _run("vmsst.vocabulary", *args)
+  done = here("vmsst.vocabulary", *args)
   vmsst_testing.assert_user_error(done, *_named(message, tmp=tmp_path))
 
 
-@pytest.mark.slow  # 6-10 s each: both commands import gin, JAX and the trainer before main
+# mt5_import parses the run and builds its model, compare imports the trainer: seconds, once
+@pytest.mark.integration
 @pytest.mark.parametrize("args, message", [
     (("vmsst.mt5_import", "--hf_dir={tmp}", "--output={tmp}/mt5.safetensors"),
      "give --gin_file=gin/runs/<run>.gin: the run whose model the parameters are converted for."),
@@ -205,10 +238,10 @@ def test_the_vocabulary_command_names_a_bad_corpus_or_output_without_a_traceback
     (("vmsst.compare", "--preset=cpu", "--gin_file=gin/runs/vmsst_cpu.gin", "--output={tmp}/x"),
      ('--gin_file', '--preset=cpu')),
 ])
-def test_mt5_import_and_compare_name_the_flag_before_any_work(tmp_path, args, message):
+def test_mt5_import_and_compare_name_the_flag_before_any_work(here, tmp_path, args, message):
   (tmp_path / "a_file").write_text("")
   (tmp_path / "config.json").write_text("{}")  # a Hugging Face directory without weights
-  done = _run(*(a.format(tmp=tmp_path) for a in args))
+  done = here(*(a.format(tmp=tmp_path) for a in args))
   vmsst_testing.assert_user_error(done, *_named(message, tmp=tmp_path))
 
 
@@ -218,7 +251,11 @@ def test_mt5_import_and_compare_name_the_flag_before_any_work(tmp_path, args, me
     (("vmsst.vocabulary", "--vocab_size=many"), ("--vocab_size=many", "--help")),
 ])
 def test_a_flag_absl_cannot_parse_is_one_error_line_not_a_fatal(args, named):
-  """absl's own parser says "FATAL Flags parsing error" and exits 1; cli.run says `error:`, 2."""
+  """absl's own parser says "FATAL Flags parsing error" and exits 1; cli.run says `error:`, 2.
+
+  A process each (0.2 s): in this one `command_here` calls `cli.parse_flags` itself, so only
+  the command shows that `cli.run` hands absl's `app.run` that parser rather than absl's own.
+  """
   done = _run(*args)
   vmsst_testing.assert_user_error(done, *named)
   assert "FATAL" not in done.stderr
@@ -254,15 +291,15 @@ def test_a_bad_path_is_reported_before_tensorflow_or_jax_is_imported(tmp_path, a
     (("--dump={tmp}/a.txt.bz2", "--output={tmp}/out"), "--dump={tmp}/a.txt.bz2"),
     (("--dump={tmp}/a.txt", "--output={tmp}/a_file"), "--output={tmp}/a_file"),
 ])
-def test_wiki_entities_names_a_dump_that_is_none_or_a_bad_output(tmp_path, flags, named):
+def test_wiki_entities_names_a_dump_that_is_none_or_a_bad_output(here, tmp_path, flags, named):
   _bad_paths(tmp_path)
   (tmp_path / "a.txt.bz2").write_text("not bz2")
-  done = _run("vmsst_tasks.wiki_entities", *(a.format(tmp=tmp_path) for a in flags))
+  done = here("vmsst_tasks.wiki_entities", *(a.format(tmp=tmp_path) for a in flags))
   vmsst_testing.assert_user_error(done, named.format(tmp=tmp_path))
   assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow  # 8-15 s each: the commands import seqio, JAX and gin before main
+@pytest.mark.integration  # vocabulary trains SentencePiece on Multi30k until it refuses (~1 s)
 @pytest.mark.parametrize("args, named", [
     (("vmsst.vocabulary", "--vocab_size=300", "--sources=multi30k", "--output={tmp}/new/spm"),
      ["--vocab_size=300 is below the", "--character_coverage"]),
@@ -271,8 +308,8 @@ def test_wiki_entities_names_a_dump_that_is_none_or_a_bad_output(tmp_path, flags
     (("vmsst.compile", "--topology=cpu", "--gin_file=gin/runs/vmsst_cpu.gin", "--variants=nonee"),
      ["--variants", "did you mean none?"]),
 ])
-def test_vocabulary_and_compile_name_the_flag_to_change(tmp_path, args, named):
-  done = _run(*(a.format(tmp=tmp_path) for a in args))
+def test_vocabulary_and_compile_name_the_flag_to_change(here, tmp_path, args, named):
+  done = here(*(a.format(tmp=tmp_path) for a in args))
   assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
   for text in named:
     assert text in done.stderr.splitlines()[-1], done.stderr[-2000:]
@@ -281,6 +318,8 @@ def test_vocabulary_and_compile_name_the_flag_to_change(tmp_path, args, named):
 
 @pytest.mark.slow  # the command imports JAX and gin before main
 def test_distributed_off_a_pod_is_one_line_naming_the_three_flags(tmp_path):
+  """A process: --distributed asks JAX to join a job (jax.distributed.initialize, and gloo set
+  as the CPU collectives), which this process, whose backend is running, must not do."""
   done = _run("vmsst.train", "--gin_file=gin/runs/vmsst_cpu.gin", "--distributed",
               f"--gin.MODEL_DIR='{tmp_path}/run'")
   assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]

@@ -28,7 +28,7 @@ SAMPLE = (REPO.parent / "shared" / "data" / "wiki_entity_sample"
           / "enwiki-pages-articles-sample.xml.bz2")
 
 
-def _error_line(done: subprocess.CompletedProcess) -> str:
+def _error_line(done: subprocess.CompletedProcess | vmsst_testing.Ended) -> str:
   assert done.returncode == 2, done.stderr[-3000:]
   assert "Traceback" not in done.stderr, done.stderr[-3000:]
   errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
@@ -81,18 +81,21 @@ def test_a_filter_that_drops_every_pair_names_the_task_counts_and_the_flag(tiny_
   assert "read=3 kept=0 skipped=3 (overlong=3)" in message and "InputPolicy.max_chars" in message
 
 
-@pytest.mark.slow
+@pytest.mark.integration  # registers the run's tasks over the shared corpora first (~1 s)
 def test_training_on_an_empty_entity_directory_is_one_error_line(data_dir, tiny_vocab_path,
-                                                                 tmp_path):
+                                                                 tmp_path, monkeypatch, capfd):
+  """`python -m vmsst.train` past its imports, in this process (`vmsst_testing.command_here`:
+  absl's parsing and `cli.user_errors`, as the command runs its `main`)."""
   entity_dir = tmp_path / "entities"
   we.write(str(entity_dir), [], [], we.Counts(), 0, min_links=10)
   bindings = vmsst_testing.small_run_bindings(data_dir, tiny_vocab_path, tmp_path / "run", 2,
                                               extra=[f"ENTITY_DIR = '{entity_dir}'",
                                                      "train.evaluator = None"])
-  done = subprocess.run(
-      [sys.executable, "-m", "vmsst.train", "--gin_file=gin/runs/entity_contrastive_cpu.gin",
-       *[f"--gin_bindings={b}" for b in bindings]],
-      cwd=REPO, capture_output=True, text=True, check=False)
+  monkeypatch.chdir(REPO)
+  with vmsst_testing.command_module("vmsst.train") as train:
+    done = vmsst_testing.command_here(
+        train.main, "vmsst.train", ["--gin_file=gin/runs/entity_contrastive_cpu.gin",
+                                    *[f"--gin_bindings={b}" for b in bindings]], capfd)
   line = _error_line(done)
   assert str(entity_dir) in line and "--min_links" in line
   assert "jnp.take" not in done.stderr

@@ -3,8 +3,9 @@
 Any corpus names register (the paper's mixture only when a run trains on it);
 bad input (an unknown language code, misaligned Moses sides, a directory
 without OPUS files, a side that is not text) is one `error:` line from
-`vocabulary` and `train` alike, before any long work. The last test runs the
-README section's own commands, as written, on such a directory.
+`vocabulary` and `train` alike, before any long work (their `main`s typed in
+this process: `vmsst_testing.command_here`). The last test runs the README
+section's own commands, as written, on such a directory, as processes.
 """
 
 import functools
@@ -118,21 +119,29 @@ def test_vocabulary_refuses_a_side_that_is_not_text(own_dir, data_dir):
   assert "iconv" in message  # the fix
 
 
-# ------------------------------------------------------- the commands (integration)
+# ------------------------------------------------- the commands, in this process
 
-def _command(module: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", module, *args], cwd=vmsst_testing.ROOT,
-                        capture_output=True, text=True, timeout=timeout, check=False)
+@pytest.fixture
+def command_here(monkeypatch, capfd):
+  """`command_here(module, *args)`: `python -m MODULE ARGS` past its imports, in this process
+  (`vmsst_testing.command_here`: absl's parsing, `main` under `cli.user_errors`), from the
+  repository root: an `Ended`, with a finished process's fields."""
+  monkeypatch.chdir(vmsst_testing.ROOT)
+
+  def run(name: str, *args: str) -> vmsst_testing.Ended:
+    with vmsst_testing.command_module(name) as module:
+      return vmsst_testing.command_here(module.main, name, args, capfd)
+
+  return run
 
 
-def _train_on(opus_dir, vocab_path, model_dir, data_dir) -> subprocess.CompletedProcess:
+def _train_args(opus_dir, vocab_path, model_dir, data_dir) -> list[str]:
   """The README's train command on `opus_dir`, at the tiny vocabulary's size."""
-  return _command("vmsst.train", RUN,
-                  "--gin.register_families.families=[@pair_tasks, @opus_tasks]",
-                  f"--gin.opus_tasks.opus_dir='{opus_dir}'",
-                  "--gin.train.mixture_name='vmsst_opus'", f"--gin.VOCAB_PATH='{vocab_path}'",
-                  "--gin.VOCAB_SIZE=2000",
-                  f"--gin.MODEL_DIR='{model_dir}'", f"--gin.DATA_DIR='{data_dir}'")
+  return [RUN, "--gin.register_families.families=[@pair_tasks, @opus_tasks]",
+          f"--gin.opus_tasks.opus_dir='{opus_dir}'",
+          "--gin.train.mixture_name='vmsst_opus'", f"--gin.VOCAB_PATH='{vocab_path}'",
+          "--gin.VOCAB_SIZE=2000",
+          f"--gin.MODEL_DIR='{model_dir}'", f"--gin.DATA_DIR='{data_dir}'"]
 
 
 def _misalign(opus_dir: pathlib.Path) -> list[str]:
@@ -148,26 +157,28 @@ def _unknown_code(opus_dir: pathlib.Path) -> list[str]:
   return ["NTREX.xq-en", "'xq'"]
 
 
-@pytest.mark.slow  # a train process up to its preflight (~10-30 s)
 @pytest.mark.parametrize("spoil", [_misalign, _unknown_code], ids=["misaligned", "unknown_code"])
 def test_train_refuses_bad_opus_files_in_one_line_before_the_model(
-    own_dir, data_dir, tiny_vocab_path, tmp_path, spoil):
+    command_here, caplog, own_dir, data_dir, tiny_vocab_path, tmp_path, spoil):
   named = spoil(own_dir)
-  done = _train_on(own_dir, tiny_vocab_path, tmp_path / "run", data_dir)
+  # --verbosity=0: the INFO lines the command logs (absl's app.run sets it when not given),
+  # "mesh ..." among them once the mesh is made; they reach this process's log records.
+  done = command_here("vmsst.train", *_train_args(own_dir, tiny_vocab_path, tmp_path / "run",
+                                                  data_dir), "--verbosity=0")
   vmsst_testing.assert_user_error(done, *named)
-  assert "mesh" not in done.stderr and not (tmp_path / "run").exists()  # before any state
+  assert "mesh" not in done.stderr + caplog.text and not (tmp_path / "run").exists()  # no state
 
 
-@pytest.mark.slow  # a vocabulary process each
 @pytest.mark.parametrize("case", ["empty", "binary_side"])
-def test_vocabulary_command_refuses_bad_input_in_one_line(own_dir, data_dir, tmp_path, case):
+def test_vocabulary_command_refuses_bad_input_in_one_line(command_here, own_dir, data_dir,
+                                                          tmp_path, case):
   if case == "empty":
     source, named = tmp_path / "nothing", [str(tmp_path / "nothing")]
     source.mkdir()
   else:
     source, named = own_dir, [str(own_dir / "NTREX.de-en.de")]
     (own_dir / "NTREX.de-en.de").write_bytes(b"\x00\xff\xfe\x81\n" * 40)
-  done = _command("vmsst.vocabulary", f"--sources=opus:{source}", f"--data_dir={data_dir}",
+  done = command_here("vmsst.vocabulary", f"--sources=opus:{source}", f"--data_dir={data_dir}",
                   f"--output={tmp_path / 'vocab/spm'}", "--vocab_size=1000")
   vmsst_testing.assert_user_error(done, *named)
   assert not (tmp_path / "vocab").exists()

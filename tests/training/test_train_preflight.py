@@ -4,15 +4,15 @@ Each is found before any training data loads (vmsst/training/preflight.py); a
 failed start leaves no MODEL_DIR. Most cases run train's `main` in this
 process, the way the command runs it once its imports are done: absl parses
 the command line (`cli.parse_flags`, as `cli.run` does) and `cli.user_errors`
-turns the mistake into the `error:` line and exit 2. One subprocess per kind
-of ending (the check before the imports, a gin parse error, a wrong type, not
-a run file, a path, a check inside `train`) runs the real command as well.
+turns the mistake into the `error:` line and exit 2. Only the check made before
+the imports runs the real command (a subprocess: only `python -m vmsst.train`
+runs its `__main__`); a mistake found after them ends the command the way
+tests/commands/test_user_errors.py checks end to end (--distributed there).
 The resume checks train a directory first and are in the slow tier.
 """
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 
@@ -32,11 +32,10 @@ gin_utils.register_configurables()
 RUN = "--gin_file=gin/runs/vmsst_cpu.gin"
 
 
-def _train(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _train(*args: str) -> subprocess.CompletedProcess:
   """The command itself, from the repository root."""
   return subprocess.run([sys.executable, "-m", "vmsst.train", *args], cwd=vmsst_testing.ROOT,
-                        capture_output=True, text=True, timeout=600, check=False,
-                        env={**os.environ, **(env or {})})
+                        capture_output=True, text=True, timeout=600, check=False)
 
 
 @pytest.fixture
@@ -87,10 +86,12 @@ def test_a_gin_mistake_is_one_line_naming_the_binding_and_the_fix(train_here, ar
   _names_all(_one_error_line(train_here(*args)), named)
 
 
-@pytest.mark.parametrize("args, named", [NO_RUN_FILE, UNKNOWN_PARAMETER, WRONG_TYPE,
-                                         NOT_A_RUN_FILE])
-def test_the_command_itself_ends_a_gin_mistake_so(args, named):
-  """The first before TensorFlow and JAX load (under a second), the others after (5-13 s)."""
+def test_the_command_itself_ends_a_missing_run_file_so_before_its_imports():
+  """Under a second: the check in the command's `__main__`, before TensorFlow and JAX load.
+
+  The mistakes found after the imports (UNKNOWN_PARAMETER, WRONG_TYPE, NOT_A_RUN_FILE, the
+  paths) end in train's `main`, which the in-process cases run through the same parsing."""
+  args, named = NO_RUN_FILE
   _names_all(_one_error_line(_train(*args)), named)
 
 
@@ -122,12 +123,6 @@ def test_a_missing_or_wrong_path_is_named_before_data_loads(train_here, tmp_path
                                                             tiny_vocab_path, run, bindings,
                                                             named):
   line = _one_error_line(train_here(*_path_args(tmp_path, tiny_vocab_path, run, bindings)))
-  _names_the_path(line, tmp_path, named)
-
-
-def test_the_command_itself_ends_a_wrong_path_so(tmp_path, tiny_vocab_path):
-  run, bindings, named = PATH_CASES[0]
-  line = _one_error_line(_train(*_path_args(tmp_path, tiny_vocab_path, run, bindings)))
   _names_the_path(line, tmp_path, named)
 
 
@@ -178,12 +173,12 @@ def test_microbatches_must_split_the_batch_and_its_shards(batch, microbatches, d
   preflight.check_microbatches(MODELS["vmsst"](vmsst_testing.TINY), 8, 2, 4)  # 4 pairs, 4 shards
 
 
-@pytest.mark.slow  # 8-12 s: the model and the held-out sets are built first
 def test_the_command_checks_the_batch_over_the_devices_before_any_state_or_data(
-    tmp_path, tiny_vocab_path):
-  line = _one_error_line(_train(*_start_args(tmp_path, tiny_vocab_path,
-                                             ["VOCAB_SIZE=2000", "BATCH_SIZE=33"]),
-                                env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}))
+    train_here, tmp_path, tiny_vocab_path):
+  """A mesh of 2 devices: the first 2 of this process's (make_mesh.devices_per_process), as a
+  command on a machine of 2 would have; the model and the held-out sets are built first."""
+  line = _one_error_line(train_here(*_start_args(tmp_path, tiny_vocab_path, [
+      "VOCAB_SIZE=2000", "BATCH_SIZE=33", "make_mesh.devices_per_process=2"])))
   for text in ["BATCH_SIZE = 33 does not divide over the 2 devices", "--gin.BATCH_SIZE=32 or 34"]:
     assert text in line, line
   assert not (tmp_path / "m").exists()
