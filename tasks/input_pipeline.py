@@ -181,7 +181,8 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
       `python -m seqio.scripts.cache_tasks_main` wrote (tokens and language
       ids, preprocessed once: tasks/cache_registration.py) instead of
       preprocessing on the fly; gin: train_iterator.use_cached = True.
-    cache_dirs: where to look for those caches (seqio.add_global_cache_dirs).
+    cache_dirs: where to look for those caches (they become the process's seqio cache
+      directories, replacing an earlier run's).
     pretokenized: a directory written by `python -m vmsst.pretokenize`
       (train.pretokenized): the same stream read from files, without seqio or
       TensorFlow (vmsst_tasks/pretokenized.py); `host_data`, `use_cached` and
@@ -209,7 +210,10 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
                  "sequence_length": sequence_length, "seed": seed, "host_data": host_data,
                  "use_cached": use_cached, "process_index": index, "process_count": count}
   if cache_dirs:
-    seqio.add_global_cache_dirs(list(cache_dirs))
+    # Set, not added to: seqio's cache directories are the process's, and a task's cache is
+    # looked up in the first that holds one, so an earlier run's (another in this process:
+    # a comparison, a test) would serve its examples instead of this run's.
+    seqio.set_global_cache_dirs(list(cache_dirs))
 
   def build(skip: int) -> HostBatches:
     shard_info = (seqio.ShardInfo(index=index, num_shards=count)

@@ -54,7 +54,7 @@ def _cached(small_data_dir, tiny_vocab_path, tmp_path_factory):
                TF_CPP_MIN_LOG_LEVEL="2"))
   assert done.returncode == 0, done.stderr[-4000:]
   registry.register_tasks(**kwargs)
-  seqio.add_global_cache_dirs([str(cache)])  # what train_iterator.cache_dirs does
+  seqio.set_global_cache_dirs([str(cache)])  # what train_iterator.cache_dirs does
   return kwargs, cache
 
 
@@ -87,7 +87,10 @@ def test_training_reads_the_cache_and_resumes_from_a_saved_position(cached, tmp_
   _, cache = cached
   common = dict(batch_size=8, sequence_length=16, seed=1, use_cached=True,
                 cache_dirs=[str(cache)])
+  # An earlier run's cache in this process (a comparison's, another test's) is not read.
+  seqio.set_global_cache_dirs([str(tmp_path / "an_earlier_runs_cache")])
   batches = input_pipeline.train_iterator(opus.PAPER_MIXTURE, start_step=0, **common)
+  assert seqio.get_global_cache_dirs() == [str(cache)]
   for _ in range(3):
     next(batches)
   input_pipeline.save_position(str(tmp_path), 3, batches)
