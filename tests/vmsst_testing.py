@@ -208,6 +208,14 @@ def command_module(name: str, define: Callable[[], None] | None = None):
         delattr(sys.modules[package], child)
 
 
+def command_named(name: str, args: Sequence[str], capfd,
+                  define: Callable[[], None] | None = None) -> Ended:
+  """`python -m NAME ARGS` in this process (`command_here`), the module and its flags given by
+  `command_module`: the tests that type many commands by name."""
+  with command_module(name, define) as module:
+    return command_here(module.main, name, args, capfd)
+
+
 @contextlib.contextmanager
 def typed_flags(command: types.ModuleType, args: Sequence[str]):
   """The command's flags defined and parsed from `python -m <command> ARGS` for the block: a

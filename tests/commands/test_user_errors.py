@@ -45,8 +45,7 @@ def here(monkeypatch, capfd):
   monkeypatch.chdir(vmsst_testing.ROOT)
 
   def run(command: str, *args: str) -> vmsst_testing.Ended:
-    with vmsst_testing.command_module(command, DEFINE.get(command)) as module:
-      return vmsst_testing.command_here(module.main, command, args, capfd)
+    return vmsst_testing.command_named(command, args, capfd, DEFINE.get(command))
 
   return run
 

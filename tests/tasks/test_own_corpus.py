@@ -129,8 +129,7 @@ def command_here(monkeypatch, capfd):
   monkeypatch.chdir(vmsst_testing.ROOT)
 
   def run(name: str, *args: str) -> vmsst_testing.Ended:
-    with vmsst_testing.command_module(name) as module:
-      return vmsst_testing.command_here(module.main, name, args, capfd)
+    return vmsst_testing.command_named(name, args, capfd)
 
   return run
 
