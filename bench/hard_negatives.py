@@ -330,9 +330,11 @@ def usem3_seeds(run_dir: pathlib.Path, vocab: pathlib.Path, data_dir: pathlib.Pa
       else:
         jobs[(seed, arm)] = train_args(dirs[(seed, arm)], vocab, source, negatives, data_dir,
                                        seed)
-  # The baselines first: they take about 2/5 of a run with negatives, so a sitting too short
-  # for all six runs still ends with finished ones (the next keeps them).
-  jobs = dict(sorted(jobs.items(), key=lambda job: job[0][1] != "baseline"))
+  # Longest first: a run with negatives takes about twice a baseline's time, and the pool
+  # ends soonest when the short runs fill the cores last (three runs with negatives and two
+  # baselines on two cores: one core takes two runs with negatives, the other the third and
+  # both baselines).
+  jobs = dict(sorted(jobs.items(), key=lambda job: job[0][1] != "hard_negatives"))
   if cores():
     ran = run_on_cores(jobs, cores(), on_end=lambda name, sec: record_seconds(run_dir, name, sec))
   else:
