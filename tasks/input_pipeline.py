@@ -53,7 +53,6 @@ from vmsst_tasks import pretokenized as pretokenized_lib
 # accelerator image that has neither.
 
 HOST_DATA_MODES = ("slice", "shard_info")
-POSITIONS_DIR = "data_position"
 _DESCRIPTION = "position.json"  # written last: its presence marks a complete position
 
 

@@ -46,10 +46,9 @@ from absl import logging
 
 from vmsst import cli
 from vmsst import files
+from vmsst import run_directory
 
 STREAM_FILE = "stream.json"
-VOCABULARY_FILE = "spm.model"
-DATA_COUNTS_FILE = "data_counts.json"
 _POSITION_FILE = "stream.pretokenized.json"  # under MODEL_DIR/data_position/<step>/
 SHARD_EXAMPLES = 1 << 16
 
@@ -95,7 +94,7 @@ class Stream:
 
   @property
   def vocabulary_file(self) -> str:
-    return files.join(self.directory, VOCABULARY_FILE)
+    return run_directory.vocabulary(self.directory)  # named as in the run it feeds
 
   def _load(self, index: int) -> dict[str, np.ndarray]:
     if index != self._shard_index:

@@ -211,9 +211,8 @@ def test_importing_the_module_defines_no_flags():
 def test_encoder_from_saved_model_knows_the_length_and_counts_cut_sentences(
     restored, exported):
   saved_model, metadata, _ = exported
-  assert (saved_model_lib.EXPORT_EXTRA_DIR, saved_model_lib.EXPORT_METADATA,
-          saved_model_lib.EXPORT_VOCABULARY) == (
-      export.EXTRA_DIR, export.METADATA_FILE, restore.VOCABULARY_FILE)
+  assert (saved_model_lib.EXPORT_EXTRA_DIR, saved_model_lib.EXPORT_METADATA) == (
+      export.EXTRA_DIR, export.METADATA_FILE)
   from_saved = vmsst.Encoder.from_saved_model(str(saved_model))
   from_checkpoint = checkpoint.CheckpointEncoder(restored, batch_size=8)
   assert from_saved.max_seq_length == metadata["sequence_length"] == from_checkpoint.max_seq_length

@@ -23,7 +23,7 @@ PACKAGES = {"vmsst": vmsst_testing.ROOT / "vmsst", "vmsst_tasks": vmsst_testing.
 # The top-level modules of vmsst/ that are not commands: what the data side may import.
 BASE = ("vmsst.cli", "vmsst.files", "vmsst.languages", "vmsst.text_files", "vmsst.sts_files",
         "vmsst.sentencepiece_vocabulary", "vmsst.gin_utils", "vmsst.entity_files",
-        "vmsst.tallies", "vmsst.old_names")
+        "vmsst.tallies", "vmsst.old_names", "vmsst.run_directory")
 
 # Bottom to top; the folders of one tuple are peers (neither imports the other).
 LAYERS = (

@@ -202,9 +202,10 @@ def macro(name: str) -> Any:
   return bound(f"%{name}")
 
 
-def write_operative_config(model_dir: str, name: str = "config.gin") -> None:
-  """Writes the operative config (every binding a run used) into MODEL_DIR, as t5x does."""
-  files.write_text(files.join(model_dir, name), gin.config_str())
+def write_operative_config(path: str) -> None:
+  """Writes the operative config (every binding a run used) to `path`, as t5x does (a run
+  writes run_directory.config(MODEL_DIR))."""
+  files.write_text(path, gin.config_str())
 
 
 def rewrite_gin_args(argv: Sequence[str]) -> list[str]:

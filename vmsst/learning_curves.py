@@ -17,6 +17,7 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
 from absl import flags
 
 from vmsst import files
+from vmsst import run_directory
 from vmsst.comparison import curves as curves_lib
 from vmsst.evaluation import logged_curves
 
@@ -29,7 +30,7 @@ def main(argv):
   """Reads MODEL_DIR's held-out retrieval curve and plots it to --output."""
   del argv
   model_dir = _MODEL_DIR.value
-  output = _OUTPUT.value or files.join(model_dir, "eval", "learning_curve.png")
+  output = _OUTPUT.value or run_directory.evaluation(model_dir, "learning_curve.png")
   if not files.isdir(model_dir):
     raise cli.UserError(f"--model_dir={model_dir} is not a directory; give a MODEL_DIR written "
                         "by `python -m vmsst.train`.")

@@ -19,6 +19,7 @@ from typing import Sequence
 from absl import flags
 
 from vmsst import files
+from vmsst import run_directory
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import preservation
 
@@ -35,7 +36,7 @@ def check_flags() -> None:
                      ("after", "its query-tower-tuned MODEL_DIR (python -m vmsst.train with "
                                "gin/runs/query_tower_cpu.gin)")):
     path = FLAGS[flag].value
-    if not files.exists(files.join(path, "model.json")):
+    if not files.exists(run_directory.model_spec(path)):
       raise cli.UserError(f"--{flag}={path} has no model.json; give {what}.")
   if FLAGS.triplets:
     cli.check_input_file("triplets", FLAGS.triplets, "a TSV of anchor<TAB>positive<TAB>negative "

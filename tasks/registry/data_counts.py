@@ -15,9 +15,8 @@ import seqio
 from vmsst_tasks import sources
 from vmsst import cli
 from vmsst import files
+from vmsst import run_directory
 from vmsst import text_files
-
-DATA_COUNTS_FILE = "data_counts.json"
 
 
 def _tasks_of(name: str) -> list[seqio.Task]:
@@ -64,7 +63,7 @@ def report_data_counts(name: str, *, model_dir: str | None = None) -> dict:
   report = {"mixture": name, "tasks": per_task,
             "total": {split: total.as_dict() for split, total in sorted(totals.items())}}
   if model_dir is not None:
-    files.write_text(files.join(model_dir, DATA_COUNTS_FILE), json.dumps(report, indent=1) + "\n")
+    files.write_text(run_directory.data_counts(model_dir), json.dumps(report, indent=1) + "\n")
   return report
 
 

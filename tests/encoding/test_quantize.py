@@ -7,6 +7,7 @@ import pytest
 from sentence_transformers.util import quantization as st_quantization
 
 from vmsst import files
+from vmsst import run_directory
 from vmsst.encoding import quantize
 
 
@@ -88,8 +89,8 @@ def test_a_calibration_in_a_bucket_round_trips(gcs):
 
 
 def test_a_broken_calibration_file_names_itself_and_the_command(tmp_path):
-  files.write_text(str(tmp_path / quantize.CALIBRATION_FILE), '{"ranges": [[1, 2]]}')
-  with pytest.raises(ValueError, match=f"{quantize.CALIBRATION_FILE}.*vmsst.calibrate"):
+  files.write_text(str(tmp_path / run_directory.CALIBRATION), '{"ranges": [[1, 2]]}')
+  with pytest.raises(ValueError, match=f"{run_directory.CALIBRATION}.*vmsst.calibrate"):
     quantize.load(str(tmp_path))
   with pytest.raises(ValueError, match="has no quantization.json.*vmsst.calibrate"):
     quantize.quantize_with(_embeddings(), "uint8", None, normalized=False, where="MODEL")

@@ -19,6 +19,7 @@ from vmsst import calibrate
 from vmsst import embed
 from vmsst import export as export_command
 from vmsst import mine
+from vmsst import run_directory
 from vmsst.encoding import calibration as calibration_lib
 from vmsst.encoding import embed_files
 from vmsst.export_formats import flags as export_flags
@@ -109,7 +110,7 @@ def test_calibrate_then_embed_int8_on_the_command_line(tiny_model, model_dir, tm
   embed_int8 = lambda: vmsst_testing.run_here(embed, [
       f"--model_dir={copy}", f"--input={lines}", f"--output={tmp_path / 'int8.npy'}",
       "--precision=int8"], capfd)
-  vmsst_testing.assert_user_error(embed_int8(), "vmsst.calibrate", quantize.CALIBRATION_FILE)
+  vmsst_testing.assert_user_error(embed_int8(), "vmsst.calibrate", run_directory.CALIBRATION)
   done = vmsst_testing.run_here(
       calibrate, [f"--model_dir={copy}", f"--input={_calibration_set(tmp_path)}"], capfd)
   assert done.returncode == 0, done.stderr[-2000:]
@@ -176,9 +177,9 @@ def test_mine_int8_without_a_calibration_uses_the_sides_and_a_broken_one_names_c
                     ranges="ranges measured on the two sides")
   broken = tmp_path / "broken"
   shutil.copytree(model_dir, broken)
-  (broken / quantize.CALIBRATION_FILE).write_text("{}", encoding="utf-8")
+  (broken / run_directory.CALIBRATION).write_text("{}", encoding="utf-8")
   done = vmsst_testing.run_here(mine, [f"--model_dir={broken}", *common], capfd)
-  vmsst_testing.assert_user_error(done, quantize.CALIBRATION_FILE, "vmsst.calibrate")
+  vmsst_testing.assert_user_error(done, run_directory.CALIBRATION, "vmsst.calibrate")
 
 
 def test_saved_model_precision_signatures_equal_encoder_encode(exported, model_dir):
@@ -208,7 +209,7 @@ def test_export_calibration_flag_measures_the_ranges_at_export(model_dir, tmp_pa
   export's record says what they asked for."""
   uncalibrated = tmp_path / "model"
   shutil.copytree(model_dir, uncalibrated)
-  (uncalibrated / quantize.CALIBRATION_FILE).unlink()
+  (uncalibrated / run_directory.CALIBRATION).unlink()
   sentences = tmp_path / "calibration.txt"
   sentences.write_text("\n".join(f"Sentence number {i}." for i in range(30)), encoding="utf-8")
   done = vmsst_testing.run_here(export_command, [

@@ -6,6 +6,7 @@ import pytest
 
 from vmsst.gin_utils import gin
 from vmsst.encoding import restore
+from vmsst import run_directory
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +16,7 @@ def trained(tiny_model):
 
 def test_restore_gives_the_trained_parameters_and_a_self_contained_directory(trained):
   model_dir, params = trained
-  assert (model_dir / restore.VOCABULARY_FILE).exists()
+  assert (model_dir / run_directory.VOCABULARY).exists()
   restored = restore.restore(str(model_dir))
   assert restored.step == 4 and restored.sequence_length == 32
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored.params), params)

@@ -14,6 +14,7 @@ import pytest
 
 from vmsst import cli
 from vmsst import pretokenize
+from vmsst import run_directory
 from vmsst_tasks import input_pipeline
 from vmsst_tasks import pretokenized
 from vmsst_tasks import registry
@@ -109,8 +110,8 @@ def test_a_missing_stream_names_the_command_that_writes_it(tmp_path):
 
 def test_the_stream_holds_its_vocabulary_and_data_counts(stream):
   from vmsst import files  # pylint: disable=import-outside-toplevel
-  assert files.exists(files.join(stream, pretokenized.VOCABULARY_FILE))
-  assert files.exists(files.join(stream, pretokenized.DATA_COUNTS_FILE))
+  assert files.exists(run_directory.vocabulary(stream))
+  assert files.exists(run_directory.data_counts(stream))
   meta = pretokenized.open_stream(stream, mixture_name=MIXTURE, sequence_length=LENGTH,
                                   seed=SEED).meta
   assert meta["examples"] == EXAMPLES and meta["shards"] == 5

@@ -1,6 +1,7 @@
 """Early stopping: the pure state machine by hand, persistence, and a real stopped run."""
 
 import json
+import pathlib
 
 import jax
 import numpy as np
@@ -12,6 +13,7 @@ from vmsst.gin_utils import gin
 from vmsst.training import early_stopping as es
 from vmsst.encoding import restore
 from vmsst.model import param_files
+from vmsst import run_directory
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +49,7 @@ def test_observe_persists_and_a_restarted_monitor_keeps_counting(tmp_path):
   params = {"w": np.ones(2)}
   assert not stopper.observe(10, {"loss": 1.0, "other": 5.0}, params)
   assert not stopper.observe(20, {"loss": 1.0}, {"w": np.zeros(2)})
-  saved = json.loads((tmp_path / es.STATE_FILE).read_text())
+  saved = json.loads(pathlib.Path(run_directory.early_stopping(str(tmp_path))).read_text())
   assert saved == {"best": [1.0], "best_step": 10, "idle": 1, "stopped": False}
   again = es.EarlyStopping(metrics=("loss",), patience=2, directory=str(tmp_path))
   assert again.state == es.StopState(best=(1.0,), best_step=10, idle=1)
@@ -79,7 +81,7 @@ def test_train_stops_after_idle_evaluations_and_keeps_the_best(data_dir, tiny_vo
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=20, extra=extra)
   result = vmsst.training.loop.train()
   assert result["step"] == 3
-  assert json.loads((model_dir / es.STATE_FILE).read_text())["best_step"] == 1
+  assert json.loads(pathlib.Path(run_directory.early_stopping(str(model_dir))).read_text())["best_step"] == 1
   one_step = tmp_path / "one_step"
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, one_step, steps=1,
                                     extra=["train.evaluator = None"])

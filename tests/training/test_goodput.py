@@ -1,7 +1,10 @@
 """Goodput: where a run's wall time went, from hand-made durations (no training, no clock)."""
 
+import pathlib
+
 import pytest
 
+from vmsst import run_directory
 from vmsst.training import goodput as goodput_lib
 
 
@@ -80,7 +83,7 @@ def test_progress_round_trips_through_the_model_directory(tmp_path):
   assert goodput_lib.previous_progress(str(tmp_path)) is None
   goodput_lib.record_progress(str(tmp_path), 27)
   assert goodput_lib.previous_progress(str(tmp_path)) == 27
-  (tmp_path / goodput_lib.PROGRESS_FILE).write_text("{\"ste")  # cut short by a kill
+  pathlib.Path(run_directory.progress(str(tmp_path))).write_text("{\"ste")  # cut short by a kill
   assert goodput_lib.previous_progress(str(tmp_path)) is None
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from vmsst.evaluation import runner
 from vmsst import files
+from vmsst import run_directory
 from vmsst import gin_utils
 from vmsst.comparison import curves as learning_curves
 from vmsst.comparison import presets
@@ -57,7 +58,7 @@ def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, mode
                     seed: int | None = None, preset: presets.Preset | None = None) -> bool:
   """Trains one (objective, seed); False (nothing built) when its checkpoint reached `steps`."""
   run = run_files(objective, gin_file=gin_file, preset=preset, search_paths=search_paths)
-  if files.isdir(files.join(model_dir, "checkpoints")):
+  if files.isdir(run_directory.checkpoints(model_dir)):
     latest = checkpointing.make_manager(model_dir).latest_step()
     if latest is not None and latest >= steps:
       logging.info("%s: finished at step %d, skipped", model_dir, latest)
@@ -114,7 +115,7 @@ def compare(*, objectives: Sequence[str], gin_file: Sequence[str], steps: int, o
         trained.append((objective, seed))
       step = checkpointing.make_manager(model_dir).latest_step()
       runs.setdefault(objective, {})[seed] = evaluate_once(
-          files.as_path(model_dir) / "eval",
+          files.as_path(run_directory.evaluation(model_dir)),
           lambda d=model_dir: checkpoint.CheckpointEncoder.from_model_dir(d), {"step": step},
           **evaluation)
       curves.setdefault(objective, {})[seed] = logged_curves.read_curves(model_dir)

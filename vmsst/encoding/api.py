@@ -53,7 +53,7 @@ class Encoder:
   def __init__(self, backend: protocol.Encoder, *, dimension: int | None = None,
                calibration_dir: str | None = None):
     """Wraps `backend`; `dimension` is probed with one empty sentence when not given;
-    `calibration_dir` holds the int8 calibration (`quantize.CALIBRATION_FILE`), if any."""
+    `calibration_dir` holds the int8 calibration (`run_directory.CALIBRATION`), if any."""
     self.backend = backend
     self.name = backend.name
     self._dimension = dimension

@@ -14,6 +14,7 @@ from absl import flags
 
 from vmsst import cli
 from vmsst import files
+from vmsst import run_directory
 from vmsst.encoding import protocol
 from vmsst.encoding import saved_model as saved_model_lib
 from vmsst.encoding import usem3
@@ -105,7 +106,7 @@ def check_paths(*, model_dir: str | None = None, saved_model: str | None = None)
   Raises:
     cli.UserError: naming the flag, what is missing and where such a directory comes from.
   """
-  needs = [("--model_dir", model_dir, ("model.json", "checkpoints"),
+  needs = [("--model_dir", model_dir, (run_directory.MODEL_SPEC, run_directory.CHECKPOINTS),
             "a MODEL_DIR written by `python -m vmsst.train`"),
            ("--saved_model", saved_model, ("saved_model.pb",),
             "an --output written by `python -m vmsst.export`")]
@@ -115,7 +116,7 @@ def check_paths(*, model_dir: str | None = None, saved_model: str | None = None)
     if not files.isdir(path):
       raise cli.UserError(f"{flag}={path} is not a directory; give {what}.")
     missing = [f for f in markers if not files.exists(files.join(path, f))
-               and not (f == "model.json" and files.exists(files.join(path, "config.gin")))]
+               and not (f == run_directory.MODEL_SPEC and files.exists(run_directory.config(path)))]
     # An earlier vmsst's MODEL_DIR (config.gin only) goes on to restore's one error, naming its fix.
     if missing:
       raise cli.UserError(f"{flag}={path} has no {' or '.join(missing)}; give {what}.")

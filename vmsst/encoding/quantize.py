@@ -15,7 +15,7 @@ int8 and uint8 need each dimension's range (min, max). Taken from the vectors
 being quantized, the buckets would change with every batch, so one sentence
 could get different codes in two calls; they come instead from a calibration
 set, once per model: `python -m vmsst.calibrate` (or `export --calibration`)
-writes `Calibration` beside the model (`CALIBRATION_FILE`), and
+writes `Calibration` beside the model (`run_directory.CALIBRATION`), and
 `Encoder.encode(precision=)`, `embed --precision`, `mine --precision` and the
 SavedModel's quantized signatures read it. The calibration keeps the ranges of
 the raw and of the L2-normalised vectors, since `normalize` changes them.
@@ -27,10 +27,10 @@ import json
 import numpy as np
 
 from vmsst import files
+from vmsst import run_directory
 
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
 CALIBRATED = ("int8", "uint8")  # the precisions that need a calibration
-CALIBRATION_FILE = "quantization.json"
 CALIBRATE_COMMAND = "python -m vmsst.calibrate --model_dir=MODEL_DIR --input=SENTENCES.txt"
 FORMAT_VERSION = 1
 
@@ -184,8 +184,8 @@ def calibrate(embeddings: np.ndarray, source: str) -> Calibration:
 
 
 def save(directory: str, calibration: Calibration) -> str:
-  """Writes `directory/CALIBRATION_FILE` (JSON, every float exactly); returns its path."""
-  path = files.join(directory, CALIBRATION_FILE)
+  """Writes `run_directory.calibration(directory)` (JSON, every float exactly); returns its path."""
+  path = run_directory.calibration(directory)
   record = {"format_version": FORMAT_VERSION, "sentences": calibration.sentences,
             "source": calibration.source, "dimension": calibration.dimension,
             # float32 -> Python float is exact, and JSON round-trips a double exactly.
@@ -201,7 +201,7 @@ def load(directory: str) -> Calibration | None:
   Raises:
     ValueError: naming the file, when it is not one `save` wrote.
   """
-  path = files.join(directory, CALIBRATION_FILE)
+  path = run_directory.calibration(directory)
   if not files.exists(path):
     return None
   try:
@@ -221,7 +221,7 @@ def require(calibration: Calibration | None, where: str, precision: str) -> Cali
   """`calibration`, or a ValueError saying how to write one for `where`."""
   if calibration is None:
     raise ValueError(f"precision={precision} needs the model's calibration and {where} has no "
-                     f"{CALIBRATION_FILE}; write it with `{CALIBRATE_COMMAND}`.")
+                     f"{run_directory.CALIBRATION}; write it with `{CALIBRATE_COMMAND}`.")
   return calibration
 
 

@@ -28,6 +28,7 @@ import orbax.checkpoint as ocp
 
 from vmsst import cli
 from vmsst import files
+from vmsst import run_directory
 from vmsst.model import models
 from vmsst.model import param_files
 from vmsst.model import partitioning
@@ -36,10 +37,6 @@ from vmsst.model.config import NetworkConfig
 from vmsst.objectives import MODELS
 from vmsst.objectives import nested as nested_lib
 from vmsst.objectives import query_tower
-
-VOCABULARY_FILE = "spm.model"
-CONFIG_FILE = "config.gin"
-MODEL_FILE = "model.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +72,7 @@ def restore(model_dir: str, *, step: int | None = None,
   model, sequence_length, vocab_path = read_model_json(model_dir, dtype, step)
   vocab = sentencepiece_vocabulary.get_vocabulary(vocab_path)
   mesh = mesh or partitioning.make_mesh()
-  manager = ocp.CheckpointManager(files.join(files.abspath(model_dir), "checkpoints"))
+  manager = ocp.CheckpointManager(run_directory.checkpoints(files.abspath(model_dir)))
   step = manager.latest_step() if step is None else step
   if step is None:
     raise FileNotFoundError(f"{model_dir}/checkpoints has no checkpoint; train first "
@@ -124,7 +121,7 @@ OLD_DIRECTORY_FIX = (
 
 
 def write_model_json(model_dir: str, model: models.EmbeddingModel, sequence_length: int,
-                     vocabulary: str = VOCABULARY_FILE,
+                     vocabulary: str = run_directory.VOCABULARY,
                      step_ranges: Sequence[dict[str, Any]] | None = None) -> None:
   """MODEL_DIR/model.json: what `restore` rebuilds the model from, as plain data.
 
@@ -143,11 +140,11 @@ def write_model_json(model_dir: str, model: models.EmbeddingModel, sequence_leng
   spec = model_spec(model, sequence_length, vocabulary)
   if step_ranges:
     spec["step_ranges"] = list(step_ranges)
-  files.write_text(files.join(model_dir, MODEL_FILE), json.dumps(spec, indent=2, sort_keys=True))
+  files.write_text(run_directory.model_spec(model_dir), json.dumps(spec, indent=2, sort_keys=True))
 
 
 def model_spec(model: models.EmbeddingModel, sequence_length: int,
-               vocabulary: str = VOCABULARY_FILE) -> dict[str, Any]:
+               vocabulary: str = run_directory.VOCABULARY) -> dict[str, Any]:
   """model.json's fields for `model` (see write_model_json)."""
   names = [k for k, cls in MODELS.items() if type(model) is cls]  # pylint: disable=unidiomatic-typecheck
   if not names:
@@ -194,10 +191,10 @@ def read_model_json(model_dir: str, dtype: str | None = None, step: int | None =
   The sequence length is the one `step` was trained at (model.json's
   `step_ranges`, written by a resume with changed settings); the latest's by default.
   """
-  path = files.join(model_dir, MODEL_FILE)
+  path = run_directory.model_spec(model_dir)
   if not files.exists(path):
-    if files.exists(files.join(model_dir, CONFIG_FILE)):
-      raise cli.UserError(f"{path} not found beside {CONFIG_FILE}: "
+    if files.exists(run_directory.config(model_dir)):
+      raise cli.UserError(f"{path} not found beside {run_directory.CONFIG}: "
                           f"{OLD_DIRECTORY_FIX.format(model_dir=model_dir)}")
     raise FileNotFoundError(f"{path} not found: --model_dir must be a directory written by "
                             "`python -m vmsst.train`.")
@@ -240,7 +237,7 @@ def restore_document_tower(model_dir: str):
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                           restored.params)
   item = {"model_state": {query_tower.DOCUMENTS: abstract}}
-  manager = ocp.CheckpointManager(files.join(files.abspath(model_dir), "checkpoints"))
+  manager = ocp.CheckpointManager(run_directory.checkpoints(files.abspath(model_dir)))
   documents = manager.restore(restored.step, args=ocp.args.PyTreeRestore(
       item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
       partial_restore=True))["model_state"][query_tower.DOCUMENTS]

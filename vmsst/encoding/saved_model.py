@@ -13,13 +13,14 @@ from typing import Sequence
 import numpy as np
 
 from vmsst import files
+from vmsst import run_directory
 from vmsst import languages as languages_lib
 
 # Where `python -m vmsst.export` leaves its metadata and vocabulary
-# (export_formats.saved_model's EXTRA_DIR and METADATA_FILE, restore.VOCABULARY_FILE;
-# a test holds them equal).
+# (export_formats.saved_model's EXTRA_DIR and METADATA_FILE; a test holds them equal;
+# the vocabulary keeps its run-directory name, run_directory.VOCABULARY).
 EXPORT_EXTRA_DIR = "assets.extra"
-EXPORT_METADATA, EXPORT_VOCABULARY = "vmsst_export.json", "spm.model"
+EXPORT_METADATA = "vmsst_export.json"
 # A two-tower export's signature of tower b (export_formats.saved_model.SIDE_B_SIGNATURE), and
 # side a's languages when its metadata predates `side_a_languages` (MomentumContrast's default).
 EXPORT_SIDE_B, DEFAULT_SIDE_A = "serving_b", ("eng",)
@@ -88,7 +89,7 @@ def _export_metadata(path: str) -> tuple[dict, object | None]:
   something else.
   """
   extra = files.join(path, EXPORT_EXTRA_DIR)
-  metadata, vocabulary = (files.join(extra, n) for n in (EXPORT_METADATA, EXPORT_VOCABULARY))
+  metadata, vocabulary = (files.join(extra, n) for n in (EXPORT_METADATA, run_directory.VOCABULARY))
   if not files.exists(metadata):
     return {}, None
   values = json.loads(files.read_text(metadata))

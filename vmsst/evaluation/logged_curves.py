@@ -17,6 +17,7 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.util import tensor_util
 
 from vmsst import files
+from vmsst import run_directory
 
 TAG = "retrieval/mean"
 
@@ -32,7 +33,7 @@ def read_curves(model_dir: str | pathlib.Path, prefix: str = "retrieval/") -> di
   Raises:
     FileNotFoundError: model_dir has no TensorBoard events (naming the folder).
   """
-  folder = files.join(model_dir, "tensorboard")  # TensorBoard's reader handles gs:// itself
+  folder = run_directory.tensorboard(model_dir)  # TensorBoard's reader handles gs:// itself
   if not files.glob(files.join(folder, "events.out.tfevents.*")):
     raise FileNotFoundError(f"no TensorBoard events in {folder}: train the run first "
                             "(python -m vmsst.compare resumes it).")

@@ -11,6 +11,7 @@ from absl import flags
 
 from vmsst import cli
 from vmsst import files
+from vmsst import run_directory
 from vmsst.encoding import flags as encoder_flags
 
 FLAGS = flags.FLAGS
@@ -67,7 +68,7 @@ def check() -> None:
                           f"with --format={FLAGS.format}.")
     cli.check_input_file("calibration", FLAGS.calibration, "a calibration set, one sentence "
                          "a line")
-  checkpoints = files.join(model_dir, "checkpoints")
+  checkpoints = run_directory.checkpoints(model_dir)
   if step is not None:
     steps = sorted(int(n) for n in files.listdir(checkpoints) if n.isdigit())
     if step not in steps:

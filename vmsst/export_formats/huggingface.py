@@ -72,7 +72,7 @@ import numpy as np
 from flax import traverse_util
 
 from vmsst import files
-from vmsst.encoding import quantize
+from vmsst import run_directory
 from vmsst.encoding import restore
 from vmsst.model import param_files
 from vmsst.model import t5_names
@@ -416,7 +416,7 @@ def _write_export(output: str, model_dir: str, restored: restore.RestoredModel, 
   metadata["mteb"] = model_card.mteb_fields(model_dir, metadata)  # mteb's ModelMeta fields
   files.write_text(files.join(output, "README.md"), model_card.render(model_dir, metadata))
   _write_json(files.join(output, METADATA_FILE), metadata)
-  for name in (restore.MODEL_FILE, restore.CONFIG_FILE):
+  for name in (run_directory.MODEL_SPEC, run_directory.CONFIG):
     if files.exists(files.join(model_dir, name)):
       files.copy(files.join(model_dir, name), files.join(output, name))
 
@@ -428,10 +428,10 @@ def copy_calibration(model_dir: str, output: str) -> bool:
   sentence-transformers' `quantize_embeddings(vectors, "int8", ranges=...)` gives the same
   codes (the card shows it); without them that function would measure each batch anew.
   """
-  source = files.join(model_dir, quantize.CALIBRATION_FILE)
+  source = run_directory.calibration(model_dir)
   if not files.exists(source):
     return False
-  files.copy(source, files.join(output, quantize.CALIBRATION_FILE))
+  files.copy(source, run_directory.calibration(output))
   return True
 
 

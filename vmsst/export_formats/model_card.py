@@ -13,7 +13,7 @@ import re
 from typing import Any, Mapping
 
 from vmsst import files
-from vmsst.encoding import restore
+from vmsst import run_directory
 
 # Data folder -> the words of a task or mixture name that read it (tasks/registry/ names).
 DATA_OF_TASK = {"ntrex128": ("ntrex",), "multi30k": ("multi30k",), "stsb": ("stsb",),
@@ -32,7 +32,7 @@ def _bindings(config: str) -> dict[str, str]:
 
 def training_data(model_dir: str) -> tuple[str, dict[str, str]]:
   """(the task or mixture trained on, {data folder: its SOURCE.md license line})."""
-  path = files.join(model_dir, restore.CONFIG_FILE)
+  path = run_directory.config(model_dir)
   if not files.exists(path):
     return "unknown (no config.gin in the model directory)", {}
   bindings = _bindings(files.read_text(path))
@@ -152,7 +152,7 @@ def training_languages(model_dir: str) -> list[str]:
   then declares none rather than guess.
   """
   from vmsst import languages  # pylint: disable=import-outside-toplevel
-  path = files.join(model_dir, restore.CONFIG_FILE)
+  path = run_directory.config(model_dir)
   data_dir = (_bindings(files.read_text(path)).get("DATA_DIR", "").strip("'\"")
               if files.exists(path) else "")
   folders = training_data(model_dir)[1]
@@ -206,7 +206,7 @@ def _library(metadata: Mapping[str, Any]) -> str:
 
 def render(model_dir: str, metadata: Mapping[str, Any]) -> str:
   """The card's markdown."""
-  spec = json.loads(files.read_text(files.join(model_dir, restore.MODEL_FILE)))
+  spec = json.loads(files.read_text(run_directory.model_spec(model_dir)))
   task, licenses = training_data(model_dir)
   figures = heldout(model_dir)
   network = spec["network"]

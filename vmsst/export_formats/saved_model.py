@@ -82,6 +82,7 @@ import tensorflow_text as tf_text
 from jax.experimental import jax2tf
 
 from vmsst import files
+from vmsst import run_directory
 from vmsst.encoding import checkpoint
 from vmsst.encoding import quantize
 from vmsst.encoding import restore
@@ -223,10 +224,10 @@ def _write_extras(extra_dir: str, model_dir: str, sp_model: bytes, metadata: dic
   spm.model the tokenizer.
   """
   files.makedirs(extra_dir)
-  for name in (restore.MODEL_FILE, restore.CONFIG_FILE):  # config.gin: absent in old directories
-    if name == restore.MODEL_FILE or files.exists(files.join(model_dir, name)):
+  for name in (run_directory.MODEL_SPEC, run_directory.CONFIG):  # no config.gin: an old directory
+    if name == run_directory.MODEL_SPEC or files.exists(files.join(model_dir, name)):
       files.copy(files.join(model_dir, name), files.join(extra_dir, name))
-  files.write_bytes(files.join(extra_dir, restore.VOCABULARY_FILE), sp_model)
+  files.write_bytes(files.join(extra_dir, run_directory.VOCABULARY), sp_model)
   files.write_text(files.join(extra_dir, METADATA_FILE), json.dumps(metadata, indent=1))
 
 

@@ -38,6 +38,7 @@ from jax.experimental import multihost_utils
 
 from vmsst import cli
 from vmsst import files
+from vmsst import run_directory
 from vmsst.encoding import restore
 
 # EX_TEMPFAIL of sysexits.h: "temporary failure, retry" (a scheduler requeues).
@@ -87,7 +88,7 @@ def make_manager(model_dir: str, *, save_interval_steps: int = 500,
       save_interval_steps=save_interval_steps, max_to_keep=max_to_keep, create=True,
       cleanup_tmp_directories=True, enable_async_checkpointing=asynchronous)
   return ocp.CheckpointManager(
-      files.join(files.abspath(model_dir), "checkpoints"), options=options,
+      run_directory.checkpoints(files.abspath(model_dir)), options=options,
       item_handlers=ocp.StandardCheckpointHandler())
 
 

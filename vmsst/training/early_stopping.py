@@ -36,8 +36,7 @@ from absl import logging
 from vmsst.gin_utils import gin
 from vmsst.training import checkpointing
 from vmsst import files
-
-STATE_FILE = "early_stopping.json"
+from vmsst import run_directory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +103,7 @@ class EarlyStopping:
     self.best_params: Any = None
 
   def _path(self) -> str | None:
-    return files.join(self.directory, STATE_FILE) if self.directory else None
+    return run_directory.early_stopping(self.directory) if self.directory else None
 
   def _load(self) -> StopState:
     path = self._path()

@@ -25,9 +25,8 @@ import contextlib
 from absl import logging
 
 from vmsst import files
+from vmsst import run_directory
 from vmsst.gin_utils import gin
-
-PROGRESS_FILE = "progress.json"
 
 # Categories in the order the line names them; "productive" is the goodput.
 CATEGORIES = ("productive", "startup", "data_wait", "checkpoints", "evaluation", "redone")
@@ -148,7 +147,7 @@ def steps_redone(start_step: int, previous_step: int | None, step: int) -> bool:
 
 def previous_progress(model_dir: str) -> int | None:
   """The last step the previous run in `model_dir` reached (None: no record)."""
-  path = files.join(model_dir, PROGRESS_FILE)
+  path = run_directory.progress(model_dir)
   if not files.exists(path):
     return None
   try:
@@ -160,4 +159,4 @@ def previous_progress(model_dir: str) -> int | None:
 
 def record_progress(model_dir: str, step: int) -> None:
   """Writes the step this run has reached to MODEL_DIR/progress.json (process 0 calls it)."""
-  files.write_text(files.join(model_dir, PROGRESS_FILE), json.dumps({"step": int(step)}) + "\n")
+  files.write_text(run_directory.progress(model_dir), json.dumps({"step": int(step)}) + "\n")

@@ -44,10 +44,10 @@ from vmsst.training import distributed
 from vmsst.training import goodput as goodput_lib
 from vmsst.training import preflight
 from vmsst.training import scalar_writer
+from vmsst import run_directory
 from vmsst import sentencepiece_vocabulary
 from vmsst_tasks import input_pipeline
-from vmsst_tasks import pretokenized as pretokenized_lib
-from vmsst_tasks.input_pipeline import POSITIONS_DIR, save_position, train_iterator
+from vmsst_tasks.input_pipeline import save_position, train_iterator
 
 
 def check_vocabulary(mixture_name: str, model: models.EmbeddingModel,
@@ -59,8 +59,7 @@ def check_vocabulary(mixture_name: str, model: models.EmbeddingModel,
   registered task's, or the one written beside a pre-tokenized stream.
   """
   if pretokenized:
-    vocab = sentencepiece_vocabulary.get_vocabulary(files.join(pretokenized,
-                                                     pretokenized_lib.VOCABULARY_FILE))
+    vocab = sentencepiece_vocabulary.get_vocabulary(run_directory.vocabulary(pretokenized))
     where = f"of {mixture_name} in {pretokenized}"
   else:
     import seqio  # pylint: disable=import-outside-toplevel
@@ -216,14 +215,14 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
 
   # Stage 3: teacher vectors, then data, positioned at the restored step.
   _prepare_data(register_tasks, evaluator, mixture_name, model, model_dir, pretokenized)
-  positions = os.path.join(model_dir, POSITIONS_DIR)  # the stream's position at each checkpoint
+  positions = run_directory.data_positions(model_dir)  # the stream's position at each checkpoint
   batches = train_iterator(mixture_name, batch_size=batch_size,
                            sequence_length=sequence_length, seed=seed, start_step=start_step,
                            positions=positions, pretokenized=pretokenized)
 
   # Stage 4: the loop.
   writer = scalar_writer.create_writer(
-      os.path.join(model_dir, "tensorboard"), just_logging=jax.process_index() > 0)
+      run_directory.tensorboard(model_dir), just_logging=jax.process_index() > 0)
   rng = jax.random.key(seed + 1)
   learning_rate = _learning_rate_schedule()
   metrics, history = {}, []
@@ -326,7 +325,7 @@ def _describe_run(model_dir: str, model: models.EmbeddingModel, sequence_length:
     logging.warning("resuming at step %d with changed settings: %s", start_step,
                     "; ".join(changes))
   ranges = preflight.step_ranges(model_dir, start_step, sequence_length, changed=bool(changes))
-  gin_utils.write_operative_config(model_dir, restore.CONFIG_FILE)
+  gin_utils.write_operative_config(run_directory.config(model_dir))
   restore.write_model_json(model_dir, model, sequence_length, step_ranges=ranges)
 
 
@@ -347,9 +346,9 @@ def _prepare_data(register_tasks, evaluator, mixture_name: str,
   if pretokenized:
     if any(getattr(e, "teacher_cache", None) is not None for e in evaluators):
       teacher_cache.fill_stage(None, evaluators)
-    counts = files.join(pretokenized, pretokenized_lib.DATA_COUNTS_FILE)
+    counts = run_directory.data_counts(pretokenized)  # the stream's directory holds it too
     if jax.process_index() == 0 and files.exists(counts):
-      files.copy(counts, files.join(model_dir, pretokenized_lib.DATA_COUNTS_FILE))
+      files.copy(counts, run_directory.data_counts(model_dir))
   else:
     if not input_pipeline.seqio_available():
       raise cli.UserError("seqio (TensorFlow) is not installed here, and train.pretokenized is "
@@ -369,8 +368,8 @@ def _next_batch(batches: Iterator[Any], step: int, mixture_name: str, model_dir:
   batch = next(batches, None)
   if batch is None:
     raise cli.UserError(f"the training stream of {mixture_name} produced no batch at step "
-                        f"{step}: every example was skipped (data_counts.json in "
-                        f"{model_dir} has the counts); check the input or its filters.")
+                        f"{step}: every example was skipped ({run_directory.data_counts(model_dir)} "
+                        "has the counts); check the input or its filters.")
   return batch
 
 
@@ -464,4 +463,4 @@ def _save_and_exit(manager, step: int, state, *, saved: bool, writer, progress,
 def _copy_vocabulary(model_dir: str, vocab) -> None:
   """MODEL_DIR/spm.model: the directory alone restores, evaluates and exports."""
   if jax.process_index() == 0:
-    files.copy(vocab.sentencepiece_model_file, files.join(model_dir, restore.VOCABULARY_FILE))
+    files.copy(vocab.sentencepiece_model_file, run_directory.vocabulary(model_dir))

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from vmsst import cli
 from vmsst import files
+from vmsst import run_directory
 from vmsst import gin_utils
 from vmsst.encoding import restore
 from vmsst.gin_utils import gin
@@ -42,7 +43,7 @@ RESUMABLE = ("TRAIN_STEPS", "train.train_steps", "MODEL_DIR", "train.model_dir",
 # The upstream directories a run file may start from: macro -> (what must be in it,
 # the command that writes it when no run file of gin/runs trains into that path).
 UPSTREAM = {
-    "INIT_MODEL_DIR": (restore.MODEL_FILE, "python -m vmsst.train --gin_file=<the run "
+    "INIT_MODEL_DIR": (run_directory.MODEL_SPEC, "python -m vmsst.train --gin_file=<the run "
                        "that trains it>"),
     "ENTITY_DIR": ("meta.json", "python -m vmsst_tasks.wiki_entities --dump=<a MediaWiki "
                    "dump> --output={path}"),
@@ -219,7 +220,7 @@ def check_start(*, model, model_dir: str, batch_size: int, sequence_length: int,
 
 def checkpoint_steps(model_dir: str) -> list[int]:
   """The saved steps under MODEL_DIR/checkpoints (orbax's numbered directories)."""
-  folder = files.join(model_dir, "checkpoints")
+  folder = run_directory.checkpoints(model_dir)
   if not files.isdir(folder):
     return []
   return sorted(int(n) for n in files.listdir(folder) if n.isdigit())
@@ -239,7 +240,7 @@ def check_resume(model_dir: str, model, sequence_length: int, *,
   steps = checkpoint_steps(model_dir)
   if not steps:
     return []
-  spec_path = files.join(model_dir, restore.MODEL_FILE)
+  spec_path = run_directory.model_spec(model_dir)
   saved = {}
   if files.isfile(spec_path):  # a directory from before model.json: its config.gin only
     saved = json.loads(files.read_text(spec_path))
@@ -256,7 +257,7 @@ def check_resume(model_dir: str, model, sequence_length: int, *,
   if differ:
     raise cli.UserError(f"{where} holds another network, NetworkConfig {'; '.join(differ)}; "
                         f"{fresh}, or restore those settings.")
-  changes = changed_bindings(files.join(model_dir, restore.CONFIG_FILE))
+  changes = changed_bindings(run_directory.config(model_dir))
   if changes and not resume_with_changes:
     raise cli.UserError(
         f"{where} was trained with other settings: {'; '.join(changes)}. Resuming would train "
@@ -290,7 +291,7 @@ def step_ranges(model_dir: str, step: int, sequence_length: int, *,
   is {"first_step", "last_step" (null: still training), "sequence_length",
   "config"}; model.json's top-level fields stay the latest range's.
   """
-  spec_path = files.join(model_dir, restore.MODEL_FILE)
+  spec_path = run_directory.model_spec(model_dir)
   saved = {}
   if files.isfile(spec_path):
     saved = json.loads(files.read_text(spec_path))
@@ -298,12 +299,12 @@ def step_ranges(model_dir: str, step: int, sequence_length: int, *,
   if not changed or not step:
     return ranges
   kept = f"config-{step}.gin"
-  config = files.join(model_dir, restore.CONFIG_FILE)
+  config = run_directory.config(model_dir)
   if files.isfile(config):
     files.rename(config, files.join(model_dir, kept))
   ranges = ranges or [{"first_step": 1, "last_step": None,
                        "sequence_length": saved.get("sequence_length")}]
   ranges[-1].update(last_step=step, config=kept)
   ranges.append({"first_step": step + 1, "last_step": None,
-                 "sequence_length": int(sequence_length), "config": restore.CONFIG_FILE})
+                 "sequence_length": int(sequence_length), "config": run_directory.CONFIG})
   return ranges

@@ -1,0 +1,88 @@
+"""The run directory has one owner: its entries' names appear nowhere else as literals.
+
+vmsst/run_directory.py names every file and folder of a MODEL_DIR; a reader
+or writer that spells one itself would drift from it (a renamed entry, a
+bucket path joined by hand). This scans every string literal of vmsst/ and
+vmsst_tasks (docstrings aside: prose may name the files) for a layout name, alone
+or as a component of a path.
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+from vmsst import run_directory
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+OWNER = ROOT / "vmsst" / "run_directory.py"
+
+# (file relative to the root, literal): why that literal is not a run-directory entry.
+NOT_THE_LAYOUT = {
+    ("vmsst/training/goodput.py", "checkpoints"): "goodput's category of wall time spent saving",
+    ("vmsst/export_formats/model_card.py", "tensorboard"): "the name of TensorBoard's logger",
+}
+
+
+def _not_paths(tree: ast.AST) -> set[int]:
+  """ids of the literals that are prose or a name of something else: docstrings, and the
+  category of `goodput.timing("checkpoints")` (time spent saving)."""
+  out = set()
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+      body = node.body
+      if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        out.add(id(body[0].value))
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "timing"):
+      out.update(id(arg) for arg in node.args)
+  return out
+
+
+def _layout_name(text: str) -> str | None:
+  """The layout name `text` is, or holds as a path component ("x/config.gin"); None."""
+  if text in run_directory.NAMES:
+    return text
+  if "/" in text and not any(c.isspace() for c in text):
+    return next((part for part in text.split("/") if part in run_directory.NAMES), None)
+  return None
+
+
+def layout_literals(path: pathlib.Path) -> list[tuple[int, str]]:
+  """(line, name) of each string literal in `path` that spells a run-directory entry."""
+  tree = ast.parse(path.read_text(encoding="utf-8"))
+  skip = _not_paths(tree)
+  return [(node.lineno, name) for node in ast.walk(tree)
+          if isinstance(node, ast.Constant) and isinstance(node.value, str)
+          and id(node) not in skip and (name := _layout_name(node.value))]
+
+
+def test_no_module_but_the_owner_spells_a_run_directory_entry():
+  found = []
+  for path in sorted([*(ROOT / "vmsst").rglob("*.py"), *(ROOT / "tasks").rglob("*.py")]):
+    if path == OWNER:
+      continue
+    relative = path.relative_to(ROOT).as_posix()
+    found += [f"{relative}:{line}: {name!r}" for line, name in layout_literals(path)
+              if (relative, name) not in NOT_THE_LAYOUT]
+  assert not found, ("ask vmsst/run_directory.py for these entries (or give the literal a "
+                     "reason in NOT_THE_LAYOUT):\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("config.gin", "config.gin"), ("runs/x/eval/report.md", "eval"),
+    ("the config.gin file", None), ("eval_every", None), ("gs://b/run/checkpoints", "checkpoints")])
+def test_the_scan_finds_names_alone_and_in_paths_but_not_in_prose(text, expected):
+  assert _layout_name(text) == expected
+
+
+def test_every_entry_has_one_distinct_name_and_its_path_function():
+  assert len(set(run_directory.NAMES)) == len(run_directory.NAMES)
+  paths = {run_directory.checkpoints("m"), run_directory.config("m"),
+           run_directory.model_spec("m"), run_directory.vocabulary("m"),
+           run_directory.data_counts("m"), run_directory.data_positions("m"),
+           run_directory.tensorboard("m"), run_directory.progress("m"),
+           run_directory.early_stopping("m"), run_directory.calibration("m"),
+           run_directory.evaluation("m")}
+  assert paths == {f"m/{name}" for name in run_directory.NAMES}
+  assert run_directory.evaluation("gs://b/run", "report.md") == "gs://b/run/eval/report.md"
