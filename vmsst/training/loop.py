@@ -16,6 +16,7 @@ from vmsst import cli
 cli.quiet_imports()  # before TensorFlow and JAX load, for the Python API too
 
 # pylint: disable=wrong-import-position
+import dataclasses
 import os
 import signal
 import time
@@ -186,9 +187,54 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
     checkpointing.NoUsableCheckpointError: no checkpoint in model_dir restores.
     FloatingPointError: non-finite steps beyond `skip_nonfinite_steps`.
   """
-  # Stage 1: mesh (the goodput clock starts: where this run's wall time goes).
   goodput = goodput_lib.make_goodput(process_index=jax.process_index(),
-                                     process_count=jax.process_count())
+                                     process_count=jax.process_count())  # the clock starts
+  mesh, changes = _check_start(model, model_dir, batch_size=batch_size,
+                               sequence_length=sequence_length, microbatches=microbatches,
+                               resume_with_changes=resume_with_changes)
+  run, state = _model_state(model, optimizer, mesh, model_dir, goodput, batch_size=batch_size,
+                            sequence_length=sequence_length, seed=seed, init_params=init_params,
+                            skip_nonfinite=skip_nonfinite_steps > 0, microbatches=microbatches)
+  if early_stopping is not None and early_stopping.resume(evaluator, eval_every):
+    return _nothing_to_do(run.start_step, run.start_step, state)
+  if run.start_step >= train_steps:
+    return _nothing_to_do(run.start_step, train_steps, state)
+  _describe_run(model_dir, model, sequence_length, start_step=run.start_step, changes=changes)
+  batches = _data(run, model, register_tasks, evaluator, mixture_name, pretokenized,
+                  batch_size=batch_size, sequence_length=sequence_length, seed=seed)
+  state, logged = _steps(run, state, batches, mixture_name=mixture_name, seed=seed,
+                         train_steps=train_steps, batch_size=batch_size, log_every=log_every,
+                         eval_every=eval_every, evaluator=evaluator,
+                         early_stopping=early_stopping, max_skips=skip_nonfinite_steps)
+  return _finish(run, state, logged, evaluator, steps_asked=train_steps - run.start_step)
+
+
+@dataclasses.dataclass
+class _Run:
+  """What the stages share: the run directory, the step and its keepers, the clock."""
+  model_dir: str
+  goodput: goodput_lib.Goodput
+  trainer: trainer_lib.Trainer
+  manager: Any  # orbax's CheckpointManager over run_directory.checkpoints(model_dir)
+  start_step: int
+  previous_step: int | None  # the furthest step an earlier run reached: steps up to it are redone
+  positions: str = ""  # run_directory.data_positions(model_dir), once there is data
+  writer: Any = None  # TensorBoard's, once the loop starts
+
+
+@dataclasses.dataclass
+class _Logged:
+  """What the loop has logged: the last metrics, (step, loss) pairs, skipped steps."""
+  step: int
+  metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+  history: list[tuple[int, float]] = dataclasses.field(default_factory=list)
+  skipped: int = 0
+
+
+def _check_start(model: models.EmbeddingModel, model_dir: str, *, batch_size: int,
+                 sequence_length: int, microbatches: int, resume_with_changes: bool):
+  """Stage 1: the mesh, and the run's settings checked against it and MODEL_DIR before any
+  state or data (preflight.check_start); (mesh, the settings a resume changes)."""
   mesh = partitioning.make_mesh()
   logging.info("mesh %s over %d processes", dict(mesh.shape), jax.process_count())
   changes = preflight.check_start(model=model, model_dir=model_dir, batch_size=batch_size,
@@ -196,98 +242,109 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
                                   process_count=jax.process_count(),
                                   resume_with_changes=resume_with_changes,
                                   microbatches=microbatches)
+  return mesh, changes
 
-  # Stage 2: model state (initialised in its shards or restored).
+
+def _model_state(model: models.EmbeddingModel, optimizer, mesh, model_dir: str,
+                 goodput: goodput_lib.Goodput, *, batch_size: int, sequence_length: int,
+                 seed: int, init_params: str | None, skip_nonfinite: bool,
+                 microbatches: int) -> tuple[_Run, trainer_lib.TrainState]:
+  """Stage 2: the model state, initialised in its shards or restored from MODEL_DIR."""
   trainer = trainer_lib.Trainer(model, optimizer, mesh,
                                 model.input_shapes(batch_size, sequence_length),
-                                skip_nonfinite=skip_nonfinite_steps > 0,
-                                microbatches=microbatches)
+                                skip_nonfinite=skip_nonfinite, microbatches=microbatches)
   manager = checkpointing.make_manager(model_dir)
   state = _restore_or_initialize(trainer, manager, seed=seed, init_params=init_params,
                                  goodput=goodput)
-  start_step = int(state.step)
-  previous_step = goodput_lib.previous_progress(model_dir)  # steps past start_step are redone
-  if early_stopping is not None and early_stopping.resume(evaluator, eval_every):
-    return _nothing_to_do(start_step, start_step, state)
-  if start_step >= train_steps:
-    return _nothing_to_do(start_step, train_steps, state)
-  _describe_run(model_dir, model, sequence_length, start_step=start_step, changes=changes)
+  run = _Run(model_dir, goodput, trainer, manager, start_step=int(state.step),
+             previous_step=goodput_lib.previous_progress(model_dir))
+  return run, state
 
-  # Stage 3: teacher vectors, then data, positioned at the restored step.
-  _prepare_data(register_tasks, evaluator, mixture_name, model, model_dir, pretokenized)
-  positions = run_directory.data_positions(model_dir)  # the stream's position at each checkpoint
-  batches = train_iterator(mixture_name, batch_size=batch_size,
-                           sequence_length=sequence_length, seed=seed, start_step=start_step,
-                           positions=positions, pretokenized=pretokenized)
 
-  # Stage 4: the loop.
-  writer = scalar_writer.create_writer(
-      run_directory.tensorboard(model_dir), just_logging=jax.process_index() > 0)
+def _data(run: _Run, model: models.EmbeddingModel, register_tasks, evaluator,
+          mixture_name: str, pretokenized: str | None, *, batch_size: int,
+          sequence_length: int, seed: int) -> Iterator[Any]:
+  """Stage 3: teacher vectors, then the data stream positioned at the restored step."""
+  _prepare_data(register_tasks, evaluator, mixture_name, model, run.model_dir, pretokenized)
+  run.positions = run_directory.data_positions(run.model_dir)  # the position at each checkpoint
+  return train_iterator(mixture_name, batch_size=batch_size, sequence_length=sequence_length,
+                        seed=seed, start_step=run.start_step, positions=run.positions,
+                        pretokenized=pretokenized)
+
+
+def _steps(run: _Run, state, batches: Iterator[Any], *, mixture_name: str, seed: int,
+           train_steps: int, batch_size: int, log_every: int, eval_every: int, evaluator,
+           early_stopping: early_stopping_lib.EarlyStopping | None,
+           max_skips: int) -> tuple[Any, _Logged]:
+  """Stage 4: the loop (step, log, save, evaluate) until `train_steps` or early stopping."""
+  goodput, manager, start_step = run.goodput, run.manager, run.start_step
+  run.writer = scalar_writer.create_writer(run_directory.tensorboard(run.model_dir),
+                                           just_logging=jax.process_index() > 0)
   rng = jax.random.key(seed + 1)
   learning_rate = _learning_rate_schedule()
-  metrics, history = {}, []
+  logged = _Logged(step=start_step)
   progress = tqdm.tqdm(total=train_steps, initial=start_step, desc="train", unit="step",
                        disable=cli.hide_progress(jax.process_index() > 0),
                        dynamic_ncols=True)
   started = time.time()
-  skipped = consecutive_bad = 0
-  logged_step = start_step
+  consecutive_bad = 0
   goodput.add_unaccounted("startup")  # stages 1-3: the mesh, the state, the data
   with checkpointing.PreemptionWatcher() as preemption, distributed.lost_peers_named():
     for step in range(start_step + 1, train_steps + 1):
       with goodput.timing("data_wait" if step > start_step + 1 else "startup"):  # fills buffers
-        batch = _next_batch(batches, step, mixture_name, model_dir)
-      with goodput.timing(_step_category(step, start_step, previous_step)):
-        state, step_metrics = trainer.step(state, batch, rng)
+        batch = _next_batch(batches, step, mixture_name, run.model_dir)
+      with goodput.timing(_step_category(step, start_step, run.previous_step)):
+        state, step_metrics = run.trainer.step(state, batch, rng)
         consecutive_bad = check_finite(step, step_metrics, consecutive_bad,  # waits for the step
-                                       max_skips=skip_nonfinite_steps, manager=manager)
-      skipped += consecutive_bad > 0
+                                       max_skips=max_skips, manager=manager)
+      logged.skipped += consecutive_bad > 0
       saving = step == train_steps or manager.should_save(step)
       if step % log_every == 0 or saving:
-        metrics = _logged_metrics(step, step_metrics, skipped=skipped,
-                                  examples=batch_size * (step - start_step),
-                                  seconds=time.time() - started, learning_rate=learning_rate)
-        writer.write_scalars(step, metrics)
-        history.append((step, metrics["loss"]))
-        _log_goodput(goodput, writer, step, model_dir, steps=step - logged_step,
-                     previous_step=previous_step)
-        logged_step = step
+        logged.metrics = _logged_metrics(step, step_metrics, skipped=logged.skipped,
+                                         examples=batch_size * (step - start_step),
+                                         seconds=time.time() - started,
+                                         learning_rate=learning_rate)
+        run.writer.write_scalars(step, logged.metrics)
+        logged.history.append((step, logged.metrics["loss"]))
+        _log_goodput(run, step, steps=step - logged.step)
+        logged.step = step
       # Every step: check_finite has already waited for this step's metrics.
       progress.set_postfix(loss=f"{float(step_metrics['loss']):.3f}", refresh=False)
       progress.update(1)
       if saving:  # asynchronous: waits for the device-to-host copy only (make_manager)
         with goodput.timing("checkpoints"):
           checkpointing.save(manager, step, state, force=True)
-          save_position(positions, step, batches, keep=manager.all_steps())
+          save_position(run.positions, step, batches, keep=manager.all_steps())
       if step < train_steps and preemption.reached(step, manager):
         if not saving:
-          save_position(positions, step, batches, keep=manager.all_steps())
-        _save_and_exit(manager, step, state, saved=saving, writer=writer, progress=progress,
-                       signum=preemption.signum, goodput=goodput, model_dir=model_dir,
-                       previous_step=previous_step)
+          save_position(run.positions, step, batches, keep=manager.all_steps())
+        _save_and_exit(run, step, state, saved=saving, progress=progress,
+                       signum=preemption.signum)
       if eval_every and step % eval_every == 0 and step != train_steps:
         with goodput.timing("evaluation"):
-          results = evaluate(evaluator, trainer, state.params, step, writer)
+          results = evaluate(evaluator, run.trainer, state.params, step, run.writer)
         if early_stopping is not None and early_stopping.observe(step, results, state.params):
           state = early_stopping.save_final(manager, step, state)
           break
-
-  # Stage 5: the last evaluation, everything on disk.
   progress.close()
+  return state, logged
+
+
+def _finish(run: _Run, state, logged: _Logged, evaluator, *, steps_asked: int) -> dict[str, Any]:
+  """Stage 5: the last evaluation, everything on disk; what `train` returns."""
   with distributed.lost_peers_named():  # the last save's commit syncs with every process
-    with goodput.timing("evaluation"):
-      retrieval = evaluate(evaluator, trainer, state.params, int(state.step), writer)
-    with goodput.timing("checkpoints"):
-      manager.wait_until_finished()  # the last asynchronous save committed
-  _log_goodput(goodput, writer, int(state.step), model_dir, steps=int(state.step) - logged_step,
-               previous_step=previous_step, final=True)
-  writer.flush()
-  if skipped:
+    with run.goodput.timing("evaluation"):
+      retrieval = evaluate(evaluator, run.trainer, state.params, int(state.step), run.writer)
+    with run.goodput.timing("checkpoints"):
+      run.manager.wait_until_finished()  # the last asynchronous save committed
+  _log_goodput(run, int(state.step), steps=int(state.step) - logged.step, final=True)
+  run.writer.flush()
+  if logged.skipped:
     logging.warning("%d of %d steps had a non-finite loss/gradient and were skipped",
-                    skipped, train_steps - start_step)
-  return {"start_step": start_step, "step": int(state.step), "final_metrics": metrics,
-          "loss_history": history, "retrieval": retrieval, "params": state.params,
-          "skipped_steps": skipped}
+                    logged.skipped, steps_asked)
+  return {"start_step": run.start_step, "step": int(state.step),
+          "final_metrics": logged.metrics, "loss_history": logged.history,
+          "retrieval": retrieval, "params": state.params, "skipped_steps": logged.skipped}
 
 
 def _restore_or_initialize(trainer: trainer_lib.Trainer, manager, *, seed: int,
@@ -426,35 +483,32 @@ def _step_category(step: int, start_step: int, previous_step: int | None) -> str
   return "redone" if goodput_lib.steps_redone(start_step, previous_step, step) else "productive"
 
 
-def _log_goodput(goodput: goodput_lib.Goodput, writer, step: int, model_dir: str, *, steps: int,
-                 previous_step: int | None, final: bool = False) -> None:
+def _log_goodput(run: _Run, step: int, *, steps: int, final: bool = False) -> None:
   """Goodput scalars to TensorBoard, the data-wait check, progress.json; the line at exit.
 
   progress.json keeps the furthest step any run reached, so a run killed
   again before getting back there still counts those steps as redone.
   """
-  writer.write_scalars(step, goodput.scalars())
+  run.writer.write_scalars(step, run.goodput.scalars())
   if steps:
-    goodput.check_data_wait(steps)
+    run.goodput.check_data_wait(steps)
   if jax.process_index() == 0:
-    goodput_lib.record_progress(model_dir, max(step, previous_step or 0))
+    goodput_lib.record_progress(run.model_dir, max(step, run.previous_step or 0))
   if final:
-    logging.info("%s", goodput.line())
+    logging.info("%s", run.goodput.line())
 
 
-def _save_and_exit(manager, step: int, state, *, saved: bool, writer, progress,
-                   signum: int | None, goodput: goodput_lib.Goodput, model_dir: str,
-                   previous_step: int | None) -> None:
+def _save_and_exit(run: _Run, step: int, state, *, saved: bool, progress,
+                   signum: int | None) -> None:
   """After SIGTERM or Ctrl-C: the current step on disk (waited for), then Preempted."""
-  with goodput.timing("checkpoints"):
+  with run.goodput.timing("checkpoints"):
     if not saved:
-      checkpointing.save(manager, step, state, force=True)
-    manager.wait_until_finished()  # an asynchronous save completes before the exit
-  _log_goodput(goodput, writer, step, model_dir, steps=0, previous_step=previous_step,
-               final=True)
-  writer.flush()
+      checkpointing.save(run.manager, step, state, force=True)
+    run.manager.wait_until_finished()  # an asynchronous save completes before the exit
+  _log_goodput(run, step, steps=0, final=True)
+  run.writer.flush()
   progress.close()
-  preempted = checkpointing.Preempted(step, os.fspath(manager.directory),
+  preempted = checkpointing.Preempted(step, os.fspath(run.manager.directory),
                                       signum or signal.SIGTERM)  # None: JAX's multi-host service
   logging.warning("%s", preempted)
   raise preempted
