@@ -23,6 +23,7 @@ from vmsst.export_formats import huggingface as hf_export
 from vmsst.encoding import restore
 from vmsst.gin_utils import gin
 from vmsst import text_files
+from vmsst.model import initial_weights
 from vmsst.model import tokens as tokens_lib
 from vmsst.model.config import NetworkConfig
 
@@ -185,7 +186,7 @@ def test_an_export_is_init_params_giving_back_the_trained_encoder(which, request
   model_dir, export_dir, _ = request.getfixturevalue(which)
   restored = restore.restore(str(model_dir))
   fresh = vmsst_testing.init_params(restored.model, seed=7)
-  loaded = param_files.flatten(hf_export.load_params(str(export_dir), fresh))
+  loaded = param_files.flatten(initial_weights.load(str(export_dir), fresh))
   trained = param_files.flatten(jax.device_get(restored.params))
   semantic = [k for k in trained if k.startswith(("semantic_", "token_embed/"))]
   assert "semantic_head/mu/kernel" in semantic

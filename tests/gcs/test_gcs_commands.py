@@ -237,13 +237,14 @@ def test_export_command_writes_a_saved_model_into_the_bucket_that_encodes_from_t
 
 def test_sentence_transformers_export_goes_from_the_bucket_into_the_bucket(gcs, bucket, workdir):
   from vmsst.export_formats import huggingface as hf_export  # pylint: disable=import-outside-toplevel
+  from vmsst.model import initial_weights  # pylint: disable=import-outside-toplevel
   output = files.join(bucket["root"], "out", "st")
   metadata = hf_export.export(bucket["model"], output)
   assert metadata["model_dir"] == bucket["model"]
   written = objects(gcs, output)
   assert {"modules.json", "config.json", "model.safetensors", "spm_char.model", "README.md",
           "vmsst_export.json", "model.json", "config.gin"} <= written, written
-  assert hf_export.is_export(output)
+  assert initial_weights.is_transformers_export(output)
   local = workdir / "local_st"
   hf_export.export(bucket["local_model"], str(local))
   assert {str(p.relative_to(local)) for p in local.rglob("*") if p.is_file()} == written

@@ -74,8 +74,8 @@ from flax import traverse_util
 from vmsst import files
 from vmsst import run_directory
 from vmsst.encoding import restore
-from vmsst.model import param_files
 from vmsst.model import t5_names
+from vmsst.model import xlmr_names
 from vmsst.model.config import NetworkConfig
 
 FORMATS = ("sentence-transformers", "huggingface")
@@ -167,42 +167,10 @@ def mt5_tensors(cfg: NetworkConfig, flat: Mapping[str, np.ndarray]) -> dict[str,
   return out
 
 
-# ours (inside semantic_encoder/layer_<i>/) -> XLM-RoBERTa-XL (inside encoder.layer.<i>.)
-_XLMR_LAYER = {
-    "pre_attention_norm/scale": "attention.self_attn_layer_norm.weight",
-    "pre_attention_norm/bias": "attention.self_attn_layer_norm.bias",
-    "attention/query/kernel": "attention.self.query.weight",
-    "attention/key/kernel": "attention.self.key.weight",
-    "attention/value/kernel": "attention.self.value.weight",
-    "attention/out/kernel": "attention.output.dense.weight",
-    "pre_mlp_norm/scale": "LayerNorm.weight",
-    "pre_mlp_norm/bias": "LayerNorm.bias",
-    "mlp/wi/kernel": "intermediate.dense.weight",
-    "mlp/wi/bias": "intermediate.dense.bias",
-    "mlp/wo/kernel": "output.dense.weight",
-    "mlp/wo/bias": "output.dense.bias",
-}
-_XLMR_TOP = {
-    "token_embed/embedding": "embeddings.word_embeddings.weight",
-    "semantic_encoder/final_norm/scale": "encoder.LayerNorm.weight",
-    "semantic_encoder/final_norm/bias": "encoder.LayerNorm.bias",
-}
 # Biases XLM-RoBERTa-XL has and our layers do not: written as zeros.
 _XLMR_ZERO_BIASES = ("attention.self.query.bias", "attention.self.key.bias",
                      "attention.self.value.bias", "attention.output.dense.bias",
                      "intermediate.dense.bias", "output.dense.bias")
-
-
-def xlmr_name(name: str) -> str | None:
-  """The XLM-RoBERTa-XL tensor our semantic-path parameter `name` is, or None."""
-  if name in _XLMR_TOP:
-    return _XLMR_TOP[name]
-  head, _, inner = name.partition("/layer_")
-  if head == "semantic_encoder" and inner:
-    index, _, leaf = inner.partition("/")
-    if leaf in _XLMR_LAYER:
-      return f"encoder.layer.{index}.{_XLMR_LAYER[leaf]}"
-  return None
 
 
 def xlmr_tensors(cfg: NetworkConfig, flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -215,7 +183,7 @@ def xlmr_tensors(cfg: NetworkConfig, flat: Mapping[str, np.ndarray]) -> dict[str
   for name, value in flat.items():
     if not name.startswith(("semantic_encoder/", "token_embed/")):
       continue
-    target = xlmr_name(name)
+    target = xlmr_names.hf_source(name)
     if target is None:
       raise Unsupported(f"{name} has no XLM-RoBERTa-XL counterpart")
     out[target] = _torch_linear(name, value) if name.endswith("/kernel") else value
@@ -445,77 +413,3 @@ def _tower_role(model, subdir: str) -> str:
   if type(model).__name__ == "QueryTower":
     return "the tuned query tower"
   return "every language"
-
-
-# ------------------------------------------------- back: an export -> our names
-
-def load_params(path: str, params: Any) -> Any:
-  """`train(init_params=path)`: an export (`export_params`), else `param_files.load_params`."""
-  if not (files.isdir(path) and is_export(path)):
-    return param_files.load_params(path, params)
-  flat = param_files.flatten(params)
-  with files.local_copy(path) as local:  # safetensors reads only the local disk
-    arrays = export_params(local, param_files.per_layer_shapes(  # stacked again if scanned
-        {k: tuple(v.shape) for k, v in flat.items()}))
-  return param_files.load_arrays(path, arrays, params)
-
-
-def is_export(path: str) -> bool:
-  """A directory with a transformers config.json (this module's, or another's it refuses).
-
-  A SavedModel export's config.json (`write_refusal`) is not one: its parameters are
-  read as `param_files` reads them.
-  """
-  config = files.join(path, "config.json")
-  if not files.isfile(config):
-    return False
-  return json.loads(files.read_text(config)).get("model_type") != SAVEDMODEL_MODEL_TYPE
-
-
-def export_params(export_dir: str, shapes: Mapping[str, tuple[int, ...]]
-                  ) -> dict[str, np.ndarray]:
-  """Our parameters (by "/"-joined name, of `shapes`) held by an export, for init_params.
-
-  The encoder's tensors go back through the same name maps (mT5's copied to
-  every encoder stack, as `mt5_import` does; XLM-RoBERTa-XL's to the
-  semantic encoder), the sentence-transformers Dense modules back to
-  `semantic_head/mu` and a distillation student's `teacher_head`. Names the
-  model lacks are skipped; the fit of the rest is checked by the caller.
-  """
-  model_type = json.loads(files.read_text(files.join(export_dir, "config.json"))).get("model_type")
-  if model_type not in ("mt5", "xlm-roberta-xl"):
-    raise ValueError(f"{export_dir}/config.json has model_type {model_type!r}; init_params "
-                     "reads exports of python -m vmsst.export --format=sentence-transformers "
-                     "(mt5 or xlm-roberta-xl).")
-  checkpoint = t5_names.Checkpoint(export_dir)
-  out = {}
-  for name, shape in shapes.items():
-    source = (t5_names.hf_source(name) if model_type == "mt5" else xlmr_name(name))
-    if source is None or source.startswith("decoder") or source not in checkpoint.names:
-      continue
-    out[name] = t5_names.to_ours(name, checkpoint.tensor(source), shape)
-  if model_type == "xlm-roberta-xl" and "semantic_positions/positions" in shapes:
-    rows = shapes["semantic_positions/positions"][0]
-    table = checkpoint.tensor("embeddings.position_embeddings.weight")[1:]
-    out[f"semantic_positions/positions[:{min(rows, len(table))}]"] = table[:rows]
-  targets = ("semantic_head/mu", "teacher_head")
-  for target, (weight, bias) in zip(targets, _dense_modules(export_dir)):
-    if f"{target}/kernel" in shapes:
-      out[f"{target}/kernel"] = weight.T
-      if bias is not None and f"{target}/bias" in shapes:
-        out[f"{target}/bias"] = bias
-  return out
-
-
-def _dense_modules(export_dir: str) -> list[Projection]:
-  """(weight [out, in], bias) of each sentence-transformers Dense module, in order."""
-  from safetensors.numpy import load  # pylint: disable=import-outside-toplevel
-  path = files.join(export_dir, "modules.json")
-  if not files.exists(path):
-    return []
-  dense = [m["path"] for m in json.loads(files.read_text(path)) if m["type"].endswith(".Dense")]
-  out = []
-  for folder in dense:
-    tensors = load(files.read_bytes(files.join(export_dir, folder, "model.safetensors")))
-    out.append((tensors["linear.weight"], tensors.get("linear.bias")))
-  return out

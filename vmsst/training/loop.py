@@ -33,8 +33,8 @@ from vmsst.gin_utils import gin
 from vmsst.training import checkpointing
 from vmsst.training import early_stopping as early_stopping_lib
 from vmsst import files
-from vmsst.export_formats import huggingface as hf_export
 from vmsst.encoding import restore
+from vmsst.model import initial_weights
 from vmsst.model import models
 from vmsst.model import partitioning
 from vmsst.teachers import cache as teacher_cache
@@ -364,7 +364,7 @@ def _restore_or_initialize(trainer: trainer_lib.Trainer, manager, *, seed: int,
   state = trainer.initialize(jax.random.key(seed))
   if init_params:
     logging.info("starting from the parameters in %s", init_params)
-    state = trainer.with_params(state, hf_export.load_params(init_params, state.params),
+    state = trainer.with_params(state, initial_weights.load(init_params, state.params),
                                 jax.random.key(seed))
   return state
 
