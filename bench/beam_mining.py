@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 from bench import mining as mining_bench  # noqa: E402
-from vmsst import files  # noqa: E402
+from vmsst.base import files  # noqa: E402
 from vmsst.mining import bitext  # noqa: E402
 from vmsst.mining import approximate  # noqa: E402
 from vmsst.mining import beam_pipeline as bp  # noqa: E402

@@ -213,7 +213,7 @@ def tiny_vocabulary(data_dir: str, directory: str) -> str:
   """A 2,000-piece SentencePiece model over real lines (tests/conftest.py's tiny_vocab_path):
   16 lines of every NTREX-128 language and 500 of each Multi30k one. Returns its path."""
   import pathlib  # pylint: disable=import-outside-toplevel
-  from vmsst import text_files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import text_files  # pylint: disable=import-outside-toplevel
   from vmsst_tasks import sources, vocabulary_training  # pylint: disable=import-outside-toplevel
   sentences = [line for path in sources.ntrex_files(data_dir).values()
                for line in text_files.read_lines(path)[:16]]

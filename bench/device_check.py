@@ -279,7 +279,7 @@ def _comparison(budgets: dict[str, float]) -> dict[str, Any]:
 
 
 def _write(out: str, results: dict[str, Any]) -> None:
-  from vmsst import files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import files  # pylint: disable=import-outside-toplevel
   files.write_text(files.join(out, RESULTS_JSON), json.dumps(results, indent=1) + "\n")
   files.write_text(files.join(out, RESULTS_MD), device_parts.summary(results))
 

@@ -39,7 +39,7 @@ def _load_vmsst_tasks() -> None:
 
 _load_vmsst_tasks()
 
-from vmsst import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmsst.base import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 cli.quiet_startup()
 
@@ -97,8 +97,8 @@ def _jax():
 def build_model(objective: str, quick: bool, *, files=None, vocab_size: int | None = None,
                 bindings=()):
   """The objective's model as its gin file and the size files define it."""
-  from vmsst import gin_utils  # pylint: disable=import-outside-toplevel
-  from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
+  from vmsst.base import gin_utils  # pylint: disable=import-outside-toplevel
+  from vmsst.base.gin_utils import gin  # pylint: disable=import-outside-toplevel
   gin_utils.register_configurables()
   gin.clear_config()
   gin.add_config_file_search_path(ROOT)
@@ -465,7 +465,7 @@ def top_operations(trace_dir: str, top: int = 15) -> tuple[str, list[dict[str, A
   own threads, not Python's.
   """
   import collections  # pylint: disable=import-outside-toplevel
-  from vmsst import files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import files  # pylint: disable=import-outside-toplevel
   runs = files.join(trace_dir, "plugins", "profile", "*")
   paths = (files.glob(files.join(runs, "*.trace.json.gz"))
            or files.glob(files.join(runs, "perfetto_trace.json.gz")))
@@ -527,8 +527,8 @@ class WallClock:
 
 def comparison(*, quick: bool, data: str, objectives, train_seconds: float) -> None:
   """Emits each objective's run: trained by `train` on DATA's stream for `train_seconds`, scored."""
-  from vmsst import files  # pylint: disable=import-outside-toplevel
-  from vmsst import sentencepiece_vocabulary  # pylint: disable=import-outside-toplevel
+  from vmsst.base import files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import sentencepiece_vocabulary  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import in_training  # pylint: disable=import-outside-toplevel
   from vmsst.training import loop  # pylint: disable=import-outside-toplevel
   _jax()
@@ -585,7 +585,7 @@ def _xsim(model_dir: str, sets) -> dict[str, Any]:
 def prepare(data: str, data_dir: str, *, examples: int = STREAM_EXAMPLES) -> None:
   """DATA for the comparison: vocabulary, NTREX-128 + Multi30k stream, held-out sets (seqio)."""
   import subprocess  # pylint: disable=import-outside-toplevel
-  from vmsst import files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import files  # pylint: disable=import-outside-toplevel
   from vmsst_tasks import heldout  # pylint: disable=import-outside-toplevel
   from vmsst import pretokenize  # pylint: disable=import-outside-toplevel
   spm = files.join(data, "vocab", "spm")

@@ -23,7 +23,7 @@ encoding speed of each, side by side in one run on the same sentences.
 Writes OUTPUT/results.json and OUTPUT/report.md.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 
@@ -41,7 +41,7 @@ from absl import flags
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
 from vmsst.encoding import flags as encoder_flags
-from vmsst import languages as languages_lib
+from vmsst.base import languages as languages_lib
 from vmsst.build_data import flores as build_flores
 from vmsst.encoding import protocol
 from vmsst.encoding import usem3 as usem3_lib

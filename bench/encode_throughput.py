@@ -38,7 +38,7 @@ the f32 checkpoint (target ≥ 0.999). The peer is another network (BERT
 layers, random weights), so its embeddings are not compared, only its speed.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 
@@ -52,7 +52,7 @@ from absl import app
 from absl import flags
 
 import common
-from vmsst import text_files
+from vmsst.base import text_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

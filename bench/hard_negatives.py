@@ -64,7 +64,7 @@ from absl import flags
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vmsst import files  # pylint: disable=wrong-import-position
+from vmsst.base import files  # pylint: disable=wrong-import-position
 from vmsst.evaluation import logged_curves  # pylint: disable=wrong-import-position
 import hard_negatives_page  # pylint: disable=wrong-import-position  # bench/, beside this file
 
@@ -145,7 +145,7 @@ def vocab_size_of(run_file: pathlib.Path) -> int:
 
 def write_tsvs(corpus: pathlib.Path, groups: dict[tuple[str, str, str], list]) -> int:
   """(corpus name, a, b) → [(text_a, text_b)] as <name>.<a>-<b>.tsv files; returns the pairs."""
-  from vmsst import text_files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import text_files  # pylint: disable=import-outside-toplevel
   files.makedirs(str(corpus))
   for (name, a, b), pairs in groups.items():
     rows = [f"{text_files.one_line(x)}\t{text_files.one_line(y)}\n" for x, y in pairs]
@@ -155,7 +155,7 @@ def write_tsvs(corpus: pathlib.Path, groups: dict[tuple[str, str, str], list]) -
 
 def write_corpus(data_dir: pathlib.Path, corpus: pathlib.Path, lines: int) -> int:
   """Multi30k train's first `lines` lines as one TSV per language pair; returns the pairs."""
-  from vmsst import text_files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import text_files  # pylint: disable=import-outside-toplevel
   text = {code: text_files.read_lines(data_dir / "multi30k" / f"train.{short}.gz")[:lines]
           for code, short in MULTI30K.items()}
   codes, groups = list(MULTI30K), {}

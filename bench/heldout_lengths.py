@@ -11,7 +11,7 @@ the median pieces of each side and the share of sentences longer than each
   python bench/heldout_lengths.py --vocabulary=runs/vocab/spm.model --lengths=32,64,96
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 

@@ -124,10 +124,10 @@ def render(records: list[dict]) -> str:
 
 def _rows(records: list[dict]) -> list[tuple[str, list[str | None]]]:
   """(the row's name, the command's name in each record): the last record's commands, each
-  found in an earlier record under the old name it had then (vmsst/old_names.py), and then the
+  found in an earlier record under the old name it had then (vmsst/base/old_names.py), and then the
   earlier records' commands that are old names now."""
   sys.path.insert(0, str(ROOT))
-  from vmsst import old_names  # pylint: disable=import-outside-toplevel
+  from vmsst.base import old_names  # pylint: disable=import-outside-toplevel
   old_by_new = {successor.command: old for old, successor in old_names.RENAMED.items()}
   rows, shown = [], set()
   for command in records[-1]["commands"]:
@@ -137,7 +137,7 @@ def _rows(records: list[dict]) -> list[tuple[str, list[str | None]]]:
     earlier = sorted({n for n in names if n and n != command})
     rows.append((f"`{command}`" + "".join(f" (then `{n}`)" for n in earlier), names))
   for command in dict.fromkeys(c for r in records for c in r["commands"] if c not in shown):
-    rows.append((f"`{command}` (an old name now: vmsst/old_names.py)",
+    rows.append((f"`{command}` (an old name now: vmsst/base/old_names.py)",
                  [command if command in r["commands"] else None for r in records]))
   return rows
 

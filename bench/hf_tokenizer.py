@@ -35,7 +35,7 @@ def _define_flags() -> None:
 
 def test_vocabulary(data_dir: pathlib.Path, folder: str) -> str:
   """The 2,000-piece vocabulary tests/conftest.py trains (same lines, same settings)."""
-  from vmsst import text_files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import text_files  # pylint: disable=import-outside-toplevel
   from vmsst_tasks import sources, vocabulary_training  # pylint: disable=import-outside-toplevel
   sentences = []
   for path in sources.ntrex_files(data_dir).values():
@@ -74,7 +74,7 @@ def main(argv) -> None:
   # pylint: disable=import-outside-toplevel
   from tokenizers import normalizers
   from vmsst.export_formats import huggingface as hf_export
-  from vmsst import sentencepiece_vocabulary, text_files
+  from vmsst.base import sentencepiece_vocabulary, text_files
   from vmsst_tasks import sources
   from transformers import AutoTokenizer
   data_dir = pathlib.Path(FLAGS.data_dir)

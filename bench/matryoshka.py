@@ -23,7 +23,7 @@ import time
 from absl import app
 from absl import flags
 
-from vmsst import files
+from vmsst.base import files
 
 FLAGS = flags.FLAGS
 

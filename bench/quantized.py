@@ -35,9 +35,9 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
 import vmsst
-from vmsst import files
+from vmsst.base import files
 from vmsst.mining import bitext
-from vmsst import text_files
+from vmsst.base import text_files
 from vmsst.encoding import quantize
 from vmsst.encoding import similarity
 from vmsst.evaluation import tatoeba

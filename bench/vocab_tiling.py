@@ -25,7 +25,7 @@ Parts (each writes <output>/<part>.json, the records, and <part>.md, their table
               this machine's 24 GB.)
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 

@@ -2,7 +2,7 @@
 
 Task features (tasks/registry/):
   tokens_a, tokens_b  int32 [<=L]  sentence ids ending in EOS (1)
-  lang_a, lang_b      int32 []     language id (index in vmsst.languages.LANGUAGES)
+  lang_a, lang_b      int32 []     language id (index in vmsst.base.languages.LANGUAGES)
 Model features (one example; `.batch(B)` adds the leading B):
   tokens_a, tokens_b  int32 [L]    0-padded
   mask_a, mask_b      int32 [L]    1 on real tokens (EOS included), 0 on padding

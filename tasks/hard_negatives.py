@@ -33,8 +33,8 @@ from typing import AbstractSet, NamedTuple, Sequence
 from absl import logging
 
 from vmsst_tasks import sources
-from vmsst import files
-from vmsst import text_files
+from vmsst.base import files
+from vmsst.base import text_files
 
 TASK = "vmsst_hard_negatives"
 ROWS, MANIFEST = "train.tsv", "mining.json"

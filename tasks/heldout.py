@@ -14,8 +14,8 @@ import pathlib
 from typing import Iterable
 
 from vmsst_tasks import sources
-from vmsst import files
-from vmsst import text_files
+from vmsst.base import files
+from vmsst.base import text_files
 
 MULTI30K_TEST_PREFIX = "test_2016_flickr"
 MULTI30K_TARGETS = {"deu": "de", "fra": "fr", "ces": "cs"}

@@ -44,8 +44,8 @@ from typing import Any, Iterable, Sequence
 import jax
 from absl import logging
 
-from vmsst import files
-from vmsst.gin_utils import gin
+from vmsst.base import files
+from vmsst.base.gin_utils import gin
 from vmsst_tasks import pretokenized as pretokenized_lib
 
 # seqio and TensorFlow are imported where the seqio path runs: the

@@ -27,7 +27,7 @@ OPUS", not attempted. Languages with several OPUS spellings (zh: zh, zh_cn,
 cmn) are fetched under each (tasks/opus_paper.py, OPUS_CODE_ALIASES).
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -50,7 +50,7 @@ import opustools
 from vmsst_tasks import opus_paper
 from vmsst_tasks import opus_sources
 
-from vmsst import files
+from vmsst.base import files
 
 ZIP_SUBDIR = "zips"
 DEFAULT_OPUS_DB = "~/.OpusTools/opusdata.db"  # opustools' own default location.

@@ -35,7 +35,7 @@ Where each value comes from (read before trusting a number here):
   per the bundled catalog either.
 * Several OPUS spellings of one language (`OPUS_CODE_ALIASES`, e.g. Chinese is
   zh in UN/Tanzil, zh_cn in OpenSubtitles, cmn in Tatoeba) come from that
-  catalog; all map to one canonical code (vmsst.languages).
+  catalog; all map to one canonical code (vmsst.base.languages).
 
 The layout `scan_opus_dir` reads is the one `tasks/opus_download.py` writes:
 Moses files `<corpus>.<l1>-<l2>.<l1>` / `.<l2>` (either code order) and an
@@ -56,8 +56,8 @@ import pathlib
 from typing import Any, Mapping, Sequence
 
 from vmsst_tasks import opus_sources
-from vmsst import files
-from vmsst import languages as vmsst_languages
+from vmsst.base import files
+from vmsst.base import languages as vmsst_languages
 
 CORPORA: tuple[str, ...] = ("Europarl", "UN", "OpenSubtitles", "GlobalVoices", "Tanzil", "Tatoeba")
 # Release of each corpus downloaded by default (see the module docstring).

@@ -17,11 +17,11 @@ from typing import AbstractSet, Iterator, Sequence
 
 from vmsst_tasks import sources
 
-from vmsst import cli
-from vmsst import files
+from vmsst.base import cli
+from vmsst.base import files
 
 LAYOUT = ("<corpus>.<l1>-<l2>.<l1> and .<l2> (Moses), or <corpus>.<l1>-<l2>.tsv, optionally .gz; "
-          "any corpus name, language codes as in vmsst.languages (de or deu, zh_cn)")
+          "any corpus name, language codes as in vmsst.base.languages (de or deu, zh_cn)")
 
 
 @dataclasses.dataclass(frozen=True)

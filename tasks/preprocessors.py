@@ -4,7 +4,7 @@
     -> rekey_pair      {"tokens_a": "Hello.", "tokens_b": "Hallo.", "lang_a": "eng", ...}
     -> tokenize_pair   {"tokens_a": [8, 41], "tokens_b": [75, 41], "lang_a": "eng", ...}
     -> language_ids    {..., "lang_a": 49, "lang_b": 43}        (indices of eng, deu
-                                                                 in vmsst.languages.LANGUAGES)
+                                                                 in vmsst.base.languages.LANGUAGES)
     -> seqio.preprocessors.append_eos_after_trim
                        {"tokens_a": [8, 41, 1], "tokens_b": [75, 41, 1], "lang_a": 49, ...}
 
@@ -24,7 +24,7 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from vmsst import languages
+from vmsst.base import languages
 
 TOKEN_FEATURES = ("tokens_a", "tokens_b")
 LANGUAGE_FEATURES = ("lang_a", "lang_b")
@@ -53,7 +53,7 @@ def tokenize_pair(dataset: tf.data.Dataset,
 
 
 def language_table() -> tf.lookup.StaticHashTable:
-  """Canonical code -> int32 language id (its index in vmsst.languages.LANGUAGES); -1 else."""
+  """Canonical code -> int32 language id (its index in vmsst.base.languages.LANGUAGES); -1 else."""
   return tf.lookup.StaticHashTable(
       tf.lookup.KeyValueTensorInitializer(
           tf.constant(languages.LANGUAGES),
@@ -75,8 +75,8 @@ def lookup_languages(example: Mapping[str, tf.Tensor],
     language_id = table.lookup(example[key])
     check = tf.debugging.Assert(
         language_id >= 0,
-        [f"{key}: language code is not in vmsst.languages.LANGUAGES (sources must yield "
-         "canonical codes, vmsst.languages.canonical_language):", example[key]])
+        [f"{key}: language code is not in vmsst.base.languages.LANGUAGES (sources must yield "
+         "canonical codes, vmsst.base.languages.canonical_language):", example[key]])
     with tf.control_dependencies([check]):
       out[key] = tf.identity(language_id)
   return out

@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from vmsst import cli
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import cli
+from vmsst.base import files
+from vmsst.base import run_directory
 
 STREAM_FILE = "stream.json"
 _POSITION_FILE = "stream.pretokenized.json"  # under MODEL_DIR/data_position/<step>/

@@ -22,8 +22,8 @@ from vmsst_tasks import opus_sources
 from vmsst_tasks import pair_filters
 from vmsst_tasks import sources
 from vmsst_tasks import wiki_entities
-from vmsst import cli
-from vmsst import entity_files
+from vmsst.base import cli
+from vmsst.base import entity_files
 
 SPLITS = ("train", "validation")
 TEXT_FEATURES = ("text_a", "text_b", "lang_a", "lang_b")

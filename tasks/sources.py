@@ -1,6 +1,6 @@
 """File readers: NTREX-128, Multi30k and the Tatoeba filter (OPUS: tasks/opus_sources.py).
 
-Every reader yields `Pair`s with canonical language codes (vmsst.languages) and
+Every reader yields `Pair`s with canonical language codes (vmsst.base.languages) and
 fills a `PairCounts`: read = kept + sum(skipped), with one counter per skip
 reason, so no line is ever dropped silently. When a pass over the files ends,
 `read_pairs` logs a one-line report (and the first few skips of each reason
@@ -32,7 +32,7 @@ Bad input policy (`InputPolicy`; rows marked * become errors with strict=True):
                                              | end of a streamed pass; never zip-truncated
                                              | (NTREX / Multi30k files likewise)
   unknown language code in a file name       | error naming the file, the closest known codes
-                                             | and how to add a language (vmsst/languages.py)
+                                             | and how to add a language (vmsst/base/languages.py)
 
 Strict errors name the file, the 1-based line (and for UTF-8 the byte offset
 in the line and in the file) and the fix. Side files that are not pairs
@@ -50,10 +50,10 @@ from typing import AbstractSet, Iterable, Iterator, NamedTuple
 
 from absl import logging
 
-from vmsst import files
-from vmsst.gin_utils import gin
-from vmsst import languages
-from vmsst import text_files
+from vmsst.base import files
+from vmsst.base.gin_utils import gin
+from vmsst.base import languages
+from vmsst.base import text_files
 
 PathLike = str | os.PathLike
 
@@ -361,5 +361,5 @@ def canonical_in_file(code: str, path: pathlib.Path) -> str:
         code.replace("_", "-").lower(), list(by_lower), n=5, cutoff=0.5)]
     raise ValueError(
         f"{path}: language code {code!r} is unknown (closest known: {', '.join(close) or '-'}; "
-        f"all {len(languages.LANGUAGES)} are vmsst.languages.LANGUAGES). Rename the file with a "
-        f"known code, or: {e}") from None
+        f"all {len(languages.LANGUAGES)} are vmsst.base.languages.LANGUAGES). Rename the file "
+        f"with a known code, or: {e}") from None

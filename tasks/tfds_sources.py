@@ -22,9 +22,9 @@ import tensorflow_datasets as tfds
 
 from vmsst_tasks import pair_filters
 from vmsst_tasks import sources
-from vmsst import cli
-from vmsst.gin_utils import gin
-from vmsst import languages
+from vmsst.base import cli
+from vmsst.base.gin_utils import gin
+from vmsst.base import languages
 
 TFDS_TASK_PREFIX = "vmsst_tfds"
 # Our split names -> the TFDS names tried for each, in order.
@@ -46,7 +46,7 @@ class TfdsTranslation:
     lang_a_key, lang_b_key: the features holding the two sides.
     data_dir: the TFDS data_dir the dataset was prepared into.
     lang_a, lang_b: their language codes; default the keys (any code
-      vmsst.languages.canonical_language reads, "de" -> "deu").
+      vmsst.base.languages.canonical_language reads, "de" -> "deu").
   """
   name: str
   lang_a_key: str

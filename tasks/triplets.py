@@ -30,7 +30,7 @@ A candidate equal to the anchor or positive is never used. Pairs whose two
 sentences are identical are skipped and counted (nothing to rank). Every
 count is reported: pairs read = kept + skipped_identical + not_high.
 
-TSV files are read with vmsst.text_files.read_tsv (as pair_ranking does): a line
+TSV files are read with vmsst.base.text_files.read_tsv (as pair_ranking does): a line
 without exactly three non-empty TAB-separated fields is an error naming file
 and line; blank lines are skipped and counted.
 
@@ -40,7 +40,7 @@ PairFeatureConverter: tokens_a = anchor, tokens_b = positive, lang_a = lang_b
 the training length (the converter passes it through at that static width).
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 
 def _define_flags() -> None:
@@ -74,10 +74,10 @@ import tensorflow as tf
 from vmsst_tasks import preprocessors
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
-from vmsst import files
-from vmsst import sts_files
-from vmsst import tallies
-from vmsst import text_files
+from vmsst.base import files
+from vmsst.base import sts_files
+from vmsst.base import tallies
+from vmsst.base import text_files
 
 HIGH, LOW = 4.0, 1.0
 TASK = "vmsst_triplets"

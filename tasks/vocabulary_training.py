@@ -3,7 +3,7 @@
 On the data side: its sentences are the Tatoeba-filtered training splits the
 sources read (NTREX-128, Multi30k, OPUS folders), sampled by a seed so a rerun
 trains the same vocabulary. The command is `python -m vmsst.vocabulary`;
-loading a vocabulary is vmsst/sentencepiece_vocabulary.py (ids: see there).
+loading a vocabulary is vmsst/base/sentencepiece_vocabulary.py (ids: see there).
 """
 
 import os
@@ -14,9 +14,9 @@ import sentencepiece as spm
 
 from vmsst_tasks import opus_sources
 from vmsst_tasks import sources
-from vmsst import cli
-from vmsst import files
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import cli
+from vmsst.base import files
+from vmsst.base import sentencepiece_vocabulary
 
 
 def train_vocabulary(sentences: Iterable[str], output_prefix: str, vocab_size: int, *,
@@ -28,7 +28,7 @@ def train_vocabulary(sentences: Iterable[str], output_prefix: str, vocab_size: i
     sentences: raw training sentences (one per item, no newlines needed).
     output_prefix: writes `<output_prefix>.model` and `<output_prefix>.vocab`.
     vocab_size: total pieces, including the 3 special ids and 256 byte pieces
-      (no language symbols: see vmsst/sentencepiece_vocabulary.py).
+      (no language symbols: see vmsst/base/sentencepiece_vocabulary.py).
     character_coverage: share of characters covered by character pieces; the
       rest are spelled with byte pieces (byte_fallback), never mapped to unk.
       Lower it (e.g. 0.995) for tiny vocabularies over many scripts.

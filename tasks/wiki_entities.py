@@ -36,7 +36,7 @@ starting with '#' ignored; titles are normalised like link targets):
 Every skip is counted: pages/links/sentences read = kept + skipped per reason.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -54,8 +54,8 @@ from typing import Iterator, Mapping, Sequence
 from absl import flags
 import numpy as np
 
-from vmsst import entity_files
-from vmsst import files
+from vmsst.base import entity_files
+from vmsst.base import files
 
 
 NAMESPACE_PREFIXES = {"file", "image", "media", "category", "template", "wikipedia", "wp",

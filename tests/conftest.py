@@ -41,7 +41,7 @@ from vmsst.compiler import slices as tpu_slices  # pylint: disable=g-import-not-
 tpu_slices.quiet_libtpu()
 
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vmsst import text_files
+from vmsst.base import text_files
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The shared corpora live next to the repository, never inside it.

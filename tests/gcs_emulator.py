@@ -7,7 +7,7 @@ anything else:
   `STORAGE_EMULATOR_HOST`, a small front that forwards to the emulator and runs the batch
   requests the emulator lacks (`/batch/storage/v1`, Beam's renames) one by one.
 - TensorFlow's GCS filesystem (`tf.io.gfile`: seqio's and TFDS's reads, and etils.epath's
-  gs:// where TensorFlow is installed, hence vmsst.files and orbax's directories) has no
+  gs:// where TensorFlow is installed, hence vmsst.base.files and orbax's directories) has no
   endpoint setting: it calls https://www.googleapis.com and https://storage.googleapis.com.
   It honours `HTTPS_PROXY`, so a CONNECT proxy here terminates TLS for `*.googleapis.com`
   with a CA made at start (`CURL_CA_BUNDLE` points TensorFlow's curl at it), forwards the

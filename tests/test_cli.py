@@ -1,4 +1,4 @@
-"""vmsst.cli: a user error is one `error:` line on stderr and exit 2."""
+"""vmsst.base.cli: a user error is one `error:` line on stderr and exit 2."""
 
 import importlib
 import importlib.util
@@ -11,7 +11,7 @@ import pytest
 from absl import logging as absl_logging
 
 import vmsst_testing
-from vmsst import cli
+from vmsst.base import cli
 
 
 def test_a_user_error_is_one_line_and_exit_2(capsys):
@@ -163,7 +163,7 @@ def test_quiet_logs_drops_faiss_loader_lines():
 
 
 def test_a_command_logging_to_a_file_hides_progress_bars_the_terminal_keeps_them(tmp_path):
-  script = "from vmsst import cli\ncli.run(lambda argv: print(cli.hide_progress()))\n"
+  script = "from vmsst.base import cli\ncli.run(lambda argv: print(cli.hide_progress()))\n"
   with open(tmp_path / "log", "w") as log:
     done = subprocess.run([sys.executable, "-c", script], stderr=log, stdout=subprocess.PIPE,
                           text=True, timeout=120, check=True)

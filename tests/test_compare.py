@@ -14,7 +14,7 @@ from vmsst.comparison import runs as compare
 from vmsst.encoding import restore
 from vmsst.evaluation import logged_curves
 from vmsst.evaluation import suites
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 
 
 @pytest.fixture(autouse=True)

@@ -16,8 +16,8 @@ import pytest
 
 import vmsst_testing
 from vmsst_testing import TINY
-from vmsst import cli
-from vmsst import gin_utils
+from vmsst.base import cli
+from vmsst.base import gin_utils
 from vmsst.compiler import step as compile_lib
 from vmsst.compiler import slices as tpu_slices
 from vmsst.compiler import variants

@@ -18,7 +18,7 @@ from vmsst.build_data import bucc as build_bucc
 from vmsst.encoding import protocol
 from vmsst.encoding import usem3
 from vmsst.evaluation import suites
-from vmsst import text_files
+from vmsst.base import text_files
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -309,7 +309,7 @@ def test_truncate_dim_and_the_language_flags_on_the_command_line(tiny_model, dat
   vectors cut by hand), not the full ones'; --tatoeba_languages, --training_languages,
   --stsb_multi_mt_languages and --mining_pairs choose what runs and what counts as seen."""
   import vmsst  # pylint: disable=import-outside-toplevel
-  from vmsst import sts_files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import sts_files  # pylint: disable=import-outside-toplevel
   data = _small_suites(data_dir, tmp_path / "data")
   done = vmsst_testing.run_here(evaluate, [
       f"--model_dir={tiny_model[0]}", f"--data_dir={data}",

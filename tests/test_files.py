@@ -1,11 +1,11 @@
-"""vmsst/files.py on local paths, and the guard that keeps every other module going through it.
+"""vmsst/base/files.py on local paths, and the guard that keeps every other module going through it.
 
 A pod keeps model directories, data, vocabularies and outputs in a bucket;
 `open`, `os.path`, `pathlib` or `np.save` on such a path either fails
 (`os.listdir` finds nothing) or writes into a local folder named `gs:`. The
 guard parses every module of vmsst/ and tasks/ (the `ast` module: a comment or
 a string naming `open(` is no call) and fails on any such call outside
-vmsst/files.py unless the allow-list below names it with the reason its path is
+vmsst/base/files.py unless the allow-list below names it with the reason its path is
 provably local.
 """
 
@@ -17,11 +17,11 @@ import pathlib
 import numpy as np
 import pytest
 
-from vmsst import files
+from vmsst.base import files
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("vmsst", "tasks")
-HOME = "vmsst/files.py"
+HOME = "vmsst/base/files.py"
 
 # os.path functions that touch the file system (join/dirname/basename only
 # compute strings, and `files.join` / `files.parent` keep a gs:// scheme).
@@ -37,17 +37,17 @@ IMPORTED_MODULES = {"glob", "shutil"}  # pathlib only when called: its annotatio
 
 # (module, enclosing function or class.method, kind) → why the path is provably local.
 ALLOWED = {
-    ("vmsst/cli.py", "<module>", "import glob"): "for has_accelerator's /dev patterns",
-    ("vmsst/cli.py", "<module>", "os.path.abspath"):
+    ("vmsst/base/cli.py", "<module>", "import glob"): "for has_accelerator's /dev patterns",
+    ("vmsst/base/cli.py", "<module>", "os.path.abspath"):
         "CHECKOUT: this package's own location (__file__)",
-    ("vmsst/cli.py", "has_accelerator", "glob.glob"): "device files under /dev",
-    ("vmsst/cli.py", "_stderr_muted", "open"): "os.devnull",
+    ("vmsst/base/cli.py", "has_accelerator", "glob.glob"): "device files under /dev",
+    ("vmsst/base/cli.py", "_stderr_muted", "open"): "os.devnull",
     ("vmsst/evaluation/plots.py", "save", "savefig"):
         "writes the local file files.local_output gives, which uploads it to a bucket path",
-    ("vmsst/gin_utils.py", "_repository_roots", "os.path.isfile"):
+    ("vmsst/base/gin_utils.py", "_repository_roots", "os.path.isfile"):
         "finds the checkout around a gin file on this disk (gin reads a gs:// one itself, "
         "and isfile is False for it)",
-    ("vmsst/gin_utils.py", "_repository_roots", "pathlib.Path"):
+    ("vmsst/base/gin_utils.py", "_repository_roots", "pathlib.Path"):
         "only for files isfile found on this disk, and this package's own __file__",
 }
 # Whole modules that work on the local disk only, and say so to the user.
@@ -163,7 +163,7 @@ def test_every_file_access_goes_through_vmsst_files():
   """Anything not allow-listed is a user's path handled by a library that breaks on gs://."""
   bad = [f"{module}:{line} {kind} in {where}" for module, line, where, kind in all_findings()
          if (module, where, kind) not in ALLOWED and module not in ALLOWED_MODULES]
-  assert not bad, ("use vmsst.files (local and gs:// alike) or allow-list with the reason the "
+  assert not bad, ("use vmsst.base.files (local and gs:// alike) or allow-list with the reason the "
                    "path is provably local:\n" + "\n".join(bad))
 
 
@@ -196,7 +196,7 @@ def test_the_guard_sees_what_it_should(tmp_path):
       ("g", "open")]
 
 
-# vmsst/files.py itself, on local paths (the bucket side: tests/gcs/test_gcs_commands.py).
+# vmsst/base/files.py itself, on local paths (the bucket side: tests/gcs/test_gcs_commands.py).
 
 def test_bucket_paths_keep_their_scheme():
   assert files.join("gs://b/run", "ckpt", "1") == "gs://b/run/ckpt/1"

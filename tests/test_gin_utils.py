@@ -1,4 +1,5 @@
-"""vmsst/gin_utils.py is gin's one home: what run files can name, the run-file flags, the checks.
+"""vmsst/base/gin_utils.py is gin's one home: what run files can name, the run-file flags, the
+checks.
 
 Every `@gin.configurable` in vmsst/ and tasks/ must exist after
 `register_configurables()` alone (in a fresh process, so no configurable
@@ -15,8 +16,8 @@ import sys
 
 import pytest
 
-from vmsst import cli
-from vmsst import gin_utils
+from vmsst.base import cli
+from vmsst.base import gin_utils
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -52,7 +53,7 @@ def decorated_configurables() -> set[str]:
 
 
 def test_register_configurables_alone_registers_every_configurable():
-  listing = ("import json, gin.config; from vmsst import gin_utils; "
+  listing = ("import json, gin.config; from vmsst.base import gin_utils; "
              "gin_utils.register_configurables(); "
              "print(json.dumps(sorted(k for k, _ in gin.config._REGISTRY.items())))")
   result = subprocess.run([sys.executable, "-c", listing], cwd=ROOT, capture_output=True,
@@ -66,21 +67,21 @@ def test_register_configurables_alone_registers_every_configurable():
 
 
 def test_importing_gin_utils_imports_nothing_above_the_base_layer():
-  listing = ("import json, sys; from vmsst import gin_utils; gin_utils.define_flags(); "
+  listing = ("import json, sys; from vmsst.base import gin_utils; gin_utils.define_flags(); "
              "print(json.dumps(sorted(m for m in sys.modules if m.startswith('vmsst') "
              "or m.split('.')[0] in ('tensorflow', 'jax', 'seqio'))))")
   result = subprocess.run([sys.executable, "-c", listing], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, check=True)
   loaded = json.loads(result.stdout.strip().splitlines()[-1])
-  assert set(loaded) <= {"vmsst", "vmsst.cli", "vmsst.files", "vmsst.gin_utils",
-                         "vmsst.old_names"}, loaded
+  assert set(loaded) <= {"vmsst", "vmsst.base.cli", "vmsst.base.files", "vmsst.base.gin_utils",
+                         "vmsst.base.old_names"}, loaded
 
 
 def test_modules_import_gin_one_way():
-  """`from vmsst.gin_utils import gin`: the stand-in where gin-config is absent."""
+  """`from vmsst.base.gin_utils import gin`: the stand-in where gin-config is absent."""
   direct = []
   for path in _sources():
-    if path == ROOT / "vmsst" / "gin_utils.py":
+    if path == ROOT / "vmsst" / "base" / "gin_utils.py":
       continue
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
       if isinstance(node, ast.Import) and any(a.name == "gin" for a in node.names):
@@ -105,10 +106,10 @@ def test_a_run_file_that_imports_a_missing_module_says_to_remove_the_line(tmp_pa
 
 
 def test_the_run_file_flags_are_defined_once_without_tensorflow_jax_or_the_loop():
-  listing = ("import json, sys; from absl import flags; from vmsst import gin_utils; "
+  listing = ("import json, sys; from absl import flags; from vmsst.base import gin_utils; "
              "assert gin_utils.define_flags() is gin_utils.define_flags(); "
              "print(json.dumps({'flags': sorted(f.name for f in "
-             "flags.FLAGS.get_key_flags_for_module('vmsst.gin_utils')), 'heavy': sorted("
+             "flags.FLAGS.get_key_flags_for_module('vmsst.base.gin_utils')), 'heavy': sorted("
              "m for m in ('tensorflow', 'jax', 'seqio', 'vmsst.training.loop') if m in sys.modules)}))")
   done = subprocess.run([sys.executable, "-c", listing], cwd=ROOT, capture_output=True,
                         text=True, timeout=300, check=True)

@@ -214,7 +214,7 @@ def _moses(folder, lines_a, lines_b):
 @pytest.mark.slow  # a model restored in a subprocess
 def test_the_command_writes_each_pairs_negatives_and_never_its_translation(
     tiny_model, data_dir, tmp_path):
-  from vmsst import text_files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import text_files  # pylint: disable=import-outside-toplevel
   from vmsst_tasks import hard_negatives as task  # pylint: disable=import-outside-toplevel
   german = text_files.read_lines(data_dir / "multi30k" / "train.de.gz")[:40]
   english = text_files.read_lines(data_dir / "multi30k" / "train.en.gz")[:40]

@@ -1,10 +1,10 @@
-"""Tests of vmsst/languages.py: canonical codes, their errors and the symbol list."""
+"""Tests of vmsst/base/languages.py: canonical codes, their errors and the symbol list."""
 
 import re
 
 import pytest
 
-from vmsst import languages
+from vmsst.base import languages
 
 
 @pytest.mark.parametrize("code, expected", [

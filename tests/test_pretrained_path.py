@@ -23,10 +23,10 @@ import vmsst.training.loop
 import vmsst_testing
 from vmsst.export_formats import saved_model as export
 from vmsst.encoding import checkpoint as checkpoint_lib
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.model import mt5_conversion as mt5_import
 from vmsst.model import param_files
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import sentencepiece_vocabulary
 
 SENTENCES = ["A man rides a bicycle.", "Ein Mann fährt Fahrrad.", "Un homme fait du vélo.", ""]
 # The NetworkConfig fields that make the network an mT5 stack of the checkpoint's sizes.

@@ -1,6 +1,6 @@
 """The run directory has one owner: its entries' names appear nowhere else as literals.
 
-vmsst/run_directory.py names every file and folder of a MODEL_DIR; a reader
+vmsst/base/run_directory.py names every file and folder of a MODEL_DIR; a reader
 or writer that spells one itself would drift from it (a renamed entry, a
 bucket path joined by hand). This scans every string literal of vmsst/ and
 vmsst_tasks (docstrings aside: prose may name the files) for a layout name, alone
@@ -12,10 +12,10 @@ import pathlib
 
 import pytest
 
-from vmsst import run_directory
+from vmsst.base import run_directory
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-OWNER = ROOT / "vmsst" / "run_directory.py"
+OWNER = ROOT / "vmsst" / "base" / "run_directory.py"
 
 # (file relative to the root, literal): why that literal is not a run-directory entry.
 NOT_THE_LAYOUT = {
@@ -65,7 +65,7 @@ def test_no_module_but_the_owner_spells_a_run_directory_entry():
     relative = path.relative_to(ROOT).as_posix()
     found += [f"{relative}:{line}: {name!r}" for line, name in layout_literals(path)
               if (relative, name) not in NOT_THE_LAYOUT]
-  assert not found, ("ask vmsst/run_directory.py for these entries (or give the literal a "
+  assert not found, ("ask vmsst/base/run_directory.py for these entries (or give the literal a "
                      "reason in NOT_THE_LAYOUT):\n" + "\n".join(found))
 
 

@@ -1,12 +1,12 @@
-"""vmsst/sentencepiece_vocabulary.py on the session's tiny real vocabulary: loading, the T5
+"""vmsst/base/sentencepiece_vocabulary.py on the session's tiny real vocabulary: loading, the T5
 ids, no language pieces, and seqio's ids, EOS and decoding without seqio."""
 
 import pytest
 import seqio
 
-from vmsst import languages
-from vmsst import sentencepiece_vocabulary
-from vmsst import text_files
+from vmsst.base import languages
+from vmsst.base import sentencepiece_vocabulary
+from vmsst.base import text_files
 from vmsst_tasks import sources
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from vmsst import tallies
+from vmsst.base import tallies
 
 
 class Fates(tallies.Tally):

@@ -5,7 +5,7 @@ import io
 import re
 import shutil
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import jax
 import numpy as np
 import pytest

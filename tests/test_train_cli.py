@@ -3,11 +3,11 @@
 import pytest
 
 import vmsst.training.loop
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.training import preflight
 import vmsst_testing
-from vmsst import cli
-from vmsst import gin_utils
+from vmsst.base import cli
+from vmsst.base import gin_utils
 
 RUN_FILE = str(vmsst_testing.ROOT / "gin/runs/vmsst_cpu.gin")
 

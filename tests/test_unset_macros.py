@@ -12,10 +12,10 @@ import pytest
 
 import vmsst.training.loop  # pylint: disable=unused-import  # registers train, what run files bind
 import vmsst_testing
-from vmsst import cli
+from vmsst.base import cli
 from vmsst.compiler import step as compile_step
-from vmsst import gin_utils
-from vmsst.gin_utils import gin
+from vmsst.base import gin_utils
+from vmsst.base.gin_utils import gin
 
 ROOT = vmsst_testing.ROOT
 PAPER_RUNS = sorted(p for pattern in ("*_paper.gin", "*_pretrained.gin")

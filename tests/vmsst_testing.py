@@ -19,12 +19,12 @@ import numpy as np
 from absl import flags
 from absl.testing import flagsaver
 
-from vmsst import cli
-from vmsst import gin_utils
-from vmsst.gin_utils import gin
+from vmsst.base import cli
+from vmsst.base import gin_utils
+from vmsst.base.gin_utils import gin
 from vmsst.model import models
 from vmsst.model.config import NetworkConfig
-from vmsst.languages import LANGUAGES
+from vmsst.base.languages import LANGUAGES
 
 TINY = NetworkConfig(vocab_size=300, emb_dim=32, num_heads=2, head_dim=16, mlp_dim=64,
                      num_encoder_layers=1, num_language_encoder_layers=1,
@@ -65,7 +65,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def small_run_bindings(data_dir, vocab_path, model_dir, steps: int, extra=()) -> list[str]:
   """Gin bindings shrinking a gin/runs/*_cpu.gin run to seconds (real data and code)."""
-  from vmsst import sentencepiece_vocabulary  # pylint: disable=import-outside-toplevel
+  from vmsst.base import sentencepiece_vocabulary  # pylint: disable=import-outside-toplevel
   vocab_size = sentencepiece_vocabulary.get_vocabulary(str(vocab_path)).vocab_size
   return [
       f"DATA_DIR = '{data_dir}'", f"VOCAB_PATH = '{vocab_path}'", f"VOCAB_SIZE = {vocab_size}",
@@ -87,8 +87,8 @@ def configure_small_run(data_dir, vocab_path, model_dir, steps: int, objective="
   One device (ONE_DEVICE); a test of sharding builds its mesh itself, or passes
   `make_mesh.devices_per_process = -1` in `extra`.
   """
-  from vmsst import gin_utils  # pylint: disable=import-outside-toplevel
-  from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
+  from vmsst.base import gin_utils  # pylint: disable=import-outside-toplevel
+  from vmsst.base.gin_utils import gin  # pylint: disable=import-outside-toplevel
   gin_utils.register_configurables()
   gin.clear_config()
   gin.add_config_file_search_path(str(ROOT))

@@ -3,10 +3,10 @@
 `vmsst.Encoder` (vmsst/encoding/api.py) embeds sentences with a trained or
 exported model. It is imported on first use, so `import vmsst` stays cheap
 and pulls in neither JAX nor TensorFlow; it only makes the commands' old
-`python -m` names answer (vmsst/old_names.py).
+`python -m` names answer (vmsst/base/old_names.py).
 """
 
-from vmsst import old_names as _old_names
+from vmsst.base import old_names as _old_names
 
 __all__ = ["Encoder"]
 

@@ -9,7 +9,7 @@ them: a command is a top-level module of `vmsst` or of `vmsst_tasks` that
 defines `main`, and its line is its docstring's first line. The modules are
 parsed, not imported: the index prints in a fraction of a second, before
 TensorFlow or JAX would load. A command that moved or went keeps its old
-name in vmsst/old_names.py, so a script written against it fails with the fix.
+name in vmsst/base/old_names.py, so a script written against it fails with the fix.
 """
 
 import ast
@@ -20,8 +20,8 @@ import sys
 from typing import NamedTuple
 
 import vmsst
-from vmsst import cli
-from vmsst import old_names
+from vmsst.base import cli
+from vmsst.base import old_names
 
 PACKAGES = ("vmsst", "vmsst_tasks")
 # The order a new user meets them; commands not named here follow, alphabetically.

@@ -7,7 +7,7 @@ Writes DIR/bucc2018/<xx>-en/, which `python -m vmsst.evaluate --suite=bucc`
 reads. Every step of the construction is in vmsst/build_data/bucc.py.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()

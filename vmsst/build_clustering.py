@@ -6,7 +6,7 @@ Writes DIR/<name>/ in vmsst/evaluation/clustering.py's format; how categories
 and texts are chosen is in vmsst/build_data/clustering.py.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -16,7 +16,7 @@ from typing import Sequence
 
 from absl import flags
 
-from vmsst import sts_files
+from vmsst.base import sts_files
 from vmsst.build_data import builder_main
 from vmsst.build_data import clustering
 

@@ -7,7 +7,7 @@ Writes OUTPUT/flores/devtest/<code>.devtest, which
 written and why is in vmsst/build_data/flores.py.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -17,7 +17,7 @@ from typing import Sequence
 
 from absl import flags
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.build_data import builder_main
 from vmsst.build_data import flores
 from vmsst_tasks import sources

@@ -7,7 +7,7 @@ vmsst/evaluation/question_retrieval.py's format; how queries and the KB are
 chosen is in vmsst/build_data/question_retrieval.py.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -17,7 +17,7 @@ from typing import Sequence
 
 from absl import flags
 
-from vmsst import sts_files
+from vmsst.base import sts_files
 from vmsst.build_data import builder_main
 from vmsst.build_data import question_retrieval
 

@@ -15,7 +15,7 @@ vmsst.export` copies a model directory's calibration into the SavedModel and
 its quantized signatures (or computes one with its own --calibration).
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()

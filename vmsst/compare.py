@@ -29,8 +29,8 @@ vmsst.comparison.stats), learning_curves.png (vmsst.comparison.curves), each
 run's evaluation in OUTPUT/seed<s>/<objective>/eval/.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
-from vmsst import gin_utils  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import gin_utils  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -43,7 +43,7 @@ from typing import Sequence
 from absl import flags
 
 from vmsst.evaluation import runner
-from vmsst import files
+from vmsst.base import files
 from vmsst.comparison import presets
 
 FLAGS = flags.FLAGS

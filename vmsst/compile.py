@@ -44,8 +44,8 @@ import sys
 
 from absl import flags
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
-from vmsst import gin_utils  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import gin_utils  # pylint: disable=g-bad-import-order
 from vmsst.compiler import slices as tpu_slices  # pylint: disable=g-bad-import-order
 from vmsst.compiler import variants as variants_lib  # pylint: disable=g-bad-import-order
 
@@ -115,7 +115,7 @@ from typing import Sequence
 
 import jax
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.compiler import step as step_lib
 from vmsst.model import partitioning
 

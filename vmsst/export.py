@@ -11,7 +11,7 @@ plain transformers code: vmsst/export_formats/huggingface.py. The SavedModel (th
 default) and its contract: vmsst/export_formats/saved_model.py.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 from vmsst.export_formats import flags as export_flags
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load

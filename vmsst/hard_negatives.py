@@ -29,7 +29,7 @@ one TAB) are counted by reason and printed; Moses files of different lengths
 or an unknown language code are one `error:` line naming the file.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -39,7 +39,7 @@ from typing import Sequence
 
 from absl import flags
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.encoding import flags as encoder_flags
 from vmsst.mining import hard_negative_rows
 from vmsst.mining import hard_negatives as selection

@@ -8,7 +8,7 @@ every objective's).
   python -m vmsst.learning_curves --model_dir=runs/vmsst_cpu [--output=curve.png]
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -16,8 +16,8 @@ if __name__ == "__main__":  # the command, not an import: before TensorFlow and 
 # pylint: disable=wrong-import-position
 from absl import flags
 
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import files
+from vmsst.base import run_directory
 from vmsst.comparison import curves as curves_lib
 from vmsst.evaluation import logged_curves
 

@@ -90,7 +90,7 @@ lists; one more run merges them exactly and mines, with no vectors:
       --trg=news.en --output=pairs.tsv   # reads pairs.tsv.shard-0000i-of-00004.npz
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()

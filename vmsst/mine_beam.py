@@ -29,7 +29,7 @@ Lines that are empty, repeated, not UTF-8 or hold a TAB are skipped and
 counted in the summary.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow loads
   cli.quiet_startup()
@@ -40,7 +40,7 @@ from typing import Sequence
 
 from absl import flags
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.mining import bitext
 from vmsst.mining import approximate
 

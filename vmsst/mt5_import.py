@@ -22,8 +22,8 @@ binds them for the paper's 24 layers).
 The name map and what is dropped or fresh: vmsst/model/mt5_conversion.py.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
-from vmsst import gin_utils  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import gin_utils  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -33,8 +33,8 @@ import sys
 
 from absl import flags
 
-from vmsst import files
-from vmsst.gin_utils import gin
+from vmsst.base import files
+from vmsst.base.gin_utils import gin
 from vmsst.model import mt5_conversion
 from vmsst.model import param_files
 

@@ -7,7 +7,7 @@ Writes OUTPUT/preservation.json and preservation.md. What is measured, and
 how each z-test is computed, is in vmsst/evaluation/preservation.py.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -18,8 +18,8 @@ from typing import Sequence
 
 from absl import flags
 
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import files
+from vmsst.base import run_directory
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import preservation
 

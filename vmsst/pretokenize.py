@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from vmsst import cli
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import cli
+from vmsst.base import files
+from vmsst.base import run_directory
 from vmsst_tasks import pretokenized
 
 
@@ -68,8 +68,8 @@ def write_run_stream(gin_files, bindings, search_paths, *, output: str,
 
   `examples` defaults to the run's whole stream, train_steps × batch_size.
   """
-  from vmsst import gin_utils  # pylint: disable=import-outside-toplevel
-  from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
+  from vmsst.base import gin_utils  # pylint: disable=import-outside-toplevel
+  from vmsst.base.gin_utils import gin  # pylint: disable=import-outside-toplevel
   from vmsst.teachers import cache as teacher_cache  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import in_training  # pylint: disable=import-outside-toplevel
   from vmsst.training import preflight  # pylint: disable=import-outside-toplevel
@@ -115,7 +115,7 @@ def main(argv) -> None:
 if __name__ == "__main__":
   cli.quiet_startup()  # before TensorFlow and JAX load
   from absl import flags as _flags  # pylint: disable=g-import-not-at-top
-  from vmsst import gin_utils as _gin_utils  # pylint: disable=g-import-not-at-top
+  from vmsst.base import gin_utils as _gin_utils  # pylint: disable=g-import-not-at-top
   _gin_utils.define_flags()
   _flags.DEFINE_string("output", None, "Directory to write the stream into.", required=True)
   _flags.DEFINE_integer("examples", None, "Examples to write (default: the run's "

@@ -12,7 +12,7 @@ empty string and counted in the summary. Encoder flags as in
 `python -m vmsst.embed`.
 """
 
-from vmsst import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import cli  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -29,7 +29,7 @@ from vmsst.encoding import embed_files
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
 from vmsst.encoding import similarity
-from vmsst import text_files
+from vmsst.base import text_files
 
 FLAGS = flags.FLAGS
 

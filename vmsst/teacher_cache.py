@@ -15,8 +15,8 @@ encoding, 6.6 minutes for distillation_cpu.gin on a 2-core machine, out of
 the training job, e.g. onto a machine that has the teacher).
 """
 
-from vmsst import cli
-from vmsst import gin_utils  # pylint: disable=g-bad-import-order
+from vmsst.base import cli
+from vmsst.base import gin_utils  # pylint: disable=g-bad-import-order
 
 cli.quiet_startup()  # before TensorFlow and JAX load
 if __name__ == "__main__":  # --help before them too: train's gin flags are all it shows
@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from absl import flags
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.teachers import cache as teacher_cache
 from vmsst.training import preflight
 from vmsst.evaluation import in_training

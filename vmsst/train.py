@@ -13,14 +13,14 @@ vmsst/training/loop.py.
 
 import sys
 
-from vmsst import cli
-from vmsst import gin_utils
+from vmsst.base import cli
+from vmsst.base import gin_utils
 from vmsst.training import flags as train_flags
 
 GIN_FLAGS = gin_utils.define_flags()
 # `python -m vmsst.train.pretokenize` (an old name, from when vmsst.train was a package) looks for
-# a submodule here: an empty __path__ lets that search reach vmsst/old_names.py, which names the
-# command now. Nothing lives below this module.
+# a submodule here: an empty __path__ lets that search reach vmsst/base/old_names.py, which
+# names the command now. Nothing lives below this module.
 __path__ = []  # pylint: disable=invalid-name
 
 if __name__ == "__main__":  # the command: before seconds of TensorFlow and JAX imports
@@ -35,8 +35,8 @@ from typing import Sequence
 import jax
 
 from vmsst.training import checkpointing
-from vmsst import files
-from vmsst.gin_utils import gin
+from vmsst.base import files
+from vmsst.base.gin_utils import gin
 from vmsst.training import distributed
 from vmsst.training import loop
 from vmsst.training import preflight

@@ -1,7 +1,7 @@
 r"""Trains the SentencePiece vocabulary (VOCAB_PATH).
 
 The training is vmsst_tasks/vocabulary_training.py; loading a vocabulary (ids,
-legacy language pieces) is vmsst/sentencepiece_vocabulary.py.
+legacy language pieces) is vmsst/base/sentencepiece_vocabulary.py.
 
 Train from the training splits (Tatoeba-filtered):
 
@@ -13,8 +13,8 @@ writes /tmp/vmsst/spm.model and spm.vocab (about 40 s on 2 CPU cores).
 
 from absl import flags
 
-from vmsst import cli
-from vmsst import files
+from vmsst.base import cli
+from vmsst.base import files
 
 
 def _define_flags() -> None:
@@ -62,7 +62,7 @@ from typing import Sequence
 
 from etils import epath
 
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import sentencepiece_vocabulary
 from vmsst_tasks import vocabulary_training
 
 

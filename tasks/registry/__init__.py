@@ -47,7 +47,7 @@ trains on, the pair task and mixture registration); data_counts.py the
 read/kept/skipped report and the empty-input check `train` runs on its
 mixture. Examples of every task, after preprocessing (tasks/preprocessors.py):
   tokens_a, tokens_b  int32 [<=L]  SentencePiece ids ending in EOS
-  lang_a, lang_b      int32 []     language id (index in vmsst.languages.LANGUAGES)
+  lang_a, lang_b      int32 []     language id (index in vmsst.base.languages.LANGUAGES)
   teacher             float32 [T]  (vmsst_distill_* only) teacher embedding of side a
   tokens_negative     int32 [L]    (vmsst_triplets only) the triplet's negative, padded
   entities            int32 [1+H]  (vmsst_wiki_entities only) entity-table rows: the

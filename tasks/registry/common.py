@@ -16,8 +16,8 @@ import tensorflow as tf
 from vmsst_tasks import preprocessors
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
-from vmsst import files
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import files
+from vmsst.base import sentencepiece_vocabulary
 
 SPLITS = seqio_sources.SPLITS
 

@@ -13,10 +13,10 @@ from absl import logging
 import seqio
 
 from vmsst_tasks import sources
-from vmsst import cli
-from vmsst import files
-from vmsst import run_directory
-from vmsst import text_files
+from vmsst.base import cli
+from vmsst.base import files
+from vmsst.base import run_directory
+from vmsst.base import text_files
 
 
 def _tasks_of(name: str) -> list[seqio.Task]:

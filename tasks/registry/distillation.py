@@ -19,9 +19,9 @@ from vmsst_tasks import preprocessors
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks.registry import common
-from vmsst import files
-from vmsst.gin_utils import gin
-from vmsst import languages
+from vmsst.base import files
+from vmsst.base.gin_utils import gin
+from vmsst.base import languages
 
 DISTILL_NTREX_TASK = "vmsst_distill_ntrex128"
 DISTILL_MULTI30K_TASK = "vmsst_distill_multi30k"

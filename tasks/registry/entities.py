@@ -6,7 +6,7 @@ sides (dropout self-contrast) plus `entities`, the rows of the entity table.
 
 import functools
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import seqio
 import tensorflow as tf
 

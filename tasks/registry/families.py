@@ -15,7 +15,7 @@ from vmsst_tasks.registry import opus
 from vmsst_tasks.registry import pairs
 from vmsst_tasks.registry import tfds
 from vmsst_tasks.registry import triplets as triplet_family
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 
 # A family: registers its tasks over the shared inputs, returns their names.
 Family = Callable[[common.RegistrationInputs], Sequence[str]]

@@ -11,7 +11,7 @@ Contrastive and VMSST-Contrastive (`hard_negatives = K`) read both.
 import functools
 from typing import Sequence
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import numpy as np
 import seqio
 import tensorflow as tf

@@ -18,8 +18,8 @@ from vmsst_tasks import opus_sources
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks.registry import common
-from vmsst import cli
-from vmsst.gin_utils import gin
+from vmsst.base import cli
+from vmsst.base.gin_utils import gin
 
 OPUS_MIXTURE = "vmsst_opus"
 PAPER_MIXTURE = "vmsst_opus_paper"

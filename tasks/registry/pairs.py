@@ -9,8 +9,8 @@ import seqio
 from vmsst_tasks import seqio_sources
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import data_counts
-from vmsst import cli
-from vmsst.gin_utils import gin
+from vmsst.base import cli
+from vmsst.base.gin_utils import gin
 
 NTREX_TASK = "vmsst_ntrex128"
 MULTI30K_TASK = "vmsst_multi30k"

@@ -7,7 +7,7 @@ downloaded; the examples are those of every other pair task, so they mix.
 from typing import AbstractSet, Sequence
 
 from absl import logging
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import seqio
 
 from vmsst_tasks import sources

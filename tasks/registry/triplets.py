@@ -5,7 +5,7 @@ only registers them as `vmsst_triplets`: a = anchor, b = positive, plus
 `tokens_negative`.
 """
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import seqio
 import tensorflow as tf
 

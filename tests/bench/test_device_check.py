@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from vmsst import files
+from vmsst.base import files
 from vmsst_testing import ROOT, WITHOUT_TENSORFLOW
 
 _HIDE = WITHOUT_TENSORFLOW

@@ -27,7 +27,7 @@ def test_a_renamed_command_shares_its_row_and_a_gone_one_is_listed_last():
   assert rows == [
       "| `vmsst.pretokenize` (then `vmsst.train.pretokenize`) | 0.90 | 40 | – "
       "| 0.50 | 40 | – |",
-      "| `vmsst.model_json` (an old name now: vmsst/old_names.py) | 28.00 | 40 | – "
+      "| `vmsst.model_json` (an old name now: vmsst/base/old_names.py) | 28.00 | 40 | – "
       "| – | – | – |"]
 
 

@@ -48,7 +48,7 @@ ALLOWED = {
 CODE = r"""
 import json, runpy, sys
 from absl import flags
-from vmsst import cli
+from vmsst.base import cli
 
 class Stop(Exception):
   pass

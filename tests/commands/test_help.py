@@ -12,7 +12,7 @@ import pytest
 
 import vmsst_testing
 from vmsst import __main__ as index
-from vmsst import old_names
+from vmsst.base import old_names
 
 
 def _help(*args: str) -> str:

@@ -1,5 +1,5 @@
 """Every `python -m` name a user could have typed before the reorganisation still answers: a
-command, or one line naming what replaced it (vmsst/old_names.py), exit 2, nothing run.
+command, or one line naming what replaced it (vmsst/base/old_names.py), exit 2, nothing run.
 
 Subprocesses: what `python -m OLD` prints is what a process prints.
 """
@@ -12,7 +12,7 @@ import pytest
 
 import vmsst_testing
 from vmsst import __main__ as index
-from vmsst import old_names
+from vmsst.base import old_names
 
 # The commands of vmsst 0.1 before its folders were reorganised (every module with a `__main__`).
 COMMANDS_BEFORE = (

@@ -21,7 +21,7 @@ import pytest
 import vmsst_testing
 from vmsst.encoding import flags as encoder_flags
 from vmsst.export_formats import flags as export_flags
-from vmsst import cli
+from vmsst.base import cli
 
 
 def _named(named, **paths) -> tuple[str, ...]:
@@ -278,7 +278,7 @@ def test_a_bad_path_is_reported_before_tensorflow_or_jax_is_imported(tmp_path, a
                                   *_named(message, tmp=tmp_path))
   imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()
               if line.startswith("import time:")}
-  assert "vmsst.cli" in imported  # -X importtime did list the imports
+  assert "vmsst.base.cli" in imported  # -X importtime did list the imports
   assert not {"tensorflow", "jax", "seqio"} & imported
 
 

@@ -6,7 +6,7 @@ import pytest
 
 import vmsst_testing
 from vmsst.compiler import slices as tpu_slices
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 
 
 @pytest.mark.parametrize("name, shape, chips, cloud", [

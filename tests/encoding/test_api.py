@@ -12,7 +12,7 @@ import vmsst_testing
 from vmsst.export_formats import saved_model as export
 from vmsst.encoding.api import Encoder
 from vmsst.encoding import protocol
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst_testing import HandEncoder
 
 SENTENCES = ["A man rides a bicycle.", "", "Ein Mann fährt Fahrrad auf einer sehr langen "

@@ -17,9 +17,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 import vmsst_testing
-from vmsst import cli
+from vmsst.base import cli
 from vmsst.encoding import restore
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.training import checkpointing
 
 

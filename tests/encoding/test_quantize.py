@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from sentence_transformers.util import quantization as st_quantization
 
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import files
+from vmsst.base import run_directory
 from vmsst.encoding import quantize
 
 

@@ -19,7 +19,7 @@ from vmsst import calibrate
 from vmsst import embed
 from vmsst import export as export_command
 from vmsst import mine
-from vmsst import run_directory
+from vmsst.base import run_directory
 from vmsst.encoding import calibration as calibration_lib
 from vmsst.encoding import embed_files
 from vmsst.export_formats import flags as export_flags

@@ -4,9 +4,9 @@ import jax
 import numpy as np
 import pytest
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.encoding import restore
-from vmsst import run_directory
+from vmsst.base import run_directory
 
 
 @pytest.fixture(scope="module")

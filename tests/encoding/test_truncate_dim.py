@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from vmsst import cli
+from vmsst.base import cli
 from vmsst.encoding import nested
 from vmsst.encoding import protocol
 from vmsst.encoding.api import Encoder

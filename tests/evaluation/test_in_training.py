@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import sentencepiece_vocabulary
 from vmsst.evaluation import in_training
 from vmsst.evaluation.in_training import RetrievalEvaluator
 from vmsst.evaluation.tatoeba import retrieval_accuracy

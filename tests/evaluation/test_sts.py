@@ -11,7 +11,7 @@ from scipy import stats
 
 from vmsst.encoding import protocol
 from vmsst.evaluation import sts
-from vmsst import sts_files
+from vmsst.base import sts_files
 
 # Hand-chosen 2-D embeddings; cosines: a·b 0.6, a·c 0.0, b·c 0.8, c·d 0.6.
 VECTORS = {"a": [1, 0], "b": [3, 4], "c": [0, 2], "d": [4, 3]}

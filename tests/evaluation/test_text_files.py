@@ -7,7 +7,7 @@ import pytest
 
 from vmsst_tasks import sources
 from vmsst.encoding import embed_files
-from vmsst import text_files
+from vmsst.base import text_files
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def test_there_is_one_read_lines():
   assert not hasattr(sources, "read_lines") and not hasattr(embed_files, "read_lines")
   defining = [p.relative_to(REPO).as_posix() for d in ("vmsst", "tasks", "bench")
               for p in sorted((REPO / d).rglob("*.py")) if "def read_lines(" in p.read_text()]
-  assert defining == ["vmsst/text_files.py"]
+  assert defining == ["vmsst/base/text_files.py"]
 
 
 def test_read_tsv_names_the_line_with_a_missing_field(tmp_path):

@@ -30,8 +30,8 @@ import pytest
 
 import vmsst
 from vmsst.export_formats import huggingface as hf_export
-from vmsst.gin_utils import gin
-from vmsst import text_files
+from vmsst.base.gin_utils import gin
+from vmsst.base import text_files
 from vmsst.encoding import restore
 from vmsst.model import tokens as tokens_lib
 

@@ -21,8 +21,8 @@ import pytest
 import vmsst
 from vmsst.export_formats import huggingface as hf_export
 from vmsst.encoding import restore
-from vmsst.gin_utils import gin
-from vmsst import text_files
+from vmsst.base.gin_utils import gin
+from vmsst.base import text_files
 from vmsst.model import initial_weights
 from vmsst.model import tokens as tokens_lib
 from vmsst.model.config import NetworkConfig

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 
 import vmsst
-from vmsst import cli
+from vmsst.base import cli
 from vmsst.export_formats import huggingface as hf_export
 from vmsst.encoding import calibration
 from vmsst.encoding import checkpoint
 from vmsst.encoding import protocol
 from vmsst.encoding import restore
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -47,7 +47,7 @@ SENTENCES = ["A man is playing a guitar.", "Ein Mann spielt Gitarre.",
 def calibration_sentences(data_dir, work):
   """300 NTREX lines of four languages, apart from SENTENCES: a calibration set's kind."""
   from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
-  from vmsst import text_files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import text_files  # pylint: disable=import-outside-toplevel
   paths = sources.ntrex_files(data_dir)
   lines = sum((text_files.read_lines(paths[c])[:75] for c in ("deu", "eng", "fra", "spa")), [])
   (work / "calibration.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")

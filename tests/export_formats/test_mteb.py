@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from vmsst.export_formats import huggingface as hf_export
-from vmsst import sts_files
+from vmsst.base import sts_files
 from vmsst.encoding import checkpoint
 from vmsst.encoding import protocol
 from vmsst.encoding import restore

@@ -17,8 +17,8 @@ import pytest
 import test_gcs_train as gcs_train
 from test_gcs_train import _bucket  # pylint: disable=unused-import  (the `bucket` fixture)
 import vmsst_testing
-from vmsst import files
-from vmsst.gin_utils import gin
+from vmsst.base import files
+from vmsst.base.gin_utils import gin
 from vmsst.teachers import cache as teacher_cache
 from vmsst_tasks import cache_registration
 

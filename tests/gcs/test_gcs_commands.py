@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 
 import vmsst_testing
-from vmsst import cli
+from vmsst.base import cli
 from vmsst import embed
 from vmsst import evaluate
-from vmsst import files
+from vmsst.base import files
 from vmsst import mine
 from vmsst import score
 from vmsst.encoding import checkpoint
@@ -98,7 +98,7 @@ def run_command(module: str, *flags: str, cwd: pathlib.Path) -> subprocess.Compl
 
 
 def test_files_streams_renames_and_local_copies_in_the_bucket(gcs, workdir):
-  """vmsst.files' bucket side beyond the emulator's smoke test: what the commands rely on."""
+  """vmsst.base.files' bucket side beyond the emulator's smoke test: what the commands rely on."""
   root = gcs.path(f"files-{uuid.uuid4().hex[:8]}")
   with files.open(files.join(root, "a.txt"), "w") as f:
     f.writelines(["one\n", "twö\n"])

@@ -1,6 +1,6 @@
 """The GCS emulator the gs:// tests run on: every client the project uses reaches it.
 
-tf.io.gfile (through the TLS proxy), vmsst.files (etils.epath), orbax (tensorstore for arrays,
+tf.io.gfile (through the TLS proxy), vmsst.base.files (etils.epath), orbax (tensorstore for arrays,
 google-cloud-storage for its step names; its batch requests, which Apache Beam renames with)
 against one bucket on 127.0.0.1, and a host other
 than Cloud Storage's is refused, so a test can never reach the internet through the proxy.
@@ -13,7 +13,7 @@ import uuid
 import numpy as np
 import pytest
 
-from vmsst import files
+from vmsst.base import files
 
 
 @pytest.fixture(name="root")

@@ -19,7 +19,7 @@ import pytest
 
 import test_gcs_train as gcs_train
 from test_gcs_train import _bucket  # pylint: disable=unused-import  (the `bucket` fixture)
-from vmsst import files
+from vmsst.base import files
 from vmsst.encoding import restore
 
 pytestmark = pytest.mark.slow

@@ -28,10 +28,10 @@ import orbax.checkpoint as ocp
 import pytest
 
 import vmsst_testing
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import files
+from vmsst.base import run_directory
 from vmsst.model import param_files
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import sentencepiece_vocabulary
 from vmsst import train
 from vmsst_tasks import heldout
 
@@ -63,7 +63,7 @@ def upload_data(gcs, small_data_dir: pathlib.Path, root: str, staging: pathlib.P
   """The tiny run's corpora in the bucket (Multi30k heads, BUCKET_FILES), an OPUS folder.
 
   Uploaded as `gsutil cp -r` does (objects, no directory markers), the way a user fills a
-  bucket; the OPUS files are written through vmsst.files. `staging` holds the links uploaded.
+  bucket; the OPUS files are written through vmsst.base.files. `staging` holds the links uploaded.
   """
   prefix = root[len(f"gs://{gcs.bucket}/"):]
   assert gcs.upload_tree(small_data_dir / "multi30k", f"{prefix}/data/multi30k")

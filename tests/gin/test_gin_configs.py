@@ -6,8 +6,8 @@ import jax
 import pytest
 
 import vmsst.training.loop
-from vmsst import gin_utils
-from vmsst.gin_utils import gin
+from vmsst.base import gin_utils
+from vmsst.base.gin_utils import gin
 from vmsst.model import models
 from vmsst.objectives import MODELS, Contrastive, VMSST, VMSSTContrastive
 

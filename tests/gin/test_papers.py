@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-from vmsst import gin_utils
-from vmsst.gin_utils import gin
+from vmsst.base import gin_utils
+from vmsst.base.gin_utils import gin
 
 gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)
 

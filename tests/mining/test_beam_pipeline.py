@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.mining import file_mining
 from vmsst.mining import bitext
 from vmsst.encoding import protocol

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.mining import approximate
 from vmsst.mining import neighbors
 

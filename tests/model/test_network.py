@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from vmsst_testing import ROOT, TINY, init_params, param_shapes, random_batch
-from vmsst import gin_utils
-from vmsst.gin_utils import gin
+from vmsst.base import gin_utils
+from vmsst.base.gin_utils import gin
 from vmsst.model import layer_stacks
 from vmsst.model import models
 from vmsst.model import partitioning
 from vmsst.model.config import NetworkConfig
-from vmsst.languages import LANGUAGES
+from vmsst.base.languages import LANGUAGES
 from vmsst.model.network import VMSSTNetwork
 from vmsst.objectives import BiTranslation, Contrastive, VMSST
 from vmsst.objectives import bitranslation

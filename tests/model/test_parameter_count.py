@@ -6,11 +6,11 @@ import jax
 import pytest
 
 from vmsst_testing import ROOT
-from vmsst import gin_utils
-from vmsst.gin_utils import gin
+from vmsst.base import gin_utils
+from vmsst.base.gin_utils import gin
 from vmsst.model import models
 from vmsst.model.config import NetworkConfig
-from vmsst.languages import LANGUAGES
+from vmsst.base.languages import LANGUAGES
 from vmsst.objectives import VMSST
 
 gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)

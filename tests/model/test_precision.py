@@ -10,8 +10,8 @@ import optax
 import pytest
 
 from vmsst_testing import ROOT, TINY, init_params, param_shapes, random_batch
-from vmsst import gin_utils
-from vmsst.gin_utils import gin
+from vmsst.base import gin_utils
+from vmsst.base.gin_utils import gin
 from vmsst.model import layers
 from vmsst.model.config import NetworkConfig
 from vmsst.model.network import VMSSTNetwork

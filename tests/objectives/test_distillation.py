@@ -9,11 +9,11 @@ import pytest
 
 import vmsst.training.loop
 import vmsst_testing
-from vmsst import cli
-from vmsst.gin_utils import gin
+from vmsst.base import cli
+from vmsst.base.gin_utils import gin
 from vmsst.model import models
 from vmsst.teachers import cache as tc
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import sentencepiece_vocabulary
 from vmsst.objectives import MODELS
 from vmsst.objectives import distillation
 

@@ -12,12 +12,12 @@ import pytest
 
 import vmsst.training.loop
 import vmsst_testing
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.model import losses
 from vmsst.model import models
 from vmsst.model import partitioning
 from vmsst.training import trainer as trainer_lib
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import sentencepiece_vocabulary
 from vmsst.model.config import NetworkConfig
 from vmsst.objectives import MODELS
 from vmsst.objectives import entity_contrastive as ec

@@ -16,7 +16,7 @@ import vmsst
 import vmsst.training.loop
 import vmsst_testing
 from vmsst_testing import TINY, init_params, random_batch
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.training import checkpointing
 from vmsst.encoding import embed_files
 from vmsst.export_formats import saved_model as export
@@ -27,7 +27,7 @@ from vmsst.model import models
 from vmsst.model import partitioning
 from vmsst.model import tokens as tokens_lib
 from vmsst.training import trainer as trainer_lib
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import sentencepiece_vocabulary
 from vmsst.objectives import MomentumContrast
 from vmsst.objectives import momentum_contrast
 from vmsst.objectives import nli_head

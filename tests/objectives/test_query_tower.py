@@ -17,7 +17,7 @@ from vmsst_tasks.registry import triplets as triplet_family
 from vmsst_tasks import triplets as triplets_lib
 from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.model import param_files
 from vmsst.training import parameter_groups
 from vmsst.model import partitioning
@@ -155,7 +155,7 @@ def test_stsb_builder_on_the_real_train_split(data_dir):
   # Line 1 of sts-train.csv: MSRvid, 5.000, "A plane is taking off." / "An air plane ...".
   anchor, positive, negative = rows[0]
   assert (anchor, positive) == ("A plane is taking off.", "An air plane is taking off.")
-  from vmsst import sts_files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import sts_files  # pylint: disable=import-outside-toplevel
   pairs = sts_files.read_stsb(stsb, "train")
   low_msrvid = {s for s1, s2, g, f in zip(pairs.sentences1, pairs.sentences2, pairs.gold,
                                           pairs.source_files)

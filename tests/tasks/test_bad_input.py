@@ -24,9 +24,9 @@ from vmsst_tasks.registry import opus
 from vmsst_tasks.registry import pairs as pair_family
 from vmsst_tasks import opus_sources
 from vmsst_tasks import sources
-from vmsst import run_directory
-from vmsst import sentencepiece_vocabulary
-from vmsst import text_files
+from vmsst.base import run_directory
+from vmsst.base import sentencepiece_vocabulary
+from vmsst.base import text_files
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 STRICT = sources.InputPolicy(strict=True)
@@ -193,7 +193,7 @@ def test_unknown_code_in_opus_file_name_names_file_and_close_codes(tmp_path):
   message = str(error.value)
   assert message.startswith(f"{tmp_path / 'm.deu-engl.deu'}: language code 'engl' is unknown "
                             "(closest known: eng")
-  assert "vmsst.languages.LANGUAGES" in message and "_EXTRA_LANGUAGES" in message
+  assert "vmsst.base.languages.LANGUAGES" in message and "_EXTRA_LANGUAGES" in message
 
 
 def test_unknown_code_in_ntrex_file_name_names_the_file(tmp_path):

@@ -20,8 +20,8 @@ from vmsst_tasks.registry import opus
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks import wiki_entities as we
-from vmsst import cli
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import cli
+from vmsst.base import sentencepiece_vocabulary
 
 REPO = vmsst_testing.ROOT
 SAMPLE = (REPO.parent / "shared" / "data" / "wiki_entity_sample"

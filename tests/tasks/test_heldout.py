@@ -2,7 +2,7 @@
 
 from vmsst_tasks import heldout
 from vmsst_tasks import sources
-from vmsst import text_files
+from vmsst.base import text_files
 
 
 def test_dedupe_pairs_keeps_first_of_each_source_and_target():

@@ -17,10 +17,10 @@ from vmsst_tasks import opus_paper
 from vmsst_tasks import registry
 from vmsst_tasks.registry import opus
 from vmsst_tasks import seqio_sources
-from vmsst import languages as vmsst_languages
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import languages as vmsst_languages
+from vmsst.base import sentencepiece_vocabulary
 from vmsst_tasks.feature_converters import PairFeatureConverter
-from vmsst import text_files
+from vmsst.base import text_files
 
 
 def write_moses(directory: pathlib.Path, corpus: str, l1: str, l2: str, lines1, lines2) -> None:

@@ -21,10 +21,10 @@ import pytest
 import vmsst_testing
 from vmsst_tasks import registry
 from vmsst_tasks.registry import opus
-from vmsst import cli
-from vmsst.gin_utils import gin
-from vmsst import languages
-from vmsst import text_files
+from vmsst.base import cli
+from vmsst.base.gin_utils import gin
+from vmsst.base import languages
+from vmsst.base import text_files
 from vmsst_tasks import vocabulary_training
 import vmsst.training.loop  # pylint: disable=unused-import  # registers `train`: what a run trains on
 

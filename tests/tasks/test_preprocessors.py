@@ -7,8 +7,8 @@ import tensorflow as tf
 
 from vmsst_tasks import preprocessors
 from vmsst_tasks.registry import common
-from vmsst import languages
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import languages
+from vmsst.base import sentencepiece_vocabulary
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_language_ids():
 def test_language_ids_rejects_non_canonical_codes():
   ds = dataset({"tokens_a": "x", "tokens_b": "y", "lang_a": "en", "lang_b": "deu"})  # "en" is not canonical.
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match="lang_a: language code is not in vmsst.languages.LANGUAGES"):
+                     match="lang_a: language code is not in vmsst.base.languages.LANGUAGES"):
     as_list(preprocessors.language_ids(ds))
 
 

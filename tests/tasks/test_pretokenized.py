@@ -12,9 +12,9 @@ import logging
 import numpy as np
 import pytest
 
-from vmsst import cli
+from vmsst.base import cli
 from vmsst import pretokenize
-from vmsst import run_directory
+from vmsst.base import run_directory
 from vmsst_tasks import input_pipeline
 from vmsst_tasks import pretokenized
 from vmsst_tasks import registry
@@ -109,7 +109,7 @@ def test_a_missing_stream_names_the_command_that_writes_it(tmp_path):
 
 
 def test_the_stream_holds_its_vocabulary_and_data_counts(stream):
-  from vmsst import files  # pylint: disable=import-outside-toplevel
+  from vmsst.base import files  # pylint: disable=import-outside-toplevel
   assert files.exists(run_directory.vocabulary(stream))
   assert files.exists(run_directory.data_counts(stream))
   meta = pretokenized.open_stream(stream, mixture_name=MIXTURE, sequence_length=LENGTH,
@@ -121,7 +121,7 @@ def test_the_stream_holds_its_vocabulary_and_data_counts(stream):
 def _command(small_data_dir, tiny_vocab_path, output, *more):
   import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
-  from vmsst import sentencepiece_vocabulary  # pylint: disable=import-outside-toplevel
+  from vmsst.base import sentencepiece_vocabulary  # pylint: disable=import-outside-toplevel
   from vmsst_testing import ROOT  # pylint: disable=import-outside-toplevel
   size = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
   return subprocess.run(

@@ -12,11 +12,11 @@ from vmsst_tasks import registry
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import opus
 from vmsst_tasks.registry import pairs
-from vmsst import cli
-from vmsst import gin_utils
-from vmsst.gin_utils import gin
-from vmsst import languages
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import cli
+from vmsst.base import gin_utils
+from vmsst.base.gin_utils import gin
+from vmsst.base import languages
+from vmsst.base import sentencepiece_vocabulary
 from vmsst_tasks.feature_converters import PairFeatureConverter
 
 gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from vmsst import cli
-from vmsst import gin_utils
-from vmsst.gin_utils import gin
+from vmsst.base import cli
+from vmsst.base import gin_utils
+from vmsst.base.gin_utils import gin
 from vmsst_tasks import registry_stand_ins
 
 gin_utils.register_configurables()  # the real registry (seqio is installed here)

@@ -7,7 +7,7 @@ import pytest
 
 from vmsst_tasks import opus_sources
 from vmsst_tasks import sources
-from vmsst import text_files
+from vmsst.base import text_files
 
 # The 12 of 123 NTREX documents with the smallest salted hash (hand-copied once;
 # a change means the validation split moved).

@@ -22,9 +22,9 @@ from vmsst_tasks.registry import data_counts
 from vmsst_tasks.registry import pairs as pair_family
 from vmsst_tasks import sources
 from vmsst_tasks import tfds_sources
-from vmsst import cli
-from vmsst import languages
-from vmsst import text_files
+from vmsst.base import cli
+from vmsst.base import languages
+from vmsst.base import text_files
 from vmsst_tasks.feature_converters import PairFeatureConverter
 
 NUM_TRAIN, NUM_VALIDATION = 300, 40

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from vmsst import entity_files
+from vmsst.base import entity_files
 from vmsst_tasks import wiki_entities as we
 
 import vmsst_testing

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import vmsst_testing
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.teachers import cache as teacher_cache
 from vmsst.encoding import protocol
 
@@ -197,7 +197,7 @@ def test_command_fills_what_the_run_reads_and_train_would_encode_nothing(
 
 def test_command_refuses_a_run_without_a_teacher(data_dir, tiny_vocab_path, tmp_path,
                                                  _clean_gin):
-  from vmsst import cli  # pylint: disable=import-outside-toplevel
+  from vmsst.base import cli  # pylint: disable=import-outside-toplevel
   from vmsst import teacher_cache as command  # pylint: disable=import-outside-toplevel
   bindings = vmsst_testing.small_run_bindings(data_dir, tiny_vocab_path, tmp_path, 1)
   with pytest.raises(cli.UserError, match="reads no teacher cache"):

@@ -9,11 +9,11 @@ import pytest
 
 import vmsst.training.loop
 import vmsst_testing
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.training import early_stopping as es
 from vmsst.encoding import restore
 from vmsst.model import param_files
-from vmsst import run_directory
+from vmsst.base import run_directory
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from vmsst import run_directory
+from vmsst.base import run_directory
 from vmsst.training import goodput as goodput_lib
 
 

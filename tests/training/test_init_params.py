@@ -6,9 +6,9 @@ import pytest
 
 import vmsst.training.loop
 import vmsst_testing
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.model import param_files
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import sentencepiece_vocabulary
 
 
 @pytest.fixture(autouse=True)

@@ -24,7 +24,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 import vmsst_testing
-from vmsst import cli
+from vmsst.base import cli
 from vmsst.training import checkpointing
 
 # Training runs and subprocesses: the slow tier (`make test-fast` skips them).

@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
-from vmsst import cli
-from vmsst import gin_utils
+from vmsst.base import cli
+from vmsst.base import gin_utils
 from vmsst import train
 from vmsst.training import preflight
 from vmsst.encoding import restore

@@ -67,7 +67,7 @@ print("core ok")
 def test_train_step_with_tensorflow_seqio_and_gin_blocked(gin_as):
   """`config_folder`: run from the repository root with gin-config missing, `import gin`
   succeeds with the gin/ folder of .gin files (a namespace package); the core must
-  still take its stand-in (vmsst.gin_utils.gin)."""
+  still take its stand-in (vmsst.base.gin_utils.gin)."""
   result = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, capture_output=True,
                           text=True, timeout=600, check=False,
                           env={**os.environ, "GIN_AS": gin_as})

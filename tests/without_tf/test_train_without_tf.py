@@ -36,7 +36,7 @@ def _bindings(data_dir, vocab_path, model_dir):
 _CHILD = r"""
 import json, sys
 import gin
-from vmsst import files, gin_utils
+from vmsst.base import files, gin_utils
 from vmsst.evaluation import logged_curves
 from vmsst.training import loop
 

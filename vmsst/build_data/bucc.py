@@ -55,11 +55,11 @@ from typing import Sequence
 import numpy as np
 from scipy import sparse
 
-from vmsst import cli
-from vmsst import files
+from vmsst.base import cli
+from vmsst.base import files
 from vmsst.evaluation import bucc
-from vmsst import sts_files
-from vmsst import text_files
+from vmsst.base import sts_files
+from vmsst.base import text_files
 
 STSB_DIR = "stsb-multi-mt"
 DEFAULT_PAIRS = ("de-en", "fr-en", "ru-en", "zh-en")

@@ -9,8 +9,8 @@ from typing import Any, Callable, Sequence
 
 from absl import flags
 
-from vmsst import cli
-from vmsst import files
+from vmsst.base import cli
+from vmsst.base import files
 
 
 def run(argv: Sequence[str], build: Callable[[Any], dict], *, written: str | None = None,

@@ -19,10 +19,10 @@ from typing import Sequence
 
 import numpy as np
 
-from vmsst import cli
-from vmsst import files
-from vmsst import sts_files
-from vmsst import text_files
+from vmsst.base import cli
+from vmsst.base import files
+from vmsst.base import sts_files
+from vmsst.base import text_files
 from vmsst.evaluation.clustering import CATEGORIES_SUFFIX, DEFAULT_FOLDER, SENTENCES_SUFFIX
 
 

@@ -25,8 +25,8 @@ file (the files must stay aligned); the count is printed and in README.md.
 import json
 import pathlib
 
-from vmsst import cli
-from vmsst import files
+from vmsst.base import cli
+from vmsst.base import files
 from vmsst_tasks import sources
 
 TASK_DIR = "flores"

@@ -25,10 +25,10 @@ import collections
 import pathlib
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
-from vmsst import cli
-from vmsst import files
-from vmsst import sts_files
-from vmsst import text_files
+from vmsst.base import cli
+from vmsst.base import files
+from vmsst.base import sts_files
+from vmsst.base import text_files
 from vmsst.evaluation.question_retrieval import FOLDER, GOLD, KB, QUERIES
 
 # Queries in every STSb-multi-mt language but English, the knowledge base's.

@@ -17,9 +17,9 @@ from typing import Sequence
 import numpy as np
 
 from vmsst.evaluation import runner
-from vmsst import files
-from vmsst import run_directory
-from vmsst import gin_utils
+from vmsst.base import files
+from vmsst.base import run_directory
+from vmsst.base import gin_utils
 from vmsst.comparison import curves as learning_curves
 from vmsst.comparison import presets
 from vmsst.comparison import stats as comparison_stats
@@ -28,8 +28,8 @@ from vmsst.encoding import flags as encoder_flags
 from vmsst.evaluation import logged_curves
 from vmsst.evaluation import paper_score as score_lib
 from vmsst.evaluation import suites as suites_lib
-from vmsst.gin_utils import gin
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.training import checkpointing
 from vmsst.training import loop as train_loop
 

@@ -21,7 +21,7 @@ import math
 import os
 import re
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 
 GIB = 2.0 ** 30
 
@@ -219,7 +219,7 @@ def quiet_libtpu() -> None:
   tell it this host is alone; a variable the user set wins; on a machine with
   an accelerator nothing is set (a TPU VM's libtpu reads its own metadata).
   """
-  from vmsst import cli  # pylint: disable=g-import-not-at-top
+  from vmsst.base import cli  # pylint: disable=g-import-not-at-top
   if cli.has_accelerator():
     return
   os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v4-8")

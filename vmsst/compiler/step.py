@@ -22,10 +22,10 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from vmsst import cli
-from vmsst import files
-from vmsst import gin_utils
-from vmsst.gin_utils import gin
+from vmsst.base import cli
+from vmsst.base import files
+from vmsst.base import gin_utils
+from vmsst.base.gin_utils import gin
 from vmsst.compiler import slices as tpu_slices
 from vmsst.model import partitioning
 from vmsst.training import preflight

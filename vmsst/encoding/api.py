@@ -24,7 +24,7 @@ tower b; without it, tower a). One-tower models ignore the language.
 import os
 from typing import Sequence
 
-from vmsst import cli
+from vmsst.base import cli
 
 cli.quiet_imports()  # the API as quiet as the commands: CPU JAX without an accelerator
 
@@ -32,7 +32,7 @@ cli.quiet_imports()  # the API as quiet as the commands: CPU JAX without an acce
 import numpy as np
 from absl import logging
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.encoding import nested
 from vmsst.encoding import protocol
 from vmsst.encoding import quantize as quantize_lib

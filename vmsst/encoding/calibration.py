@@ -7,8 +7,8 @@ calibration set and encodes it, for the calibrate command and for
 
 from typing import Callable
 
-from vmsst import files
-from vmsst import text_files
+from vmsst.base import files
+from vmsst.base import text_files
 from vmsst.encoding import protocol
 from vmsst.encoding import quantize
 

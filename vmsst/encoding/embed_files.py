@@ -9,9 +9,9 @@ import dataclasses
 import pathlib
 from typing import Callable, Sequence
 
-from vmsst import cli
-from vmsst import files
-from vmsst import text_files
+from vmsst.base import cli
+from vmsst.base import files
+from vmsst.base import text_files
 from vmsst.encoding import protocol
 from vmsst.encoding import quantize
 from vmsst.encoding import similarity

@@ -12,9 +12,9 @@ importing any of them defines no flags.
 
 from absl import flags
 
-from vmsst import cli
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import cli
+from vmsst.base import files
+from vmsst.base import run_directory
 from vmsst.encoding import protocol
 from vmsst.encoding import saved_model as saved_model_lib
 from vmsst.encoding import usem3

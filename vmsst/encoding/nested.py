@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from vmsst import cli
+from vmsst.base import cli
 
 
 def truncate(embeddings: np.ndarray, truncate_dim: int | None) -> np.ndarray:

@@ -28,7 +28,7 @@ from typing import Iterable, Mapping, Protocol, Sequence
 import numpy as np
 import tqdm
 
-from vmsst import cli
+from vmsst.base import cli
 
 
 class Encoder(Protocol):

@@ -26,8 +26,8 @@ import json
 
 import numpy as np
 
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import files
+from vmsst.base import run_directory
 
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
 CALIBRATED = ("int8", "uint8")  # the precisions that need a calibration

@@ -26,13 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from vmsst import cli
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import cli
+from vmsst.base import files
+from vmsst.base import run_directory
 from vmsst.model import models
 from vmsst.model import param_files
 from vmsst.model import partitioning
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import sentencepiece_vocabulary
 from vmsst.model.config import NetworkConfig
 from vmsst.objectives import MODELS
 from vmsst.objectives import nested as nested_lib
@@ -166,7 +166,7 @@ def _json_value(value: Any) -> Any:
 
 def _objective_args(model: models.EmbeddingModel) -> dict[str, Any]:
   """The keyword arguments of the model's constructor that JSON can hold."""
-  from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel  # read, never set
+  from vmsst.base.gin_utils import gin  # pylint: disable=import-outside-toplevel  # read, never set
   try:
     bound = gin.get_bindings(type(model))
   except (ValueError, KeyError, AttributeError):  # not a gin configurable; gin-config absent

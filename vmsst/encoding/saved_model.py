@@ -12,9 +12,9 @@ from typing import Sequence
 
 import numpy as np
 
-from vmsst import files
-from vmsst import run_directory
-from vmsst import languages as languages_lib
+from vmsst.base import files
+from vmsst.base import run_directory
+from vmsst.base import languages as languages_lib
 
 # Where `python -m vmsst.export` leaves its metadata and vocabulary
 # (export_formats.saved_model's EXTRA_DIR and METADATA_FILE; a test holds them equal;

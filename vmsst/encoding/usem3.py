@@ -18,7 +18,7 @@ class Usem3Encoder:
 
   name = "usem3"
   # Its 16 languages (ar de en es fr it ja ko nl pl pt ru th tr zh zh-TW, per
-  # ../shared/data/README.md) as vmsst.languages codes.
+  # ../shared/data/README.md) as vmsst.base.languages codes.
   LANGUAGES = ("arb", "deu", "eng", "spa", "fra", "ita", "jpn", "kor", "nld", "pol", "por",
                "rus", "tha", "tur", "zho-CN", "zho-TW")
 

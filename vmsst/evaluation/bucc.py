@@ -33,11 +33,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.encoding import protocol
 from vmsst.mining import approximate
 from vmsst.mining import bitext
-from vmsst import text_files
+from vmsst.base import text_files
 
 SPLITS = ("sample", "training", "test")
 SCORINGS = bitext.SCORINGS

@@ -34,10 +34,10 @@ import numpy as np
 import scipy.optimize
 from sklearn import cluster as sk_cluster
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.encoding import protocol
 from vmsst.encoding import similarity
-from vmsst import text_files
+from vmsst.base import text_files
 
 DEFAULT_FOLDER = "mewsc16"
 SEEDS = (0, 1, 2)

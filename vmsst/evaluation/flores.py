@@ -17,13 +17,13 @@ xx2en retrieves English for each xx line, en2xx the reverse; cosine and ratio
 margin (k = 4). Averages: over all languages, and over the languages the
 model was trained on (NTREX-128 + Multi30k unless told) vs the rest.
 
-File-name codes map to vmsst.languages codes in this order: the code with its
+File-name codes map to vmsst.base.languages codes in this order: the code with its
 script (`srp_Cyrl` -> `srp-Cyrl`), FLORES's script-distinguished Chinese
 (`zho_Hant` -> `zho-TW`), then the ISO 639-3 part (`deu_Latn` -> `deu`,
 `pes_Arab` -> `fas`). A code that maps to nothing (`ace_Arab`) is still
 evaluated, counts among "the rest", and is listed under `_unknown` and in
 the log, never dropped. The script of a code whose language has one usual
-script in vmsst.languages is not checked: romanized `arb_Latn` maps to `arb`.
+script in vmsst.base.languages is not checked: romanized `arb_Latn` maps to `arb`.
 """
 
 import pathlib
@@ -33,11 +33,11 @@ import numpy as np
 from absl import logging
 
 from vmsst_tasks import sources
-from vmsst import files
-from vmsst import languages as languages_lib
+from vmsst.base import files
+from vmsst.base import languages as languages_lib
 from vmsst.encoding import protocol
 from vmsst.evaluation import parallel
-from vmsst import text_files
+from vmsst.base import text_files
 
 FOLDERS = ("flores200_dataset", "flores101_dataset", "flores")  # what the suite looks for
 SPLITS = ("devtest", "dev")  # the first present is the default
@@ -49,7 +49,7 @@ _SCRIPT_VARIANTS = {"zho_hans": "zho-CN", "zho_hant": "zho-TW"}
 
 
 def canonical(code: str) -> str | None:
-  """The vmsst.languages code of a FLORES file-name code, None when unknown."""
+  """The vmsst.base.languages code of a FLORES file-name code, None when unknown."""
   key = code.lower()
   if key in _SCRIPT_VARIANTS:
     return _SCRIPT_VARIANTS[key]
@@ -118,7 +118,7 @@ def evaluate(encoder: protocol.UniqueSentences, folder: pathlib.Path, *,
     folder: a FLORES folder (see `split_folder`).
     split: "devtest" or "dev" (default: devtest if present).
     training_languages: codes the model was trained on (any spelling
-      vmsst.languages knows); default NTREX-128 + Multi30k.
+      vmsst.base.languages knows); default NTREX-128 + Multi30k.
     k: margin neighbourhood.
 
   Returns:
@@ -150,7 +150,7 @@ def evaluate(encoder: protocol.UniqueSentences, folder: pathlib.Path, *,
                      "n": len(lines)}
   unknown = [c for c, r in results.items() if r["language"] is None]
   if unknown:
-    logging.warning("flores: %d codes unknown to vmsst.languages, evaluated and counted as "
+    logging.warning("flores: %d codes unknown to vmsst.base.languages, evaluated and counted as "
                     "not trained on: %s", len(unknown), " ".join(unknown))
   trained = {languages_lib.canonical_language(c)
              for c in (TRAINING_LANGUAGES if training_languages is None else training_languages)}
@@ -195,6 +195,6 @@ def table(results: Mapping) -> str:
     rows.append(f"| {label} | {len(group['languages'])} | {cell(group['mean'])} | "
                 f"{cell(group['mean_margin'])} |")
   if results["_unknown"]:
-    rows += ["", f"Codes unknown to vmsst.languages (counted in the rest): "
+    rows += ["", f"Codes unknown to vmsst.base.languages (counted in the rest): "
              f"{', '.join(results['_unknown'])}."]
   return "\n".join(rows)

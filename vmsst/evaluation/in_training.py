@@ -23,7 +23,7 @@ from vmsst.encoding import restore
 from vmsst.model import tokens as tokens_lib
 from vmsst.evaluation import pair_ranking
 from vmsst.evaluation import tatoeba
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.objectives import query_tower
 
 EmbedFn = Callable[..., np.ndarray]

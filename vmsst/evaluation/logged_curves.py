@@ -16,8 +16,8 @@ import numpy as np
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.util import tensor_util
 
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import files
+from vmsst.base import run_directory
 
 TAG = "retrieval/mean"
 

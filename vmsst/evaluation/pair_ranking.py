@@ -42,10 +42,10 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.encoding import protocol
 from vmsst.encoding import similarity
-from vmsst import text_files
+from vmsst.base import text_files
 
 LABELS = ("entailment", "neutral", "contradiction")
 COMPARISONS = ("entailment_vs_neutral", "entailment_vs_contradiction")

@@ -26,10 +26,10 @@ from typing import Mapping
 import numpy as np
 from absl import logging
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.mining import bitext
 from vmsst.encoding import protocol
-from vmsst import text_files
+from vmsst.base import text_files
 
 MARGIN_K = 4  # LASER xsim's neighbourhood size for the margin.
 _SCORINGS = {"": "cosine", "_margin": "ratio"}  # result-key suffix -> mining scoring

@@ -7,7 +7,7 @@ canvas draws PNGs without touching process-wide matplotlib state.
 from matplotlib import figure as figure_lib
 from matplotlib.backends import backend_agg
 
-from vmsst import files
+from vmsst.base import files
 
 
 def figure(size: tuple[float, float]) -> figure_lib.Figure:

@@ -48,13 +48,13 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 from scipy import stats
 
-from vmsst import cli
-from vmsst import files
+from vmsst.base import cli
+from vmsst.base import files
 from vmsst.encoding import protocol
 from vmsst.evaluation import pair_ranking
 from vmsst.encoding import similarity
 from vmsst.evaluation import sts
-from vmsst import sts_files
+from vmsst.base import sts_files
 from vmsst.evaluation import tatoeba
 
 CRITICAL_Z = 1.96

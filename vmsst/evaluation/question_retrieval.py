@@ -29,11 +29,11 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from vmsst import files
-from vmsst import languages as languages_lib
+from vmsst.base import files
+from vmsst.base import languages as languages_lib
 from vmsst.encoding import protocol
 from vmsst.mining import neighbors
-from vmsst import text_files
+from vmsst.base import text_files
 
 FOLDER = "question_retrieval"
 QUERIES, KB, GOLD = "queries.tsv", "kb.tsv", "gold.tsv"

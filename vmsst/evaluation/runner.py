@@ -17,8 +17,8 @@ import numpy as np
 from absl import flags
 from absl import logging
 
-from vmsst import files
-from vmsst import languages
+from vmsst.base import files
+from vmsst.base import languages
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
 from vmsst.evaluation import paper_score as score_lib

@@ -32,12 +32,12 @@ import numpy as np
 from absl import logging
 from scipy import stats
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.encoding import protocol
 from vmsst.encoding import similarity
-from vmsst import sts_files
-from vmsst import text_files
-from vmsst.sts_files import ScoredPairs
+from vmsst.base import sts_files
+from vmsst.base import text_files
+from vmsst.base.sts_files import ScoredPairs
 
 ENGLISH_STS_YEARS = ("STS12", "STS13", "STS14", "STS15", "STS16")
 # Said next to the STS13 numbers, since they are not comparable to papers that had SMT.

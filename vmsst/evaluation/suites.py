@@ -11,7 +11,7 @@ import dataclasses
 import pathlib
 from typing import Callable, Sequence
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.evaluation import clustering
 from vmsst.evaluation import flores
 from vmsst.evaluation import bucc

@@ -19,10 +19,10 @@ from typing import Sequence
 
 import numpy as np
 
-from vmsst import languages as languages_lib
+from vmsst.base import languages as languages_lib
 from vmsst.mining import neighbors
 from vmsst.evaluation import plots
-from vmsst import text_files
+from vmsst.base import text_files
 
 FOLDER = "tatoeba/v1"
 

@@ -9,9 +9,9 @@ restore or a trace.
 
 from absl import flags
 
-from vmsst import cli
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import cli
+from vmsst.base import files
+from vmsst.base import run_directory
 from vmsst.encoding import flags as encoder_flags
 
 FLAGS = flags.FLAGS

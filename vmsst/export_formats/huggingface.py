@@ -71,8 +71,8 @@ from typing import Any, Mapping
 import numpy as np
 from flax import traverse_util
 
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import files
+from vmsst.base import run_directory
 from vmsst.encoding import restore
 from vmsst.model import t5_names
 from vmsst.model import xlmr_names

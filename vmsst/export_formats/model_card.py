@@ -12,8 +12,8 @@ import json
 import re
 from typing import Any, Mapping
 
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import files
+from vmsst.base import run_directory
 
 # Data folder -> the words of a task or mixture name that read it (tasks/registry/ names).
 DATA_OF_TASK = {"ntrex128": ("ntrex",), "multi30k": ("multi30k",), "stsb": ("stsb",),
@@ -151,7 +151,7 @@ def training_languages(model_dir: str) -> list[str]:
   Empty when the run's data is another (an OPUS directory, TFDS): the card
   then declares none rather than guess.
   """
-  from vmsst import languages  # pylint: disable=import-outside-toplevel
+  from vmsst.base import languages  # pylint: disable=import-outside-toplevel
   path = run_directory.config(model_dir)
   data_dir = (_bindings(files.read_text(path)).get("DATA_DIR", "").strip("'\"")
               if files.exists(path) else "")

@@ -81,8 +81,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from jax.experimental import jax2tf
 
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import files
+from vmsst.base import run_directory
 from vmsst.encoding import checkpoint
 from vmsst.encoding import quantize
 from vmsst.encoding import restore

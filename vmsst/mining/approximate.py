@@ -50,8 +50,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import tqdm
 
-from vmsst import cli
-from vmsst import files
+from vmsst.base import cli
+from vmsst.base import files
 from vmsst.encoding import similarity
 from vmsst.mining import neighbors
 

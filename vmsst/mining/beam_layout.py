@@ -13,7 +13,7 @@ from typing import Sequence
 import apache_beam as beam
 import numpy as np
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.mining import approximate
 from vmsst.mining import bitext
 

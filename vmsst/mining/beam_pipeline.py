@@ -68,8 +68,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference import base
 from apache_beam.utils import shared
 
-from vmsst import files
-from vmsst import text_files
+from vmsst.base import files
+from vmsst.base import text_files
 from vmsst.encoding import saved_model
 from vmsst.mining import bitext
 # What callers reach through this module (`bp.Layout`, `bp.Settings`, ...) lives in these two.

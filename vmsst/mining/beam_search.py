@@ -6,7 +6,7 @@ row's best candidate per query shard, then one task for one-to-one and the thres
 import apache_beam as beam
 import numpy as np
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.mining import approximate
 from vmsst.mining import bitext
 from vmsst.mining import neighbors

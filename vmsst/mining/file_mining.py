@@ -14,8 +14,8 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from vmsst import files
-from vmsst import text_files
+from vmsst.base import files
+from vmsst.base import text_files
 from vmsst.encoding import embed_files
 from vmsst.encoding import protocol
 from vmsst.mining import approximate

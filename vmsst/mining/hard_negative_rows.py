@@ -11,8 +11,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from vmsst import cli
-from vmsst import files
+from vmsst.base import cli
+from vmsst.base import files
 from vmsst.mining import hard_negatives as selection
 
 Encode = Callable[[Sequence[str], str], np.ndarray]  # (sentences, language) -> float [n, d]

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from vmsst import tallies
+from vmsst.base import tallies
 from vmsst.mining import neighbors
 
 MARGINS = ("relative", "absolute", "none")

@@ -51,7 +51,7 @@ from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from vmsst import cli
+from vmsst.base import cli
 from vmsst.encoding import similarity
 
 Backend = Literal["jax", "faiss"]

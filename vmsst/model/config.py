@@ -12,10 +12,10 @@ run from an mT5 checkpoint; their defaults keep the original architecture.
 import dataclasses
 from typing import Any
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import jax.numpy as jnp
 
-from vmsst import languages
+from vmsst.base import languages
 
 
 @gin.configurable
@@ -43,7 +43,7 @@ class NetworkConfig:
     share_encoders: one encoder stack for the semantic and language paths
       (the paper's "1 encoder" ablation); the μ/log σ² heads stay separate.
     num_languages: rows of the language table `language_embed` (language id
-      = index in vmsst.languages.LANGUAGES, the default's length).
+      = index in vmsst.base.languages.LANGUAGES, the default's length).
     encoder_language_embedding: add the language's row of `language_embed`
       to every language-encoder input position.
     decoder_language_embedding: the decoder's first input is the target

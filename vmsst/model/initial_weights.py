@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from vmsst import files
+from vmsst.base import files
 from vmsst.model import param_files
 from vmsst.model import t5_names
 from vmsst.model import xlmr_names

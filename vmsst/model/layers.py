@@ -190,7 +190,7 @@ class Embed(nn.Module):
 
 
 class LanguageEmbed(Embed):
-  """The language table: one row per language id (index in vmsst.languages.LANGUAGES).
+  """The language table: one row per language id (index in vmsst.base.languages.LANGUAGES).
 
   Kept apart from the token table so that language ids need no pieces in the
   SentencePiece vocabulary (any model works unchanged, mT5's included). Its

@@ -7,7 +7,7 @@ no optimizer, vocabulary or loop: the trainer wires it to jit and sharding.
 Batch contract (produced by vmsst_tasks.feature_converters.PairFeatureConverter):
   tokens_a, tokens_b  int32 [B, L]  sentence ids ending in EOS, 0-padded
   mask_a, mask_b      int32 [B, L]  1 on real tokens
-  lang_a, lang_b      int32 [B]     language id (index in vmsst.languages.LANGUAGES)
+  lang_a, lang_b      int32 [B]     language id (index in vmsst.base.languages.LANGUAGES)
   sem_side            int32 [B]     0: side a feeds q(z_sem) in the ELBO, 1: b
 Anything more (a teacher's vectors, linked entities, a triplet's negative)
 is declared by the objective that needs it, in its `extra_features`.

@@ -6,7 +6,7 @@ creates the parameters of the methods an objective's initialisation runs, so
 Contrastive has no decoder and BiTranslation no language encoder.
 
 Shapes: tokens/mask int32 [B, L]; languages int32 [B] (language ids: indices
-into vmsst.languages.LANGUAGES); latents float32 [B, d] each.
+into vmsst.base.languages.LANGUAGES); latents float32 [B, d] each.
 
 Language ids have their own table, `language_embed/embedding` [num_languages,
 d] (logical axes ("languages", "embed")), outside the token vocabulary: a row

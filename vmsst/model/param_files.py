@@ -25,9 +25,9 @@ import jax
 import numpy as np
 from absl import logging
 
-from vmsst import files
-from vmsst import run_directory
-from vmsst.gin_utils import gin
+from vmsst.base import files
+from vmsst.base import run_directory
+from vmsst.base.gin_utils import gin
 
 Params = dict[str, Any]
 

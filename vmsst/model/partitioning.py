@@ -7,7 +7,7 @@ onto a ("data", "model") mesh. Objective code never names a PartitionSpec.
 from typing import Any, Sequence
 
 import flax.linen as nn
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import jax
 import numpy as np
 import optax

@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from vmsst import files
+from vmsst.base import files
 
 _LAYER_LEAVES = {  # our name inside a layer -> (HF sublayer: attention or mlp, HF suffix)
     "pre_attention_norm/scale": ("attention", "layer_norm.weight"),

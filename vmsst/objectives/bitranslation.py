@@ -18,7 +18,7 @@ the candidate softmax (`softmax_candidates`) draws once per microbatch.
 
 import functools
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import jax
 import jax.numpy as jnp
 

@@ -25,7 +25,7 @@ Mined hard negatives (`hard_negatives=K`, a task written by
 pair and added to its own row of the a→b softmax (`hard_negative_terms`).
 """
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import jax
 import jax.numpy as jnp
 

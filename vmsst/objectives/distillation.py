@@ -24,7 +24,7 @@ writes its embedding table and semantic encoder to a file that
 """
 
 import flax.linen as nn
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import jax
 import jax.numpy as jnp
 

@@ -39,14 +39,14 @@ from typing import Callable, Mapping
 
 from absl import logging
 import flax.linen as nn
-from vmsst import files
-from vmsst.gin_utils import gin
+from vmsst.base import files
+from vmsst.base.gin_utils import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vmsst import cli
-from vmsst import entity_files
+from vmsst.base import cli
+from vmsst.base import entity_files
 from vmsst.model import losses
 from vmsst.model import models
 from vmsst.model import tokens as tokens_lib

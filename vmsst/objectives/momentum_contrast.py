@@ -43,11 +43,11 @@ masking (Contrastive) does not reach the queue.
 """
 
 import flax.linen as nn
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import jax
 import jax.numpy as jnp
 
-from vmsst import languages
+from vmsst.base import languages
 from vmsst.model import losses
 from vmsst.model import models
 from vmsst.objectives import nested as nested_lib

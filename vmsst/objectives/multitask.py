@@ -8,7 +8,7 @@ temperature, by default). The two losses share one forward pass of the
 semantic encoder.
 """
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import jax
 import jax.numpy as jnp
 

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from vmsst.model import losses
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 
 Array = jax.Array
 Metrics = dict[str, Array]

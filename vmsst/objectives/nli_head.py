@@ -31,8 +31,8 @@ import pathlib
 from typing import NamedTuple
 
 import flax.linen as nn
-from vmsst import files
-from vmsst.gin_utils import gin
+from vmsst.base import files
+from vmsst.base.gin_utils import gin
 import jax
 import jax.numpy as jnp
 import numpy as np

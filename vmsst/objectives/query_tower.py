@@ -39,7 +39,7 @@ after each epoch, the two metrics its early-stopping rule watches
 """
 
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import jax
 import jax.numpy as jnp
 

@@ -20,7 +20,7 @@ not depend on which microbatch it falls in: `train.microbatches` = N gives
 the update of N = 1.
 """
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import jax
 import jax.numpy as jnp
 

@@ -44,13 +44,13 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from vmsst import cli
-from vmsst import files
+from vmsst.base import cli
+from vmsst.base import files
 from vmsst.encoding import flags as encoder_flags
 from vmsst.encoding import protocol
 from vmsst.encoding import saved_model as saved_model_lib
 from vmsst.encoding import usem3 as usem3_lib
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 
 FORMAT = 1
 KEY_BYTES = 16

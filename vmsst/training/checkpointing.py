@@ -30,15 +30,15 @@ import sys
 import threading
 from typing import Any
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import jax
 import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
 
-from vmsst import cli
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import cli
+from vmsst.base import files
+from vmsst.base import run_directory
 from vmsst.encoding import restore
 
 # EX_TEMPFAIL of sysexits.h: "temporary failure, retry" (a scheduler requeues).

@@ -30,7 +30,7 @@ from typing import Callable
 import jax
 from absl import logging
 
-from vmsst import cli
+from vmsst.base import cli
 
 # EX_UNAVAILABLE of sysexits.h: a peer of the job is gone; restart every process.
 HOST_LOST_EXIT_CODE = 69

@@ -33,10 +33,10 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.training import checkpointing
-from vmsst import files
-from vmsst import run_directory
+from vmsst.base import files
+from vmsst.base import run_directory
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The run-file flags train shares with compile, compare, teacher_cache,
 pretokenize and mt5_import (`--gin_file`, `--gin_bindings` or `--gin.X=Y`,
-`--gin_search_path`) are vmsst.gin_utils.define_flags'. It imports absl
+`--gin_search_path`) are vmsst.base.gin_utils.define_flags'. It imports absl
 alone: a command defines its flags, and checks them (`cli.check_early`),
 before the loop's seconds of TensorFlow and JAX imports.
 """

@@ -11,7 +11,7 @@ as TensorBoard scalars and one line at exit:
 
 "Redone" needs the previous run's progress: `record_progress` writes the last
 step a run reached to MODEL_DIR/progress.json (process 0, through
-vmsst.files, at each logged step and at exit), and `previous_progress` reads
+vmsst.base.files, at each logged step and at exit), and `previous_progress` reads
 it back on restart.
 """
 
@@ -24,9 +24,9 @@ import contextlib
 
 from absl import logging
 
-from vmsst import files
-from vmsst import run_directory
-from vmsst.gin_utils import gin
+from vmsst.base import files
+from vmsst.base import run_directory
+from vmsst.base.gin_utils import gin
 
 # Categories in the order the line names them; "productive" is the goodput.
 CATEGORIES = ("productive", "startup", "data_wait", "checkpoints", "evaluation", "redone")

@@ -8,10 +8,10 @@ importing this module registers it).
 
 The command around it is `python -m vmsst.train` (vmsst/train.py:
 flags in flags.py, joining a multi-host job in distributed.py, gin parsing
-in vmsst/gin_utils.py); the host data iterator is vmsst_tasks.input_pipeline.
+in vmsst/base/gin_utils.py); the host data iterator is vmsst_tasks.input_pipeline.
 """
 
-from vmsst import cli
+from vmsst.base import cli
 
 cli.quiet_imports()  # before TensorFlow and JAX load, for the Python API too
 
@@ -29,24 +29,24 @@ from absl import logging
 
 # No TensorFlow or seqio here: a run on a pre-tokenized stream (train.pretokenized)
 # needs neither (an accelerator image); the seqio path imports them in stage 3.
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 from vmsst.training import checkpointing
 from vmsst.training import early_stopping as early_stopping_lib
-from vmsst import files
+from vmsst.base import files
 from vmsst.encoding import restore
 from vmsst.model import initial_weights
 from vmsst.model import models
 from vmsst.model import partitioning
 from vmsst.teachers import cache as teacher_cache
 from vmsst.training import trainer as trainer_lib
-from vmsst import gin_utils
+from vmsst.base import gin_utils
 from vmsst.evaluation import in_training
 from vmsst.training import distributed
 from vmsst.training import goodput as goodput_lib
 from vmsst.training import preflight
 from vmsst.training import scalar_writer
-from vmsst import run_directory
-from vmsst import sentencepiece_vocabulary
+from vmsst.base import run_directory
+from vmsst.base import sentencepiece_vocabulary
 from vmsst_tasks import input_pipeline
 from vmsst_tasks.input_pipeline import save_position, train_iterator
 

@@ -3,7 +3,7 @@
 Gin binds these at the entrypoint; the model never sees them.
 """
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import jax
 import jax.numpy as jnp
 import optax

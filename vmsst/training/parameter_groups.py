@@ -44,7 +44,7 @@ optimizer memory.
 import re
 from typing import Any, Sequence
 
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 import jax
 import optax
 

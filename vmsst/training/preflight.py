@@ -1,6 +1,6 @@
 """What `python -m vmsst.train` checks before any data loads: each mistake one cli.UserError.
 
-In the order a run meets them (after vmsst.gin_utils.parse_gin: gin's parse
+In the order a run meets them (after vmsst.base.gin_utils.parse_gin: gin's parse
 errors, a run file that binds `train`, command-line values of the run file's types):
 
   check_paths       DATA_DIR, VOCAB_PATH, MODEL_DIR (writable, a directory),
@@ -24,12 +24,12 @@ import os
 import re
 from typing import Any, Sequence
 
-from vmsst import cli
-from vmsst import files
-from vmsst import run_directory
-from vmsst import gin_utils
+from vmsst.base import cli
+from vmsst.base import files
+from vmsst.base import run_directory
+from vmsst.base import gin_utils
 from vmsst.encoding import restore
-from vmsst.gin_utils import gin
+from vmsst.base.gin_utils import gin
 
 # Settings a resume may change without --resume_with_changes: how long to train
 # (raising TRAIN_STEPS is how a run is continued), where MODEL_DIR is spelled,

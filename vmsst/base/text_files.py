@@ -14,7 +14,7 @@ import gzip
 import pathlib
 import re
 
-from vmsst import files
+from vmsst.base import files
 
 FIX_ENCODING = ("re-encode the file as UTF-8 (iconv -f <its encoding> -t utf-8 in > out) or "
                 "drop the bad bytes (iconv -f utf-8 -t utf-8 -c in > out)")

@@ -2,7 +2,7 @@
 
 - `gin`: gin-config where it is installed, else a stand-in whose decorators are
   no-ops. Every module that marks what run files may bind imports it as
-  `from vmsst.gin_utils import gin`: the core (network, objectives, optimizers,
+  `from vmsst.base.gin_utils import gin`: the core (network, objectives, optimizers,
   partitioning, trainer, checkpointing) must import and train where gin is
   absent (accelerator images): there nothing is bound, `configurable` returns
   its argument and `REQUIRED` is a sentinel that fails loudly if an argument
@@ -46,8 +46,8 @@ import re
 import types
 from typing import Any, NamedTuple, Sequence
 
-from vmsst import cli
-from vmsst import files
+from vmsst.base import cli
+from vmsst.base import files
 
 try:
   import gin  # pylint: disable=unused-import
@@ -100,7 +100,7 @@ SEQIO_CONFIGURABLE_MODULES = (
 # run files and config.gin name it under).
 EXTERNAL_CONFIGURABLES = (
     ("vmsst_tasks.heldout", "retrieval_sets", "tasks.heldout"),
-    ("vmsst.sentencepiece_vocabulary", "get_vocabulary", "vmsst.vocabulary"),
+    ("vmsst.base.sentencepiece_vocabulary", "get_vocabulary", "vmsst.vocabulary"),
 )
 
 
@@ -298,7 +298,8 @@ def _import_error(error: ImportError, gin_files: Sequence[str]) -> str:
   where = re.search(r'In file "([^"]+)", line (\d+)', text)
   return (f"{where.group(1) + ':' + where.group(2) if where else list(gin_files)} imports "
           f"{module.group(1) if module else text.splitlines()[0]}, which does not import; run "
-          "files need no import line (vmsst.gin_utils registers every configurable): remove it")
+          "files need no import line (vmsst.base.gin_utils registers every configurable): "
+          "remove it")
 
 
 def _repository_roots(gin_files: Sequence[str]) -> list[str]:
@@ -308,7 +309,7 @@ def _repository_roots(gin_files: Sequence[str]) -> list[str]:
     if os.path.isfile(path):
       parents = pathlib.Path(path).resolve().parents
       roots += [str(p.parent) for p in parents if p.name == "gin"][:1]
-  checkout = pathlib.Path(__file__).resolve().parents[1]
+  checkout = pathlib.Path(cli.CHECKOUT)
   if (checkout / "gin").is_dir():
     roots.append(str(checkout))
   return list(dict.fromkeys(roots))
@@ -447,7 +448,7 @@ def parse_errors(error: ValueError, bindings: Sequence[str]) -> cli.UserError:
   if m := _UNKNOWN_CONFIGURABLE.search(first):
     name = m.group(1)
     hint = cli.did_you_mean(name.split(".")[-1], configurables()) or (
-        "see vmsst/gin_utils.py for what can be bound")
+        "see vmsst/base/gin_utils.py for what can be bound")
     return cli.UserError(f"{shown}nothing configurable is named {name}; {hint}")
   return cli.UserError(f"{shown}gin: {first}")
 

@@ -2,7 +2,7 @@
 
 Ids follow the T5/seqio convention: pad=0, eos=1, unk=2, no bos (mT5's
 spiece.model follows it too, and works as is). The vocabulary holds no language
-symbols: language ids are indices into vmsst.languages.LANGUAGES with their own
+symbols: language ids are indices into vmsst.base.languages.LANGUAGES with their own
 embedding table in the network, so pieces are spent on text only and a
 pretrained model's vocabulary needs nothing added.
 
@@ -22,7 +22,7 @@ from typing import Sequence
 
 import sentencepiece as spm
 
-from vmsst import files
+from vmsst.base import files
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 

@@ -14,7 +14,7 @@ import html
 import json
 from typing import Iterator
 
-from vmsst import files
+from vmsst.base import files
 
 KEYS_TITLE, KEYS_ID = "title", "interlanguage_id"  # meta.json "entity_keys"
 

@@ -133,7 +133,7 @@ def canonical_language(code: str) -> str:
     return _BY_LOWER[key]
   raise ValueError(
       f"Unknown language code {code!r}. If it is a real language, add its canonical "
-      "ISO 639-3 code to _EXTRA_LANGUAGES in vmsst/languages.py (or map this spelling "
+      "ISO 639-3 code to _EXTRA_LANGUAGES in vmsst/base/languages.py (or map this spelling "
       "to an existing code in _ALIASES); it then gets a language id (a row of the "
       "network's language table).")
 

@@ -5,7 +5,7 @@ wrong value or a gin macro typed wrong is the user's to fix, so the command
 prints one line naming the file or flag and the fix, and exits with 2 (as
 argparse and absl do for a bad flag):
 
-  from vmsst import cli
+  from vmsst.base import cli
 
   def main(argv):
     if not os.path.exists(FLAGS.input):
@@ -36,8 +36,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from vmsst import files
-from vmsst import old_names
+from vmsst.base import files
+from vmsst.base import old_names
 
 USAGE_EXIT_CODE = 2
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as shells report Ctrl-C
@@ -86,7 +86,7 @@ def old_name(old: str) -> None:
   """A command's old name: `python -m OLD` names what replaced it and runs nothing (exit 2).
 
   Old names stay answerable so scripts written against them fail with the fix, not with
-  Python's "No module named". The table of them is vmsst/old_names.py.
+  Python's "No module named". The table of them is vmsst/base/old_names.py.
   """
   print(f"error: {old_names.message(old)}", file=sys.stderr)
   sys.exit(USAGE_EXIT_CODE)
@@ -149,7 +149,7 @@ def did_you_mean(name: str, known: Iterable[str], what: str = "") -> str:
   return ""
 
 
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def flag_values(argv: Sequence[str], name: str) -> list[str]:

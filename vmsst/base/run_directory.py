@@ -30,7 +30,7 @@ model.json, config.gin, the calibration) so that they copy across unchanged:
 those layouts use the names below too.
 """
 
-from vmsst import files
+from vmsst.base import files
 
 CHECKPOINTS = "checkpoints"
 CONFIG = "config.gin"

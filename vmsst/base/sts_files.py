@@ -12,8 +12,8 @@ import re
 
 import numpy as np
 
-from vmsst import files
-from vmsst import text_files
+from vmsst.base import files
+from vmsst.base import text_files
 
 # SemEval 2017 names a track file track<N>[a-z].<l1>-<l2>; column 1 is in l1.
 _STS17_NAME = re.compile(r"^track\d+[a-z]?\.([a-z]{2,3})-([a-z]{2,3})$")

@@ -57,7 +57,7 @@ class _Loader(importlib.abc.InspectLoader):
   """An old name whose module is gone: `python -m` runs `get_source`, `import` fails."""
 
   def get_source(self, fullname: str) -> str:
-    return f"from vmsst import cli\ncli.old_name({fullname!r})\n"
+    return f"from vmsst.base import cli\ncli.old_name({fullname!r})\n"
 
   def exec_module(self, module) -> None:
     raise ModuleNotFoundError(message(module.__name__), name=module.__name__)

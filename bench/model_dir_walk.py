@@ -1,0 +1,171 @@
+r"""Where MODEL_DIR travels during `train`: the modules a reader walks through, and how often
+the walk climbs back up the layers.
+
+  .venv/bin/python bench/model_dir_walk.py --data_dir=../shared/data \
+      --output=docs/results/model_dir_walk
+
+Trains gin/runs/vmsst_cpu.gin shrunk to two steps (tiny widths, no evaluator, one
+device, a 2,000-piece vocabulary trained here from NTREX and Multi30k) with a
+profile hook on: every call of a vmsst or vmsst_tasks function that receives the
+model directory, or a path inside it, as an argument is a step of the walk. Runs of
+steps in one module are one *stay*; a stay in a module of a higher layer than the
+one before (the layers of tests/test_import_graph.py) is a *climb back up*, and a
+stay in a module the walk already left is a *return*. The sequence, the counts and
+the command go to OUTPUT/walk.json and OUTPUT/README.md; `--checkout=DIR` walks
+another checkout of the repository (the same measurement before a code move).
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+from absl import app
+from absl import flags
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FLAGS = flags.FLAGS
+
+
+def layer_rank(module: str, layers, layer_of) -> int:
+  """The module's layer (tests/test_import_graph.py's `layer`), counted from the bottom."""
+  return {layer: r for r, peers in enumerate(layers) for layer in peers}[layer_of(module)]
+
+
+def walk(model_dir: str, run) -> list[tuple[str, str]]:
+  """(module, function) of each call that receives `model_dir` or a path in it, in order."""
+  inside = model_dir.rstrip("/")
+  steps = []
+
+  def holds(value) -> bool:
+    if isinstance(value, os.PathLike):
+      value = os.fspath(value)
+    return isinstance(value, str) and (value == inside or value.startswith(inside + "/"))
+
+  def profile(frame, event, _):
+    if event != "call":
+      return
+    module = frame.f_globals.get("__name__", "")
+    if not (module.startswith("vmsst.") or module.startswith("vmsst_tasks")):
+      return
+    code = frame.f_code
+    arguments = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    if any(holds(frame.f_locals.get(name)) for name in arguments):
+      steps.append((module, code.co_name))
+
+  sys.setprofile(profile)
+  try:
+    run()
+  finally:
+    sys.setprofile(None)
+  return steps
+
+
+def summarise(steps, layers, layer_of) -> dict:
+  """Stays, modules, climbs back up and returns of a walk."""
+  stays = []
+  for module, function in steps:
+    if stays and stays[-1]["module"] == module:
+      stays[-1]["functions"].append(function)
+    else:
+      stays.append({"module": module, "functions": [function]})
+  climbs = returns = 0
+  seen = set()
+  for before, after in zip(stays, stays[1:]):
+    seen.add(before["module"])
+    climbs += layer_rank(after["module"], layers, layer_of) > layer_rank(before["module"], layers,
+                                                                       layer_of)
+    returns += after["module"] in seen
+  return {"stays": len(stays), "modules": len({s["module"] for s in stays}),
+          "climbs_back_up": climbs, "returns": returns, "walk": stays}
+
+
+def import_from(checkout: pathlib.Path) -> None:
+  """vmsst and vmsst_tasks (installed from tasks/) imported from `checkout`, whichever
+  checkout the virtual environment's editable install points at."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  sys.path[:0] = [str(checkout), str(checkout / "tests")]
+  spec = importlib.util.spec_from_file_location(
+      "vmsst_tasks", checkout / "tasks" / "__init__.py",
+      submodule_search_locations=[str(checkout / "tasks")])
+  sys.modules["vmsst_tasks"] = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(sys.modules["vmsst_tasks"])
+
+
+def measure_here(data_dir: str) -> dict:
+  """The walk of the current directory's checkout's `train` (a child process per checkout)."""
+  import_from(pathlib.Path.cwd())
+  import test_import_graph  # pylint: disable=import-outside-toplevel
+  from vmsst import text_files  # pylint: disable=import-outside-toplevel
+  from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
+  from vmsst.training import loop  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import vocabulary_training  # pylint: disable=import-outside-toplevel
+  import vmsst_testing  # pylint: disable=import-outside-toplevel
+  work = pathlib.Path(tempfile.mkdtemp(prefix="model_dir_walk_"))
+  data = pathlib.Path(data_dir)
+  sentences = [line for path in sources.ntrex_files(data).values()
+               for line in text_files.read_lines(path)[:16]]
+  for short in sources.MULTI30K_LANGUAGES:
+    sentences += text_files.read_lines(data / "multi30k" / f"train.{short}.gz")[:500]
+  vocab = vocabulary_training.train_vocabulary(sentences, str(work / "spm"), 2000,
+                                               character_coverage=0.995)
+  model_dir = str(work / "run")
+  vmsst_testing.configure_small_run(data, vocab, model_dir, steps=2,
+                                    extra=["train.evaluator = None"])
+  steps = walk(model_dir, loop.train)
+  gin.clear_config()
+  return summarise(steps, test_import_graph.LAYERS, test_import_graph.layer)
+
+
+def render(results: dict) -> str:
+  """OUTPUT/README.md: the counts per checkout, then each walk's stays."""
+  lines = ["# MODEL_DIR's walk through `train`", "",
+           f"Generated by `{results['command']}`; do not edit.", "",
+           "A *stay* is a run of calls in one module that receive the model directory or a path "
+           "in it; a *climb back up* is a stay in a higher layer than the one before "
+           "(tests/test_import_graph.py's layers); a *return* is a stay in a module the walk "
+           "already left. Two-step tiny VMSST run, no evaluator.", "",
+           "| checkout | stays | modules | climbs back up | returns |", "|---|---:|---:|---:|---:|"]
+  for name, walked in results["walks"].items():
+    lines.append(f"| {name} | {walked['stays']} | {walked['modules']} | "
+                 f"{walked['climbs_back_up']} | {walked['returns']} |")
+  for name, walked in results["walks"].items():
+    lines += ["", f"## {name}", ""]
+    lines += [f"{i + 1}. `{s['module']}`: {', '.join(dict.fromkeys(s['functions']))}"
+              for i, s in enumerate(walked["walk"])]
+  return "\n".join(lines) + "\n"
+
+
+def main(argv):
+  del argv
+  if FLAGS.child:
+    print(json.dumps(measure_here(FLAGS.data_dir)))
+    return
+  output = pathlib.Path(FLAGS.output)
+  output.mkdir(parents=True, exist_ok=True)
+  walks = {}
+  for name, checkout in [("this checkout", ROOT),
+                         *[(f"--checkout={c}", pathlib.Path(c)) for c in FLAGS.checkout]]:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run([sys.executable, __file__, "--child",
+                           f"--data_dir={os.path.abspath(FLAGS.data_dir)}"],
+                          cwd=checkout, env=env, check=True, capture_output=True, text=True)
+    walks[name] = json.loads(done.stdout.strip().splitlines()[-1])
+  command = " ".join(["bench/model_dir_walk.py", *sys.argv[1:]])
+  results = {"command": command, "walks": walks}
+  (output / "walk.json").write_text(json.dumps(results, indent=1) + "\n")
+  (output / "README.md").write_text(render(results))
+  print(render(results).split("\n## ")[0])
+
+
+if __name__ == "__main__":
+  flags.DEFINE_string("data_dir", str(ROOT.parent / "shared" / "data"), "The shared data.")
+  flags.DEFINE_string("output", str(ROOT / "docs" / "results" / "model_dir_walk"),
+                      "Where walk.json and README.md go.")
+  flags.DEFINE_multi_string("checkout", [], "Another checkout to walk too (e.g. before a move).")
+  flags.DEFINE_bool("child", False, "Internal: measure this checkout, print JSON.")
+  app.run(main)
