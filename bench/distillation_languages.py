@@ -40,7 +40,7 @@ from absl import flags
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
-from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import encoder_flags
 from vmsst.base import languages as languages_lib
 from vmsst.build_data import flores as build_flores
 from vmsst.encoding import protocol

@@ -187,7 +187,7 @@ def write_recipe_corpus(data_dir: pathlib.Path, corpus: pathlib.Path) -> int:
 
 def unmined(corpus: pathlib.Path, output: pathlib.Path) -> None:
   """The corpus's pairs in the hard-negatives format with nothing mined (the baseline's task)."""
-  from vmsst_tasks import hard_negatives  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import negatives_files as hard_negatives  # pylint: disable=import-outside-toplevel
   from vmsst_tasks import opus_sources  # pylint: disable=import-outside-toplevel
   pairs = list(opus_sources.opus_pairs(opus_sources.discover_opus(str(corpus))))
   rows = [hard_negatives.Row(p.text_a, p.text_b, p.lang_a, p.lang_b, ()) for p in pairs]
@@ -231,7 +231,7 @@ def with_unmined_rest(corpus: pathlib.Path, mined: pathlib.Path, output: pathlib
   A language pair is mined among its own pairs only (hard_negative_rows), so
   mining some files whole gives their pairs what mining the corpus would.
   """
-  from vmsst_tasks import hard_negatives  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import negatives_files as hard_negatives  # pylint: disable=import-outside-toplevel
   from vmsst_tasks import opus_sources  # pylint: disable=import-outside-toplevel
   key = lambda pair: (pair.lang_a, pair.lang_b, pair.text_a, pair.text_b)
   rows, negatives, _ = hard_negatives.read(str(mined))

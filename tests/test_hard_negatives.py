@@ -1,7 +1,7 @@
 """Mined hard negatives: the loss with them by hand, the objectives reading them, the miner.
 
 vmsst/model/losses.py (info_nce_with_hard_negatives), vmsst/objectives/contrastive.py
-and multitask.py (hard_negatives = K), vmsst/mining/hard_negatives.py and the
+and multitask.py (hard_negatives = K), vmsst/mining/negative_selection.py and the
 command's grouping (vmsst/mining/hard_negative_rows.py). The data path that carries the
 negatives with their pairs: tests/tasks/test_hard_negatives.py.
 """
@@ -17,7 +17,7 @@ from vmsst.mining import hard_negative_rows
 from vmsst.model import losses
 from vmsst.model import models
 from vmsst.model import partitioning
-from vmsst.mining import hard_negatives as selection
+from vmsst.mining import negative_selection as selection
 from vmsst.objectives import Contrastive, VMSSTContrastive
 
 
@@ -215,7 +215,7 @@ def _moses(folder, lines_a, lines_b):
 def test_the_command_writes_each_pairs_negatives_and_never_its_translation(
     tiny_model, data_dir, tmp_path):
   from vmsst.base import text_files  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import hard_negatives as task  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import negatives_files as task  # pylint: disable=import-outside-toplevel
   german = text_files.read_lines(data_dir / "multi30k" / "train.de.gz")[:40]
   english = text_files.read_lines(data_dir / "multi30k" / "train.en.gz")[:40]
   english[5] = english[4].upper()  # a duplicate (up to case) of pair 4's translation

@@ -191,3 +191,14 @@ def test_the_base_imports_no_folder():
 def test_nothing_the_model_core_or_objectives_need_lives_in_tasks(folder):
   found = _imports({folder}, lambda t: layer(t) == "vmsst_tasks")
   assert not found, "\n".join(found)
+
+
+def test_no_file_name_in_more_than_two_places():
+  """A file's name says what it holds: a name shared by three modules (three `flags.py`) says
+  too little to find the one meant."""
+  places = collections.defaultdict(list)
+  for path in MODULES.values():
+    if path.name not in ("__init__.py", "__main__.py"):
+      places[path.name].append(str(path.relative_to(vmsst_testing.ROOT)))
+  crowded = {name: where for name, where in places.items() if len(where) > 2}
+  assert not crowded, crowded

@@ -26,7 +26,7 @@ from typing import Sequence
 from absl import flags
 
 from vmsst.encoding import calibration
-from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import encoder_flags
 from vmsst.encoding import quantize
 
 FLAGS = flags.FLAGS

@@ -21,7 +21,7 @@ language's tower, as it trained; without it, tower a (English's).
 
 The file embedding and summaries live in `encoding/embed_files.py` (shared
 with `python -m vmsst.score` and `python -m vmsst.mine`); the encoder flags in
-`encoding/flags.py`.
+`encoding/encoder_flags.py`.
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
@@ -35,7 +35,7 @@ from typing import Sequence
 from absl import flags
 
 from vmsst.encoding import embed_files
-from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import encoder_flags
 from vmsst.encoding import quantize
 
 FLAGS = flags.FLAGS

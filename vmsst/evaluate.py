@@ -33,7 +33,7 @@ from typing import Sequence
 
 from absl import flags
 
-from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import encoder_flags
 from vmsst.evaluation import parallel
 from vmsst.evaluation import report
 from vmsst.evaluation import runner

@@ -10,14 +10,14 @@ reads the training pairs of an OPUS-layout directory (Moses or TSV files,
 tasks/opus_sources.py) or of two line-aligned Moses files, embeds every
 distinct sentence with the model, and for each pair (a, b) keeps the K
 sentences of b's language nearest to a that are neither a translation of a
-nor within the margin of the positive (vmsst/mining/hard_negatives.py:
+nor within the margin of the positive (vmsst/mining/negative_selection.py:
 --margin=relative keeps cos(a, n) <= p − |p|·m, absolute cos(a, n) <= p − m,
 with p = cos(a, b)). Each (lang_a, lang_b) is mined apart, among the
 distinct b sentences of its own pairs.
 
 It writes OUTPUT/train.tsv (lang_a, lang_b, a, b, n_1..n_K) and
 OUTPUT/mining.json (the options and every count), the task
-`vmsst_hard_negatives` reads (tasks/hard_negatives.py). Train on it with
+`vmsst_hard_negatives` reads (tasks/negatives_files.py). Train on it with
 
   register_families.families = [@hard_negative_tasks]
   hard_negative_tasks.negatives_dir = 'runs/negatives'
@@ -40,9 +40,9 @@ from typing import Sequence
 from absl import flags
 
 from vmsst.base import files
-from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import encoder_flags
 from vmsst.mining import hard_negative_rows
-from vmsst.mining import hard_negatives as selection
+from vmsst.mining import negative_selection as selection
 
 FLAGS = flags.FLAGS
 def check_flags() -> None:
@@ -77,7 +77,7 @@ def main(argv: Sequence[str]) -> None:
     raise cli.UserError(f"no training pair was kept ({read_counts.report('pairs')}); check the "
                         "corpus flags.")
   from vmsst.encoding import protocol  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import hard_negatives as task  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import negatives_files as task  # pylint: disable=import-outside-toplevel
   encoder = protocol.UniqueSentences(encoder_flags.from_flags(), batch_size=FLAGS.batch_size)
   encode = lambda sentences, language: encoder.encode(list(sentences), language=language)
   rows, counts = hard_negative_rows.mine_rows(

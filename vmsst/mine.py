@@ -101,7 +101,7 @@ from typing import Sequence
 from absl import flags
 
 from vmsst.encoding import embed_files
-from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import encoder_flags
 from vmsst.encoding import quantize
 from vmsst.mining import approximate
 from vmsst.mining import bitext

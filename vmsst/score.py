@@ -26,7 +26,7 @@ import numpy as np
 from absl import flags
 
 from vmsst.encoding import embed_files
-from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import encoder_flags
 from vmsst.encoding import protocol
 from vmsst.encoding import similarity
 from vmsst.base import text_files

@@ -1,6 +1,6 @@
 """The hard-negative family: training pairs with negatives mined for them, (a, b, negatives…).
 
-tasks/hard_negatives.py reads the directory `python -m vmsst.hard_negatives`
+tasks/negatives_files.py reads the directory `python -m vmsst.hard_negatives`
 writes; this module registers it as `vmsst_hard_negatives` (train): the pair
 features plus `tokens_negative` int32 [K·L], negative k tokenized, cut to
 L − 1 pieces, EOS, 0-padded to L at [k·L, (k+1)·L), all zeros where none was
@@ -16,7 +16,7 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from vmsst_tasks import hard_negatives as hard_negatives_lib
+from vmsst_tasks import negatives_files as hard_negatives_lib
 from vmsst_tasks import preprocessors
 from vmsst_tasks import seqio_sources
 from vmsst_tasks import sources

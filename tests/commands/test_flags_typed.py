@@ -9,7 +9,7 @@ count, as they type nothing.
 
 By name: a flag two commands define (mine's and mine_beam's --k, each encoder flag on every
 inference command) counts as typed when a test types it on either. A name has one meaning
-across commands (vmsst/encoding/flags.py defines the shared ones once), so a typed flag is
+across commands (vmsst/encoding/encoder_flags.py defines the shared ones once), so a typed flag is
 parsed and used; what a command does with it is that command's tests' to check.
 """
 

@@ -43,7 +43,7 @@ def test_the_probe_sees_a_heavy_import():
 
 def test_the_index_names_every_export_format():
   from vmsst import __main__ as index  # pylint: disable=import-outside-toplevel
-  from vmsst.export_formats import flags as export_flags  # pylint: disable=import-outside-toplevel
+  from vmsst.export_formats import export_flags  # pylint: disable=import-outside-toplevel
   (line,) = [line for line in index.index().splitlines() if "python -m vmsst.export " in line]
   described = line.split("python -m vmsst.export", 1)[1].lower().replace("-", "")
   for name in export_flags.FORMATS:

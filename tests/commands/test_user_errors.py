@@ -19,8 +19,8 @@ import sys
 import pytest
 
 import vmsst_testing
-from vmsst.encoding import flags as encoder_flags
-from vmsst.export_formats import flags as export_flags
+from vmsst.encoding import encoder_flags
+from vmsst.export_formats import export_flags
 from vmsst.base import cli
 
 

@@ -22,9 +22,9 @@ from vmsst import mine
 from vmsst.base import run_directory
 from vmsst.encoding import calibration as calibration_lib
 from vmsst.encoding import embed_files
-from vmsst.export_formats import flags as export_flags
+from vmsst.export_formats import export_flags
 from vmsst.export_formats import saved_model as export
-from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import encoder_flags
 from vmsst.encoding import protocol
 from vmsst.encoding import quantize
 

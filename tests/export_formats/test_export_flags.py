@@ -1,10 +1,10 @@
-"""vmsst.export_formats.flags: the export command's flags are checked before TensorFlow and JAX load."""
+"""vmsst.export_formats.export_flags: the export command's flags are checked before TensorFlow and JAX load."""
 
 import subprocess
 import sys
 
 import vmsst_testing
-from vmsst.export_formats import flags as export_flags
+from vmsst.export_formats import export_flags
 from vmsst.encoding import restore
 
 

@@ -31,7 +31,7 @@ from vmsst import mine
 from vmsst import score
 from vmsst.encoding import checkpoint
 from vmsst.encoding import embed_files
-from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import encoder_flags
 from vmsst.encoding import protocol
 
 pytestmark = pytest.mark.slow

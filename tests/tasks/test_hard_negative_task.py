@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import vmsst_testing
-from vmsst_tasks import hard_negatives as hard_negatives_lib
+from vmsst_tasks import negatives_files as hard_negatives_lib
 from vmsst_tasks import input_pipeline
 from vmsst_tasks import sources
 from vmsst_tasks.registry import common

@@ -24,7 +24,7 @@ from vmsst.comparison import curves as learning_curves
 from vmsst.comparison import presets
 from vmsst.comparison import stats as comparison_stats
 from vmsst.encoding import checkpoint
-from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import encoder_flags
 from vmsst.evaluation import logged_curves
 from vmsst.evaluation import paper_score as score_lib
 from vmsst.evaluation import suites as suites_lib

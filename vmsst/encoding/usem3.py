@@ -1,6 +1,6 @@
 """The offline reference encoder under the `protocol.Encoder` contract.
 
-`--encoder=usem3` in every command (`encoding.flags`), and a distillation
+`--encoder=usem3` in every command (`encoding.encoder_flags`), and a distillation
 teacher (`teacher_cache`).
 """
 

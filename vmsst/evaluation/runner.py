@@ -19,7 +19,7 @@ from absl import logging
 
 from vmsst.base import files
 from vmsst.base import languages
-from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import encoder_flags
 from vmsst.encoding import protocol
 from vmsst.evaluation import paper_score as score_lib
 from vmsst.evaluation import report

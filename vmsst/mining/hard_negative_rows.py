@@ -3,7 +3,7 @@
 `python -m vmsst.hard_negatives` reads a corpus (`read_pairs`: an OPUS-layout
 directory or two Moses files) and gives each pair its negatives
 (`mine_rows`), searching each language pair apart with the selection of
-hard_negatives.py beside this module; vmsst_tasks.hard_negatives writes them.
+hard_negatives.py beside this module; vmsst_tasks.negatives_files writes them.
 """
 
 import collections
@@ -13,20 +13,20 @@ import numpy as np
 
 from vmsst.base import cli
 from vmsst.base import files
-from vmsst.mining import hard_negatives as selection
+from vmsst.mining import negative_selection as selection
 
 Encode = Callable[[Sequence[str], str], np.ndarray]  # (sentences, language) -> float [n, d]
 
 
 def mine_rows(pairs: Sequence, encode: Encode, *, negatives: int, candidates: int,
               margin: str, margin_value: float) -> tuple[list, selection.Counts]:
-  """(vmsst_tasks.hard_negatives.Row per pair, in input order; summed Counts).
+  """(vmsst_tasks.negatives_files.Row per pair, in input order; summed Counts).
 
   pairs: sources.Pair-like (text_a, text_b, lang_a, lang_b). Each language
   pair is searched apart: a's candidates are the distinct b sentences of
   pairs of the same (lang_a, lang_b).
   """
-  from vmsst_tasks import hard_negatives as task  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks import negatives_files as task  # pylint: disable=import-outside-toplevel
   groups = collections.defaultdict(list)
   for index, pair in enumerate(pairs):
     groups[(pair.lang_a, pair.lang_b)].append(index)

@@ -46,7 +46,7 @@ from absl import logging
 
 from vmsst.base import cli
 from vmsst.base import files
-from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import encoder_flags
 from vmsst.encoding import protocol
 from vmsst.encoding import saved_model as saved_model_lib
 from vmsst.encoding import usem3 as usem3_lib

@@ -12,7 +12,7 @@ from absl import flags
 from vmsst.base import cli
 from vmsst.base import files
 from vmsst.base import run_directory
-from vmsst.encoding import flags as encoder_flags
+from vmsst.encoding import encoder_flags
 
 FLAGS = flags.FLAGS
 DTYPES = ("bfloat16", "float32")  # encoding.restore.PRECISIONS (a test holds them equal)
