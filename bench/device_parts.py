@@ -97,9 +97,9 @@ def _jax():
 def build_model(objective: str, quick: bool, *, files=None, vocab_size: int | None = None,
                 bindings=()):
   """The objective's model as its gin file and the size files define it."""
-  from vmsst.base import gin_utils  # pylint: disable=import-outside-toplevel
+  from vmsst.training import configurables  # pylint: disable=import-outside-toplevel
   from vmsst.base.gin_utils import gin  # pylint: disable=import-outside-toplevel
-  gin_utils.register_configurables()
+  configurables.register()
   gin.clear_config()
   gin.add_config_file_search_path(ROOT)
   vocabulary = [f"VOCAB_SIZE = {vocab_size or (300 if quick else PAPER_VOCABULARY)}"]

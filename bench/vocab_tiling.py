@@ -44,7 +44,7 @@ from absl import flags
 
 import common
 import train_throughput
-from vmsst.compiler import slices as tpu_slices
+from vmsst.training import slices as tpu_slices
 from vmsst.compiler import step as compiler_step
 from vmsst.model import losses
 from vmsst.model import vocab_tiling

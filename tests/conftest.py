@@ -15,7 +15,7 @@ import tempfile
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 # With the TPU compiler installed (the `tpu` extra), JAX would probe for TPU chips
 # at start-up and print libtpu's errors: the tests run on the CPU, and compile for
-# TPU slices through compile-only devices (vmsst/compiler/slices.py) without the probe.
+# TPU slices through compile-only devices (vmsst/training/slices.py) without the probe.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # XLA compiles the tests' programs without its optimisations (this process and every process
 # a test starts): their models are tiny, so compiling is most of their time (test_train.py and
@@ -36,7 +36,7 @@ _OWN_COMPILATION_CACHE = None
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   _OWN_COMPILATION_CACHE = tempfile.mkdtemp(prefix="vmsst_tests_jax_cache_")
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_COMPILATION_CACHE
-from vmsst.compiler import slices as tpu_slices  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmsst.training import slices as tpu_slices  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 tpu_slices.quiet_libtpu()
 

@@ -17,9 +17,9 @@ import pytest
 import vmsst_testing
 from vmsst_testing import TINY
 from vmsst.base import cli
-from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst.compiler import step as compile_lib
-from vmsst.compiler import slices as tpu_slices
+from vmsst.training import slices as tpu_slices
 from vmsst.compiler import variants
 from vmsst.model import partitioning
 from vmsst.training import trainer as trainer_lib
@@ -27,7 +27,7 @@ from vmsst.objectives import Distillation, VMSST
 
 # Registering imports TensorFlow, whose import starts a process (h5py asks `uname -p`): done
 # once here, while the module loads, so the in-process command cases stay in the unit tier.
-gin_utils.register_configurables()
+configurables.register()
 
 # Small but layer-dominated: 4-layer stacks over 32 tokens, a small vocabulary,
 # so the kept activations (not the logits) decide the temp memory.

@@ -15,6 +15,7 @@ import vmsst_testing
 from vmsst.base import cli
 from vmsst.compiler import step as compile_step
 from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst.base.gin_utils import gin
 
 ROOT = vmsst_testing.ROOT
@@ -25,7 +26,7 @@ DISTILLATION = str(ROOT / "gin/runs/distillation_paper.gin")
 
 # Registering imports TensorFlow, whose import starts a process (h5py asks `uname -p`): done
 # once here, while the module loads, so the in-process cases stay in the unit tier.
-gin_utils.register_configurables()
+configurables.register()
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +48,7 @@ def test_every_paper_run_file_is_checked():
 @pytest.mark.parametrize("run", PAPER_RUNS, ids=lambda p: p.name)
 def test_a_paper_run_names_every_macro_it_leaves_unset_and_those_are_all_it_needs(run):
   with pytest.raises(cli.UserError) as error:
-    gin_utils.parse_gin([str(run)], [])
+    configurables.parse_gin([str(run)], [])
   message = str(error.value)
   names = _named(message)
   assert names and "MODEL_DIR" in names, message  # the paper runs leave the paths to the user
@@ -55,12 +56,12 @@ def test_a_paper_run_names_every_macro_it_leaves_unset_and_those_are_all_it_need
   for name in names:
     assert re.search(rf"\b{name} \(read by \w+\.\w+", message), (name, message)
   gin.clear_config()
-  gin_utils.parse_gin([str(run)], [f"{name} = 'x'" for name in names])  # then it parses
+  configurables.parse_gin([str(run)], [f"{name} = 'x'" for name in names])  # then it parses
 
 
 def test_distillation_paper_names_the_teacher_width_with_what_reads_it():
   with pytest.raises(cli.UserError) as error:
-    gin_utils.parse_gin([DISTILLATION], [])
+    configurables.parse_gin([DISTILLATION], [])
   message = str(error.value)
   assert _named(message) == ["MODEL_DIR", "TEACHER_DIM", "TEACHER_MODEL_DIR", "VOCAB_PATH"]
   assert "TEACHER_DIM (read by Distillation.teacher_dim)" in message
@@ -79,7 +80,7 @@ def test_compile_needs_only_what_the_step_is_built_from():
 @pytest.mark.parametrize("run", [p for p in PAPER_RUNS if p.name != "distillation_paper.gin"],
                          ids=lambda p: p.name)
 def test_compile_builds_the_other_paper_runs_with_their_paths_unset(run):
-  gin_utils.parse_gin([str(run)], [], needs=compile_step.STEP_NEEDS)
+  configurables.parse_gin([str(run)], [], needs=compile_step.STEP_NEEDS)
   assert gin_utils.unset_macros(("train",))  # the paths stay unset: not the step's
 
 
@@ -88,7 +89,7 @@ def test_cpu_run_files_leave_nothing_unset():
     if run.name.startswith("base_"):  # shared bodies, not runs
       continue
     gin.clear_config()
-    gin_utils.parse_gin([str(run)], [])
+    configurables.parse_gin([str(run)], [])
 
 
 @pytest.mark.parametrize("command, names", [

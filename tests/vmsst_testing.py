@@ -21,6 +21,7 @@ from absl.testing import flagsaver
 
 from vmsst.base import cli
 from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst.base.gin_utils import gin
 from vmsst.model import models
 from vmsst.model.config import NetworkConfig
@@ -87,9 +88,8 @@ def configure_small_run(data_dir, vocab_path, model_dir, steps: int, objective="
   One device (ONE_DEVICE); a test of sharding builds its mesh itself, or passes
   `make_mesh.devices_per_process = -1` in `extra`.
   """
-  from vmsst.base import gin_utils  # pylint: disable=import-outside-toplevel
   from vmsst.base.gin_utils import gin  # pylint: disable=import-outside-toplevel
-  gin_utils.register_configurables()
+  configurables.register()
   gin.clear_config()
   gin.add_config_file_search_path(str(ROOT))
   gin.parse_config_files_and_bindings(

@@ -46,7 +46,7 @@ from absl import flags
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
 from vmsst.base import gin_utils  # pylint: disable=g-bad-import-order
-from vmsst.compiler import slices as tpu_slices  # pylint: disable=g-bad-import-order
+from vmsst.training import slices as tpu_slices  # pylint: disable=g-bad-import-order
 from vmsst.compiler import variants as variants_lib  # pylint: disable=g-bad-import-order
 
 GIN_FLAGS = gin_utils.define_flags()

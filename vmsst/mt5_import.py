@@ -24,6 +24,7 @@ The name map and what is dropped or fresh: vmsst/model/mt5_conversion.py.
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
 from vmsst.base import gin_utils  # pylint: disable=g-bad-import-order
+from vmsst.training import configurables
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
   cli.quiet_startup()
@@ -58,7 +59,7 @@ def main(argv) -> None:
                         "directory (save_pretrained(..., safe_serialization=True) writes one).")
   cli.check_output_path("output", f.output)
   # The model only: the run's paths (MODEL_DIR, INIT_PARAMS, ...) may stay unset here.
-  gin_utils.parse_gin(f.gin_file, f.gin_bindings, f.gin_search_path, needs=("train.model",))
+  configurables.parse_gin(f.gin_file, f.gin_bindings, f.gin_search_path, needs=("train.model",))
   model = gin.query_parameter("train.model").scoped_configurable_fn()
   try:
     checkpoint = mt5_conversion.Checkpoint(f.hf_dir)

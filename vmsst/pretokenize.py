@@ -68,12 +68,12 @@ def write_run_stream(gin_files, bindings, search_paths, *, output: str,
 
   `examples` defaults to the run's whole stream, train_steps × batch_size.
   """
-  from vmsst.base import gin_utils  # pylint: disable=import-outside-toplevel
+  from vmsst.training import configurables  # pylint: disable=import-outside-toplevel
   from vmsst.base.gin_utils import gin  # pylint: disable=import-outside-toplevel
   from vmsst.teachers import cache as teacher_cache  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import in_training  # pylint: disable=import-outside-toplevel
   from vmsst.training import preflight  # pylint: disable=import-outside-toplevel
-  gin_utils.parse_gin(gin_files, bindings, search_paths)
+  configurables.parse_gin(gin_files, bindings, search_paths)
   preflight.check_paths()
 
   def bound(name):

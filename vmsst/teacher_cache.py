@@ -17,6 +17,7 @@ the training job, e.g. onto a machine that has the teacher).
 
 from vmsst.base import cli
 from vmsst.base import gin_utils  # pylint: disable=g-bad-import-order
+from vmsst.training import configurables
 
 cli.quiet_startup()  # before TensorFlow and JAX load
 if __name__ == "__main__":  # --help before them too: train's gin flags are all it shows
@@ -62,7 +63,7 @@ def fill_run(gin_files: Sequence[str], bindings: Sequence[str],
     cli.UserError: the run reads no teacher cache (not a distillation run),
       or what gin_utils.parse_gin / preflight.check_paths reject.
   """
-  gin_utils.parse_gin(gin_files, bindings, search_paths)
+  configurables.parse_gin(gin_files, bindings, search_paths)
   preflight.check_paths()
   evaluators = in_training.as_list(_bound("train.evaluator"))
   if (_bound("distillation_tasks.teacher_cache") is None

@@ -15,6 +15,7 @@ import sys
 
 from vmsst.base import cli
 from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst.training import flags as train_flags
 
 GIN_FLAGS = gin_utils.define_flags()
@@ -52,7 +53,7 @@ def main(argv: Sequence[str]) -> None:
   if train_flags.DISTRIBUTED.value or any(v is not None for v in peers.values()):
     distributed.initialize_distributed(
         **peers, peer_timeout_seconds=train_flags.PEER_TIMEOUT_SECONDS.value)
-  gin_utils.parse_flags()
+  configurables.parse_flags()
   preflight.check_paths()
   model_dir = gin.query_parameter("train.model_dir")
   model_dir = model_dir if isinstance(model_dir, str) else gin.query_parameter("%MODEL_DIR")

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 import vmsst_testing
-from vmsst.compiler import slices as tpu_slices
+from vmsst.training import slices as tpu_slices
 
 BENCH = vmsst_testing.ROOT / "bench"
 sys.path.insert(0, str(BENCH))

@@ -6,12 +6,12 @@ import jax
 import pytest
 
 import vmsst.training.loop
-from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst.base.gin_utils import gin
 from vmsst.model import models
 from vmsst.objectives import MODELS, Contrastive, VMSST, VMSSTContrastive
 
-gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)
+configurables.register()  # what the run files name (imports TensorFlow: at collection)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNS = sorted(p for p in (ROOT / "gin/runs").glob("*.gin") if not p.name.startswith("base_"))

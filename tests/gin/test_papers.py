@@ -14,10 +14,10 @@ import re
 
 import pytest
 
-from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst.base.gin_utils import gin
 
-gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)
+configurables.register()  # what the run files name (imports TensorFlow: at collection)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAPER_DOCS = sorted((ROOT / "docs/papers").glob("*.md"))

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from vmsst.compiler import slices as tpu_slices
+from vmsst.training import slices as tpu_slices
 
 import vmsst_testing
 

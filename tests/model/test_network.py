@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vmsst_testing import ROOT, TINY, init_params, param_shapes, random_batch
-from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst.base.gin_utils import gin
 from vmsst.model import layer_stacks
 from vmsst.model import models
@@ -21,7 +21,7 @@ from vmsst.model.network import VMSSTNetwork
 from vmsst.objectives import BiTranslation, Contrastive, VMSST
 from vmsst.objectives import bitranslation
 
-gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)
+configurables.register()  # what the run files name (imports TensorFlow: at collection)
 
 
 def _translation_nll(model, params, target, target_mask, target_lang, source, source_mask):

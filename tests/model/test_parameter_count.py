@@ -6,14 +6,14 @@ import jax
 import pytest
 
 from vmsst_testing import ROOT
-from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst.base.gin_utils import gin
 from vmsst.model import models
 from vmsst.model.config import NetworkConfig
 from vmsst.base.languages import LANGUAGES
 from vmsst.objectives import VMSST
 
-gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)
+configurables.register()  # what the run files name (imports TensorFlow: at collection)
 
 MT5_VOCAB = 250_112
 

@@ -10,14 +10,14 @@ import optax
 import pytest
 
 from vmsst_testing import ROOT, TINY, init_params, param_shapes, random_batch
-from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst.base.gin_utils import gin
 from vmsst.model import layers
 from vmsst.model.config import NetworkConfig
 from vmsst.model.network import VMSSTNetwork
 from vmsst.objectives import VMSST
 
-gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)
+configurables.register()  # what the run files name (imports TensorFlow: at collection)
 
 BF16 = dataclasses.replace(TINY, dtype="bfloat16")
 

@@ -13,13 +13,13 @@ from vmsst_tasks.registry import common
 from vmsst_tasks.registry import opus
 from vmsst_tasks.registry import pairs
 from vmsst.base import cli
-from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst.base.gin_utils import gin
 from vmsst.base import languages
 from vmsst.base import sentencepiece_vocabulary
 from vmsst_tasks.feature_converters import PairFeatureConverter
 
-gin_utils.register_configurables()  # what the run files name (imports TensorFlow: at collection)
+configurables.register()  # what the run files name (imports TensorFlow: at collection)
 
 LENGTHS = {"tokens_a": 24, "tokens_b": 24}
 BATCH = 8

@@ -3,11 +3,11 @@
 import pytest
 
 from vmsst.base import cli
-from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst.base.gin_utils import gin
 from vmsst_tasks import registry_stand_ins
 
-gin_utils.register_configurables()  # the real registry (seqio is installed here)
+configurables.register()  # the real registry (seqio is installed here)
 
 
 def test_the_stand_ins_are_the_registrys_configurables():

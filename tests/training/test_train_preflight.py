@@ -20,6 +20,7 @@ import pytest
 
 from vmsst.base import cli
 from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst import train
 from vmsst.training import preflight
 from vmsst.encoding import restore
@@ -27,7 +28,7 @@ import vmsst_testing
 
 # Registering imports TensorFlow, whose import starts a process (h5py asks `uname -p`): done
 # once here, while the module loads, so the in-process cases stay in the unit tier.
-gin_utils.register_configurables()
+configurables.register()
 
 RUN = "--gin_file=gin/runs/vmsst_cpu.gin"
 

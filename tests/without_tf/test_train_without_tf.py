@@ -36,7 +36,8 @@ def _bindings(data_dir, vocab_path, model_dir):
 _CHILD = r"""
 import json, sys
 import gin
-from vmsst.base import files, gin_utils
+from vmsst.base import files
+from vmsst.training import configurables
 from vmsst.evaluation import logged_curves
 from vmsst.training import loop
 
@@ -44,7 +45,7 @@ config = json.loads(sys.argv[1])
 histories = []
 for steps in (config["steps"] // 2, config["steps"]):  # a run stopped at its checkpoint, resumed
   gin.clear_config()  # the run file as it is: its task families bind stand-ins here
-  gin_utils.parse_gin([config["run_file"]], config["bindings"] + [
+  configurables.parse_gin([config["run_file"]], config["bindings"] + [
       f"TRAIN_STEPS = {steps}", f"train.pretokenized = '{config['stream']}'"])
   result = loop.train()
   histories.append({"start": result["start_step"], "loss": result["loss_history"]})

@@ -7,26 +7,14 @@
   absent (accelerator images): there nothing is bound, `configurable` returns
   its argument and `REQUIRED` is a sentinel that fails loudly if an argument
   is left out.
-- What run files can name: `register_configurables()` imports the modules of
-  CONFIGURABLE_MODULES (each holds `@gin.configurable` classes and functions)
-  and binds what lives outside vmsst (EXTERNAL_CONFIGURABLES, `vmsst.float32`,
-  `vmsst.bfloat16`). A run file names a configurable by its short name
-  (`@Contrastive()`, `train.batch_size`, `register_families.families =
-  [@pair_tasks]`, `@get_vocabulary()`), a constant by its full one
-  (`%vmsst.bfloat16`), and imports nothing: `parse_gin` registers first.
-  Where they live: the model core (vmsst.model.config's NetworkConfig,
-  partitioning, param_files), the objectives (vmsst.objectives, MODELS),
-  training (loop's `train`, checkpointing, optimizers, parameter_groups,
-  early_stopping, goodput), evaluation during training (evaluation.in_training),
-  the teacher cache (teachers.cache), TPU slices (compiler.slices) and the data
-  side (vmsst_tasks: input_pipeline, sources, tfds_sources, heldout, and the
-  task families of vmsst_tasks.registry; without seqio, registry_stand_ins
-  under the same names). tests/test_gin_utils.py checks the list is complete.
+- What run files can name is registered by vmsst.training.configurables
+  (the layer above everything it imports), whose `parse_gin` registers and
+  then calls `parse_registered` here.
 - The command line: `define_flags` (`--gin_file`, `--gin_bindings`,
   `--gin_search_path`, shared by train, compile, compare, teacher_cache,
   pretokenize and mt5_import), `rewrite_gin_args` (`--gin.X=Y`, t5x's
   convention), `check_gin_files` (a run file that is not there, before the
-  slow imports) and `parse_gin`, which parses run files and bindings and turns
+  slow imports) and `parse_registered`, which parses run files and bindings and turns
   every mistake into one cli.UserError (a file not found, an unquoted string,
   an unknown configurable or parameter with "did you mean", a macro nothing
   reads, a value of another type than the run file's, files that bind no run,
@@ -37,7 +25,6 @@
 """
 
 import functools
-import importlib
 import inspect
 import logging as python_logging  # gin logs through the root logger
 import os
@@ -74,57 +61,13 @@ except ImportError:
   gin = types.SimpleNamespace(configurable=_configurable, REQUIRED=_Required())
 
 
-# Modules holding `@gin.configurable` objects run files name, imported by
-# `register_configurables` (by name: this base layer imports nothing above it
-# until a command asks to parse a run).
-CONFIGURABLE_MODULES = (
-    "vmsst.model.config", "vmsst.model.param_files", "vmsst.model.partitioning",
-    "vmsst.objectives",  # every objective, through MODELS
-    "vmsst.training.loop", "vmsst.training.checkpointing", "vmsst.training.early_stopping",
-    "vmsst.training.goodput", "vmsst.training.optimizers", "vmsst.training.parameter_groups",
-    "vmsst.evaluation.in_training", "vmsst.teachers.cache", "vmsst.compiler.slices",
-    "vmsst_tasks.input_pipeline", "vmsst_tasks.sources",
-)
-
-# The task families need seqio (TensorFlow); an accelerator image has neither and
-# trains on a pre-tokenized stream (train.pretokenized), binding no family: there
-# vmsst_tasks.registry_stand_ins registers the same names, so run files parse.
-SEQIO_CONFIGURABLE_MODULES = (
-    "vmsst_tasks.registry", "vmsst_tasks.registry.pairs", "vmsst_tasks.registry.opus",
-    "vmsst_tasks.registry.distillation", "vmsst_tasks.registry.entities",
-    "vmsst_tasks.registry.triplets", "vmsst_tasks.registry.hard_negatives",
-    "vmsst_tasks.registry.tfds", "vmsst_tasks.tfds_sources",
-)
-
-# Functions defined without gin that run files call: (module, name, the gin module
-# run files and config.gin name it under).
-EXTERNAL_CONFIGURABLES = (
-    ("vmsst_tasks.heldout", "retrieval_sets", "tasks.heldout"),
-    ("vmsst.base.sentencepiece_vocabulary", "get_vocabulary", "vmsst.vocabulary"),
-)
+_registered = False  # set by vmsst.training.configurables.register
 
 
-@functools.cache
-def register_configurables() -> None:
-  """Makes every object a run file may name bindable; once per process.
-
-  Every command that parses run files calls it first (`parse_gin` does), so
-  no configurable exists only because some other module happened to be
-  imported, and library code takes plain arguments.
-  """
-  for name in CONFIGURABLE_MODULES:
-    importlib.import_module(name)
-  input_pipeline = importlib.import_module("vmsst_tasks.input_pipeline")
-  if input_pipeline.seqio_available():
-    for name in SEQIO_CONFIGURABLE_MODULES:
-      importlib.import_module(name)
-  else:
-    importlib.import_module("vmsst_tasks.registry_stand_ins").register()
-  for module, name, gin_module in EXTERNAL_CONFIGURABLES:
-    gin.external_configurable(getattr(importlib.import_module(module), name), module=gin_module)
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  gin.constant("vmsst.float32", jnp.float32)
-  gin.constant("vmsst.bfloat16", jnp.bfloat16)
+def mark_registered() -> None:
+  """Every configurable a run file may name is registered (training.configurables.register)."""
+  global _registered  # pylint: disable=global-statement
+  _registered = True
 
 
 FLAG_NAMES = ("gin_file", "gin_bindings", "gin_search_path")
@@ -151,13 +94,6 @@ def define_flags() -> Flags:
       flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also via --gin.X=Y)."),
       flags.DEFINE_multi_string("gin_search_path", ["."],
                                 "Directories gin includes resolve from."))
-
-
-def parse_flags(*, needs: Sequence[str] = ("train",)) -> None:
-  """`parse_gin` of the run the command line gives (`define_flags`'s flags)."""
-  given = define_flags()
-  parse_gin(given.gin_file.value, given.gin_bindings.value, given.gin_search_path.value,
-            needs=needs)
 
 
 NO_RUN_FILE = ("give --gin_file=gin/runs/<run>.gin (the run files: gin/runs/*_cpu.gin here, "
@@ -215,9 +151,11 @@ def rewrite_gin_args(argv: Sequence[str]) -> list[str]:
           for a in argv]
 
 
-def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
-              search_paths: Sequence[str] = (".",), *, needs: Sequence[str] = ("train",)) -> None:
-  """Parses gin files and bindings; macros left unset fail here.
+def parse_registered(gin_files: Sequence[str], bindings: Sequence[str],
+                     search_paths: Sequence[str] = (".",), *,
+                     needs: Sequence[str] = ("train",)) -> None:
+  """Parses gin files and bindings once every configurable is registered; macros left unset
+  fail here. Commands call vmsst.training.configurables.parse_gin, which registers first.
 
   `needs`: what the command calls (`train`, every parameter of it; or single
   parameters, "train.model"): a macro they read, directly or through what
@@ -237,7 +175,9 @@ def parse_gin(gin_files: Sequence[str], bindings: Sequence[str],
       (a typo); the files are no run file (preflight); a macro `needs`
       reads is set nowhere.
   """
-  register_configurables()
+  if not _registered:
+    raise RuntimeError("nothing is registered for run files to name: parse through "
+                       "vmsst.training.configurables.parse_gin")
   roots = [*search_paths, *_repository_roots(gin_files)]
   for path in roots:
     gin.add_config_file_search_path(path)

@@ -19,7 +19,7 @@ import numpy as np
 from vmsst.evaluation import runner
 from vmsst.base import files
 from vmsst.base import run_directory
-from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst.comparison import curves as learning_curves
 from vmsst.comparison import presets
 from vmsst.comparison import stats as comparison_stats
@@ -66,7 +66,7 @@ def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, mode
   seeded = [] if seed is None else [f"train.seed = {seed}"]
   with gin.unlock_config():
     gin.clear_config()
-    gin_utils.parse_gin(run,
+    configurables.parse_gin(run,
                         [f"MODEL_DIR = '{model_dir}'", f"TRAIN_STEPS = {steps}",
                          f"compared_model_dir.output = '{files.parent(model_dir)}'",
                          *seeded, *bindings],

@@ -3,7 +3,7 @@
 The library of `python -m vmsst.compile` (the command's flags and printing stay
 there): `load_run` builds the step `train` would run from the run file,
 `compile_step` compiles it for a mesh (a TPU slice's chips from
-`vmsst.compiler.slices`, forced CPU devices or this machine's), `find_max_batch`
+`vmsst.training.slices`, forced CPU devices or this machine's), `find_max_batch`
 searches the largest batch that fits, `Report`/`describe` are the per-chip table,
 and `program_fingerprint` lets a record stand for a compile of minutes (`--reuse`).
 Benchmarks and tests import this module, never the command.
@@ -24,9 +24,9 @@ import numpy as np
 
 from vmsst.base import cli
 from vmsst.base import files
-from vmsst.base import gin_utils
+from vmsst.training import configurables
 from vmsst.base.gin_utils import gin
-from vmsst.compiler import slices as tpu_slices
+from vmsst.training import slices as tpu_slices
 from vmsst.model import partitioning
 from vmsst.training import preflight
 from vmsst.training import trainer as trainer_lib
@@ -258,7 +258,7 @@ def load_run(gin_files: Sequence[str], bindings: Sequence[str]) -> Run:
       needs a macro left unbound.
   """
   gin.clear_config()
-  gin_utils.parse_gin(gin_files, bindings, needs=STEP_NEEDS)
+  configurables.parse_gin(gin_files, bindings, needs=STEP_NEEDS)
   try:
     model, optimizer = _bound("train.model"), _bound("train.optimizer")
   except Exception as e:  # gin re-raises the configurable's own error with its context
@@ -437,7 +437,7 @@ def parse_mesh(text: str) -> tuple[int, int]:
 
 def load_gin_only(gin_files: Sequence[str], bindings: Sequence[str]) -> None:
   gin.clear_config()
-  gin_utils.parse_gin(gin_files, bindings, needs=())  # the slice only: nothing is built
+  configurables.parse_gin(gin_files, bindings, needs=())  # the slice only: nothing is built
 
 
 def tpu_devices(target: tpu_slices.Slice) -> list:

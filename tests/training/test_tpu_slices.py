@@ -5,7 +5,7 @@ import re
 import pytest
 
 import vmsst_testing
-from vmsst.compiler import slices as tpu_slices
+from vmsst.training import slices as tpu_slices
 from vmsst.base.gin_utils import gin
 
 
