@@ -24,9 +24,9 @@ pair) at matched bf16; the issue's target is >= 1.5x on an H100.
   python bench/accelerator.py --quick
 """
 
-from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
-cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
+console.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 
 import dataclasses
 import json

@@ -16,9 +16,9 @@ this script wrote then: --recorded=batch64=docs/cpu_recipe/contrastive_20min_bat
 (its rows for candidate `batch64`, copied and plotted beside the new runs).
 """
 
-from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
-cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
+console.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 
 import csv
 import pathlib

@@ -39,9 +39,9 @@ def _load_vmsst_tasks() -> None:
 
 _load_vmsst_tasks()
 
-from vmsst.base import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vmsst.base import console  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-cli.quiet_startup()
+console.quiet_startup()
 
 # objective -> its gin file (the run files' model files). Cheapest first: the speed part
 # gives each the time left over by the ones before it.

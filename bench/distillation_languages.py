@@ -23,9 +23,9 @@ encoding speed of each, side by side in one run on the same sentences.
 Writes OUTPUT/results.json and OUTPUT/report.md.
 """
 
-from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
-cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
+console.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 
 import datetime
 import json

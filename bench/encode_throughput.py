@@ -38,9 +38,9 @@ the f32 checkpoint (target ≥ 0.999). The peer is another network (BERT
 layers, random weights), so its embeddings are not compared, only its speed.
 """
 
-from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
-cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
+console.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 
 import os
 import pathlib

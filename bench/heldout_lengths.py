@@ -11,9 +11,9 @@ the median pieces of each side and the share of sentences longer than each
   python bench/heldout_lengths.py --vocabulary=runs/vocab/spm.model --lengths=32,64,96
 """
 
-from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
-cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
+console.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 
 from absl import app, flags
 import numpy as np

@@ -46,9 +46,9 @@ counters, `common.rss_resolution_mb`): it must not grow like n^2 (the n x n cosi
 matrix is 40 GB at 10^5 and 4 TB at 10^6).
 """
 
-from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
-cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
+console.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 
 import json
 import sys

@@ -12,9 +12,9 @@ script's smoke mode (tiny sizes, seconds of work each on an idle machine;
 the figures mean nothing). The full run takes about 30 minutes on 2 cores.
 """
 
-from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
-cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
+console.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 
 import json
 import os

@@ -31,9 +31,9 @@ Comparisons (JSON lines, bench/common.py):
   train/vmsst_light_step_vs_contrastive_step     the same with Table 4's cheap settings
 """
 
-from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
-cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
+console.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 
 import dataclasses
 import functools

@@ -25,9 +25,9 @@ Parts (each writes <output>/<part>.json, the records, and <part>.md, their table
               this machine's 24 GB.)
 """
 
-from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
-cli.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
+console.quiet_startup()  # before JAX loads: with libtpu installed, no TPU probe on a CPU machine
 
 import json
 import pathlib

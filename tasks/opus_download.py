@@ -28,9 +28,11 @@ cmn) are fetched under each (tasks/opus_paper.py, OPUS_CODE_ALIASES).
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
 
 # pylint: disable=wrong-import-position
 import dataclasses
@@ -431,7 +433,7 @@ def main(argv: Sequence[str]) -> int:
                         f"it to the bucket (gsutil -m cp -r DIR {config.output}); training "
                         "reads OPUS files from either.")
   if not config.dry_run:
-    cli.check_output_path("output", config.output, directory=True)
+    path_checks.check_output_path("output", config.output, directory=True)
   try:
     languages = parse_codes(config.languages, opus_paper.LANGUAGES, "language")
     pivots = parse_codes(config.pivots, opus_paper.PIVOTS, "pivot")

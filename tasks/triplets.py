@@ -41,6 +41,8 @@ the training length (the converter passes it through at that static width).
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
 
 def _define_flags() -> None:
@@ -54,7 +56,7 @@ def _define_flags() -> None:
 
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
   _define_flags()
   cli.answer_help()  # before seqio and TensorFlow
 
@@ -300,9 +302,9 @@ FLAGS = flags.FLAGS
 def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   if FLAGS.msmarco:
-    cli.check_input_file("msmarco", FLAGS.msmarco, "the sentence-transformers "
+    path_checks.check_input_file("msmarco", FLAGS.msmarco, "the sentence-transformers "
                          "msmarco-triplets.jsonl.gz")
-  cli.check_output_path("output", FLAGS.output, directory=True)
+  path_checks.check_output_path("output", FLAGS.output, directory=True)
   try:
     splits = _build_splits()
   except (FileNotFoundError, ValueError) as e:  # the message names the file and the fix

@@ -37,9 +37,11 @@ Every skip is counted: pages/links/sentences read = kept + skipped per reason.
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
 
 # pylint: disable=wrong-import-position
 import collections
@@ -398,11 +400,11 @@ def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   f = flags.FLAGS
   dump = "a MediaWiki XML dump (.xml or .xml.bz2, e.g. enwiki-...-pages-articles.xml.bz2)"
-  cli.check_input_file("dump", f.dump, dump)
+  path_checks.check_input_file("dump", f.dump, dump)
   for flag, what in (("interlanguage", "a title<TAB>id TSV"), ("types", "an entity<TAB>type TSV")):
     if f[flag].value:
-      cli.check_input_file(flag, f[flag].value, what)
-  cli.check_output_path("output", f.output, directory=True)
+      path_checks.check_input_file(flag, f[flag].value, what)
+  path_checks.check_output_path("output", f.output, directory=True)
   try:
     summary = build(f.dump, f.output, min_links=f.min_links, interlanguage=f.interlanguage,
                     types=f.types, num_hard_negatives=f.num_hard_negatives,

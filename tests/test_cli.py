@@ -12,6 +12,7 @@ from absl import logging as absl_logging
 
 import vmsst_testing
 from vmsst.base import cli
+from vmsst.base import console
 
 
 def test_a_user_error_is_one_line_and_exit_2(capsys):
@@ -46,12 +47,12 @@ def test_quiet_startup_picks_the_cpu_only_without_an_accelerator(monkeypatch, tm
   for name in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL"):
     monkeypatch.delenv(name, raising=False)
   (tmp_path / "nvidia0").touch()
-  monkeypatch.setattr(cli, "_ACCELERATOR_DEVICES", (str(tmp_path / "nvidia[0-9]*"),))
-  cli.quiet_startup()  # a GPU machine: every backend and C++ log line kept
+  monkeypatch.setattr(console, "_ACCELERATOR_DEVICES", (str(tmp_path / "nvidia[0-9]*"),))
+  console.quiet_startup()  # a GPU machine: every backend and C++ log line kept
   assert "JAX_PLATFORMS" not in os.environ and "TF_CPP_MIN_LOG_LEVEL" not in os.environ
-  monkeypatch.setattr(cli, "_ACCELERATOR_DEVICES", (str(tmp_path / "accel[0-9]*"),))
+  monkeypatch.setattr(console, "_ACCELERATOR_DEVICES", (str(tmp_path / "accel[0-9]*"),))
   monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
-  cli.quiet_startup()
+  console.quiet_startup()
   assert os.environ["JAX_PLATFORMS"] == "cpu"
   assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"  # the user's setting wins
 
@@ -61,7 +62,7 @@ def _record(pathname: str, level: int, msg: str) -> logging.LogRecord:
 
 
 def test_quiet_logs_drops_orbax_info_and_seqios_uncached_warning_only():
-  chatter = cli._Chatter()  # pylint: disable=protected-access
+  chatter = console._Chatter()  # pylint: disable=protected-access
   orbax = "/venv/site-packages/orbax/checkpoint/checkpoint_manager.py"
   seqio = ("Using an uncached FunctionDataset for training is not recommended since it often "
            "results in insufficient shuffling on restarts, resulting in overfitting.")
@@ -72,7 +73,7 @@ def test_quiet_logs_drops_orbax_info_and_seqios_uncached_warning_only():
 
 
 def test_quiet_logs_also_drops_tensorflow_info_and_orbaxs_metadata_warning_unless_debug():
-  chatter = cli._Chatter()  # pylint: disable=protected-access
+  chatter = console._Chatter()  # pylint: disable=protected-access
   saver = "/venv/site-packages/tensorflow/python/saved_model/builder_impl.py"
   metadata = "/venv/site-packages/orbax/checkpoint/_src/metadata/checkpoint.py"
   assert not chatter.filter(_record(saver, logging.INFO, "Assets written to: %s"))
@@ -87,10 +88,10 @@ def test_quiet_logs_also_drops_tensorflow_info_and_orbaxs_metadata_warning_unles
 
 
 def test_quiet_logs_is_installed_once():
-  cli.quiet_logs()
-  cli.quiet_logs()
+  console.quiet_logs()
+  console.quiet_logs()
   for target in (absl_logging.get_absl_handler(), logging.getLogger("tensorflow")):
-    assert sum(isinstance(f, cli._Chatter) for f in target.filters) == 1  # pylint: disable=protected-access
+    assert sum(isinstance(f, console._Chatter) for f in target.filters) == 1  # pylint: disable=protected-access
 
 
 # What a CPU-only start printed before the commands were quieted (issue 17 item 8).
@@ -156,19 +157,19 @@ def test_the_python_api_is_as_quiet_as_the_commands_and_warns_truncation_once(ti
 
 
 def test_quiet_logs_drops_faiss_loader_lines():
-  chatter = cli._Chatter()  # pylint: disable=protected-access
+  chatter = console._Chatter()  # pylint: disable=protected-access
   loader = "/venv/site-packages/faiss/loader.py"
   assert not chatter.filter(_record(loader, logging.INFO, "Loading faiss with AVX512 support."))
   assert chatter.filter(_record(loader, logging.WARNING, "something a user acts on"))
 
 
 def test_a_command_logging_to_a_file_hides_progress_bars_the_terminal_keeps_them(tmp_path):
-  script = "from vmsst.base import cli\ncli.run(lambda argv: print(cli.hide_progress()))\n"
+  script = "from vmsst.base import cli\ncli.run(lambda argv: print(console.hide_progress()))\n"
   with open(tmp_path / "log", "w") as log:
     done = subprocess.run([sys.executable, "-c", script], stderr=log, stdout=subprocess.PIPE,
                           text=True, timeout=120, check=True)
   assert done.stdout == "True\n"
-  assert not cli.hide_progress()  # in-process (the Python API): bars as asked
+  assert not console.hide_progress()  # in-process (the Python API): bars as asked
 
 
 def test_tensorflow_imports_muted_under_quiet_startup():
@@ -189,7 +190,7 @@ def test_a_muted_import_survives_a_find_spec_probe_and_mutes_the_import(tmp_path
   monkeypatch.syspath_prepend(str(tmp_path))
   monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
   monkeypatch.delitem(sys.modules, "noisy_module", raising=False)
-  finder = cli._MutedImport("noisy_module")  # pylint: disable=protected-access
+  finder = console._MutedImport("noisy_module")  # pylint: disable=protected-access
   sys.meta_path.insert(0, finder)
   assert importlib.util.find_spec("noisy_module") is not None
   assert finder in sys.meta_path

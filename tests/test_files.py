@@ -37,11 +37,11 @@ IMPORTED_MODULES = {"glob", "shutil"}  # pathlib only when called: its annotatio
 
 # (module, enclosing function or class.method, kind) → why the path is provably local.
 ALLOWED = {
-    ("vmsst/base/cli.py", "<module>", "import glob"): "for has_accelerator's /dev patterns",
+    ("vmsst/base/console.py", "<module>", "import glob"): "for has_accelerator's /dev patterns",
     ("vmsst/base/cli.py", "<module>", "os.path.abspath"):
         "CHECKOUT: this package's own location (__file__)",
-    ("vmsst/base/cli.py", "has_accelerator", "glob.glob"): "device files under /dev",
-    ("vmsst/base/cli.py", "_stderr_muted", "open"): "os.devnull",
+    ("vmsst/base/console.py", "has_accelerator", "glob.glob"): "device files under /dev",
+    ("vmsst/base/console.py", "_stderr_muted", "open"): "os.devnull",
     ("vmsst/evaluation/plots.py", "save", "savefig"):
         "writes the local file files.local_output gives, which uploads it to a bucket path",
     ("vmsst/base/gin_utils.py", "_repository_roots", "os.path.isfile"):

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import vmsst
 from vmsst.base import cli
+from vmsst.base import console
 from vmsst.base import old_names
 
 PACKAGES = ("vmsst", "vmsst_tasks")
@@ -107,7 +108,7 @@ def main(argv: list[str]) -> int:
           "them.", file=sys.stderr)
     return cli.USAGE_EXIT_CODE
   sys.argv = [command, *argv[2:]]
-  cli.quiet_startup()  # as the command's own `__main__` would, before it imports TensorFlow
+  console.quiet_startup()  # as the command's own `__main__` would, before it imports TensorFlow
   runpy.run_module(command, run_name="__main__", alter_sys=True)
   return 0
 

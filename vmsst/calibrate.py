@@ -16,9 +16,11 @@ its quantized signatures (or computes one with its own --calibration).
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
 
 # pylint: disable=wrong-import-position
 from typing import Sequence
@@ -51,7 +53,7 @@ def main(argv: Sequence[str]) -> None:
   if FLAGS.encoder:
     raise cli.UserError("--encoder has no model directory to keep a calibration beside; give "
                         "--model_dir or --saved_model.")
-  cli.check_input_file("input", FLAGS.input, "a UTF-8 text file, one sentence per line")
+  path_checks.check_input_file("input", FLAGS.input, "a UTF-8 text file, one sentence per line")
   output = FLAGS.output or default_output()
   try:
     print(calibration.calibrate_file(encoder_flags.unique_from_flags, FLAGS.input, output))

@@ -30,10 +30,12 @@ run's evaluation in OUTPUT/seed<s>/<objective>/eval/.
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 from vmsst.base import gin_utils  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
 
 # pylint: disable=wrong-import-position
 import logging
@@ -114,7 +116,7 @@ def main(argv: Sequence[str]) -> None:
   arguments = _resolve_flags()
   if not arguments["output"]:
     raise cli.UserError("--output is required (or a --preset, which names one).")
-  cli.check_output_path("output", arguments["output"], directory=True)  # before any training
+  path_checks.check_output_path("output", arguments["output"], directory=True)  # before any training
   checkpointing.quiet_orbax_logs()
   options = runner.options_from_flags(default_training_languages=["ntrex128"])
   logging.info("comparing %s, seeds %s, %d steps each, into %s", arguments["objectives"],

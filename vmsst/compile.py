@@ -45,6 +45,8 @@ import sys
 from absl import flags
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 from vmsst.base import gin_utils  # pylint: disable=g-bad-import-order
 from vmsst.training import slices as tpu_slices  # pylint: disable=g-bad-import-order
 from vmsst.compiler import variants as variants_lib  # pylint: disable=g-bad-import-order
@@ -85,7 +87,7 @@ def check_flags() -> None:
   if not GIN_FLAGS.gin_file.value:
     raise cli.UserError("give the run to compile: --gin_file=gin/runs/<run>.gin")
   if _OUTPUT.value:  # before minutes of compiling
-    cli.check_output_path("output", _OUTPUT.value)
+    path_checks.check_output_path("output", _OUTPUT.value)
   if _NUM_SLICES.value is not None and _NUM_SLICES.value < 1:
     raise cli.UserError(f"--num_slices={_NUM_SLICES.value}: give at least 1")
   if _TOPOLOGY.value not in (None, tpu_slices.SMALLEST, *_HOST):
@@ -103,7 +105,7 @@ def check_flags() -> None:
 
 
 if __name__ == "__main__":  # the command, not an import: before JAX and libtpu load
-  cli.quiet_startup()
+  console.quiet_startup()
   tpu_slices.quiet_libtpu()
   cli.check_early(lambda: (gin_utils.check_gin_files(sys.argv), check_flags()))
 

@@ -25,9 +25,11 @@ with `python -m vmsst.score` and `python -m vmsst.mine`); the encoder flags in
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
 
 # pylint: disable=wrong-import-position
 from typing import Sequence
@@ -56,8 +58,8 @@ def _define_flags() -> None:
 
 def main(argv: Sequence[str]) -> None:
   encoder_flags.check_one()
-  cli.check_input_file("input", FLAGS.input, "a UTF-8 text file, one sentence per line")
-  cli.check_output_path("output", FLAGS.output)
+  path_checks.check_input_file("input", FLAGS.input, "a UTF-8 text file, one sentence per line")
+  path_checks.check_output_path("output", FLAGS.output)
   if not FLAGS.output.endswith(".npy"):
     raise cli.UserError(f"--output={FLAGS.output}: embed writes a NumPy .npy (float32 [lines, "
                         f"d]); give a name ending in .npy, e.g. {FLAGS.output}.npy.")

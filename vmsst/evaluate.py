@@ -24,9 +24,11 @@ pass their sides' languages themselves).
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
 
 # pylint: disable=wrong-import-position
 from typing import Sequence
@@ -57,10 +59,10 @@ def main(argv: Sequence[str]) -> None:
     raise cli.UserError("--src/--trg are read by --suite=parallel only; add it to --suite.")
   # Everything a user can get wrong is checked before the model loads.
   encoder_flags.check_one()
-  cli.check_output_path("output", f.output, directory=True)
+  path_checks.check_output_path("output", f.output, directory=True)
   for flag in ("src", "trg"):
     if f[flag].value:
-      cli.check_input_file(flag, f[flag].value, "a UTF-8 text file, one sentence per line")
+      path_checks.check_input_file(flag, f[flag].value, "a UTF-8 text file, one sentence per line")
   options = runner.options_from_flags()
   try:
     located, _ = runner.locate_suites(f.data_dir, f.suite, options)

@@ -12,10 +12,11 @@ default) and its contract: vmsst/export_formats/saved_model.py.
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 from vmsst.export_formats import export_flags
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
   export_flags.define()
   cli.check_early(export_flags.check)
 

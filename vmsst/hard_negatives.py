@@ -30,9 +30,11 @@ or an unknown language code are one `error:` line naming the file.
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
 
 # pylint: disable=wrong-import-position
 from typing import Sequence
@@ -59,11 +61,11 @@ def check_flags() -> None:
       raise cli.UserError("--src, --trg, --src_language and --trg_language go together; give "
                           "all four.")
     for flag in ("src", "trg"):
-      cli.check_input_file(flag, FLAGS[flag].value, "a UTF-8 text file, one sentence per line")
+      path_checks.check_input_file(flag, FLAGS[flag].value, "a UTF-8 text file, one sentence per line")
   if FLAGS.candidates < FLAGS.negatives:
     raise cli.UserError(f"--candidates={FLAGS.candidates} is below --negatives="
                         f"{FLAGS.negatives}; search at least as many neighbours as negatives.")
-  cli.check_output_path("output", FLAGS.output, directory=True)
+  path_checks.check_output_path("output", FLAGS.output, directory=True)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -9,9 +9,11 @@ every objective's).
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
 
 # pylint: disable=wrong-import-position
 from absl import flags
@@ -34,7 +36,7 @@ def main(argv):
   if not files.isdir(model_dir):
     raise cli.UserError(f"--model_dir={model_dir} is not a directory; give a MODEL_DIR written "
                         "by `python -m vmsst.train`.")
-  cli.check_output_path("output", output)
+  path_checks.check_output_path("output", output)
   try:
     curve = logged_curves.read_curve(model_dir)
   except FileNotFoundError as e:  # the message names the folder and the fix

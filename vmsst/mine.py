@@ -91,9 +91,11 @@ lists; one more run merges them exactly and mines, with no vectors:
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
 
 # pylint: disable=wrong-import-position
 from typing import Sequence
@@ -175,11 +177,11 @@ def main(argv: Sequence[str]) -> None:
   if not precomputed and not FLAGS.merge_shards:  # a merge reads neighbour lists, no vectors
     encoder_flags.check_one()
   for flag in ("src", "trg"):
-    cli.check_input_file(flag, FLAGS[flag].value, "a UTF-8 text file, one sentence per line")
+    path_checks.check_input_file(flag, FLAGS[flag].value, "a UTF-8 text file, one sentence per line")
     if FLAGS[f"{flag}_embeddings"].value:
-      cli.check_input_file(f"{flag}_embeddings", FLAGS[f"{flag}_embeddings"].value,
+      path_checks.check_input_file(f"{flag}_embeddings", FLAGS[f"{flag}_embeddings"].value,
                            f"the float [lines, d] .npy of --{flag} (python -m vmsst.embed)")
-  cli.check_output_path("output", FLAGS.output)
+  path_checks.check_output_path("output", FLAGS.output)
   search = _search_options()
   embed_files.run_file_command(argv, lambda: file_mining.mine_files(
       None if precomputed or FLAGS.merge_shards else encoder_flags.unique_from_flags, FLAGS.src,

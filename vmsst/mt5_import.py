@@ -23,11 +23,13 @@ The name map and what is dropped or fresh: vmsst/model/mt5_conversion.py.
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 from vmsst.base import gin_utils  # pylint: disable=g-bad-import-order
 from vmsst.training import configurables
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
 
 # pylint: disable=wrong-import-position
 import sys
@@ -57,7 +59,7 @@ def main(argv) -> None:
   if not files.exists(files.join(f.hf_dir, "config.json")):
     raise cli.UserError(f"--hf_dir={f.hf_dir} has no config.json; give a Hugging Face T5/mT5 "
                         "directory (save_pretrained(..., safe_serialization=True) writes one).")
-  cli.check_output_path("output", f.output)
+  path_checks.check_output_path("output", f.output)
   # The model only: the run's paths (MODEL_DIR, INIT_PARAMS, ...) may stay unset here.
   configurables.parse_gin(f.gin_file, f.gin_bindings, f.gin_search_path, needs=("train.model",))
   model = gin.query_parameter("train.model").scoped_configurable_fn()

@@ -8,9 +8,11 @@ how each z-test is computed, is in vmsst/evaluation/preservation.py.
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
 
 # pylint: disable=wrong-import-position
 import json
@@ -39,9 +41,9 @@ def check_flags() -> None:
     if not files.exists(run_directory.model_spec(path)):
       raise cli.UserError(f"--{flag}={path} has no model.json; give {what}.")
   if FLAGS.triplets:
-    cli.check_input_file("triplets", FLAGS.triplets, "a TSV of anchor<TAB>positive<TAB>negative "
+    path_checks.check_input_file("triplets", FLAGS.triplets, "a TSV of anchor<TAB>positive<TAB>negative "
                          "lines (python -m vmsst_tasks.triplets)")
-  cli.check_output_path("output", FLAGS.output, directory=True)
+  path_checks.check_output_path("output", FLAGS.output, directory=True)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from vmsst.base import cli
+from vmsst.base import console
 from vmsst.base import files
 from vmsst.base import run_directory
 from vmsst_tasks import pretokenized
@@ -113,7 +114,7 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  cli.quiet_startup()  # before TensorFlow and JAX load
+  console.quiet_startup()  # before TensorFlow and JAX load
   from absl import flags as _flags  # pylint: disable=g-import-not-at-top
   from vmsst.base import gin_utils as _gin_utils  # pylint: disable=g-import-not-at-top
   _gin_utils.define_flags()

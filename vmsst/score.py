@@ -13,9 +13,11 @@ empty string and counted in the summary. Encoder flags as in
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
+from vmsst.base import path_checks  # pylint: disable=g-bad-import-order
+from vmsst.base import console  # pylint: disable=g-bad-import-order
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
 
 # pylint: disable=wrong-import-position
 import dataclasses
@@ -110,8 +112,8 @@ def _define_flags() -> None:
 
 def main(argv: Sequence[str]) -> None:
   encoder_flags.check_one()
-  cli.check_input_file("input", FLAGS.input, "a UTF-8 file of `sentence_a<TAB>sentence_b` lines")
-  cli.check_output_path("output", FLAGS.output)
+  path_checks.check_input_file("input", FLAGS.input, "a UTF-8 file of `sentence_a<TAB>sentence_b` lines")
+  path_checks.check_output_path("output", FLAGS.output)
   embed_files.run_file_command(argv, lambda: f"{FLAGS.input}: " + str(score_file(
       encoder_flags.unique_from_flags, FLAGS.input, FLAGS.output)), FLAGS.output)
 

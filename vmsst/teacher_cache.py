@@ -16,10 +16,11 @@ the training job, e.g. onto a machine that has the teacher).
 """
 
 from vmsst.base import cli
+from vmsst.base import console
 from vmsst.base import gin_utils  # pylint: disable=g-bad-import-order
 from vmsst.training import configurables
 
-cli.quiet_startup()  # before TensorFlow and JAX load
+console.quiet_startup()  # before TensorFlow and JAX load
 if __name__ == "__main__":  # --help before them too: train's gin flags are all it shows
   gin_utils.define_flags()
   cli.show_in_help(names=gin_utils.FLAG_NAMES)

@@ -14,6 +14,7 @@ vmsst/training/loop.py.
 import sys
 
 from vmsst.base import cli
+from vmsst.base import console
 from vmsst.base import gin_utils
 from vmsst.training import configurables
 from vmsst.training import flags as train_flags
@@ -25,7 +26,7 @@ GIN_FLAGS = gin_utils.define_flags()
 __path__ = []  # pylint: disable=invalid-name
 
 if __name__ == "__main__":  # the command: before seconds of TensorFlow and JAX imports
-  cli.quiet_startup()
+  console.quiet_startup()
   cli.show_in_help(train_flags, names=gin_utils.FLAG_NAMES)
   cli.check_early(lambda: gin_utils.check_gin_files(sys.argv, required=True))  # --help answered here
 

@@ -14,6 +14,8 @@ writes /tmp/vmsst/spm.model and spm.vocab (about 40 s on 2 CPU cores).
 from absl import flags
 
 from vmsst.base import cli
+from vmsst.base import path_checks
+from vmsst.base import console
 from vmsst.base import files
 
 
@@ -38,18 +40,18 @@ def _check_flags() -> None:
   f = flags.FLAGS
   if not f.output:
     raise cli.UserError("--output=DIR/spm is required: the prefix of the .model/.vocab to write.")
-  cli.check_data_dir("data_dir", f.data_dir)  # the Tatoeba filter reads it whatever the sources
+  path_checks.check_data_dir("data_dir", f.data_dir)  # the Tatoeba filter reads it whatever the sources
   for name in f.sources:
     folder = name[len("opus:"):]
     if name.startswith("opus:") and not files.isdir(folder):
       raise cli.UserError(f"--sources={name}: {folder} is not a directory; give opus:<dir> of "
                           "OPUS Moses/TSV files (python -m vmsst_tasks.opus_download "
                           "--output=<dir> fetches them).")
-  cli.check_output_path("output", f.output)
+  path_checks.check_output_path("output", f.output)
 
 
 if __name__ == "__main__":  # the command, not an import: before TensorFlow and JAX load
-  cli.quiet_startup()
+  console.quiet_startup()
   _define_flags()
   cli.check_early(_check_flags)
 

@@ -13,30 +13,21 @@ argparse and absl do for a bad flag):
 
   cli.run(main)
 
-Quiet by default: `quiet_startup()` (at the top of a command's module, under
-`if __name__ == "__main__"`, before TensorFlow or JAX load) and `quiet_logs()`
-(run by `user_errors`) keep what a user acts on (progress, metrics, data
-counts, warnings) and drop probing and per-save chatter; `--verbosity` is
-absl's (-1: warnings only, 1: debug, chatter included).
+Quiet by default (console.py): `console.quiet_startup()` at the top of a
+command's module and `console.quiet_logs()`, run by `user_errors`; the paths
+a command is given are checked before any model loads (path_checks.py).
 """
 
-import contextlib
 import difflib
 import functools
-import glob
-import importlib.abc
-import importlib.util
-import logging as python_logging  # record levels (absl's constants differ)
 import os
 import sys
-import tempfile
 from typing import Callable, Iterable, Sequence
 
 from absl import app
 from absl import flags
-from absl import logging
 
-from vmsst.base import files
+from vmsst.base import console
 from vmsst.base import old_names
 
 USAGE_EXIT_CODE = 2
@@ -68,7 +59,7 @@ def user_errors(main: Callable[[Sequence[str]], object]) -> Callable[[Sequence[s
 
   @functools.wraps(main)
   def wrapped(argv: Sequence[str]):
-    quiet_logs()
+    console.quiet_logs()
     try:
       return main(argv)
     except UserError as e:
@@ -95,10 +86,9 @@ def old_name(old: str) -> None:
 def run(main: Callable[[Sequence[str]], object], argv: Sequence[str] | None = None) -> None:
   """`app.run` for a command: flag errors and UserErrors both as one `error:` line, exit 2.
 
-  A command whose stderr is a file (a log) shows no progress bars (`hide_progress`).
+  A command whose stderr is a file (a log) shows no progress bars (`console.hide_progress`).
   """
-  global _BARS_HIDDEN
-  _BARS_HIDDEN = not sys.stderr.isatty()
+  console.hide_progress_in_logs(not sys.stderr.isatty())
   app.run(user_errors(main), argv=argv, flags_parser=parse_flags)
 
 
@@ -208,225 +198,6 @@ def check_early(check: Callable[[], None]) -> None:
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(USAGE_EXIT_CODE)
-
-
-def check_input_file(flag: str, path: str, what: str) -> None:
-  """`--flag=path` names an existing file (not a directory); checked before any model loads.
-
-  Args:
-    flag: the flag's name without dashes, e.g. "input".
-    path: its value, local or in a bucket (gs://...).
-    what: the fix's object, e.g. "a UTF-8 text file, one sentence per line".
-
-  Raises:
-    UserError: naming the flag, what is wrong and what to give.
-  """
-  if not files.exists(path):
-    raise UserError(f"--{flag}={path} does not exist; give {what}.")
-  if files.isdir(path):
-    raise UserError(f"--{flag}={path} is a directory; give {what}.")
-  if not files.is_remote(path) and not os.access(path, os.R_OK):
-    raise UserError(f"--{flag}={path} is not readable; give {what} you can read.")
-
-
-def check_data_dir(flag: str, path: str) -> None:
-  """`--flag=path` is a directory of corpora (local or in a bucket).
-
-  Raises:
-    UserError: naming the flag and where the shared corpora live.
-  """
-  if not files.isdir(path):
-    raise UserError(f"--{flag}={path} is not a directory; give the root of the shared corpora "
-                    "(../shared/data from the repository, see its README.md).")
-
-
-def check_output_path(flag: str, path: str, *, directory: bool = False) -> None:
-  """`--flag=path` can be written, so no work is lost at the end; parents may be missing.
-
-  A file output must not be a directory; a directory output must not be a
-  file; either way the nearest existing parent must be a writable directory.
-
-  Raises:
-    UserError: naming the flag, what is in the way and the fix.
-  """
-  if "://" in path:
-    return
-  kind = "directory" if directory else "file"
-  if not directory and files.isdir(path):
-    raise UserError(f"--{flag}={path} is a directory; give a file name in it, e.g. "
-                    f"{os.path.join(path, 'out')}.")
-  if directory and files.exists(path) and not files.isdir(path):
-    raise UserError(f"--{flag}={path} is a file; give a directory (a new one is created).")
-  parent = files.parent(files.abspath(path))
-  while not files.exists(parent):
-    parent = files.parent(parent)
-  if not files.isdir(parent):
-    raise UserError(f"--{flag}={path}: {parent} is a file, so no {kind} can be made under it; "
-                    "give a path in a directory.")
-  blocked = path if files.isfile(path) else parent
-  if not _writable(blocked):
-    raise UserError(f"--{flag}={path}: {blocked} is not writable; give a path you can write.")
-
-
-def _writable(path: str) -> bool:
-  """Whether this process can write the file `path` or create a file in the directory `path`.
-
-  Tried, not read off the mode bits: root passes `os.access` everywhere, yet
-  cannot write /proc or a read-only mount. An existing file is opened for
-  appending (nothing written); in a directory a temporary file is made and removed.
-  """
-  try:
-    if files.isfile(path):
-      with files.open(path, "ab"):
-        return True
-    with tempfile.TemporaryFile(dir=path):
-      return True
-  except OSError:
-    return False
-
-
-# Device files of the accelerators JAX could use: NVIDIA GPUs, TPU VMs, AMD GPUs.
-_ACCELERATOR_DEVICES = ("/dev/nvidia[0-9]*", "/dev/accel[0-9]*", "/dev/vfio/[0-9]*", "/dev/kfd")
-
-
-def has_accelerator() -> bool:
-  """Whether this machine shows an accelerator's device file (else JAX can only use the CPU)."""
-  return any(glob.glob(pattern) for pattern in _ACCELERATOR_DEVICES)
-
-
-def quiet_startup() -> None:
-  """Start-up chatter off: CUDA/TPU probes without an accelerator, TensorFlow's load lines.
-
-  Call before TensorFlow or JAX is imported (a command's `__main__`; the
-  Python API through `vmsst.encoding.api`). Without an accelerator
-  JAX_PLATFORMS=cpu stops JAX's "Unable to initialize backend 'tpu'" probe
-  and cuInit error, and TF_CPP_MIN_LOG_LEVEL=3 TensorFlow's `failed call to
-  cuInit` (TensorFlow only feeds data here); the lines TensorFlow's C++ prints
-  while it loads (oneDNN, "Could not find cuda drivers", twice: two libraries)
-  come before any setting applies, so its import runs with stderr muted.
-  With an accelerator, or `--verbosity=1`, nothing changes. A variable the
-  user set wins.
-  """
-  quiet_imports()
-
-
-def quiet_imports() -> None:
-  """quiet_startup's part for any process, the Python API's included (no tqdm change).
-
-  Without an accelerator: JAX on the CPU (unless JAX_PLATFORMS is set),
-  TensorFlow's C++ logging off and its import muted.
-  """
-  if has_accelerator():
-    return
-  os.environ.setdefault("JAX_PLATFORMS", "cpu")  # read when JAX first picks a backend
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  verbose = any(arg in ("--verbosity=1", "-v=1") for arg in sys.argv)
-  if not verbose and "tensorflow" not in sys.modules and not any(
-      isinstance(finder, _MutedImport) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _MutedImport("tensorflow"))
-
-
-_BARS_HIDDEN = False  # set by `run`: a command whose stderr is not a terminal
-
-
-def hide_progress(hidden: bool = False) -> bool:
-  """tqdm's `disable=` for a bar: `hidden`, or always in a command whose stderr is a file.
-
-  A log file would otherwise collect a bar's carriage-return frames, run
-  together with the log's lines; metrics and counts are logged anyway. The
-  Python API keeps its bars (show_progress_bar=True) wherever it runs.
-  """
-  return hidden or _BARS_HIDDEN
-
-
-@contextlib.contextmanager
-def _stderr_muted():
-  """File descriptor 2 to /dev/null (C++ writes it directly, past sys.stderr)."""
-  sys.stderr.flush()
-  saved = os.dup(2)
-  try:
-    with open(os.devnull, "w") as devnull:
-      os.dup2(devnull.fileno(), 2)
-    yield
-  finally:
-    os.dup2(saved, 2)
-    os.close(saved)
-
-
-class _MutedImport(importlib.abc.MetaPathFinder):
-  """Imports one top-level module with stderr muted; an import error is still raised.
-
-  It stays in place until the module is really imported: a probe such as
-  `importlib.util.find_spec("tensorflow")` (etils.epath asks it for every path)
-  finds a spec without importing, and the import that follows must still be muted.
-  """
-
-  def __init__(self, name: str):
-    self.name = name
-    self._searching = False
-
-  def find_spec(self, fullname, path=None, target=None):
-    del path, target
-    if fullname != self.name or self._searching:
-      return None
-    self._searching = True  # the other finders answer the inner look-up
-    try:
-      spec = importlib.util.find_spec(fullname)
-    finally:
-      self._searching = False
-    if spec is not None and spec.loader is not None:
-      exec_module = spec.loader.exec_module
-
-      def muted(module):
-        if self in sys.meta_path:
-          sys.meta_path.remove(self)
-        with _stderr_muted():
-          exec_module(module)
-
-      spec.loader.exec_module = muted
-    return spec
-
-
-def quiet_logs() -> None:
-  """Drops log records that a user cannot act on from the console (absl handler filter).
-
-  Idempotent. `--verbosity=1` (debug) keeps them all.
-  """
-  # TensorFlow's logger also prints through a handler of its own ("INFO:tensorflow:..."):
-  # a filter on the logger stops a record before any handler sees it.
-  # The "absl" logger: the Python API, where no absl handler is installed.
-  for target in (logging.get_absl_handler(), python_logging.getLogger("tensorflow"),
-                 python_logging.getLogger("absl")):
-    if not any(isinstance(f, _Chatter) for f in target.filters):
-      target.addFilter(_Chatter())
-
-
-class _Chatter:
-  """absl-handler filter for the records below; everything else passes.
-
-  - orbax's INFO lines (about 22 per restore, several per save) and its
-    "Metadata file does not exist" warning on every restore (an item saved
-    without per-item metadata; the restore reads the tree's own metadata);
-  - TensorFlow's INFO lines (SavedModel writing in `export`: signature
-    renames, sharding callbacks, assets, fingerprint);
-  - faiss's loader INFO lines (which instruction set it loads, including a
-    ModuleNotFoundError for the variants it tries first);
-  - seqio's "uncached FunctionDataset ... overfitting" warning: our sources
-    are deterministic for a seed and a resumed run restores the stream's
-    saved position (tasks/input_pipeline.py), or skips to its step,
-    so a restart neither reshuffles nor repeats data, which is what that
-    warning is about.
-  """
-
-  def filter(self, record) -> bool:
-    if logging.get_verbosity() >= logging.DEBUG:  # --verbosity=1: everything
-      return True
-    if record.levelno <= python_logging.INFO and any(
-        library in record.pathname for library in ("/orbax/", "/tensorflow/", "/faiss/")):
-      return False
-    if "/orbax/" in record.pathname and str(record.msg).startswith("Metadata file does not exist"):
-      return False
-    return "Using an uncached FunctionDataset for training" not in str(record.msg)
 
 
 def show_in_help(module: object | None = None, names: Sequence[str] = ()) -> None:

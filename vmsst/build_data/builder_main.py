@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 from absl import flags
 
 from vmsst.base import cli
+from vmsst.base import path_checks
 from vmsst.base import files
 
 
@@ -28,10 +29,10 @@ def run(argv: Sequence[str], build: Callable[[Any], dict], *, written: str | Non
   """
   cli.check_no_arguments(argv)
   config = flags.FLAGS
-  cli.check_data_dir("data_dir", config.data_dir)
+  path_checks.check_data_dir("data_dir", config.data_dir)
   if check_data is not None:
     check_data(config.data_dir)
-  cli.check_output_path("output", config.output, directory=True)
+  path_checks.check_output_path("output", config.output, directory=True)
   try:
     counts = build(config)
   except (FileNotFoundError, ValueError) as e:  # the message names the file and the fix

@@ -24,9 +24,9 @@ tower b; without it, tower a). One-tower models ignore the language.
 import os
 from typing import Sequence
 
-from vmsst.base import cli
+from vmsst.base import console
 
-cli.quiet_imports()  # the API as quiet as the commands: CPU JAX without an accelerator
+console.quiet_imports()  # the API as quiet as the commands: CPU JAX without an accelerator
 
 # pylint: disable=wrong-import-position
 import numpy as np
@@ -89,7 +89,7 @@ class Encoder:
     import jax  # pylint: disable=import-outside-toplevel  # only this path needs JAX
     from vmsst.encoding import checkpoint  # pylint: disable=import-outside-toplevel
     from vmsst.encoding import restore  # pylint: disable=import-outside-toplevel
-    cli.quiet_logs()  # orbax's per-restore lines, as in the commands
+    console.quiet_logs()  # orbax's per-restore lines, as in the commands
     restored = restore.restore(model_dir, step=step, dtype=dtype)
     backend = checkpoint.CheckpointEncoder(
         restored, batch_size=batch_size, name=os.path.basename(os.path.normpath(model_dir)),

@@ -28,7 +28,7 @@ from typing import Iterable, Mapping, Protocol, Sequence
 import numpy as np
 import tqdm
 
-from vmsst.base import cli
+from vmsst.base import console
 
 
 class Encoder(Protocol):
@@ -108,7 +108,7 @@ class UniqueSentences:
     cache = self._caches.setdefault(tower, {})
     todo = sorted({s for s in sentences if s not in cache}, key=len, reverse=True)
     for batch in tqdm.tqdm(list(_chunks(todo, self.batch_size)), desc=f"{self.name}: {desc}",
-                           unit="batch", disable=cli.hide_progress(not self.progress or not todo),
+                           unit="batch", disable=console.hide_progress(not self.progress or not todo),
                            leave=False):
       for sentence, vector in zip(batch, encode_in(self.encoder, batch, language)):
         cache[sentence] = vector

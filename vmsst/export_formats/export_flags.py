@@ -10,6 +10,7 @@ restore or a trace.
 from absl import flags
 
 from vmsst.base import cli
+from vmsst.base import path_checks
 from vmsst.base import files
 from vmsst.base import run_directory
 from vmsst.encoding import encoder_flags
@@ -54,7 +55,7 @@ def check() -> None:
     raise cli.UserError("give --model_dir (a python -m vmsst.train directory) and --output "
                         "(a new directory for the SavedModel).")
   encoder_flags.check_paths(model_dir=model_dir)  # one error line, not a restore traceback
-  cli.check_output_path("output", output, directory=True)
+  path_checks.check_output_path("output", output, directory=True)
   if files.isdir(output) and files.listdir(output):
     raise cli.UserError(f"--output={output} exists and is not empty; pick a new directory or "
                         "delete it first.")
@@ -66,7 +67,7 @@ def check() -> None:
     if FLAGS.format != "savedmodel":
       raise cli.UserError(f"--calibration calibrates the SavedModel's int8 signatures; drop it "
                           f"with --format={FLAGS.format}.")
-    cli.check_input_file("calibration", FLAGS.calibration, "a calibration set, one sentence "
+    path_checks.check_input_file("calibration", FLAGS.calibration, "a calibration set, one sentence "
                          "a line")
   checkpoints = run_directory.checkpoints(model_dir)
   if step is not None:

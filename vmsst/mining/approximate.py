@@ -50,7 +50,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import tqdm
 
-from vmsst.base import cli
+from vmsst.base import console
 from vmsst.base import files
 from vmsst.encoding import similarity
 from vmsst.mining import neighbors
@@ -136,7 +136,7 @@ def build_index(keys: np.ndarray, options: IvfOptions, progress: str | None = No
   """A trained faiss IVF index over the L2-normalized keys, added block by block."""
   index = trained_index(keys, options)
   for start in tqdm.tqdm(range(0, len(keys), options.block), desc=progress and f"{progress} add",
-                         disable=cli.hide_progress(progress is None), leave=False):
+                         disable=console.hide_progress(progress is None), leave=False):
     index.add(similarity.normalize(keys[start:start + options.block]))
   index.nprobe = min(options.nprobe, options.cells(len(keys)))
   return index
@@ -314,7 +314,7 @@ def _search(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions,
   depth = min(RERANK * k, len(keys)) if coded else neighbors.candidates(k, len(keys))
   found = np.empty((len(queries), depth), np.int64)
   for start in tqdm.tqdm(range(0, len(queries), options.block),
-                         desc=progress and f"{progress} search", disable=cli.hide_progress(progress is None),
+                         desc=progress and f"{progress} search", disable=console.hide_progress(progress is None),
                          leave=False):
     block = similarity.normalize(queries[start:start + options.block])
     rows = slice(start, start + len(block))

@@ -51,7 +51,7 @@ from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from vmsst.base import cli
+from vmsst.base import console
 from vmsst.encoding import similarity
 
 Backend = Literal["jax", "faiss"]
@@ -354,7 +354,7 @@ def _knn_jax(queries: np.ndarray, keys: np.ndarray, k: int, query_block: int, ke
   indices = np.empty((nq, k), np.int64)
   pending = None  # the previous query block's (start, stop, result), still computing
   starts = range(0, nq, query_block)
-  for start in tqdm.tqdm(starts, desc=progress, unit="block", disable=cli.hide_progress(progress is None),
+  for start in tqdm.tqdm(starts, desc=progress, unit="block", disable=console.hide_progress(progress is None),
                          leave=False):
     # Normalizing and copying this block on the host overlaps the previous
     # block's kernels (dispatch is asynchronous); only then is it collected.
@@ -475,7 +475,7 @@ def _knn_faiss(queries: np.ndarray, keys: np.ndarray, k: int, query_block: int,
   scores = np.empty((len(queries), k), np.float32)
   indices = np.empty((len(queries), k), np.int64)
   starts = range(0, len(queries), query_block)
-  for start in tqdm.tqdm(starts, desc=progress, unit="block", disable=cli.hide_progress(progress is None),
+  for start in tqdm.tqdm(starts, desc=progress, unit="block", disable=console.hide_progress(progress is None),
                          leave=False):
     block_scores, block_indices = index.search(
         similarity.normalize(queries[start:start + query_block]), k)
@@ -548,7 +548,7 @@ def _float32_both(source: np.ndarray, target: np.ndarray, k: int, query_block: i
   forward = (np.empty((n, k), np.float32), np.empty((n, k), np.int64))
   pending = None
   for start in tqdm.tqdm(range(0, n, query_block), desc=progress, unit="block",
-                         disable=cli.hide_progress(progress is None), leave=False):
+                         disable=console.hide_progress(progress is None), leave=False):
     block = jax.device_put(_padded(similarity.normalize(source[start:start + query_block]),
                                    query_block), replicated)
     rows, columns = step(block, np.int32(start), np.int32(n), keys, np.int32(m), *columns)

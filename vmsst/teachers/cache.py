@@ -44,7 +44,7 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from vmsst.base import cli
+from vmsst.base import console
 from vmsst.base import files
 from vmsst.encoding import encoder_flags
 from vmsst.encoding import protocol
@@ -219,7 +219,7 @@ class TeacherCache:
       batches = [todo[i:i + self.batch_size] for i in range(0, len(todo), self.batch_size)]
       vectors = [np.asarray(self.teacher.encode(b), np.float32)
                  for b in tqdm.tqdm(batches, desc=f"{self.teacher.name}: {desc}", unit="batch",
-                                  disable=cli.hide_progress())]
+                                  disable=console.hide_progress())]
       self._append(todo, np.concatenate(vectors))
     report = FillReport(len(distinct), len(distinct) - len(todo), len(todo), time.time() - started)
     logging.info("teacher cache %s: %s", self.directory, report)

@@ -37,6 +37,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from vmsst.base import cli
+from vmsst.base import console
 from vmsst.base import files
 from vmsst.base import run_directory
 from vmsst.encoding import restore
@@ -285,5 +286,5 @@ class PreemptionWatcher:
 
 
 def quiet_orbax_logs() -> None:
-  """Keeps orbax's per-save INFO lines (and other chatter) out of the console: cli.quiet_logs."""
-  cli.quiet_logs()
+  """Keeps orbax's per-save INFO lines (and other chatter) out of the console: console.quiet_logs."""
+  console.quiet_logs()

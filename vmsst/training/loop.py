@@ -12,8 +12,9 @@ in vmsst/base/gin_utils.py); the host data iterator is vmsst_tasks.input_pipelin
 """
 
 from vmsst.base import cli
+from vmsst.base import console
 
-cli.quiet_imports()  # before TensorFlow and JAX load, for the Python API too
+console.quiet_imports()  # before TensorFlow and JAX load, for the Python API too
 
 # pylint: disable=wrong-import-position
 import dataclasses
@@ -284,7 +285,7 @@ def _steps(run: _Run, state, batches: Iterator[Any], *, mixture_name: str, seed:
   learning_rate = _learning_rate_schedule()
   logged = _Logged(step=start_step)
   progress = tqdm.tqdm(total=train_steps, initial=start_step, desc="train", unit="step",
-                       disable=cli.hide_progress(jax.process_index() > 0),
+                       disable=console.hide_progress(jax.process_index() > 0),
                        dynamic_ncols=True)
   started = time.time()
   consecutive_bad = 0

@@ -25,6 +25,7 @@ import re
 from typing import Any, Sequence
 
 from vmsst.base import cli
+from vmsst.base import path_checks
 from vmsst.base import files
 from vmsst.base import run_directory
 from vmsst.base import gin_utils
@@ -80,7 +81,7 @@ def check_paths() -> None:
   if isinstance(model_dir, gin.config.ConfigurableReference) or not _local(model_dir):
     model_dir = gin_utils.macro("MODEL_DIR")
   if _local(model_dir):
-    cli.check_output_path("gin.MODEL_DIR", model_dir, directory=True)
+    path_checks.check_output_path("gin.MODEL_DIR", model_dir, directory=True)
   for macro, (marker, command) in UPSTREAM.items():
     path = gin_utils.macro(macro)
     if _local(path) and not files.exists(files.join(path, marker)):

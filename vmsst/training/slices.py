@@ -219,8 +219,8 @@ def quiet_libtpu() -> None:
   tell it this host is alone; a variable the user set wins; on a machine with
   an accelerator nothing is set (a TPU VM's libtpu reads its own metadata).
   """
-  from vmsst.base import cli  # pylint: disable=g-import-not-at-top
-  if cli.has_accelerator():
+  from vmsst.base import console  # pylint: disable=g-import-not-at-top
+  if console.has_accelerator():
     return
   os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v4-8")
   os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
