@@ -10,6 +10,8 @@ from jax.sharding import PartitionSpec as P
 from vmsst.base import files
 from vmsst.mining import approximate
 from vmsst.mining import neighbors
+from vmsst.mining import exact_scores
+from vmsst.mining import twin_rows
 
 
 def _brute_force(queries: np.ndarray, keys: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -269,7 +271,7 @@ def _tied(seed: int) -> tuple[np.ndarray, np.ndarray]:
   """Queries and keys drawn with repeats from 120 vectors (exact ties in groups of up to
   about ten, as sentences cut at the same length share a vector), and 40 keys copied and
   moved by about one float32 ulp (near-ties a float32 product's rounding can reorder; a
-  vector gets a few such copies, fewer than neighbors.TIE_MARGIN)."""
+  vector gets a few such copies, fewer than exact_scores.TIE_MARGIN)."""
   rng = np.random.default_rng(seed)
   base = _random(120, 48, seed)
   keys = base[rng.integers(0, 120, 400)]
@@ -317,7 +319,7 @@ def test_ties_give_the_same_scores_and_rows_whatever_the_blocks_devices_and_shar
 def test_rescore_orders_by_float64_cosine_then_the_lower_row_and_drops_fillers():
   keys = np.array([[1, 0], [0, 1], [1, 0], [3, 1e-7], [1, 1]], np.float32)
   queries = np.array([[2, 0], [0, 0]], np.float32)  # a zero row scores 0 against every key
-  scores, rows = neighbors.rescore(queries, keys, np.array([[4, 2, -1, 3, 0], [3, 1, 0, -1, 2]]),
+  scores, rows = exact_scores.rescore(queries, keys, np.array([[4, 2, -1, 3, 0], [3, 1, 0, -1, 2]]),
                                    3)
   # Key 3's float32 cosine rounds to 1.0, tying keys 0 and 2; in float64 it is below them.
   np.testing.assert_array_equal(rows, [[0, 2, 3], [0, 1, 2]])
@@ -327,8 +329,8 @@ def test_rescore_orders_by_float64_cosine_then_the_lower_row_and_drops_fillers()
 
 
 def test_a_near_tie_just_past_the_kth_float32_place_is_still_a_candidate():
-  assert neighbors.candidates(4, 10**6) == 4 + neighbors.TIE_MARGIN
-  assert neighbors.candidates(4, 6) == 6  # never more than the keys
+  assert exact_scores.candidates(4, 10**6) == 4 + exact_scores.TIE_MARGIN
+  assert exact_scores.candidates(4, 6) == 6  # never more than the keys
 
 
 def _twin_rows_by_whole_rows(keys: np.ndarray, k: int):
@@ -363,7 +365,7 @@ def _planted_twins(seed: int) -> np.ndarray:
 @pytest.mark.parametrize("k", [1, 3])
 def test_twin_rows_equal_the_whole_row_sort_in_any_blocks(block, k):
   keys = _planted_twins(block + k)
-  got = neighbors._twin_rows(keys, k, block=block)
+  got = twin_rows._twin_rows(keys, k, block=block)
   want = _twin_rows_by_whole_rows(keys, k)
   np.testing.assert_array_equal(got, want)
   assert got[100].tolist() == [100] + [-1] * (k - 1)  # -0.0 is not 0.0's twin
@@ -375,7 +377,7 @@ def test_twin_rows_read_a_memory_map_in_blocks(tmp_path):
   files.save_npy(str(tmp_path / "keys.npy"), keys)
   mapped = files.load_npy(str(tmp_path / "keys.npy"), mmap=True)
   assert isinstance(mapped, np.memmap)
-  np.testing.assert_array_equal(neighbors._twin_rows(mapped, 4, block=64),
+  np.testing.assert_array_equal(twin_rows._twin_rows(mapped, 4, block=64),
                                 _twin_rows_by_whole_rows(keys, 4))
 
 
@@ -386,17 +388,17 @@ def test_a_hash_collision_never_joins_different_rows():
   for row_hash in (sign, one):
     for block in (16, 10_000):
       np.testing.assert_array_equal(
-          neighbors._twin_rows(keys, 3, block=block, row_hash=row_hash),
+          twin_rows._twin_rows(keys, 3, block=block, row_hash=row_hash),
           _twin_rows_by_whole_rows(keys, 3))
   distinct = _random(40, 6, 3)
-  assert neighbors._twin_rows(distinct, 2, row_hash=one) is None
-  assert neighbors._twin_rows(distinct, 2) is None
+  assert twin_rows._twin_rows(distinct, 2, row_hash=one) is None
+  assert twin_rows._twin_rows(distinct, 2) is None
 
 
 def test_no_twins_leave_the_candidates_as_they_are():
   keys = _random(30, 4, 2)
   found = np.array([[3, 1, -1], [0, 29, 5]])
-  assert neighbors.with_twins(found, keys, 2) is found
+  assert twin_rows.with_twins(found, keys, 2) is found
   keys[29] = keys[1]
-  np.testing.assert_array_equal(neighbors.with_twins(found, keys, 2),
+  np.testing.assert_array_equal(twin_rows.with_twins(found, keys, 2),
                                 [[-1, -1, -1, 1, 3, 29], [-1, -1, 0, 1, 5, 29]])

@@ -19,8 +19,8 @@ search time, the same recall); `pq` > 0 keeps `pq` bytes per key (IVF-PQ,
 RERANK * k candidates are re-scored by their exact cosines from the keys (a
 gather of rows per query from the memory map), of which the k best are
 kept: the margin sees true cosines of approximate neighbours. IVF-Flat's
-candidates (k + neighbors.TIE_MARGIN) are re-scored the same way, in float64
-as the exact search's (`neighbors.rescore`), so an approximate neighbour's
+candidates (k + exact_scores.TIE_MARGIN) are re-scored the same way, in float64
+as the exact search's (`exact_scores.rescore`), so an approximate neighbour's
 score and tie order do not depend on the index's blocks or shards either.
 
 Sharding: faiss runs each search on all CPU cores (OpenMP). The keys can
@@ -53,7 +53,7 @@ import tqdm
 from vmsst.base import console
 from vmsst.base import files
 from vmsst.encoding import similarity
-from vmsst.mining import neighbors
+from vmsst.mining import exact_scores
 
 TRAIN_PER_CELL = 64  # k-means sample per cell (faiss asks for 39 to 256)
 PQ_CENTROIDS = 256  # 8-bit product-quantizer codes: 2**8 centroids per sub-vector to train
@@ -223,11 +223,11 @@ def shard_knn(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions
 def merge_top_k(lists: Sequence[tuple[np.ndarray, np.ndarray]],
                 k: int) -> tuple[np.ndarray, np.ndarray]:
   """The k best of several (scores, global rows) lists per query: cosines descending, ties
-  by the lower row (`neighbors.best_k`: what one search over all keys returns, as long as
-  the lists hold float64 cosines of `neighbors.rescore`)."""
+  by the lower row (`exact_scores.best_k`: what one search over all keys returns, as long as
+  the lists hold float64 cosines of `exact_scores.rescore`)."""
   scores = np.concatenate([s for s, _ in lists], axis=1)
   indices = np.concatenate([i for _, i in lists], axis=1)
-  return neighbors.best_k(scores, indices, k)
+  return exact_scores.best_k(scores, indices, k)
 
 
 def sampled_recall(queries: np.ndarray, keys: np.ndarray, found: np.ndarray,
@@ -257,7 +257,7 @@ def sampled_recall(queries: np.ndarray, keys: np.ndarray, found: np.ndarray,
       columns = np.argpartition(-scores, k - 1, axis=1)[:, :k]
     else:
       columns = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
-    best_scores, best_rows = neighbors.best_k(
+    best_scores, best_rows = exact_scores.best_k(
         np.concatenate([best_scores, np.take_along_axis(scores, columns, axis=1)], axis=1),
         np.concatenate([best_rows, columns + start], axis=1), k)
   hits = [len(set(a) & set(b)) for a, b in zip(found[rows].tolist(), best_rows.tolist())]
@@ -309,9 +309,9 @@ def _search(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions,
   if index is None:
     index = build_index(keys, options, progress)
   # Codes rank coarsely: RERANK * k candidates; flat keys: k and a few near-ties. Either way
-  # their float64 cosines from `keys` rank them (`neighbors.rescore`).
+  # their float64 cosines from `keys` rank them (`exact_scores.rescore`).
   coded = bool(options.pq or options.sq8)
-  depth = min(RERANK * k, len(keys)) if coded else neighbors.candidates(k, len(keys))
+  depth = min(RERANK * k, len(keys)) if coded else exact_scores.candidates(k, len(keys))
   found = np.empty((len(queries), depth), np.int64)
   for start in tqdm.tqdm(range(0, len(queries), options.block),
                          desc=progress and f"{progress} search", disable=console.hide_progress(progress is None),
@@ -323,7 +323,7 @@ def _search(queries: np.ndarray, keys: np.ndarray, k: int, options: IvfOptions,
     else:  # cells assigned once, for every index sharing them
       _, found[rows] = index.search_preassigned(block, depth, assignments[1][rows],
                                                 assignments[0][rows])
-  scores, indices = neighbors.rescore(queries, keys, found, k)
+  scores, indices = exact_scores.rescore(queries, keys, found, k)
   short = (indices < 0).any(axis=1)  # with assignments, a key shard's: the merge fills them
   if short.any() and assignments is None:
     raise ValueError(f"query row {int(np.flatnonzero(short)[0])} found fewer than k={k} "

@@ -23,21 +23,10 @@ matrix once and reduces it along rows and columns (half the FLOPs of two
 normalize the keys once per search and keep them on the devices (one
 n_keys x d copy, as faiss's index).
 
-Every answer is re-scored in float64 (`rescore`). A float32 product rounds
-differently with the geometry of the search (a key shard's matmul against a
-key block's, one device slice against eight), so two searches over the same
-vectors disagreed in the last float32 bit, flipped near-ties and mined
-different pairs (docs/results/beam_mining/README.md). So the float32 search
-only proposes candidates: k + TIE_MARGIN keys (`candidates`: a key that
-float32 rounding pushed just past the k-th place is still there), each
-joined by the lowest rows holding the same vector (`with_twins`: identical
-vectors, common where sentences are cut at the same length, tie exactly
-and however many copies there are, the lower rows win). Each candidate is
-re-scored from the float32 vectors in float64 by one fixed computation per
-(query, key) and ordered by (cosine descending, key row ascending)
-(`best_k`): the same scores and order however the keys are blocked, split
-over devices or sharded over machines. `approximate.merge_top_k` merges
-shards' lists by the same rule.
+Every answer is re-scored in float64 (exact_scores.py; identical vectors
+joined first by twin_rows.py): the float32 search only proposes candidates,
+so the same scores and order come out however the keys are blocked, split
+over devices or sharded over machines.
 """
 
 import functools
@@ -53,12 +42,11 @@ from jax.sharding import PartitionSpec as P
 
 from vmsst.base import console
 from vmsst.encoding import similarity
+from vmsst.mining import exact_scores
+from vmsst.mining import twin_rows
 
 Backend = Literal["jax", "faiss"]
 _AXIS = "keys"
-TIE_MARGIN = 4  # float32 candidates past k, re-scored in float64 (`candidates`)
-RESCORE_BLOCK = 1024  # queries re-scored at a time: [1024, k', d] float64 gathered rows
-TWIN_BLOCK = 8192  # key rows hashed or compared at a time (`_twin_rows`): 32 MiB at d = 512
 
 
 def knn(queries: np.ndarray, keys: np.ndarray, k: int, *, query_block: int = 2048,
@@ -91,7 +79,7 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, *, query_block: int = 204
       unknown backend.
   """
   queries, keys = _check(queries, keys, k, query_block, key_block)
-  depth = candidates(k, len(keys))
+  depth = exact_scores.candidates(k, len(keys))
   if backend == "jax":
     devices = tuple(devices or jax.local_devices())
     _, found = _knn_jax(queries, keys, depth, query_block, key_block, devices, progress)
@@ -99,204 +87,7 @@ def knn(queries: np.ndarray, keys: np.ndarray, k: int, *, query_block: int = 204
     _, found = _knn_faiss(queries, keys, depth, query_block, progress)
   else:
     raise ValueError(f"knn backend must be 'jax' or 'faiss', got {backend!r}.")
-  return rescore(queries, keys, with_twins(found, keys, k), k)
-
-
-def candidates(k: int, num_keys: int) -> int:
-  """Keys the float32 search proposes per query for the float64 re-score to keep k of.
-
-  Float32 rounding moves a cosine by about 1e-7, so a key among the true k
-  best can rank below keys within 1e-7 of it; with TIE_MARGIN more
-  candidates it is lost only when more than TIE_MARGIN such near-equal keys
-  all outrank it in float32.
-  """
-  return min(num_keys, k + TIE_MARGIN)
-
-
-def rescore(queries: np.ndarray, keys: np.ndarray, found: np.ndarray,
-            k: int) -> tuple[np.ndarray, np.ndarray]:
-  """The k best of each query's candidate keys by float64 cosine, ties to the lower row.
-
-  Why float64 and this computation: every (query, key) cosine is the sum over
-  d of exact products of the rows normalized in float64, reduced along one
-  contiguous axis (numpy's fixed pairwise order), so it depends on the two
-  rows only, never on which other rows were searched with them; identical
-  vectors score identically and the lower row wins.
-
-  Args:
-    queries: float [n, d] rows as searched (need not be unit; memory-mapped is fine).
-    keys: float [m, d] rows (or anything indexable by a sorted int array, as
-      beam_pipeline.ShardedRows).
-    found: int [n, c] candidate key rows, c >= k; -1 marks no candidate (kept
-      last, as -1 with cosine -inf).
-    k: rows kept.
-
-  Returns:
-    (float64 [n, k] cosines descending, int64 [n, k] key rows).
-  """
-  found = np.asarray(found, np.int64)
-  scores = np.empty((len(found), k), np.float64)
-  rows = np.empty((len(found), k), np.int64)
-  for start in range(0, len(found), RESCORE_BLOCK):
-    part = found[start:start + RESCORE_BLOCK]
-    safe = np.where(part < 0, 0, part)
-    unique = np.unique(safe)  # sorted: a memory map is read in file order
-    gathered = _unit64(keys[unique])[np.searchsorted(unique, safe)]  # [q, c, d]
-    block = _unit64(queries[start:start + len(part)])
-    cosines = np.sum(block[:, None, :] * gathered, axis=-1)
-    cosines = np.where(part < 0, -np.inf, cosines)
-    scores[start:start + len(part)], rows[start:start + len(part)] = best_k(cosines, part, k)
-  return scores, rows
-
-
-def with_twins(found: np.ndarray, keys: np.ndarray, k: int) -> np.ndarray:
-  """Candidate rows [n, c'] holding, for each candidate, the first k rows of its vector.
-
-  Why: rows that hold the same vector (sentences cut at the same length, or
-  repeated) tie exactly, and the lower rows must win; but float32 products
-  of equal rows in different blocks or device slices can round apart, so a
-  float32 search may propose any k + TIE_MARGIN copies of a large group.
-  Every copy proposed brings its group's k lowest rows, so the re-score sees
-  them whatever the float32 order. Returns `found` unchanged when no two
-  keys are equal; otherwise sorted rows, each once, -1 filling.
-  """
-  twins = _twin_rows(keys, k)
-  if twins is None:
-    return found
-  found = np.asarray(found, np.int64)
-  rows = np.where(found[..., None] >= 0, twins[np.maximum(found, 0)], -1)
-  rows = np.sort(rows.reshape(len(found), -1), axis=1)
-  repeated = np.zeros(rows.shape, bool)
-  repeated[:, 1:] = rows[:, 1:] == rows[:, :-1]
-  return np.where(repeated, -1, rows)
-
-
-def _twin_rows(keys: np.ndarray, k: int, *, block: int = TWIN_BLOCK,
-               row_hash=None) -> np.ndarray | None:
-  """int64 [m, k]: each key's group of equal rows, its k lowest rows (-1 filling); None
-  when every row differs.
-
-  Why hashes: sorting whole rows bytewise (np.unique over the rows as bytes)
-  needs a contiguous copy of every key (a memory map of 10^6 x 512 float32
-  read whole into memory) and compares d-wide rows at every step. Here the
-  keys are read `block` rows at a time and each row reduced to a 64-bit hash
-  of its bytes (`_row_hashes`), so only m hashes are sorted. Equal rows hash
-  equal, so rows of different hashes differ; rows sharing a hash are
-  compared byte for byte (`_equal_rows`) and a collision never joins two
-  different vectors. `row_hash` (rows -> uint64 [r]) replaces the hash in tests.
-  """
-  row_hash = row_hash or _row_hashes
-  if not len(keys):
-    return None
-  hashes = np.concatenate([row_hash(keys[start:start + block])
-                           for start in range(0, len(keys), block)])
-  by_hash = np.argsort(hashes, kind="stable")  # equal hashes together, rows ascending
-  hashes = hashes[by_hash]
-  shared = np.zeros(len(keys), bool)
-  shared[1:] = hashes[1:] == hashes[:-1]
-  shared[:-1] |= shared[1:]
-  if not shared.any():
-    return None
-  rows, hashes = by_hash[shared], hashes[shared]  # rows whose hash another row shares
-  first = np.ones(len(rows), bool)
-  first[1:] = hashes[1:] != hashes[:-1]
-  root = _equal_rows(keys, rows, np.maximum.accumulate(np.where(first, np.arange(len(rows)), 0)),
-                     block)
-  return _lowest_of_groups(len(keys), rows, root, k)
-
-
-def _row_hashes(rows: np.ndarray) -> np.ndarray:
-  """uint64 [r]: a hash of each row's bytes, sum_j word_j * M_j modulo 2^64.
-
-  Why this one: a row's 4-byte words times fixed odd 64-bit multipliers,
-  summed with wrapping, cost one integer pass over the block and depend on
-  the bytes only (equal rows, equal hashes, -0.0 and 0.0 apart as np.unique
-  over bytes keeps them); collisions are merely rare, `_twin_rows` checks.
-  """
-  words = _words(rows)
-  return words.astype(np.uint64) @ _multipliers(words.shape[1])
-
-
-@functools.lru_cache(maxsize=8)
-def _multipliers(width: int) -> np.ndarray:
-  """uint64 [width]: fixed odd multipliers, one per word of a row (seeded: the same each run)."""
-  return np.random.default_rng(0x7717).integers(0, 2**64, width, np.uint64, endpoint=False) | 1
-
-
-def _equal_rows(keys: np.ndarray, rows: np.ndarray, head: np.ndarray,
-                block: int) -> np.ndarray:
-  """int64 [len(rows)]: for each of `rows`, the lowest of them holding the same bytes.
-
-  rows: key rows grouped by hash, ascending within a group; head: the position in
-  `rows` of each one's hash group's first (lowest) row. Each row is compared with
-  its group's lowest row, `block` rows at a time in file order (a memory map is
-  read in pieces); the few that differ (hash collisions) are grouped among
-  themselves by their bytes, as rows of another hash cannot equal them.
-  """
-  root = rows[head]
-  by_row = np.argsort(rows)
-  for start in range(0, len(rows), block):
-    part = by_row[start:start + block]
-    left, right = np.unique(rows[part]), np.unique(root[part])
-    # Compared as bytes, not floats: NaN rows are equal, 0.0 and -0.0 are not.
-    same = np.all(_words(keys[left])[np.searchsorted(left, rows[part])]
-                  == _words(keys[right])[np.searchsorted(right, root[part])], axis=1)
-    root[part[~same]] = -1
-  differ = np.flatnonzero(root < 0)
-  if len(differ):
-    order = np.argsort(rows[differ])
-    differ = differ[order]
-    whole = _words(keys[rows[differ]])
-    whole = whole.view(np.dtype((np.void, whole.itemsize * whole.shape[1])))[:, 0]
-    _, first, group = np.unique(whole, return_index=True, return_inverse=True)
-    root[differ] = rows[differ][first][group.reshape(-1)]
-  return root
-
-
-def _words(rows: np.ndarray) -> np.ndarray:
-  """[r, w]: each row's bytes as 4-byte words (uint32; uint8 when a row's bytes do not
-  divide by 4), for hashing and exact comparison."""
-  words = np.ascontiguousarray(rows).reshape(len(rows), -1).view(np.uint8)
-  return words.view(np.uint32) if words.shape[1] % 4 == 0 else words
-
-
-def _lowest_of_groups(num_keys: int, rows: np.ndarray, root: np.ndarray,
-                      k: int) -> np.ndarray | None:
-  """int64 [num_keys, k]: each key's group's k lowest rows (-1 filling); None if no group
-  has two rows. rows: the keys in groups of more than one possible row; root: each one's
-  group's lowest row (a row alone in its group is its own root)."""
-  order = np.lexsort((rows, root))
-  rows, root = rows[order], root[order]
-  first = np.ones(len(rows), bool)
-  first[1:] = root[1:] != root[:-1]
-  starts = np.flatnonzero(first)
-  sizes = np.diff(np.append(starts, len(rows)))
-  if sizes.max() == 1:
-    return None
-  lowest = np.full((num_keys, k), -1, np.int64)
-  lowest[:, 0] = np.arange(num_keys)
-  group = np.cumsum(first) - 1
-  for j in range(k):
-    has = sizes[group] > j
-    lowest[rows[has], j] = rows[starts[group[has]] + j]
-  return lowest
-
-
-def best_k(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-  """Each row's k best (score, key row) by score descending, then key row ascending.
-
-  The one order of every list here, whether one search made it or shards'
-  lists were merged (approximate.merge_top_k).
-  """
-  order = np.lexsort((rows, -scores), axis=1)[:, :k]
-  return np.take_along_axis(scores, order, axis=1), np.take_along_axis(rows, order, axis=1)
-
-
-def _unit64(rows) -> np.ndarray:
-  """float64 [r, d]: rows scaled to unit L2 norm (zero rows stay zero), row by row."""
-  rows = np.asarray(rows, np.float64)
-  norms = np.sqrt(np.sum(rows * rows, axis=-1, keepdims=True))
-  return rows / np.maximum(norms, 1e-12)
+  return exact_scores.rescore(queries, keys, twin_rows.with_twins(found, keys, k), k)
 
 
 def _check(queries, keys, k, query_block, key_block) -> tuple[np.ndarray, np.ndarray]:
@@ -519,11 +310,11 @@ def knn_both(source: np.ndarray, target: np.ndarray, k: int, *,
   """
   source, target = _check(source, target, k, query_block, key_block)
   _check(target, source, k, query_block, key_block)
-  forward, backward = _float32_both(source, target, min(candidates(k, len(target)),
-                                                        candidates(k, len(source))),
+  forward, backward = _float32_both(source, target, min(exact_scores.candidates(k, len(target)),
+                                                        exact_scores.candidates(k, len(source))),
                                     query_block, key_block, devices, progress)
-  return (*rescore(source, target, with_twins(forward, target, k), k),
-          *rescore(target, source, with_twins(backward, source, k), k))
+  return (*exact_scores.rescore(source, target, twin_rows.with_twins(forward, target, k), k),
+          *exact_scores.rescore(target, source, twin_rows.with_twins(backward, source, k), k))
 
 
 def _float32_both(source: np.ndarray, target: np.ndarray, k: int, query_block: int,

@@ -25,7 +25,7 @@ import numpy as np
 
 from vmsst.encoding import quantize
 from vmsst.encoding import similarity
-from vmsst.mining import neighbors
+from vmsst.mining import exact_scores
 
 QUERY_BLOCK = 4096  # queries re-ranked at a time: QUERY_BLOCK * candidates * d floats
 KEY_BLOCK = 65_536  # int8 keys decoded at a time
@@ -141,7 +141,7 @@ def rerank(queries: np.ndarray, keys: np.ndarray, candidates: np.ndarray,
   """The k candidates of highest float cosine: (float64 [n, k] descending, int64 [n, k]).
 
   candidates: int [n, c] key rows (-1, faiss' filler when fewer keys exist,
-  never kept). The exact search's re-score (`neighbors.rescore`), so equal
+  never kept). The exact search's re-score (`exact_scores.rescore`), so equal
   cosines keep the lower key index first and scores equal the exact search's.
   """
-  return neighbors.rescore(queries, keys, candidates, k)
+  return exact_scores.rescore(queries, keys, candidates, k)
