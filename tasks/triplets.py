@@ -303,7 +303,7 @@ def main(argv: Sequence[str]) -> None:
   cli.check_no_arguments(argv)
   if FLAGS.msmarco:
     path_checks.check_input_file("msmarco", FLAGS.msmarco, "the sentence-transformers "
-                         "msmarco-triplets.jsonl.gz")
+                                 "msmarco-triplets.jsonl.gz")
   path_checks.check_output_path("output", FLAGS.output, directory=True)
   try:
     splits = _build_splits()

@@ -180,7 +180,7 @@ def main(argv: Sequence[str]) -> None:
     path_checks.check_input_file(flag, FLAGS[flag].value, "a UTF-8 text file, one sentence per line")
     if FLAGS[f"{flag}_embeddings"].value:
       path_checks.check_input_file(f"{flag}_embeddings", FLAGS[f"{flag}_embeddings"].value,
-                           f"the float [lines, d] .npy of --{flag} (python -m vmsst.embed)")
+                                   f"the float [lines, d] .npy of --{flag} (python -m vmsst.embed)")
   path_checks.check_output_path("output", FLAGS.output)
   search = _search_options()
   embed_files.run_file_command(argv, lambda: file_mining.mine_files(

@@ -42,7 +42,7 @@ def check_flags() -> None:
       raise cli.UserError(f"--{flag}={path} has no model.json; give {what}.")
   if FLAGS.triplets:
     path_checks.check_input_file("triplets", FLAGS.triplets, "a TSV of anchor<TAB>positive<TAB>negative "
-                         "lines (python -m vmsst_tasks.triplets)")
+                                 "lines (python -m vmsst_tasks.triplets)")
   path_checks.check_output_path("output", FLAGS.output, directory=True)
 
 

@@ -68,7 +68,7 @@ def check() -> None:
       raise cli.UserError(f"--calibration calibrates the SavedModel's int8 signatures; drop it "
                           f"with --format={FLAGS.format}.")
     path_checks.check_input_file("calibration", FLAGS.calibration, "a calibration set, one sentence "
-                         "a line")
+                                 "a line")
   checkpoints = run_directory.checkpoints(model_dir)
   if step is not None:
     steps = sorted(int(n) for n in files.listdir(checkpoints) if n.isdigit())
