@@ -8,7 +8,7 @@ writes) is built from NTREX-128's real sentences: every paper language NTREX
 has, paired with English in two corpora (Europarl and OpenSubtitles, the
 document's lines split between them) and repeated to --repeat passes, so the
 mixture has ~150 tasks as the paper's does. The training input
-(tasks/input_pipeline.py: `vmsst_opus_paper`, Table 15's rates, files
+(tasks/pipeline/input_pipeline.py: `vmsst_opus_paper`, Table 15's rates, files
 read by tf.data, SentencePiece tokenization, the feature converter, batch)
 then runs in a fresh process pinned to 1 and to 2 cores (`taskset`); after a
 warm-up, pairs/s over --batches batches of --batch pairs. Next to it, the
@@ -98,7 +98,7 @@ def build_opus_dir(data_dir: str, output: pathlib.Path, repeat: int) -> int:
 
 def measure(args) -> None:
   """(subprocess, pinned) Prints {"pairs_per_second", "cores"} of the training input."""
-  from vmsst_tasks import input_pipeline  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.pipeline import input_pipeline  # pylint: disable=import-outside-toplevel
   from vmsst_tasks.registry import common  # pylint: disable=import-outside-toplevel
   from vmsst_tasks.registry import opus  # pylint: disable=import-outside-toplevel
   # Only the OPUS family: the paper mixture's tasks.

@@ -5,7 +5,7 @@ r"""Time to the first batch of a resumed run: a restored data position vs step 0
 
 The make-train stream (vmsst_ntrex_multi30k, batch 32, length 32): one
 process draws `--steps` batches and saves the stream position as training
-does at a checkpoint (tasks/input_pipeline.py); then fresh processes
+does at a checkpoint (tasks/pipeline/input_pipeline.py); then fresh processes
 each time `train_iterator(...)` to its first batch (imports and task
 registration excluded, the same in all three):
   step 0            a new run;
@@ -61,7 +61,7 @@ def _register(data_dir: str, vocab: str) -> None:
 
 
 def _iterator(start_step: int, positions: str | None):
-  from vmsst_tasks import input_pipeline  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.pipeline import input_pipeline  # pylint: disable=import-outside-toplevel
   return input_pipeline.train_iterator(MIXTURE, batch_size=BATCH, sequence_length=LENGTH,
                                        seed=SEED, start_step=start_step, positions=positions)
 
@@ -79,7 +79,7 @@ def first_batch(args) -> None:
 
 def save_at(args) -> None:
   """(subprocess) Draws --steps batches, saves the position; prints the next batch's tokens."""
-  from vmsst_tasks import input_pipeline  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.pipeline import input_pipeline  # pylint: disable=import-outside-toplevel
   _register(args.data_dir, args.vocab)
   batches = _iterator(0, None)
   started = time.perf_counter()

@@ -14,7 +14,7 @@ The variable holds `registry.register_tasks`' keyword arguments as JSON (the
 one-call form over the task families: opus_dir selects the OPUS family, ...);
 each worker needs it too (Dataflow: set it in the worker image). Training
 then reads the cache with `train_iterator.use_cached = True` and
-`train_iterator.cache_dirs = ['CACHE']` (tasks/input_pipeline.py).
+`train_iterator.cache_dirs = ['CACHE']` (tasks/pipeline/input_pipeline.py).
 """
 
 import json

@@ -73,8 +73,8 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from vmsst_tasks import preprocessors
-from vmsst_tasks import seqio_sources
+from vmsst_tasks.registry import preprocessors
+from vmsst_tasks.registry import seqio_sources
 from vmsst_tasks import sources
 from vmsst.base import files
 from vmsst.base import sts_files

@@ -8,7 +8,7 @@ Run where seqio and TensorFlow are installed. It parses the run file as
 `python -m vmsst.train` does, registers its tasks (teacher stage first) and
 writes the first N examples (default: the run's train_steps × batch_size) of
 the very stream `train` would read through seqio for the run's seed, as the
-shards that vmsst_tasks.pretokenized reads with numpy alone (its docstring
+shards that vmsst_tasks.pipeline.pretokenized reads with numpy alone (its docstring
 has the format and why). The writer lives here, beside the loop, because it
 needs the loop's gin names; the data layer keeps only the reader.
 """
@@ -22,7 +22,7 @@ from vmsst.base import cli
 from vmsst.base import console
 from vmsst.base import files
 from vmsst.base import run_directory
-from vmsst_tasks import pretokenized
+from vmsst_tasks.pipeline import pretokenized
 
 
 def write_stream(mixture_name: str, output: str, *, examples: int, sequence_length: int,
@@ -34,7 +34,7 @@ def write_stream(mixture_name: str, output: str, *, examples: int, sequence_leng
   mixture must be registered. Returns stream.json's content.
   """
   import seqio  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import input_pipeline  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.pipeline import input_pipeline  # pylint: disable=import-outside-toplevel
   from vmsst_tasks.registry import data_counts  # pylint: disable=import-outside-toplevel
   chunk = min(examples, 4096)
   batches = input_pipeline.train_iterator(

@@ -45,7 +45,7 @@ the names they register:
 common.py holds what they share (features, the Tatoeba test sentences no task
 trains on, the pair task and mixture registration); data_counts.py the
 read/kept/skipped report and the empty-input check `train` runs on its
-mixture. Examples of every task, after preprocessing (tasks/preprocessors.py):
+mixture. Examples of every task, after preprocessing (tasks/registry/preprocessors.py):
   tokens_a, tokens_b  int32 [<=L]  SentencePiece ids ending in EOS
   lang_a, lang_b      int32 []     language id (index in vmsst.base.languages.LANGUAGES)
   teacher             float32 [T]  (vmsst_distill_* only) teacher embedding of side a

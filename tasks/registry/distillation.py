@@ -15,8 +15,8 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from vmsst_tasks import preprocessors
-from vmsst_tasks import seqio_sources
+from vmsst_tasks.registry import preprocessors
+from vmsst_tasks.registry import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks.registry import common
 from vmsst.base import files

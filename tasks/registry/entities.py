@@ -10,8 +10,8 @@ from vmsst.base.gin_utils import gin
 import seqio
 import tensorflow as tf
 
-from vmsst_tasks import preprocessors
-from vmsst_tasks import seqio_sources
+from vmsst_tasks.registry import preprocessors
+from vmsst_tasks.registry import seqio_sources
 from vmsst_tasks.registry import common
 
 ENTITY_TASK = "vmsst_wiki_entities"

@@ -17,8 +17,8 @@ import seqio
 import tensorflow as tf
 
 from vmsst_tasks import negatives_files as hard_negatives_lib
-from vmsst_tasks import preprocessors
-from vmsst_tasks import seqio_sources
+from vmsst_tasks.registry import preprocessors
+from vmsst_tasks.registry import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks import triplets
 from vmsst_tasks.registry import common

@@ -15,7 +15,7 @@ import seqio
 
 from vmsst_tasks import opus_paper
 from vmsst_tasks import opus_sources
-from vmsst_tasks import seqio_sources
+from vmsst_tasks.registry import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks.registry import common
 from vmsst.base import cli

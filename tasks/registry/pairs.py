@@ -6,7 +6,7 @@ and the distillation family read the same files).
 
 import seqio
 
-from vmsst_tasks import seqio_sources
+from vmsst_tasks.registry import seqio_sources
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import data_counts
 from vmsst.base import cli

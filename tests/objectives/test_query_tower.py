@@ -25,7 +25,7 @@ from vmsst.training import trainer as trainer_lib
 from vmsst.encoding import protocol
 from vmsst.evaluation import in_training
 from vmsst.evaluation import preservation
-from vmsst_tasks.feature_converters import PairFeatureConverter
+from vmsst_tasks.registry.feature_converters import PairFeatureConverter
 from vmsst.objectives import QueryTower
 from vmsst.objectives import query_tower
 

@@ -20,7 +20,7 @@ from vmsst_tasks import cache_registration
 from vmsst_tasks import registry
 from vmsst_tasks.registry import data_counts
 from vmsst_tasks.registry import opus
-from vmsst_tasks import input_pipeline
+from vmsst_tasks.pipeline import input_pipeline
 
 pytestmark = pytest.mark.slow  # a Beam pipeline in a subprocess (~40 s)
 

@@ -10,13 +10,13 @@ import pytest
 import seqio
 import tensorflow as tf
 
-from vmsst_tasks import preprocessors
+from vmsst_tasks.registry import preprocessors
 from vmsst_tasks import registry
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import distillation
 from vmsst_tasks import sources
 from vmsst.teachers import cache as tc
-from vmsst_tasks.feature_converters import PairFeatureConverter
+from vmsst_tasks.registry.feature_converters import PairFeatureConverter
 
 
 def test_source_sided_turns_the_source_to_side_a_and_limits_sources():

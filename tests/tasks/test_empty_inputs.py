@@ -17,7 +17,7 @@ from vmsst_tasks.registry import common
 from vmsst_tasks.registry import data_counts
 from vmsst_tasks.registry import entities
 from vmsst_tasks.registry import opus
-from vmsst_tasks import seqio_sources
+from vmsst_tasks.registry import seqio_sources
 from vmsst_tasks import sources
 from vmsst_tasks import wiki_entities as we
 from vmsst.base import cli

@@ -1,10 +1,10 @@
-"""Exact-array tests of tasks/feature_converters.py on a hand-made task dataset."""
+"""Exact-array tests of tasks/registry/feature_converters.py on a hand-made task dataset."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from vmsst_tasks.feature_converters import PairFeatureConverter
+from vmsst_tasks.registry.feature_converters import PairFeatureConverter
 
 LENGTHS = {"tokens_a": 4, "tokens_b": 4}
 

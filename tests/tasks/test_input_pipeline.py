@@ -1,4 +1,4 @@
-"""tasks/input_pipeline.py: a saved stream position resumes at the same data, any host count.
+"""tasks/pipeline/input_pipeline.py: a saved stream position resumes at the same data, any host count.
 
 Real pipelines (the registry's tasks over the first lines of NTREX-128 and
 Multi30k) in one process; hosts are given by process_index/process_count,
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from vmsst_tasks import registry
-from vmsst_tasks import input_pipeline
+from vmsst_tasks.pipeline import input_pipeline
 
 BATCH, LENGTH, SEED = 8, 16, 5
 MIXTURE = "vmsst_ntrex_multi30k"

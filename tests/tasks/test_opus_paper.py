@@ -16,10 +16,10 @@ from vmsst_tasks import opus_download
 from vmsst_tasks import opus_paper
 from vmsst_tasks import registry
 from vmsst_tasks.registry import opus
-from vmsst_tasks import seqio_sources
+from vmsst_tasks.registry import seqio_sources
 from vmsst.base import languages as vmsst_languages
 from vmsst.base import sentencepiece_vocabulary
-from vmsst_tasks.feature_converters import PairFeatureConverter
+from vmsst_tasks.registry.feature_converters import PairFeatureConverter
 from vmsst.base import text_files
 
 

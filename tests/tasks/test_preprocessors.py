@@ -1,11 +1,11 @@
-"""Data-in/data-out tests of tasks/preprocessors.py with the tiny real vocabulary."""
+"""Data-in/data-out tests of tasks/registry/preprocessors.py with the tiny real vocabulary."""
 
 import numpy as np
 import pytest
 import seqio
 import tensorflow as tf
 
-from vmsst_tasks import preprocessors
+from vmsst_tasks.registry import preprocessors
 from vmsst_tasks.registry import common
 from vmsst.base import languages
 from vmsst.base import sentencepiece_vocabulary

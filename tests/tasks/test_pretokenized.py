@@ -1,4 +1,4 @@
-"""tasks/pretokenized.py reads back the seqio path's batches, batch by batch.
+"""tasks/pipeline/pretokenized.py reads back the seqio path's batches, batch by batch.
 
 Real pipelines (the registry's tasks over the first lines of NTREX-128 and
 Multi30k) written by vmsst/pretokenize.py's `write_stream` (and its
@@ -15,8 +15,8 @@ import pytest
 from vmsst.base import cli
 from vmsst import pretokenize
 from vmsst.base import run_directory
-from vmsst_tasks import input_pipeline
-from vmsst_tasks import pretokenized
+from vmsst_tasks.pipeline import input_pipeline
+from vmsst_tasks.pipeline import pretokenized
 from vmsst_tasks import registry
 
 LENGTH, SEED = 16, 5

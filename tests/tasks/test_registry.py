@@ -17,7 +17,7 @@ from vmsst.training import configurables
 from vmsst.base.gin_utils import gin
 from vmsst.base import languages
 from vmsst.base import sentencepiece_vocabulary
-from vmsst_tasks.feature_converters import PairFeatureConverter
+from vmsst_tasks.registry.feature_converters import PairFeatureConverter
 
 configurables.register()  # what the run files name (imports TensorFlow: at collection)
 

@@ -1,4 +1,4 @@
-"""Tests of tasks/seqio_sources.py: corpora of a language pair are mixed as sampled."""
+"""Tests of tasks/registry/seqio_sources.py: corpora of a language pair are mixed as sampled."""
 
 import collections
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from vmsst_tasks import opus_sources
-from vmsst_tasks import seqio_sources
+from vmsst_tasks.registry import seqio_sources
 
 # Three French corpora of one pair, lines 6:3:1 (the issue: read one after the
 # other, the first 20k examples were all one corpus).

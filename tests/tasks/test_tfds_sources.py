@@ -25,7 +25,7 @@ from vmsst_tasks import tfds_sources
 from vmsst.base import cli
 from vmsst.base import languages
 from vmsst.base import text_files
-from vmsst_tasks.feature_converters import PairFeatureConverter
+from vmsst_tasks.registry.feature_converters import PairFeatureConverter
 
 NUM_TRAIN, NUM_VALIDATION = 300, 40
 

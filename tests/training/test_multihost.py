@@ -31,7 +31,7 @@ import seqio
 
 import vmsst_testing
 from vmsst_tasks import registry
-from vmsst_tasks.input_pipeline import train_iterator
+from vmsst_tasks.pipeline.input_pipeline import train_iterator
 from vmsst.training import distributed
 from vmsst.encoding import restore
 

@@ -153,7 +153,7 @@ class _Chatter:
     ModuleNotFoundError for the variants it tries first);
   - seqio's "uncached FunctionDataset ... overfitting" warning: our sources
     are deterministic for a seed and a resumed run restores the stream's
-    saved position (tasks/input_pipeline.py), or skips to its step,
+    saved position (tasks/pipeline/input_pipeline.py), or skips to its step,
     so a restart neither reshuffles nor repeats data, which is what that
     warning is about.
   """

@@ -15,7 +15,7 @@ written as a literal elsewhere in vmsst/ and vmsst_tasks):
   spm.model            the vocabulary the run read, copied (the directory alone restores)
   data_counts.json     read / kept / skipped per task (vmsst_tasks.registry.data_counts)
   data_position/       the input stream's position at each checkpoint
-                       (vmsst_tasks.input_pipeline.save_position)
+                       (vmsst_tasks.pipeline.input_pipeline.save_position)
   tensorboard/         the logged scalars (training/scalar_writer.py writes,
                        evaluation/logged_curves.py reads)
   progress.json        the furthest step any run reached (training/goodput.py)

@@ -4,7 +4,7 @@ An objective (vmsst/objectives/*.py) subclasses `EmbeddingModel` and defines
 `loss_fn` plus which network paths its parameters need (`init_paths`). It owns
 no optimizer, vocabulary or loop: the trainer wires it to jit and sharding.
 
-Batch contract (produced by vmsst_tasks.feature_converters.PairFeatureConverter):
+Batch contract (produced by vmsst_tasks.registry.feature_converters.PairFeatureConverter):
   tokens_a, tokens_b  int32 [B, L]  sentence ids ending in EOS, 0-padded
   mask_a, mask_b      int32 [B, L]  1 on real tokens
   lang_a, lang_b      int32 [B]     language id (index in vmsst.base.languages.LANGUAGES)

@@ -46,7 +46,7 @@ def make_mesh(data_parallelism: int = -1, model_parallelism: int = 1,
     devices: defaults to every process's devices, ordered by process: the
       data axis then runs over process 0's devices, then process 1's, ..., so
       host h's local batch rows are the h-th block of the global batch (see
-      vmsst_tasks.input_pipeline.train_iterator).
+      vmsst_tasks.pipeline.input_pipeline.train_iterator).
     devices_per_process: only the first N devices of each process (-1: all). Why: a
       small run on a host that simulates many CPU devices (XLA_FLAGS'
       --xla_force_host_platform_device_count, as the tests set) compiles and steps

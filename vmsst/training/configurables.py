@@ -47,7 +47,7 @@ def register() -> None:
   from vmsst.training import parameter_groups
   from vmsst.training import slices
   from vmsst_tasks import heldout
-  from vmsst_tasks import input_pipeline
+  from vmsst_tasks.pipeline import input_pipeline
   from vmsst_tasks import sources
   if input_pipeline.seqio_available():
     _register_task_families()

@@ -8,7 +8,7 @@ importing this module registers it).
 
 The command around it is `python -m vmsst.train` (vmsst/train.py:
 flags in flags.py, joining a multi-host job in distributed.py, gin parsing
-in vmsst/base/gin_utils.py); the host data iterator is vmsst_tasks.input_pipeline.
+in vmsst/base/gin_utils.py); the host data iterator is vmsst_tasks.pipeline.input_pipeline.
 """
 
 from vmsst.base import cli
@@ -48,8 +48,8 @@ from vmsst.training import preflight
 from vmsst.training import scalar_writer
 from vmsst.base import run_directory
 from vmsst.base import sentencepiece_vocabulary
-from vmsst_tasks import input_pipeline
-from vmsst_tasks.input_pipeline import save_position, train_iterator
+from vmsst_tasks.pipeline import input_pipeline
+from vmsst_tasks.pipeline.input_pipeline import save_position, train_iterator
 
 
 def check_vocabulary(mixture_name: str, model: models.EmbeddingModel,

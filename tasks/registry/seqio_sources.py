@@ -214,7 +214,7 @@ def in_memory_dataset(columns: Mapping[str, np.ndarray], *, shuffle: bool,
 
   A global shuffle (a seeded permutation, a new one each epoch), not a
   shuffle buffer the size of the split: a saved iterator then holds an
-  index, not the split (tasks/input_pipeline.py saves it with every
+  index, not the split (tasks/pipeline/input_pipeline.py saves it with every
   checkpoint: 1.6 kB instead of 260 MB for NTREX-128 + Multi30k).
   """
   ds = tf.data.Dataset.from_tensor_slices(dict(columns))

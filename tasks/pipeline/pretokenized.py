@@ -9,7 +9,7 @@ input_pipeline.train_iterator(pretokenized=DIR). The writer,
 vmsst/pretokenize.py (needs seqio and TensorFlow, and the train
 loop's gin names, so it lives on the model side), runs the run file's
 registration and takes the first N examples of the very stream `train`
-would read through seqio (tasks/input_pipeline.py: the mixture shuffled by
+would read through seqio (tasks/pipeline/input_pipeline.py: the mixture shuffled by
 the run's seed, its rates, preprocessors and PairFeatureConverter features,
 the global stream of host_data="slice"); the reader (`open_stream`,
 `StreamBatches`) cuts that stream into batches again. One host's batches are

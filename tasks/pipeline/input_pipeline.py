@@ -33,7 +33,7 @@ way, by skipping `N` batches, with a log line saying so.
 
 Where seqio and TensorFlow are absent (an accelerator image), the same
 stream is read from files written ahead by `python -m vmsst.pretokenize`
-(`train.pretokenized = DIR`, vmsst_tasks/pretokenized.py): the same batches
+(`train.pretokenized = DIR`, vmsst_tasks/pipeline/pretokenized.py): the same batches
 for the seed, its position (one integer) saved by the same `save_position`.
 """
 
@@ -46,7 +46,7 @@ from absl import logging
 
 from vmsst.base import files
 from vmsst.base.gin_utils import gin
-from vmsst_tasks import pretokenized as pretokenized_lib
+from vmsst_tasks.pipeline import pretokenized as pretokenized_lib
 
 # seqio and TensorFlow are imported where the seqio path runs: the
 # pre-tokenized path (`train_iterator(pretokenized=DIR)`) needs neither, on an
@@ -184,7 +184,7 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
       directories, replacing an earlier run's).
     pretokenized: a directory written by `python -m vmsst.pretokenize`
       (train.pretokenized): the same stream read from files, without seqio or
-      TensorFlow (vmsst_tasks/pretokenized.py); `host_data`, `use_cached` and
+      TensorFlow (vmsst_tasks/pipeline/pretokenized.py); `host_data`, `use_cached` and
       `cache_dirs` are then the writer's business: every host takes its rows
       of the global batch, as with "slice".
   Returns:
@@ -204,7 +204,7 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
         seed=seed, start_step=start_step, process_index=index, process_count=count,
         positions=positions)
   import seqio  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks.feature_converters import PairFeatureConverter  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.registry.feature_converters import PairFeatureConverter  # pylint: disable=import-outside-toplevel
   description = {"mixture": mixture_name, "batch_size": batch_size,
                  "sequence_length": sequence_length, "seed": seed, "host_data": host_data,
                  "use_cached": use_cached, "process_index": index, "process_count": count}
