@@ -214,10 +214,10 @@ def tiny_vocabulary(data_dir: str, directory: str) -> str:
   16 lines of every NTREX-128 language and 500 of each Multi30k one. Returns its path."""
   import pathlib  # pylint: disable=import-outside-toplevel
   from vmsst.base import text_files  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import sources, vocabulary_training  # pylint: disable=import-outside-toplevel
-  sentences = [line for path in sources.ntrex_files(data_dir).values()
+  from vmsst_tasks.sources import pair_readers, vocabulary_training  # pylint: disable=import-outside-toplevel
+  sentences = [line for path in pair_readers.ntrex_files(data_dir).values()
                for line in text_files.read_lines(path)[:16]]
-  for short in sources.MULTI30K_LANGUAGES:
+  for short in pair_readers.MULTI30K_LANGUAGES:
     sentences += text_files.read_lines(pathlib.Path(data_dir, "multi30k",
                                                     f"train.{short}.gz"))[:500]
   return vocabulary_training.train_vocabulary(sentences, os.path.join(directory, "spm"), 2000,

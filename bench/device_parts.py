@@ -586,7 +586,7 @@ def prepare(data: str, data_dir: str, *, examples: int = STREAM_EXAMPLES) -> Non
   """DATA for the comparison: vocabulary, NTREX-128 + Multi30k stream, held-out sets (seqio)."""
   import subprocess  # pylint: disable=import-outside-toplevel
   from vmsst.base import files  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import heldout  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import heldout  # pylint: disable=import-outside-toplevel
   from vmsst import pretokenize  # pylint: disable=import-outside-toplevel
   spm = files.join(data, "vocab", "spm")
   if not files.exists(spm + ".model"):

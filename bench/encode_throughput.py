@@ -82,8 +82,8 @@ def _define_flags() -> None:
 
 def sentences(count: int) -> list[str]:
   """`count` distinct real sentences, round-robin over the NTREX languages."""
-  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
-  files = sorted(sources.ntrex_files(DATA).items())
+  from vmsst_tasks.sources import pair_readers  # pylint: disable=import-outside-toplevel
+  files = sorted(pair_readers.ntrex_files(DATA).items())
   columns = [text_files.read_lines(path) for _, path in files]
   picked, seen = [], set()
   for line in range(max(len(c) for c in columns)):
@@ -98,7 +98,7 @@ def sentences(count: int) -> list[str]:
 
 def vocabulary(directory: str, vocab_size: int) -> str:
   """A SentencePiece model of `vocab_size` pieces from NTREX (about 10 s at 8,000)."""
-  from vmsst_tasks import vocabulary_training  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import vocabulary_training  # pylint: disable=import-outside-toplevel
   count = 5 * vocab_size  # 8,000 pieces: 40,000 sentences; 2,000 (--quick): 10,000
   return vocabulary_training.train_vocabulary(sentences(count), os.path.join(directory, "spm"),
                                               vocab_size,

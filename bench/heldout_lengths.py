@@ -4,7 +4,7 @@ The CPU recipe search (docs/cpu_recipe.md) found NTREX news sentences far
 longer than the runs' 32 pieces: the encoder then sees a different share of
 the English sentence and of its translation (a Hindi line needs ~1.8x the
 pieces of its English source), so retrieval compares different spans. This
-prints, per held-out set (tasks/heldout.py, the training loop's evaluation),
+prints, per held-out set (tasks/sources/heldout.py, the training loop's evaluation),
 the median pieces of each side and the share of sentences longer than each
 `--lengths` value (the model's input holds length - 1 pieces plus EOS).
 
@@ -19,7 +19,7 @@ from absl import app, flags
 import numpy as np
 import sentencepiece as spm
 
-from vmsst_tasks import heldout
+from vmsst_tasks.sources import heldout
 
 FLAGS = flags.FLAGS
 

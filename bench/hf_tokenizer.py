@@ -36,11 +36,11 @@ def _define_flags() -> None:
 def test_vocabulary(data_dir: pathlib.Path, folder: str) -> str:
   """The 2,000-piece vocabulary tests/conftest.py trains (same lines, same settings)."""
   from vmsst.base import text_files  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import sources, vocabulary_training  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import pair_readers, vocabulary_training  # pylint: disable=import-outside-toplevel
   sentences = []
-  for path in sources.ntrex_files(data_dir).values():
+  for path in pair_readers.ntrex_files(data_dir).values():
     sentences += text_files.read_lines(path)[:16]
-  for short in sources.MULTI30K_LANGUAGES:
+  for short in pair_readers.MULTI30K_LANGUAGES:
     sentences += text_files.read_lines(data_dir / "multi30k" / f"train.{short}.gz")[:500]
   return vocabulary_training.train_vocabulary(sentences, os.path.join(folder, "spm"), 2000,
                                               character_coverage=0.995)
@@ -75,13 +75,13 @@ def main(argv) -> None:
   from tokenizers import normalizers
   from vmsst.export_formats import huggingface as hf_export
   from vmsst.base import sentencepiece_vocabulary, text_files
-  from vmsst_tasks import sources
+  from vmsst_tasks.sources import pair_readers
   from transformers import AutoTokenizer
   data_dir = pathlib.Path(FLAGS.data_dir)
   with tempfile.TemporaryDirectory() as work:
     spm_path = FLAGS.spm_model or test_vocabulary(data_dir, work)
     vocab = sentencepiece_vocabulary.get_vocabulary(spm_path)
-    sentences = [line for path in sources.ntrex_files(data_dir).values()
+    sentences = [line for path in pair_readers.ntrex_files(data_dir).values()
                  for line in text_files.read_lines(path)]
     reference = [list(vocab.encode(s)) + [vocab.eos_id] for s in sentences]
     hf_export.write_tokenizer(work, vocab.sp_model, 1 << 20)

@@ -4,7 +4,7 @@ For each objective, trains its CPU run file (gin/runs/<objective>_cpu.gin) and
 the same with nested sizes (gin/runs/<objective>_cpu_matryoshka.gin), same
 steps, batch and seed, then embeds the held-out retrieval sets (NTREX
 validation and Multi30k test 2016, as the in-training evaluation,
-tasks/heldout.py) and scores retrieval (×100, mean of both directions, mean
+tasks/sources/heldout.py) and scores retrieval (×100, mean of both directions, mean
 over the sets) with every embedding cut to each size by
 `Encoder.encode(..., truncate_dim=k)`. Writes OUTPUT/results.json and
 OUTPUT/README.md (the table, the budget and this command).
@@ -62,7 +62,7 @@ def retrieval(model_dir: str, sizes: list[int]) -> dict[int, dict[str, float]]:
   import numpy as np  # pylint: disable=import-outside-toplevel
   from vmsst.encoding.api import Encoder  # pylint: disable=import-outside-toplevel
   from vmsst.evaluation import tatoeba  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import heldout  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import heldout  # pylint: disable=import-outside-toplevel
   encoder = Encoder.from_checkpoint(model_dir)
   sets = heldout.retrieval_sets(FLAGS.data_dir, max_pairs=FLAGS.max_pairs)
   results = {}
@@ -81,7 +81,7 @@ def render(results: dict, sizes: list[int], seconds: dict, command: str) -> str:
   """README.md: one table per objective (size × plain / nested), the budget, the command."""
   lines = ["# Nested (Matryoshka) dimensions: held-out retrieval at each size", "",
            "Held-out retrieval accuracy ×100 (mean of both directions, mean over NTREX "
-           "validation and Multi30k test 2016 sets, tasks/heldout.py, "
+           "validation and Multi30k test 2016 sets, tasks/sources/heldout.py, "
            f"{FLAGS.max_pairs} pairs each) of each run's embedding cut to its first k "
            "dimensions (`Encoder.encode(..., truncate_dim=k)`). *plain*: the objective's "
            "CPU run file; *nested*: the same with `NestedDims.sizes = "

@@ -101,14 +101,14 @@ def measure_here(data_dir: str) -> dict:
   from vmsst import text_files  # pylint: disable=import-outside-toplevel
   from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
   from vmsst.training import loop  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import vocabulary_training  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import pair_readers  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import vocabulary_training  # pylint: disable=import-outside-toplevel
   import vmsst_testing  # pylint: disable=import-outside-toplevel
   work = pathlib.Path(tempfile.mkdtemp(prefix="model_dir_walk_"))
   data = pathlib.Path(data_dir)
-  sentences = [line for path in sources.ntrex_files(data).values()
+  sentences = [line for path in pair_readers.ntrex_files(data).values()
                for line in text_files.read_lines(path)[:16]]
-  for short in sources.MULTI30K_LANGUAGES:
+  for short in pair_readers.MULTI30K_LANGUAGES:
     sentences += text_files.read_lines(data / "multi30k" / f"train.{short}.gz")[:500]
   vocab = vocabulary_training.train_vocabulary(sentences, str(work / "spm"), 2000,
                                                character_coverage=0.995)

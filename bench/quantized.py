@@ -42,7 +42,7 @@ from vmsst.encoding import quantize
 from vmsst.encoding import similarity
 from vmsst.evaluation import tatoeba
 from vmsst.mining import quantized
-from vmsst_tasks import heldout
+from vmsst_tasks.sources import heldout
 from bench import common
 
 FLAGS = flags.FLAGS
@@ -206,7 +206,7 @@ def main(argv):
                   for code in FLAGS.languages}
   mean = lambda key, p, table=per_language: float(np.mean(
       [r[p].get(key, r[p]["codes_only"]) for r in table.values()]))
-  # The training run's own held-out sets (tasks/heldout.py), where the model is furthest
+  # The training run's own held-out sets (tasks/sources/heldout.py), where the model is furthest
   # above chance: the figures its TensorBoard reports, at each precision.
   per_set = {name: retrieval(encoder, calibration, *pair)
              for name, pair in heldout.retrieval_sets(str(data_dir)).items()}

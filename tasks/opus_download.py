@@ -4,7 +4,7 @@ r"""Downloads the paper's OPUS corpora (Moses format).
         [--corpora=Europarl,Tatoeba@v2022-03-03,...|all] [--pivots=en,es]
         [--dry_run] [--keep_zips] [--opus_db=PATH]
 
-For every (pivot, xx) pair of the paper's languages (tasks/opus_paper.py) and
+For every (pivot, xx) pair of the paper's languages (tasks/sources/opus_paper.py) and
 every paper corpus, this looks the Moses zip up in the OPUS catalog that ships
 with opustools (so planning and `--dry_run` never touch the network), fetches
 it with `opustools.OpusGet`, and extracts its two text files into `out_dir` as
@@ -24,7 +24,7 @@ Zips go to `out_dir/zips/` and are deleted after extraction unless
 Most (pivot, xx, corpus) combinations do not exist in OPUS (Europarl has only
 EU languages, UN only the six UN languages); those are listed as "missing from
 OPUS", not attempted. Languages with several OPUS spellings (zh: zh, zh_cn,
-cmn) are fetched under each (tasks/opus_paper.py, OPUS_CODE_ALIASES).
+cmn) are fetched under each (tasks/sources/opus_paper.py, OPUS_CODE_ALIASES).
 """
 
 from vmsst.base import cli  # pylint: disable=g-bad-import-order
@@ -49,8 +49,8 @@ from typing import Any, Mapping, Sequence, TextIO
 from absl import flags
 import opustools
 
-from vmsst_tasks import opus_paper
-from vmsst_tasks import opus_sources
+from vmsst_tasks.sources import opus_paper
+from vmsst_tasks.sources import opus_readers
 
 from vmsst.base import files
 
@@ -219,7 +219,7 @@ def _extract_partials(zip_path: pathlib.Path, job: Job, partials: Sequence[pathl
   except zipfile.BadZipFile as e:  # Also raised on a CRC mismatch while reading.
     raise ValueError(f"{zip_path} is not a valid zip archive (corrupt or partial download: {e}); "
                      "delete it and run again.") from None
-  lines = [opus_sources.count_lines(p) for p in partials]
+  lines = [opus_readers.count_lines(p) for p in partials]
   if lines[0] != lines[1]:
     raise ValueError(f"{zip_path}: {members[job.pivot]} has {lines[0]} lines but "
                      f"{members[job.code]} has {lines[1]}; the pair is not aligned.")
@@ -348,7 +348,7 @@ def _adopt(out_dir: pathlib.Path, manifest: dict[str, Any], job: Job, url: str) 
   paths = [out_dir / name for name in job.files]
   if not all(p.is_file() for p in paths):
     return False
-  lines = [opus_sources.count_lines(p) for p in paths]
+  lines = [opus_readers.count_lines(p) for p in paths]
   if lines[0] != lines[1]:
     return False
   record(manifest, job, {p.name: {"bytes": p.stat().st_size, "lines": lines[0]} for p in paths}, url)

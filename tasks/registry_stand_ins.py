@@ -24,7 +24,7 @@ NAMES = {
     "triplet_tasks": "vmsst_tasks.registry.triplets",
     "hard_negative_tasks": "vmsst_tasks.registry.hard_negatives",
     "tfds_tasks": "vmsst_tasks.registry.tfds",
-    "TfdsTranslation": "vmsst_tasks.tfds_sources",
+    "TfdsTranslation": "vmsst_tasks.sources.tfds_readers",
 }
 
 

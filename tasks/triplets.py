@@ -75,7 +75,7 @@ import tensorflow as tf
 
 from vmsst_tasks.registry import preprocessors
 from vmsst_tasks.registry import seqio_sources
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst.base import files
 from vmsst.base import sts_files
 from vmsst.base import tallies
@@ -167,12 +167,12 @@ class TripletSource(seqio.FunctionDataSource):
   """Triplets in memory per split: {"text_a", "text_b", "text_negative", "lang_a", "lang_b"}.
 
   Attributes:
-    counts: split -> sources.PairCounts (read = kept + skipped), which
+    counts: split -> pair_readers.PairCounts (read = kept + skipped), which
       registry.data_counts reports like every other task's.
   """
 
   def __init__(self, triplets: dict[str, Sequence[Triplet]], language: str = "eng",
-               counts: dict[str, sources.PairCounts] | None = None):
+               counts: dict[str, pair_readers.PairCounts] | None = None):
     self.counts = dict(counts or {})
     self._columns = {}
     for split, rows in triplets.items():
@@ -224,14 +224,14 @@ def tokenize_negative(dataset: tf.data.Dataset, output_features, sequence_length
                            length=sequence_length["tokens_a"])
 
 
-def pair_counts(counts: BuildCounts) -> sources.PairCounts:
+def pair_counts(counts: BuildCounts) -> pair_readers.PairCounts:
   """The build counts as read / kept / skipped by reason."""
-  return sources.PairCounts(read=counts.pairs, kept=counts.kept, skipped=collections.Counter(
+  return pair_readers.PairCounts(read=counts.pairs, kept=counts.kept, skipped=collections.Counter(
       {"score_below_high": counts.not_high, "identical_sentences": counts.skipped_identical}))
 
 
 def read_triplet_splits(triplets: str, data_dir: str
-                        ) -> dict[str, tuple[list[Triplet], sources.PairCounts]]:
+                        ) -> dict[str, tuple[list[Triplet], pair_readers.PairCounts]]:
   """split -> (triplets, counts); `triplets` = "stsb" (data_dir/stsb train, dev) or a TSV dir."""
   if triplets == "stsb":
     built = {split: stsb_triplets(files.as_path(data_dir, "stsb"), STSB_SPLITS[split])
@@ -248,7 +248,7 @@ def read_triplet_splits(triplets: str, data_dir: str
                               "positive<TAB>negative; python -m vmsst_tasks.triplets writes them).")
     rows, blank = read_tsv(path)
     logging.info("%s %s: %d triplets, %d blank lines skipped", TASK, split, len(rows), blank)
-    splits[split] = (rows, sources.PairCounts(read=len(rows) + blank, kept=len(rows),
+    splits[split] = (rows, pair_readers.PairCounts(read=len(rows) + blank, kept=len(rows),
                                               skipped=collections.Counter(blank_line=blank)))
   return splits
 

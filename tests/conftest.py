@@ -269,12 +269,12 @@ def tiny_vocab_path(data_dir, tmp_path_factory) -> str:
   lowered because 2000 pieces cannot hold every character of 125 languages
   (byte fallback spells the rest).
   """
-  from vmsst_tasks import sources  # pylint: disable=g-import-not-at-top
-  from vmsst_tasks import vocabulary_training  # pylint: disable=g-import-not-at-top
+  from vmsst_tasks.sources import pair_readers  # pylint: disable=g-import-not-at-top
+  from vmsst_tasks.sources import vocabulary_training  # pylint: disable=g-import-not-at-top
   sentences = []
-  for path in sources.ntrex_files(data_dir).values():
+  for path in pair_readers.ntrex_files(data_dir).values():
     sentences += text_files.read_lines(path)[:16]
-  for short in sources.MULTI30K_LANGUAGES:
+  for short in pair_readers.MULTI30K_LANGUAGES:
     sentences += text_files.read_lines(data_dir / "multi30k" / f"train.{short}.gz")[:500]
   prefix = tmp_path_factory.mktemp("tiny_vocab") / "spm"
   return vocabulary_training.train_vocabulary(sentences, str(prefix), 2000,

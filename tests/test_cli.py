@@ -69,7 +69,7 @@ def test_quiet_logs_drops_orbax_info_and_seqios_uncached_warning_only():
   assert not chatter.filter(_record(orbax, logging.INFO, "Saving checkpoint"))
   assert chatter.filter(_record(orbax, logging.WARNING, "could not save"))
   assert not chatter.filter(_record("/seqio/dataset_providers.py", logging.WARNING, seqio))
-  assert chatter.filter(_record("/vmsst/tasks/sources.py", logging.INFO, "read=3 kept=3"))
+  assert chatter.filter(_record("/vmsst/tasks/sources/pair_readers.py", logging.INFO, "read=3 kept=3"))
 
 
 def test_quiet_logs_also_drops_tensorflow_info_and_orbaxs_metadata_warning_unless_debug():

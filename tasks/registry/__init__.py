@@ -22,7 +22,7 @@ the names they register:
                              directory (train only; '-' of codes written '_', e.g.
                              vmsst_opus.eng.zho_CN); vmsst_opus, their mixture
                              (rates = line counts); vmsst_opus_paper, the paper's
-                             mixture over the same files (tasks/opus_paper.py),
+                             mixture over the same files (tasks/sources/opus_paper.py),
                              when the run trains on it
   distillation_tasks         vmsst_distill_ntrex128, vmsst_distill_multi30k: the pair
     (distillation.py)        tasks' pairs with the source language (eng) on a side,
@@ -40,7 +40,7 @@ the names they register:
     (hard_negatives.py)      mined for them (python -m vmsst.hard_negatives), plus
                              `tokens_negative` [K·L]
   tfds_tasks (tfds.py)       vmsst_tfds.<builder>.<config>: prepared TFDS translation
-                             datasets (tasks/tfds_sources.py), train (/validation)
+                             datasets (tasks/sources/tfds_readers.py), train (/validation)
 
 common.py holds what they share (features, the Tatoeba test sentences no task
 trains on, the pair task and mixture registration); data_counts.py the

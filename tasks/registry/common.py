@@ -3,7 +3,7 @@
 One family module per kind of data (pairs.py, opus.py, distillation.py,
 entities.py, triplets.py, tfds.py) registers its tasks through these, so all
 of them tokenize with one vocabulary, drop the same Tatoeba test sentences and
-treat bad lines under one `sources.InputPolicy`, and therefore mix.
+treat bad lines under one `pair_readers.InputPolicy`, and therefore mix.
 """
 
 import dataclasses
@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from vmsst_tasks.registry import preprocessors
 from vmsst_tasks.registry import seqio_sources
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst.base import files
 from vmsst.base import sentencepiece_vocabulary
 
@@ -32,7 +32,7 @@ def output_features(vocab: seqio.Vocabulary) -> dict[str, seqio.Feature]:
 @functools.lru_cache(maxsize=2)
 def tatoeba_exclusion(data_dir: str) -> frozenset[str]:
   """The Tatoeba test sentences training text is filtered against (read once)."""
-  return sources.tatoeba_test_sentences(data_dir)
+  return pair_readers.tatoeba_test_sentences(data_dir)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,19 +42,19 @@ class RegistrationInputs:
   Attributes:
     data_dir: root of the shared corpora (ntrex128/, multi30k/, tatoeba/, stsb/).
     vocabulary: the SentencePiece vocabulary of every task's tokens.
-    policy: how malformed or overlong lines are treated (tasks/sources.py).
+    policy: how malformed or overlong lines are treated (tasks/sources/pair_readers.py).
   """
   data_dir: str
   vocabulary: seqio.Vocabulary
-  policy: sources.InputPolicy = sources.DEFAULT_POLICY
+  policy: pair_readers.InputPolicy = pair_readers.DEFAULT_POLICY
 
   @classmethod
   def read(cls, data_dir: str, vocabulary_path: str,
-           policy: sources.InputPolicy | None = None) -> "RegistrationInputs":
+           policy: pair_readers.InputPolicy | None = None) -> "RegistrationInputs":
     """From the run file's paths (the data_dir normalised: it keys read caches)."""
     return cls(str(files.as_path(data_dir)),
                sentencepiece_vocabulary.get_vocabulary(vocabulary_path),
-               policy or sources.DEFAULT_POLICY)
+               policy or pair_readers.DEFAULT_POLICY)
 
   @property
   def exclude(self) -> frozenset[str]:
@@ -64,16 +64,16 @@ class RegistrationInputs:
 
 @functools.lru_cache(maxsize=8)
 def read_split(reader: str, data_dir: str, split: str, seed: int,
-               policy: sources.InputPolicy = sources.DEFAULT_POLICY,
-               ) -> tuple[tuple[sources.Pair, ...], sources.PairCounts]:
+               policy: pair_readers.InputPolicy = pair_readers.DEFAULT_POLICY,
+               ) -> tuple[tuple[pair_readers.Pair, ...], pair_readers.PairCounts]:
   """NTREX-128 or Multi30k pairs of one split, read once per process (registration repeats)."""
-  counts = sources.PairCounts()
+  counts = pair_readers.PairCounts()
   exclude = tatoeba_exclusion(data_dir)
   if reader == "ntrex128":
-    pairs = sources.ntrex_pairs(data_dir, split, seed=seed, counts=counts, exclude=exclude,
+    pairs = pair_readers.ntrex_pairs(data_dir, split, seed=seed, counts=counts, exclude=exclude,
                                 policy=policy)
   else:
-    pairs = sources.multi30k_pairs(data_dir, split, counts=counts, exclude=exclude,
+    pairs = pair_readers.multi30k_pairs(data_dir, split, counts=counts, exclude=exclude,
                                    policy=policy)
   return tuple(pairs), counts
 

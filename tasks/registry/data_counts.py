@@ -2,7 +2,7 @@
 
 `train` calls both on its mixture before the first batch (and writes the
 report to MODEL_DIR/data_counts.json), whichever families registered it: they
-read the counts each source keeps (tasks/sources.py PairCounts).
+read the counts each source keeps (tasks/sources/pair_readers.py PairCounts).
 """
 
 import collections
@@ -12,7 +12,7 @@ from typing import Mapping
 from absl import logging
 import seqio
 
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst.base import cli
 from vmsst.base import files
 from vmsst.base import run_directory
@@ -40,15 +40,15 @@ def report_data_counts(name: str, *, model_dir: str | None = None) -> dict:
     {"mixture": name, "tasks": {task: {split: counts | None}},
      "total": {split: counts}}, counts = PairCounts.as_dict().
   """
-  per_task, totals = {}, collections.defaultdict(sources.PairCounts)
+  per_task, totals = {}, collections.defaultdict(pair_readers.PairCounts)
   for task in _tasks_of(name):
     counts = getattr(task.source, "counts", None)
-    if isinstance(counts, sources.PairCounts):  # Streamed: the last pass, if any.
+    if isinstance(counts, pair_readers.PairCounts):  # Streamed: the last pass, if any.
       counts = {"train": counts if counts.read else None}
     per_task[task.name] = {}
     for split in task.source.splits:
       split_counts = counts.get(split) if isinstance(counts, Mapping) else None
-      if not isinstance(split_counts, sources.PairCounts):  # Not a sources.py reader.
+      if not isinstance(split_counts, pair_readers.PairCounts):  # Not a pair_readers.py reader.
         split_counts = None
       per_task[task.name][split] = split_counts and split_counts.as_dict()
       if split_counts is None:
@@ -79,15 +79,15 @@ def check_training_data(name: str) -> None:
     if isinstance(counts, Mapping):
       counts = counts.get("train")
     empty = (task.source.num_input_examples("train") == 0
-             or (isinstance(counts, sources.PairCounts) and counts.read and not counts.kept))
+             or (isinstance(counts, pair_readers.PairCounts) and counts.read and not counts.kept))
     if empty:
       raise cli.UserError(empty_input_message(
           task.name, getattr(task.source, "input_name", "its input"), counts))
 
 
-def empty_input_message(task: str, input_name: str, counts: "sources.PairCounts | None") -> str:
+def empty_input_message(task: str, input_name: str, counts: "pair_readers.PairCounts | None") -> str:
   """"<task>: no training example in <input> (read=.. kept=0 ...); <fix>"."""
-  counted = isinstance(counts, sources.PairCounts) and counts.read
+  counted = isinstance(counts, pair_readers.PairCounts) and counts.read
   seen = counts.report("read") if counted else "0 lines"
   if counted and set(counts.skipped) == {"invalid_utf8"}:  # binary, or another encoding
     return (f"{task}: no training example in {input_name} ({seen}): every line pair holds "

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from vmsst_tasks.registry import preprocessors
 from vmsst_tasks.registry import seqio_sources
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst_tasks.registry import common
 from vmsst.base import files
 from vmsst.base.gin_utils import gin
@@ -28,8 +28,8 @@ DISTILL_MULTI30K_TASK = "vmsst_distill_multi30k"
 DISTILL_MIXTURE = "vmsst_distill_ntrex_multi30k"
 
 
-def source_sided(pairs: Sequence[sources.Pair], source_language: str,
-                 max_sources: int | None = None) -> list[sources.Pair]:
+def source_sided(pairs: Sequence[pair_readers.Pair], source_language: str,
+                 max_sources: int | None = None) -> list[pair_readers.Pair]:
   """The pairs with `source_language` on a side, that side made side a.
 
   Pairs whose both sides are in the source language are dropped (nothing to
@@ -41,7 +41,7 @@ def source_sided(pairs: Sequence[sources.Pair], source_language: str,
     if (pair.lang_a == source_language) == (pair.lang_b == source_language):
       continue
     if pair.lang_b == source_language:
-      pair = sources.Pair(pair.text_b, pair.text_a, pair.lang_b, pair.lang_a)
+      pair = pair_readers.Pair(pair.text_b, pair.text_a, pair.lang_b, pair.lang_a)
     if pair.text_a not in seen:
       if max_sources is not None and len(seen) >= max_sources:
         continue
@@ -94,11 +94,11 @@ DISTILLATION_READERS = {DISTILL_NTREX_TASK: "ntrex128", DISTILL_MULTI30K_TASK: "
 
 @functools.lru_cache(maxsize=4)
 def _distillation_pairs(data_dir: str, seed: int, source_language: str,
-                        max_sources: int | None) -> dict[tuple[str, str], list[sources.Pair]]:
+                        max_sources: int | None) -> dict[tuple[str, str], list[pair_readers.Pair]]:
   """(task, split) -> its source-sided pairs (read once per process; do not modify)."""
   # DEFAULT_POLICY positionally: the same read_split cache entry as the pair tasks'.
   pairs = {(name, split): source_sided(
-               common.read_split(reader, data_dir, split, seed, sources.DEFAULT_POLICY)[0],
+               common.read_split(reader, data_dir, split, seed, pair_readers.DEFAULT_POLICY)[0],
                source_language, max_sources)
            for name, reader in DISTILLATION_READERS.items() for split in common.SPLITS}
   if not any(pairs[(name, "train")] for name in DISTILLATION_READERS):
@@ -161,7 +161,7 @@ def distillation_tasks(inputs: common.RegistrationInputs, *,
     source = seqio_sources.InMemoryPairSource(
         {split: pairs[(name, split)] for split in common.SPLITS},
         {split: common.read_split(reader, inputs.data_dir, split, ntrex_seed,
-                                  sources.DEFAULT_POLICY)[1]
+                                  pair_readers.DEFAULT_POLICY)[1]
          for split in common.SPLITS})
     common.register_task(name, source, features,
                          preprocessors.distillation_preprocessors(sentences, vectors))

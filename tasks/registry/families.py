@@ -6,8 +6,8 @@ opus.py, ...); the package's docstring lists them and the tasks they register.
 
 from typing import Callable, Sequence
 
-from vmsst_tasks import sources
-from vmsst_tasks import tfds_sources
+from vmsst_tasks.sources import pair_readers
+from vmsst_tasks.sources import tfds_readers
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import distillation
 from vmsst_tasks.registry import entities
@@ -24,7 +24,7 @@ Family = Callable[[common.RegistrationInputs], Sequence[str]]
 @gin.configurable
 def register_families(families: Sequence[Family] = gin.REQUIRED, *,
                       data_dir: str = gin.REQUIRED, vocabulary_path: str = gin.REQUIRED,
-                      input_policy: sources.InputPolicy | None = None) -> list[str]:
+                      input_policy: pair_readers.InputPolicy | None = None) -> list[str]:
   """Registers (or re-registers) each family's tasks, in order; returns their names.
 
   Args:
@@ -34,7 +34,7 @@ def register_families(families: Sequence[Family] = gin.REQUIRED, *,
     vocabulary_path: the SentencePiece .model (python -m vmsst.vocabulary).
     input_policy: how NTREX, Multi30k, OPUS and TFDS lines that are malformed
       (no tab, not UTF-8) or overlong are treated; default
-      sources.DEFAULT_POLICY: skipped and counted (tasks/sources.py docstring).
+      pair_readers.DEFAULT_POLICY: skipped and counted (tasks/sources/pair_readers.py docstring).
   """
   inputs = common.RegistrationInputs.read(data_dir, vocabulary_path, input_policy)
   return [name for family in families for name in family(inputs)]
@@ -46,9 +46,9 @@ def register_tasks(data_dir: str, vocabulary_path: str, opus_dir: str | None = N
                    distillation_source: str = "eng",
                    distillation_max_sources: int | None = None,
                    entity_dir: str | None = None,
-                   input_policy: sources.InputPolicy | None = None,
+                   input_policy: pair_readers.InputPolicy | None = None,
                    triplets: str | None = None,
-                   tfds_translations: Sequence[tfds_sources.TfdsTranslation] = ()) -> list[str]:
+                   tfds_translations: Sequence[tfds_readers.TfdsTranslation] = ()) -> list[str]:
   """The families in one Python call: what VMSST_REGISTER_TASKS holds for seqio's cache job.
 
   The pair family always; each other family when its argument is given

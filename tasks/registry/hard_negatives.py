@@ -1,6 +1,6 @@
 """The hard-negative family: training pairs with negatives mined for them, (a, b, negatives…).
 
-tasks/negatives_files.py reads the directory `python -m vmsst.hard_negatives`
+tasks/sources/negatives_files.py reads the directory `python -m vmsst.hard_negatives`
 writes; this module registers it as `vmsst_hard_negatives` (train): the pair
 features plus `tokens_negative` int32 [K·L], negative k tokenized, cut to
 L − 1 pieces, EOS, 0-padded to L at [k·L, (k+1)·L), all zeros where none was
@@ -16,10 +16,10 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from vmsst_tasks import negatives_files as hard_negatives_lib
+from vmsst_tasks.sources import negatives_files as hard_negatives_lib
 from vmsst_tasks.registry import preprocessors
 from vmsst_tasks.registry import seqio_sources
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst_tasks import triplets
 from vmsst_tasks.registry import common
 
@@ -38,12 +38,12 @@ class HardNegativeSource(seqio.FunctionDataSource):
   shard and saved position moves them together.
 
   Attributes:
-    counts: {"train": sources.PairCounts}, reported by registry.data_counts.
+    counts: {"train": pair_readers.PairCounts}, reported by registry.data_counts.
     negatives: K.
   """
 
   def __init__(self, rows: Sequence[hard_negatives_lib.Row], negatives: int,
-               counts: sources.PairCounts):
+               counts: pair_readers.PairCounts):
     if not rows:
       raise ValueError(f"{TASK}: no training pair was kept ({counts.report(TASK)}).")
     self.counts, self.negatives = {"train": counts}, negatives

@@ -2,7 +2,7 @@
 
 `vmsst_opus` mixes every pair at its line count, whatever the corpora are
 called; `vmsst_opus_paper` is the VMSST paper's mixture over the same files
-(languages and rates: tasks/opus_paper.py), registered when a run trains on
+(languages and rates: tasks/sources/opus_paper.py), registered when a run trains on
 it. The paper runs select this family.
 """
 
@@ -13,10 +13,10 @@ from typing import AbstractSet, Mapping, Sequence
 from absl import logging
 import seqio
 
-from vmsst_tasks import opus_paper
-from vmsst_tasks import opus_sources
+from vmsst_tasks.sources import opus_paper
+from vmsst_tasks.sources import opus_readers
 from vmsst_tasks.registry import seqio_sources
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst_tasks.registry import common
 from vmsst.base import cli
 from vmsst.base.gin_utils import gin
@@ -85,18 +85,18 @@ def opus_task_name(lang_a: str, lang_b: str) -> str:
 
 
 def register_opus_tasks(opus_dir: str, vocab: seqio.Vocabulary, exclude: AbstractSet[str], *,
-                        policy: sources.InputPolicy = sources.DEFAULT_POLICY,
+                        policy: pair_readers.InputPolicy = pair_readers.DEFAULT_POLICY,
                         ) -> dict[tuple[str, str], str]:
   """One streaming task per language pair in `opus_dir`, plus the vmsst_opus mixture.
 
-  Counts every file's lines first (opus_sources.checked_corpora): that checks
+  Counts every file's lines first (opus_readers.checked_corpora): that checks
   the Moses sides are aligned before training starts (not hours into it) and
   gives the mixture rates.
 
   Returns:
     (lang_a, lang_b) -> task name.
   """
-  checked = opus_sources.checked_corpora(opus_dir)
+  checked = opus_readers.checked_corpora(opus_dir)
   by_pair = {pair: [corpus for corpus, _ in found] for pair, found in checked.items()}
   lines = {pair: [count for _, count in found] for pair, found in checked.items()}
   names, rates = {}, []
@@ -120,7 +120,7 @@ def register_paper_mixture(opus_dir: str | pathlib.Path, vocabulary: seqio.Vocab
                            pivots: Sequence[str] = opus_paper.PIVOTS,
                            language_counts: Mapping[str, int] | None = None,
                            reuse: Mapping[tuple[str, str], str] | None = None) -> str:
-  """Registers the paper's OPUS mixture (tasks/opus_paper.py): one task per (pivot, language).
+  """Registers the paper's OPUS mixture (tasks/sources/opus_paper.py): one task per (pivot, language).
 
   Every task in it is a pair task of this registry (`common.register_pair_task` over
   a `seqio_sources.StreamingPairSource`, the pivot side made side a), so it mixes with every
@@ -139,7 +139,7 @@ def register_paper_mixture(opus_dir: str | pathlib.Path, vocabulary: seqio.Vocab
   shared files would be sampled twice.
 
   Args:
-    opus_dir: the OPUS directory (layout: tasks/opus_paper.py).
+    opus_dir: the OPUS directory (layout: tasks/sources/opus_paper.py).
     vocabulary: the seqio vocabulary of the tokens features.
     exclude: sentences never to train on (common.tatoeba_exclusion(data_dir), the
       Tatoeba test sentences). Required: pass frozenset() to filter nothing,

@@ -18,9 +18,9 @@ import seqio
 import tensorflow as tf
 from tensorflow.python.data.experimental.ops import global_shuffle_op
 
-from vmsst_tasks import opus_sources
-from vmsst_tasks import pair_filters
-from vmsst_tasks import sources
+from vmsst_tasks.sources import opus_readers
+from vmsst_tasks.sources import pair_filters
+from vmsst_tasks.sources import pair_readers
 from vmsst_tasks import wiki_entities
 from vmsst.base import cli
 from vmsst.base import entity_files
@@ -39,8 +39,8 @@ class InMemoryPairSource(seqio.FunctionDataSource):
     counts: split -> PairCounts of the pass that produced the pairs.
   """
 
-  def __init__(self, pairs: Mapping[str, Sequence[sources.Pair]],
-               counts: Mapping[str, sources.PairCounts]):
+  def __init__(self, pairs: Mapping[str, Sequence[pair_readers.Pair]],
+               counts: Mapping[str, pair_readers.PairCounts]):
     self.counts = dict(counts)
     self._columns = {split: {key: np.array([p[i] for p in split_pairs], dtype=object)
                              for i, key in enumerate(TEXT_FEATURES)}
@@ -59,7 +59,7 @@ class StreamingPairSource(seqio.FunctionDataSource):
   bad-input policy as tf ops, pair_filters), so reading runs in parallel
   over the host's cores and the pipeline's position can be saved with a
   checkpoint. Under InputPolicy.strict the Python readers of
-  tasks/opus_sources.py run instead (their errors name file and line), in a
+  tasks/sources/opus_readers.py run instead (their errors name file and line), in a
   generator that cannot be saved (a resume then skips batches, logged).
 
   The corpora of a pair are sampled, not read one after the other: each
@@ -72,47 +72,47 @@ class StreamingPairSource(seqio.FunctionDataSource):
   Attributes:
     corpora: the files; `corpus_lines` their line counts (the weights).
     pivot: if set, every pair is flipped so that lang_a is the pivot.
-    policy: how bad lines are treated (tasks/sources.py module docstring).
+    policy: how bad lines are treated (tasks/sources/pair_readers.py module docstring).
     counts: PairCounts of one pass over all the corpora: read = kept +
       skipped by reason (tf.data reading: one pass of the same ops, taken on
       first use; strict: those of the passes in progress or last finished).
   """
 
-  def __init__(self, corpora: Sequence[opus_sources.OpusFile], corpus_lines: Sequence[int], *,
+  def __init__(self, corpora: Sequence[opus_readers.OpusFile], corpus_lines: Sequence[int], *,
                name: str, exclude: AbstractSet[str] = frozenset(), pivot: str | None = None,
-               policy: sources.InputPolicy = sources.DEFAULT_POLICY):
+               policy: pair_readers.InputPolicy = pair_readers.DEFAULT_POLICY):
     if len(corpora) != len(corpus_lines):
       raise ValueError(f"{name}: {len(corpora)} corpora but {len(corpus_lines)} line counts")
     self.corpora, self.pivot, self._exclude, self._name = tuple(corpora), pivot, exclude, name
     self.corpus_lines = tuple(corpus_lines)
     self.policy = policy
-    self._counts = [sources.PairCounts() for _ in self.corpora]
+    self._counts = [pair_readers.PairCounts() for _ in self.corpora]
     self._counted = False
     self.input_name = ", ".join(c.name for c in self.corpora)  # For errors.
     super().__init__(dataset_fn=self._dataset, splits=("train",),
                      num_input_examples={"train": sum(self.corpus_lines)})
 
   @property
-  def counts(self) -> sources.PairCounts:
+  def counts(self) -> pair_readers.PairCounts:
     if not self.policy.strict and not self._counted:
       self._counts = [pair_filters.count_skips(self._checked(c)) for c in self.corpora]
       self._counted = True
       for corpus, counts in zip(self.corpora, self._counts):
         logging.info("%s", counts.report(f"{self._name}[{corpus.name}]"))
-    return sum(self._counts, sources.PairCounts())
+    return sum(self._counts, pair_readers.PairCounts())
 
   def _pairs(self, index: int) -> Iterator[dict[str, str]]:
     """(strict) One pass over corpus `index`: a generator function, called each epoch."""
-    self._counts[index] = counts = sources.PairCounts()
-    for pair in opus_sources.opus_pairs([self.corpora[index]], counts=counts,
+    self._counts[index] = counts = pair_readers.PairCounts()
+    for pair in opus_readers.opus_pairs([self.corpora[index]], counts=counts,
                                         exclude=self._exclude,
                                         name=f"{self._name}[{self.corpora[index].name}]",
                                         policy=self.policy):
       if self.pivot is not None and pair.lang_b == self.pivot:
-        pair = sources.Pair(pair.text_b, pair.text_a, pair.lang_b, pair.lang_a)
+        pair = pair_readers.Pair(pair.text_b, pair.text_a, pair.lang_b, pair.lang_a)
       yield pair._asdict()
 
-  def _checked(self, corpus: opus_sources.OpusFile) -> tf.data.Dataset:
+  def _checked(self, corpus: opus_readers.OpusFile) -> tf.data.Dataset:
     """A corpus's pairs (pivot first) with their skip reason (pair_filters)."""
     flip = self.pivot is not None and corpus.lang_b == self.pivot
     return pair_filters.with_skip_reason(opus_file_dataset(corpus, flip=flip),
@@ -130,11 +130,11 @@ class StreamingPairSource(seqio.FunctionDataSource):
     return sample_by_lines(datasets, self.corpus_lines, seed)
 
 
-def opus_file_dataset(corpus: opus_sources.OpusFile, *, flip: bool = False) -> tf.data.Dataset:
+def opus_file_dataset(corpus: opus_readers.OpusFile, *, flip: bool = False) -> tf.data.Dataset:
   """The raw pairs of one OPUS corpus read by tf.data; `flip` swaps the sides.
 
   Moses: line i of both files (their line counts were checked equal at
-  registration, opus_sources.check_moses_line_counts). TSV: a line without
+  registration, opus_readers.check_moses_line_counts). TSV: a line without
   exactly one tab gets "skip" no_tab / extra_tab (pair_filters).
     {"text_a": "Hello.", "text_b": "Hallo.", "lang_a": "eng", "lang_b": "deu"[, "skip": 0]}
   """

@@ -23,7 +23,7 @@ _HIDE = WITHOUT_TENSORFLOW
 @pytest.fixture(scope="module", name="data")
 def _data(small_data_dir, tiny_vocab_path, tmp_path_factory):
   sys.path.insert(0, str(ROOT / "bench"))
-  from vmsst_tasks import heldout  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import heldout  # pylint: disable=import-outside-toplevel
   from vmsst_tasks import registry  # pylint: disable=import-outside-toplevel
   from vmsst import pretokenize  # pylint: disable=import-outside-toplevel
   import device_parts  # pylint: disable=import-outside-toplevel

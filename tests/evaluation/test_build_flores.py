@@ -6,17 +6,17 @@ import sys
 
 from vmsst.build_data import flores as build_flores
 from vmsst.evaluation import flores
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 
 import vmsst_testing
 
 
 def test_held_out_lines_of_every_training_language_aligned_and_read_back(data_dir, tmp_path):
   counts = build_flores.build(data_dir, tmp_path)
-  documents = sources.ntrex_documents(data_dir)
-  held_out = sources.ntrex_validation_documents(data_dir)
+  documents = pair_readers.ntrex_documents(data_dir)
+  held_out = pair_readers.ntrex_validation_documents(data_dir)
   rows = [i for i, doc in enumerate(documents) if doc in held_out]
-  assert counts == {"languages": len(sources.ntrex_files(data_dir)), "lines": len(rows),
+  assert counts == {"languages": len(pair_readers.ntrex_files(data_dir)), "lines": len(rows),
                     "dropped_lines": 0, "documents": len(held_out)}
   directory, split = flores.split_folder(tmp_path / "flores")
   texts = flores.read_split(directory, split)

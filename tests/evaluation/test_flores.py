@@ -5,7 +5,7 @@ import logging
 import numpy as np
 import pytest
 
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst.encoding import protocol
 from vmsst.evaluation import flores
 from vmsst.base import text_files
@@ -19,7 +19,7 @@ CODES = {"eng_Latn": "eng", "deu_Latn": "deu", "zho_Hant": "zho-TW", "srp_Cyrl":
 
 
 def _ntrex_lines(data_dir, codes=CODES, n=N) -> dict[str, list[str]]:
-  files = sources.ntrex_files(data_dir)
+  files = pair_readers.ntrex_files(data_dir)
   return {code: text_files.read_lines(files[ntrex])[:n] for code, ntrex in codes.items()}
 
 

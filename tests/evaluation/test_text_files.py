@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst.encoding import embed_files
 from vmsst.base import text_files
 
@@ -33,7 +33,7 @@ def test_read_lines_names_file_and_line_of_a_non_utf8_byte(tmp_path):
 
 
 def test_there_is_one_read_lines():
-  assert not hasattr(sources, "read_lines") and not hasattr(embed_files, "read_lines")
+  assert not hasattr(pair_readers, "read_lines") and not hasattr(embed_files, "read_lines")
   defining = [p.relative_to(REPO).as_posix() for d in ("vmsst", "tasks", "bench")
               for p in sorted((REPO / d).rglob("*.py")) if "def read_lines(" in p.read_text()]
   assert defining == ["vmsst/base/text_files.py"]

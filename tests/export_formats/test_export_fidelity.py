@@ -58,8 +58,8 @@ LANGUAGES = ("deu", "fra", "rus", "arb", "hin", "jpn", "ell", "swa", "tur", "eng
 @pytest.fixture(scope="module")
 def sentences(data_dir) -> dict[str, list[str]]:
   """Eight NTREX sentences of each of ten languages, past the first documents."""
-  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
-  paths = sources.ntrex_files(data_dir)
+  from vmsst_tasks.sources import pair_readers  # pylint: disable=import-outside-toplevel
+  paths = pair_readers.ntrex_files(data_dir)
   return {code: text_files.read_lines(paths[code])[300:308] for code in LANGUAGES}
 
 

@@ -64,9 +64,9 @@ for export, sentences_file, output in zip(args[0::3], args[1::3], args[2::3]):
 
 def ntrex_sample(data_dir: pathlib.Path, per_language: int = 8) -> list[str]:
   """1,000 NTREX sentences: `per_language` of each language, past the first documents."""
-  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import pair_readers  # pylint: disable=import-outside-toplevel
   sentences = []
-  for _, path in sorted(sources.ntrex_files(data_dir).items()):
+  for _, path in sorted(pair_readers.ntrex_files(data_dir).items()):
     sentences += text_files.read_lines(path)[300:300 + per_language]
   return sentences[:1000]
 
@@ -218,11 +218,11 @@ def two_tower_export(data_dir, tiny_vocab_path, tmp_path_factory):
 
 def test_momentum_contrast_exports_each_tower_for_its_languages(two_tower_export, data_dir,
                                                                 tmp_path):
-  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import pair_readers  # pylint: disable=import-outside-toplevel
   model_dir, export_dir, metadata = two_tower_export
   assert sorted(metadata["towers"]) == [".", hf_export.TOWER_B_DIR]
   encoder = vmsst.Encoder.from_checkpoint(str(model_dir), dtype="float32")
-  files = sources.ntrex_files(data_dir)
+  files = pair_readers.ntrex_files(data_dir)
   towers = (("", "eng"), (hf_export.TOWER_B_DIR, "deu"))
   texts = {language: text_files.read_lines(files[language])[:100] for _, language in towers}
   loaded = load_all_in_torch([(export_dir / subdir, texts[language])

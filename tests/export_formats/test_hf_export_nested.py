@@ -46,9 +46,9 @@ SENTENCES = ["A man is playing a guitar.", "Ein Mann spielt Gitarre.",
 
 def calibration_sentences(data_dir, work):
   """300 NTREX lines of four languages, apart from SENTENCES: a calibration set's kind."""
-  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import pair_readers  # pylint: disable=import-outside-toplevel
   from vmsst.base import text_files  # pylint: disable=import-outside-toplevel
-  paths = sources.ntrex_files(data_dir)
+  paths = pair_readers.ntrex_files(data_dir)
   lines = sum((text_files.read_lines(paths[c])[:75] for c in ("deu", "eng", "fra", "spa")), [])
   (work / "calibration.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
   return work / "calibration.txt"

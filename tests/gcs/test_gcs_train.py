@@ -33,7 +33,7 @@ from vmsst.base import run_directory
 from vmsst.model import param_files
 from vmsst.base import sentencepiece_vocabulary
 from vmsst import train
-from vmsst_tasks import heldout
+from vmsst_tasks.sources import heldout
 
 pytestmark = pytest.mark.slow
 

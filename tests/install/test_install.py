@@ -28,8 +28,8 @@ def test_import_tasks_from_another_directory_is_not_ours(tmp_path):
 def test_another_projects_tasks_package_and_ours_live_side_by_side(tmp_path):
   (tmp_path / "tasks").mkdir()
   (tmp_path / "tasks" / "__init__.py").write_text("MINE = True\n")
-  code = ("import tasks, vmsst_tasks.sources, vmsst.vocabulary; "
-          "print(tasks.MINE, vmsst_tasks.sources.__file__)")
+  code = ("import tasks, vmsst_tasks.sources.pair_readers, vmsst.vocabulary; "
+          "print(tasks.MINE, vmsst_tasks.sources.pair_readers.__file__)")
   assert _python(code, tmp_path) == f"True {REPO / 'tasks' / 'sources.py'}"
 
 

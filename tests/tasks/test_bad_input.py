@@ -1,7 +1,7 @@
 """Bad corpus input (issue #6): every case is an error naming file and line, or counted.
 
 Each test writes a few lines (raw bytes where the bytes matter) to tmp_path and
-checks the policy table of tasks/sources.py: exact counts with
+checks the policy table of tasks/sources/pair_readers.py: exact counts with
 read = kept + skipped, the good lines around a bad one kept in order, or the
 exact error content. The last tests cover untrusted parameter files.
 """
@@ -22,14 +22,14 @@ from vmsst_tasks.registry import common
 from vmsst_tasks.registry import data_counts
 from vmsst_tasks.registry import opus
 from vmsst_tasks.registry import pairs as pair_family
-from vmsst_tasks import opus_sources
-from vmsst_tasks import sources
+from vmsst_tasks.sources import opus_readers
+from vmsst_tasks.sources import pair_readers
 from vmsst.base import run_directory
 from vmsst.base import sentencepiece_vocabulary
 from vmsst.base import text_files
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-STRICT = sources.InputPolicy(strict=True)
+STRICT = pair_readers.InputPolicy(strict=True)
 
 
 def write_bytes(path: pathlib.Path, data: bytes) -> pathlib.Path:
@@ -41,10 +41,10 @@ def write_bytes(path: pathlib.Path, data: bytes) -> pathlib.Path:
   return path
 
 
-def read_opus(directory, policy=sources.DEFAULT_POLICY, exclude=frozenset()):
+def read_opus(directory, policy=pair_readers.DEFAULT_POLICY, exclude=frozenset()):
   """(pairs as (text_a, text_b) tuples, counts) of every corpus in `directory`."""
-  counts = sources.PairCounts()
-  pairs = opus_sources.opus_pairs(opus_sources.discover_opus(directory), counts=counts, policy=policy,
+  counts = pair_readers.PairCounts()
+  pairs = opus_readers.opus_pairs(opus_readers.discover_opus(directory), counts=counts, policy=policy,
                              exclude=exclude)
   return [(p.text_a, p.text_b) for p in pairs], counts
 
@@ -74,7 +74,7 @@ def test_tsv_line_without_tab_is_an_error_when_strict(tmp_path):
 def test_first_skips_are_logged_with_file_and_line(tmp_path, caplog):
   write_bytes(tmp_path / "t.de-en.tsv", b"x\n" * 3 + b"ok\tok\n" + b"\t\n")
   with caplog.at_level(logging.INFO, logger="absl"):  # whatever verbosity absl flags set
-    read_opus(tmp_path, sources.InputPolicy(log_first=2))
+    read_opus(tmp_path, pair_readers.InputPolicy(log_first=2))
   logged = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
   path = tmp_path / "t.de-en.tsv"
   assert logged[0].startswith(f"opus: skipped {path}:1 (no_tab): {path}, line 1: 0 tabs")
@@ -127,15 +127,15 @@ def test_read_lines_of_side_files_is_always_strict(tmp_path):
 
 
 def test_invalid_utf8_in_multi30k_skips_only_that_languages_pairs(tmp_path):
-  root = tmp_path / sources.MULTI30K_DIR
+  root = tmp_path / pair_readers.MULTI30K_DIR
   root.mkdir()
-  for short in sources.MULTI30K_LANGUAGES:
+  for short in pair_readers.MULTI30K_LANGUAGES:
     lines = [f"{short} {i}".encode() for i in range(3)]
     if short == "de":
       lines[1] = b"de \xe4"
     write_bytes(root / f"train.{short}.gz", b"\n".join(lines) + b"\n")
-  counts = sources.PairCounts()
-  pairs = list(sources.multi30k_pairs(tmp_path, "train", counts=counts))
+  counts = pair_readers.PairCounts()
+  pairs = list(pair_readers.multi30k_pairs(tmp_path, "train", counts=counts))
   # 3 lines x 6 pairs; line 1's three German pairs (eng-deu, deu-fra, deu-ces) go.
   assert_counts(counts, 18, 15, {"invalid_utf8": 3})
   assert [(p.text_a, p.text_b) for p in pairs[6:9]] == [
@@ -169,13 +169,13 @@ def test_lone_carriage_return_inside_a_line_does_not_split_it(tmp_path):
 def test_moses_mismatch_names_both_files_and_counts(tmp_path):
   write_bytes(tmp_path / "m.de-en.de", b"a\nb\n\xff\nd\n")  # A bad byte is still a line.
   write_bytes(tmp_path / "m.de-en.en", b"A\nB\nC\n")
-  (corpus,) = opus_sources.discover_opus(tmp_path)
+  (corpus,) = opus_readers.discover_opus(tmp_path)
   expected = (f"Moses files are not line-aligned: {tmp_path / 'm.de-en.de'} has 4 lines but "
               f"{tmp_path / 'm.de-en.en'} has 3; re-extract the corpus.")
   with pytest.raises(ValueError, match=re.escape(expected)):
-    opus_sources.check_moses_line_counts(corpus)
-  counts = sources.PairCounts()
-  stream = opus_sources.opus_pairs([corpus], counts=counts)
+    opus_readers.check_moses_line_counts(corpus)
+  counts = pair_readers.PairCounts()
+  stream = opus_readers.opus_pairs([corpus], counts=counts)
   assert [next(stream).text_a, next(stream).text_a] == ["a", "b"]
   with pytest.raises(ValueError, match=re.escape(expected)):
     next(stream)  # Never truncated to the shorter side: the pass fails at its end.
@@ -189,7 +189,7 @@ def test_unknown_code_in_opus_file_name_names_file_and_close_codes(tmp_path):
   write_bytes(tmp_path / "m.deu-engl.deu", b"a\n")
   write_bytes(tmp_path / "m.deu-engl.engl", b"b\n")
   with pytest.raises(ValueError) as error:
-    opus_sources.discover_opus(tmp_path)
+    opus_readers.discover_opus(tmp_path)
   message = str(error.value)
   assert message.startswith(f"{tmp_path / 'm.deu-engl.deu'}: language code 'engl' is unknown "
                             "(closest known: eng")
@@ -197,13 +197,13 @@ def test_unknown_code_in_opus_file_name_names_file_and_close_codes(tmp_path):
 
 
 def test_unknown_code_in_ntrex_file_name_names_the_file(tmp_path):
-  root = tmp_path / sources.NTREX_DIR
+  root = tmp_path / pair_readers.NTREX_DIR
   root.mkdir()
   write_bytes(root / "newstest2019-src.eng.txt.gz", b"a\n")
   write_bytes(root / "newstest2019-ref.qqq.txt.gz", b"b\n")
   with pytest.raises(ValueError, match=re.escape(
       f"{root / 'newstest2019-ref.qqq.txt.gz'}: language code 'qqq' is unknown")):
-    sources.ntrex_files(tmp_path)
+    pair_readers.ntrex_files(tmp_path)
 
 
 # --------------------------------------------------------------------- overlong lines
@@ -213,7 +213,7 @@ def test_overlong_side_is_skipped_at_max_chars_plus_one(tmp_path):
   write_bytes(tmp_path / "t.de-en.tsv",
               b"kurz\tshort\n" + b"x" * 10 + b"\tten\n" + b"y" * 11 + b"\televen\n"
               + b"ok\t" + b"z" * 11 + b"  \nende\tend\n")
-  pairs, counts = read_opus(tmp_path, sources.InputPolicy(max_chars=10))
+  pairs, counts = read_opus(tmp_path, pair_readers.InputPolicy(max_chars=10))
   assert pairs == [("kurz", "short"), ("x" * 10, "ten"), ("ende", "end")]
   assert_counts(counts, 5, 3, {"overlong": 2})
   _, default = read_opus(tmp_path)  # 2000 characters by default: all kept.
@@ -300,10 +300,10 @@ def test_input_policy_is_bindable_in_gin():
   try:  # Gin rejects a binding of a parameter register_families does not have.
     gin.parse_config(["register_families.input_policy = @InputPolicy()",
                       "InputPolicy.strict = True", "InputPolicy.max_chars = 500"])
-    assert sources.InputPolicy() == sources.InputPolicy(strict=True, max_chars=500)
+    assert pair_readers.InputPolicy() == pair_readers.InputPolicy(strict=True, max_chars=500)
   finally:
     gin.clear_config()
-  assert sources.InputPolicy() == sources.DEFAULT_POLICY
+  assert pair_readers.InputPolicy() == pair_readers.DEFAULT_POLICY
 
 
 # ---------------------------------------------------------------- untrusted files

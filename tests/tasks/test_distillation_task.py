@@ -14,18 +14,18 @@ from vmsst_tasks.registry import preprocessors
 from vmsst_tasks import registry
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import distillation
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst.teachers import cache as tc
 from vmsst_tasks.registry.feature_converters import PairFeatureConverter
 
 
 def test_source_sided_turns_the_source_to_side_a_and_limits_sources():
-  pairs = [sources.Pair("Hi.", "Hallo.", "eng", "deu"),
-           sources.Pair("Salut.", "Hi.", "fra", "eng"),
-           sources.Pair("Hola.", "Ciao.", "spa", "ita"),      # no source side
-           sources.Pair("Yes.", "Yes!", "eng", "eng"),         # both sides source
-           sources.Pair("Bye.", "Tschüss.", "eng", "deu"),
-           sources.Pair("Hi.", "Ahoj.", "eng", "ces")]
+  pairs = [pair_readers.Pair("Hi.", "Hallo.", "eng", "deu"),
+           pair_readers.Pair("Salut.", "Hi.", "fra", "eng"),
+           pair_readers.Pair("Hola.", "Ciao.", "spa", "ita"),      # no source side
+           pair_readers.Pair("Yes.", "Yes!", "eng", "eng"),         # both sides source
+           pair_readers.Pair("Bye.", "Tschüss.", "eng", "deu"),
+           pair_readers.Pair("Hi.", "Ahoj.", "eng", "ces")]
   assert distillation.source_sided(pairs, "eng") == [
       ("Hi.", "Hallo.", "eng", "deu"), ("Hi.", "Salut.", "eng", "fra"),
       ("Bye.", "Tschüss.", "eng", "deu"), ("Hi.", "Ahoj.", "eng", "ces")]

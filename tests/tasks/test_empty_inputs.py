@@ -18,7 +18,7 @@ from vmsst_tasks.registry import data_counts
 from vmsst_tasks.registry import entities
 from vmsst_tasks.registry import opus
 from vmsst_tasks.registry import seqio_sources
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst_tasks import wiki_entities as we
 from vmsst.base import cli
 from vmsst.base import sentencepiece_vocabulary
@@ -66,10 +66,10 @@ def test_opus_directory_of_empty_files_is_refused(tmp_path, tiny_vocab_path):
 
 
 def test_a_filter_that_drops_every_pair_names_the_task_counts_and_the_flag(tiny_vocab_path):
-  counts = sources.PairCounts(read=3, kept=0)
+  counts = pair_readers.PairCounts(read=3, kept=0)
   counts.skipped["overlong"] = 3
   source = seqio_sources.InMemoryPairSource({"train": [], "validation": []},
-                                            {"train": counts, "validation": sources.PairCounts()})
+                                            {"train": counts, "validation": pair_readers.PairCounts()})
   common.register_pair_task("vmsst_test_empty", source,
                               sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path))
   seqio.MixtureRegistry.remove("vmsst_test_empty_mix")

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import vmsst_testing
-from vmsst_tasks import negatives_files as hard_negatives_lib
+from vmsst_tasks.sources import negatives_files as hard_negatives_lib
 from vmsst_tasks.pipeline import input_pipeline
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import hard_negatives as family
 from vmsst.base import sentencepiece_vocabulary
@@ -137,7 +137,7 @@ def test_bad_rows_are_skipped_and_counted_or_named_under_the_strict_policy(tmp_p
   assert (counts.read, counts.kept, dict(counts.skipped)) == (
       5, 1, {"blank_line": 1, "malformed": 2, "tatoeba_overlap": 1})
   with pytest.raises(ValueError, match=r"train.tsv:3: expected 7 TAB-separated fields"):
-    hard_negatives_lib.read(directory, policy=sources.InputPolicy(strict=True))
+    hard_negatives_lib.read(directory, policy=pair_readers.InputPolicy(strict=True))
 
 
 def test_a_directory_without_its_manifest_names_the_command_that_writes_it(tmp_path):

@@ -1,7 +1,7 @@
-"""Tests of tasks/heldout.py: the in-training retrieval sets."""
+"""Tests of tasks/sources/heldout.py: the in-training retrieval sets."""
 
-from vmsst_tasks import heldout
-from vmsst_tasks import sources
+from vmsst_tasks.sources import heldout
+from vmsst_tasks.sources import pair_readers
 from vmsst.base import text_files
 
 
@@ -27,10 +27,10 @@ def test_retrieval_sets(data_dir):
 def test_ntrex_sets_come_from_validation_documents_only(data_dir):
   english, swahili = heldout.retrieval_sets(str(data_dir), max_pairs=1000)["ntrex_val.eng-swa"]
   assert len(english) == len(swahili) == 189  # The 189 lines of the 12 validation documents.
-  held_out = sources.ntrex_validation_documents(data_dir)
-  all_english = text_files.read_lines(sources.ntrex_files(data_dir)["eng"])
-  all_swahili = text_files.read_lines(sources.ntrex_files(data_dir)["swa"])
-  documents = sources.ntrex_documents(data_dir)
+  held_out = pair_readers.ntrex_validation_documents(data_dir)
+  all_english = text_files.read_lines(pair_readers.ntrex_files(data_dir)["eng"])
+  all_swahili = text_files.read_lines(pair_readers.ntrex_files(data_dir)["swa"])
+  documents = pair_readers.ntrex_documents(data_dir)
   for en, sw in zip(english, swahili):
     line = all_english.index(en)
     assert documents[line] in held_out and all_swahili[line] == sw

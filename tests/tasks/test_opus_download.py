@@ -11,7 +11,7 @@ import pytest
 
 import vmsst_testing
 from vmsst_tasks import opus_download
-from vmsst_tasks import opus_paper
+from vmsst_tasks.sources import opus_paper
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # Any attempt to reach the network goes to a closed local port and fails.

@@ -1,4 +1,4 @@
-"""Tests of tasks/opus_paper.py: the paper's constants, rates, and the mixture."""
+"""Tests of tasks/sources/opus_paper.py: the paper's constants, rates, and the mixture."""
 
 import json
 import logging
@@ -13,7 +13,7 @@ import sentencepiece as spm
 import tensorflow as tf
 
 from vmsst_tasks import opus_download
-from vmsst_tasks import opus_paper
+from vmsst_tasks.sources import opus_paper
 from vmsst_tasks import registry
 from vmsst_tasks.registry import opus
 from vmsst_tasks.registry import seqio_sources

@@ -25,7 +25,7 @@ from vmsst.base import cli
 from vmsst.base.gin_utils import gin
 from vmsst.base import languages
 from vmsst.base import text_files
-from vmsst_tasks import vocabulary_training
+from vmsst_tasks.sources import vocabulary_training
 import vmsst.training.loop  # pylint: disable=unused-import  # registers `train`: what a run trains on
 
 RUN = "--gin_file=gin/runs/vmsst_cpu.gin"

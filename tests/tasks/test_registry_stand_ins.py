@@ -14,7 +14,7 @@ def test_the_stand_ins_are_the_registrys_configurables():
   real = {name.rsplit(".", 1)[-1]: name.rsplit(".", 1)[0]
           for name, selectable in gin.config._REGISTRY.items()  # pylint: disable=protected-access
           if selectable.wrapped.__module__.startswith(("vmsst_tasks.registry",
-                                                       "vmsst_tasks.tfds_sources"))}
+                                                       "vmsst_tasks.sources.tfds_readers"))}
   assert real == registry_stand_ins.NAMES
 
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from vmsst_tasks import opus_sources
+from vmsst_tasks.sources import opus_readers
 from vmsst_tasks.registry import seqio_sources
 
 # Three French corpora of one pair, lines 6:3:1 (the issue: read one after the
@@ -20,8 +20,8 @@ def _french(tmp_path) -> seqio_sources.StreamingPairSource:
     for side, word in (("en", "house"), ("fr", "maison")):
       (tmp_path / f"{corpus}.en-fr.{side}").write_text(
           "".join(f"{corpus} {word} {i}\n" for i in range(n)), encoding="utf-8")
-  corpora = opus_sources.discover_opus(tmp_path)
-  lines = [opus_sources.check_moses_line_counts(c) for c in corpora]
+  corpora = opus_readers.discover_opus(tmp_path)
+  lines = [opus_readers.check_moses_line_counts(c) for c in corpora]
   return seqio_sources.StreamingPairSource(corpora, lines, name="vmsst_opus.eng.fra")
 
 

@@ -15,13 +15,13 @@ import seqio
 import tensorflow_datasets as tfds
 
 import vmsst_testing
-from vmsst_tasks import pair_filters
+from vmsst_tasks.sources import pair_filters
 from vmsst_tasks import registry
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import data_counts
 from vmsst_tasks.registry import pairs as pair_family
-from vmsst_tasks import sources
-from vmsst_tasks import tfds_sources
+from vmsst_tasks.sources import pair_readers
+from vmsst_tasks.sources import tfds_readers
 from vmsst.base import cli
 from vmsst.base import languages
 from vmsst.base import text_files
@@ -63,7 +63,7 @@ def _tfds_dir(data_dir, tmp_path_factory):
 
 
 def _spec(tfds_dir, **kwargs):
-  return tfds_sources.TfdsTranslation(name="ntrex_translate/de-en", lang_a_key="de",
+  return tfds_readers.TfdsTranslation(name="ntrex_translate/de-en", lang_a_key="de",
                                       lang_b_key="en", data_dir=str(tfds_dir), **kwargs)
 
 
@@ -102,7 +102,7 @@ def test_tfds_task_reads_the_built_dataset_counts_and_mixes(data_dir, tiny_vocab
 @pytest.mark.slow
 def test_a_dataset_prepared_elsewhere_reads_without_its_builder_code(tfds_dir):
   """Another process has no NtrexTranslate class: TFDS reads the files alone."""
-  code = ("from vmsst_tasks import tfds_sources as t; "
+  code = ("from vmsst_tasks.sources import tfds_readers as t; "
           f"s = t.TfdsPairSource(t.TfdsTranslation(name='ntrex_translate/de-en', lang_a_key='de', "
           f"lang_b_key='en', data_dir={str(tfds_dir)!r})); print(s.counts['train'].kept)")
   done = subprocess.run([sys.executable, "-c", code], cwd=vmsst_testing.ROOT,
@@ -113,7 +113,7 @@ def test_a_dataset_prepared_elsewhere_reads_without_its_builder_code(tfds_dir):
 
 def test_a_dataset_not_prepared_is_a_user_error_never_a_download(tmp_path):
   with pytest.raises(cli.UserError, match=r"not prepared in .*tfds build wmt14_translate/de-en"):
-    tfds_sources.TfdsPairSource(tfds_sources.TfdsTranslation(
+    tfds_readers.TfdsPairSource(tfds_readers.TfdsTranslation(
         name="wmt14_translate/de-en", lang_a_key="de", lang_b_key="en", data_dir=str(tmp_path)))
   assert not list(tmp_path.iterdir())  # nothing downloaded into it
 
@@ -126,7 +126,7 @@ def test_pair_filters_apply_the_policy_of_the_python_readers():
   texts_a[-1] = b"bad \xff"  # not UTF-8
   ds = tf.data.Dataset.from_tensor_slices({"text_a": texts_a, "text_b": [b for _, b in rows]})
   checked = pair_filters.with_skip_reason(ds, exclude=frozenset({"excluded"}),
-                                          policy=sources.InputPolicy(max_chars=20))
+                                          policy=pair_readers.InputPolicy(max_chars=20))
   reasons = [pair_filters.SKIP_REASONS[ex["skip"]] for ex in checked.as_numpy_iterator()]
   assert reasons == ["kept", "kept", "empty_side", "overlong", "tatoeba_overlap", "invalid_utf8"]
   kept = [ex["text_a"] for ex in pair_filters.kept_pairs(checked).as_numpy_iterator()]

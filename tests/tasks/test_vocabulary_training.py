@@ -1,4 +1,4 @@
-"""Tests of tasks/vocabulary_training.py on the shared corpora."""
+"""Tests of tasks/sources/vocabulary_training.py on the shared corpora."""
 
 import subprocess
 import sys
@@ -8,7 +8,7 @@ import sentencepiece as spm
 
 import vmsst_testing
 from vmsst import vocabulary
-from vmsst_tasks import vocabulary_training
+from vmsst_tasks.sources import vocabulary_training
 
 
 def test_training_sentences_are_distinct_and_tatoeba_filtered(data_dir, tmp_path, capsys):
@@ -23,7 +23,7 @@ def test_training_sentences_are_distinct_and_tatoeba_filtered(data_dir, tmp_path
 
 _TRAIN_ONE = """
 import gzip, sys
-from vmsst_tasks import vocabulary_training
+from vmsst_tasks.sources import vocabulary_training
 with gzip.open(sys.argv[1], "rt", encoding="utf-8") as f:
   sentences = f.read().splitlines()[:30000]
 vocabulary_training.train_vocabulary(sentences, sys.argv[2], 2000, input_sentence_size=10000,

@@ -172,7 +172,7 @@ def _clean_gin():
 def test_command_fills_what_the_run_reads_and_train_would_encode_nothing(
     data_dir, tiny_vocab_path, tmp_path, _clean_gin):
   from vmsst import teacher_cache as command  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import heldout  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import heldout  # pylint: disable=import-outside-toplevel
   from vmsst_tasks.registry import distillation  # pylint: disable=import-outside-toplevel
   cache_dir = tmp_path / "cache"
   bindings = vmsst_testing.small_run_bindings(data_dir, tiny_vocab_path, tmp_path / "run", 1, [

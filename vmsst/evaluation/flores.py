@@ -32,7 +32,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from absl import logging
 
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst.base import files
 from vmsst.base import languages as languages_lib
 from vmsst.encoding import protocol
@@ -43,7 +43,7 @@ FOLDERS = ("flores200_dataset", "flores101_dataset", "flores")  # what the suite
 SPLITS = ("devtest", "dev")  # the first present is the default
 # What a model of this project trains on, unless --training_languages says otherwise.
 TRAINING_LANGUAGES = tuple(languages_lib.NTREX_LANGUAGES) + tuple(
-    sources.MULTI30K_LANGUAGES.values())
+    pair_readers.MULTI30K_LANGUAGES.values())
 # FLORES codes whose script picks another variant than the ISO 639-3 part alone would.
 _SCRIPT_VARIANTS = {"zho_hans": "zho-CN", "zho_hant": "zho-TW"}
 

@@ -157,14 +157,14 @@ def training_languages(model_dir: str) -> list[str]:
               if files.exists(path) else "")
   folders = training_data(model_dir)[1]
   codes = set()
-  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import pair_readers  # pylint: disable=import-outside-toplevel
   if "ntrex128" in folders and data_dir:
     try:
-      codes |= set(sources.ntrex_files(data_dir))
+      codes |= set(pair_readers.ntrex_files(data_dir))
     except (FileNotFoundError, ValueError):
       pass  # the data moved since training: the card declares what it can read
   if "multi30k" in folders:
-    codes |= set(sources.MULTI30K_LANGUAGES.values())
+    codes |= set(pair_readers.MULTI30K_LANGUAGES.values())
   return sorted({languages.canonical_language(c).split("-")[0] for c in codes})
 
 

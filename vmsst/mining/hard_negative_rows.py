@@ -3,7 +3,7 @@
 `python -m vmsst.hard_negatives` reads a corpus (`read_pairs`: an OPUS-layout
 directory or two Moses files) and gives each pair its negatives
 (`mine_rows`), searching each language pair apart with the selection of
-hard_negatives.py beside this module; vmsst_tasks.negatives_files writes them.
+hard_negatives.py beside this module; vmsst_tasks.sources.negatives_files writes them.
 """
 
 import collections
@@ -20,13 +20,13 @@ Encode = Callable[[Sequence[str], str], np.ndarray]  # (sentences, language) -> 
 
 def mine_rows(pairs: Sequence, encode: Encode, *, negatives: int, candidates: int,
               margin: str, margin_value: float) -> tuple[list, selection.Counts]:
-  """(vmsst_tasks.negatives_files.Row per pair, in input order; summed Counts).
+  """(vmsst_tasks.sources.negatives_files.Row per pair, in input order; summed Counts).
 
-  pairs: sources.Pair-like (text_a, text_b, lang_a, lang_b). Each language
+  pairs: pair_readers.Pair-like (text_a, text_b, lang_a, lang_b). Each language
   pair is searched apart: a's candidates are the distinct b sentences of
   pairs of the same (lang_a, lang_b).
   """
-  from vmsst_tasks import negatives_files as task  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import negatives_files as task  # pylint: disable=import-outside-toplevel
   groups = collections.defaultdict(list)
   for index, pair in enumerate(pairs):
     groups[(pair.lang_a, pair.lang_b)].append(index)
@@ -73,28 +73,28 @@ def _mine_group(pairs: Sequence, encode: Encode, lang_a: str, lang_b: str, **opt
 
 def read_pairs(*, opus_dir: str | None, src: str | None, trg: str | None,
                src_language: str | None, trg_language: str | None):
-  """(pairs, sources.PairCounts) of the corpus the flags name, under the default input policy.
+  """(pairs, pair_readers.PairCounts) of the corpus the flags name, under the default input policy.
 
   Raises:
     cli.UserError: a misaligned Moses pair, an unknown language code, no
       corpus found, naming the file and the fix.
   """
-  from vmsst_tasks import opus_sources  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks import sources  # pylint: disable=import-outside-toplevel
-  counts = sources.PairCounts()
+  from vmsst_tasks.sources import opus_readers  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import pair_readers  # pylint: disable=import-outside-toplevel
+  counts = pair_readers.PairCounts()
   try:
     if opus_dir:
-      corpora = opus_sources.discover_opus(opus_dir)
+      corpora = opus_readers.discover_opus(opus_dir)
       if not corpora:
         raise cli.UserError(f"--opus_dir={opus_dir} holds no <corpus>.<l1>-<l2>.<l1>/.<l2> "
                             "(Moses) or <corpus>.<l1>-<l2>.tsv file; give the directory "
                             "python -m vmsst_tasks.opus_download wrote, or --src/--trg.")
     else:
-      corpora = [opus_sources.OpusFile(
+      corpora = [opus_readers.OpusFile(
           (files.as_path(src), files.as_path(trg)),
-          sources.canonical_in_file(src_language, files.as_path(src)),
-          sources.canonical_in_file(trg_language, files.as_path(trg)))]
-    pairs = list(opus_sources.opus_pairs(corpora, counts=counts, name="hard_negatives"))
+          pair_readers.canonical_in_file(src_language, files.as_path(src)),
+          pair_readers.canonical_in_file(trg_language, files.as_path(trg)))]
+    pairs = list(opus_readers.opus_pairs(corpora, counts=counts, name="hard_negatives"))
   except (ValueError, FileNotFoundError) as e:
     raise cli.UserError(str(e)) from None
   return pairs, counts

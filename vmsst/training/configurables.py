@@ -46,9 +46,9 @@ def register() -> None:
   from vmsst.training import optimizers
   from vmsst.training import parameter_groups
   from vmsst.training import slices
-  from vmsst_tasks import heldout
+  from vmsst_tasks.sources import heldout
   from vmsst_tasks.pipeline import input_pipeline
-  from vmsst_tasks import sources
+  from vmsst_tasks.sources import pair_readers
   if input_pipeline.seqio_available():
     _register_task_families()
   else:
@@ -71,7 +71,7 @@ def _register_task_families() -> None:
   """The seqio task families a run file lists in `register_families.families`."""
   # pylint: disable=import-outside-toplevel,unused-import
   from vmsst_tasks import registry
-  from vmsst_tasks import tfds_sources
+  from vmsst_tasks.sources import tfds_readers
   from vmsst_tasks.registry import distillation
   from vmsst_tasks.registry import entities
   from vmsst_tasks.registry import hard_negatives

@@ -6,7 +6,7 @@ errors, a run file that binds `train`, command-line values of the run file's typ
   check_paths       DATA_DIR, VOCAB_PATH, MODEL_DIR (writable, a directory),
                     the upstream directories a run starts from
                     (INIT_MODEL_DIR / train.init_params, ENTITY_DIR), the
-                    OPUS directory (opus_sources.checked_corpora)
+                    OPUS directory (opus_readers.checked_corpora)
   check_start       inside `train`, with the model built: the vocabulary's
                     size against the model's, the batch over the devices and
                     hosts, `train.microbatches` (`check_microbatches`), and
@@ -113,8 +113,8 @@ def check_opus_dir() -> None:
   if isinstance(path, gin.config.ConfigurableReference):  # %OPUS_DIR
     path = path.scoped_configurable_fn()
   if isinstance(path, str):
-    from vmsst_tasks import opus_sources  # pylint: disable=import-outside-toplevel
-    opus_sources.checked_corpora(path)
+    from vmsst_tasks.sources import opus_readers  # pylint: disable=import-outside-toplevel
+    opus_readers.checked_corpora(path)
 
 
 def _upstream_command(macro: str, path: str, command: str) -> str:

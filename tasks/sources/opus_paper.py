@@ -55,7 +55,7 @@ import math
 import pathlib
 from typing import Any, Mapping, Sequence
 
-from vmsst_tasks import opus_sources
+from vmsst_tasks.sources import opus_readers
 from vmsst.base import files
 from vmsst.base import languages as vmsst_languages
 
@@ -180,7 +180,7 @@ class PaperPair:
   pivot: str
   language: str
   paper_code: str  # The language's OPUS code in LANGUAGES ("zh" for zho-CN).
-  files: tuple[opus_sources.OpusFile, ...]
+  files: tuple[opus_readers.OpusFile, ...]
   corpora: tuple[str, ...]
   lines: int
   file_lines: tuple[int, ...] = ()  # Lines of each of `files` (their sum is `lines`).
@@ -211,13 +211,13 @@ class OpusInventory:
             f"{len(self.ignored)} files ignored {self.ignored[:10]}")
 
 
-def corpus_of(opus_file: opus_sources.OpusFile) -> str:
+def corpus_of(opus_file: opus_readers.OpusFile) -> str:
   """Corpus name of a file: "Europarl" for Europarl.en-de.en[.gz]."""
   name = opus_file.paths[0].name.removesuffix(".gz")
   return name.rsplit(".", 2)[0]
 
 
-def _orient(opus_file: opus_sources.OpusFile, pivots: Sequence[str]) -> tuple[str, str] | None:
+def _orient(opus_file: opus_readers.OpusFile, pivots: Sequence[str]) -> tuple[str, str] | None:
   """(pivot, other) canonical codes of a file, or None if it has no pivot side."""
   a, b = opus_file.lang_a, opus_file.lang_b
   ranked = [p for p in pivots if p in (a, b)]
@@ -233,7 +233,7 @@ def _load_manifest_files(opus_dir: pathlib.Path) -> dict[str, Mapping[str, int]]
   return json.loads(path.read_text(encoding="utf-8")).get("files", {})
 
 
-def _file_lines(opus_file: opus_sources.OpusFile, manifest: Mapping[str, Mapping[str, Any]],
+def _file_lines(opus_file: opus_readers.OpusFile, manifest: Mapping[str, Mapping[str, Any]],
                 opus_dir: pathlib.Path) -> int:
   """Lines of a file pair: from the manifest if sizes match, else counted."""
   entries = [manifest.get(p.name) if p.parent == opus_dir else None for p in opus_file.paths]
@@ -241,8 +241,8 @@ def _file_lines(opus_file: opus_sources.OpusFile, manifest: Mapping[str, Mapping
     if len({e["lines"] for e in entries}) == 1:
       return entries[0]["lines"]
   if len(opus_file.paths) == 1:
-    return opus_sources.count_lines(opus_file.paths[0])
-  return opus_sources.check_moses_line_counts(opus_file)
+    return opus_readers.count_lines(opus_file.paths[0])
+  return opus_readers.check_moses_line_counts(opus_file)
 
 
 def scan_opus_dir(opus_dir: str | pathlib.Path, *, languages: Sequence[str] = LANGUAGES,
@@ -259,9 +259,9 @@ def scan_opus_dir(opus_dir: str | pathlib.Path, *, languages: Sequence[str] = LA
   canon = vmsst_languages.canonical_language
   wanted = {canon(code): language for language in languages for code in opus_codes(language)}
   pivot_codes = [canon(p) for p in pivots]
-  found = opus_sources.discover_opus(opus_dir) if opus_dir.is_dir() else []
+  found = opus_readers.discover_opus(opus_dir) if opus_dir.is_dir() else []
   manifest = _load_manifest_files(opus_dir)
-  grouped: dict[tuple[str, str], list[opus_sources.OpusFile]] = collections.defaultdict(list)
+  grouped: dict[tuple[str, str], list[opus_readers.OpusFile]] = collections.defaultdict(list)
   ignored = []
   for opus_file in found:
     pair = _orient(opus_file, pivot_codes)

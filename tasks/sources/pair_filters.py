@@ -1,6 +1,6 @@
-"""The bad-input policy of tasks/sources.py on tf.data pairs (TFDS sources, files read by tf.data).
+"""The bad-input policy of tasks/sources/pair_readers.py on tf.data pairs (TFDS sources, files read by tf.data).
 
-tasks/sources.py's readers apply the policy in Python; a pipeline that reads
+tasks/sources/pair_readers.py's readers apply the policy in Python; a pipeline that reads
 in TensorFlow (a TFDS dataset, `TextLineDataset`s) must not go through a
 Python generator, which runs on one thread and cannot be saved in a tf.data
 iterator checkpoint. These are the same rules as TensorFlow ops:
@@ -22,7 +22,7 @@ from typing import AbstractSet
 
 import tensorflow as tf
 
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 
 SKIP_REASONS = ("kept", "invalid_utf8", "no_tab", "extra_tab", "empty_side", "overlong",
                 "tatoeba_overlap")
@@ -42,7 +42,7 @@ def _exclusion_table(exclude: AbstractSet[str]) -> tf.lookup.StaticHashTable | N
 
 
 def _clean(text: tf.Tensor) -> tf.Tensor:
-  """CRLF's "\\r", U+FEFF and surrounding whitespace removed (tasks/sources.py's table)."""
+  """CRLF's "\\r", U+FEFF and surrounding whitespace removed (tasks/sources/pair_readers.py's table)."""
   return tf.strings.strip(tf.strings.regex_replace(text, "\ufeff", ""))
 
 
@@ -51,7 +51,7 @@ def _valid_utf8(text: tf.Tensor) -> tf.Tensor:
 
 
 def with_skip_reason(dataset: tf.data.Dataset, *, exclude: AbstractSet[str] = frozenset(),
-                     policy: sources.InputPolicy = sources.DEFAULT_POLICY) -> tf.data.Dataset:
+                     policy: pair_readers.InputPolicy = pair_readers.DEFAULT_POLICY) -> tf.data.Dataset:
   """Strips both sides and sets "skip" (int32, index in SKIP_REASONS) of each pair.
 
   The first reason that applies wins, in the order of SKIP_REASONS; a "skip"
@@ -90,12 +90,12 @@ def kept_pairs(dataset: tf.data.Dataset) -> tf.data.Dataset:
       lambda ex: {k: v for k, v in ex.items() if k != "skip"})
 
 
-def count_skips(dataset: tf.data.Dataset) -> sources.PairCounts:
+def count_skips(dataset: tf.data.Dataset) -> pair_readers.PairCounts:
   """One pass over a `with_skip_reason` dataset: read = kept + skipped, by reason."""
   per_reason = dataset.map(lambda ex: tf.one_hot(ex["skip"], len(SKIP_REASONS), dtype=tf.int64))
   totals = per_reason.batch(4096).reduce(tf.zeros([len(SKIP_REASONS)], tf.int64),
                                          lambda acc, x: acc + tf.reduce_sum(x, axis=0)).numpy()
-  counts = sources.PairCounts(read=int(totals.sum()), kept=int(totals[0]))
+  counts = pair_readers.PairCounts(read=int(totals.sum()), kept=int(totals[0]))
   for name, n in zip(SKIP_REASONS[1:], totals[1:]):
     if n:
       counts.skipped[name] = int(n)

@@ -13,7 +13,7 @@ kept only if neither its source nor its target appeared before.
 import pathlib
 from typing import Iterable
 
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst.base import files
 from vmsst.base import text_files
 
@@ -42,7 +42,7 @@ def dedupe_pairs(pairs: Iterable[tuple[str, str]], max_pairs: int) -> RetrievalS
 
 
 def _multi30k_sets(data_dir: pathlib.Path, max_pairs: int) -> dict[str, RetrievalSet]:
-  root = data_dir / sources.MULTI30K_DIR
+  root = data_dir / pair_readers.MULTI30K_DIR
   english = text_files.read_lines(root / f"{MULTI30K_TEST_PREFIX}.en.gz")
   sets = {}
   for code, short in MULTI30K_TARGETS.items():
@@ -55,9 +55,9 @@ def _multi30k_sets(data_dir: pathlib.Path, max_pairs: int) -> dict[str, Retrieva
 
 
 def _ntrex_sets(data_dir: pathlib.Path, max_pairs: int) -> dict[str, RetrievalSet]:
-  held_out = sources.ntrex_validation_documents(data_dir)
-  keep = [doc in held_out for doc in sources.ntrex_documents(data_dir)]
-  paths = sources.ntrex_files(data_dir)
+  held_out = pair_readers.ntrex_validation_documents(data_dir)
+  keep = [doc in held_out for doc in pair_readers.ntrex_documents(data_dir)]
+  paths = pair_readers.ntrex_files(data_dir)
   english = [line for line, k in zip(text_files.read_lines(paths["eng"]), keep) if k]
   sets = {}
   for code in NTREX_TARGETS:

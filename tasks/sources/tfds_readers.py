@@ -9,7 +9,7 @@ A dataset prepared anywhere (`tfds build <name> --data_dir=...` on a machine
 with network, or a builder of your own's `download_and_prepare`) is read
 from its files: the builder's code need not be importable here. Both
 sides go through the same bad-input policy as every other source
-(tasks/pair_filters.py), and the read/kept/skipped counts of each split are
+(tasks/sources/pair_filters.py), and the read/kept/skipped counts of each split are
 taken once, by one pass in TensorFlow, when the source is built.
 """
 
@@ -20,8 +20,8 @@ import seqio
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from vmsst_tasks import pair_filters
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_filters
+from vmsst_tasks.sources import pair_readers
 from vmsst.base import cli
 from vmsst.base.gin_utils import gin
 from vmsst.base import languages
@@ -86,7 +86,7 @@ class TfdsPairSource(seqio.FunctionDataSource):
   """
 
   def __init__(self, spec: TfdsTranslation, *, exclude=frozenset(),
-               policy: sources.InputPolicy = sources.DEFAULT_POLICY):
+               policy: pair_readers.InputPolicy = pair_readers.DEFAULT_POLICY):
     self.spec, self._exclude, self._policy = spec, frozenset(exclude), policy
     self._builder = _builder(spec)
     features = self._builder.info.features

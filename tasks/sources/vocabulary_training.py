@@ -12,8 +12,8 @@ from typing import AbstractSet, Iterable, Iterator, Sequence
 
 import sentencepiece as spm
 
-from vmsst_tasks import opus_sources
-from vmsst_tasks import sources
+from vmsst_tasks.sources import opus_readers
+from vmsst_tasks.sources import pair_readers
 from vmsst.base import cli
 from vmsst.base import files
 from vmsst.base import sentencepiece_vocabulary
@@ -85,14 +85,14 @@ def interleaved_sentences(data_dir: str, source_names: Sequence[str]) -> list[st
 
 def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[str]:
   """Distinct sentences of the training splits (Tatoeba-filtered); logs per-source counts."""
-  exclude = sources.tatoeba_test_sentences(data_dir)
+  exclude = pair_readers.tatoeba_test_sentences(data_dir)
   seen = set()
   for name in source_names:
-    counts = sources.PairCounts()
+    counts = pair_readers.PairCounts()
     if name == "ntrex128":
-      pairs = sources.ntrex_pairs(data_dir, "train", counts=counts, exclude=exclude)
+      pairs = pair_readers.ntrex_pairs(data_dir, "train", counts=counts, exclude=exclude)
     elif name == "multi30k":
-      pairs = sources.multi30k_pairs(data_dir, "train", counts=counts, exclude=exclude)
+      pairs = pair_readers.multi30k_pairs(data_dir, "train", counts=counts, exclude=exclude)
     elif name.startswith("opus:"):
       pairs = _opus_pairs(name[len("opus:"):], counts, exclude)
     else:
@@ -106,19 +106,19 @@ def training_sentences(data_dir: str, source_names: Sequence[str]) -> Iterator[s
     print(f"{counts.report(name)}; {len(seen) - before} new distinct sentences")
 
 
-def _opus_pairs(opus_dir: str, counts: sources.PairCounts,
-                exclude: AbstractSet[str]) -> Iterator[sources.Pair]:
+def _opus_pairs(opus_dir: str, counts: pair_readers.PairCounts,
+                exclude: AbstractSet[str]) -> Iterator[pair_readers.Pair]:
   """An OPUS directory's pairs, refused as `train` refuses it (one shared check each).
 
-  Before reading: opus_sources.checked_corpora (no OPUS file, unknown codes,
+  Before reading: opus_readers.checked_corpora (no OPUS file, unknown codes,
   misaligned sides). After each language pair: one whose every line was
   skipped (a binary or non-UTF-8 side) is the error train's data check gives,
   not a vocabulary trained on the other pairs alone.
   """
-  for (lang_a, lang_b), found in opus_sources.checked_corpora(opus_dir).items():
+  for (lang_a, lang_b), found in opus_readers.checked_corpora(opus_dir).items():
     corpora = [corpus for corpus, _ in found]
-    pair_counts = sources.PairCounts()
-    yield from opus_sources.opus_pairs(corpora, counts=pair_counts, exclude=exclude,
+    pair_counts = pair_readers.PairCounts()
+    yield from opus_readers.opus_pairs(corpora, counts=pair_counts, exclude=exclude,
                                        name=f"opus:{opus_dir} {lang_a}-{lang_b}")
     counts.read, counts.kept = counts.read + pair_counts.read, counts.kept + pair_counts.kept
     counts.skipped.update(pair_counts.skipped)

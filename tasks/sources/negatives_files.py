@@ -19,7 +19,7 @@ so the contrastive objectives read both. The negatives are columns of
 the pair's own example, so shuffling, batching, sharding and a restored data
 position move them with their pair, never apart (tests/tasks/test_hard_negatives.py).
 
-Bad input under the project's policy (tasks/sources.py, `InputPolicy`): a
+Bad input under the project's policy (tasks/sources/pair_readers.py, `InputPolicy`): a
 blank line is skipped; a line without K + 4 fields or with an empty a, b or
 language is skipped as "malformed" (an error naming file, line and fix under
 InputPolicy.strict); a pair with a Tatoeba test sentence on a side or
@@ -32,7 +32,7 @@ from typing import AbstractSet, NamedTuple, Sequence
 
 from absl import logging
 
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 from vmsst.base import files
 from vmsst.base import text_files
 
@@ -84,14 +84,14 @@ def read_manifest(directory: str) -> dict:
 
 
 def read(directory: str, *, exclude: AbstractSet[str] = frozenset(),
-         policy: sources.InputPolicy = sources.DEFAULT_POLICY
-         ) -> tuple[list[Row], int, sources.PairCounts]:
+         policy: pair_readers.InputPolicy = pair_readers.DEFAULT_POLICY
+         ) -> tuple[list[Row], int, pair_readers.PairCounts]:
   """(rows, K, counts) of a hard-negatives directory; see the module docstring."""
   negatives = int(read_manifest(directory)["negatives"])
   path = files.join(directory, ROWS)
   if not files.isfile(path):
     raise FileNotFoundError(f"{path} not found beside its {MANIFEST}; {_FIX}.")
-  counts, rows = sources.PairCounts(), []
+  counts, rows = pair_readers.PairCounts(), []
   for number, line in enumerate(text_files.read_lines(path), 1):
     counts.read += 1
     reason = "blank_line" if not line.strip() else None
@@ -103,7 +103,7 @@ def read(directory: str, *, exclude: AbstractSet[str] = frozenset(),
                          "(lang_a, lang_b, a, b and the negatives, empty ones allowed) with "
                          f"a, b and both languages non-empty; fix or delete the line, or {_FIX}.")
     if reason is None:
-      row = Row(fields[2], fields[3], *(sources.canonical_in_file(c, path) for c in fields[:2]),
+      row = Row(fields[2], fields[3], *(pair_readers.canonical_in_file(c, path) for c in fields[:2]),
                 tuple(fields[4:]))
       if exclude and {row.text_a, row.text_b, *row.negatives} & exclude:
         reason = "tatoeba_overlap"

@@ -3,7 +3,7 @@
 A corpus is `<corpus>.<l1>-<l2>.<l1>` + `.<l2>` (Moses, line-aligned) or
 `<corpus>.<l1>-<l2>.tsv`, optionally gzipped, anywhere below the directory
 (tasks/opus_download.py writes that layout). Pairs follow the bad-input
-policy of tasks/sources.py (counted skips, `InputPolicy`); Moses sides of
+policy of tasks/sources/pair_readers.py (counted skips, `InputPolicy`); Moses sides of
 different lengths are an error naming both files, never zip-truncated.
 """
 
@@ -15,7 +15,7 @@ import pathlib
 import re
 from typing import AbstractSet, Iterator, Sequence
 
-from vmsst_tasks import sources
+from vmsst_tasks.sources import pair_readers
 
 from vmsst.base import cli
 from vmsst.base import files
@@ -53,7 +53,7 @@ def _split_pair(pair: str, ext: str, path: pathlib.Path) -> tuple[str, str] | No
       return pair[:-len(ext) - 1], ext
     return None
   known = [(pair[:i], pair[i + 1:]) for i, c in enumerate(pair) if c == "-"
-           and sources.is_known_language(pair[:i]) and sources.is_known_language(pair[i + 1:])]
+           and pair_readers.is_known_language(pair[:i]) and pair_readers.is_known_language(pair[i + 1:])]
   if len(known) == 1:
     return known[0]
   if pair.count("-") == 1:  # Unknown codes: let _canonical_in_file name them.
@@ -62,7 +62,7 @@ def _split_pair(pair: str, ext: str, path: pathlib.Path) -> tuple[str, str] | No
                    "the file to <corpus>.<l1>-<l2>.tsv with codes free of '-' (e.g. zh_cn).")
 
 
-def discover_opus(opus_dir: sources.PathLike) -> list[OpusFile]:
+def discover_opus(opus_dir: pair_readers.PathLike) -> list[OpusFile]:
   """Finds Moses (`<c>.<l1>-<l2>.<l1>` + `.<l2>`) and TSV (`<c>.<l1>-<l2>.tsv`) files.
 
   Searches `opus_dir` recursively; `.gz` is optional. Other files (README,
@@ -82,7 +82,7 @@ def discover_opus(opus_dir: sources.PathLike) -> list[OpusFile]:
     sides = match and _split_pair(match["pair"], match["ext"], path)
     if not sides:
       continue
-    lang_a, lang_b = (sources.canonical_in_file(code, path) for code in sides)
+    lang_a, lang_b = (pair_readers.canonical_in_file(code, path) for code in sides)
     if match["ext"] == "tsv":
       found.append(OpusFile((path,), lang_a, lang_b))
     else:
@@ -95,11 +95,11 @@ def discover_opus(opus_dir: sources.PathLike) -> list[OpusFile]:
       raise ValueError(f"OPUS Moses file {present} has no partner {partner}[.gz]: add it, or "
                        "remove the lone side.")
     found.append(OpusFile((by_side[sides[0]], by_side[sides[1]]),
-                          *(sources.canonical_in_file(s, by_side[s]) for s in sides)))
+                          *(pair_readers.canonical_in_file(s, by_side[s]) for s in sides)))
   return sorted(found, key=lambda f: f.paths)
 
 
-def count_lines(path: sources.PathLike) -> int:
+def count_lines(path: pair_readers.PathLike) -> int:
   """Number of lines (a last line without "\\n" counts), read in binary blocks.
 
   Counted once per process for a file of the same size and time (`train`
@@ -133,7 +133,7 @@ def check_moses_line_counts(corpus: OpusFile) -> int:
 _FIX_ALIGNMENT = "re-extract the corpus"  # line i of each side must translate line i of the other
 
 
-def checked_corpora(opus_dir: sources.PathLike,
+def checked_corpora(opus_dir: pair_readers.PathLike,
                     ) -> dict[tuple[str, str], list[tuple[OpusFile, int]]]:
   """An OPUS directory's corpora by language pair, each with its line count, checked.
 
@@ -163,51 +163,51 @@ def checked_corpora(opus_dir: sources.PathLike,
   return dict(sorted(by_pair.items()))
 
 
-def _moses_raw(corpus: OpusFile, strict: bool) -> Iterator[sources.Located]:
+def _moses_raw(corpus: OpusFile, strict: bool) -> Iterator[pair_readers.Located]:
   """Pairs of line i of both sides; a side that is not UTF-8 skips the pair (not the file)."""
   path_a, path_b = corpus.paths
   num_a = num_b = 0
-  lines = itertools.zip_longest(sources.decode_lines(path_a, strict=strict),
-                                sources.decode_lines(path_b, strict=strict))
+  lines = itertools.zip_longest(pair_readers.decode_lines(path_a, strict=strict),
+                                pair_readers.decode_lines(path_b, strict=strict))
   for line_a, line_b in lines:
     num_a, num_b = num_a + (line_a is not None), num_b + (line_b is not None)
     if type(line_a) is str and type(line_b) is str:  # pylint: disable=unidiomatic-typecheck
-      yield sources.Pair(line_a, line_b, corpus.lang_a, corpus.lang_b), path_a, num_a
+      yield pair_readers.Pair(line_a, line_b, corpus.lang_a, corpus.lang_b), path_a, num_a
     elif line_a is not None and line_b is not None:
-      yield sources._pair_or_skip(line_a, line_b, corpus.lang_a, corpus.lang_b), path_a, num_a
+      yield pair_readers._pair_or_skip(line_a, line_b, corpus.lang_a, corpus.lang_b), path_a, num_a
   if num_a != num_b:
     raise ValueError(f"Moses files are not line-aligned: {path_a} has {num_a} lines "
                      f"but {path_b} has {num_b}; {_FIX_ALIGNMENT}.")
 
 
-def _tsv_raw(corpus: OpusFile, strict: bool) -> Iterator[sources.Located]:
+def _tsv_raw(corpus: OpusFile, strict: bool) -> Iterator[pair_readers.Located]:
   path = corpus.paths[0]
-  for number, line in enumerate(sources.decode_lines(path, strict=strict), 1):
-    if isinstance(line, sources.Skip):
+  for number, line in enumerate(pair_readers.decode_lines(path, strict=strict), 1):
+    if isinstance(line, pair_readers.Skip):
       yield line, path, number
       continue
     fields = line.split("\t")
     if len(fields) == 2:
-      yield sources.Pair(fields[0], fields[1], corpus.lang_a, corpus.lang_b), path, number
+      yield pair_readers.Pair(fields[0], fields[1], corpus.lang_a, corpus.lang_b), path, number
       continue
     reason = "no_tab" if len(fields) == 1 else "extra_tab"
     where = f"{path}, line {number}: {len(fields) - 1} tabs, expected one (text_a<TAB>text_b)"
     if strict:
-      raise ValueError(f"{where}; fix or delete the line, {sources._NOT_STRICT}.")
-    yield sources.Skip(reason, where), path, number
+      raise ValueError(f"{where}; fix or delete the line, {pair_readers._NOT_STRICT}.")
+    yield pair_readers.Skip(reason, where), path, number
 
 
-def opus_pairs(corpora: Sequence[OpusFile], *, counts: sources.PairCounts | None = None,
+def opus_pairs(corpora: Sequence[OpusFile], *, counts: pair_readers.PairCounts | None = None,
                exclude: AbstractSet[str] = frozenset(), name: str = "opus",
-               policy: sources.InputPolicy = sources.DEFAULT_POLICY) -> Iterator[sources.Pair]:
+               policy: pair_readers.InputPolicy = pair_readers.DEFAULT_POLICY) -> Iterator[pair_readers.Pair]:
   """Pairs of the given OPUS corpora, one file after the other.
 
   Raises:
     ValueError: (at the end of a Moses pair) if its sides differ in length;
       (policy.strict) on a malformed line.
   """
-  def raw() -> Iterator[sources.Located]:
+  def raw() -> Iterator[pair_readers.Located]:
     for corpus in corpora:
       read = _tsv_raw if len(corpus.paths) == 1 else _moses_raw
       yield from read(corpus, policy.strict)
-  return sources.read_pairs(raw(), name=name, counts=counts, exclude=exclude, policy=policy)
+  return pair_readers.read_pairs(raw(), name=name, counts=counts, exclude=exclude, policy=policy)

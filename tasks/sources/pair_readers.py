@@ -1,4 +1,4 @@
-"""File readers: NTREX-128, Multi30k and the Tatoeba filter (OPUS: tasks/opus_sources.py).
+"""File readers: NTREX-128, Multi30k and the Tatoeba filter (OPUS: tasks/sources/opus_readers.py).
 
 Every reader yields `Pair`s with canonical language codes (vmsst.base.languages) and
 fills a `PairCounts`: read = kept + sum(skipped), with one counter per skip
