@@ -34,7 +34,7 @@ the names they register:
                              their linked entity (tasks/wiki_entities.py output), the
                              sentence on both sides, plus `entities`; train/validation
   triplet_tasks              vmsst_triplets: English (anchor, positive, negative)
-    (triplets.py)            triplets (tasks/triplets.py; STSb-built or TSV) as
+    (triplets.py)            triplets (tasks/sources/triplet_sets.py; STSb-built or TSV) as
                              a = anchor, b = positive, plus `tokens_negative`
   hard_negative_tasks        vmsst_hard_negatives: training pairs with K negatives
     (hard_negatives.py)      mined for them (python -m vmsst.hard_negatives), plus

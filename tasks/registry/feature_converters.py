@@ -15,7 +15,7 @@ Optional, passed through unchanged when the task has it (OPTIONAL_FEATURES):
   entities            int32 [1+H]  linked entity then H hard negatives, -1 padding
                                    (entity-contrastive tasks, tasks/wiki_entities.py)
   tokens_negative     int32 [L]    a triplet's negative sentence, already 0-padded
-                                   to L by its task (tasks/triplets.py), so its
+                                   to L by its task (tasks/registry/triplets.py), so its
                                    static width is the training length
 
 sem_side says which side of the pair feeds the semantic encoder; alternating it

@@ -20,7 +20,7 @@ from vmsst_tasks.sources import negatives_files as hard_negatives_lib
 from vmsst_tasks.registry import preprocessors
 from vmsst_tasks.registry import seqio_sources
 from vmsst_tasks.sources import pair_readers
-from vmsst_tasks import triplets
+from vmsst_tasks.registry import triplets
 from vmsst_tasks.registry import common
 
 TASK = hard_negatives_lib.TASK

@@ -14,7 +14,7 @@ module imports no TensorFlow, so the command that writes the format does not
 either) reads it as the pair tasks read pairs, plus
 `tokens_negative` int32 [K·L]: negative k tokenized, cut to L − 1 pieces, EOS,
 0-padded to L, at [k·L, (k+1)·L); an empty one is all zeros, which the
-objectives mask out. K = 1 is the triplet tasks' feature (tasks/triplets.py),
+objectives mask out. K = 1 is the triplet tasks' feature (tasks/registry/triplets.py),
 so the contrastive objectives read both. The negatives are columns of
 the pair's own example, so shuffling, batching, sharding and a restored data
 position move them with their pair, never apart (tests/tasks/test_hard_negatives.py).

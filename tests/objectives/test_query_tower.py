@@ -14,7 +14,7 @@ import vmsst_testing
 from vmsst_testing import TINY, init_params, random_batch
 from vmsst_tasks.registry import common
 from vmsst_tasks.registry import triplets as triplet_family
-from vmsst_tasks import triplets as triplets_lib
+from vmsst_tasks.sources import triplet_sets as triplets_lib
 from vmsst.encoding import checkpoint
 from vmsst.encoding import restore
 from vmsst.base.gin_utils import gin

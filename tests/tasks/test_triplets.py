@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import vmsst_testing
-from vmsst_tasks import triplets
+from vmsst_tasks import triplets as triplets_command
+from vmsst_tasks.registry import triplets as triplet_task
+from vmsst_tasks.sources import triplet_sets as triplets
 
 ROWS = [  # file, score, sentence1, sentence2 (STSb's TAB-only csv layout)
     ("MSRvid", 5.0, "A man plays a guitar.", "A man is playing a guitar."),
@@ -69,14 +71,14 @@ def test_a_split_without_low_pairs_says_there_are_no_negatives(tmp_path):
                                        ([], [1, 0, 0, 0, 0])])
 def test_pad_negative_trims_appends_eos_and_zero_pads(ids, want):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  got = triplets.pad_negative(tf.constant(ids, tf.int32), 5).numpy()
+  got = triplet_task.pad_negative(tf.constant(ids, tf.int32), 5).numpy()
   np.testing.assert_array_equal(got, want)
 
 
 def test_command_writes_the_three_splits_from_stsb_dir(tmp_path, capfd):
   for split in ("train", "dev", "test"):
     _write_stsb(tmp_path, split)
-  done = vmsst_testing.run_here(triplets, [f"--stsb_dir={tmp_path}", "--seed=0",
+  done = vmsst_testing.run_here(triplets_command, [f"--stsb_dir={tmp_path}", "--seed=0",
                                            f"--output={tmp_path / 'out'}"], capfd)
   assert done.returncode == 0, done.stderr[-2000:]
   for name, split in (("train", "train"), ("validation", "dev"), ("test", "test")):
@@ -90,10 +92,10 @@ def test_command_names_an_msmarco_file_too_short_for_the_splits_and_writes_nothi
   path = tmp_path / "msmarco-triplets.jsonl.gz"
   with gzip.open(path, "wt", encoding="utf-8") as f:
     f.write(json.dumps({"query": "q", "pos": ["p"], "neg": ["n"]}) + "\n")
-  done = vmsst_testing.run_here(triplets, [f"--msmarco={path}", f"--output={tmp_path / 'out'}"],
+  done = vmsst_testing.run_here(triplets_command, [f"--msmarco={path}", f"--output={tmp_path / 'out'}"],
                                 capfd)
   vmsst_testing.assert_user_error(done, str(path))
   assert not (tmp_path / "out").exists()
-  done = vmsst_testing.run_here(triplets, [f"--stsb_dir={tmp_path / 'nowhere'}",
+  done = vmsst_testing.run_here(triplets_command, [f"--stsb_dir={tmp_path / 'nowhere'}",
                                            f"--output={tmp_path / 'out'}"], capfd)
   vmsst_testing.assert_user_error(done, str(tmp_path / "nowhere"))

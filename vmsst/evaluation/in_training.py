@@ -201,7 +201,7 @@ class QueryTowerValidation:
                batch_size: int = 64, max_triplets: int | None = None):
     """Args:
       triplets: the validation split of `triplet_tasks.triplets` ("stsb" or a
-        directory with validation.tsv; tasks/triplets.py).
+        directory with validation.tsv; tasks/sources/triplet_sets.py).
       data_dir: root of the shared data (for "stsb").
       vocabulary: the training vocabulary.
       documents_model_dir: the starting checkpoint (`train.init_params`).
@@ -210,8 +210,8 @@ class QueryTowerValidation:
       batch_size: encoding batch; must divide over the mesh's data axis.
       max_triplets: keep the first this many (quick runs).
     """
-    from vmsst_tasks import triplets as triplets_lib  # pylint: disable=import-outside-toplevel
-    rows = triplets_lib.read_triplet_splits(triplets, data_dir)["validation"][0][:max_triplets]
+    from vmsst_tasks.sources import triplet_sets  # pylint: disable=import-outside-toplevel
+    rows = triplet_sets.read_triplet_splits(triplets, data_dir)["validation"][0][:max_triplets]
     if not rows:
       raise ValueError(f"QueryTowerValidation: no validation triplets in {triplets!r}.")
     self.anchors = [a for a, _, _ in rows]

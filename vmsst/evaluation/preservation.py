@@ -15,7 +15,7 @@ Triplets. N_e counts the held-out triplets the original model ranks wrongly
 (s(a, p) <= s(a, n), ties are errors: pair_ranking.triplet_errors), N_e' the
 same after tuning. The improvement is I = (N_e − N_e') / N_e (§3.2, Eq. 1;
 None when N_e = 0), for cosine and for Euclidean ranking (the paper's c% and
-d%). Default held-out triplets: STSb test built by tasks/triplets.py
+d%). Default held-out triplets: STSb test built by tasks/sources/triplet_sets.py
 (training uses STSb train).
 
 Preservation. Every language pair gives one comparison per check, with a
@@ -261,8 +261,8 @@ def evaluate(original: protocol.Encoder, tuned: protocol.Encoder, data_dir: str 
   before = Towers(original_towers, original_towers)
   after = Towers(wrap(tuned), original_towers if documents is None else wrap(documents))
   if triplets is None and (data_dir / "stsb").is_dir():
-    from vmsst_tasks import triplets as triplets_lib  # pylint: disable=import-outside-toplevel
-    triplets = triplets_lib.stsb_triplets(data_dir / "stsb", "test")[0]
+    from vmsst_tasks.sources import triplet_sets  # pylint: disable=import-outside-toplevel
+    triplets = triplet_sets.stsb_triplets(data_dir / "stsb", "test")[0]
   results = {"triplets": (triplet_evaluation(before, after, triplets, margin=margin)
                           if triplets else None),
              "rows": [], "skipped": []}
