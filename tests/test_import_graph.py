@@ -177,6 +177,17 @@ def test_no_command_is_imported_as_a_library():
   assert not found, "\n".join(found)
 
 
+def test_no_task_command_is_imported_as_a_library():
+  """vmsst_tasks' commands (its top-level modules with a `main`) are thin too: what another
+  module needs lives in sources/, registry/ or pipeline/."""
+  commands = {name for name, path in MODULES.items()
+              if name.count(".") == 1 and name.startswith("vmsst_tasks.")
+              and "\ndef main(" in path.read_text(encoding="utf-8")}
+  assert {"vmsst_tasks.triplets", "vmsst_tasks.wiki_entities"} <= commands, commands
+  found = _imports(set(RANK), lambda t: t in commands)
+  assert not found, "\n".join(found)
+
+
 def test_the_data_layer_imports_only_the_base():
   found = _imports({"vmsst_tasks"}, lambda t: layer(t) not in ("vmsst_tasks", "base"))
   assert not found, "\n".join(found)

@@ -21,7 +21,7 @@ from tensorflow.python.data.experimental.ops import global_shuffle_op
 from vmsst_tasks.sources import opus_readers
 from vmsst_tasks.sources import pair_filters
 from vmsst_tasks.sources import pair_readers
-from vmsst_tasks import wiki_entities
+from vmsst_tasks.sources import wikipedia
 from vmsst.base import cli
 from vmsst.base import entity_files
 
@@ -187,7 +187,7 @@ class EntitySentenceSource(seqio.FunctionDataSource):
     self.name = name  # The task's, for errors.
     self._columns = {}
     for split in SPLITS:
-      texts, langs, ids = wiki_entities.load_split(entity_dir, split)
+      texts, langs, ids = wikipedia.load_split(entity_dir, split)
       texts, langs = np.array(texts, dtype=object), np.array(langs, dtype=object)
       self._columns[split] = {"text_a": texts, "text_b": texts, "lang_a": langs,
                               "lang_b": langs, "entities": ids}

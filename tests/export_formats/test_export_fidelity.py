@@ -73,10 +73,10 @@ def _objective_bindings(name, tiny_model, data_dir, tmp_path) -> list[str]:
   if name == "query_tower":
     return [f"INIT_MODEL_DIR = '{tiny_model[0]}'"]
   if name == "entity_contrastive":
-    from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
+    from vmsst_tasks.sources import wikipedia  # pylint: disable=import-outside-toplevel
     entity_dir = tmp_path / "entities"
     dump = data_dir / "wiki_entity_sample" / "enwiki-pages-articles-sample.xml.bz2"
-    wiki_entities.build(str(dump), str(entity_dir), heldout_fraction=0.5, min_links=0)
+    wikipedia.build(str(dump), str(entity_dir), heldout_fraction=0.5, min_links=0)
     return [f"ENTITY_DIR = '{entity_dir}'"]
   return []
 

@@ -298,12 +298,12 @@ def test_short_run_on_the_wikipedia_sample_learns_sentence_to_entity_retrieval(
     data_dir, tiny_vocab_path, tmp_path):
   if not SAMPLE.exists():
     pytest.skip(f"{SAMPLE} not found (../shared/data/wiki_entity_sample)")
-  from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import wikipedia  # pylint: disable=import-outside-toplevel
   entity_dir = tmp_path / "entities"
   # --min_links=0: the 2-article fixture links most entities once (the paper's 10 would
   # leave almost nothing).
-  print(wiki_entities.build(str(SAMPLE), str(entity_dir), heldout_fraction=0.5, min_links=0))
-  splits = {split: wiki_entities.load_split(str(entity_dir), split)
+  print(wikipedia.build(str(SAMPLE), str(entity_dir), heldout_fraction=0.5, min_links=0))
+  splits = {split: wikipedia.load_split(str(entity_dir), split)
             for split in ("train", "validation")}
   # 221 training sentences over the 205 entities, most linked once. The 8 held-out
   # sentences are printed, not asserted: their MRR moves by ±2 points with the seed alone

@@ -19,7 +19,7 @@ from vmsst_tasks.registry import entities
 from vmsst_tasks.registry import opus
 from vmsst_tasks.registry import seqio_sources
 from vmsst_tasks.sources import pair_readers
-from vmsst_tasks import wiki_entities as we
+from vmsst_tasks.sources import wikipedia as we
 from vmsst.base import cli
 from vmsst.base import sentencepiece_vocabulary
 

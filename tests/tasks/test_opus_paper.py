@@ -12,7 +12,7 @@ import seqio
 import sentencepiece as spm
 import tensorflow as tf
 
-from vmsst_tasks import opus_download
+from vmsst_tasks.sources import opus_fetch
 from vmsst_tasks.sources import opus_paper
 from vmsst_tasks import registry
 from vmsst_tasks.registry import opus
@@ -32,7 +32,7 @@ def write_moses(directory: pathlib.Path, corpus: str, l1: str, l2: str, lines1, 
 
 @pytest.fixture(scope="session")
 def catalog_path(tmp_path_factory) -> str:
-  return opus_download.ensure_catalog(str(tmp_path_factory.getbasetemp() / "opusdata.db"))
+  return opus_fetch.ensure_catalog(str(tmp_path_factory.getbasetemp() / "opusdata.db"))
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_a_printed_table_whose_rows_differ_in_length_is_an_error():
 
 
 def test_every_language_but_aymara_has_an_english_pair_in_the_opus_catalog(catalog_path):
-  releases = [(opus_download._CATALOG_CORPUS.get(c, c), r) for c, r in opus_paper.CORPUS_RELEASES.items()]
+  releases = [(opus_fetch._CATALOG_CORPUS.get(c, c), r) for c, r in opus_paper.CORPUS_RELEASES.items()]
   with sqlite3.connect(catalog_path) as db:
     rows = db.execute(
         "SELECT source, target FROM opusfile WHERE preprocessing = 'moses' AND ("

@@ -206,13 +206,13 @@ gin.external_configurable(_LengthTeacher, module="tests.tasks.test_registry")
 @pytest.fixture(scope="module")
 def run_inputs(small_data_dir, data_dir, tmp_path_factory):
   """(data dir: the small NTREX / Multi30k with STSb beside, an entity directory)."""
-  from vmsst_tasks import wiki_entities  # pylint: disable=import-outside-toplevel
+  from vmsst_tasks.sources import wikipedia  # pylint: disable=import-outside-toplevel
   root = tmp_path_factory.mktemp("run_data")
   for child in [*small_data_dir.iterdir(), data_dir / "stsb"]:
     (root / child.name).symlink_to(child)
   entity_dir = root.parent / "entities"
   dump = next((data_dir / "wiki_entity_sample").glob("*.xml.bz2"))
-  wiki_entities.build(str(dump), str(entity_dir), heldout_fraction=0.5, min_links=0)
+  wikipedia.build(str(dump), str(entity_dir), heldout_fraction=0.5, min_links=0)
   return root, entity_dir
 
 

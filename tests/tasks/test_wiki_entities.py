@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from vmsst.base import entity_files
-from vmsst_tasks import wiki_entities as we
+from vmsst_tasks import wiki_entities as wiki_entities_command
+from vmsst_tasks.sources import wikipedia as we
 
 import vmsst_testing
 
@@ -134,7 +135,7 @@ def test_interlanguage_flag_keys_the_written_entities_by_id(tmp_path, capfd):
                                    "at [[Mainz]] city.")])
   table = tmp_path / "ill.tsv"
   table.write_text("rhine river\tQ584\nMain (river)\tQ1670\n")
-  done = vmsst_testing.run_here(we, [f"--dump={dump}", f"--output={tmp_path / 'out'}",
+  done = vmsst_testing.run_here(wiki_entities_command, [f"--dump={dump}", f"--output={tmp_path / 'out'}",
                                      f"--interlanguage={table}", "--min_links=0",
                                      "--heldout_fraction=0"], capfd)
   assert done.returncode == 0, done.stderr[-2000:]
@@ -174,7 +175,7 @@ def test_written_directory_loads_as_entity_rows(tmp_path, capfd):
                           ("P2", 0, "[[Berlin]] is a city in Germany.")])
   types = tmp_path / "types.tsv"
   types.write_text("Paris\tcity\nLyon\tcity\nBerlin\tcity\n")
-  done = vmsst_testing.run_here(we, [
+  done = vmsst_testing.run_here(wiki_entities_command, [
       f"--dump={dump}", f"--output={tmp_path / 'out'}", f"--types={types}",
       "--num_hard_negatives=1", "--heldout_fraction=0", "--min_links=0", "--lang=deu",
       "--seed=3"], capfd)
