@@ -52,8 +52,9 @@ ALLOWED = {
 }
 # Whole modules that work on the local disk only, and say so to the user.
 ALLOWED_MODULES = {
-    "tasks/opus_download.py": "opustools downloads and zipfile extracts into a local directory; "
-                              "main refuses a gs:// --output with how to copy it to the bucket",
+    "tasks/sources/opus_fetch.py": "opustools downloads and zipfile extracts into a local "
+                                   "directory; the command (tasks/opus_download.py) refuses a "
+                                   "gs:// --output with how to copy it to the bucket",
 }
 
 
