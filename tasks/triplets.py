@@ -7,13 +7,7 @@ from STSb train, dev and test) and prints the build counts;
 
   python -m vmsst_tasks.triplets --msmarco=msmarco-triplets.jsonl.gz --output=runs/msmarco_triplets
 
-writes the MSMARCO splits of query-tower tuning (Vasilyev et al. 2022, §2.2;
-`msmarco_splits`): of the sentence-transformers file's 499,184 samples
-{"query", "pos": [...], "neg": [...]}, the first 487,983 train and the next
-4,200 validation, each as (query, first positive, first negative); the last
-7,000 test, as every (query, positive, negative) of each sample (357,642
-triplets in the paper). The one sample between validation and test is unused,
-as in the paper's counts.
+writes the MSMARCO splits of query-tower tuning (Vasilyev et al. 2022, §2.2).
 
 The rules and formats: tasks/sources/triplet_sets.py.
 """
