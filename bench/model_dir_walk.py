@@ -18,6 +18,7 @@ OUTPUT/README.md; `--checkout=DIR` walks another checkout of the repository too
 (the same measurement before a code move).
 """
 
+import importlib
 import json
 import os
 import pathlib
@@ -96,7 +97,7 @@ def summarise(steps: list[tuple[str, str, int]], *, reader: bool = False) -> dic
 def import_from(checkout: pathlib.Path) -> None:
   """vmsst and vmsst_tasks (installed from tasks/) imported from `checkout`, whichever
   checkout the virtual environment's editable install points at."""
-  import importlib.util  # pylint: disable=import-outside-toplevel
+  import importlib.util  # pylint: disable=import-outside-toplevel,redefined-outer-name
   sys.path[:0] = [str(checkout), str(checkout / "tests")]
   spec = importlib.util.spec_from_file_location(
       "vmsst_tasks", checkout / "tasks" / "__init__.py",
@@ -105,17 +106,29 @@ def import_from(checkout: pathlib.Path) -> None:
   spec.loader.exec_module(sys.modules["vmsst_tasks"])
 
 
+def _module(*names: str):
+  """The first of `names` that imports: a module moved between the checkouts compared."""
+  for name in names:
+    try:
+      return importlib.import_module(name)
+    except ModuleNotFoundError:
+      continue
+  raise ModuleNotFoundError(f"none of {names} in {pathlib.Path.cwd()}")
+
+
 def measure_here(data_dir: str) -> list[tuple[str, str, int]]:
   """(module, function, layer rank) of each step of the walk of the current directory's
   checkout's `train` (a child process per checkout; the layers of its import-graph test)."""
   import_from(pathlib.Path.cwd())
   import test_import_graph  # pylint: disable=import-outside-toplevel
-  from vmsst import text_files  # pylint: disable=import-outside-toplevel
-  from vmsst.gin_utils import gin  # pylint: disable=import-outside-toplevel
   from vmsst.training import loop  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks.sources import pair_readers  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks.sources import vocabulary_training  # pylint: disable=import-outside-toplevel
   import vmsst_testing  # pylint: disable=import-outside-toplevel
+  # Modules that moved between the checkouts this compares: this layout's name first.
+  text_files = _module("vmsst.base.text_files", "vmsst.text_files")
+  gin = _module("vmsst.base.gin_utils", "vmsst.gin_utils").gin
+  pair_readers = _module("vmsst_tasks.sources.pair_readers", "vmsst_tasks.sources")
+  vocabulary_training = _module("vmsst_tasks.sources.vocabulary_training",
+                                "vmsst_tasks.vocabulary_training")
   work = pathlib.Path(tempfile.mkdtemp(prefix="model_dir_walk_"))
   data = pathlib.Path(data_dir)
   sentences = [line for path in pair_readers.ntrex_files(data).values()

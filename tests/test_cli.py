@@ -164,7 +164,8 @@ def test_quiet_logs_drops_faiss_loader_lines():
 
 
 def test_a_command_logging_to_a_file_hides_progress_bars_the_terminal_keeps_them(tmp_path):
-  script = "from vmsst.base import cli\ncli.run(lambda argv: print(console.hide_progress()))\n"
+  script = ("from vmsst.base import cli, console\n"
+            "cli.run(lambda argv: print(console.hide_progress()))\n")
   with open(tmp_path / "log", "w") as log:
     done = subprocess.run([sys.executable, "-c", script], stderr=log, stdout=subprocess.PIPE,
                           text=True, timeout=120, check=True)
@@ -173,7 +174,7 @@ def test_a_command_logging_to_a_file_hides_progress_bars_the_terminal_keeps_them
 
 
 def test_tensorflow_imports_muted_under_quiet_startup():
-  script = ("import os\nfrom vmsst import cli\ncli.quiet_startup()\nimport tensorflow\n"
+  script = ("import os\nfrom vmsst.base import console\nconsole.quiet_startup()\nimport tensorflow\n"
             "print(tensorflow.constant(2).numpy())\n")
   env = _clean_env()
   done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,

@@ -74,8 +74,8 @@ def test_importing_gin_utils_imports_nothing_above_the_base_layer():
   result = subprocess.run([sys.executable, "-c", listing], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, check=True)
   loaded = json.loads(result.stdout.strip().splitlines()[-1])
-  assert set(loaded) <= {"vmsst", "vmsst.base", "vmsst.base.cli", "vmsst.base.files",
-                         "vmsst.base.gin_utils", "vmsst.base.old_names"}, loaded
+  assert set(loaded) <= {"vmsst", "vmsst.base", "vmsst.base.cli", "vmsst.base.console",
+                         "vmsst.base.files", "vmsst.base.gin_utils", "vmsst.base.old_names"}, loaded
 
 
 def test_modules_import_gin_one_way():

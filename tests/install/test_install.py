@@ -30,7 +30,7 @@ def test_another_projects_tasks_package_and_ours_live_side_by_side(tmp_path):
   (tmp_path / "tasks" / "__init__.py").write_text("MINE = True\n")
   code = ("import tasks, vmsst_tasks.sources.pair_readers, vmsst.vocabulary; "
           "print(tasks.MINE, vmsst_tasks.sources.pair_readers.__file__)")
-  assert _python(code, tmp_path) == f"True {REPO / 'tasks' / 'sources.py'}"
+  assert _python(code, tmp_path) == f"True {REPO / 'tasks' / 'sources' / 'pair_readers.py'}"
 
 
 def test_no_module_imports_the_bare_tasks_name():
