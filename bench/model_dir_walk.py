@@ -179,8 +179,10 @@ def main(argv):
   output = pathlib.Path(FLAGS.output)
   output.mkdir(parents=True, exist_ok=True)
   walks = {}
-  for name, checkout in [("this checkout", ROOT),
-                         *[(f"--checkout={c}", pathlib.Path(c)) for c in FLAGS.checkout]]:
+  for checkout in [ROOT, *map(pathlib.Path, FLAGS.checkout)]:
+    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    name = f"{checkout} ({commit})"
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
     env.pop("PYTHONPATH", None)
     done = subprocess.run([sys.executable, __file__, "--child",
