@@ -8,6 +8,7 @@ or as a component of a path.
 """
 
 import ast
+import dataclasses
 import pathlib
 
 import pytest
@@ -76,13 +77,9 @@ def test_the_scan_finds_names_alone_and_in_paths_but_not_in_prose(text, expected
   assert _layout_name(text) == expected
 
 
-def test_every_entry_has_one_distinct_name_and_its_path_function():
+def test_every_entry_has_one_distinct_name_and_its_path():
   assert len(set(run_directory.NAMES)) == len(run_directory.NAMES)
-  paths = {run_directory.checkpoints("m"), run_directory.config("m"),
-           run_directory.model_spec("m"), run_directory.vocabulary("m"),
-           run_directory.data_counts("m"), run_directory.data_positions("m"),
-           run_directory.tensorboard("m"), run_directory.progress("m"),
-           run_directory.early_stopping("m"), run_directory.calibration("m"),
-           run_directory.evaluation("m")}
-  assert paths == {f"m/{name}" for name in run_directory.NAMES}
+  paths = [*dataclasses.asdict(run_directory.of("m")).values(), run_directory.evaluation("m")]
+  assert sorted(paths) == sorted(f"m/{name}" for name in run_directory.NAMES)
+  assert run_directory.of("gs://b/run").checkpoints == "gs://b/run/checkpoints"
   assert run_directory.evaluation("gs://b/run", "report.md") == "gs://b/run/eval/report.md"

@@ -38,7 +38,7 @@ def check_flags() -> None:
                      ("after", "its query-tower-tuned MODEL_DIR (python -m vmsst.train with "
                                "gin/runs/query_tower_cpu.gin)")):
     path = FLAGS[flag].value
-    if not files.exists(run_directory.model_spec(path)):
+    if not files.exists(run_directory.of(path).model_spec):
       raise cli.UserError(f"--{flag}={path} has no model.json; give {what}.")
   if FLAGS.triplets:
     path_checks.check_input_file("triplets", FLAGS.triplets, "a TSV of anchor<TAB>positive<TAB>negative "

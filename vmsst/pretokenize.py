@@ -52,7 +52,7 @@ def write_stream(mixture_name: str, output: str, *, examples: int, sequence_leng
       pending = [{k: v[take:] for k, v in merged.items()}] if held > take else []
       written, shard = written + take, shard + 1
   vocabulary = seqio.get_mixture_or_task(mixture_name).output_features["tokens_a"].vocabulary
-  files.copy(vocabulary.sentencepiece_model_file, run_directory.vocabulary(output))
+  files.copy(vocabulary.sentencepiece_model_file, run_directory.of(output).vocabulary)
   data_counts.report_data_counts(mixture_name, model_dir=output)
   sample = next(batches)
   meta = {"mixture": mixture_name, "sequence_length": sequence_length, "seed": seed,

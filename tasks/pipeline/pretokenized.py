@@ -94,7 +94,7 @@ class Stream:
 
   @property
   def vocabulary_file(self) -> str:
-    return run_directory.vocabulary(self.directory)  # named as in the run it feeds
+    return run_directory.of(self.directory).vocabulary  # named as in the run it feeds
 
   def _load(self, index: int) -> dict[str, np.ndarray]:
     if index != self._shard_index:

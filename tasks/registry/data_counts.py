@@ -63,7 +63,7 @@ def report_data_counts(name: str, *, model_dir: str | None = None) -> dict:
   report = {"mixture": name, "tasks": per_task,
             "total": {split: total.as_dict() for split, total in sorted(totals.items())}}
   if model_dir is not None:
-    files.write_text(run_directory.data_counts(model_dir), json.dumps(report, indent=1) + "\n")
+    files.write_text(run_directory.of(model_dir).data_counts, json.dumps(report, indent=1) + "\n")
   return report
 
 

@@ -285,7 +285,7 @@ def _stopped(bucket, tmp_path_factory):
 def test_early_stopping_keeps_its_state_and_best_checkpoint_in_the_bucket(
     stopped, tmp_path, capfd, caplog, monkeypatch):
   model_dir, gin_bindings, _, workdir = stopped
-  state = json.loads(files.read_text(run_directory.early_stopping(model_dir)))
+  state = json.loads(files.read_text(run_directory.of(model_dir).early_stopping))
   assert state["best_step"] == 1 and state["stopped"], state
   saved = ocp.CheckpointManager(files.join(model_dir, "checkpoints")).all_steps()
   assert saved[-1] == 3 and 1 in saved, saved

@@ -260,7 +260,7 @@ def test_registered_tasks_report_the_same_totals(data_dir, tiny_vocab_path, tmp_
   report = data_counts.report_data_counts(opus.OPUS_MIXTURE, model_dir=str(model_dir))
   assert report["total"] == {"train": EXPECTED_TRAIN}
   assert report["tasks"]["vmsst_opus.deu.eng"]["train"]["kept"] == 2
-  assert json.loads(pathlib.Path(run_directory.data_counts(str(model_dir))).read_text()) == report
+  assert json.loads(pathlib.Path(run_directory.of(str(model_dir)).data_counts).read_text()) == report
   vocab = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path)
   strict = opus.register_opus_tasks(str(opus_dir), vocab, exclude, policy=STRICT)
   dataset = seqio.get_mixture_or_task(strict[("eng", "fra")]).get_dataset(None, shuffle=False)
@@ -289,7 +289,7 @@ def test_demo_mixture_total_is_the_sum_of_its_sources(data_dir, tiny_vocab_path,
 
 def test_training_writes_the_data_counts_into_model_dir(tiny_model):
   model_dir, _ = tiny_model  # conftest: a 4-step vmsst.training.loop.train() run (shared, once).
-  report = json.loads(pathlib.Path(run_directory.data_counts(str(model_dir))).read_text())
+  report = json.loads(pathlib.Path(run_directory.of(str(model_dir)).data_counts).read_text())
   assert report["mixture"] == "vmsst_ntrex_multi30k"
   assert report["total"]["train"]["read"] == 398192 and report["total"]["train"]["kept"] == 398191
   assert report["tasks"]["vmsst_ntrex128"]["validation"]["read"] == 23436

@@ -110,8 +110,8 @@ def test_a_missing_stream_names_the_command_that_writes_it(tmp_path):
 
 def test_the_stream_holds_its_vocabulary_and_data_counts(stream):
   from vmsst.base import files  # pylint: disable=import-outside-toplevel
-  assert files.exists(run_directory.vocabulary(stream))
-  assert files.exists(run_directory.data_counts(stream))
+  assert files.exists(run_directory.of(stream).vocabulary)
+  assert files.exists(run_directory.of(stream).data_counts)
   meta = pretokenized.open_stream(stream, mixture_name=MIXTURE, sequence_length=LENGTH,
                                   seed=SEED).meta
   assert meta["examples"] == EXAMPLES and meta["shards"] == 5

@@ -49,7 +49,7 @@ def test_observe_persists_and_a_restarted_monitor_keeps_counting(tmp_path):
   params = {"w": np.ones(2)}
   assert not stopper.observe(10, {"loss": 1.0, "other": 5.0}, params)
   assert not stopper.observe(20, {"loss": 1.0}, {"w": np.zeros(2)})
-  saved = json.loads(pathlib.Path(run_directory.early_stopping(str(tmp_path))).read_text())
+  saved = json.loads(pathlib.Path(run_directory.of(str(tmp_path)).early_stopping).read_text())
   assert saved == {"best": [1.0], "best_step": 10, "idle": 1, "stopped": False}
   again = es.EarlyStopping(metrics=("loss",), patience=2, directory=str(tmp_path))
   assert again.state == es.StopState(best=(1.0,), best_step=10, idle=1)
@@ -81,7 +81,7 @@ def test_train_stops_after_idle_evaluations_and_keeps_the_best(data_dir, tiny_vo
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, model_dir, steps=20, extra=extra)
   result = vmsst.training.loop.train()
   assert result["step"] == 3
-  assert json.loads(pathlib.Path(run_directory.early_stopping(str(model_dir))).read_text())["best_step"] == 1
+  assert json.loads(pathlib.Path(run_directory.of(str(model_dir)).early_stopping).read_text())["best_step"] == 1
   one_step = tmp_path / "one_step"
   vmsst_testing.configure_small_run(data_dir, tiny_vocab_path, one_step, steps=1,
                                     extra=["train.evaluator = None"])

@@ -83,7 +83,7 @@ def test_progress_round_trips_through_the_model_directory(tmp_path):
   assert goodput_lib.previous_progress(str(tmp_path)) is None
   goodput_lib.record_progress(str(tmp_path), 27)
   assert goodput_lib.previous_progress(str(tmp_path)) == 27
-  pathlib.Path(run_directory.progress(str(tmp_path))).write_text("{\"ste")  # cut short by a kill
+  pathlib.Path(run_directory.of(str(tmp_path)).progress).write_text("{\"ste")  # cut short by a kill
   assert goodput_lib.previous_progress(str(tmp_path)) is None
 
 

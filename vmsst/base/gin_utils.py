@@ -140,7 +140,7 @@ def macro(name: str) -> Any:
 
 def write_operative_config(path: str) -> None:
   """Writes the operative config (every binding a run used) to `path`, as t5x does (a run
-  writes run_directory.config(MODEL_DIR))."""
+  writes run_directory.of(MODEL_DIR).config)."""
   files.write_text(path, gin.config_str())
 
 

@@ -2,8 +2,8 @@
 
 `python -m vmsst.train` fills it; resuming, evaluating, calibrating,
 exporting, comparing and starting another run from it read it back. Each
-entry is named here once and every writer and reader asks for it by
-function, so a directory moved to a bucket, resumed or exported is found the
+entry is named here once and every writer and reader asks for its path
+(`of(model_dir).checkpoints`), so a directory moved to a bucket, resumed or exported is found the
 same way everywhere (`tests/test_run_directory.py` fails on one of these names
 written as a literal elsewhere in vmsst/ and vmsst_tasks):
 
@@ -30,6 +30,8 @@ model.json, config.gin, the calibration) so that they copy across unchanged:
 those layouts use the names below too.
 """
 
+import dataclasses
+
 from vmsst.base import files
 
 CHECKPOINTS = "checkpoints"
@@ -48,54 +50,30 @@ NAMES = (CHECKPOINTS, CONFIG, MODEL_SPEC, VOCABULARY, DATA_COUNTS, DATA_POSITION
          PROGRESS, EARLY_STOPPING, CALIBRATION, EVALUATION)
 
 
-def checkpoints(model_dir: str) -> str:
-  """The checkpoint folder (orbax wants it absolute: pass files.abspath(model_dir))."""
-  return files.join(model_dir, CHECKPOINTS)
+@dataclasses.dataclass(frozen=True)
+class Paths:
+  """One run directory's entries as paths (local or gs://, as the directory is given)."""
+  checkpoints: str  # orbax wants it absolute: of(files.abspath(model_dir)).checkpoints
+  config: str  # written when training starts; a resume compares its bindings
+  model_spec: str  # what restoring rebuilds the model from
+  vocabulary: str  # the vocabulary the run trained on, copied
+  data_counts: str  # the read / kept / skipped report of the training data
+  data_positions: str  # the stream's saved positions, one folder per checkpointed step
+  tensorboard: str  # the event files
+  progress: str  # the furthest step reached: a resume's redone steps
+  early_stopping: str  # the evaluations seen and the best step
+  calibration: str  # the int8 calibration (a run directory's or an export's)
 
 
-def config(model_dir: str) -> str:
-  """The operative gin config a run wrote when it started training (a resume compares it)."""
-  return files.join(model_dir, CONFIG)
+_ENTRIES = {"checkpoints": CHECKPOINTS, "config": CONFIG, "model_spec": MODEL_SPEC,
+            "vocabulary": VOCABULARY, "data_counts": DATA_COUNTS,
+            "data_positions": DATA_POSITIONS, "tensorboard": TENSORBOARD, "progress": PROGRESS,
+            "early_stopping": EARLY_STOPPING, "calibration": CALIBRATION}
 
 
-def model_spec(model_dir: str) -> str:
-  """model.json: what restoring rebuilds the model from."""
-  return files.join(model_dir, MODEL_SPEC)
-
-
-def vocabulary(model_dir: str) -> str:
-  """The copy of the vocabulary the run trained on."""
-  return files.join(model_dir, VOCABULARY)
-
-
-def data_counts(model_dir: str) -> str:
-  """The read / kept / skipped report of the run's training data."""
-  return files.join(model_dir, DATA_COUNTS)
-
-
-def data_positions(model_dir: str) -> str:
-  """The folder of the input stream's saved positions, one per checkpointed step."""
-  return files.join(model_dir, DATA_POSITIONS)
-
-
-def tensorboard(model_dir: str) -> str:
-  """The folder of the run's TensorBoard event files."""
-  return files.join(model_dir, TENSORBOARD)
-
-
-def progress(model_dir: str) -> str:
-  """The furthest step reached, which tells a resumed run's redone steps apart."""
-  return files.join(model_dir, PROGRESS)
-
-
-def early_stopping(model_dir: str) -> str:
-  """Early stopping's state: the evaluations seen and the best step."""
-  return files.join(model_dir, EARLY_STOPPING)
-
-
-def calibration(model_dir: str) -> str:
-  """The int8 calibration beside a model (a run directory or an export's)."""
-  return files.join(model_dir, CALIBRATION)
+def of(model_dir: str) -> Paths:
+  """The entries of the run directory `model_dir`."""
+  return Paths(**{field: files.join(model_dir, name) for field, name in _ENTRIES.items()})
 
 
 def evaluation(model_dir: str, *names: str) -> str:

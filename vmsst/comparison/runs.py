@@ -58,7 +58,7 @@ def train_objective(objective: str, *, gin_file: Sequence[str], steps: int, mode
                     seed: int | None = None, preset: presets.Preset | None = None) -> bool:
   """Trains one (objective, seed); False (nothing built) when its checkpoint reached `steps`."""
   run = run_files(objective, gin_file=gin_file, preset=preset, search_paths=search_paths)
-  if files.isdir(run_directory.checkpoints(model_dir)):
+  if files.isdir(run_directory.of(model_dir).checkpoints):
     latest = checkpointing.make_manager(model_dir).latest_step()
     if latest is not None and latest >= steps:
       logging.info("%s: finished at step %d, skipped", model_dir, latest)

@@ -116,7 +116,7 @@ def check_paths(*, model_dir: str | None = None, saved_model: str | None = None)
     if not files.isdir(path):
       raise cli.UserError(f"{flag}={path} is not a directory; give {what}.")
     missing = [f for f in markers if not files.exists(files.join(path, f))
-               and not (f == run_directory.MODEL_SPEC and files.exists(run_directory.config(path)))]
+               and not (f == run_directory.MODEL_SPEC and files.exists(run_directory.of(path).config))]
     # An earlier vmsst's MODEL_DIR (config.gin only) goes on to restore's one error, naming its fix.
     if missing:
       raise cli.UserError(f"{flag}={path} has no {' or '.join(missing)}; give {what}.")

@@ -184,8 +184,8 @@ def calibrate(embeddings: np.ndarray, source: str) -> Calibration:
 
 
 def save(directory: str, calibration: Calibration) -> str:
-  """Writes `run_directory.calibration(directory)` (JSON, every float exactly); returns its path."""
-  path = run_directory.calibration(directory)
+  """Writes `run_directory.of(directory).calibration` (JSON, every float exactly); returns its path."""
+  path = run_directory.of(directory).calibration
   record = {"format_version": FORMAT_VERSION, "sentences": calibration.sentences,
             "source": calibration.source, "dimension": calibration.dimension,
             # float32 -> Python float is exact, and JSON round-trips a double exactly.
@@ -201,7 +201,7 @@ def load(directory: str) -> Calibration | None:
   Raises:
     ValueError: naming the file, when it is not one `save` wrote.
   """
-  path = run_directory.calibration(directory)
+  path = run_directory.of(directory).calibration
   if not files.exists(path):
     return None
   try:

@@ -33,7 +33,7 @@ def read_curves(model_dir: str | pathlib.Path, prefix: str = "retrieval/") -> di
   Raises:
     FileNotFoundError: model_dir has no TensorBoard events (naming the folder).
   """
-  folder = run_directory.tensorboard(model_dir)  # TensorBoard's reader handles gs:// itself
+  folder = run_directory.of(model_dir).tensorboard  # TensorBoard's reader handles gs:// itself
   if not files.glob(files.join(folder, "events.out.tfevents.*")):
     raise FileNotFoundError(f"no TensorBoard events in {folder}: train the run first "
                             "(python -m vmsst.compare resumes it).")

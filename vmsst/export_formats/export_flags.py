@@ -69,7 +69,7 @@ def check() -> None:
                           f"with --format={FLAGS.format}.")
     path_checks.check_input_file("calibration", FLAGS.calibration, "a calibration set, one sentence "
                                  "a line")
-  checkpoints = run_directory.checkpoints(model_dir)
+  checkpoints = run_directory.of(model_dir).checkpoints
   if step is not None:
     steps = sorted(int(n) for n in files.listdir(checkpoints) if n.isdigit())
     if step not in steps:

@@ -149,16 +149,24 @@ def _torch_linear(name: str, kernel: np.ndarray) -> np.ndarray:
   return kernel.reshape(math.prod(kernel.shape[:inputs]), -1).T
 
 
-def mt5_tensors(cfg: NetworkConfig, flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """MT5EncoderModel's tensors: mt5_import's name map (`hf_source`), read backwards."""
+def _renamed(flat: Mapping[str, np.ndarray], hf_source, architecture: str
+             ) -> dict[str, np.ndarray]:
+  """The semantic path's tensors under `architecture`'s names (`hf_source` maps each), kernels
+  in torch's Linear layout; a parameter without a counterpart is Unsupported."""
   out = {}
   for name, value in flat.items():
     if not name.startswith(("semantic_encoder/", "token_embed/")):
       continue
-    source = t5_names.hf_source(name)
+    source = hf_source(name)
     if source is None:
-      raise Unsupported(f"{name} has no MT5EncoderModel counterpart")
+      raise Unsupported(f"{name} has no {architecture} counterpart")
     out[source] = _torch_linear(name, value) if name.endswith("/kernel") else value
+  return out
+
+
+def mt5_tensors(cfg: NetworkConfig, flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """MT5EncoderModel's tensors: mt5_import's name map (`hf_source`), read backwards."""
+  out = _renamed(flat, t5_names.hf_source, "MT5EncoderModel")
   out["encoder.embed_tokens.weight"] = out["shared.weight"]
   # AutoModel builds "mt5" as MT5Model: with num_decoder_layers 0 its decoder is the
   # tied embedding and a final norm, written here so nothing loads freshly initialised.
@@ -180,13 +188,7 @@ def xlmr_tensors(cfg: NetworkConfig, flat: Mapping[str, np.ndarray]) -> dict[str
     for bias in _XLMR_ZERO_BIASES:
       width = cfg.mlp_dim if bias.startswith("intermediate") else d
       out[f"encoder.layer.{i}.{bias}"] = np.zeros(width, np.float32)
-  for name, value in flat.items():
-    if not name.startswith(("semantic_encoder/", "token_embed/")):
-      continue
-    target = xlmr_names.hf_source(name)
-    if target is None:
-      raise Unsupported(f"{name} has no XLM-RoBERTa-XL counterpart")
-    out[target] = _torch_linear(name, value) if name.endswith("/kernel") else value
+  out.update(_renamed(flat, xlmr_names.hf_source, "XLM-RoBERTa-XL"))
   positions = flat["semantic_positions/positions"]
   out["embeddings.position_embeddings.weight"] = np.concatenate(
       [np.zeros((1, d), np.float32), positions])
@@ -396,10 +398,10 @@ def copy_calibration(model_dir: str, output: str) -> bool:
   sentence-transformers' `quantize_embeddings(vectors, "int8", ranges=...)` gives the same
   codes (the card shows it); without them that function would measure each batch anew.
   """
-  source = run_directory.calibration(model_dir)
+  source = run_directory.of(model_dir).calibration
   if not files.exists(source):
     return False
-  files.copy(source, run_directory.calibration(output))
+  files.copy(source, run_directory.of(output).calibration)
   return True
 
 

@@ -32,7 +32,7 @@ def _bindings(config: str) -> dict[str, str]:
 
 def training_data(model_dir: str) -> tuple[str, dict[str, str]]:
   """(the task or mixture trained on, {data folder: its SOURCE.md license line})."""
-  path = run_directory.config(model_dir)
+  path = run_directory.of(model_dir).config
   if not files.exists(path):
     return "unknown (no config.gin in the model directory)", {}
   bindings = _bindings(files.read_text(path))
@@ -152,7 +152,7 @@ def training_languages(model_dir: str) -> list[str]:
   then declares none rather than guess.
   """
   from vmsst.base import languages  # pylint: disable=import-outside-toplevel
-  path = run_directory.config(model_dir)
+  path = run_directory.of(model_dir).config
   data_dir = (_bindings(files.read_text(path)).get("DATA_DIR", "").strip("'\"")
               if files.exists(path) else "")
   folders = training_data(model_dir)[1]
@@ -206,7 +206,7 @@ def _library(metadata: Mapping[str, Any]) -> str:
 
 def render(model_dir: str, metadata: Mapping[str, Any]) -> str:
   """The card's markdown."""
-  spec = json.loads(files.read_text(run_directory.model_spec(model_dir)))
+  spec = json.loads(files.read_text(run_directory.of(model_dir).model_spec))
   task, licenses = training_data(model_dir)
   figures = heldout(model_dir)
   network = spec["network"]

@@ -89,7 +89,7 @@ def make_manager(model_dir: str, *, save_interval_steps: int = 500,
       save_interval_steps=save_interval_steps, max_to_keep=max_to_keep, create=True,
       cleanup_tmp_directories=True, enable_async_checkpointing=asynchronous)
   return ocp.CheckpointManager(
-      run_directory.checkpoints(files.abspath(model_dir)), options=options,
+      run_directory.of(files.abspath(model_dir)).checkpoints, options=options,
       item_handlers=ocp.StandardCheckpointHandler())
 
 

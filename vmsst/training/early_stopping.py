@@ -103,7 +103,7 @@ class EarlyStopping:
     self.best_params: Any = None
 
   def _path(self) -> str | None:
-    return run_directory.early_stopping(self.directory) if self.directory else None
+    return run_directory.of(self.directory).early_stopping if self.directory else None
 
   def _load(self) -> StopState:
     path = self._path()

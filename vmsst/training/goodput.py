@@ -147,7 +147,7 @@ def steps_redone(start_step: int, previous_step: int | None, step: int) -> bool:
 
 def previous_progress(model_dir: str) -> int | None:
   """The last step the previous run in `model_dir` reached (None: no record)."""
-  path = run_directory.progress(model_dir)
+  path = run_directory.of(model_dir).progress
   if not files.exists(path):
     return None
   try:
@@ -159,4 +159,4 @@ def previous_progress(model_dir: str) -> int | None:
 
 def record_progress(model_dir: str, step: int) -> None:
   """Writes the step this run has reached to MODEL_DIR/progress.json (process 0 calls it)."""
-  files.write_text(run_directory.progress(model_dir), json.dumps({"step": int(step)}) + "\n")
+  files.write_text(run_directory.of(model_dir).progress, json.dumps({"step": int(step)}) + "\n")

@@ -61,7 +61,7 @@ def check_vocabulary(mixture_name: str, model: models.EmbeddingModel,
   registered task's, or the one written beside a pre-tokenized stream.
   """
   if pretokenized:
-    vocab = sentencepiece_vocabulary.get_vocabulary(run_directory.vocabulary(pretokenized))
+    vocab = sentencepiece_vocabulary.get_vocabulary(run_directory.of(pretokenized).vocabulary)
     where = f"of {mixture_name} in {pretokenized}"
   else:
     import seqio  # pylint: disable=import-outside-toplevel
@@ -216,10 +216,10 @@ class _Run:
   model_dir: str
   goodput: goodput_lib.Goodput
   trainer: trainer_lib.Trainer
-  manager: Any  # orbax's CheckpointManager over run_directory.checkpoints(model_dir)
+  manager: Any  # orbax's CheckpointManager over run_directory.of(model_dir).checkpoints
   start_step: int
   previous_step: int | None  # the furthest step an earlier run reached: steps up to it are redone
-  positions: str = ""  # run_directory.data_positions(model_dir), once there is data
+  positions: str = ""  # run_directory.of(model_dir).data_positions, once there is data
   writer: Any = None  # TensorBoard's, once the loop starts
 
 
@@ -267,7 +267,7 @@ def _data(run: _Run, model: models.EmbeddingModel, register_tasks, evaluator,
           sequence_length: int, seed: int) -> Iterator[Any]:
   """Stage 3: teacher vectors, then the data stream positioned at the restored step."""
   _prepare_data(register_tasks, evaluator, mixture_name, model, run.model_dir, pretokenized)
-  run.positions = run_directory.data_positions(run.model_dir)  # the position at each checkpoint
+  run.positions = run_directory.of(run.model_dir).data_positions  # the position at each checkpoint
   return train_iterator(mixture_name, batch_size=batch_size, sequence_length=sequence_length,
                         seed=seed, start_step=run.start_step, positions=run.positions,
                         pretokenized=pretokenized)
@@ -279,7 +279,7 @@ def _steps(run: _Run, state, batches: Iterator[Any], *, mixture_name: str, seed:
            max_skips: int) -> tuple[Any, _Logged]:
   """Stage 4: the loop (step, log, save, evaluate) until `train_steps` or early stopping."""
   goodput, manager, start_step = run.goodput, run.manager, run.start_step
-  run.writer = scalar_writer.create_writer(run_directory.tensorboard(run.model_dir),
+  run.writer = scalar_writer.create_writer(run_directory.of(run.model_dir).tensorboard,
                                            just_logging=jax.process_index() > 0)
   rng = jax.random.key(seed + 1)
   learning_rate = _learning_rate_schedule()
@@ -383,7 +383,7 @@ def _describe_run(model_dir: str, model: models.EmbeddingModel, sequence_length:
     logging.warning("resuming at step %d with changed settings: %s", start_step,
                     "; ".join(changes))
   ranges = preflight.step_ranges(model_dir, start_step, sequence_length, changed=bool(changes))
-  gin_utils.write_operative_config(run_directory.config(model_dir))
+  gin_utils.write_operative_config(run_directory.of(model_dir).config)
   restore.write_model_json(model_dir, model, sequence_length, step_ranges=ranges)
 
 
@@ -404,9 +404,9 @@ def _prepare_data(register_tasks, evaluator, mixture_name: str,
   if pretokenized:
     if any(getattr(e, "teacher_cache", None) is not None for e in evaluators):
       teacher_cache.fill_stage(None, evaluators)
-    counts = run_directory.data_counts(pretokenized)  # the stream's directory holds it too
+    counts = run_directory.of(pretokenized).data_counts  # the stream's directory holds it too
     if jax.process_index() == 0 and files.exists(counts):
-      files.copy(counts, run_directory.data_counts(model_dir))
+      files.copy(counts, run_directory.of(model_dir).data_counts)
   else:
     if not input_pipeline.seqio_available():
       raise cli.UserError("seqio (TensorFlow) is not installed here, and train.pretokenized is "
@@ -426,7 +426,7 @@ def _next_batch(batches: Iterator[Any], step: int, mixture_name: str, model_dir:
   batch = next(batches, None)
   if batch is None:
     raise cli.UserError(f"the training stream of {mixture_name} produced no batch at step "
-                        f"{step}: every example was skipped ({run_directory.data_counts(model_dir)} "
+                        f"{step}: every example was skipped ({run_directory.of(model_dir).data_counts} "
                         "has the counts); check the input or its filters.")
   return batch
 
@@ -518,4 +518,4 @@ def _save_and_exit(run: _Run, step: int, state, *, saved: bool, progress,
 def _copy_vocabulary(model_dir: str, vocab) -> None:
   """MODEL_DIR/spm.model: the directory alone restores, evaluates and exports."""
   if jax.process_index() == 0:
-    files.copy(vocab.sentencepiece_model_file, run_directory.vocabulary(model_dir))
+    files.copy(vocab.sentencepiece_model_file, run_directory.of(model_dir).vocabulary)

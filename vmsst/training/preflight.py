@@ -221,7 +221,7 @@ def check_start(*, model, model_dir: str, batch_size: int, sequence_length: int,
 
 def checkpoint_steps(model_dir: str) -> list[int]:
   """The saved steps under MODEL_DIR/checkpoints (orbax's numbered directories)."""
-  folder = run_directory.checkpoints(model_dir)
+  folder = run_directory.of(model_dir).checkpoints
   if not files.isdir(folder):
     return []
   return sorted(int(n) for n in files.listdir(folder) if n.isdigit())
@@ -241,7 +241,7 @@ def check_resume(model_dir: str, model, sequence_length: int, *,
   steps = checkpoint_steps(model_dir)
   if not steps:
     return []
-  spec_path = run_directory.model_spec(model_dir)
+  spec_path = run_directory.of(model_dir).model_spec
   saved = {}
   if files.isfile(spec_path):  # a directory from before model.json: its config.gin only
     saved = json.loads(files.read_text(spec_path))
@@ -258,7 +258,7 @@ def check_resume(model_dir: str, model, sequence_length: int, *,
   if differ:
     raise cli.UserError(f"{where} holds another network, NetworkConfig {'; '.join(differ)}; "
                         f"{fresh}, or restore those settings.")
-  changes = changed_bindings(run_directory.config(model_dir))
+  changes = changed_bindings(run_directory.of(model_dir).config)
   if changes and not resume_with_changes:
     raise cli.UserError(
         f"{where} was trained with other settings: {'; '.join(changes)}. Resuming would train "
@@ -292,7 +292,7 @@ def step_ranges(model_dir: str, step: int, sequence_length: int, *,
   is {"first_step", "last_step" (null: still training), "sequence_length",
   "config"}; model.json's top-level fields stay the latest range's.
   """
-  spec_path = run_directory.model_spec(model_dir)
+  spec_path = run_directory.of(model_dir).model_spec
   saved = {}
   if files.isfile(spec_path):
     saved = json.loads(files.read_text(spec_path))
@@ -300,7 +300,7 @@ def step_ranges(model_dir: str, step: int, sequence_length: int, *,
   if not changed or not step:
     return ranges
   kept = f"config-{step}.gin"
-  config = run_directory.config(model_dir)
+  config = run_directory.of(model_dir).config
   if files.isfile(config):
     files.rename(config, files.join(model_dir, kept))
   ranges = ranges or [{"first_step": 1, "last_step": None,
