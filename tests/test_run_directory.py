@@ -79,7 +79,9 @@ def test_the_scan_finds_names_alone_and_in_paths_but_not_in_prose(text, expected
 
 def test_every_entry_has_one_distinct_name_and_its_path():
   assert len(set(run_directory.NAMES)) == len(run_directory.NAMES)
-  paths = [*dataclasses.asdict(run_directory.of("m")).values(), run_directory.evaluation("m")]
+  entries = dataclasses.asdict(run_directory.of("m"))
+  assert entries.pop("root") == "m"
+  paths = [*entries.values(), run_directory.evaluation("m")]
   assert sorted(paths) == sorted(f"m/{name}" for name in run_directory.NAMES)
   assert run_directory.of("gs://b/run").checkpoints == "gs://b/run/checkpoints"
   assert run_directory.evaluation("gs://b/run", "report.md") == "gs://b/run/eval/report.md"

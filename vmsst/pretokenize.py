@@ -53,7 +53,7 @@ def write_stream(mixture_name: str, output: str, *, examples: int, sequence_leng
       written, shard = written + take, shard + 1
   vocabulary = seqio.get_mixture_or_task(mixture_name).output_features["tokens_a"].vocabulary
   files.copy(vocabulary.sentencepiece_model_file, run_directory.of(output).vocabulary)
-  data_counts.report_data_counts(mixture_name, model_dir=output)
+  data_counts.report_data_counts(mixture_name, output=run_directory.of(output).data_counts)
   sample = next(batches)
   meta = {"mixture": mixture_name, "sequence_length": sequence_length, "seed": seed,
           "examples": examples, "shard_examples": shard_examples, "shards": shard,

@@ -38,6 +38,7 @@ import jax
 
 from vmsst.training import checkpointing
 from vmsst.base import files
+from vmsst.base import run_directory
 from vmsst.base.gin_utils import gin
 from vmsst.training import distributed
 from vmsst.training import loop
@@ -75,7 +76,8 @@ def main(argv: Sequence[str]) -> None:
 
 def _remove_if_unused(model_dir: str, fresh: bool) -> None:
   """A run that failed before its first checkpoint leaves no MODEL_DIR it created (a bucket's too)."""
-  if fresh and jax.process_index() == 0 and not preflight.checkpoint_steps(model_dir):
+  if (fresh and jax.process_index() == 0
+      and not preflight.checkpoint_steps(run_directory.of(model_dir).checkpoints)):
     with contextlib.suppress(OSError):
       files.rmtree(model_dir)
 

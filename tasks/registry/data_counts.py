@@ -15,7 +15,6 @@ import seqio
 from vmsst_tasks.sources import pair_readers
 from vmsst.base import cli
 from vmsst.base import files
-from vmsst.base import run_directory
 from vmsst.base import text_files
 
 
@@ -24,7 +23,7 @@ def _tasks_of(name: str) -> list[seqio.Task]:
   return found.tasks if isinstance(found, seqio.Mixture) else [found]
 
 
-def report_data_counts(name: str, *, model_dir: str | None = None) -> dict:
+def report_data_counts(name: str, *, output: str | None = None) -> dict:
   """Logs read = kept + skipped of every task of a mixture (or task), and the total.
 
   One log line per task and split, then one total per split. In-memory
@@ -35,7 +34,8 @@ def report_data_counts(name: str, *, model_dir: str | None = None) -> dict:
 
   Args:
     name: a registered mixture or task.
-    model_dir: if given, the report is also written to MODEL_DIR/data_counts.json.
+    output: if given, the report is also written there: a run directory's (or a
+      pre-tokenized stream's) data counts file (vmsst.base.run_directory).
   Returns:
     {"mixture": name, "tasks": {task: {split: counts | None}},
      "total": {split: counts}}, counts = PairCounts.as_dict().
@@ -62,8 +62,8 @@ def report_data_counts(name: str, *, model_dir: str | None = None) -> dict:
     logging.info("%s", total.report(f"{name} total[{split}]"))
   report = {"mixture": name, "tasks": per_task,
             "total": {split: total.as_dict() for split, total in sorted(totals.items())}}
-  if model_dir is not None:
-    files.write_text(run_directory.of(model_dir).data_counts, json.dumps(report, indent=1) + "\n")
+  if output is not None:
+    files.write_text(output, json.dumps(report, indent=1) + "\n")
   return report
 
 

@@ -257,7 +257,8 @@ def test_registered_tasks_report_the_same_totals(data_dir, tiny_vocab_path, tmp_
                   "train", shuffle=False).as_numpy_iterator()]
   assert streamed == direct_pairs
   model_dir = tmp_path / "model"
-  report = data_counts.report_data_counts(opus.OPUS_MIXTURE, model_dir=str(model_dir))
+  report = data_counts.report_data_counts(
+      opus.OPUS_MIXTURE, output=run_directory.of(str(model_dir)).data_counts)
   assert report["total"] == {"train": EXPECTED_TRAIN}
   assert report["tasks"]["vmsst_opus.deu.eng"]["train"]["kept"] == 2
   assert json.loads(pathlib.Path(run_directory.of(str(model_dir)).data_counts).read_text()) == report

@@ -9,7 +9,8 @@ written as a literal elsewhere in vmsst/ and vmsst_tasks):
 
   checkpoints/         orbax's checkpoints: parameters, optimizer and model state
                        (training/checkpointing.py writes, encoding/restore.py reads)
-  config.gin           the operative gin config (gin_utils.write_operative_config)
+  config.gin           the operative gin config (gin_utils.write_operative_config);
+                       config-<step>.gin: the one before a resume with changed settings
   model.json           the model as plain data: objective, network, length, vocabulary
                        (encoding/restore.py; restoring needs neither gin nor the loop)
   spm.model            the vocabulary the run read, copied (the directory alone restores)
@@ -52,7 +53,12 @@ NAMES = (CHECKPOINTS, CONFIG, MODEL_SPEC, VOCABULARY, DATA_COUNTS, DATA_POSITION
 
 @dataclasses.dataclass(frozen=True)
 class Paths:
-  """One run directory's entries as paths (local or gs://, as the directory is given)."""
+  """One run directory's entries as paths (local or gs://, as the directory is given).
+
+  A run computes it once (`train`) and hands it down, so the stages that read
+  or write the directory take the directory, not a string to rejoin.
+  """
+  root: str  # the directory itself, as given (messages name it)
   checkpoints: str  # orbax wants it absolute: of(files.abspath(model_dir)).checkpoints
   config: str  # written when training starts; a resume compares its bindings
   model_spec: str  # what restoring rebuilds the model from
@@ -73,7 +79,14 @@ _ENTRIES = {"checkpoints": CHECKPOINTS, "config": CONFIG, "model_spec": MODEL_SP
 
 def of(model_dir: str) -> Paths:
   """The entries of the run directory `model_dir`."""
-  return Paths(**{field: files.join(model_dir, name) for field, name in _ENTRIES.items()})
+  return Paths(root=model_dir,
+               **{field: files.join(model_dir, name) for field, name in _ENTRIES.items()})
+
+
+def kept_config(step: int) -> str:
+  """The name config.gin is kept under when a run resumes at `step` with changed settings
+  (model.json's step ranges name it)."""
+  return f"config-{step}.gin"
 
 
 def evaluation(model_dir: str, *names: str) -> str:

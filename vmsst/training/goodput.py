@@ -25,7 +25,6 @@ import contextlib
 from absl import logging
 
 from vmsst.base import files
-from vmsst.base import run_directory
 from vmsst.base.gin_utils import gin
 
 # Categories in the order the line names them; "productive" is the goodput.
@@ -145,9 +144,9 @@ def steps_redone(start_step: int, previous_step: int | None, step: int) -> bool:
   return previous_step is not None and start_step < step <= previous_step
 
 
-def previous_progress(model_dir: str) -> int | None:
-  """The last step the previous run in `model_dir` reached (None: no record)."""
-  path = run_directory.of(model_dir).progress
+def previous_progress(path: str) -> int | None:
+  """The last step the previous run reached, from its `run_directory.of(...).progress` file
+  (None: no record)."""
   if not files.exists(path):
     return None
   try:
@@ -157,6 +156,7 @@ def previous_progress(model_dir: str) -> int | None:
     return None
 
 
-def record_progress(model_dir: str, step: int) -> None:
-  """Writes the step this run has reached to MODEL_DIR/progress.json (process 0 calls it)."""
-  files.write_text(run_directory.of(model_dir).progress, json.dumps({"step": int(step)}) + "\n")
+def record_progress(path: str, step: int) -> None:
+  """Writes the step this run has reached to `path`, the run directory's progress file
+  (process 0 calls it)."""
+  files.write_text(path, json.dumps({"step": int(step)}) + "\n")

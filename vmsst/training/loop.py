@@ -190,17 +190,18 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   """
   goodput = goodput_lib.make_goodput(process_index=jax.process_index(),
                                      process_count=jax.process_count())  # the clock starts
-  mesh, changes = _check_start(model, model_dir, batch_size=batch_size,
+  paths = run_directory.of(model_dir)  # every stage reads and writes the directory through it
+  mesh, changes = _check_start(model, paths, batch_size=batch_size,
                                sequence_length=sequence_length, microbatches=microbatches,
                                resume_with_changes=resume_with_changes)
-  run, state = _model_state(model, optimizer, mesh, model_dir, goodput, batch_size=batch_size,
+  run, state = _model_state(model, optimizer, mesh, paths, goodput, batch_size=batch_size,
                             sequence_length=sequence_length, seed=seed, init_params=init_params,
                             skip_nonfinite=skip_nonfinite_steps > 0, microbatches=microbatches)
   if early_stopping is not None and early_stopping.resume(evaluator, eval_every):
     return _nothing_to_do(run.start_step, run.start_step, state)
   if run.start_step >= train_steps:
     return _nothing_to_do(run.start_step, train_steps, state)
-  _describe_run(model_dir, model, sequence_length, start_step=run.start_step, changes=changes)
+  _describe_run(paths, model, sequence_length, start_step=run.start_step, changes=changes)
   batches = _data(run, model, register_tasks, evaluator, mixture_name, pretokenized,
                   batch_size=batch_size, sequence_length=sequence_length, seed=seed)
   state, logged = _steps(run, state, batches, mixture_name=mixture_name, seed=seed,
@@ -213,14 +214,13 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
 @dataclasses.dataclass
 class _Run:
   """What the stages share: the run directory, the step and its keepers, the clock."""
-  model_dir: str
+  paths: run_directory.Paths
   goodput: goodput_lib.Goodput
   trainer: trainer_lib.Trainer
-  manager: Any  # orbax's CheckpointManager over run_directory.of(model_dir).checkpoints
+  manager: Any  # orbax's CheckpointManager over paths.checkpoints
   start_step: int
   previous_step: int | None  # the furthest step an earlier run reached: steps up to it are redone
-  positions: str = ""  # run_directory.of(model_dir).data_positions, once there is data
-  writer: Any = None  # TensorBoard's, once the loop starts
+  writer: Any = None  # TensorBoard's, once the loop starts (a rerun with nothing to do writes none)
 
 
 @dataclasses.dataclass
@@ -232,13 +232,13 @@ class _Logged:
   skipped: int = 0
 
 
-def _check_start(model: models.EmbeddingModel, model_dir: str, *, batch_size: int,
+def _check_start(model: models.EmbeddingModel, paths: run_directory.Paths, *, batch_size: int,
                  sequence_length: int, microbatches: int, resume_with_changes: bool):
   """Stage 1: the mesh, and the run's settings checked against it and MODEL_DIR before any
   state or data (preflight.check_start); (mesh, the settings a resume changes)."""
   mesh = partitioning.make_mesh()
   logging.info("mesh %s over %d processes", dict(mesh.shape), jax.process_count())
-  changes = preflight.check_start(model=model, model_dir=model_dir, batch_size=batch_size,
+  changes = preflight.check_start(model=model, paths=paths, batch_size=batch_size,
                                   sequence_length=sequence_length, mesh=mesh,
                                   process_count=jax.process_count(),
                                   resume_with_changes=resume_with_changes,
@@ -246,7 +246,7 @@ def _check_start(model: models.EmbeddingModel, model_dir: str, *, batch_size: in
   return mesh, changes
 
 
-def _model_state(model: models.EmbeddingModel, optimizer, mesh, model_dir: str,
+def _model_state(model: models.EmbeddingModel, optimizer, mesh, paths: run_directory.Paths,
                  goodput: goodput_lib.Goodput, *, batch_size: int, sequence_length: int,
                  seed: int, init_params: str | None, skip_nonfinite: bool,
                  microbatches: int) -> tuple[_Run, trainer_lib.TrainState]:
@@ -254,11 +254,11 @@ def _model_state(model: models.EmbeddingModel, optimizer, mesh, model_dir: str,
   trainer = trainer_lib.Trainer(model, optimizer, mesh,
                                 model.input_shapes(batch_size, sequence_length),
                                 skip_nonfinite=skip_nonfinite, microbatches=microbatches)
-  manager = checkpointing.make_manager(model_dir)
+  manager = checkpointing.make_manager(paths.root)
   state = _restore_or_initialize(trainer, manager, seed=seed, init_params=init_params,
                                  goodput=goodput)
-  run = _Run(model_dir, goodput, trainer, manager, start_step=int(state.step),
-             previous_step=goodput_lib.previous_progress(model_dir))
+  run = _Run(paths, goodput, trainer, manager, start_step=int(state.step),
+             previous_step=goodput_lib.previous_progress(paths.progress))
   return run, state
 
 
@@ -266,10 +266,9 @@ def _data(run: _Run, model: models.EmbeddingModel, register_tasks, evaluator,
           mixture_name: str, pretokenized: str | None, *, batch_size: int,
           sequence_length: int, seed: int) -> Iterator[Any]:
   """Stage 3: teacher vectors, then the data stream positioned at the restored step."""
-  _prepare_data(register_tasks, evaluator, mixture_name, model, run.model_dir, pretokenized)
-  run.positions = run_directory.of(run.model_dir).data_positions  # the position at each checkpoint
+  _prepare_data(register_tasks, evaluator, mixture_name, model, run.paths, pretokenized)
   return train_iterator(mixture_name, batch_size=batch_size, sequence_length=sequence_length,
-                        seed=seed, start_step=run.start_step, positions=run.positions,
+                        seed=seed, start_step=run.start_step, positions=run.paths.data_positions,
                         pretokenized=pretokenized)
 
 
@@ -279,7 +278,7 @@ def _steps(run: _Run, state, batches: Iterator[Any], *, mixture_name: str, seed:
            max_skips: int) -> tuple[Any, _Logged]:
   """Stage 4: the loop (step, log, save, evaluate) until `train_steps` or early stopping."""
   goodput, manager, start_step = run.goodput, run.manager, run.start_step
-  run.writer = scalar_writer.create_writer(run_directory.of(run.model_dir).tensorboard,
+  run.writer = scalar_writer.create_writer(run.paths.tensorboard,
                                            just_logging=jax.process_index() > 0)
   rng = jax.random.key(seed + 1)
   learning_rate = _learning_rate_schedule()
@@ -293,7 +292,7 @@ def _steps(run: _Run, state, batches: Iterator[Any], *, mixture_name: str, seed:
   with checkpointing.PreemptionWatcher() as preemption, distributed.lost_peers_named():
     for step in range(start_step + 1, train_steps + 1):
       with goodput.timing("data_wait" if step > start_step + 1 else "startup"):  # fills buffers
-        batch = _next_batch(batches, step, mixture_name, run.model_dir)
+        batch = _next_batch(batches, step, mixture_name, run.paths.data_counts)
       with goodput.timing(_step_category(step, start_step, run.previous_step)):
         state, step_metrics = run.trainer.step(state, batch, rng)
         consecutive_bad = check_finite(step, step_metrics, consecutive_bad,  # waits for the step
@@ -315,10 +314,10 @@ def _steps(run: _Run, state, batches: Iterator[Any], *, mixture_name: str, seed:
       if saving:  # asynchronous: waits for the device-to-host copy only (make_manager)
         with goodput.timing("checkpoints"):
           checkpointing.save(manager, step, state, force=True)
-          save_position(run.positions, step, batches, keep=manager.all_steps())
+          save_position(run.paths.data_positions, step, batches, keep=manager.all_steps())
       if step < train_steps and preemption.reached(step, manager):
         if not saving:
-          save_position(run.positions, step, batches, keep=manager.all_steps())
+          save_position(run.paths.data_positions, step, batches, keep=manager.all_steps())
         _save_and_exit(run, step, state, saved=saving, progress=progress,
                        signum=preemption.signum)
       if eval_every and step % eval_every == 0 and step != train_steps:
@@ -370,7 +369,7 @@ def _restore_or_initialize(trainer: trainer_lib.Trainer, manager, *, seed: int,
   return state
 
 
-def _describe_run(model_dir: str, model: models.EmbeddingModel, sequence_length: int, *,
+def _describe_run(paths: run_directory.Paths, model: models.EmbeddingModel, sequence_length: int, *,
                   start_step: int, changes: Sequence[str]) -> None:
   """MODEL_DIR/config.gin and model.json (process 0): the directory alone restores the model.
 
@@ -382,13 +381,13 @@ def _describe_run(model_dir: str, model: models.EmbeddingModel, sequence_length:
   if changes:
     logging.warning("resuming at step %d with changed settings: %s", start_step,
                     "; ".join(changes))
-  ranges = preflight.step_ranges(model_dir, start_step, sequence_length, changed=bool(changes))
-  gin_utils.write_operative_config(run_directory.of(model_dir).config)
-  restore.write_model_json(model_dir, model, sequence_length, step_ranges=ranges)
+  ranges = preflight.step_ranges(paths, start_step, sequence_length, changed=bool(changes))
+  gin_utils.write_operative_config(paths.config)
+  restore.write_model_json(paths.root, model, sequence_length, step_ranges=ranges)
 
 
 def _prepare_data(register_tasks, evaluator, mixture_name: str,
-                  model: models.EmbeddingModel, model_dir: str,
+                  model: models.EmbeddingModel, paths: run_directory.Paths,
                   pretokenized: str | None = None) -> None:
   """Teacher vectors, then the registered tasks checked, counted and their vocabulary copied.
 
@@ -406,7 +405,7 @@ def _prepare_data(register_tasks, evaluator, mixture_name: str,
       teacher_cache.fill_stage(None, evaluators)
     counts = run_directory.of(pretokenized).data_counts  # the stream's directory holds it too
     if jax.process_index() == 0 and files.exists(counts):
-      files.copy(counts, run_directory.of(model_dir).data_counts)
+      files.copy(counts, paths.data_counts)
   else:
     if not input_pipeline.seqio_available():
       raise cli.UserError("seqio (TensorFlow) is not installed here, and train.pretokenized is "
@@ -415,18 +414,18 @@ def _prepare_data(register_tasks, evaluator, mixture_name: str,
                           "here with --gin.train.pretokenized=\"'DIR'\".")
     from vmsst_tasks.registry import data_counts  # pylint: disable=import-outside-toplevel  # seqio
     teacher_cache.fill_stage(register_tasks, evaluators)
-    data_counts.report_data_counts(mixture_name,  # read = kept + skipped, MODEL_DIR/data_counts.json
-                                   model_dir=model_dir if jax.process_index() == 0 else None)
+    data_counts.report_data_counts(mixture_name,  # read = kept + skipped, on disk for process 0
+                                   output=paths.data_counts if jax.process_index() == 0 else None)
     data_counts.check_training_data(mixture_name)  # an empty task: one error line, not a JAX traceback
-  _copy_vocabulary(model_dir, check_vocabulary(mixture_name, model, pretokenized))
+  _copy_vocabulary(paths.vocabulary, check_vocabulary(mixture_name, model, pretokenized))
 
 
-def _next_batch(batches: Iterator[Any], step: int, mixture_name: str, model_dir: str) -> Any:
+def _next_batch(batches: Iterator[Any], step: int, mixture_name: str, counts: str) -> Any:
   """The step's batch; a stream that repeats forever ends only if it was empty."""
   batch = next(batches, None)
   if batch is None:
     raise cli.UserError(f"the training stream of {mixture_name} produced no batch at step "
-                        f"{step}: every example was skipped ({run_directory.of(model_dir).data_counts} "
+                        f"{step}: every example was skipped ({counts} "
                         "has the counts); check the input or its filters.")
   return batch
 
@@ -494,7 +493,7 @@ def _log_goodput(run: _Run, step: int, *, steps: int, final: bool = False) -> No
   if steps:
     run.goodput.check_data_wait(steps)
   if jax.process_index() == 0:
-    goodput_lib.record_progress(run.model_dir, max(step, run.previous_step or 0))
+    goodput_lib.record_progress(run.paths.progress, max(step, run.previous_step or 0))
   if final:
     logging.info("%s", run.goodput.line())
 
@@ -515,7 +514,8 @@ def _save_and_exit(run: _Run, step: int, state, *, saved: bool, progress,
   raise preempted
 
 
-def _copy_vocabulary(model_dir: str, vocab) -> None:
-  """MODEL_DIR/spm.model: the directory alone restores, evaluates and exports."""
+def _copy_vocabulary(destination: str, vocab) -> None:
+  """The vocabulary into the run directory (`destination`): the directory alone restores,
+  evaluates and exports."""
   if jax.process_index() == 0:
-    files.copy(vocab.sentencepiece_model_file, run_directory.of(model_dir).vocabulary)
+    files.copy(vocab.sentencepiece_model_file, destination)

@@ -186,7 +186,7 @@ def check_microbatches(model, batch_size: int, microbatches: int, data: int = 1)
         f"BATCH_SIZE a multiple of {microbatches * data} or lower train.microbatches.")
 
 
-def check_start(*, model, model_dir: str, batch_size: int, sequence_length: int, mesh,
+def check_start(*, model, paths: run_directory.Paths, batch_size: int, sequence_length: int, mesh,
                 process_count: int, resume_with_changes: bool,
                 microbatches: int = 1) -> list[str]:
   """`train`'s checks once its model and mesh exist, before any state or data.
@@ -216,18 +216,17 @@ def check_start(*, model, model_dir: str, batch_size: int, sequence_length: int,
           f"BATCH_SIZE = {batch_size} does not divide over {what}; give a multiple of {count}, "
           f"e.g. --gin.BATCH_SIZE={lower or upper} or {upper}.")
   check_microbatches(model, batch_size, microbatches, data)
-  return check_resume(model_dir, model, sequence_length, resume_with_changes=resume_with_changes)
+  return check_resume(paths, model, sequence_length, resume_with_changes=resume_with_changes)
 
 
-def checkpoint_steps(model_dir: str) -> list[int]:
-  """The saved steps under MODEL_DIR/checkpoints (orbax's numbered directories)."""
-  folder = run_directory.of(model_dir).checkpoints
+def checkpoint_steps(folder: str) -> list[int]:
+  """The saved steps in a run directory's checkpoints `folder` (orbax's numbered directories)."""
   if not files.isdir(folder):
     return []
   return sorted(int(n) for n in files.listdir(folder) if n.isdigit())
 
 
-def check_resume(model_dir: str, model, sequence_length: int, *,
+def check_resume(paths: run_directory.Paths, model, sequence_length: int, *,
                  resume_with_changes: bool) -> list[str]:
   """A MODEL_DIR with checkpoints holds this run: its objective, network and bindings.
 
@@ -238,15 +237,12 @@ def check_resume(model_dir: str, model, sequence_length: int, *,
     cli.UserError: another objective or network (model.json names it), or
       bindings changed since config.gin without `resume_with_changes`.
   """
-  steps = checkpoint_steps(model_dir)
+  steps = checkpoint_steps(paths.checkpoints)
   if not steps:
     return []
-  spec_path = run_directory.of(model_dir).model_spec
-  saved = {}
-  if files.isfile(spec_path):  # a directory from before model.json: its config.gin only
-    saved = json.loads(files.read_text(spec_path))
+  saved = _saved_spec(paths)
   now = restore.model_spec(model, sequence_length)
-  where = f"MODEL_DIR = {model_dir!r} (step {steps[-1]})"
+  where = f"MODEL_DIR = {paths.root!r} (step {steps[-1]})"
   fresh = "give a new MODEL_DIR for this run (--gin.MODEL_DIR=\"'runs/<new>'\")"
   if saved and saved.get("objective") != now["objective"]:
     raise cli.UserError(
@@ -258,13 +254,13 @@ def check_resume(model_dir: str, model, sequence_length: int, *,
   if differ:
     raise cli.UserError(f"{where} holds another network, NetworkConfig {'; '.join(differ)}; "
                         f"{fresh}, or restore those settings.")
-  changes = changed_bindings(run_directory.of(model_dir).config)
+  changes = changed_bindings(paths.config)
   if changes and not resume_with_changes:
     raise cli.UserError(
         f"{where} was trained with other settings: {'; '.join(changes)}. Resuming would train "
         "the next steps with these; restore them, give a new MODEL_DIR, or pass "
         "--resume_with_changes to continue with them (the earlier config.gin is kept as "
-        f"config-{steps[-1]}.gin and model.json records each step range).")
+        f"{run_directory.kept_config(steps[-1])} and model.json records each step range).")
   return changes
 
 
@@ -283,7 +279,7 @@ def changed_bindings(config_path: str) -> list[str]:
           if before.get(key) != now.get(key) and key not in RESUMABLE]
 
 
-def step_ranges(model_dir: str, step: int, sequence_length: int, *,
+def step_ranges(paths: run_directory.Paths, step: int, sequence_length: int, *,
                 changed: bool) -> list[dict[str, Any]] | None:
   """model.json's `step_ranges` for a run resumed at `step` (None: one range, not recorded).
 
@@ -292,20 +288,23 @@ def step_ranges(model_dir: str, step: int, sequence_length: int, *,
   is {"first_step", "last_step" (null: still training), "sequence_length",
   "config"}; model.json's top-level fields stay the latest range's.
   """
-  spec_path = run_directory.of(model_dir).model_spec
-  saved = {}
-  if files.isfile(spec_path):
-    saved = json.loads(files.read_text(spec_path))
+  saved = _saved_spec(paths)
   ranges = saved.get("step_ranges")
   if not changed or not step:
     return ranges
-  kept = f"config-{step}.gin"
-  config = run_directory.of(model_dir).config
-  if files.isfile(config):
-    files.rename(config, files.join(model_dir, kept))
+  kept = run_directory.kept_config(step)
+  if files.isfile(paths.config):
+    files.rename(paths.config, files.join(paths.root, kept))
   ranges = ranges or [{"first_step": 1, "last_step": None,
                        "sequence_length": saved.get("sequence_length")}]
   ranges[-1].update(last_step=step, config=kept)
   ranges.append({"first_step": step + 1, "last_step": None,
                  "sequence_length": int(sequence_length), "config": run_directory.CONFIG})
   return ranges
+
+
+def _saved_spec(paths: run_directory.Paths) -> dict[str, Any]:
+  """The directory's model.json; {} for a directory from before model.json (config.gin only)."""
+  if not files.isfile(paths.model_spec):
+    return {}
+  return json.loads(files.read_text(paths.model_spec))
