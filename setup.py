@@ -84,8 +84,8 @@ setuptools.setup(
     # The repository's tasks/ folder installs as `vmsst_tasks`: a top-level
     # `tasks` in site-packages would shadow (or be shadowed by) any other
     # project's `tasks`. Code imports `vmsst_tasks` only.
-    packages=setuptools.find_packages(include=["vmsst", "vmsst.*"]) + ["vmsst_tasks",
-                                                                     "vmsst_tasks.registry"],
+    packages=(setuptools.find_packages(include=["vmsst", "vmsst.*"]) + ["vmsst_tasks"]
+              + [f"vmsst_tasks.{name}" for name in setuptools.find_packages("tasks")]),
     package_dir={"vmsst_tasks": "tasks"},
     python_requires=">=3.11",
     install_requires=INSTALL_REQUIRES,

@@ -75,8 +75,8 @@ def _define_flags() -> None:
 def build_opus_dir(data_dir: str, output: pathlib.Path, repeat: int) -> int:
   """Moses files Europarl/OpenSubtitles.en-<xx> of NTREX lines; returns the pairs written."""
   from vmsst.base import languages, text_files  # pylint: disable=import-outside-toplevel
-  from vmsst_tasks.sources import opus_paper, sources  # pylint: disable=import-outside-toplevel
-  files = sources.ntrex_files(data_dir)
+  from vmsst_tasks.sources import opus_paper, pair_readers  # pylint: disable=import-outside-toplevel
+  files = pair_readers.ntrex_files(data_dir)
   english = text_files.read_lines(files["eng"])
   written = 0
   for code in opus_paper.LANGUAGES:
