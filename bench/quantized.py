@@ -182,7 +182,7 @@ def render(results: dict) -> str:
   sizes = results["search_seconds"]["sentences"]
   lines += ["", "Held-out: the training run's in-training retrieval sets (Multi30k test 2016 "
             "eng-deu/fra/ces and NTREX validation documents, eng against 9 languages; 500 "
-            "pairs each, `vmsst_tasks/heldout.py`), mean accuracy (%) of both directions. "
+            "pairs each, `tasks/sources/heldout.py`), mean accuracy (%) of both directions. "
             f"Tatoeba: mean over {', '.join(FLAGS.languages)} (both directions; "
             "per language in `results.json`). Mining: NTREX held-out documents, English against "
             f"the translations of half of them, mean over {', '.join(FLAGS.mining_languages)}; "

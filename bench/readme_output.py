@@ -14,7 +14,7 @@ not from an earlier checkpoint, so this script is its only source:
 It runs the README's own ```python block as written (its working directory is
 --project, where `runs/vmsst_cpu` resolves), then rewrites the ```text block
 under it and the caption line after that. `example`, `output_block` and
-`caption` parse the README; tests/test_readme_output.py holds the README to
+`caption` parse the README; tests/bench/test_readme_output.py holds the README to
 this format without training.
 """
 

@@ -3,7 +3,7 @@
 An accelerator image has no seqio or TensorFlow, so `vmsst_tasks.registry`
 cannot be imported there, yet every run file binds its families
 (`train.register_tasks = @register_families`, `register_families.families =
-[@pair_tasks]`, ...). vmsst.base.gin_utils.register_configurables registers these stand-ins
+[@pair_tasks]`, ...). vmsst.training.configurables.register registers these stand-ins
 under the same names instead, so `python -m vmsst.train --gin_file=RUN.gin
 --gin.train.pretokenized="'DIR'"` parses the run file unchanged; `train`
 never registers tasks when it reads a pre-tokenized stream, and a stand-in

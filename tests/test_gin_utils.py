@@ -1,5 +1,5 @@
-"""vmsst/base/gin_utils.py is gin's one home: what run files can name, the run-file flags, the
-checks.
+"""gin's home: vmsst/base/gin_utils.py (the run-file flags, the checks) and what run files can
+name (vmsst/training/configurables.py).
 
 Every `@gin.configurable` in vmsst/ and tasks/ must exist after
 `vmsst.training.configurables.register()` alone (in a fresh process, so no configurable

@@ -3,7 +3,7 @@
 vmsst/model/losses.py (info_nce_with_hard_negatives), vmsst/objectives/contrastive.py
 and multitask.py (hard_negatives = K), vmsst/mining/negative_selection.py and the
 command's grouping (vmsst/mining/hard_negative_rows.py). The data path that carries the
-negatives with their pairs: tests/tasks/test_hard_negatives.py.
+negatives with their pairs: tests/tasks/test_hard_negative_task.py.
 """
 
 import jax

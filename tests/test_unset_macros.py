@@ -1,7 +1,7 @@
 """A macro a run reads and nothing sets is one `error:` line naming it, the run file and the
 `--gin.NAME=...` that sets it (gin itself says only "macro() missing ... 'value'").
 
-In-process through gin_utils.parse_gin (what train, compile, teacher_cache and pretokenize
+In-process through configurables.parse_gin (what train, compile, teacher_cache and pretokenize
 parse with), over every paper run file; then the commands' `main`s, in this process as well
 (`vmsst_testing.command_here`: absl's parsing and `cli.user_errors`, as the commands run them).
 """

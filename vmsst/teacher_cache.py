@@ -62,7 +62,7 @@ def fill_run(gin_files: Sequence[str], bindings: Sequence[str],
 
   Raises:
     cli.UserError: the run reads no teacher cache (not a distillation run),
-      or what gin_utils.parse_gin / preflight.check_paths reject.
+      or what configurables.parse_gin / preflight.check_paths reject.
   """
   configurables.parse_gin(gin_files, bindings, search_paths)
   preflight.check_paths()

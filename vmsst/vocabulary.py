@@ -1,6 +1,6 @@
 r"""Trains the SentencePiece vocabulary (VOCAB_PATH).
 
-The training is vmsst_tasks/vocabulary_training.py; loading a vocabulary (ids,
+The training is vmsst_tasks/sources/vocabulary_training.py; loading a vocabulary (ids,
 legacy language pieces) is vmsst/base/sentencepiece_vocabulary.py.
 
 Train from the training splits (Tatoeba-filtered):

@@ -131,7 +131,7 @@ def distillation_tasks(inputs: common.RegistrationInputs, *,
                        max_sources: int | None = None, ntrex_seed: int = 0) -> list[str]:
   """vmsst_distill_ntrex128, vmsst_distill_multi30k and their mixture vmsst_distill_ntrex_multi30k.
 
-  The tasks look the vectors up (tasks.preprocessors.teacher_embeddings) from
+  The tasks look the vectors up (tasks.registry.preprocessors.teacher_embeddings) from
   one array read here; nothing is encoded.
 
   Args:

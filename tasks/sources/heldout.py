@@ -2,7 +2,7 @@
 
   multi30k_test2016.eng-deu / eng-fra / eng-ces  Multi30k test_2016_flickr
   ntrex_val.eng-<xx>                             NTREX validation documents
-                                                 (tasks.sources.ntrex_validation_documents)
+                                                 (sources/pair_readers.ntrex_validation_documents)
 
 Each set is (sources, targets), line-aligned: targets[i] translates sources[i].
 Retrieval scores "is the nearest target of sources[i] targets[i]", so a

@@ -1,4 +1,5 @@
-r"""Pairs with mined hard negatives, (a, b, negatives…): the file format and its seqio task.
+r"""Pairs with mined hard negatives, (a, b, negatives…): the file format and its reader (the
+seqio task over it: registry/hard_negatives.py).
 
 `python -m vmsst.hard_negatives` writes a directory:
 
@@ -17,7 +18,7 @@ either) reads it as the pair tasks read pairs, plus
 objectives mask out. K = 1 is the triplet tasks' feature (tasks/registry/triplets.py),
 so the contrastive objectives read both. The negatives are columns of
 the pair's own example, so shuffling, batching, sharding and a restored data
-position move them with their pair, never apart (tests/tasks/test_hard_negatives.py).
+position move them with their pair, never apart (tests/tasks/test_hard_negative_task.py).
 
 Bad input under the project's policy (tasks/sources/pair_readers.py, `InputPolicy`): a
 blank line is skipped; a line without K + 4 fields or with an empty a, b or

@@ -1,4 +1,4 @@
-"""The VMSST paper's OPUS training data, as data, and its seqio mixture.
+"""The VMSST paper's OPUS training data, as data (its seqio mixture: registry/opus.py).
 
 Where each value comes from (read before trusting a number here):
 
@@ -253,7 +253,7 @@ def scan_opus_dir(opus_dir: str | pathlib.Path, *, languages: Sequence[str] = LA
   Raises:
     FileNotFoundError: opus_dir does not exist or holds none of the paper's
       files; the message names the directory and the download command.
-    ValueError: misaligned Moses files, unknown codes (tasks.sources).
+    ValueError: misaligned Moses files, unknown codes (opus_readers.py).
   """
   opus_dir = files.as_path(opus_dir)
   canon = vmsst_languages.canonical_language

@@ -101,7 +101,8 @@ NO_RUN_FILE = ("give --gin_file=gin/runs/<run>.gin (the run files: gin/runs/*_cp
 
 
 def check_gin_files(argv: Sequence[str], *, required: bool = False) -> None:
-  """Each --gin_file exists where parse_gin will look, checked before JAX and TensorFlow load.
+  """Each --gin_file exists where configurables.parse_gin will look, checked before JAX and
+  TensorFlow load.
 
   parse_gin resolves a run file from the working directory, then
   --gin_search_path, then this checkout's root; a miss there costs seconds
@@ -238,7 +239,7 @@ def _import_error(error: ImportError, gin_files: Sequence[str]) -> str:
   where = re.search(r'In file "([^"]+)", line (\d+)', text)
   return (f"{where.group(1) + ':' + where.group(2) if where else list(gin_files)} imports "
           f"{module.group(1) if module else text.splitlines()[0]}, which does not import; run "
-          "files need no import line (vmsst.base.gin_utils registers every configurable): "
+          "files need no import line (vmsst.training.configurables registers every configurable): "
           "remove it")
 
 
@@ -388,7 +389,7 @@ def parse_errors(error: ValueError, bindings: Sequence[str]) -> cli.UserError:
   if m := _UNKNOWN_CONFIGURABLE.search(first):
     name = m.group(1)
     hint = cli.did_you_mean(name.split(".")[-1], configurables()) or (
-        "see vmsst/base/gin_utils.py for what can be bound")
+        "see vmsst/training/configurables.py for what can be bound")
     return cli.UserError(f"{shown}nothing configurable is named {name}; {hint}")
   return cli.UserError(f"{shown}gin: {first}")
 

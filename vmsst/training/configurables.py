@@ -10,8 +10,9 @@ module run files reach: the model core (config's NetworkConfig, partitioning,
 param_files), the objectives (MODELS), training (loop's `train`,
 checkpointing, optimizers, parameter_groups, early_stopping, goodput, the
 target TPU slice), evaluation during training (in_training), the teacher
-cache and the data side (vmsst_tasks: input_pipeline, sources, tfds_sources,
-heldout, and the task families of vmsst_tasks.registry; without seqio,
+cache and the data side (vmsst_tasks: pipeline.input_pipeline,
+sources.pair_readers, sources.tfds_readers, sources.heldout, and the task
+families of vmsst_tasks.registry; without seqio,
 registry_stand_ins under the same names). tests/test_gin_utils.py checks no
 configurable is left out. This lives in training/, the layer above everything
 it registers; gin_utils (the base layer) parses once registration is done.

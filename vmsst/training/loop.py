@@ -8,7 +8,7 @@ importing this module registers it).
 
 The command around it is `python -m vmsst.train` (vmsst/train.py:
 flags in flags.py, joining a multi-host job in distributed.py, gin parsing
-in vmsst/base/gin_utils.py); the host data iterator is vmsst_tasks.pipeline.input_pipeline.
+in configurables.py); the host data iterator is vmsst_tasks.pipeline.input_pipeline.
 """
 
 from vmsst.base import cli

@@ -1,6 +1,6 @@
 """What `python -m vmsst.train` checks before any data loads: each mistake one cli.UserError.
 
-In the order a run meets them (after vmsst.base.gin_utils.parse_gin: gin's parse
+In the order a run meets them (after vmsst.training.configurables.parse_gin: gin's parse
 errors, a run file that binds `train`, command-line values of the run file's types):
 
   check_paths       DATA_DIR, VOCAB_PATH, MODEL_DIR (writable, a directory),
