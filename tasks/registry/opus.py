@@ -120,7 +120,8 @@ def register_paper_mixture(opus_dir: str | pathlib.Path, vocabulary: seqio.Vocab
                            pivots: Sequence[str] = opus_paper.PIVOTS,
                            language_counts: Mapping[str, int] | None = None,
                            reuse: Mapping[tuple[str, str], str] | None = None) -> str:
-  """Registers the paper's OPUS mixture (tasks/sources/opus_paper.py): one task per (pivot, language).
+  """Registers the paper's OPUS mixture (tasks/sources/opus_paper.py): one task per (pivot,
+  language).
 
   Every task in it is a pair task of this registry (`common.register_pair_task` over
   a `seqio_sources.StreamingPairSource`, the pivot side made side a), so it mixes with every

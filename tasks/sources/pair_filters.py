@@ -1,4 +1,5 @@
-"""The bad-input policy of tasks/sources/pair_readers.py on tf.data pairs (TFDS sources, files read by tf.data).
+"""The bad-input policy of tasks/sources/pair_readers.py on tf.data pairs (TFDS sources, files
+read by tf.data).
 
 tasks/sources/pair_readers.py's readers apply the policy in Python; a pipeline that reads
 in TensorFlow (a TFDS dataset, `TextLineDataset`s) must not go through a

@@ -1,7 +1,8 @@
 r"""Linked entities from a MediaWiki dump (EASE): sentences, their entities, the entity table.
 
-`build` (the command `python -m vmsst_tasks.wiki_entities`) writes OUTPUT/examples.jsonl (one line per (sentence, entity) example:
-{"text", "lang", "entity", "hard_negatives", "page", "split"}), OUTPUT/entities.tsv
+`build` (the command `python -m vmsst_tasks.wiki_entities`) writes OUTPUT/examples.jsonl (one
+line per (sentence, entity) example: {"text", "lang", "entity", "hard_negatives", "page",
+"split"}), OUTPUT/entities.tsv
 (the entity vocabulary: `key<TAB>count<TAB>type`; row i of the model's entity
 table is line i) and OUTPUT/meta.json (sizes and every count).
 
