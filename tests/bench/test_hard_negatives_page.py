@@ -59,6 +59,23 @@ def test_a_seeds_page_gives_each_set_with_its_lowest_and_highest_seed_and_the_ma
   assert "- seed 1: without 1,200, with hard negatives 2,950." in text
   assert "400 of the 1,000 pairs have a side in one it was not (2 languages: ces, swa)" in text
   assert text.rstrip().endswith("```bash\npython bench/hard_negatives.py --seeds=0,1\n```")
+  assert ("- At the same steps the mean moves +0.50 (+0.00 to +1.00): higher in 1 of 2 seeds, "
+          "against a spread of 0.00 between the seeds without negatives.") in text
+  assert ("costs 2.5× a baseline step's wall time ((2 + K)·B sentences encoded instead of 2B), "
+          "so at the baseline's wall time the mined run is at steps 500, 500 and its mean moves "
+          "-4.50 (-5.00 to -4.00).") in text
+  assert "- 1,000 of the 1,000 training pairs (100%) have negatives" in text
+
+
+def test_negatives_ahead_at_the_baselines_time_in_every_seed_help_the_recipe():
+  results = {"format": 2, "command": "python bench/hard_negatives.py", "run_file": "c",
+             "miner": "baseline", "corpus": "recipe", "lines": None, "pairs": 10, "steps": 1500,
+             "negatives": 3, "margin": "none", "margin_value": 0.05, "candidates": 30,
+             "cores": [0], "runs": {"0": _seed(1.0, 21.5), "1": _seed(0.5, 22.0)}}
+  text = page.render(results, RESULTS)
+  assert ("Hard negatives help `c.gin`: at the baseline's wall time the mean is higher in every "
+          "seed (+0.75 (+0.50 to +1.00)), and +0.75 (+0.50 to +1.00) at the same steps.") in text
+  assert "do not help" not in text
 
 
 def test_with_cpu_seconds_the_page_matches_the_runs_by_cpu_time_and_gives_both_times():
