@@ -79,9 +79,38 @@ def test_the_scan_finds_names_alone_and_in_paths_but_not_in_prose(text, expected
 
 def test_every_entry_has_one_distinct_name_and_its_path():
   assert len(set(run_directory.NAMES)) == len(run_directory.NAMES)
-  entries = dataclasses.asdict(run_directory.of("m"))
-  assert entries.pop("root") == "m"
-  paths = [*entries.values(), run_directory.evaluation("m")]
-  assert sorted(paths) == sorted(f"m/{name}" for name in run_directory.NAMES)
+  entries = dataclasses.asdict(run_directory.of("/m"))
+  assert entries.pop("root") == "/m"
+  paths = [*entries.values(), run_directory.evaluation("/m")]
+  assert sorted(paths) == sorted(f"/m/{name}" for name in run_directory.NAMES)
+  assert run_directory.of("m").checkpoints == str(pathlib.Path("m").resolve() / "checkpoints")
   assert run_directory.of("gs://b/run").checkpoints == "gs://b/run/checkpoints"
   assert run_directory.evaluation("gs://b/run", "report.md") == "gs://b/run/eval/report.md"
+
+
+def test_what_a_run_writes_when_it_starts_is_what_the_next_run_finds(tmp_path):
+  model_dir = str(tmp_path / "run")
+  fresh = run_directory.read(model_dir)
+  assert (fresh.checkpoint_steps, fresh.config, fresh.model_spec, fresh.progress) == (
+      (), None, {}, None)
+  vocabulary = tmp_path / "spm.model"
+  vocabulary.write_bytes(b"pieces")
+  paths = fresh.paths
+  start = {"model_spec": {"objective": "vmsst", "sequence_length": 32},
+           "data_counts": {"mixture": "m", "tasks": {}, "total": {}},
+           "vocabulary": str(vocabulary)}
+  run_directory.write_start(paths, config="train.batch_size = 8\n", **start)
+  for step in ("2", "10", "4.orbax-checkpoint-tmp-1", "corrupt-6"):
+    (tmp_path / "run" / "checkpoints" / step).mkdir(parents=True)
+  run_directory.record_progress(paths, 11)
+  found = run_directory.read(model_dir)
+  assert found.checkpoint_steps == (2, 10)  # neither a save in flight nor one set aside
+  assert (found.config, found.model_spec, found.progress) == (
+      "train.batch_size = 8\n", start["model_spec"], 11)
+  assert run_directory.read_data_counts(paths) == start["data_counts"]
+  assert pathlib.Path(paths.vocabulary).read_bytes() == b"pieces"
+  # A resume with changed settings keeps the earlier config under the name model.json gives it.
+  run_directory.write_start(paths, config="train.batch_size = 16\n",
+                            keep_config_as=run_directory.kept_config(10), **start)
+  assert (tmp_path / "run" / run_directory.kept_config(10)).read_text() == "train.batch_size = 8\n"
+  assert run_directory.read(model_dir).config == "train.batch_size = 16\n"

@@ -77,7 +77,7 @@ def main(argv: Sequence[str]) -> None:
 def _remove_if_unused(model_dir: str, fresh: bool) -> None:
   """A run that failed before its first checkpoint leaves no MODEL_DIR it created (a bucket's too)."""
   if (fresh and jax.process_index() == 0
-      and not preflight.checkpoint_steps(run_directory.of(model_dir).checkpoints)):
+      and not run_directory.checkpoint_steps(run_directory.of(model_dir).checkpoints)):
     with contextlib.suppress(OSError):
       files.rmtree(model_dir)
 

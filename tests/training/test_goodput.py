@@ -80,12 +80,12 @@ def test_redone_steps_are_those_past_the_checkpoint_up_to_the_previous_progress(
 
 
 def test_progress_round_trips_through_the_model_directory(tmp_path):
-  progress = run_directory.of(str(tmp_path)).progress
-  assert goodput_lib.previous_progress(progress) is None
-  goodput_lib.record_progress(progress, 27)
-  assert goodput_lib.previous_progress(progress) == 27
-  pathlib.Path(progress).write_text("{\"ste")  # cut short by a kill
-  assert goodput_lib.previous_progress(progress) is None
+  paths = run_directory.of(str(tmp_path))
+  assert run_directory.read(str(tmp_path)).progress is None
+  run_directory.record_progress(paths, 27)
+  assert run_directory.read(str(tmp_path)).progress == 27
+  pathlib.Path(paths.progress).write_text("{\"ste")  # cut short by a kill
+  assert run_directory.read(str(tmp_path)).progress is None
 
 
 def test_time_before_the_loop_that_no_category_holds_is_start_up():

@@ -19,9 +19,9 @@
   an unknown configurable or parameter with "did you mean", a macro nothing
   reads, a value of another type than the run file's, files that bind no run,
   a macro the command reads left unset).
-- Reading a parsed run: `bound` / `macro` (a binding or None);
-  `write_operative_config` (MODEL_DIR/config.gin) and `config_bindings`,
-  which reads one back (a resume compares them).
+- Reading a parsed run: `bound` / `macro` (a binding or None); and
+  `config_bindings`, which reads an operative config (MODEL_DIR/config.gin,
+  gin.config_str() as a run writes it) back into bindings (a resume compares them).
 """
 
 import functools
@@ -137,12 +137,6 @@ def bound(name: str) -> Any:
 def macro(name: str) -> Any:
   """The value of the macro NAME (None when unbound)."""
   return bound(f"%{name}")
-
-
-def write_operative_config(path: str) -> None:
-  """Writes the operative config (every binding a run used) to `path`, as t5x does (a run
-  writes run_directory.of(MODEL_DIR).config)."""
-  files.write_text(path, gin.config_str())
 
 
 def rewrite_gin_args(argv: Sequence[str]) -> list[str]:

@@ -9,17 +9,17 @@ written as a literal elsewhere in vmsst/ and vmsst_tasks):
 
   checkpoints/         orbax's checkpoints: parameters, optimizer and model state
                        (training/checkpointing.py writes, encoding/restore.py reads)
-  config.gin           the operative gin config (gin_utils.write_operative_config);
+  config.gin           the operative gin config (gin.config_str(), as t5x writes it);
                        config-<step>.gin: the one before a resume with changed settings
   model.json           the model as plain data: objective, network, length, vocabulary
-                       (encoding/restore.py; restoring needs neither gin nor the loop)
+                       (encoding/restore.model_spec; restoring needs neither gin nor the loop)
   spm.model            the vocabulary the run read, copied (the directory alone restores)
   data_counts.json     read / kept / skipped per task (vmsst_tasks.registry.data_counts)
   data_position/       the input stream's position at each checkpoint
                        (vmsst_tasks.pipeline.input_pipeline.save_position)
   tensorboard/         the logged scalars (training/scalar_writer.py writes,
                        evaluation/logged_curves.py reads)
-  progress.json        the furthest step any run reached (training/goodput.py)
+  progress.json        the furthest step any run reached (goodput's redone steps)
   early_stopping.json  the evaluations watched and the best step (training/early_stopping.py)
   quantization.json    the int8 calibration (`python -m vmsst.calibrate`, encoding/quantize.py)
   eval/                evaluation outputs: `python -m vmsst.evaluate --output`'s usual
@@ -29,9 +29,18 @@ A pre-tokenized stream's directory and an export's extra files hold some of
 the same files under the same names (the vocabulary, the data counts,
 model.json, config.gin, the calibration) so that they copy across unchanged:
 those layouts use the names below too.
+
+A run reads what earlier runs left once, when it starts (`read`: the saved
+steps, config.gin, model.json, the progress), and writes its own records once
+it goes ahead (`write_start`), so the stages in between decide on plain values
+and only this module and vmsst.base.files touch the directory's small files.
 """
 
 import dataclasses
+import json
+from typing import Any
+
+from absl import logging
 
 from vmsst.base import files
 
@@ -59,7 +68,7 @@ class Paths:
   or write the directory take the directory, not a string to rejoin.
   """
   root: str  # the directory itself, as given (messages name it)
-  checkpoints: str  # orbax wants it absolute: of(files.abspath(model_dir)).checkpoints
+  checkpoints: str  # absolute, as orbax wants it
   config: str  # written when training starts; a resume compares its bindings
   model_spec: str  # what restoring rebuilds the model from
   vocabulary: str  # the vocabulary the run trained on, copied
@@ -80,7 +89,95 @@ _ENTRIES = {"checkpoints": CHECKPOINTS, "config": CONFIG, "model_spec": MODEL_SP
 def of(model_dir: str) -> Paths:
   """The entries of the run directory `model_dir`."""
   return Paths(root=model_dir,
-               **{field: files.join(model_dir, name) for field, name in _ENTRIES.items()})
+               **{field: files.join(model_dir, name) for field, name in _ENTRIES.items()
+                  if field != "checkpoints"},
+               checkpoints=files.join(files.abspath(model_dir), CHECKPOINTS))
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+  """What a run starting in the directory finds there, read once (`read`)."""
+  paths: Paths
+  checkpoint_steps: tuple[int, ...]  # orbax's saved steps, oldest first
+  config: str | None  # config.gin's text (None: none yet)
+  model_spec: dict[str, Any]  # model.json ({}: none, or a directory from before model.json)
+  progress: int | None  # the furthest step an earlier run reached (None: no record)
+
+
+def read(model_dir: str) -> Found:
+  """The directory's paths and what earlier runs left in it (nothing: a fresh run)."""
+  paths = of(model_dir)
+  return Found(paths=paths, checkpoint_steps=tuple(checkpoint_steps(paths.checkpoints)),
+               config=files.read_text(paths.config) if files.isfile(paths.config) else None,
+               model_spec=read_model_spec(paths), progress=_read_progress(paths.progress))
+
+
+def checkpoint_steps(folder: str) -> list[int]:
+  """The saved steps in a checkpoints `folder` (orbax's numbered directories)."""
+  if not files.isdir(folder):
+    return []
+  return sorted(int(n.rstrip("/")) for n in files.listdir(folder) if n.rstrip("/").isdigit())
+
+
+def read_model_spec(paths: Paths) -> dict[str, Any]:
+  """model.json as written (`write_model_spec`); {} when there is none."""
+  if not files.isfile(paths.model_spec):
+    return {}
+  return json.loads(files.read_text(paths.model_spec))
+
+
+def write_model_spec(paths: Paths, spec: dict[str, Any]) -> None:
+  """model.json: the model as plain data (vmsst.encoding.restore.model_spec builds it)."""
+  files.write_text(paths.model_spec, json.dumps(spec, indent=2, sort_keys=True))
+
+
+def read_data_counts(paths: Paths) -> dict[str, Any] | None:
+  """The data counts report a run or a pre-tokenized stream kept; None when there is none."""
+  if not files.exists(paths.data_counts):
+    return None
+  return json.loads(files.read_text(paths.data_counts))
+
+
+def write_data_counts(paths: Paths, report: dict[str, Any]) -> None:
+  """The read / kept / skipped report (vmsst_tasks.registry.data_counts builds it)."""
+  files.write_text(paths.data_counts, json.dumps(report, indent=1) + "\n")
+
+
+def write_start(paths: Paths, *, config: str, model_spec: dict[str, Any],
+                data_counts: dict[str, Any] | None, vocabulary: str,
+                keep_config_as: str | None = None) -> None:
+  """What a run writes once it goes ahead, so that the directory alone restores its model.
+
+  Args:
+    config: the operative gin config, for config.gin.
+    model_spec: model.json's fields.
+    data_counts: the training data's read / kept / skipped report (None: none).
+    vocabulary: the SentencePiece file the run reads, copied in.
+    keep_config_as: a resume with changed settings first keeps the earlier
+      config.gin under this name (`kept_config`), which model.json's step ranges name.
+  """
+  if keep_config_as and files.isfile(paths.config):
+    files.rename(paths.config, files.join(paths.root, keep_config_as))
+  files.write_text(paths.config, config)
+  write_model_spec(paths, model_spec)
+  if data_counts is not None:
+    write_data_counts(paths, data_counts)
+  files.copy(vocabulary, paths.vocabulary)
+
+
+def record_progress(paths: Paths, step: int) -> None:
+  """The step this run has reached: a later resume counts the steps up to it as redone."""
+  files.write_text(paths.progress, json.dumps({"step": int(step)}) + "\n")
+
+
+def _read_progress(path: str) -> int | None:
+  if not files.exists(path):
+    return None
+  try:
+    return int(json.loads(files.read_text(path))["step"])
+  except (ValueError, KeyError, TypeError) as e:
+    logging.warning("%s is unreadable (%s); redone steps are not counted", path, e)
+    return None
 
 
 def kept_config(step: int) -> str:

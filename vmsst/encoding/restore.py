@@ -72,7 +72,7 @@ def restore(model_dir: str, *, step: int | None = None,
   model, sequence_length, vocab_path = read_model_json(model_dir, dtype, step)
   vocab = sentencepiece_vocabulary.get_vocabulary(vocab_path)
   mesh = mesh or partitioning.make_mesh()
-  manager = ocp.CheckpointManager(run_directory.of(files.abspath(model_dir)).checkpoints)
+  manager = ocp.CheckpointManager(run_directory.of(model_dir).checkpoints)
   step = manager.latest_step() if step is None else step
   if step is None:
     raise FileNotFoundError(f"{model_dir}/checkpoints has no checkpoint; train first "
@@ -140,7 +140,7 @@ def write_model_json(model_dir: str, model: models.EmbeddingModel, sequence_leng
   spec = model_spec(model, sequence_length, vocabulary)
   if step_ranges:
     spec["step_ranges"] = list(step_ranges)
-  files.write_text(run_directory.of(model_dir).model_spec, json.dumps(spec, indent=2, sort_keys=True))
+  run_directory.write_model_spec(run_directory.of(model_dir), spec)
 
 
 def model_spec(model: models.EmbeddingModel, sequence_length: int,
@@ -191,14 +191,15 @@ def read_model_json(model_dir: str, dtype: str | None = None, step: int | None =
   The sequence length is the one `step` was trained at (model.json's
   `step_ranges`, written by a resume with changed settings); the latest's by default.
   """
-  path = run_directory.of(model_dir).model_spec
+  paths = run_directory.of(model_dir)
+  path = paths.model_spec
   if not files.exists(path):
-    if files.exists(run_directory.of(model_dir).config):
+    if files.exists(paths.config):
       raise cli.UserError(f"{path} not found beside {run_directory.CONFIG}: "
                           f"{OLD_DIRECTORY_FIX.format(model_dir=model_dir)}")
     raise FileNotFoundError(f"{path} not found: --model_dir must be a directory written by "
                             "`python -m vmsst.train`.")
-  spec = json.loads(files.read_text(path))
+  spec = run_directory.read_model_spec(paths)
   if spec.get("objective") not in MODELS:
     raise ValueError(f"{path}: objective {spec.get('objective')!r} is not one of "
                      f"{sorted(MODELS)} (vmsst.objectives.MODELS).")
@@ -237,7 +238,7 @@ def restore_document_tower(model_dir: str):
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                           restored.params)
   item = {"model_state": {query_tower.DOCUMENTS: abstract}}
-  manager = ocp.CheckpointManager(run_directory.of(files.abspath(model_dir)).checkpoints)
+  manager = ocp.CheckpointManager(run_directory.of(model_dir).checkpoints)
   documents = manager.restore(restored.step, args=ocp.args.PyTreeRestore(
       item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
       partial_restore=True))["model_state"][query_tower.DOCUMENTS]

@@ -71,7 +71,7 @@ def check() -> None:
                                  "a line")
   checkpoints = run_directory.of(model_dir).checkpoints
   if step is not None:
-    steps = sorted(int(n) for n in files.listdir(checkpoints) if n.isdigit())
+    steps = run_directory.checkpoint_steps(checkpoints)
     if step not in steps:
       raise cli.UserError(f"--step={step}: {checkpoints} holds steps "
                           f"{', '.join(map(str, steps)) or 'none'}; pick one, or drop --step "

@@ -224,7 +224,7 @@ def _set_rows(target: jax.Array, rows: jax.Array) -> jax.Array:
 def checkpoint_item(model_dir: str, step: int | None = None) -> str:
   """The orbax item directory of a model directory's checkpoint (default: the latest)."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-  checkpoints = run_directory.of(files.abspath(model_dir)).checkpoints
+  checkpoints = run_directory.of(model_dir).checkpoints
   step = ocp.CheckpointManager(checkpoints).latest_step() if step is None else step
   if step is None:
     raise FileNotFoundError(f"{checkpoints} has no checkpoint: init_params must be a "

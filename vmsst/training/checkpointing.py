@@ -71,9 +71,10 @@ class Preempted(SystemExit):
 
 
 @gin.configurable
-def make_manager(model_dir: str, *, save_interval_steps: int = 500,
+def make_manager(model_dir: "str | run_directory.Paths", *, save_interval_steps: int = 500,
                  max_to_keep: int = 3, asynchronous: bool = True) -> ocp.CheckpointManager:
-  """CheckpointManager under `model_dir/checkpoints`.
+  """CheckpointManager of a run directory's checkpoints (`model_dir`: the directory, or its
+  run_directory.Paths).
 
   The handler is registered up front so that `item_metadata` can read a step
   before anything is restored (the configuration check needs it).
@@ -88,8 +89,9 @@ def make_manager(model_dir: str, *, save_interval_steps: int = 500,
   options = ocp.CheckpointManagerOptions(
       save_interval_steps=save_interval_steps, max_to_keep=max_to_keep, create=True,
       cleanup_tmp_directories=True, enable_async_checkpointing=asynchronous)
+  paths = model_dir if isinstance(model_dir, run_directory.Paths) else run_directory.of(model_dir)
   return ocp.CheckpointManager(
-      run_directory.of(files.abspath(model_dir)).checkpoints, options=options,
+      paths.checkpoints, options=options,
       item_handlers=ocp.StandardCheckpointHandler())
 
 

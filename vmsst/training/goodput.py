@@ -9,14 +9,13 @@ as TensorBoard scalars and one line at exit:
 
   goodput 91%: start-up 4%, data wait 3%, checkpoints 2%, other 0%
 
-"Redone" needs the previous run's progress: `record_progress` writes the last
-step a run reached to MODEL_DIR/progress.json (process 0, through
-vmsst.base.files, at each logged step and at exit), and `previous_progress` reads
-it back on restart.
+"Redone" needs the previous run's progress: the loop records the last step a
+run reached in the run directory (`run_directory.record_progress`, process 0,
+at each logged step and at exit) and finds it there on restart
+(`run_directory.read(...).progress`).
 """
 
 import dataclasses
-import json
 import socket
 import time
 from typing import Callable, Iterator
@@ -24,7 +23,6 @@ import contextlib
 
 from absl import logging
 
-from vmsst.base import files
 from vmsst.base.gin_utils import gin
 
 # Categories in the order the line names them; "productive" is the goodput.
@@ -142,21 +140,3 @@ def make_goodput(*, process_index: int, process_count: int,
 def steps_redone(start_step: int, previous_step: int | None, step: int) -> bool:
   """Whether `step` repeats work: the previous run had reached it past the restored `start_step`."""
   return previous_step is not None and start_step < step <= previous_step
-
-
-def previous_progress(path: str) -> int | None:
-  """The last step the previous run reached, from its `run_directory.of(...).progress` file
-  (None: no record)."""
-  if not files.exists(path):
-    return None
-  try:
-    return int(json.loads(files.read_text(path))["step"])
-  except (ValueError, KeyError, TypeError) as e:
-    logging.warning("%s is unreadable (%s); redone steps are not counted", path, e)
-    return None
-
-
-def record_progress(path: str, step: int) -> None:
-  """Writes the step this run has reached to `path`, the run directory's progress file
-  (process 0 calls it)."""
-  files.write_text(path, json.dumps({"step": int(step)}) + "\n")

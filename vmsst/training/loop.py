@@ -33,14 +33,12 @@ from absl import logging
 from vmsst.base.gin_utils import gin
 from vmsst.training import checkpointing
 from vmsst.training import early_stopping as early_stopping_lib
-from vmsst.base import files
 from vmsst.encoding import restore
 from vmsst.model import initial_weights
 from vmsst.model import models
 from vmsst.model import partitioning
 from vmsst.teachers import cache as teacher_cache
 from vmsst.training import trainer as trainer_lib
-from vmsst.base import gin_utils
 from vmsst.evaluation import in_training
 from vmsst.training import distributed
 from vmsst.training import goodput as goodput_lib
@@ -190,20 +188,20 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
   """
   goodput = goodput_lib.make_goodput(process_index=jax.process_index(),
                                      process_count=jax.process_count())  # the clock starts
-  paths = run_directory.of(model_dir)  # every stage reads and writes the directory through it
-  mesh, changes = _check_start(model, paths, batch_size=batch_size,
+  found = run_directory.read(model_dir)  # what earlier runs left there, read once
+  mesh, changes = _check_start(model, found, batch_size=batch_size,
                                sequence_length=sequence_length, microbatches=microbatches,
                                resume_with_changes=resume_with_changes)
-  run, state = _model_state(model, optimizer, mesh, paths, goodput, batch_size=batch_size,
+  run, state = _model_state(model, optimizer, mesh, found, goodput, batch_size=batch_size,
                             sequence_length=sequence_length, seed=seed, init_params=init_params,
                             skip_nonfinite=skip_nonfinite_steps > 0, microbatches=microbatches)
   if early_stopping is not None and early_stopping.resume(evaluator, eval_every):
     return _nothing_to_do(run.start_step, run.start_step, state)
   if run.start_step >= train_steps:
     return _nothing_to_do(run.start_step, train_steps, state)
-  _describe_run(paths, model, sequence_length, start_step=run.start_step, changes=changes)
-  batches = _data(run, model, register_tasks, evaluator, mixture_name, pretokenized,
-                  batch_size=batch_size, sequence_length=sequence_length, seed=seed)
+  batches, data = _data(run, model, register_tasks, evaluator, mixture_name, pretokenized,
+                        batch_size=batch_size, sequence_length=sequence_length, seed=seed)
+  _describe_run(run, found, model, sequence_length, data, changes=changes)
   state, logged = _steps(run, state, batches, mixture_name=mixture_name, seed=seed,
                          train_steps=train_steps, batch_size=batch_size, log_every=log_every,
                          eval_every=eval_every, evaluator=evaluator,
@@ -214,13 +212,20 @@ def train(*, model: models.EmbeddingModel = gin.REQUIRED, model_dir: str = gin.R
 @dataclasses.dataclass
 class _Run:
   """What the stages share: the run directory, the step and its keepers, the clock."""
-  paths: run_directory.Paths
+  paths: run_directory.Paths  # every stage reads and writes the directory through it
   goodput: goodput_lib.Goodput
   trainer: trainer_lib.Trainer
   manager: Any  # orbax's CheckpointManager over paths.checkpoints
   start_step: int
   previous_step: int | None  # the furthest step an earlier run reached: steps up to it are redone
   writer: Any = None  # TensorBoard's, once the loop starts (a rerun with nothing to do writes none)
+
+
+@dataclasses.dataclass(frozen=True)
+class _DataRecords:
+  """What the data stage leaves for the run directory: its counts and its vocabulary."""
+  counts: dict[str, Any] | None  # read / kept / skipped (None: a stream written without them)
+  vocabulary: str  # the SentencePiece file the stream was tokenized with
 
 
 @dataclasses.dataclass
@@ -232,13 +237,13 @@ class _Logged:
   skipped: int = 0
 
 
-def _check_start(model: models.EmbeddingModel, paths: run_directory.Paths, *, batch_size: int,
+def _check_start(model: models.EmbeddingModel, found: run_directory.Found, *, batch_size: int,
                  sequence_length: int, microbatches: int, resume_with_changes: bool):
   """Stage 1: the mesh, and the run's settings checked against it and MODEL_DIR before any
   state or data (preflight.check_start); (mesh, the settings a resume changes)."""
   mesh = partitioning.make_mesh()
   logging.info("mesh %s over %d processes", dict(mesh.shape), jax.process_count())
-  changes = preflight.check_start(model=model, paths=paths, batch_size=batch_size,
+  changes = preflight.check_start(model=model, found=found, batch_size=batch_size,
                                   sequence_length=sequence_length, mesh=mesh,
                                   process_count=jax.process_count(),
                                   resume_with_changes=resume_with_changes,
@@ -246,7 +251,7 @@ def _check_start(model: models.EmbeddingModel, paths: run_directory.Paths, *, ba
   return mesh, changes
 
 
-def _model_state(model: models.EmbeddingModel, optimizer, mesh, paths: run_directory.Paths,
+def _model_state(model: models.EmbeddingModel, optimizer, mesh, found: run_directory.Found,
                  goodput: goodput_lib.Goodput, *, batch_size: int, sequence_length: int,
                  seed: int, init_params: str | None, skip_nonfinite: bool,
                  microbatches: int) -> tuple[_Run, trainer_lib.TrainState]:
@@ -254,22 +259,23 @@ def _model_state(model: models.EmbeddingModel, optimizer, mesh, paths: run_direc
   trainer = trainer_lib.Trainer(model, optimizer, mesh,
                                 model.input_shapes(batch_size, sequence_length),
                                 skip_nonfinite=skip_nonfinite, microbatches=microbatches)
-  manager = checkpointing.make_manager(paths.root)
+  manager = checkpointing.make_manager(found.paths)
   state = _restore_or_initialize(trainer, manager, seed=seed, init_params=init_params,
                                  goodput=goodput)
-  run = _Run(paths, goodput, trainer, manager, start_step=int(state.step),
-             previous_step=goodput_lib.previous_progress(paths.progress))
+  run = _Run(found.paths, goodput, trainer, manager, start_step=int(state.step),
+             previous_step=found.progress)
   return run, state
 
 
 def _data(run: _Run, model: models.EmbeddingModel, register_tasks, evaluator,
           mixture_name: str, pretokenized: str | None, *, batch_size: int,
-          sequence_length: int, seed: int) -> Iterator[Any]:
+          sequence_length: int, seed: int) -> tuple[Iterator[Any], _DataRecords]:
   """Stage 3: teacher vectors, then the data stream positioned at the restored step."""
-  _prepare_data(register_tasks, evaluator, mixture_name, model, run.paths, pretokenized)
-  return train_iterator(mixture_name, batch_size=batch_size, sequence_length=sequence_length,
-                        seed=seed, start_step=run.start_step, positions=run.paths.data_positions,
-                        pretokenized=pretokenized)
+  records = _prepare_data(register_tasks, evaluator, mixture_name, model, pretokenized)
+  batches = train_iterator(mixture_name, batch_size=batch_size, sequence_length=sequence_length,
+                           seed=seed, start_step=run.start_step,
+                           positions=run.paths.data_positions, pretokenized=pretokenized)
+  return batches, records
 
 
 def _steps(run: _Run, state, batches: Iterator[Any], *, mixture_name: str, seed: int,
@@ -369,43 +375,50 @@ def _restore_or_initialize(trainer: trainer_lib.Trainer, manager, *, seed: int,
   return state
 
 
-def _describe_run(paths: run_directory.Paths, model: models.EmbeddingModel, sequence_length: int, *,
-                  start_step: int, changes: Sequence[str]) -> None:
-  """MODEL_DIR/config.gin and model.json (process 0): the directory alone restores the model.
+def _describe_run(run: _Run, found: run_directory.Found, model: models.EmbeddingModel,
+                  sequence_length: int, data: _DataRecords, *, changes: Sequence[str]) -> None:
+  """MODEL_DIR's config.gin, model.json, data counts and vocabulary (process 0): the
+  directory alone restores, evaluates and exports the model.
 
-  Written once training goes ahead (not by a rerun with nothing to do);
-  model.json's step ranges record a resume with changed settings.
+  Written once training goes ahead (not by a rerun with nothing to do, nor
+  by a run whose data stage failed); model.json's step ranges record a
+  resume with changed settings.
   """
   if jax.process_index() != 0:
     return
+  keep = None
   if changes:
-    logging.warning("resuming at step %d with changed settings: %s", start_step,
+    logging.warning("resuming at step %d with changed settings: %s", run.start_step,
                     "; ".join(changes))
-  ranges = preflight.step_ranges(paths, start_step, sequence_length, changed=bool(changes))
-  gin_utils.write_operative_config(paths.config)
-  restore.write_model_json(paths.root, model, sequence_length, step_ranges=ranges)
+    keep = run_directory.kept_config(run.start_step) if run.start_step else None
+  spec = restore.model_spec(model, sequence_length)
+  ranges = preflight.step_ranges(found.model_spec, run.start_step, sequence_length,
+                                 changed=bool(changes))
+  if ranges:
+    spec["step_ranges"] = list(ranges)
+  run_directory.write_start(run.paths, config=gin.config_str(), model_spec=spec,
+                            data_counts=data.counts, vocabulary=data.vocabulary,
+                            keep_config_as=keep)
 
 
 def _prepare_data(register_tasks, evaluator, mixture_name: str,
-                  model: models.EmbeddingModel, paths: run_directory.Paths,
-                  pretokenized: str | None = None) -> None:
-  """Teacher vectors, then the registered tasks checked, counted and their vocabulary copied.
+                  model: models.EmbeddingModel, pretokenized: str | None = None) -> _DataRecords:
+  """Teacher vectors, then the registered tasks checked and counted; their counts and
+  vocabulary for the run directory.
 
   Registration and the evaluators only read a distillation teacher's
   vectors; those its cache lacks are encoded here first, once, logged as
   "filling the teacher cache ...: N sentences ... to encode" (the same step
   as `python -m vmsst.teacher_cache`; a filled cache never loads the teacher).
   A pre-tokenized stream was registered, counted and checked when written:
-  its counts and vocabulary are copied, and only evaluators' teacher vectors
-  are filled.
+  its counts and vocabulary are the run's, and only evaluators' teacher
+  vectors are filled.
   """
   evaluators = in_training.as_list(evaluator)
   if pretokenized:
     if any(getattr(e, "teacher_cache", None) is not None for e in evaluators):
       teacher_cache.fill_stage(None, evaluators)
-    counts = run_directory.of(pretokenized).data_counts  # the stream's directory holds it too
-    if jax.process_index() == 0 and files.exists(counts):
-      files.copy(counts, paths.data_counts)
+    counts = run_directory.read_data_counts(run_directory.of(pretokenized))  # kept beside it
   else:
     if not input_pipeline.seqio_available():
       raise cli.UserError("seqio (TensorFlow) is not installed here, and train.pretokenized is "
@@ -414,10 +427,10 @@ def _prepare_data(register_tasks, evaluator, mixture_name: str,
                           "here with --gin.train.pretokenized=\"'DIR'\".")
     from vmsst_tasks.registry import data_counts  # pylint: disable=import-outside-toplevel  # seqio
     teacher_cache.fill_stage(register_tasks, evaluators)
-    data_counts.report_data_counts(mixture_name,  # read = kept + skipped, on disk for process 0
-                                   output=paths.data_counts if jax.process_index() == 0 else None)
+    counts = data_counts.report_data_counts(mixture_name)  # read = kept + skipped, logged
     data_counts.check_training_data(mixture_name)  # an empty task: one error line, not a JAX traceback
-  _copy_vocabulary(paths.vocabulary, check_vocabulary(mixture_name, model, pretokenized))
+  vocabulary = check_vocabulary(mixture_name, model, pretokenized)
+  return _DataRecords(counts, vocabulary.sentencepiece_model_file)
 
 
 def _next_batch(batches: Iterator[Any], step: int, mixture_name: str, counts: str) -> Any:
@@ -493,7 +506,7 @@ def _log_goodput(run: _Run, step: int, *, steps: int, final: bool = False) -> No
   if steps:
     run.goodput.check_data_wait(steps)
   if jax.process_index() == 0:
-    goodput_lib.record_progress(run.paths.progress, max(step, run.previous_step or 0))
+    run_directory.record_progress(run.paths, max(step, run.previous_step or 0))
   if final:
     logging.info("%s", run.goodput.line())
 
@@ -512,10 +525,3 @@ def _save_and_exit(run: _Run, step: int, state, *, saved: bool, progress,
                                       signum or signal.SIGTERM)  # None: JAX's multi-host service
   logging.warning("%s", preempted)
   raise preempted
-
-
-def _copy_vocabulary(destination: str, vocab) -> None:
-  """The vocabulary into the run directory (`destination`): the directory alone restores,
-  evaluates and exports."""
-  if jax.process_index() == 0:
-    files.copy(vocab.sentencepiece_model_file, destination)

@@ -19,10 +19,9 @@ as config-<step>.gin and model.json records each step range's length
 (`step_ranges`, read by vmsst.encoding.restore.read_model_json).
 """
 
-import json
 import os
 import re
-from typing import Any, Sequence
+from typing import Any
 
 from vmsst.base import cli
 from vmsst.base import path_checks
@@ -186,11 +185,13 @@ def check_microbatches(model, batch_size: int, microbatches: int, data: int = 1)
         f"BATCH_SIZE a multiple of {microbatches * data} or lower train.microbatches.")
 
 
-def check_start(*, model, paths: run_directory.Paths, batch_size: int, sequence_length: int, mesh,
-                process_count: int, resume_with_changes: bool,
+def check_start(*, model, found: run_directory.Found, batch_size: int, sequence_length: int,
+                mesh, process_count: int, resume_with_changes: bool,
                 microbatches: int = 1) -> list[str]:
   """`train`'s checks once its model and mesh exist, before any state or data.
 
+  Args:
+    found: what MODEL_DIR holds (run_directory.read, once per run).
   Returns:
     the settings changed since MODEL_DIR's config.gin (allowed by
     `resume_with_changes`; empty for a fresh or unchanged run).
@@ -216,17 +217,10 @@ def check_start(*, model, paths: run_directory.Paths, batch_size: int, sequence_
           f"BATCH_SIZE = {batch_size} does not divide over {what}; give a multiple of {count}, "
           f"e.g. --gin.BATCH_SIZE={lower or upper} or {upper}.")
   check_microbatches(model, batch_size, microbatches, data)
-  return check_resume(paths, model, sequence_length, resume_with_changes=resume_with_changes)
+  return check_resume(found, model, sequence_length, resume_with_changes=resume_with_changes)
 
 
-def checkpoint_steps(folder: str) -> list[int]:
-  """The saved steps in a run directory's checkpoints `folder` (orbax's numbered directories)."""
-  if not files.isdir(folder):
-    return []
-  return sorted(int(n) for n in files.listdir(folder) if n.isdigit())
-
-
-def check_resume(paths: run_directory.Paths, model, sequence_length: int, *,
+def check_resume(found: run_directory.Found, model, sequence_length: int, *,
                  resume_with_changes: bool) -> list[str]:
   """A MODEL_DIR with checkpoints holds this run: its objective, network and bindings.
 
@@ -237,12 +231,11 @@ def check_resume(paths: run_directory.Paths, model, sequence_length: int, *,
     cli.UserError: another objective or network (model.json names it), or
       bindings changed since config.gin without `resume_with_changes`.
   """
-  steps = checkpoint_steps(paths.checkpoints)
-  if not steps:
+  if not found.checkpoint_steps:
     return []
-  saved = _saved_spec(paths)
+  saved, last = found.model_spec, found.checkpoint_steps[-1]
   now = restore.model_spec(model, sequence_length)
-  where = f"MODEL_DIR = {paths.root!r} (step {steps[-1]})"
+  where = f"MODEL_DIR = {found.paths.root!r} (step {last})"
   fresh = "give a new MODEL_DIR for this run (--gin.MODEL_DIR=\"'runs/<new>'\")"
   if saved and saved.get("objective") != now["objective"]:
     raise cli.UserError(
@@ -254,57 +247,51 @@ def check_resume(paths: run_directory.Paths, model, sequence_length: int, *,
   if differ:
     raise cli.UserError(f"{where} holds another network, NetworkConfig {'; '.join(differ)}; "
                         f"{fresh}, or restore those settings.")
-  changes = changed_bindings(paths.config)
+  changes = changed_bindings(found.config)
   if changes and not resume_with_changes:
     raise cli.UserError(
         f"{where} was trained with other settings: {'; '.join(changes)}. Resuming would train "
         "the next steps with these; restore them, give a new MODEL_DIR, or pass "
         "--resume_with_changes to continue with them (the earlier config.gin is kept as "
-        f"{run_directory.kept_config(steps[-1])} and model.json records each step range).")
+        f"{run_directory.kept_config(last)} and model.json records each step range).")
   return changes
 
 
-def changed_bindings(config_path: str) -> list[str]:
-  """'name: before -> now' for each binding that differs from the directory's config.gin.
+def changed_bindings(config: str | None) -> list[str]:
+  """'name: before -> now' for each binding that differs from `config`, the text of the
+  directory's config.gin (None: there is none, nothing changed).
 
   Settings in RESUMABLE are left out; a binding on one side only counts as
   changed (shown as "(unset)").
   """
-  if not files.isfile(config_path):
+  if config is None:
     return []
-  before = gin_utils.config_bindings(files.read_text(config_path))
+  before = gin_utils.config_bindings(config)
   now = gin_utils.config_bindings(gin.config_str())
   return [f"{key}: {before.get(key, '(unset)')} -> {now.get(key, '(unset)')}"
           for key in sorted(before.keys() | now.keys())
           if before.get(key) != now.get(key) and key not in RESUMABLE]
 
 
-def step_ranges(paths: run_directory.Paths, step: int, sequence_length: int, *,
+def step_ranges(saved_spec: dict[str, Any], step: int, sequence_length: int, *,
                 changed: bool) -> list[dict[str, Any]] | None:
   """model.json's `step_ranges` for a run resumed at `step` (None: one range, not recorded).
 
   With `changed` settings, config.gin (how the steps so far were trained) is
-  kept as config-<step>.gin first, and a range starts at step + 1. Each range
-  is {"first_step", "last_step" (null: still training), "sequence_length",
-  "config"}; model.json's top-level fields stay the latest range's.
+  kept as config-<step>.gin (`run_directory.write_start(keep_config_as=)`), and
+  a range starts at step + 1. Each range is {"first_step", "last_step" (null:
+  still training), "sequence_length", "config"}; model.json's top-level fields
+  stay the latest range's.
+
+  Args:
+    saved_spec: the directory's model.json as found ({}: none).
   """
-  saved = _saved_spec(paths)
-  ranges = saved.get("step_ranges")
+  ranges = saved_spec.get("step_ranges")
   if not changed or not step:
     return ranges
-  kept = run_directory.kept_config(step)
-  if files.isfile(paths.config):
-    files.rename(paths.config, files.join(paths.root, kept))
-  ranges = ranges or [{"first_step": 1, "last_step": None,
-                       "sequence_length": saved.get("sequence_length")}]
-  ranges[-1].update(last_step=step, config=kept)
+  ranges = [dict(r) for r in ranges] if ranges else [
+      {"first_step": 1, "last_step": None, "sequence_length": saved_spec.get("sequence_length")}]
+  ranges[-1].update(last_step=step, config=run_directory.kept_config(step))
   ranges.append({"first_step": step + 1, "last_step": None,
                  "sequence_length": int(sequence_length), "config": run_directory.CONFIG})
   return ranges
-
-
-def _saved_spec(paths: run_directory.Paths) -> dict[str, Any]:
-  """The directory's model.json; {} for a directory from before model.json (config.gin only)."""
-  if not files.isfile(paths.model_spec):
-    return {}
-  return json.loads(files.read_text(paths.model_spec))
