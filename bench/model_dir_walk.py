@@ -9,7 +9,8 @@ device, a 2,000-piece vocabulary trained here from NTREX and Multi30k) with a
 profile hook on: every call of a vmsst or vmsst_tasks function that receives the
 model directory, a path inside it, or a record carrying one (a dataclass such as
 run_directory.Paths, two levels deep) as an argument is a step of the walk. Runs of
-steps in one module are one *stay*; a stay in a module of a higher layer than the
+steps in one module are one *stay* (calls in other threads count too: orbax saves a
+checkpoint's items in its own); a stay in a module of a higher layer than the
 one before (the layers of tests/test_import_graph.py) is a *climb back up*, and a
 stay in a module the walk already left is a *return*. Counted two ways: every call
 (repeats and file access included), and a reader's walk (each function followed
@@ -27,6 +28,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import threading
 
 from absl import app
 from absl import flags
@@ -62,10 +64,12 @@ def walk(model_dir: str, run) -> list[tuple[str, str]]:
       steps.append((module, code.co_name))
 
   sys.setprofile(profile)
+  threading.setprofile(profile)  # orbax runs a checkpoint's items in its threads
   try:
     run()
   finally:
     sys.setprofile(None)
+    threading.setprofile(None)
   return steps
 
 

@@ -60,10 +60,12 @@ def _register(data_dir: str, vocab: str) -> None:
   registry.register_families([pairs.pair_tasks], data_dir=data_dir, vocabulary_path=vocab)
 
 
-def _iterator(start_step: int, positions: str | None):
+def _iterator(start_step: int, position: str | None):
+  """The stream; resumed at `start_step` from the position saved in the folder `position`."""
   from vmsst_tasks.pipeline import input_pipeline  # pylint: disable=import-outside-toplevel
-  return input_pipeline.train_iterator(MIXTURE, batch_size=BATCH, sequence_length=LENGTH,
-                                       seed=SEED, start_step=start_step, positions=positions)
+  return input_pipeline.train_iterator(
+      MIXTURE, batch_size=BATCH, sequence_length=LENGTH, seed=SEED, start_step=start_step,
+      restore_position=position and (lambda fresh: fresh.restore(position)))
 
 
 def first_batch(args) -> None:
@@ -79,7 +81,6 @@ def first_batch(args) -> None:
 
 def save_at(args) -> None:
   """(subprocess) Draws --steps batches, saves the position; prints the next batch's tokens."""
-  from vmsst_tasks.pipeline import input_pipeline  # pylint: disable=import-outside-toplevel
   _register(args.data_dir, args.vocab)
   batches = _iterator(0, None)
   started = time.perf_counter()
@@ -87,7 +88,7 @@ def save_at(args) -> None:
     next(batches)
   drawn = time.perf_counter() - started
   started = time.perf_counter()
-  input_pipeline.save_position(args.positions, args.steps, batches)
+  batches.save(args.positions)  # what a checkpoint's data position item holds
   saved = time.perf_counter() - started
   size = sum(p.stat().st_size for p in pathlib.Path(args.positions).rglob("*") if p.is_file())
   print(json.dumps({"draw_seconds": drawn, "save_seconds": saved, "position_bytes": size,

@@ -40,12 +40,17 @@ def _not_paths(tree: ast.AST) -> set[int]:
   return out
 
 
+# The layout's names: the directory's entries and the data position item of a checkpoint
+# (the state's item is orbax's "default", a word too common to scan for).
+LAYOUT = (*run_directory.NAMES, run_directory.DATA_POSITION)
+
+
 def _layout_name(text: str) -> str | None:
   """The layout name `text` is, or holds as a path component ("x/config.gin"); None."""
-  if text in run_directory.NAMES:
+  if text in LAYOUT:
     return text
   if "/" in text and not any(c.isspace() for c in text):
-    return next((part for part in text.split("/") if part in run_directory.NAMES), None)
+    return next((part for part in text.split("/") if part in LAYOUT), None)
   return None
 
 
@@ -102,7 +107,7 @@ def test_what_a_run_writes_when_it_starts_is_what_the_next_run_finds(tmp_path):
   run_directory.write_start(paths, config="train.batch_size = 8\n", **start)
   for step in ("2", "10", "4.orbax-checkpoint-tmp-1", "corrupt-6"):
     (tmp_path / "run" / "checkpoints" / step).mkdir(parents=True)
-  run_directory.record_progress(paths, 11)
+  run_directory.record_progress(paths, 11, previous=7)
   found = run_directory.read(model_dir)
   assert found.checkpoint_steps == (2, 10)  # neither a save in flight nor one set aside
   assert (found.config, found.model_spec, found.progress) == (
@@ -114,3 +119,5 @@ def test_what_a_run_writes_when_it_starts_is_what_the_next_run_finds(tmp_path):
                             keep_config_as=run_directory.kept_config(10), **start)
   assert (tmp_path / "run" / run_directory.kept_config(10)).read_text() == "train.batch_size = 8\n"
   assert run_directory.read(model_dir).config == "train.batch_size = 16\n"
+  run_directory.record_progress(paths, 3, previous=11)  # a resume short of the earlier run
+  assert run_directory.read(model_dir).progress == 11

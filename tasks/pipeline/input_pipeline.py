@@ -1,13 +1,15 @@
 """The training loop's input: this host's batches, and the stream position saved at checkpoints.
 
   batches = train_iterator("vmsst_ntrex_multi30k", batch_size=B, sequence_length=L, seed=0,
-                           start_step=N, positions=MODEL_DIR/data_position)
+                           start_step=N, restore_position=put_back)
   next(batches)              -> {feature: numpy [B/P, ...]}
-  save_position(positions, step, batches, keep=manager.all_steps())
+  batches.save(directory)    # its position; batches.restore(directory) puts a fresh one there
 
 Resume in constant time: the position of the input stream (a tf.data
-iterator checkpoint, as t5x saves one per host) is written next to each
-model checkpoint, `MODEL_DIR/data_position/<step>/`, and restored with it.
+iterator checkpoint, as t5x saves one per host) is saved as an item of each
+model checkpoint (`MODEL_DIR/checkpoints/<step>/data_position/`: the loop
+hands the stream to vmsst.training.checkpointing.save, whose orbax handler
+calls `save`), and restored with it (`restore_position`).
 A restored iterator continues with the batch the uninterrupted run would
 have drawn next, without replaying the `N` batches before it (before, a
 restart skipped them through the whole pipeline: 98 s at step 5,000 of a
@@ -34,12 +36,12 @@ way, by skipping `N` batches, with a log line saying so.
 Where seqio and TensorFlow are absent (an accelerator image), the same
 stream is read from files written ahead by `python -m vmsst.pretokenize`
 (`train.pretokenized = DIR`, vmsst_tasks/pipeline/pretokenized.py): the same batches
-for the seed, its position (one integer) saved by the same `save_position`.
+for the seed, its position (one integer) saved the same way.
 """
 
 import json
 import os
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 from absl import logging
@@ -138,14 +140,14 @@ _ANY_HOST_COUNT = ("process_index", "process_count")
 
 
 @gin.configurable(denylist=["mixture_name", "batch_size", "sequence_length", "seed",
-                            "start_step", "process_index", "process_count", "positions",
-                            "pretokenized"])
+                            "start_step", "process_index", "process_count",
+                            "restore_position", "pretokenized"])
 def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, seed: int,
                    start_step: int, host_data: str = "shard_info",
                    process_index: int | None = None,
                    process_count: int | None = None,
-                   positions: str | None = None, use_cached: bool = False,
-                   cache_dirs: Sequence[str] = (),
+                   restore_position: Callable[[Any], str | None] | None = None,
+                   use_cached: bool = False, cache_dirs: Sequence[str] = (),
                    pretokenized: str | None = None
                    ) -> "HostBatches | pretokenized_lib.StreamBatches":
   """Host-local numpy batches of `batch_size / process_count` pairs, from `start_step` on.
@@ -171,11 +173,14 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
   Args:
     batch_size: the global batch B; must divide over the P hosts.
     start_step: batches already trained on: the stream continues after them,
-      from the position saved at that step under `positions` if there is
+      from the position saved at that step if `restore_position` restores
       one, else by skipping them (the module docstring).
     process_index, process_count: h and P; default jax.process_index() and
       jax.process_count() (given explicitly to check the split in one process).
-    positions: MODEL_DIR/data_position, where `save_position` writes.
+    restore_position: called with the fresh stream when `start_step` > 0: puts
+      it at the position saved with that step's checkpoint and returns None,
+      or returns why not (vmsst.training.checkpointing.restore_position;
+      `lambda fresh: fresh.restore(directory)` for a position saved by hand).
     use_cached: read the mixture's tasks from the cache that
       `python -m seqio.scripts.cache_tasks_main` wrote (tokens and language
       ids, preprocessed once: tasks/cache_registration.py) instead of
@@ -202,7 +207,7 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
     return pretokenized_lib.train_batches(
         pretokenized, mixture_name, batch_size=batch_size, sequence_length=sequence_length,
         seed=seed, start_step=start_step, process_index=index, process_count=count,
-        positions=positions)
+        restore_position=restore_position)
   import seqio  # pylint: disable=import-outside-toplevel
   from vmsst_tasks.registry.feature_converters import PairFeatureConverter  # pylint: disable=import-outside-toplevel
   description = {"mixture": mixture_name, "batch_size": batch_size,
@@ -236,33 +241,12 @@ def train_iterator(mixture_name: str, *, batch_size: int, sequence_length: int, 
   if not start_step:
     return build(0)
   batches = build(0)
-  saved = os.path.join(positions, str(start_step)) if positions else None
-  why = batches.restore(saved) if saved else "no data positions directory given"
+  why = restore_position(batches) if restore_position else "no saved position given"
   if why is None:
     batches.restored_from = start_step
-    logging.info("data position of step %d restored from %s", start_step, saved)
+    logging.info("data position of step %d restored", start_step)
     return batches
   logging.warning("%s; resuming the input by skipping %d batches through the pipeline (time "
                   "grows with the step; checkpoints written from now on save the position)",
                   why, start_step)
   return build(start_step)
-
-
-def save_position(positions: str, step: int,
-                  batches: "HostBatches | pretokenized_lib.StreamBatches", *,
-                  keep: Iterable[int] = ()) -> None:
-  """Saves the stream position after `step` batches; drops positions of steps not in `keep`.
-
-  Called right after the model checkpoint of `step` (the same step on disk:
-  a position without its checkpoint is never read; a checkpoint without
-  its position resumes by skipping).
-  """
-  batches.save(files.join(positions, str(step)))
-  if batches.description["process_index"] != 0:  # one host cleans up
-    return
-  keep = {int(s) for s in keep} | {step}
-  if files.isdir(positions):
-    for name in files.listdir(positions):
-      name = name.rstrip("/")
-      if name.isdigit() and int(name) not in keep:
-        files.rmtree(files.join(positions, name))

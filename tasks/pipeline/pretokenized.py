@@ -28,8 +28,8 @@ than ArrayRecord read by Grain, because:
   shard of fixed-length integer arrays needs no record format;
 - the position in the stream is one integer (the next global batch), so a
   resume is constant time without Grain's iterator state, and it is saved
-  beside each checkpoint through the same `save_position` as a tf.data
-  position (MODEL_DIR/data_position/<step>/stream.pretokenized.json);
+  as an item of each checkpoint the same way as a tf.data position
+  (MODEL_DIR/checkpoints/<step>/data_position/stream.pretokenized.json);
 - compressed, NTREX-128 + Multi30k at length 32 take ~40 bytes an example
   (padding and masks compress away), so a comparison's stream travels in the
   64 MiB a device call carries.
@@ -49,7 +49,7 @@ from vmsst.base import files
 from vmsst.base import run_directory
 
 STREAM_FILE = "stream.json"
-_POSITION_FILE = "stream.pretokenized.json"  # under MODEL_DIR/data_position/<step>/
+_POSITION_FILE = "stream.pretokenized.json"  # in a checkpoint's data position item
 SHARD_EXAMPLES = 1 << 16
 
 
@@ -150,7 +150,7 @@ class StreamBatches:
   """This host's batches of a written stream, and save / restore of its position.
 
   The same interface as input_pipeline.HostBatches (`description`,
-  `restored_from`, `save`, `restore`), so `train` and `save_position` treat
+  `restored_from`, `save`, `restore`), so `train` and the checkpoint treat
   both alike. The position is the next global batch: one integer.
   """
 
@@ -203,11 +203,12 @@ class StreamBatches:
 
 def train_batches(directory: str, mixture_name: str, *, batch_size: int, sequence_length: int,
                   seed: int, start_step: int, process_index: int, process_count: int,
-                  positions: str | None) -> StreamBatches:
+                  restore_position=None) -> StreamBatches:
   """input_pipeline.train_iterator's pre-tokenized path: host rows of the global batches.
 
-  A resume restores the position saved with its checkpoint; without one it
-  starts at batch `start_step` directly (as cheap: the reader seeks).
+  A resume restores the position saved with its checkpoint (`restore_position`,
+  as train_iterator's); without one it starts at batch `start_step` directly
+  (as cheap: the reader seeks).
   """
   stream = open_stream(directory, mixture_name=mixture_name, sequence_length=sequence_length,
                        seed=seed)
@@ -219,12 +220,11 @@ def train_batches(directory: str, mixture_name: str, *, batch_size: int, sequenc
   rows = None if process_count == 1 else slice(process_index * local, (process_index + 1) * local)
   batches = StreamBatches(stream, batch_size=batch_size, rows=rows, description=description,
                           writer=process_index == 0, start_batch=start_step)
-  if start_step and positions:
-    saved = files.join(positions, str(start_step))
-    why = batches.restore(saved)
+  if start_step and restore_position:
+    why = restore_position(batches)
     if why is None:
       batches.restored_from = start_step
-      logging.info("data position of step %d restored from %s", start_step, saved)
+      logging.info("data position of step %d restored", start_step)
     else:
       logging.warning("%s; the pre-tokenized stream continues at batch %d", why, start_step)
       batches.next_batch = start_step

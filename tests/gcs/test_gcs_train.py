@@ -198,7 +198,8 @@ def test_every_file_of_a_run_lands_in_the_bucket(gcs, straight):
     assert expected in written, sorted(written)
   assert {f"checkpoints/{step}" for step in (3, STEPS)} <= {"/".join(n.split("/")[:2])
                                                            for n in written}
-  assert any(n.startswith("data_position/") for n in written), sorted(written)
+  assert any(n.startswith(f"checkpoints/{STEPS}/data_position/") for n in written), sorted(
+      written)
   assert any("tfevents" in n for n in written), sorted(written)
   assert not local_gs_folders(workdir, vmsst_testing.ROOT), local_gs_folders(workdir)
   init = files.join(files.parent(files.parent(model_dir)), "init", "embed.safetensors")
@@ -238,8 +239,9 @@ def test_kill_9_then_the_same_command_resumes_from_the_bucket_to_the_same_model(
   # Whatever was complete survives; a save cut short is only a temporary dir.
   saved = ocp.CheckpointManager(files.join(model_dir, "checkpoints")).all_steps()
   assert saved and max(saved) <= reached and STEPS not in saved, (saved, reached)
-  # The data position is written right after its checkpoint.
-  assert files.glob(files.join(model_dir, "data_position", str(max(saved)), "*.position.json"))
+  # The data position is an item of its checkpoint.
+  assert files.glob(files.join(model_dir, "checkpoints", str(max(saved)), "data_position",
+                               "*.position.json"))
   # Goodput: the killed run's progress (logged every step here) is in MODEL_DIR.
   progress = json.loads(files.read_text(files.join(model_dir, "progress.json")))["step"]
   assert max(saved) <= progress <= reached + 1, (saved, progress, reached)

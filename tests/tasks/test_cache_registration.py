@@ -93,10 +93,11 @@ def test_training_reads_the_cache_and_resumes_from_a_saved_position(cached, tmp_
   assert seqio.get_global_cache_dirs() == [str(cache)]
   for _ in range(3):
     next(batches)
-  input_pipeline.save_position(str(tmp_path), 3, batches)
+  batches.save(str(tmp_path))
   want = [next(batches) for _ in range(2)]
-  resumed = input_pipeline.train_iterator(opus.PAPER_MIXTURE, start_step=3,
-                                          positions=str(tmp_path), **common)
+  resumed = input_pipeline.train_iterator(
+      opus.PAPER_MIXTURE, start_step=3, **common,
+      restore_position=lambda fresh: fresh.restore(str(tmp_path)))
   assert resumed.restored_from == 3
   for got, expected in zip([next(resumed) for _ in range(2)], want):
     np.testing.assert_array_equal(got["tokens_a"], expected["tokens_a"])

@@ -47,11 +47,11 @@ def _vocabulary(tiny_vocab_path):
   return sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path)
 
 
-def _iterator(start_step=0, positions=None, index=0, count=1):
-  return input_pipeline.train_iterator(family.TASK, batch_size=BATCH, sequence_length=LENGTH,
-                                       seed=SEED, start_step=start_step, positions=positions,
-                                       host_data="slice", process_index=index,
-                                       process_count=count)
+def _iterator(start_step=0, position=None, index=0, count=1):
+  return input_pipeline.train_iterator(
+      family.TASK, batch_size=BATCH, sequence_length=LENGTH, seed=SEED, start_step=start_step,
+      restore_position=position and (lambda fresh: fresh.restore(position)),
+      host_data="slice", process_index=index, process_count=count)
 
 
 def _ids(vocabulary, tokens) -> list[int | None]:
@@ -103,8 +103,8 @@ def test_a_restored_position_and_another_host_split_keep_the_association(
   batches = _iterator()
   for _ in range(3):
     next(batches)
-  input_pipeline.save_position(str(tmp_path), 3, batches)
-  resumed = _iterator(start_step=3, positions=str(tmp_path))
+  batches.save(str(tmp_path))
+  resumed = _iterator(start_step=3, position=str(tmp_path))
   assert resumed.restored_from == 3
   for want in uninterrupted[3:7]:
     got = next(resumed)

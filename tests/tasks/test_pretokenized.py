@@ -80,11 +80,36 @@ def test_a_saved_position_resumes_at_the_next_batch(stream, tmp_path):
   uninterrupted = _take(_iterator(8, pretokenized=stream), 6)
   first = _iterator(8, pretokenized=stream)
   _take(first, 4)
-  positions = str(tmp_path / "data_position")
-  input_pipeline.save_position(positions, 4, first, keep=[4])
-  resumed = _iterator(8, start_step=4, positions=positions, pretokenized=stream)
+  first.save(str(tmp_path))
+  resumed = _iterator(8, start_step=4, pretokenized=stream,
+                      restore_position=lambda fresh: fresh.restore(str(tmp_path)))
   assert resumed.restored_from == 4
   _assert_equal(_take(resumed, 2), uninterrupted[4:])
+
+
+def test_the_position_is_an_item_of_its_checkpoint_kept_and_deleted_with_it(stream, tmp_path):
+  """checkpointing.save(batches=) writes the position into the step; a resume puts a fresh
+  stream there; orbax's max_to_keep removes a step's position with it; a step saved without
+  one (by an earlier version) says so and the stream continues by the step."""
+  from vmsst.training import checkpointing  # pylint: disable=import-outside-toplevel
+  state = {"w": np.arange(3.0, dtype=np.float32)}
+  manager = checkpointing.make_manager(str(tmp_path), max_to_keep=2, asynchronous=False)
+  uninterrupted = _take(_iterator(8, pretokenized=stream), 6)
+  batches = _iterator(8, pretokenized=stream)
+  for step in (1, 2, 3):
+    next(batches)
+    checkpointing.save(manager, step, state, batches=batches, force=True)
+  checkpointing.save(manager, 4, state, force=True)  # no position
+  assert manager.all_steps() == [3, 4]
+  step_3 = tmp_path / run_directory.CHECKPOINTS / "3"
+  assert (step_3 / run_directory.DATA_POSITION / "stream.pretokenized.json").is_file()
+  resumed = _iterator(8, start_step=3, pretokenized=stream, restore_position=lambda fresh: (
+      checkpointing.restore_position(manager, 3, fresh)))
+  assert resumed.restored_from == 3
+  _assert_equal(_take(resumed, 3), uninterrupted[3:])
+  fresh = _iterator(8, pretokenized=stream)
+  assert "holds no data position" in checkpointing.restore_position(manager, 4, fresh)
+  assert "no checkpoint of step 1" in checkpointing.restore_position(manager, 1, fresh)
 
 
 def test_past_its_end_the_stream_starts_again_and_says_so(stream, caplog):

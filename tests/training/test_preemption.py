@@ -151,7 +151,8 @@ def test_sigkill_during_a_save_then_sigterm_each_resume_to_the_uninterrupted_sta
   assert "does not restore" not in terminated  # nothing corrupt was met
   # A checkpoint written before data positions were saved resumes the old way, by skipping.
   saved = max(checkpointing.make_manager(str(model_dir)).all_steps())
-  shutil.rmtree(model_dir / "data_position")
+  for step in checkpointing.make_manager(str(model_dir)).all_steps():
+    shutil.rmtree(model_dir / "checkpoints" / str(step) / "data_position")
   status = _run(command, tmp_path / "resumed.txt", run_env)
   resumed_log = (tmp_path / "resumed.txt").read_text()
   assert status == 0, resumed_log[-3000:]
@@ -201,7 +202,8 @@ def _sigterm_after_resuming(command, model_dir: pathlib.Path, log: pathlib.Path,
   assert 1 < reached <= saved[-1] < STEPS, (saved, reached)
   assert f"preempted (SIGTERM): saved step {saved[-1]} in {model_dir / 'checkpoints'}" in text
   assert max(int(s) for s in STEP_LINE.findall(text)) == saved[-1]  # no step after the save
-  assert list((model_dir / "data_position" / str(saved[-1])).glob("*.position.json"))
+  assert list((model_dir / "checkpoints" / str(saved[-1]) / "data_position").glob(
+      "*.position.json"))
   return text
 
 

@@ -55,8 +55,9 @@ assert files.exists(files.join(model_dir, "data_counts.json"))
 curve = logged_curves.read_curve(model_dir, "loss")
 leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
 assert not leaked, leaked
-positions = files.join(model_dir, "data_position")
-saved = {step: files.listdir(files.join(positions, step)) for step in files.listdir(positions)}
+checkpoints = files.join(model_dir, "checkpoints")
+saved = {step: files.listdir(files.join(checkpoints, step, "data_position"))
+         for step in files.listdir(checkpoints) if step.isdigit()}
 print("RESULT " + json.dumps({"histories": histories, "curve_steps": curve["step"],
                               "positions": saved}))
 """

@@ -7,16 +7,17 @@ entry is named here once and every writer and reader asks for its path
 same way everywhere (`tests/test_run_directory.py` fails on one of these names
 written as a literal elsewhere in vmsst/ and vmsst_tasks):
 
-  checkpoints/         orbax's checkpoints: parameters, optimizer and model state
-                       (training/checkpointing.py writes, encoding/restore.py reads)
+  checkpoints/<step>/  orbax's checkpoints (training/checkpointing.py writes them,
+                       encoding/restore.py reads the state), two items each:
+    default/           the train state: parameters, optimizer and model state
+    data_position/     the input stream's position after that step, each host's share
+                       (vmsst_tasks.pipeline.input_pipeline.HostBatches.save)
   config.gin           the operative gin config (gin.config_str(), as t5x writes it);
                        config-<step>.gin: the one before a resume with changed settings
   model.json           the model as plain data: objective, network, length, vocabulary
                        (encoding/restore.model_spec; restoring needs neither gin nor the loop)
   spm.model            the vocabulary the run read, copied (the directory alone restores)
   data_counts.json     read / kept / skipped per task (vmsst_tasks.registry.data_counts)
-  data_position/       the input stream's position at each checkpoint
-                       (vmsst_tasks.pipeline.input_pipeline.save_position)
   tensorboard/         the logged scalars (training/scalar_writer.py writes,
                        evaluation/logged_curves.py reads)
   progress.json        the furthest step any run reached (goodput's redone steps)
@@ -49,15 +50,19 @@ CONFIG = "config.gin"
 MODEL_SPEC = "model.json"
 VOCABULARY = "spm.model"
 DATA_COUNTS = "data_counts.json"
-DATA_POSITIONS = "data_position"
 TENSORBOARD = "tensorboard"
 PROGRESS = "progress.json"
 EARLY_STOPPING = "early_stopping.json"
 CALIBRATION = "quantization.json"
 EVALUATION = "eval"
 
-NAMES = (CHECKPOINTS, CONFIG, MODEL_SPEC, VOCABULARY, DATA_COUNTS, DATA_POSITIONS, TENSORBOARD,
+NAMES = (CHECKPOINTS, CONFIG, MODEL_SPEC, VOCABULARY, DATA_COUNTS, TENSORBOARD,
          PROGRESS, EARLY_STOPPING, CALIBRATION, EVALUATION)
+
+# The items of each checkpoint step: the state under orbax's name for a lone item (so a step
+# saved before the data position was an item restores the same way), and the data position.
+STATE = "default"
+DATA_POSITION = "data_position"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +78,6 @@ class Paths:
   model_spec: str  # what restoring rebuilds the model from
   vocabulary: str  # the vocabulary the run trained on, copied
   data_counts: str  # the read / kept / skipped report of the training data
-  data_positions: str  # the stream's saved positions, one folder per checkpointed step
   tensorboard: str  # the event files
   progress: str  # the furthest step reached: a resume's redone steps
   early_stopping: str  # the evaluations seen and the best step
@@ -82,7 +86,7 @@ class Paths:
 
 _ENTRIES = {"checkpoints": CHECKPOINTS, "config": CONFIG, "model_spec": MODEL_SPEC,
             "vocabulary": VOCABULARY, "data_counts": DATA_COUNTS,
-            "data_positions": DATA_POSITIONS, "tensorboard": TENSORBOARD, "progress": PROGRESS,
+            "tensorboard": TENSORBOARD, "progress": PROGRESS,
             "early_stopping": EARLY_STOPPING, "calibration": CALIBRATION}
 
 
@@ -165,9 +169,10 @@ def write_start(paths: Paths, *, config: str, model_spec: dict[str, Any],
   files.copy(vocabulary, paths.vocabulary)
 
 
-def record_progress(paths: Paths, step: int) -> None:
-  """The step this run has reached: a later resume counts the steps up to it as redone."""
-  files.write_text(paths.progress, json.dumps({"step": int(step)}) + "\n")
+def record_progress(paths: Paths, step: int, *, previous: int | None = None) -> None:
+  """The furthest step reached, this run's `step` or an earlier run's `previous` (what `read`
+  found): a later resume counts the steps up to it as redone."""
+  files.write_text(paths.progress, json.dumps({"step": max(int(step), previous or 0)}) + "\n")
 
 
 def _read_progress(path: str) -> int | None:

@@ -229,7 +229,7 @@ def checkpoint_item(model_dir: str, step: int | None = None) -> str:
   if step is None:
     raise FileNotFoundError(f"{checkpoints} has no checkpoint: init_params must be a "
                             "parameter file or a directory written by python -m vmsst.train.")
-  return files.join(checkpoints, str(step), "default")
+  return files.join(checkpoints, str(step), run_directory.STATE)
 
 
 def load_model_dir(model_dir: str, params: Params, step: int | None = None) -> Params:

@@ -1,16 +1,22 @@
-"""Orbax checkpoints of the train state, restored onto the target shardings.
+"""Orbax checkpoints of the train state and the data position, restored onto the target shardings.
 
 The manager saves every `save_interval_steps`, keeps `max_to_keep`, and on
 start-up the trainer restores the latest step (resume after interruption).
+Each step holds two orbax items (run_directory names them): the train state,
+and the input stream's position after that step (`save(..., batches=)`; the
+stream's own `save`/`restore` write and read it, `restore_position` puts a
+resumed stream back), as MaxText keeps Grain's iterator state. Being an item
+of the step, the position commits, is kept, deleted and set aside with it;
+a step without one (saved by an earlier version) resumes the stream by
+skipping its batches.
 
 Faults it survives:
 - a process killed mid-save: orbax writes into `<step>.orbax-checkpoint-tmp-*`
   and renames only when complete, so a half-written step is never listed; the
   manager removes such leftovers when it starts (`cleanup_tmp_directories`).
   Saves are asynchronous (`make_manager`): the step waits only for the
-  device-to-host copy, and a kill while the background write runs leaves the
-  previous step as the latest. The data position of the step in flight may
-  already be on disk; it is never read without its checkpoint.
+  device-to-host copy and the data position's write, and a kill while the
+  background write runs leaves the previous step as the latest.
 - a truncated or corrupt step (deleted or cut array files, broken metadata):
   `restore_latest` warns, moves it aside to `checkpoints/corrupt-<step>` and
   falls back to the previous step; if none restores it raises
@@ -92,12 +98,64 @@ def make_manager(model_dir: "str | run_directory.Paths", *, save_interval_steps:
   paths = model_dir if isinstance(model_dir, run_directory.Paths) else run_directory.of(model_dir)
   return ocp.CheckpointManager(
       paths.checkpoints, options=options,
-      item_handlers=ocp.StandardCheckpointHandler())
+      item_handlers={run_directory.STATE: ocp.StandardCheckpointHandler(),
+                     run_directory.DATA_POSITION: DataPositionHandler()})
 
 
-def save(manager: ocp.CheckpointManager, step: int, state: Any, *, force: bool = False) -> bool:
-  """Saves `state` at `step` if the interval says so (or `force`)."""
-  return manager.save(step, args=ocp.args.StandardSave(state), force=force)
+def save(manager: ocp.CheckpointManager, step: int, state: Any, *, batches: Any = None,
+         force: bool = False) -> bool:
+  """Saves `state` at `step` if the interval says so (or `force`), with the position of
+  `batches` (the training stream, after the step's batch) when given."""
+  items = {run_directory.STATE: ocp.args.StandardSave(state)}
+  if batches is not None:
+    items[run_directory.DATA_POSITION] = DataPositionSave(batches)
+  return manager.save(step, args=ocp.args.Composite(**items), force=force)
+
+
+def restore_position(manager: ocp.CheckpointManager, step: int, batches: Any) -> str | None:
+  """Puts `batches` (a fresh training stream) at the position saved with `step`.
+
+  Returns:
+    None once restored, else why not (for the log; the stream then skips to the step).
+  """
+  if step not in manager.all_steps():
+    return f"no checkpoint of step {step} in {manager.directory}"
+  try:
+    restored = manager.restore(step, args=ocp.args.Composite(
+        **{run_directory.DATA_POSITION: DataPositionRestore(batches)}))
+  except KeyError:  # orbax: the item is not in the checkpoint
+    return f"the checkpoint of step {step} holds no data position (saved without one)"
+  return restored[run_directory.DATA_POSITION]
+
+
+class DataPositionHandler(ocp.CheckpointHandler):
+  """Orbax's side of the data position: the stream writes and reads its own files.
+
+  Called on every process while `save` blocks (orbax runs a synchronous
+  item before the save returns), so the stream has not moved on; each host
+  writes its share (input_pipeline.HostBatches.save decides which).
+  """
+
+  def save(self, directory, args: "DataPositionSave") -> None:
+    args.batches.save(os.fspath(directory))
+
+  def restore(self, directory, args: "DataPositionRestore") -> str | None:
+    return args.batches.restore(os.fspath(directory))
+
+  def metadata(self, directory) -> None:
+    del directory
+
+
+@ocp.args.register_with_handler(DataPositionHandler, for_save=True)
+@dataclasses.dataclass
+class DataPositionSave(ocp.args.CheckpointArgs):
+  batches: Any  # the training stream: HostBatches, or StreamBatches of a pre-tokenized one
+
+
+@ocp.args.register_with_handler(DataPositionHandler, for_restore=True)
+@dataclasses.dataclass
+class DataPositionRestore(ocp.args.CheckpointArgs):
+  batches: Any  # a fresh stream of the same description, put at the saved position
 
 
 def restore_latest(manager: ocp.CheckpointManager, abstract_state: Any) -> Any | None:
@@ -156,9 +214,13 @@ def _restore(manager: ocp.CheckpointManager, step: int, saved: Any, abstract_sta
     empty = {k: v for k, v in fields.items() if k not in on_disk and not jax.tree.leaves(v)}
     if empty:
       target = {k: v for k, v in fields.items() if k not in empty}
-      restored = manager.restore(step, args=ocp.args.StandardRestore(target))
-      return abstract_state.replace(**restored, **empty)
-  return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+      return abstract_state.replace(**_restore_state(manager, step, target), **empty)
+  return _restore_state(manager, step, abstract_state)
+
+
+def _restore_state(manager: ocp.CheckpointManager, step: int, target: Any) -> Any:
+  return manager.restore(step, args=ocp.args.Composite(
+      **{run_directory.STATE: ocp.args.StandardRestore(target)}))[run_directory.STATE]
 
 
 def _warn_unreadable(manager: ocp.CheckpointManager, step: int, error: Exception,
@@ -170,6 +232,7 @@ def _warn_unreadable(manager: ocp.CheckpointManager, step: int, error: Exception
 
 def _read_metadata(manager: ocp.CheckpointManager, step: int) -> Any:
   metadata = manager.item_metadata(step)
+  metadata = metadata and metadata.get(run_directory.STATE)
   if metadata is None:
     raise ValueError("no readable item metadata (_METADATA missing?)")
   return metadata

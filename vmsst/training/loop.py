@@ -47,7 +47,7 @@ from vmsst.training import scalar_writer
 from vmsst.base import run_directory
 from vmsst.base import sentencepiece_vocabulary
 from vmsst_tasks.pipeline import input_pipeline
-from vmsst_tasks.pipeline.input_pipeline import save_position, train_iterator
+from vmsst_tasks.pipeline.input_pipeline import train_iterator
 
 
 def check_vocabulary(mixture_name: str, model: models.EmbeddingModel,
@@ -272,9 +272,11 @@ def _data(run: _Run, model: models.EmbeddingModel, register_tasks, evaluator,
           sequence_length: int, seed: int) -> tuple[Iterator[Any], _DataRecords]:
   """Stage 3: teacher vectors, then the data stream positioned at the restored step."""
   records = _prepare_data(register_tasks, evaluator, mixture_name, model, pretokenized)
-  batches = train_iterator(mixture_name, batch_size=batch_size, sequence_length=sequence_length,
-                           seed=seed, start_step=run.start_step,
-                           positions=run.paths.data_positions, pretokenized=pretokenized)
+  batches = train_iterator(
+      mixture_name, batch_size=batch_size, sequence_length=sequence_length, seed=seed,
+      start_step=run.start_step, pretokenized=pretokenized,
+      restore_position=lambda fresh: checkpointing.restore_position(run.manager, run.start_step,
+                                                                    fresh))
   return batches, records
 
 
@@ -312,19 +314,18 @@ def _steps(run: _Run, state, batches: Iterator[Any], *, mixture_name: str, seed:
                                          learning_rate=learning_rate)
         run.writer.write_scalars(step, logged.metrics)
         logged.history.append((step, logged.metrics["loss"]))
-        _log_goodput(run, step, steps=step - logged.step)
+        _log_goodput(run.goodput, run.writer, step, steps=step - logged.step)
         logged.step = step
       # Every step: check_finite has already waited for this step's metrics.
       progress.set_postfix(loss=f"{float(step_metrics['loss']):.3f}", refresh=False)
       progress.update(1)
-      if saving:  # asynchronous: waits for the device-to-host copy only (make_manager)
+      if saving:  # asynchronous: waits for the host copy and the data position (make_manager)
         with goodput.timing("checkpoints"):
-          checkpointing.save(manager, step, state, force=True)
-          save_position(run.paths.data_positions, step, batches, keep=manager.all_steps())
+          checkpointing.save(manager, step, state, batches=batches, force=True)
+      if logged.step == step and jax.process_index() == 0:  # the step's records, then progress
+        run_directory.record_progress(run.paths, step, previous=run.previous_step)
       if step < train_steps and preemption.reached(step, manager):
-        if not saving:
-          save_position(run.paths.data_positions, step, batches, keep=manager.all_steps())
-        _save_and_exit(run, step, state, saved=saving, progress=progress,
+        _save_and_exit(run, step, state, batches, saved=saving, progress=progress,
                        signum=preemption.signum)
       if eval_every and step % eval_every == 0 and step != train_steps:
         with goodput.timing("evaluation"):
@@ -343,7 +344,10 @@ def _finish(run: _Run, state, logged: _Logged, evaluator, *, steps_asked: int) -
       retrieval = evaluate(evaluator, run.trainer, state.params, int(state.step), run.writer)
     with run.goodput.timing("checkpoints"):
       run.manager.wait_until_finished()  # the last asynchronous save committed
-  _log_goodput(run, int(state.step), steps=int(state.step) - logged.step, final=True)
+  _log_goodput(run.goodput, run.writer, int(state.step), steps=int(state.step) - logged.step,
+               final=True)
+  if jax.process_index() == 0:
+    run_directory.record_progress(run.paths, int(state.step), previous=run.previous_step)
   run.writer.flush()
   if logged.skipped:
     logging.warning("%d of %d steps had a non-finite loss/gradient and were skipped",
@@ -496,29 +500,32 @@ def _step_category(step: int, start_step: int, previous_step: int | None) -> str
   return "redone" if goodput_lib.steps_redone(start_step, previous_step, step) else "productive"
 
 
-def _log_goodput(run: _Run, step: int, *, steps: int, final: bool = False) -> None:
-  """Goodput scalars to TensorBoard, the data-wait check, progress.json; the line at exit.
+def _log_goodput(goodput: goodput_lib.Goodput, writer, step: int, *, steps: int,
+                 final: bool = False) -> None:
+  """Goodput scalars to TensorBoard and the data-wait check; the line at exit.
 
-  progress.json keeps the furthest step any run reached, so a run killed
-  again before getting back there still counts those steps as redone.
+  The loop records the step in progress.json next (process 0, after the
+  step's checkpoint if it saves one): the furthest step any run reached, so
+  a run killed again before getting back there still counts those steps as redone.
   """
-  run.writer.write_scalars(step, run.goodput.scalars())
+  writer.write_scalars(step, goodput.scalars())
   if steps:
-    run.goodput.check_data_wait(steps)
-  if jax.process_index() == 0:
-    run_directory.record_progress(run.paths, max(step, run.previous_step or 0))
+    goodput.check_data_wait(steps)
   if final:
-    logging.info("%s", run.goodput.line())
+    logging.info("%s", goodput.line())
 
 
-def _save_and_exit(run: _Run, step: int, state, *, saved: bool, progress,
+def _save_and_exit(run: _Run, step: int, state, batches, *, saved: bool, progress,
                    signum: int | None) -> None:
-  """After SIGTERM or Ctrl-C: the current step on disk (waited for), then Preempted."""
+  """After SIGTERM or Ctrl-C: the current step and data position on disk (waited for), then
+  Preempted."""
   with run.goodput.timing("checkpoints"):
     if not saved:
-      checkpointing.save(run.manager, step, state, force=True)
+      checkpointing.save(run.manager, step, state, batches=batches, force=True)
     run.manager.wait_until_finished()  # an asynchronous save completes before the exit
-  _log_goodput(run, step, steps=0, final=True)
+  _log_goodput(run.goodput, run.writer, step, steps=0, final=True)
+  if jax.process_index() == 0:
+    run_directory.record_progress(run.paths, step, previous=run.previous_step)
   run.writer.flush()
   progress.close()
   preempted = checkpointing.Preempted(step, os.fspath(run.manager.directory),
