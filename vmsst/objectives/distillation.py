@@ -80,8 +80,8 @@ class TeacherHead(nn.Module):
 class Distillation(models.EmbeddingModel):
   """Student encoder (μ_sem, plus a head when widths differ) regressed onto a teacher."""
 
-  init_paths = staticmethod(models.init_semantic_path)
-  loss_is_mean_over_pairs = True
+  loss_is_mean_over_pairs = True  # each pair regressed alone: microbatches give the same update
+  init_paths = staticmethod(models.init_semantic_path)  # the student is its semantic path
 
   def __init__(self, network_config, *, teacher_dim: int = 512,
                nested: nested_lib.NestedDims | None = None):
