@@ -6,6 +6,7 @@ import gzip
 import inspect
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -165,6 +166,19 @@ def longest_first(items) -> list:
   rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
   return sorted(items, key=lambda item: rank.get(item.nodeid.split("::", 1)[0],
                                                  len(LONGEST_FIRST)))
+
+
+# A module marker that puts every test of a file in another tier than `unit`.
+_WHOLE_FILE_ELSEWHERE = re.compile(r"^pytestmark = .*pytest\.mark\.(slow|integration|tpu)\b", re.M)
+
+
+def pytest_ignore_collect(collection_path, config):
+  """`-m unit` (make test-fast) does not import the files whose module marker puts all their
+  tests in another tier: each xdist worker would import them only to deselect every test."""
+  if (config.option.markexpr != "unit" or collection_path.suffix != ".py"
+      or not collection_path.name.startswith("test_")):
+    return None
+  return bool(_WHOLE_FILE_ELSEWHERE.search(collection_path.read_text(encoding="utf-8"))) or None
 
 
 def pytest_collection_modifyitems(items):

@@ -15,11 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
-import transformers
+# torch, transformers and sentence-transformers load in the tests that use them: each xdist
+# worker imports every test module to collect it, whichever tier it runs.
 from safetensors.numpy import load_file, save_file
 from jax.sharding import NamedSharding, PartitionSpec as P
-from transformers.models.mt5.modeling_mt5 import MT5Attention
 
 from vmsst_testing import TINY, init_params, random_batch
 from vmsst.model import layer_stacks
@@ -40,6 +39,8 @@ TOLERANCE = 1e-5  # measured: ≤ 2e-6 on states, ≤ 1.2e-5 on tied logits of |
 @pytest.fixture(scope="module")
 def hf(tmp_path_factory):
   """(torch model, {"tied": dir, "untied": dir}, untied lm_head [V, d])."""
+  import torch  # pylint: disable=import-outside-toplevel
+  import transformers  # pylint: disable=import-outside-toplevel
   torch.manual_seed(0)
   model = transformers.MT5ForConditionalGeneration(transformers.MT5Config(**HF_CONFIG)).eval()
   tied = tmp_path_factory.mktemp("mt5_tied")
@@ -70,10 +71,13 @@ def _assert_close(ours, theirs, mask) -> None:
 
 
 def _torch(x):
+  import torch  # pylint: disable=import-outside-toplevel
   return torch.from_numpy(np.asarray(x, np.int64))
 
 
 def test_relative_position_buckets_equal_hugging_face():
+  import torch  # pylint: disable=import-outside-toplevel
+  from transformers.models.mt5.modeling_mt5 import MT5Attention  # pylint: disable=import-outside-toplevel
   for bidirectional in (True, False):
     ours = layers.relative_position_buckets(300, bidirectional=bidirectional,
                                             num_buckets=32, max_distance=128)
@@ -99,6 +103,7 @@ def test_relative_position_bias_gathers_the_exact_buckets_at_any_length():
 
 @pytest.mark.slow
 def test_semantic_encoder_token_states_equal_the_mt5_encoder(hf):
+  import torch  # pylint: disable=import-outside-toplevel
   torch_model, dirs, _ = hf
   model, params, _ = _converted(dirs["untied"])
   for seed in (0, 1):
@@ -112,6 +117,7 @@ def test_semantic_encoder_token_states_equal_the_mt5_encoder(hf):
 
 @pytest.mark.slow  # over ~7 s (docs/results/tests/)
 def test_shallower_language_encoder_equals_the_first_mt5_layers(hf):
+  import torch  # pylint: disable=import-outside-toplevel
   torch_model, dirs, _ = hf
   model, params, _ = _converted(dirs["untied"], num_language_encoder_layers=1,
                                 encoder_language_embedding=False)
@@ -133,6 +139,7 @@ def test_shallower_language_encoder_equals_the_first_mt5_layers(hf):
 @pytest.mark.slow  # over ~7 s (docs/results/tests/)
 @pytest.mark.parametrize("layout", ["untied", "tied"])
 def test_decoder_without_latent_equals_the_mt5_decoder_without_cross_attention(hf, layout):
+  import torch  # pylint: disable=import-outside-toplevel
   torch_model, dirs, lm_head = hf
   model, params, _ = _converted(dirs[layout])
   assert model.network_config.tie_output_embedding == (layout == "tied")

@@ -14,9 +14,9 @@ embeddings equal the checkpoint's.
 
 import numpy as np
 import pytest
+# torch, transformers and sentence-transformers load in the tests that use them: each xdist
+# worker imports every test module to collect it, whichever tier it runs.
 import tensorflow as tf
-import torch
-import transformers
 from safetensors.numpy import load_file
 
 import vmsst.training.loop
@@ -43,6 +43,8 @@ def random_mt5(tiny_vocab_path, tmp_path_factory) -> str:
   Like mT5's (250,112 rows for 250,100 pieces) its table is the vocabulary
   padded to a multiple of 128: 2,048 rows for 2,000 pieces.
   """
+  import torch  # pylint: disable=import-outside-toplevel
+  import transformers  # pylint: disable=import-outside-toplevel
   torch.manual_seed(0)
   size = sentencepiece_vocabulary.get_vocabulary(tiny_vocab_path).vocab_size
   config = transformers.MT5Config(vocab_size=-(-size // 128) * 128, d_model=32, d_kv=8, num_heads=4, d_ff=64,

@@ -4,7 +4,8 @@ import uuid
 
 import numpy as np
 import pytest
-from sentence_transformers.util import quantization as st_quantization
+# torch, transformers and sentence-transformers load in the tests that use them: each xdist
+# worker imports every test module to collect it, whichever tier it runs.
 
 from vmsst.base import files
 from vmsst.base import run_directory
@@ -22,6 +23,7 @@ def _embeddings(rows=300, dim=37, seed=0):
 
 @pytest.mark.parametrize("precision", quantize.PRECISIONS)
 def test_layouts_equal_sentence_transformers_quantize_embeddings(precision):
+  from sentence_transformers.util import quantization as st_quantization  # pylint: disable=import-outside-toplevel
   calibration, vectors = _embeddings(seed=0), _embeddings(rows=50, seed=1) * 1.3  # some outside
   ranges = quantize.ranges_of(calibration)
   ours = quantize.quantize(vectors, precision, ranges if precision in quantize.CALIBRATED
@@ -67,6 +69,7 @@ def test_dequantized_int8_is_within_one_step_of_the_vector_inside_the_range():
 
 
 def _round_trip(directory):
+  from sentence_transformers.util import quantization as st_quantization  # pylint: disable=import-outside-toplevel
   calibration = quantize.calibrate(_embeddings(), "calibration.txt")
   quantize.save(directory, calibration)
   loaded = quantize.load(directory)
