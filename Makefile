@@ -18,12 +18,10 @@ PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart=0
 
 .PHONY: train test test-fast test-integration test-bench test-tpu test-core-jax-next bench
 
-$(STAMP): setup.py
-	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test,tpu,cache]'
-	# Apache Beam without its declared protobuf < 7 (setup.py's "cache" extra says why).
-	$(VENV)/bin/pip install --quiet --no-deps apache-beam==2.77.0
+# The install: uv with pip's settings, pip if uv fails; Apache Beam without its declared
+# protobuf < 7 (launch/install.py and setup.py's "cache" extra say why).
+$(STAMP): setup.py launch/install.py
+	$(PYTHON) launch/install.py $(VENV) test,tpu,cache
 	touch $(STAMP)
 
 train: $(STAMP)

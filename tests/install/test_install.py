@@ -5,6 +5,7 @@ Why: a top-level `tasks` in site-packages would shadow another project's own
 outside the repository, as another project would, against this venv's install.
 """
 
+import importlib.util
 import pathlib
 import re
 import shutil
@@ -63,3 +64,41 @@ def test_the_wheel_carries_every_module_of_vmsst_and_tasks(tmp_path):
              for folder in installed_as for path in (REPO / folder).rglob("*.py")
              if "__pycache__" not in path.parts}
   assert modules - carried == set()
+
+
+def _install_script():
+  spec = importlib.util.spec_from_file_location("install", REPO / "launch" / "install.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_uv_gets_pips_settings_with_pips_precedence():
+  """uv reads no pip.conf: the indexes, find-links and constraints pip would use reach it."""
+  install = _install_script()
+  listed = ("global.extra-index-url='https://a/simple https://b/simple'\n"
+            "global.find-links='\\n/wheels\\n/more'\n:env:.index-url='https://mirror/simple'\n"
+            "global.index-url='https://ignored/simple'\nglobal.constraint='/global.txt'\n"
+            "install.constraint='/install.txt'\nglobal.cert='/ca.pem'\n")
+  settings = install.pip_settings(listed)
+  assert settings["cert"] == ["/ca.pem"]
+  flags = install.uv_arguments(settings)
+  pairs = list(zip(flags[::2], flags[1::2]))
+  assert ("--index-strategy", "unsafe-best-match") in pairs and "--compile-bytecode" in flags
+  assert [v for f, v in pairs if f == "--extra-index-url"] == ["https://a/simple", "https://b/simple"]
+  assert [v for f, v in pairs if f == "--find-links"] == ["/wheels", "/more"]
+  assert [v for f, v in pairs if f == "--index-url"] == ["https://mirror/simple"]  # PIP_INDEX_URL
+  assert [v for f, v in pairs if f == "--constraint"] == ["/install.txt"]  # [install] over [global]
+
+
+def test_pips_own_config_listing_parses(tmp_path):
+  """The format pip prints today: a real `pip config list` over a config file and a variable."""
+  (tmp_path / "pip.conf").write_text("[global]\nfind-links =\n    /a\n    /b\n"
+                                     "[install]\nconstraint = /c.txt\n")
+  env = {"PATH": "/usr/bin:/bin", "PIP_CONFIG_FILE": str(tmp_path / "pip.conf"),
+         "PIP_EXTRA_INDEX_URL": "https://x/simple"}
+  listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], env=env,
+                          capture_output=True, text=True, check=True).stdout
+  settings = _install_script().pip_settings(listed)
+  assert settings["find-links"] == ["/a", "/b"] and settings["constraint"] == ["/c.txt"]
+  assert settings["extra-index-url"] == ["https://x/simple"]
