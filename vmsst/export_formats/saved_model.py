@@ -48,7 +48,8 @@ import registers the SentencePiece ops the graph uses. Nothing else (no JAX,
 no vmsst) is needed to load or run the model.
 
 The network is lowered by jax2tf with native serialization (StableHLO inside
-an `XlaCallModule` op) for --platforms. Parameters are `tf.Variable`s, not
+an `XlaCallModule` op) for --platforms, once per tower: one graph function
+that every signature calls. Parameters are `tf.Variable`s, not
 graph constants: both signatures share one copy stored under `variables/`,
 where constants would be copied into each signature's graph and meet the 2 GB
 GraphDef limit at the paper's sizes. Only the parameters μ_sem reads are
@@ -313,23 +314,35 @@ class ServingModule(tf.Module):
     self._tokenizer = tf_text.SentencepieceTokenizer(model=restored.vocabulary.sp_model,
                                                      out_type=tf.int32)
     self.params = {k: tf.Variable(v, trainable=False, name=k) for k, v in params.items()}
-    self._embed = {side: jax2tf.convert(
+    self._network = {side: self._network_function(jax2tf.convert(
         _embedding_fn(restored.model, normalize, side),
         polymorphic_shapes=(None, "(b, l)", "(b, l)"),
         polymorphic_constraints=(f"l <= {self._length}",),
-        with_gradient=False, native_serialization_platforms=tuple(platforms))
+        with_gradient=False, native_serialization_platforms=tuple(platforms)))
         for side in restored.model.sides}
     spec = jax.ShapeDtypeStruct((1, 1), np.int32)
     self.dimension = int(jax.eval_shape(_embedding_fn(restored.model, normalize),
                                         params, spec, spec).shape[-1])
+
+  def _network_function(self, converted):
+    """One side's network as one graph function, which every signature calls.
+
+    Each signature traced through jax2tf's function itself would lower the network to
+    StableHLO again (six to eight times an export, the same module each time) and store a
+    copy per signature; a `tf.function` with a fixed signature is traced once.
+    """
+    def network(tokens, mask):
+      return converted(self.params, tokens, mask)
+    spec = tf.TensorSpec([None, None], tf.int32)
+    return tf.function(network, autograph=False, input_signature=[spec, spec])
 
   def embed(self, text: tf.Tensor, side: str = "a") -> tf.Tensor:
     """tf.string [n] -> float32 [n, d], through pair side `side`'s tower if it has one."""
     tokens = bucketed(tokenize(self._tokenizer, text, self._length, self._eos_id),
                       self._length, self._eos_id)
     mask = tf.cast(tokens != 0, tf.int32)
-    embed = self._embed.get(side, self._embed["a"])
-    return embed(self.params, tokens, mask)[:tf.shape(text)[0]]
+    network = self._network.get(side, self._network["a"])
+    return network(tokens, mask)[:tf.shape(text)[0]]
 
   @tf.function(autograph=False,  # autograph would try to rewrite jax2tf's Python
                input_signature=[tf.TensorSpec([None], tf.string, name="text")])
