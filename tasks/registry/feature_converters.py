@@ -97,6 +97,7 @@ class PairFeatureConverter(seqio.FeatureConverter):
     lengths = {"tokens_a": task_feature_lengths["tokens_a"],
                "tokens_b": task_feature_lengths["tokens_b"]}
 
+    @tf.autograph.experimental.do_not_convert  # no tensor-dependent Python control flow
     def convert(index: tf.Tensor, ex: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
       out = {"lang_a": ex["lang_a"], "lang_b": ex["lang_b"],
              "sem_side": tf.cast(index % 2, tf.int32)}
