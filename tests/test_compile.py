@@ -295,6 +295,28 @@ def test_print_slice_prints_the_slice_the_run_file_names(compile_here):
   assert done.stdout.split() == ["v4-64", "1"]
 
 
+def test_the_command_imports_neither_seqio_nor_tensorflow():
+  """launch/tpu.sh's `--print_slice`, end to end: a step compiles from shapes, so the task
+  families are their stand-ins (configurables.register_without_data), not seqio's tasks."""
+  done = subprocess.run([sys.executable, "-X", "importtime", "-m", "vmsst.compile",
+                         "--gin_file=gin/runs/bitranslation_6l_paper.gin", "--print_slice"],
+                        cwd=vmsst_testing.ROOT, capture_output=True, text=True, timeout=300,
+                        check=False)
+  assert done.returncode == 0 and done.stdout.split() == ["v4-64", "1"], done.stderr[-2000:]
+  imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+              if line.startswith("import time:")}
+  assert "vmsst_tasks.registry_stand_ins" in imported
+  assert not imported & {"seqio", "tensorflow", "vmsst_tasks.registry"}
+
+
+def test_registering_without_data_after_registering_is_refused():
+  """A process that registered the real task families (a test worker, a training run)
+  keeps them: the stand-ins are only for a compile process's first registration."""
+  configurables.register()
+  with pytest.raises(RuntimeError, match="already registered"):
+    configurables.register_without_data()
+
+
 def test_a_run_naming_no_slice_without_topology_is_one_error_line(compile_here):
   assert "target_slice" in _one_error_line(*compile_here(RUN))
   assert "--gin_file" in _one_error_line(*compile_here("--topology=v4-8"))

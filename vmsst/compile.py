@@ -120,6 +120,7 @@ import jax
 from vmsst.base import files
 from vmsst.compiler import step as step_lib
 from vmsst.model import partitioning
+from vmsst.training import configurables
 
 
 def run_slice(gin_files: Sequence[str], bindings: Sequence[str]) -> tpu_slices.Slice:
@@ -236,4 +237,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
+  configurables.register_without_data()  # a step compiles from shapes: no seqio, no TensorFlow
   cli.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))

@@ -25,6 +25,26 @@ from vmsst.base import gin_utils
 from vmsst.base.gin_utils import gin
 
 
+# The task families' stand-ins instead of the families themselves (`register_without_data`).
+_WITHOUT_DATA = False
+
+
+def register_without_data() -> None:
+  """`register` for a process that parses run files but never reads data.
+
+  `python -m vmsst.compile` lowers a step from the model and batch shapes alone: the task
+  families register as their stand-ins (vmsst_tasks.registry_stand_ins, which raise if
+  called), so neither seqio nor TensorFlow is imported, about half of a `--print_slice`
+  process's time. For a command's own process only, before anything registers: in a process
+  that later trains, the real families must be the ones registered.
+  """
+  global _WITHOUT_DATA
+  if register.cache_info().currsize:
+    raise RuntimeError("register_without_data: the configurables are already registered")
+  _WITHOUT_DATA = True
+  register()
+
+
 @functools.cache
 def register() -> None:
   """Makes every object a run file may name bindable; once per process.
@@ -50,7 +70,7 @@ def register() -> None:
   from vmsst_tasks.sources import heldout
   from vmsst_tasks.pipeline import input_pipeline
   from vmsst_tasks.sources import pair_readers
-  if input_pipeline.seqio_available():
+  if not _WITHOUT_DATA and input_pipeline.seqio_available():
     _register_task_families()
   else:
     # The task families need seqio (TensorFlow); an accelerator image has neither and
