@@ -32,8 +32,8 @@ class SentencePieceVocabulary:
 
   def __init__(self, sentencepiece_model_file: str):
     self.sentencepiece_model_file = sentencepiece_model_file
-    self.tokenizer = spm.SentencePieceProcessor(
-        model_proto=files.read_bytes(sentencepiece_model_file))
+    self.sp_model = files.read_bytes(sentencepiece_model_file)  # the model's bytes, as seqio's
+    self.tokenizer = spm.SentencePieceProcessor(model_proto=self.sp_model)
     # seqio's names for what the loaded model fixes: read once, they never change.
     self.vocab_size = self.tokenizer.GetPieceSize()
     self.eos_id, self.pad_id, self.unk_id = (
@@ -50,16 +50,29 @@ class SentencePieceVocabulary:
     return self.tokenizer.DecodeIds(ids)
 
 
-def get_vocabulary(path: str) -> "seqio.SentencePieceVocabulary":
-  """The seqio vocabulary of a trained model (no T5 sentinel extra ids).
+def read_vocabulary(path: str) -> SentencePieceVocabulary:
+  """A trained model's vocabulary for tokenizing in Python: what a restored model encodes
+  with. seqio's class gives the same ids but imports TensorFlow, half a command's start-up
+  (`python -m vmsst.embed` on a checkpoint) for nothing it uses."""
+  _check_exists(path)
+  return SentencePieceVocabulary(path)
 
-  Where seqio (TensorFlow) is absent, the same ids from SentencePieceVocabulary.
-  """
+
+def _check_exists(path: str) -> None:
   if not files.exists(path):
     raise FileNotFoundError(
         f"No SentencePiece model at {path}: train one with `python -m vmsst.vocabulary "
         "--data_dir=../shared/data --output=DIR/spm` and point the vocabulary path at "
         "DIR/spm.model.")
+
+
+def get_vocabulary(path: str) -> "seqio.SentencePieceVocabulary":
+  """The seqio vocabulary of a trained model (no T5 sentinel extra ids): what seqio's
+  tasks tokenize with.
+
+  Where seqio (TensorFlow) is absent, the same ids from SentencePieceVocabulary.
+  """
+  _check_exists(path)
   try:
     import seqio  # pylint: disable=import-outside-toplevel
   except ImportError:

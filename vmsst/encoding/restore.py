@@ -44,7 +44,7 @@ class RestoredModel:
   """A model, its parameters (sharded over `mesh`) and its input pipeline."""
   model: models.EmbeddingModel
   params: Any
-  vocabulary: "seqio.SentencePieceVocabulary"
+  vocabulary: sentencepiece_vocabulary.SentencePieceVocabulary  # ids in Python, no TensorFlow
   sequence_length: int
   step: int
   mesh: jax.sharding.Mesh
@@ -70,7 +70,7 @@ def restore(model_dir: str, *, step: int | None = None,
     raise ValueError(f"dtype={dtype!r}: choose one of {PRECISIONS} (or None for the "
                      f"precision {model_dir} trained with).")
   model, sequence_length, vocab_path = read_model_json(model_dir, dtype, step)
-  vocab = sentencepiece_vocabulary.get_vocabulary(vocab_path)
+  vocab = sentencepiece_vocabulary.read_vocabulary(vocab_path)
   mesh = mesh or partitioning.make_mesh()
   manager = ocp.CheckpointManager(run_directory.of(model_dir).checkpoints)
   step = manager.latest_step() if step is None else step
